@@ -1,0 +1,164 @@
+"""The ``runner`` command: submit, validate, resume, runs, report, sim.
+
+Every error a user can cause ends in ``Error: <one sentence>`` on stderr and a non-zero exit (2 for a job
+file that does not validate, 1 otherwise), never a traceback. ``RUNNER_RAISE_ERRORS=1`` shows tracebacks of
+unexpected errors, for bug reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import report as reports
+from .errors import RunnerError
+from .progress import make_view
+from .run import execute, load_run_job, pid_alive
+from .spec import load_job
+from .store import Store
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Run LLM API jobs from YAML files: cached, resumable, with live progress and cost reports.",
+)
+
+DbOption = Annotated[
+    Path | None,
+    typer.Option("--db", help="The SQLite store (default: RUNNER_DB or ./cache.sqlite).", show_default=False),
+]
+
+EXIT_INTERRUPTED = 130
+
+
+def _finish(store: Store, run_id: str, status: str, message: str | None, results: dict[str, Path] | None) -> None:
+    data = reports.build(store, run_id)
+    for line in reports.summary_lines(data):
+        typer.echo(line)
+    for stage, path in (results or {}).items():
+        typer.echo(f"results: {stage} -> {path}")
+    typer.echo(f"run {run_id}: {status}" + (f" ({message})" if message else ""))
+    if status == "interrupted":
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if status != "completed":
+        raise typer.Exit(1)
+
+
+@app.command()
+def submit(
+    job_file: Annotated[Path, typer.Argument(help="The job YAML file.")],
+    db: DbOption = None,
+) -> None:
+    """Validate a job file and run it; print accuracy and cost at the end."""
+    job = load_job(job_file)
+    store = Store(db)
+    outcome = asyncio.run(execute(job, store, view=make_view(),
+                                  on_run_id=lambda rid: typer.echo(f"run {rid}: started job {job.name}")))
+    _finish(store, outcome.run_id, outcome.status, outcome.message, outcome.results)
+
+
+@app.command()
+def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML file.")]) -> None:
+    """Only validate a job file (exit 2 with file:line and the key when it is wrong)."""
+    job = load_job(job_file)
+    stages = ", ".join(f"{s.name} ({len(job.stage_models(s))} model(s))" for s in job.stages)
+    typer.echo(f"{job_file}: valid job {job.name!r}: {stages}")
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to finish (see `runner runs`).")],
+    db: DbOption = None,
+) -> None:
+    """Finish an interrupted or crashed run: completed requests come from the store, the rest are sent."""
+    store = Store(db)
+    run_id, job = load_run_job(store, run_id)
+    run = store.get_run(run_id)
+    if run["status"] == "running" and pid_alive(run["pid"]) and run["pid"] != os.getpid():
+        raise RunnerError(f"run {run_id} is still running (process {run['pid']}); stop it first")
+    typer.echo(f"run {run_id}: resuming job {job.name}")
+    outcome = asyncio.run(execute(job, store, run_id=run_id, view=make_view()))
+    _finish(store, outcome.run_id, outcome.status, outcome.message, outcome.results)
+
+
+@app.command()
+def runs(db: DbOption = None, limit: Annotated[int, typer.Option(help="How many runs, newest first.")] = 50) -> None:
+    """List runs: id, job, status, progress, spend, started."""
+    store = Store(db)
+    rows = store.list_runs(limit)
+    if not rows:
+        typer.echo("no runs yet")
+        return
+    header = f"{'id':<22} {'job':<20} {'status':<12} {'progress':>16} {'spend':>10}  started"
+    typer.echo(header)
+    for r in rows:
+        status = r["status"]
+        if status == "running" and not pid_alive(r["pid"]):
+            status = "crashed"  # killed without a chance to say so; `runner resume` finishes it
+        finished = r["done"] + r["failed"]
+        progress = f"{finished}/{r['total']}" + (f" ({r['failed']} failed)" if r["failed"] else "")
+        typer.echo(f"{r['id']:<22} {r['job_name']:<20} {status:<12} {progress:>16} ${r['spend']:>9.4f}  "
+                   f"{r['started'][:19].replace('T', ' ')}")
+
+
+@app.command()
+def report(
+    run_id: Annotated[str, typer.Argument(help="The run (see `runner runs`).")],
+    db: DbOption = None,
+    fmt: Annotated[str, typer.Option("--format", help="text, json, csv or md.")] = "text",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
+) -> None:
+    """Per stage and model: requests, cache hits, tokens, cost, errors by class, latency, score."""
+    if fmt not in reports.FORMATS:
+        raise RunnerError(f"--format must be one of {', '.join(reports.FORMATS)}, not {fmt!r}")
+    store = Store(db)
+    text = reports.render(reports.build(store, run_id), fmt)
+    if output:
+        output.write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {output}")
+    else:
+        typer.echo(text, nl=False)
+
+
+@app.command()
+def sim(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0 picks a free one).")] = 8765,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    latency: Annotated[float, typer.Option(help="Seconds added to each answer.")] = 0.0,
+    rpm: Annotated[int | None, typer.Option(help="Requests per minute before 429s.")] = None,
+    fault_429: Annotated[float, typer.Option("--fault-429", help="Fraction of requests answered 429.")] = 0.0,
+    fault_500: Annotated[float, typer.Option("--fault-500", help="Fraction of requests answered 500.")] = 0.0,
+    fault_timeout: Annotated[float, typer.Option("--fault-timeout", help="Fraction that hang.")] = 0.0,
+) -> None:
+    """Start the simulated provider server, to dry-run a job with the `sim:` provider without spending."""
+    from providers.simserver import SimConfig, serve
+
+    serve(host=host, port=port, config=SimConfig(latency=latency, rpm=rpm, fault_429=fault_429,
+                                                 fault_500=fault_500, fault_timeout=fault_timeout))
+
+
+def main() -> None:
+    try:
+        app()
+    except RunnerError as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("Error: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:  # a bug: still one line, unless asked for the traceback
+        if os.environ.get("RUNNER_RAISE_ERRORS") or "pytest" in sys.modules:
+            raise
+        typer.echo(f"Error: unexpected {type(exc).__name__}: {exc} (set RUNNER_RAISE_ERRORS=1 for the "
+                   "traceback, and please report it)", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,296 @@
+"""The async engine: for each request of a stage, serve it from the memo or send it through its endpoint's
+limits, with bounded retries, and hand the finished task to the store's writer.
+
+The per-request path for a fresh request is: take an endpoint slot, wait for its limiters, call the
+provider, queue the result. A cache hit never leaves the dispatch loop (no task is created for it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_exponential_jitter,
+)
+
+from providers.base import Completion, Provider
+
+from .choices import LETTERS, inverse
+from .errors import AuthError, ProviderError, QuotaExceeded, RateLimited
+from .limits import Endpoint, estimate_tokens
+from .parse import parse_letter
+from .plan import Request, StagePlan, canonical_json
+from .pricing import Pricing
+from .spec import Job
+from .stats import RunStats
+from .store import CachedResponse, Finished, Store, Writer, dumps, now
+
+#: results queued for the writer before the dispatch loop waits for it to catch up
+WRITER_BACKLOG = 4096
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, ProviderError) and exc.retryable
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        job: Job,
+        store: Store,
+        writer: Writer,
+        providers: dict[str, Provider],
+        stats: RunStats,
+        resume: bool = False,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+    ) -> None:
+        self.run_id = run_id
+        self.job = job
+        self.store = store
+        self.writer = writer
+        self.providers = providers
+        self.stats = stats
+        self.resume = resume
+        self.sleep = sleep
+        self.pricing = Pricing(job)
+        self.stages = {stage.name: stage for stage in job.stages}
+        self.endpoints: dict[str, Endpoint] = {}
+        self.inflight: dict[str, asyncio.Future[Completion | None]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        #: set by the first Ctrl-C, or by an error that ends the run: nothing new is dispatched
+        self.stopping = False
+        self.fatal: ProviderError | None = None
+        retry = job.retry
+        self._backoff = wait_exponential_jitter(initial=retry.backoff_initial, max=retry.backoff_max)
+        self._retrying = AsyncRetrying(
+            stop=stop_after_attempt(retry.max_attempts) | stop_before_delay(retry.max_elapsed),
+            wait=self._wait,
+            retry=retry_if_exception(_retryable),
+            before_sleep=self._before_sleep,
+            sleep=sleep,
+            reraise=True,
+        )
+
+    # -- endpoints and retry policy ----------------------------------------------------------------
+    def endpoint(self, req: Request) -> Endpoint:
+        provider = self.providers[req.provider]
+        name = provider.endpoint_key(req.model_name)
+        found = self.endpoints.get(name)
+        if found is None:
+            s = provider.settings
+            found = self.endpoints[name] = Endpoint(
+                name, concurrency=s.concurrency or provider.default_concurrency, rpm=s.rpm, tpm=s.tpm
+            )
+        return found
+
+    def _wait(self, state: RetryCallState) -> float:
+        # After a 429 the endpoint itself is paused (every request waits in Endpoint.ready), so this
+        # request adds no wait of its own; other errors back off exponentially with jitter.
+        if isinstance(state.outcome.exception(), RateLimited):
+            return 0.0
+        return self._backoff(state)
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        req, endpoint = state.args[0], state.args[1]
+        exc = state.outcome.exception()
+        if isinstance(exc, RateLimited):
+            endpoint.pause(exc.retry_after if exc.retry_after is not None else self._backoff(state))
+        self.stats.counters(req.stage, req.model).retries += 1
+
+    # -- the dispatch loop -------------------------------------------------------------------------
+    async def run_stage(self, plan: StagePlan) -> None:
+        loop = asyncio.get_running_loop()
+        for n, req in enumerate(plan):
+            if self.stopping:
+                break
+            if n % 256 == 255:
+                await self._breathe()
+            if self.resume and self.store.task_status(self.run_id, req.stage, req.item) == "done":
+                counters = self.stats.counters(req.stage, req.model)
+                counters.done += 1
+                counters.resumed += 1
+                continue
+            cached = self.store.lookup(req.key)
+            if cached is not None:
+                self._finish_cached(req, cached)
+                continue
+            leader = self.inflight.get(req.key)
+            if leader is not None:  # the same request is on its way already: pay once, share the answer
+                self._spawn(self._follow(req, leader))
+                continue
+            endpoint = self.endpoint(req)
+            await endpoint.slots.acquire()
+            if self.stopping:
+                endpoint.slots.release()
+                break
+            self.inflight[req.key] = loop.create_future()
+            self._spawn(self._send(req, endpoint))
+        await self.drain()
+
+    async def _breathe(self) -> None:
+        # Let the writer and the view run during long stretches of cache hits, and keep its queue short.
+        await asyncio.sleep(0)
+        while self.writer.queue.qsize() > WRITER_BACKLOG:
+            await asyncio.sleep(0.005)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def drain(self) -> None:
+        while self.tasks:
+            await asyncio.wait(set(self.tasks))
+
+    def request_stop(self) -> None:
+        """First Ctrl-C: dispatch nothing new; in-flight requests finish and are recorded."""
+        self.stopping = True
+
+    def abandon(self) -> None:
+        """Second Ctrl-C: cancel in-flight requests. They are not recorded; a resume sends them again."""
+        self.stopping = True
+        for task in list(self.tasks):
+            task.cancel()
+
+    # -- one request -------------------------------------------------------------------------------
+    async def _send(self, req: Request, endpoint: Endpoint) -> None:
+        future = self.inflight[req.key]
+        tries = [0]
+        try:
+            completion, latency = await self._retrying(self._attempt, req, endpoint, tries)
+        except ProviderError as exc:
+            self._finish_failed(req, exc, tries[0])
+            future.set_result(None)
+            if isinstance(exc, AuthError) and endpoint.dead is None:
+                endpoint.dead = exc
+            if isinstance(exc, QuotaExceeded) and self.fatal is None:
+                self.fatal = exc
+                self.stopping = True
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        else:
+            self._finish_fresh(req, completion, tries[0], latency)
+            future.set_result(completion)
+        finally:
+            self.inflight.pop(req.key, None)
+            endpoint.slots.release()
+
+    async def _attempt(self, req: Request, endpoint: Endpoint, tries: list[int]) -> tuple[Completion, float]:
+        if endpoint.dead is not None:
+            raise AuthError(f"not sent: {endpoint.dead}")
+        await endpoint.ready(estimate_tokens(req.messages, req.params.get("max_tokens")) if endpoint.tpm else 0)
+        tries[0] += 1
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        completion = await self.providers[req.provider].execute(req.model_name, req.messages, req.params)
+        return completion, loop.time() - started
+
+    async def _follow(self, req: Request, leader: asyncio.Future[Completion | None]) -> None:
+        try:
+            completion = await asyncio.shield(leader)
+        except asyncio.CancelledError:
+            return
+        if completion is None:
+            self._finish_failed(req, ProviderError("the identical request sent for another task failed"), 0)
+            return
+        self._finish_cached(req, CachedResponse(completion.text, completion.finish_reason, completion.input_tokens,
+                                                completion.output_tokens, completion.cached_tokens, 0.0))
+
+    # -- recording ---------------------------------------------------------------------------------
+    def _finish_cached(self, req: Request, cached: CachedResponse) -> None:
+        counters = self.stats.counters(req.stage, req.model)
+        counters.cache_hits += 1
+        self._record(req, cached.text, cached.finish_reason, cached.input_tokens, cached.output_tokens,
+                     cost=0.0, latency=None, cache_hit=True, attempts=0)
+
+    def _finish_fresh(self, req: Request, c: Completion, attempts: int, latency: float) -> None:
+        cost = self.pricing.cost(req.model, c.input_tokens, c.output_tokens, c.cached_tokens)
+        counters = self.stats.counters(req.stage, req.model)
+        counters.sent += 1
+        counters.spend += cost
+        response = (
+            req.key, req.provider, req.canonical["model"], canonical_json(req.canonical), c.text, dumps(c.raw),
+            c.finish_reason, c.input_tokens, c.output_tokens, c.cached_tokens, cost, latency, now(),
+        )
+        ledger = (self.run_id, req.stage, req.model, req.key, "charge", cost, now()) if cost > 0 else None
+        self._record(req, c.text, c.finish_reason, c.input_tokens, c.output_tokens, cost=cost, latency=latency,
+                     cache_hit=False, attempts=attempts, response=response, ledger=ledger)
+
+    def _finish_failed(self, req: Request, exc: ProviderError, attempts: int) -> None:
+        counters = self.stats.counters(req.stage, req.model)
+        counters.errors += 1
+        counters.done += 1
+        self.stats.errors_by_class[exc.error_class] = self.stats.errors_by_class.get(exc.error_class, 0) + 1
+        result = self._result(req, None, status="failed", cache_hit=False)
+        result.update(error_class=exc.error_class, error=str(exc))
+        task = (
+            self.run_id, req.stage, req.item, req.model, req.row_id, dumps(req.variant), req.key, "failed", 0,
+            attempts, exc.error_class, str(exc), 0, 0, 0.0, None, None, 0, dumps(result), now(),
+        )
+        self.writer.put(Finished(task=task, result_line=dumps(result), stage=req.stage))
+
+    def _record(
+        self, req: Request, text: str, finish_reason: str | None, input_tokens: int, output_tokens: int, *,
+        cost: float, latency: float | None, cache_hit: bool, attempts: int,
+        response: tuple | None = None, ledger: tuple | None = None,
+    ) -> None:
+        result = self._result(req, text, status="done", cache_hit=cache_hit)
+        result["finish_reason"] = finish_reason
+        counters = self.stats.counters(req.stage, req.model)
+        counters.done += 1
+        counters.tokens_in += 0 if cache_hit else input_tokens
+        counters.tokens_out += 0 if cache_hit else output_tokens
+        score = result.get("score")
+        if score is not None:
+            counters.scored += 1
+            counters.correct += int(score)
+        line = dumps(result)
+        task = (
+            self.run_id, req.stage, req.item, req.model, req.row_id, dumps(req.variant), req.key, "done",
+            int(cache_hit), attempts, None, None, input_tokens, output_tokens, cost, latency, score,
+            int(result.get("valid", True)), line, now(),
+        )
+        self.writer.put(Finished(task=task, response=response, ledger=ledger, result_line=line, stage=req.stage))
+
+    def _result(self, req: Request, text: str | None, *, status: str, cache_hit: bool) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "id": req.row_id,
+            "stage": req.stage,
+            "model": req.model,
+            "variant": req.variant,
+            "seed": req.variant.get("seed"),
+            "permutation": req.perm,
+            "inverse": inverse(req.perm) if req.perm is not None else None,
+            "response": text,
+            "parsed": None,
+            "gold": req.gold,
+            "score": None,
+            "status": status,
+            "cache_hit": cache_hit,
+            "cache_key": req.key,
+        }
+        if text is None:
+            return result
+        if self.stages[req.stage].parse == "letter" and req.options is not None and req.perm is not None:
+            parsed = parse_letter(text, req.options, LETTERS)
+            result["valid"] = parsed.valid
+            if parsed.valid:
+                result["answer_letter"] = LETTERS[parsed.value]
+                result["parsed"] = req.perm[parsed.value]  # back to the original option index
+            else:
+                result["invalid_reason"] = parsed.reason
+            if req.gold is not None:
+                result["score"] = 1.0 if result["parsed"] == req.gold else 0.0
+        else:
+            result["parsed"] = text.strip()
+        return result

@@ -1,0 +1,106 @@
+"""Errors the runner raises, and what each means for the user.
+
+::
+
+    RunnerError                  an error a user can cause; printed as one sentence, never a traceback
+    ├── JobFileError             the job file does not validate (exit code 2); names file:line and the key
+    ├── StoreError               the SQLite store cannot be opened or a run id is unknown
+    ├── ModelSetupError          a provider cannot be set up (missing key variable, model file not found)
+    └── ProviderError            one request failed; carries the error class recorded for the task
+        ├── RateLimited          429: pause the whole endpoint for ``retry_after`` seconds, then retry
+        ├── TransientError       5xx, timeout, connection reset: retry with backoff, bounded
+        ├── BadRequest           the request itself is wrong or was filtered: the item fails, no retry
+        ├── AuthError            key missing, invalid or not permitted: the endpoint stops, no retry
+        └── QuotaExceeded        insufficient quota or billing: the whole run stops, no retry
+
+Providers translate their SDK's exceptions into these at one place (a mapping context manager), raising
+``from exc``; the engine never sees vendor types.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthError",
+    "BadRequest",
+    "JobFileError",
+    "ModelSetupError",
+    "ProviderError",
+    "QuotaExceeded",
+    "RateLimited",
+    "RunnerError",
+    "StoreError",
+    "TransientError",
+]
+
+
+class RunnerError(Exception):
+    """An error the user can act on. Its message is shown as it is, after ``Error: ``."""
+
+    exit_code = 1
+
+
+class JobFileError(RunnerError):
+    """The job file is malformed: the message starts with ``file:line`` and names the key."""
+
+    exit_code = 2
+
+
+class StoreError(RunnerError):
+    """The store cannot be opened, or it does not hold what was asked for (an unknown run id)."""
+
+
+class ModelSetupError(RunnerError):
+    """A provider cannot start: a key variable is unset, a model file cannot be found or fetched."""
+
+
+class ProviderError(RunnerError):
+    """One request failed. ``error_class`` is what the task records and the report groups by."""
+
+    error_class = "provider_error"
+    #: whether the dispatcher may try the same request again
+    retryable = False
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RateLimited(ProviderError):
+    """The endpoint said 429. ``retry_after`` is its Retry-After in seconds when it sent one."""
+
+    error_class = "rate_limited"
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None, status: int | None = 429) -> None:
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
+
+
+class TransientError(ProviderError):
+    """A server error, a timeout or a dropped connection: worth another try after a backoff."""
+
+    error_class = "server_error"
+    retryable = True
+
+    def __init__(self, message: str, *, status: int | None = None, error_class: str | None = None) -> None:
+        super().__init__(message, status=status)
+        if error_class:
+            self.error_class = error_class
+
+
+class BadRequest(ProviderError):
+    """The request was rejected as malformed or filtered. Sending it again would fail again."""
+
+    error_class = "bad_request"
+
+
+class AuthError(ProviderError):
+    """The key is missing, invalid or lacks permission. The endpoint stops at once."""
+
+    error_class = "auth"
+
+
+class QuotaExceeded(ProviderError):
+    """The account has no quota or credit left. The whole run stops."""
+
+    error_class = "quota"

@@ -1,0 +1,116 @@
+"""Store schema as append-only migrations. Never edit one that has shipped: append a new one."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+import sqlite_utils
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = []
+migration = MIGRATIONS.append
+
+
+@migration
+def m001_responses(db: sqlite_utils.Database) -> None:
+    """The memo: one row per distinct request ever answered, keyed by its cache key."""
+    db["responses"].create(
+        {
+            "key": str,
+            "provider": str,
+            "model": str,
+            "request_json": str,
+            "response_text": str,
+            "response_json": str,
+            "finish_reason": str,
+            "input_tokens": int,
+            "output_tokens": int,
+            "cached_tokens": int,
+            "cost": float,
+            "latency": float,
+            "created": str,
+        },
+        pk="key",
+    )
+
+
+@migration
+def m002_runs(db: sqlite_utils.Database) -> None:
+    db["runs"].create(
+        {
+            "id": str,
+            "job_name": str,
+            "job_path": str,
+            "job_json": str,
+            "fingerprint": str,
+            "status": str,
+            "total": int,
+            "pid": int,
+            "message": str,
+            "created": str,
+            "started": str,
+            "finished": str,
+        },
+        pk="id",
+    )
+
+
+@migration
+def m003_tasks(db: sqlite_utils.Database) -> None:
+    """One row per finished (done or failed) task of a run; pending tasks are not materialised."""
+    db["tasks"].create(
+        {
+            "run_id": str,
+            "stage": str,
+            "item": str,
+            "model": str,
+            "row_id": str,
+            "variant_json": str,
+            "key": str,
+            "status": str,
+            "cache_hit": int,
+            "attempts": int,
+            "error_class": str,
+            "error": str,
+            "input_tokens": int,
+            "output_tokens": int,
+            "cost": float,
+            "latency": float,
+            "score": float,
+            "valid": int,
+            "result_json": str,
+            "updated": str,
+        },
+        pk=("run_id", "stage", "item"),
+    )
+    db["tasks"].create_index(["run_id", "stage", "model"])
+
+
+@migration
+def m004_ledger(db: sqlite_utils.Database) -> None:
+    db["ledger"].create(
+        {
+            "id": int,
+            "run_id": str,
+            "stage": str,
+            "model": str,
+            "key": str,
+            "kind": str,
+            "amount": float,
+            "created": str,
+        },
+        pk="id",
+    )
+    db["ledger"].create_index(["run_id"])
+
+
+def migrate(db: sqlite_utils.Database) -> None:
+    table = db["_migrations"]
+    if not table.exists():
+        table.create({"name": str, "applied_at": str}, pk="name")
+    applied = {row["name"] for row in table.rows}
+    for fn in MIGRATIONS:
+        if fn.__name__ not in applied:
+            with db.conn:
+                fn(db)
+                table.insert({"name": fn.__name__, "applied_at": dt.datetime.now(dt.UTC).isoformat()})

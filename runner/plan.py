@@ -1,0 +1,201 @@
+"""Expand a stage lazily into Requests: rows × models × variants (seed, sample, user variables).
+
+Nothing here holds more than one row at a time: rows are streamed from the JSONL file and each Request is
+built when the dispatcher asks for the next one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from providers.base import provider_class, split_model
+
+from .choices import LETTERS, options_block, permutation
+from .errors import RunnerError
+from .prompts import Prompt, load_prompt
+from .spec import Job, Stage
+
+#: generation parameters that change the output, hence belong in the cache key
+FLOAT_PARAMS = ("temperature", "top_p")
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonical_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Drop unset parameters and write numbers one way (temperature 0 and 0.0 are the same request)."""
+    out = {k: v for k, v in params.items() if v is not None}
+    for name in FLOAT_PARAMS:
+        if name in out:
+            out[name] = float(out[name])
+    return out
+
+
+def canonical_request(
+    provider: str, model_id: str, messages: list[dict[str, str]], params: dict[str, Any], sample: int = 0
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "provider": provider,
+        "model": model_id,
+        "messages": messages,
+        "params": canonical_params(params),
+    }
+    if sample:
+        body["sample"] = sample
+    return body
+
+
+def cache_key(canonical: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON (sorted keys, no whitespace) of the request. DESIGN invariant 1."""
+    return hashlib.sha256(canonical_json(canonical).encode("utf-8")).hexdigest()
+
+
+@dataclass(slots=True)
+class Request:
+    stage: str
+    #: the task's identity within the stage: row id, model and variant
+    item: str
+    row_id: str
+    model: str
+    provider: str
+    model_name: str
+    variant: dict[str, Any]
+    messages: list[dict[str, str]]
+    params: dict[str, Any]
+    canonical: dict[str, Any]
+    key: str
+    perm: list[int] | None = None
+    options: list[str] | None = None
+    gold: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def iter_rows(path: str | Path, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, row) for each non-blank line of a JSONL file, streamed."""
+    count = 0
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            if limit is not None and count >= limit:
+                return
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise RunnerError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise RunnerError(f"{path}:{line_no}: each line must be a JSON object")
+            count += 1
+            yield line_no, row
+
+
+def count_rows(path: str | Path, limit: int | None = None) -> int:
+    count = 0
+    with open(path, "rb") as handle:
+        for line in handle:
+            if line.strip():
+                count += 1
+                if limit is not None and count >= limit:
+                    break
+    return count
+
+
+class StagePlan:
+    """The requests of one stage, produced on demand."""
+
+    def __init__(self, job: Job, stage: Stage) -> None:
+        self.job = job
+        self.stage = stage
+        self.models = job.stage_models(stage)
+        self.params = job.stage_params(stage).model_dump()
+        self.prompt: Prompt = load_prompt(job, stage.prompt)
+        self._model_ids = {m: self._model_id(m) for m in self.models}
+        axes: dict[str, list[Any]] = {}
+        if stage.choices is not None:
+            axes["seed"] = list(stage.choices.seeds)
+        if stage.samples > 1:
+            axes["sample"] = list(range(stage.samples))
+        axes.update(stage.variants)
+        names = list(axes)
+        self.variants = [dict(zip(names, values, strict=True)) for values in itertools.product(*axes.values())]
+
+    @staticmethod
+    def _model_id(model: str) -> tuple[str, str, str]:
+        provider, name = split_model(model)
+        return provider, name, provider_class(provider).model_id(name)
+
+    def total(self) -> int:
+        rows = count_rows(self.stage.dataset.path, self.stage.dataset.limit)
+        return rows * len(self.models) * len(self.variants)
+
+    def __iter__(self) -> Iterator[Request]:
+        for line_no, row in iter_rows(self.stage.dataset.path, self.stage.dataset.limit):
+            yield from self.expand(line_no, row)
+
+    def row_id(self, line_no: int, row: dict[str, Any]) -> str:
+        id_field = self.stage.dataset.id
+        if id_field is None:
+            return str(line_no)
+        if id_field not in row:
+            raise RunnerError(f"{self.stage.dataset.path}:{line_no}: the row has no id field {id_field!r}")
+        return str(row[id_field])
+
+    def expand(self, line_no: int, row: dict[str, Any]) -> Iterator[Request]:
+        row_id = self.row_id(line_no, row)
+        choices = self.stage.choices
+        original: list[str] | None = None
+        gold = None
+        if choices is not None:
+            original = row.get(choices.field)
+            if not isinstance(original, list) or not original:
+                raise RunnerError(
+                    f"{self.stage.dataset.path}:{line_no}: field {choices.field!r} must be a non-empty list"
+                )
+            gold = row.get(choices.gold) if choices.gold else None
+        for variant in self.variants:
+            context = dict(row)
+            context["row"] = row
+            context.update(variant)
+            perm = options = None
+            if original is not None and choices is not None:
+                perm = permutation(len(original), row_id, variant["seed"], choices.shuffle)
+                options = [str(original[i]) for i in perm]
+                context.update(options=options, letters=LETTERS[: len(options)], options_block=options_block(options))
+            try:
+                messages = self.prompt.render(context)
+            except Exception as exc:  # jinja2 raises many types: undefined names, bad filters, ...
+                raise RunnerError(
+                    f"{self.stage.dataset.path}:{line_no}: prompt {self.prompt.name!r} of stage "
+                    f"{self.stage.name!r} cannot be rendered: {exc}"
+                ) from None
+            variant_text = ",".join(f"{k}={v}" for k, v in variant.items())
+            for model in self.models:
+                provider, name, model_id = self._model_ids[model]
+                canonical = canonical_request(provider, model_id, messages, self.params, variant.get("sample", 0))
+                yield Request(
+                    stage=self.stage.name,
+                    item=f"{row_id}|{model}|{variant_text}",
+                    row_id=row_id,
+                    model=model,
+                    provider=provider,
+                    model_name=name,
+                    variant=variant,
+                    messages=messages,
+                    params=canonical["params"],
+                    canonical=canonical,
+                    key=cache_key(canonical),
+                    perm=perm,
+                    options=options,
+                    gold=gold,
+                )
+
+    def first_request(self) -> Request | None:
+        """Render the first request, so a template that cannot render fails before anything is sent."""
+        return next(iter(self), None)

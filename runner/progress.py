@@ -1,0 +1,121 @@
+"""The live view: a rich table per stage and model on a terminal, periodic plain log lines elsewhere.
+
+It only reads :class:`runner.stats.RunStats`; the engine does not know it exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from typing import IO
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from .stats import Counters, RunStats
+
+
+def make_view(stream: IO[str] | None = None, interval: float | None = None) -> LiveView | PlainView:
+    stream = stream or sys.stderr
+    if interval is None:
+        interval = float(os.environ.get("RUNNER_PROGRESS_INTERVAL", "10"))
+    if stream.isatty() and os.environ.get("TERM") != "dumb":
+        return LiveView(stream)
+    return PlainView(stream, interval)
+
+
+def _money(value: float) -> str:
+    return f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def _line(c: Counters, now: float) -> str:
+    pct = 100.0 * c.done / c.total if c.total else 100.0
+    return (
+        f"{c.stage} {c.model}: {c.done}/{c.total} ({pct:.0f}%) {c.rate(now):.1f} req/s, "
+        f"cache hits {c.cache_hits}, retries {c.retries}, errors {c.errors}, "
+        f"tokens {c.tokens_in} in / {c.tokens_out} out, spent {_money(c.spend)}"
+    )
+
+
+class PlainView:
+    """For CI and pipes: one line per stage and model every ``interval`` seconds."""
+
+    def __init__(self, stream: IO[str], interval: float) -> None:
+        self.stream = stream
+        self.interval = interval
+        self.stats: RunStats | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, stats: RunStats, title: str) -> None:
+        self.stats = stats
+        print(f"[runner] {title}", file=self.stream, flush=True)
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            self.emit()
+
+    def emit(self) -> None:
+        if self.stats is None:
+            return
+        now = time.monotonic()
+        for counters in list(self.stats.by_key.values()):
+            print(f"[runner] {_line(counters, now)}", file=self.stream, flush=True)
+
+    def note(self, message: str) -> None:
+        print(f"[runner] {message}", file=self.stream, flush=True)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+            self.emit()
+
+
+class LiveView:
+    """A rich Live table refreshed four times a second."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.console = Console(file=stream)
+        self.stats: RunStats | None = None
+        self.title = ""
+        self.notes: list[str] = []
+        self.live: Live | None = None
+
+    def start(self, stats: RunStats, title: str) -> None:
+        self.stats = stats
+        self.title = title
+        self.live = Live(get_renderable=self.render, console=self.console, refresh_per_second=4, transient=False)
+        self.live.start()
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.refresh()
+            self.live.stop()
+            self.live = None
+
+    def render(self) -> Group:
+        table = Table(title=self.title, title_justify="left", expand=False)
+        for name, justify in (("stage", "left"), ("model", "left"), ("progress", "left"), ("done", "right"),
+                              ("req/s", "right"), ("cache hits", "right"), ("retries", "right"),
+                              ("errors", "right"), ("tokens in/out", "right"), ("spent", "right")):
+            table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        now = time.monotonic()
+        assert self.stats is not None
+        for c in list(self.stats.by_key.values()):
+            table.add_row(
+                c.stage, c.model, ProgressBar(total=max(c.total, 1), completed=c.done, width=24),
+                f"{c.done}/{c.total}", f"{c.rate(now):.1f}", str(c.cache_hits), str(c.retries),
+                Text(str(c.errors), style="red" if c.errors else ""), f"{c.tokens_in}/{c.tokens_out}",
+                _money(c.spend),
+            )
+        return Group(table, *(Text(n, style="yellow") for n in self.notes[-3:]))

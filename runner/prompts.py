@@ -1,0 +1,84 @@
+"""Prompt templates: ``prompts/**.yaml`` files or inline ones, rendered by a sandboxed Jinja2 environment.
+
+A template file holds ``source`` (the paper and table it reproduces), an optional ``system`` and a ``user``
+template. Templates see the dataset row's fields, ``row``, the variant values (``seed``, ``sample``, ...)
+and, for multiple choice, ``options`` (in shown order), ``letters`` and ``options_block`` ("A. ...\\nB. ...").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+import yaml
+from jinja2.sandbox import SandboxedEnvironment
+from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from .spec import InlinePrompt, Job
+
+_env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+
+
+class PromptError(ValueError):
+    """A template cannot be found, read or compiled."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str
+    system: jinja2.Template | None
+    user: jinja2.Template
+    source: str | None = None
+
+    def render(self, context: dict[str, Any]) -> list[dict[str, str]]:
+        messages = []
+        if self.system is not None:
+            messages.append({"role": "system", "content": self.system.render(context)})
+        messages.append({"role": "user", "content": self.user.render(context)})
+        return messages
+
+
+def prompt_dirs(job: Job) -> list[Path]:
+    job_dir = Path(job.base_dir)
+    return [Path.cwd() / "prompts", job_dir / "prompts", job_dir.parent / "prompts"]
+
+
+def load_prompt(job: Job, prompt: str | InlinePrompt) -> Prompt:
+    if not isinstance(prompt, str):
+        return _compile("inline", prompt.system, prompt.user, prompt.source)
+    for folder in prompt_dirs(job):
+        candidate = folder / f"{prompt}.yaml"
+        if candidate.is_file():
+            return _load_file(str(candidate.resolve()), prompt)
+    raise PromptError(f"no prompt template {prompt!r} (looked for prompts/{prompt}.yaml)")
+
+
+@lru_cache(maxsize=64)
+def _load_file(path: str, name: str) -> Prompt:
+    from .spec import InlinePrompt
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        spec = InlinePrompt.model_validate(data)
+    except (OSError, yaml.YAMLError) as exc:
+        raise PromptError(f"prompt template {path} cannot be read: {exc}") from None
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        raise PromptError(f"prompt template {path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    return _compile(name, spec.system, spec.user, spec.source)
+
+
+def _compile(name: str, system: str | None, user: str, source: str | None) -> Prompt:
+    try:
+        return Prompt(
+            name=name,
+            system=_env.from_string(system) if system is not None else None,
+            user=_env.from_string(user),
+            source=source,
+        )
+    except jinja2.TemplateSyntaxError as exc:
+        raise PromptError(f"prompt {name!r} line {exc.lineno}: {exc.message}") from None

@@ -1,0 +1,195 @@
+"""Reports of a run, from the store: per stage and model, requests, cache hits, tokens, cost, errors by
+class, latency percentiles and the stage's score (per seed, and mean ± std over seeds)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from typing import Any
+
+from .store import Store
+
+FORMATS = ("text", "json", "csv", "md")
+
+COLUMNS = (
+    "stage", "model", "requests", "done", "failed", "cache_hits", "cache_hit_rate", "sent", "input_tokens",
+    "output_tokens", "cost", "errors", "latency_p50", "latency_p95", "scored", "invalid", "accuracy",
+    "accuracy_by_seed", "accuracy_mean", "accuracy_std",
+)
+
+
+def _percentile(sorted_values: list[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def build(store: Store, run_id: str) -> dict[str, Any]:
+    run = store.get_run(run_id)
+    run_id = run["id"]
+    conn = store.conn
+    groups = conn.execute(
+        "SELECT stage, model, count(*), sum(status = 'done'), sum(status = 'failed'), sum(cache_hit),"
+        " sum(CASE WHEN cache_hit = 0 THEN input_tokens ELSE 0 END),"
+        " sum(CASE WHEN cache_hit = 0 THEN output_tokens ELSE 0 END), coalesce(sum(cost), 0),"
+        " count(score), sum(status = 'done' AND valid = 0), avg(score)"
+        " FROM tasks WHERE run_id = ? GROUP BY stage, model ORDER BY min(rowid)",
+        (run_id,),
+    ).fetchall()
+    rows = []
+    for stage, model, requests, done, failed, hits, tin, tout, cost, scored, invalid, accuracy in groups:
+        errors = dict(conn.execute(
+            "SELECT error_class, count(*) FROM tasks WHERE run_id = ? AND stage = ? AND model = ?"
+            " AND status = 'failed' GROUP BY error_class ORDER BY error_class",
+            (run_id, stage, model),
+        ).fetchall())
+        latencies = [r[0] for r in conn.execute(
+            "SELECT latency FROM tasks WHERE run_id = ? AND stage = ? AND model = ? AND latency IS NOT NULL"
+            " ORDER BY latency",
+            (run_id, stage, model),
+        )]
+        by_seed = {
+            str(seed): mean for seed, mean in conn.execute(
+                "SELECT json_extract(variant_json, '$.seed') AS seed, avg(score) FROM tasks"
+                " WHERE run_id = ? AND stage = ? AND model = ? AND score IS NOT NULL AND seed IS NOT NULL"
+                " GROUP BY seed ORDER BY seed",
+                (run_id, stage, model),
+            )
+        }
+        seed_means = list(by_seed.values())
+        rows.append({
+            "stage": stage,
+            "model": model,
+            "requests": requests,
+            "done": done,
+            "failed": failed,
+            "cache_hits": hits,
+            "cache_hit_rate": hits / requests if requests else 0.0,
+            "sent": done - hits,
+            "input_tokens": tin,
+            "output_tokens": tout,
+            "cost": round(cost, 10),
+            "errors": errors,
+            "latency_p50": _percentile(latencies, 0.50),
+            "latency_p95": _percentile(latencies, 0.95),
+            "scored": scored,
+            "invalid": invalid,
+            "accuracy": accuracy,
+            "accuracy_by_seed": by_seed,
+            "accuracy_mean": statistics.fmean(seed_means) if seed_means else accuracy,
+            "accuracy_std": statistics.stdev(seed_means) if len(seed_means) > 1 else None,
+        })
+    totals = {
+        "requests": sum(r["requests"] for r in rows),
+        "done": sum(r["done"] for r in rows),
+        "failed": sum(r["failed"] for r in rows),
+        "cache_hits": sum(r["cache_hits"] for r in rows),
+        "sent": sum(r["sent"] for r in rows),
+        "input_tokens": sum(r["input_tokens"] for r in rows),
+        "output_tokens": sum(r["output_tokens"] for r in rows),
+        "cost": round(sum(r["cost"] for r in rows), 10),
+    }
+    totals["cache_hit_rate"] = totals["cache_hits"] / totals["requests"] if totals["requests"] else 0.0
+    return {
+        "run": {k: run[k] for k in ("id", "job_name", "job_path", "status", "total", "created", "finished",
+                                    "message")},
+        "shuffled_options": _shuffle_note(run),
+        "rows": rows,
+        "totals": totals,
+    }
+
+
+def _shuffle_note(run: dict[str, Any]) -> dict[str, Any]:
+    """Which stages shuffled their options and under which seeds: the report must say so."""
+    job = json.loads(run["job_json"])
+    out = {}
+    for stage in job.get("stages", []):
+        choices = stage.get("choices")
+        if choices:
+            out[stage["name"]] = {"shuffle": choices.get("shuffle", True), "seeds": choices.get("seeds")}
+    return out
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}s"
+
+
+def _flat(row: dict[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    out["errors"] = ";".join(f"{k}={v}" for k, v in row["errors"].items())
+    out["accuracy_by_seed"] = ";".join(f"{k}={v:.4f}" for k, v in row["accuracy_by_seed"].items())
+    return out
+
+
+def accuracy_text(row: dict[str, Any]) -> str:
+    if not row["scored"]:
+        return "-"
+    text = _pct(row["accuracy_mean"])
+    if row["accuracy_std"] is not None:
+        text += f" ± {100 * row['accuracy_std']:.1f}"
+    return text
+
+
+def render(data: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(data, indent=2, ensure_ascii=False)
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for row in data["rows"]:
+            writer.writerow(_flat(row))
+        return buffer.getvalue()
+    headers = ["stage", "model", "requests", "cache hits", "sent", "tokens in", "tokens out", "cost", "errors",
+               "p50", "p95", "invalid", "score (mean ± std over seeds)"]
+    table = [
+        [r["stage"], r["model"], str(r["requests"]), f"{r['cache_hits']} ({_pct(r['cache_hit_rate'])})",
+         str(r["sent"]), str(r["input_tokens"]), str(r["output_tokens"]), f"${r['cost']:.4f}",
+         ", ".join(f"{k} {v}" for k, v in r["errors"].items()) or "0", _seconds(r["latency_p50"]),
+         _seconds(r["latency_p95"]), str(r["invalid"]), accuracy_text(r)]
+        for r in data["rows"]
+    ]
+    run = data["run"]
+    head = f"Run {run['id']} · job {run['job_name']} · {run['status']}"
+    shuffles = "; ".join(
+        f"{stage}: options {'shuffled under seeds ' + str(s['seeds']) if s['shuffle'] else 'in original order'}"
+        for stage, s in data["shuffled_options"].items()
+    )
+    t = data["totals"]
+    foot = (f"Total: {t['requests']} requests, {t['cache_hits']} cache hits ({_pct(t['cache_hit_rate'])}), "
+            f"{t['sent']} sent, {t['failed']} failed, cost ${t['cost']:.4f}")
+    if fmt == "md":
+        lines = [f"**{head}**", ""]
+        lines.append("| " + " | ".join(headers) + " |")
+        lines.append("|" + "---|" * len(headers))
+        lines += ["| " + " | ".join(row) + " |" for row in table]
+        lines += ["", foot] + ([shuffles] if shuffles else [])
+        return "\n".join(lines) + "\n"
+    widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(headers)]
+    lines = [head, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in table]
+    lines += [foot] + ([shuffles] if shuffles else [])
+    return "\n".join(lines) + "\n"
+
+
+def summary_lines(data: dict[str, Any]) -> list[str]:
+    """The accuracy and cost lines printed at the end of ``submit`` and ``resume``."""
+    lines = []
+    for r in data["rows"]:
+        if r["scored"]:
+            seeds = data["shuffled_options"].get(r["stage"], {}).get("seeds")
+            over = f" over seeds {seeds}" if seeds and len(r["accuracy_by_seed"]) > 1 else ""
+            lines.append(f"accuracy: {r['stage']} {r['model']}: {accuracy_text(r)}{over} "
+                         f"(n={r['scored']}, invalid {r['invalid']})")
+    t = data["totals"]
+    lines.append(f"cost: ${t['cost']:.4f} for {t['requests']} requests ({t['sent']} sent, {t['cache_hits']} "
+                 f"cache hits = {_pct(t['cache_hit_rate'])}, {t['failed']} failed); tokens {t['input_tokens']} "
+                 f"in / {t['output_tokens']} out")
+    return lines

@@ -1,0 +1,214 @@
+"""Run a job (or resume a run): set up providers, the writer and the results files, dispatch each stage,
+handle Ctrl-C, and leave the run's status in the store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from providers.base import Provider, ProviderSettings, provider_class
+
+from .dispatch import Dispatcher
+from .errors import RunnerError, StoreError
+from .plan import StagePlan
+from .spec import Job
+from .stats import RunStats
+from .store import Finished, Store, Writer, now
+
+
+class View(Protocol):
+    def start(self, stats: RunStats, title: str) -> None: ...
+    def note(self, message: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+class NoView:
+    def start(self, stats: RunStats, title: str) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+@dataclass
+class Outcome:
+    run_id: str
+    status: str
+    stats: RunStats
+    message: str | None = None
+    results: dict[str, Path] | None = None
+
+
+class Results:
+    """Per-stage JSONL files, appended as batches are committed and rewritten from the store at the end,
+    so that each finished task appears exactly once even after a crash and a resume."""
+
+    def __init__(self, job: Job, run_id: str, store: Store) -> None:
+        self.run_id = run_id
+        self.store = store
+        self.paths = {stage.name: job.results_path(stage, run_id) for stage in job.stages}
+        self.handles: dict[str, IO[str]] = {}
+
+    def open(self) -> None:
+        for stage, path in self.paths.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._rewrite(stage, path)
+            self.handles[stage] = open(path, "a", encoding="utf-8")
+
+    def on_commit(self, batch: list[Finished]) -> None:
+        touched = set()
+        for item in batch:
+            self.handles[item.stage].write(item.result_line + "\n")
+            touched.add(item.stage)
+        for stage in touched:
+            self.handles[stage].flush()
+
+    def close(self) -> None:
+        for handle in self.handles.values():
+            handle.close()
+        self.handles.clear()
+        for stage, path in self.paths.items():
+            self._rewrite(stage, path)
+
+    def _rewrite(self, stage: str, path: Path) -> None:
+        partial = path.with_name(path.name + ".part")
+        with open(partial, "w", encoding="utf-8") as out:
+            for line in self.store.iter_results(self.run_id, stage):
+                out.write(line + "\n")
+        partial.replace(path)
+
+
+def needed_providers(job: Job) -> dict[str, type[Provider]]:
+    names = {model.partition(":")[0] for stage in job.stages for model in job.stage_models(stage)}
+    return {name: provider_class(name) for name in sorted(names)}
+
+
+async def execute(
+    job: Job,
+    store: Store,
+    *,
+    run_id: str | None = None,
+    view: View | None = None,
+    on_run_id: Callable[[str], None] | None = None,
+) -> Outcome:
+    """Run ``job`` as a new run, or resume ``run_id``. Returns when the run ends or is interrupted."""
+    view = view or NoView()
+    plans = [StagePlan(job, stage) for stage in job.stages]
+    for plan in plans:
+        plan.first_request()  # a template that cannot render fails here, before anything is sent
+    stats = RunStats()
+    total = 0
+    for plan in plans:
+        per_model = plan.total() // max(1, len(plan.models))
+        for model in plan.models:
+            stats.counters(plan.stage.name, model).total = per_model
+            total += per_model
+
+    resume = run_id is not None
+    if run_id is None:
+        run_id = store.create_run(job.name, job.path, job.model_dump_json(), job.fingerprint(), total)
+    else:
+        store.set_run(run_id, status="running", pid=os.getpid(), message=None, finished=None, total=total)
+    if on_run_id:
+        on_run_id(run_id)
+
+    providers: dict[str, Provider] = {}
+    results = Results(job, run_id, store)
+    writer = Writer(store, results.on_commit)
+    status, message = "failed", None
+    dispatcher: Dispatcher | None = None
+    loop = asyncio.get_running_loop()
+    interrupts = [0]
+    try:
+        for name, cls in needed_providers(job).items():
+            provider = cls(job.providers.get(name) or ProviderSettings())
+            await provider.start()
+            providers[name] = provider
+        results.open()
+        writer.start()
+        dispatcher = Dispatcher(run_id=run_id, job=job, store=store, writer=writer, providers=providers,
+                                stats=stats, resume=resume)
+
+        def on_interrupt() -> None:
+            interrupts[0] += 1
+            assert dispatcher is not None
+            if interrupts[0] == 1:
+                dispatcher.request_stop()
+                view.note(f"Stopping: waiting for {len(dispatcher.tasks)} requests in flight "
+                          "(Ctrl-C again to abandon them).")
+            else:
+                dispatcher.abandon()
+                view.note("Abandoning the requests in flight.")
+
+        _install(loop, on_interrupt)
+        view.start(stats, f"run {run_id} · job {job.name}")
+        for plan in plans:
+            await dispatcher.run_stage(plan)
+            if dispatcher.stopping:
+                break
+        if dispatcher.fatal is not None:
+            status, message = "failed", str(dispatcher.fatal)
+        elif interrupts[0]:
+            status, message = "interrupted", f"interrupted; `runner resume {run_id}` finishes it"
+        else:
+            status = "completed"
+    except RunnerError as exc:
+        status, message = "failed", str(exc)
+        raise
+    except asyncio.CancelledError:
+        status = "interrupted"
+        raise
+    finally:
+        _uninstall(loop)
+        view.stop()
+        await writer.close()
+        results.close()
+        for provider in providers.values():
+            await provider.aclose()
+        store.set_run(run_id, status=status, message=message, finished=now(), pid=None)
+    return Outcome(run_id=run_id, status=status, stats=stats, message=message, results=results.paths)
+
+
+def load_run_job(store: Store, run_id: str) -> tuple[str, Job]:
+    """The job a run was started with, as it was then (the file may have changed since)."""
+    run = store.get_run(run_id)
+    if run["status"] == "completed":
+        raise StoreError(f"run {run['id']} is already completed; `runner report {run['id']}` shows it")
+    try:
+        return run["id"], Job.model_validate_json(run["job_json"])
+    except ValueError as exc:
+        raise StoreError(f"run {run['id']} has a stored job this version cannot read ({exc})") from None
+
+
+def _install(loop: asyncio.AbstractEventLoop, handler: Callable[[], None]) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, handler)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+            pass
+
+
+def _uninstall(loop: asyncio.AbstractEventLoop) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.remove_signal_handler(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+
+
+def pid_alive(pid: Any) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, ValueError):
+        return False
+    return True

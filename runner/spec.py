@@ -1,0 +1,239 @@
+"""Job files: typed models (pydantic) and validation whose errors name ``file:line`` and the key.
+
+A job is a list of stages. Each stage reads a JSONL dataset, renders a prompt per row, sends it to each
+of its models once per variant (seed of the option shuffle, sample index, any user variable), parses the
+answers and scores them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from providers.base import ProviderSettings, provider_names, split_model
+
+from .errors import JobFileError
+from .yamlfile import Loc, dotted, line_of, load_with_lines
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Params(Strict):
+    """Generation parameters; every one of them is part of the cache key when set."""
+
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, gt=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    stop: list[str] | None = None
+    seed: int | None = None
+    response_format: dict[str, Any] | None = None
+    logprobs: bool | None = None
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _one_stop(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    def merged_over(self, base: Params) -> Params:
+        return base.model_copy(update=self.model_dump(exclude_unset=True))
+
+
+class RetrySettings(Strict):
+    max_attempts: int = Field(default=6, ge=1, le=50)
+    #: seconds from a request's first attempt after which it is not tried again
+    max_elapsed: float = Field(default=300.0, gt=0)
+    backoff_initial: float = Field(default=0.5, gt=0)
+    backoff_max: float = Field(default=30.0, gt=0)
+
+
+class Price(Strict):
+    """USD per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
+
+
+class Dataset(Strict):
+    path: str
+    #: read only the first N rows
+    limit: int | None = Field(default=None, gt=0)
+    #: the field holding each row's id; by default the row's line number
+    id: str | None = None
+
+
+class InlinePrompt(Strict):
+    system: str | None = None
+    user: str
+    source: str | None = None
+
+
+class Choices(Strict):
+    """Multiple choice: the options are shuffled per (row, seed) and the answer mapped back."""
+
+    field: str = "choices"
+    gold: str | None = "gold"
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
+    shuffle: bool = True
+
+
+class Stage(Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    dataset: Dataset
+    models: list[str] | None = None
+    prompt: str | InlinePrompt
+    choices: Choices | None = None
+    variants: dict[str, list[Any]] = Field(default_factory=dict)
+    samples: int = Field(default=1, ge=1)
+    params: Params = Field(default_factory=Params)
+    parse: Literal["letter", "text"] = "text"
+    output: str | None = None
+
+    @model_validator(mode="after")
+    def _letter_needs_choices(self) -> Stage:
+        if self.parse == "letter" and self.choices is None:
+            raise ValueError("parse: letter needs a choices: section")
+        return self
+
+
+class Job(Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str | None = None
+    models: list[str] = Field(default_factory=list)
+    params: Params = Field(default_factory=Params)
+    providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+    retry: RetrySettings = Field(default_factory=RetrySettings)
+    prices: dict[str, Price] = Field(default_factory=dict)
+    output_dir: str = "results"
+    stages: list[Stage] = Field(min_length=1)
+
+    # Filled in by load_job, not read from the file.
+    path: str = ""
+    base_dir: str = ""
+
+    def stage_models(self, stage: Stage) -> list[str]:
+        return stage.models if stage.models is not None else self.models
+
+    def stage_params(self, stage: Stage) -> Params:
+        return stage.params.merged_over(self.params)
+
+    def results_path(self, stage: Stage, run_id: str) -> Path:
+        """``output:`` when the stage sets one, else ``<output_dir>/<job>/<run id>/<stage>.jsonl``."""
+        if stage.output:
+            return Path(stage.output)
+        return Path(self.output_dir) / self.name / run_id / f"{stage.name}.jsonl"
+
+    def fingerprint(self) -> str:
+        body = self.model_dump(mode="json", exclude={"path", "base_dir"})
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_job(path: str | Path) -> Job:
+    """Parse, validate and resolve a job file; raise :class:`JobFileError` naming file:line and key."""
+    path = Path(path)
+    data, lines = load_with_lines(path)
+    if not isinstance(data, dict):
+        raise JobFileError(f"{path}:1: a job file must be a mapping of keys (name, models, stages, ...)")
+    for reserved in ("path", "base_dir"):
+        if reserved in data:
+            _fail(path, lines, (reserved,), f"unknown key {reserved!r}")
+    try:
+        job = Job.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(path, lines, exc) from None
+    job.path = str(path)
+    job.base_dir = str(path.resolve().parent)
+    _check(job, path, lines)
+    return job
+
+
+def resolve_file(job: Job, relative: str) -> Path | None:
+    """Find a file named in a job: relative to the working directory, then to the job file's folder
+    and its parent (so a job in ``jobs/`` may name ``data/...``)."""
+    candidate = Path(os.path.expanduser(relative))
+    if candidate.is_absolute():
+        return candidate if candidate.is_file() else None
+    job_dir = Path(job.base_dir)
+    for base in (Path.cwd(), job_dir, job_dir.parent):
+        if (base / candidate).is_file():
+            return (base / candidate).resolve()
+    return None
+
+
+def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
+    """Checks that need more than one field: providers known, files present, names unique."""
+    from .prompts import PromptError, load_prompt  # prompts imports spec's models
+
+    known = provider_names()
+    for name in job.providers:
+        if name not in known:
+            _fail(path, lines, ("providers", name), f"unknown provider {name!r} (known: {', '.join(known)})")
+    for index, model in enumerate(job.models):
+        _check_model(path, lines, ("models", index), model, known)
+    seen: set[str] = set()
+    for s, stage in enumerate(job.stages):
+        loc: Loc = ("stages", s)
+        if stage.name in seen:
+            _fail(path, lines, loc + ("name",), f"stage name {stage.name!r} is used twice")
+        seen.add(stage.name)
+        if stage.models is None and not job.models:
+            _fail(path, lines, loc, "no models: set models: at the top of the job or in this stage")
+        for index, model in enumerate(stage.models or []):
+            _check_model(path, lines, loc + ("models", index), model, known)
+        found = resolve_file(job, stage.dataset.path)
+        if found is None:
+            _fail(path, lines, loc + ("dataset", "path"), f"dataset file {stage.dataset.path!r} does not exist")
+        stage.dataset.path = str(found)
+        try:
+            load_prompt(job, stage.prompt)
+        except PromptError as exc:
+            _fail(path, lines, loc + ("prompt",), str(exc))
+    for key in job.prices:
+        _check_model(path, lines, ("prices", key), key, known)
+
+
+def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known: list[str]) -> None:
+    try:
+        provider, _ = split_model(model)
+    except ValueError as exc:
+        _fail(path, lines, loc, str(exc))
+    if provider not in known:
+        _fail(path, lines, loc, f"unknown provider {provider!r} in {model!r} (known: {', '.join(known)})")
+
+
+def _fail(path: Path, lines: dict[Loc, int], loc: Loc, message: str) -> None:
+    raise JobFileError(f"{path}:{line_of(lines, loc)}: {dotted(loc)}: {message}")
+
+
+def _first_error(path: Path, lines: dict[Loc, int], exc: ValidationError) -> JobFileError:
+    errors = exc.errors(include_url=False)
+    # A prompt written as a mapping also fails the plain-string branch of its union: report the other.
+    errors = [e for e in errors if "str" not in e["loc"][:-1] or e["type"] != "string_type"] or errors
+    first = errors[0]
+    loc = _clean_loc(first["loc"])
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        message = f"unknown key {loc[-1]!r}"
+    elif kind == "missing":
+        message = f"required key {loc[-1]!r} is missing"
+    else:
+        message = f"{first['msg']} (got {first.get('input')!r})"
+        if message.startswith("Value error, "):
+            message = message[len("Value error, "):]
+    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    where = dotted(loc) or "job"
+    return JobFileError(f"{path}:{line_of(lines, loc)}: {where}: {message}{more}")
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> Loc:
+    # pydantic adds union branch names ("str", "InlinePrompt") to locations; they are not keys of the file
+    return tuple(part for part in loc if isinstance(part, int) or part not in {"str", "InlinePrompt"})

@@ -1,0 +1,63 @@
+"""Live counters per stage and model, written by the engine and read by the progress view and the CLI.
+Plain data: the engine never imports the view."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Counters:
+    stage: str
+    model: str
+    total: int = 0
+    done: int = 0
+    #: tasks finished by an earlier attempt of this run (resume): counted in done, not re-processed
+    resumed: int = 0
+    cache_hits: int = 0
+    sent: int = 0
+    retries: int = 0
+    errors: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    spend: float = 0.0
+    correct: int = 0
+    scored: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def rate(self, now: float | None = None) -> float:
+        """Requests finished per second in this process (resumed ones excluded)."""
+        elapsed = (now or time.monotonic()) - self.started
+        return (self.done - self.resumed) / elapsed if elapsed > 0 else 0.0
+
+
+class RunStats:
+    def __init__(self) -> None:
+        self.by_key: dict[tuple[str, str], Counters] = {}
+        self.errors_by_class: dict[str, int] = {}
+
+    def counters(self, stage: str, model: str) -> Counters:
+        key = (stage, model)
+        found = self.by_key.get(key)
+        if found is None:
+            found = self.by_key[key] = Counters(stage, model)
+        return found
+
+    def totals(self) -> Counters:
+        out = Counters("all", "all")
+        for c in self.by_key.values():
+            out.total += c.total
+            out.done += c.done
+            out.resumed += c.resumed
+            out.cache_hits += c.cache_hits
+            out.sent += c.sent
+            out.retries += c.retries
+            out.errors += c.errors
+            out.tokens_in += c.tokens_in
+            out.tokens_out += c.tokens_out
+            out.spend += c.spend
+            out.correct += c.correct
+            out.scored += c.scored
+            out.started = min(out.started, c.started)
+        return out

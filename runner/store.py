@@ -1,0 +1,237 @@
+"""The SQLite store: the response memo, runs, tasks and the cost ledger.
+
+WAL mode and a busy timeout let ``runner runs`` and ``runner report`` read while a run writes. All writes of
+a run go through one writer task (:class:`Writer`) that commits in small batches; a response is committed
+in the same transaction that marks its task done (DESIGN invariant 2), so a crash loses only in-flight work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import sqlite3
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from .errors import StoreError
+from .migrations import migrate
+
+DEFAULT_DB = "cache.sqlite"
+BUSY_TIMEOUT_S = 30.0
+
+RUN_STATUSES = ("running", "completed", "interrupted", "failed", "stopped")
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def default_path() -> str:
+    return os.environ.get("RUNNER_DB") or DEFAULT_DB
+
+
+@dataclass(slots=True)
+class CachedResponse:
+    text: str
+    finish_reason: str | None
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    cost: float
+
+
+TASK_COLUMNS = (
+    "run_id", "stage", "item", "model", "row_id", "variant_json", "key", "status", "cache_hit", "attempts",
+    "error_class", "error", "input_tokens", "output_tokens", "cost", "latency", "score", "valid",
+    "result_json", "updated",
+)
+RESPONSE_COLUMNS = (
+    "key", "provider", "model", "request_json", "response_text", "response_json", "finish_reason",
+    "input_tokens", "output_tokens", "cached_tokens", "cost", "latency", "created",
+)
+LEDGER_COLUMNS = ("run_id", "stage", "model", "key", "kind", "amount", "created")
+
+
+def _insert_sql(table: str, columns: tuple[str, ...], verb: str = "INSERT OR REPLACE") -> str:
+    return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+
+
+_TASK_SQL = _insert_sql("tasks", TASK_COLUMNS)
+# A memo row is never overwritten: the first answer to a request is the answer.
+_RESPONSE_SQL = _insert_sql("responses", RESPONSE_COLUMNS, "INSERT OR IGNORE")
+_LEDGER_SQL = _insert_sql("ledger", LEDGER_COLUMNS, "INSERT")
+
+
+class Store:
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = str(path or default_path())
+        try:
+            self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            self.db = sqlite_utils.Database(self.conn)
+            migrate(self.db)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"the store {self.path} cannot be opened ({exc}); set --db or RUNNER_DB") from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- the memo ----------------------------------------------------------------------------------
+    def lookup(self, key: str) -> CachedResponse | None:
+        row = self.conn.execute(
+            "SELECT response_text, finish_reason, input_tokens, output_tokens, cached_tokens, cost "
+            "FROM responses WHERE key = ?",
+            (key,),
+        ).fetchone()
+        return CachedResponse(*row) if row else None
+
+    def memo_keys(self) -> set[str]:
+        return {row[0] for row in self.conn.execute("SELECT key FROM responses")}
+
+    # -- runs --------------------------------------------------------------------------------------
+    def create_run(self, job_name: str, job_path: str, job_json: str, fingerprint: str, total: int) -> str:
+        run_id = dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+        self.conn.execute(
+            "INSERT INTO runs (id, job_name, job_path, job_json, fingerprint, status, total, pid, created, started)"
+            " VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+            (run_id, job_name, job_path, job_json, fingerprint, total, os.getpid(), now(), now()),
+        )
+        return run_id
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        cursor = self.conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,))
+        row = cursor.fetchone()
+        if row is None:
+            matches = self.conn.execute("SELECT id FROM runs WHERE id LIKE ?", (f"%{run_id}%",)).fetchall()
+            if len(matches) == 1:
+                return self.get_run(matches[0][0])
+            raise StoreError(f"no run {run_id!r} in {self.path}; `runner runs` lists the runs")
+        return dict(zip([c[0] for c in cursor.description], row, strict=True))
+
+    def set_run(self, run_id: str, **fields: Any) -> None:
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self.conn.execute(f"UPDATE runs SET {assignments} WHERE id = ?", (*fields.values(), run_id))
+
+    def list_runs(self, limit: int = 50) -> list[dict[str, Any]]:
+        cursor = self.conn.execute(
+            "SELECT r.*, (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'done') AS done,"
+            " (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'failed') AS failed,"
+            " (SELECT coalesce(sum(amount), 0) FROM ledger l WHERE l.run_id = r.id) AS spend"
+            " FROM runs r ORDER BY r.created DESC LIMIT ?",
+            (limit,),
+        )
+        names = [c[0] for c in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor]
+
+    # -- tasks -------------------------------------------------------------------------------------
+    def task_status(self, run_id: str, stage: str, item: str) -> str | None:
+        row = self.conn.execute(
+            "SELECT status FROM tasks WHERE run_id = ? AND stage = ? AND item = ?", (run_id, stage, item)
+        ).fetchone()
+        return row[0] if row else None
+
+    def iter_results(self, run_id: str, stage: str) -> Iterator[str]:
+        """The stored result lines of a stage, in a stable order, streamed."""
+        cursor = self.conn.execute(
+            "SELECT result_json FROM tasks WHERE run_id = ? AND stage = ? ORDER BY rowid", (run_id, stage)
+        )
+        for (line,) in cursor:
+            yield line
+
+    def write_batch(self, tasks: list[tuple], responses: list[tuple], ledger: list[tuple]) -> None:
+        """One transaction: the responses, the tasks they finish and their ledger entries."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if responses:
+                conn.executemany(_RESPONSE_SQL, responses)
+            if tasks:
+                conn.executemany(_TASK_SQL, tasks)
+            if ledger:
+                conn.executemany(_LEDGER_SQL, ledger)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+
+@dataclass(slots=True)
+class Finished:
+    """One finished task on its way to the store: its row, and the memo and ledger rows it brings."""
+
+    task: tuple
+    response: tuple | None = None
+    ledger: tuple | None = None
+    result_line: str = ""
+    stage: str = ""
+
+
+class Writer:
+    """The single writer task: takes :class:`Finished` items from a queue and commits them in batches.
+
+    ``on_commit`` is called with each committed batch (to append result lines to the JSONL files), so
+    nothing is written to a results file before it is in the store.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        on_commit: Callable[[list[Finished]], None],
+        batch_size: int = 512,
+    ) -> None:
+        self.store = store
+        self.on_commit = on_commit
+        self.batch_size = batch_size
+        self.queue: asyncio.Queue[Finished | None] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="store-writer")
+
+    def put(self, item: Finished) -> None:
+        self.queue.put_nowait(item)
+
+    async def close(self) -> None:
+        """Commit everything queued, then stop."""
+        self.queue.put_nowait(None)
+        if self._task is not None:
+            await self._task
+
+    async def _run(self) -> None:
+        # Take what is queued (up to batch_size) and commit it at once; while a commit runs, the next
+        # batch accumulates, so batches grow with the load and a lone result is never kept waiting.
+        stopping = False
+        while not stopping:
+            first = await self.queue.get()
+            if first is None:
+                break
+            batch = [first]
+            while len(batch) < self.batch_size and not self.queue.empty():
+                item = self.queue.get_nowait()
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            self._commit(batch)
+            await asyncio.sleep(0)
+
+    def _commit(self, batch: list[Finished]) -> None:
+        self.store.write_batch(
+            [f.task for f in batch],
+            [f.response for f in batch if f.response is not None],
+            [f.ledger for f in batch if f.ledger is not None],
+        )
+        self.on_commit(batch)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
