@@ -66,14 +66,14 @@ class Provider(ABC):
         """Requests sharing this string share rate limiters (provider + key + model)."""
         return f"{self.name}:{self.settings.base_url or ''}:{model}"
 
-    async def start(self) -> None:
+    async def start(self) -> None:  # noqa: B027 - optional hook
         """Open clients or load weights; raise ``ModelSetupError`` with the fix when that fails."""
 
     @abstractmethod
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         """Send one request and return its completion, or raise a ``runner.errors.ProviderError``."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release clients and files."""
 
 

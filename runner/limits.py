@@ -15,7 +15,7 @@ from aiolimiter import AsyncLimiter
 class Endpoint:
     """The gate every request to one endpoint passes before it is sent."""
 
-    __slots__ = ("name", "slots", "rpm", "tpm", "paused_until", "dead", "_clock", "_sleep")
+    __slots__ = ("_clock", "_sleep", "dead", "name", "paused_until", "rpm", "slots", "tpm")
 
     def __init__(
         self,

@@ -81,8 +81,7 @@ class Results:
     def _rewrite(self, stage: str, path: Path) -> None:
         partial = path.with_name(path.name + ".part")
         with open(partial, "w", encoding="utf-8") as out:
-            for line in self.store.iter_results(self.run_id, stage):
-                out.write(line + "\n")
+            out.writelines(line + "\n" for line in self.store.iter_results(self.run_id, stage))
         partial.replace(path)
 
 

@@ -227,8 +227,7 @@ def _first_error(path: Path, lines: dict[Loc, int], exc: ValidationError) -> Job
         message = f"required key {loc[-1]!r} is missing"
     else:
         message = f"{first['msg']} (got {first.get('input')!r})"
-        if message.startswith("Value error, "):
-            message = message[len("Value error, "):]
+        message = message.removeprefix("Value error, ")
     more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
     where = dotted(loc) or "job"
     return JobFileError(f"{path}:{line_of(lines, loc)}: {where}: {message}{more}")

@@ -11,8 +11,8 @@ import asyncio
 import datetime as dt
 import json
 import os
-import sqlite3
 import secrets
+import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
