@@ -17,7 +17,7 @@ from tenacity import (
     retry_if_exception,
     stop_after_attempt,
     stop_before_delay,
-    wait_exponential_jitter,
+    wait_random_exponential,
 )
 
 from providers.base import Completion, Provider
@@ -70,7 +70,8 @@ class Dispatcher:
         self.stopping = False
         self.fatal: ProviderError | None = None
         retry = job.retry
-        self._backoff = wait_exponential_jitter(initial=retry.backoff_initial, max=retry.backoff_max)
+        # exponential backoff with full jitter: a random wait in [0, min(max, initial * 2^n)]
+        self._backoff = wait_random_exponential(multiplier=retry.backoff_initial, max=retry.backoff_max)
         self._retrying = AsyncRetrying(
             stop=stop_after_attempt(retry.max_attempts) | stop_before_delay(retry.max_elapsed),
             wait=self._wait,

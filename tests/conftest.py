@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from providers import base
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test gets its own store and results folder; no test reads a user's cache.sqlite."""
+    monkeypatch.setenv("RUNNER_DB", str(tmp_path / "cache.sqlite"))
+    monkeypatch.setenv("RUNNER_PROGRESS_INTERVAL", "0.5")
+    monkeypatch.delenv("RUNNER_SIM_URL", raising=False)
+
+
+@pytest.fixture
+def fake_provider() -> Iterator[type]:
+    """Register tests.fakes.FakeProvider as provider ``fake`` for one test, then unregister it."""
+    from tests.fakes import FakeProvider
+
+    FakeProvider.reset()
+    base.BUILTIN["fake"] = "tests.fakes:FakeProvider"
+    try:
+        yield FakeProvider
+    finally:
+        base.BUILTIN.pop("fake", None)
+        FakeProvider.reset()
+
+
+def write_rows(path: Path, count: int, *, start: int = 0) -> Path:
+    """A multiple-choice JSONL dataset with ``count`` distinct rows."""
+    with open(path, "w", encoding="utf-8") as out:
+        for i in range(start, start + count):
+            row = {"question": f"Question number {i}: which is right?",
+                   "choices": [f"first {i}", f"second {i}", f"third {i}", f"fourth {i}"], "gold": i % 4}
+            out.write(json.dumps(row) + "\n")
+    return path
+
+
+def write_job(path: Path, dataset: Path, *, models: list[str], extra: str = "", stage_extra: str = "",
+              seeds: str = "[0]", name: str = "testjob") -> Path:
+    lines = [
+        f"name: {name}",
+        f"models: {json.dumps(models)}",
+        "params: {temperature: 0, max_tokens: 5}",
+        f"output_dir: {json.dumps(str(path.parent / 'results'))}",
+        "retry: {max_attempts: 10, backoff_initial: 0.01, backoff_max: 0.05, max_elapsed: 60}",
+        extra,
+        "stages:",
+        "  - name: mc",
+        f"    dataset: {{path: {json.dumps(str(dataset))}}}",
+        "    prompt:",
+        "      system: Answer with one letter.",
+        "      user: \"{{ question }}\\n{{ options_block }}\\nAnswer:\"",
+        f"    choices: {{seeds: {seeds}}}",
+        "    parse: letter",
+        stage_extra,
+    ]
+    path.write_text("\n".join(line for line in lines if line) + "\n", encoding="utf-8")
+    return path
+
+
+def runner_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "runner.cli", *args]

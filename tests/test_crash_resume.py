@@ -1,0 +1,136 @@
+"""The runner as a user runs it, in its own process: SIGKILL part-way, Ctrl-C, then `runner resume`.
+
+The simulated server runs in another process; its request counts prove what was or was not sent again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, runner_cmd, write_job, write_rows
+
+
+@pytest.fixture
+def sim_server(request) -> Iterator[str]:
+    latency = getattr(request, "param", 0.02)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "providers.simserver", "--port", "0", "--latency", str(latency)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert "listening on" in line, line
+        yield line.rsplit(" ", 1)[-1].strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _stats(url: str) -> dict:
+    with urllib.request.urlopen(url.removesuffix("/v1") + "/sim/stats", timeout=5) as response:
+        return json.load(response)
+
+
+def _digest(messages: list) -> str:
+    return hashlib.sha256(json.dumps(messages, sort_keys=True, separators=(",", ":"),
+                                     ensure_ascii=False).encode()).hexdigest()
+
+
+def _count(db: Path, sql: str) -> int:
+    conn = sqlite3.connect(db, timeout=5)
+    try:
+        return conn.execute(sql).fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0  # the runner has not created the tables yet
+    finally:
+        conn.close()
+
+
+def _job(tmp_path: Path, url: str, rows: int, concurrency: int) -> Path:
+    dataset = write_rows(tmp_path / "rows.jsonl", rows)
+    extra = f"providers: {{sim: {{base_url: {json.dumps(url)}, concurrency: {concurrency}}}}}"
+    return write_job(tmp_path / "job.yaml", dataset, models=["sim:gpt-sim"], extra=extra)
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("sim_server", [0.02], indirect=True)
+def test_sigkill_then_resume_sends_nothing_twice(tmp_path, sim_server):
+    db = tmp_path / "store.sqlite"
+    job = _job(tmp_path, sim_server, rows=200, concurrency=2)
+    proc = subprocess.Popen(runner_cmd("submit", str(job), "--db", str(db)), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM tasks") >= 40, 60, "40 finished tasks")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    stored = [json.loads(r[0])["messages"] for r in conn.execute("SELECT request_json FROM responses")]
+    done = conn.execute("SELECT count(*) FROM tasks WHERE status = 'done'").fetchone()[0]
+    run_id = conn.execute("SELECT id FROM runs").fetchone()[0]
+    conn.close()
+    assert 40 <= len(stored) < 200 and done == len(stored)
+    runs = subprocess.run(runner_cmd("runs", "--db", str(db)), cwd=tmp_path, capture_output=True, text=True)
+    assert "crashed" in runs.stdout
+
+    resumed = subprocess.run(runner_cmd("resume", run_id, "--db", str(db)), cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"run {run_id}: completed" in resumed.stdout
+
+    completed = _stats(sim_server)["completed_by_digest"]
+    for messages in stored:
+        assert completed[_digest(messages)] == 1, "a request with a stored response was sent again"
+    assert len(completed) == 200
+    results = tmp_path / "results" / "testjob" / run_id / "mc.jsonl"
+    ids = [json.loads(line)["id"] for line in results.read_text().splitlines()]
+    assert sorted(ids, key=int) == [str(i) for i in range(1, 201)], "every result exactly once"
+    assert _count(db, "SELECT count(*) FROM tasks WHERE status = 'done'") == 200
+
+
+@pytest.mark.parametrize("sim_server", [0.3], indirect=True)
+def test_ctrl_c_finishes_in_flight_requests_and_marks_the_run_interrupted(tmp_path, sim_server):
+    db = tmp_path / "store.sqlite"
+    job = _job(tmp_path, sim_server, rows=40, concurrency=4)
+    proc = subprocess.Popen(runner_cmd("submit", str(job), "--db", str(db)), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM tasks") >= 4, 60, "4 finished tasks")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "Stopping" in err
+    assert "interrupted" in out
+    received = _stats(sim_server)["received"]
+    # Each request the server answered was recorded: in-flight work finished before the runner exited.
+    assert _count(db, "SELECT count(*) FROM tasks WHERE status = 'done'") == received < 40
+    run_id = out.split("run ", 1)[1].split(":", 1)[0]
+    resumed = subprocess.run(runner_cmd("resume", run_id, "--db", str(db)), cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _stats(sim_server)["received"] == 40
