@@ -133,14 +133,24 @@ def sim(
     latency: Annotated[float, typer.Option(help="Seconds added to each answer.")] = 0.0,
     rpm: Annotated[int | None, typer.Option(help="Requests per minute before 429s.")] = None,
     fault_429: Annotated[float, typer.Option("--fault-429", help="Fraction of requests answered 429.")] = 0.0,
+    retry_after: Annotated[float, typer.Option(help="Seconds of Retry-After sent with each 429.")] = 0.2,
     fault_500: Annotated[float, typer.Option("--fault-500", help="Fraction of requests answered 500.")] = 0.0,
     fault_timeout: Annotated[float, typer.Option("--fault-timeout", help="Fraction that hang.")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of the fault dice (answers never depend on it).")] = 0,
 ) -> None:
     """Start the simulated provider server, to dry-run a job with the `sim:` provider without spending."""
     from providers.simserver import SimConfig, serve
 
-    serve(host=host, port=port, config=SimConfig(latency=latency, rpm=rpm, fault_429=fault_429,
-                                                 fault_500=fault_500, fault_timeout=fault_timeout))
+    try:
+        config = SimConfig(latency=latency, rpm=rpm, fault_429=fault_429, retry_after=retry_after,
+                           fault_500=fault_500, fault_timeout=fault_timeout, seed=seed)
+    except (ValueError, TypeError) as exc:
+        raise RunnerError(f"runner sim: {exc}") from None
+    try:
+        serve(host=host, port=port, config=config)
+    except OSError as exc:
+        raise RunnerError(f"runner sim cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                          "choose another --port") from None
 
 
 def main() -> None:
