@@ -7,6 +7,7 @@ answers and scores them.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -217,20 +218,50 @@ def _fail(path: Path, lines: dict[Loc, int], loc: Loc, message: str) -> None:
 def _first_error(path: Path, lines: dict[Loc, int], exc: ValidationError) -> JobFileError:
     errors = exc.errors(include_url=False)
     # A prompt written as a mapping also fails the plain-string branch of its union: report the other.
-    errors = [e for e in errors if "str" not in e["loc"][:-1] or e["type"] != "string_type"] or errors
+    errors = [e for e in errors if not (e["loc"][-1:] == ("str",) and e["type"] == "string_type")] or errors
+    # A misspelt key shows up both as unknown and as a missing required one: the typo is the news.
+    errors.sort(key=lambda e: e["type"] != "extra_forbidden")
     first = errors[0]
     loc = _clean_loc(first["loc"])
     kind = first["type"]
     if kind == "extra_forbidden":
         message = f"unknown key {loc[-1]!r}"
+        allowed = _allowed_keys(loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        if close:
+            message += f" (did you mean {close[0]!r}?)"
     elif kind == "missing":
         message = f"required key {loc[-1]!r} is missing"
     else:
-        message = f"{first['msg']} (got {first.get('input')!r})"
-        message = message.removeprefix("Value error, ")
+        message = first["msg"].removeprefix("Value error, ")
+        if not isinstance(first.get("input"), dict | list):
+            message += f" (got {first.get('input')!r})"
     more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
     where = dotted(loc) or "job"
     return JobFileError(f"{path}:{line_of(lines, loc)}: {where}: {message}{more}")
+
+
+def _allowed_keys(loc: Loc) -> list[str]:
+    """The keys a mapping at ``loc`` may have, for "did you mean" hints."""
+    model: type[BaseModel] | None = Job
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return []
+        model = _model_of(field.annotation)
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> Loc:

@@ -111,7 +111,7 @@ class Store:
         cursor = self.conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,))
         row = cursor.fetchone()
         if row is None:
-            matches = self.conn.execute("SELECT id FROM runs WHERE id LIKE ?", (f"%{run_id}%",)).fetchall()
+            matches = self.conn.execute("SELECT id FROM runs WHERE instr(id, ?) > 0", (run_id,)).fetchall()
             if len(matches) == 1:
                 return self.get_run(matches[0][0])
             raise StoreError(f"no run {run_id!r} in {self.path}; `runner runs` lists the runs")

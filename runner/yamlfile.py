@@ -46,7 +46,8 @@ def _walk(path: Path, node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> None:
         for key_node, value_node in node.value:
             key = key_node.value
             if key in seen:
-                raise JobFileError(f"{path}:{key_node.start_mark.line + 1}: key {key!r} appears twice")
+                line = key_node.start_mark.line + 1
+                raise JobFileError(f"{path}:{line}: {dotted(loc + (key,))}: key {key!r} appears twice")
             seen.add(key)
             lines[loc + (key,)] = key_node.start_mark.line + 1
             _walk(path, value_node, loc + (key,), lines)

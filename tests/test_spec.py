@@ -1,0 +1,376 @@
+"""Job-file validation: every error names ``file:line``, the dotted key and what is wrong; the CLI turns it into
+one ``Error: ...`` line on stderr and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import runner.cli
+from runner.errors import JobFileError
+from runner.spec import load_job
+
+ROWS = [
+    {"question": "q1", "choices": ["a", "b", "c", "d"], "gold": 1, "split": "cause"},
+    {"question": "q2", "choices": ["a", "b", "c", "d"], "gold": 2, "split": "cause"},
+    {"question": "q3", "choices": ["a", "b", "c", "d"], "gold": 0, "split": "cause"},
+]
+
+# Line numbers matter: the tests below assert them. Keep this text as it is (append, never insert).
+BASE = """\
+name: test-job
+models:
+  - sim:gpt-test
+params:
+  temperature: 0
+  max_tokens: 16
+providers:
+  sim:
+    rpm: 100
+stages:
+  - name: mc
+    dataset:
+      path: DATASET
+    prompt:
+      system: "Answer with one letter."
+      user: "{{ question }}\\n{{ options_block }}"
+    choices:
+      seeds: [0]
+    parse: letter
+"""
+# line:        1 name, 2 models, 3 - sim:gpt-test, 4 params, 5 temperature, 6 max_tokens, 7 providers, 8 sim,
+#              9 rpm, 10 stages, 11 - name: mc, 12 dataset, 13 path, 14 prompt, 15 system, 16 user, 17 choices,
+#              18 seeds, 19 parse
+
+
+def write_dataset(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS), encoding="utf-8")
+    return path
+
+
+def write_job(tmp_path: Path, text: str, name: str = "job.yaml") -> Path:
+    """Write a job whose dataset is an absolute path to a 3-row file in ``tmp_path``."""
+    dataset = write_dataset(tmp_path / "rows.jsonl")
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.replace("DATASET", str(dataset)), encoding="utf-8")
+    return path
+
+
+def variant(old: str, new: str) -> str:
+    assert BASE.count(old) == 1, f"{old!r} must occur once in BASE"
+    return BASE.replace(old, new)
+
+
+def error_of(path: Path) -> str:
+    with pytest.raises(JobFileError) as info:
+        load_job(path)
+    message = str(info.value)
+    assert "\n" not in message, "an error is one line"
+    assert info.value.exit_code == 2
+    return message
+
+
+def split_error(path: Path, message: str) -> tuple[int, str, str]:
+    """``<file>:<line>: <key>: <text>`` -> (line, key, text)."""
+    prefix = f"{path}:"
+    assert message.startswith(prefix), message
+    match = re.match(r"(\d+): ([A-Za-z0-9_.\[\]]+): (.+)", message[len(prefix):])
+    assert match, f"not '<file>:<line>: <key>: <what>': {message}"
+    return int(match[1]), match[2], match[3]
+
+
+def test_base_job_is_valid(tmp_path: Path) -> None:
+    job = load_job(write_job(tmp_path, BASE))
+    assert job.name == "test-job"
+    assert job.models == ["sim:gpt-test"]
+    assert job.params.temperature == 0.0
+    assert job.params.max_tokens == 16
+    assert job.providers["sim"].rpm == 100
+    (stage,) = job.stages
+    assert stage.name == "mc"
+    assert stage.parse == "letter"
+    assert stage.choices is not None and stage.choices.seeds == [0]
+    assert Path(stage.dataset.path) == (tmp_path / "rows.jsonl").resolve()
+    assert job.path == str(tmp_path / "job.yaml")
+
+
+MALFORMED = [
+    pytest.param(
+        "params:\n  temperature: 0\n", "colour: red\nparams:\n  temperature: 0\n",
+        4, "colour", "unknown key 'colour'", id="unknown-top-level-key",
+    ),
+    pytest.param(
+        "    parse: letter\n", "    parse: letter\n    colour: red\n",
+        20, "stages[0].colour", "unknown key 'colour'", id="unknown-stage-key",
+    ),
+    pytest.param(
+        "    dataset:\n      path: DATASET\n", "    dataset:\n      path: DATASET\n      limt: 2\n",
+        14, "stages[0].dataset.limt", "unknown key 'limt'", id="unknown-dataset-key",
+    ),
+    pytest.param(
+        "  temperature: 0\n", "  temperature: hot\n",
+        5, "params.temperature", "valid number", id="wrong-type-top-params",
+    ),
+    pytest.param(
+        "    parse: letter\n", "    parse: letter\n    params:\n      temperature: hot\n",
+        21, "stages[0].params.temperature", "valid number", id="wrong-type-stage-params",
+    ),
+    pytest.param(
+        "  max_tokens: 16\n", "  max_tokens: 0\n",
+        6, "params.max_tokens", "greater than 0", id="max-tokens-zero",
+    ),
+    pytest.param(
+        "  temperature: 0\n", "  temperature: 3\n",
+        5, "params.temperature", "less than or equal to 2", id="temperature-too-high",
+    ),
+    pytest.param(
+        "    dataset:\n      path: DATASET\n", "",
+        11, "stages[0].dataset", "required key 'dataset' is missing", id="dataset-missing",
+    ),
+    pytest.param(
+        "      path: DATASET\n", "      path: no-such-rows.jsonl\n",
+        13, "stages[0].dataset.path", "dataset file 'no-such-rows.jsonl' does not exist", id="dataset-file-absent",
+    ),
+    pytest.param(
+        "  - sim:gpt-test\n", "  - nosuch:model\n",
+        3, "models[0]", "unknown provider 'nosuch'", id="unknown-provider",
+    ),
+    pytest.param(
+        "  - sim:gpt-test\n", "  - gpt-test\n",
+        3, "models[0]", "must be written provider:model", id="model-without-provider",
+    ),
+    pytest.param(
+        "    parse: letter\n", "    parse: letter\n    models: [sim:ok, other:bad]\n",
+        20, "stages[0].models[1]", "unknown provider 'other'", id="unknown-provider-in-stage",
+    ),
+    pytest.param(
+        '    prompt:\n      system: "Answer with one letter."\n      user: "{{ question }}\\n{{ options_block }}"\n',
+        "    prompt: nosuch/template\n",
+        14, "stages[0].prompt", "no prompt template 'nosuch/template'", id="unknown-prompt-template",
+    ),
+    pytest.param(
+        "    choices:\n      seeds: [0]\n", "",
+        11, "stages[0]", "parse: letter needs a choices: section", id="letter-without-choices",
+    ),
+    pytest.param(
+        "    rpm: 100\n", "    rpmm: 100\n",
+        9, "providers.sim.rpmm", "unknown key 'rpmm'", id="unknown-key-in-provider-settings",
+    ),
+    pytest.param(
+        "  sim:\n    rpm: 100\n", "  nosuch:\n    rpm: 100\n",
+        8, "providers.nosuch", "unknown provider 'nosuch'", id="unknown-provider-in-providers",
+    ),
+    pytest.param(
+        "    parse: letter\n", "    parse: letter\n    samples: 0\n",
+        20, "stages[0].samples", "greater than or equal to 1", id="samples-zero",
+    ),
+    pytest.param(
+        "  - name: mc\n", "  - name: 'has space'\n",
+        11, "stages[0].name", "should match pattern", id="bad-stage-name",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "line", "key", "gist"), MALFORMED)
+def test_malformed_job_names_file_line_and_key(
+    tmp_path: Path, old: str, new: str, line: int, key: str, gist: str
+) -> None:
+    path = write_job(tmp_path, variant(old, new))
+    got_line, got_key, text = split_error(path, error_of(path))
+    assert (got_line, got_key) == (line, key)
+    assert gist in text
+
+
+def test_missing_stages(tmp_path: Path) -> None:
+    path = write_job(tmp_path, BASE.split("stages:\n")[0])
+    assert split_error(path, error_of(path)) == (1, "stages", "required key 'stages' is missing")
+
+
+def test_duplicate_stage_name(tmp_path: Path) -> None:
+    text = BASE + "  - name: mc\n    dataset: {path: DATASET}\n    prompt: {user: hi}\n"
+    path = write_job(tmp_path, text)
+    assert split_error(path, error_of(path)) == (20, "stages[1].name", "stage name 'mc' is used twice")
+
+
+def test_stage_without_any_model(tmp_path: Path) -> None:
+    path = write_job(tmp_path, variant("models:\n  - sim:gpt-test\n", ""))
+    line, key, text = split_error(path, error_of(path))
+    assert (line, key) == (9, "stages[0]")
+    assert "no models" in text
+
+
+def test_yaml_syntax_error(tmp_path: Path) -> None:
+    path = write_job(tmp_path, variant("  max_tokens: 16\n", "  max_tokens: [16\n"))
+    message = error_of(path)
+    assert message.startswith(f"{path}:7: not valid YAML: ")
+
+
+def test_key_given_twice(tmp_path: Path) -> None:
+    path = write_job(tmp_path, variant("  max_tokens: 16\n", "  max_tokens: 16\n  max_tokens: 17\n"))
+    message = error_of(path)
+    assert message.startswith(f"{path}:7: ")
+    assert "'max_tokens' appears twice" in message
+
+
+def test_key_given_twice_names_dotted_key(tmp_path: Path) -> None:
+    # The same name is legal at two places (job params and stage params): the message must say which one.
+    path = write_job(tmp_path, variant("    parse: letter\n",
+                                       "    parse: letter\n    params:\n      max_tokens: 1\n      max_tokens: 2\n"))
+    line, key, text = split_error(path, error_of(path))
+    assert (line, key) == (22, "stages[0].params.max_tokens")
+    assert "twice" in text
+
+
+def test_misspelt_stage_key_is_reported_where_it_is(tmp_path: Path) -> None:
+    path = write_job(tmp_path, variant("    dataset:\n", "    datset:\n"))
+    line, key, text = split_error(path, error_of(path))
+    assert (line, key) == (12, "stages[0].datset")
+    assert "unknown key 'datset'" in text
+
+
+def test_inline_prompt_with_misspelt_user_key(tmp_path: Path) -> None:
+    path = write_job(tmp_path, variant('      user: "', '      usr: "'))
+    line, key, text = split_error(path, error_of(path))
+    assert key.startswith("stages[0].prompt")
+    assert "valid string" not in text
+    assert "'user'" in text or "'usr'" in text
+
+
+def test_letter_without_choices_message_is_short(tmp_path: Path) -> None:
+    path = write_job(tmp_path, variant("    choices:\n      seeds: [0]\n", ""))
+    message = error_of(path)
+    assert "{{ question }}" not in message
+    assert "(got {" not in message
+
+
+def test_empty_and_non_mapping_job_files(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("", encoding="utf-8")
+    assert error_of(empty) == f"{empty}:1: the job file is empty"
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- a\n- b\n", encoding="utf-8")
+    assert error_of(listing).startswith(f"{listing}:1: a job file must be a mapping")
+
+
+def test_reserved_field_cannot_be_set_from_the_file(tmp_path: Path) -> None:
+    path = write_job(tmp_path, BASE + "base_dir: /etc\n")
+    assert split_error(path, error_of(path)) == (20, "base_dir", "unknown key 'base_dir'")
+
+
+def test_absent_job_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    assert error_of(path) == f"{path}: no such job file"
+
+
+# -- through the CLI -----------------------------------------------------------------------------------------
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["runner", *args])
+    with pytest.raises(SystemExit) as info:
+        runner.cli.main()
+    out, err = capsys.readouterr()
+    code = info.value.code
+    return (0 if code is None else int(code)), out, err
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where"),
+    [
+        ("  temperature: 0\n", "  temperature: hot\n", ":5: params.temperature: "),
+        ("  - sim:gpt-test\n", "  - nosuch:model\n", ":3: models[0]: "),
+        ("  max_tokens: 16\n", "  max_tokens: [16\n", ":7: not valid YAML"),
+    ],
+    ids=["wrong-type", "unknown-provider", "yaml-syntax"],
+)
+def test_cli_validate_bad_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], old: str, new: str,
+    where: str,
+) -> None:
+    path = write_job(tmp_path, variant(old, new))
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"Error: {path}{where}")
+    assert "Traceback" not in err
+
+
+def test_cli_validate_absent_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "nope.yaml"
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 2
+    assert err == f"Error: {path}: no such job file\n"
+
+
+def test_cli_validate_good_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_job(tmp_path, BASE)
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 0
+    assert err == ""
+    assert "valid job 'test-job'" in out
+    assert "mc (1 model(s))" in out
+
+
+# -- relative dataset paths ----------------------------------------------------------------------------------
+
+def test_relative_dataset_resolves_from_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The job lives two folders away from the data: neither its folder nor its parent holds rows.jsonl.
+    job_path = tmp_path / "jobs" / "sub" / "job.yaml"
+    job_path.parent.mkdir(parents=True)
+    job_path.write_text(BASE.replace("DATASET", "rows.jsonl"), encoding="utf-8")
+    workdir = tmp_path / "work"
+    dataset = write_dataset(workdir / "rows.jsonl")
+
+    monkeypatch.chdir(tmp_path)
+    line, key, text = split_error(job_path, error_of(job_path))
+    assert (line, key) == (13, "stages[0].dataset.path")
+    assert "does not exist" in text
+
+    monkeypatch.chdir(workdir)
+    job = load_job(job_path)
+    assert Path(job.stages[0].dataset.path) == dataset.resolve()
+    code, out, _ = run_cli(monkeypatch, capsys, "validate", str(job_path))
+    assert code == 0
+    assert "valid job" in out
+
+
+def test_working_directory_wins_over_job_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job_path = tmp_path / "jobs" / "job.yaml"
+    job_path.parent.mkdir(parents=True)
+    job_path.write_text(BASE.replace("DATASET", "rows.jsonl"), encoding="utf-8")
+    beside_job = write_dataset(tmp_path / "jobs" / "rows.jsonl")
+    in_cwd = write_dataset(tmp_path / "work" / "rows.jsonl")
+
+    monkeypatch.chdir(tmp_path / "work")
+    assert Path(load_job(job_path).stages[0].dataset.path) == in_cwd.resolve()
+    monkeypatch.chdir(tmp_path)  # no rows.jsonl here: the job's own folder is next
+    assert Path(load_job(job_path).stages[0].dataset.path) == beside_job.resolve()
+
+
+def test_relative_job_path_through_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_dataset(tmp_path / "data" / "rows.jsonl")
+    (tmp_path / "job.yaml").write_text(BASE.replace("DATASET", "data/rows.jsonl"), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(monkeypatch, capsys, "validate", "job.yaml")
+    assert (code, err) == (0, "")
+    assert out.startswith("job.yaml: valid job 'test-job'")
+
+
+def test_unknown_key_suggests_the_closest_allowed_one(tmp_path: Path) -> None:
+    path = write_job(tmp_path, variant("    dataset:\n", "    datset:\n"))
+    assert "did you mean 'dataset'?" in error_of(path)

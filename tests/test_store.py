@@ -1,0 +1,343 @@
+"""The SQLite store: schema from migrations, WAL, atomic batches (DESIGN invariant 2), the memo, runs, and the
+single async writer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.errors import StoreError
+from runner.store import (
+    LEDGER_COLUMNS,
+    RESPONSE_COLUMNS,
+    TASK_COLUMNS,
+    CachedResponse,
+    Finished,
+    Store,
+    Writer,
+)
+
+# The schema as declared in runner/migrations.py: a change there must be a new migration and a change here.
+SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
+    "responses": (
+        {
+            "key": str, "provider": str, "model": str, "request_json": str, "response_text": str,
+            "response_json": str, "finish_reason": str, "input_tokens": int, "output_tokens": int,
+            "cached_tokens": int, "cost": float, "latency": float, "created": str,
+        },
+        ["key"],
+    ),
+    "runs": (
+        {
+            "id": str, "job_name": str, "job_path": str, "job_json": str, "fingerprint": str, "status": str,
+            "total": int, "pid": int, "message": str, "created": str, "started": str, "finished": str,
+        },
+        ["id"],
+    ),
+    "tasks": (
+        {
+            "run_id": str, "stage": str, "item": str, "model": str, "row_id": str, "variant_json": str,
+            "key": str, "status": str, "cache_hit": int, "attempts": int, "error_class": str, "error": str,
+            "input_tokens": int, "output_tokens": int, "cost": float, "latency": float, "score": float,
+            "valid": int, "result_json": str, "updated": str,
+        },
+        ["run_id", "stage", "item"],
+    ),
+    "ledger": (
+        {
+            "id": int, "run_id": str, "stage": str, "model": str, "key": str, "kind": str, "amount": float,
+            "created": str,
+        },
+        ["id"],
+    ),
+    "_migrations": ({"name": str, "applied_at": str}, ["name"]),
+}
+MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger"]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    s = Store(tmp_path / "store.sqlite")
+    yield s
+    s.close()
+
+
+def response(key: str, text: str = "B", cost: float = 0.001) -> tuple:
+    values = {
+        "key": key, "provider": "sim", "model": "gpt-test", "request_json": "{}", "response_text": text,
+        "response_json": "{}", "finish_reason": "stop", "input_tokens": 10, "output_tokens": 1,
+        "cached_tokens": 0, "cost": cost, "latency": 0.01, "created": "2024-01-01T00:00:00",
+    }
+    return tuple(values[c] for c in RESPONSE_COLUMNS)
+
+
+def task(run_id: str, item: str, key: str, status: str = "done", cost: float = 0.001) -> tuple:
+    values = {
+        "run_id": run_id, "stage": "mc", "item": item, "model": "sim:gpt-test", "row_id": item,
+        "variant_json": "{}", "key": key, "status": status, "cache_hit": 0, "attempts": 1, "error_class": None,
+        "error": None, "input_tokens": 10, "output_tokens": 1, "cost": cost, "latency": 0.01, "score": 1.0,
+        "valid": 1, "result_json": f'{{"item":"{item}"}}', "updated": "2024-01-01T00:00:00",
+    }
+    return tuple(values[c] for c in TASK_COLUMNS)
+
+
+def ledger(run_id: str, key: str, amount: float = 0.001) -> tuple:
+    values = {"run_id": run_id, "stage": "mc", "model": "sim:gpt-test", "key": key, "kind": "charge",
+              "amount": amount, "created": "2024-01-01T00:00:00"}
+    return tuple(values[c] for c in LEDGER_COLUMNS)
+
+
+def count(store: Store, table: str) -> int:
+    return store.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def new_run(store: Store, name: str = "job", total: int = 3) -> str:
+    job_json = json.dumps({"name": name}, separators=(",", ":"))
+    return store.create_run(name, f"jobs/{name}.yaml", job_json, "fp-" + name, total)
+
+
+# -- schema and connection -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("table", list(SCHEMA))
+def test_migrations_create_declared_schema(store: Store, table: str) -> None:
+    columns, pks = SCHEMA[table]
+    assert store.db[table].exists()
+    assert store.db[table].columns_dict == columns
+    assert store.db[table].pks == pks
+
+
+def test_no_other_tables(store: Store) -> None:
+    assert set(store.db.table_names()) == set(SCHEMA)
+
+
+def test_indexes(store: Store) -> None:
+    assert ["run_id", "stage", "model"] in [i.columns for i in store.db["tasks"].indexes]
+    assert ["run_id"] in [i.columns for i in store.db["ledger"].indexes]
+
+
+def test_migrations_recorded_once(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite"
+    first = Store(path)
+    applied = {row["name"]: row["applied_at"] for row in first.db["_migrations"].rows}
+    assert sorted(applied) == MIGRATION_NAMES
+    first.write_batch([], [response("k1")], [])
+    first.close()
+
+    second = Store(path)
+    again = {row["name"]: row["applied_at"] for row in second.db["_migrations"].rows}
+    assert again == applied  # same rows, same timestamps: nothing ran again
+    assert count(second, "_migrations") == len(MIGRATION_NAMES)
+    assert second.lookup("k1") is not None  # and nothing was recreated
+    second.close()
+
+
+def test_wal_and_busy_timeout(store: Store) -> None:
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
+
+
+def test_reader_sees_committed_rows_while_store_is_open(store: Store) -> None:
+    store.write_batch([], [response("k1")], [])
+    reader = sqlite3.connect(store.path)
+    try:
+        assert reader.execute("SELECT response_text FROM responses WHERE key='k1'").fetchone() == ("B",)
+    finally:
+        reader.close()
+
+
+def test_unreadable_store_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "not-a-db.sqlite"
+    path.write_bytes(b"this is not an sqlite file at all" * 100)
+    with pytest.raises(StoreError, match="cannot be opened"):
+        Store(path)
+
+
+# -- write_batch: one transaction (invariant 2) --------------------------------------------------------------
+
+def test_write_batch_writes_all_three(store: Store) -> None:
+    run_id = new_run(store)
+    store.write_batch(
+        [task(run_id, "1", "k1"), task(run_id, "2", "k2")],
+        [response("k1", "A"), response("k2", "C")],
+        [ledger(run_id, "k1"), ledger(run_id, "k2")],
+    )
+    assert (count(store, "responses"), count(store, "tasks"), count(store, "ledger")) == (2, 2, 2)
+    assert store.task_status(run_id, "mc", "1") == "done"
+    assert store.task_status(run_id, "mc", "3") is None
+    assert list(store.iter_results(run_id, "mc")) == ['{"item":"1"}', '{"item":"2"}']
+    assert store.memo_keys() == {"k1", "k2"}
+
+
+@pytest.mark.parametrize("broken", ["task", "ledger"])
+def test_failed_batch_writes_nothing(store: Store, broken: str) -> None:
+    run_id = new_run(store)
+    tasks = [task(run_id, "1", "k1"), task(run_id, "2", "k2")]
+    ledgers = [ledger(run_id, "k1"), ledger(run_id, "k2")]
+    if broken == "task":
+        tasks[1] = tasks[1][:-1]  # one value short, after a valid response and a valid task
+    else:
+        ledgers[1] = (*ledgers[1], "extra")
+    with pytest.raises(sqlite3.ProgrammingError):
+        store.write_batch(tasks, [response("k1"), response("k2")], ledgers)
+    assert (count(store, "responses"), count(store, "tasks"), count(store, "ledger")) == (0, 0, 0)
+    assert store.lookup("k1") is None
+    # the connection is usable again afterwards: no transaction left open
+    assert not store.conn.in_transaction
+    store.write_batch([task(run_id, "1", "k1")], [response("k1")], [ledger(run_id, "k1")])
+    assert (count(store, "responses"), count(store, "tasks"), count(store, "ledger")) == (1, 1, 1)
+
+
+def test_failed_batch_keeps_earlier_batches(store: Store) -> None:
+    run_id = new_run(store)
+    store.write_batch([task(run_id, "1", "k1")], [response("k1")], [ledger(run_id, "k1")])
+    with pytest.raises(sqlite3.Error):
+        store.write_batch([task(run_id, "2", "k2"), ("short",)], [response("k2")], [])
+    assert store.memo_keys() == {"k1"}
+    assert store.task_status(run_id, "mc", "1") == "done"
+    assert store.task_status(run_id, "mc", "2") is None
+
+
+def test_memo_row_is_never_overwritten(store: Store) -> None:
+    store.write_batch([], [response("k1", "first", cost=0.5)], [])
+    store.write_batch([], [response("k1", "second", cost=0.9)], [])
+    assert store.lookup("k1") == CachedResponse("first", "stop", 10, 1, 0, 0.5)
+    assert count(store, "responses") == 1
+
+
+def test_task_row_is_replaced(store: Store) -> None:
+    run_id = new_run(store)
+    store.write_batch([task(run_id, "1", "k1", status="failed")], [], [])
+    store.write_batch([task(run_id, "1", "k1", status="done")], [response("k1")], [])
+    assert store.task_status(run_id, "mc", "1") == "done"
+    assert count(store, "tasks") == 1
+
+
+def test_lookup(store: Store) -> None:
+    assert store.lookup("missing") is None
+    store.write_batch([], [response("k9", "The answer is D", cost=0.25)], [])
+    assert store.lookup("k9") == CachedResponse(
+        text="The answer is D", finish_reason="stop", input_tokens=10, output_tokens=1, cached_tokens=0, cost=0.25
+    )
+
+
+# -- runs ----------------------------------------------------------------------------------------------------
+
+def test_create_and_get_run(store: Store) -> None:
+    run_id = new_run(store, "alpha", total=12)
+    run = store.get_run(run_id)
+    assert run["id"] == run_id
+    assert run["job_name"] == "alpha"
+    assert run["job_path"] == "jobs/alpha.yaml"
+    assert run["job_json"] == '{"name":"alpha"}'
+    assert run["fingerprint"] == "fp-alpha"
+    assert run["status"] == "running"
+    assert run["total"] == 12
+    assert run["finished"] is None
+    assert set(run) == set(SCHEMA["runs"][0])
+
+
+def test_get_run_by_unique_fragment(store: Store) -> None:
+    first = new_run(store, "alpha")
+    second = new_run(store, "beta")
+    assert first != second
+    # fixed ids, so that which fragments are unique does not depend on the clock or the random suffix
+    store.set_run(first, id="20240101-120000-abcd")
+    store.set_run(second, id="20240101-120000-ef01")
+    assert store.get_run("20240101-120000-abcd")["job_name"] == "alpha"
+    assert store.get_run("abcd")["job_name"] == "alpha"
+    assert store.get_run("ef01")["id"] == "20240101-120000-ef01"
+    for ambiguous in ("20240101", "-120000-"):
+        with pytest.raises(StoreError, match="runner runs"):
+            store.get_run(ambiguous)
+
+
+def test_unknown_run_names_runner_runs(store: Store) -> None:
+    new_run(store)
+    with pytest.raises(StoreError) as info:
+        store.get_run("no-such-run")
+    message = str(info.value)
+    assert "'no-such-run'" in message
+    assert "runner runs" in message
+    assert store.path in message
+
+
+def test_set_run(store: Store) -> None:
+    run_id = new_run(store)
+    store.set_run(run_id, status="completed", message="all good", finished="2024-01-02T00:00:00")
+    run = store.get_run(run_id)
+    assert (run["status"], run["message"], run["finished"]) == ("completed", "all good", "2024-01-02T00:00:00")
+    other = new_run(store, "other")
+    assert store.get_run(other)["status"] == "running"
+
+
+def test_list_runs(store: Store) -> None:
+    assert store.list_runs() == []
+    old = new_run(store, "old")
+    new = new_run(store, "new")
+    store.set_run(old, created="2024-01-01T00:00:00")
+    store.set_run(new, created="2024-06-01T00:00:00")
+    store.write_batch(
+        [task(new, "1", "k1"), task(new, "2", "k2"), task(new, "3", "k3", status="failed")],
+        [response("k1"), response("k2")],
+        [ledger(new, "k1", 0.25), ledger(new, "k2", 0.5)],
+    )
+    runs = store.list_runs()
+    assert [r["id"] for r in runs] == [new, old]
+    assert (runs[0]["done"], runs[0]["failed"], runs[0]["spend"]) == (2, 1, 0.75)
+    assert (runs[1]["done"], runs[1]["failed"], runs[1]["spend"]) == (0, 0, 0)
+    assert [r["id"] for r in store.list_runs(limit=1)] == [new]
+
+
+# -- the async writer ----------------------------------------------------------------------------------------
+
+async def test_writer_commits_everything_and_reports_each_once(store: Store) -> None:
+    run_id = new_run(store)
+    committed: list[list[Finished]] = []
+    seen_in_store: list[bool] = []
+
+    def on_commit(batch: list[Finished]) -> None:
+        committed.append(list(batch))
+        # nothing reaches a results file before it is in the store
+        seen_in_store.extend(store.task_status(run_id, "mc", f.task[2]) == "done" for f in batch)
+
+    writer = Writer(store, on_commit, batch_size=2)
+    writer.start()
+    items = [
+        Finished(
+            task=task(run_id, str(i), f"k{i}"),
+            response=response(f"k{i}") if i % 2 == 0 else None,  # odd ones: cache hits, no new memo row
+            ledger=ledger(run_id, f"k{i}") if i % 2 == 0 else None,
+            result_line=f'{{"item":"{i}"}}',
+            stage="mc",
+        )
+        for i in range(5)
+    ]
+    for item in items[:3]:
+        writer.put(item)
+    await asyncio.sleep(0.01)
+    for item in items[3:]:
+        writer.put(item)
+    await writer.close()
+
+    flat = [f for batch in committed for f in batch]
+    assert sorted(f.result_line for f in flat) == sorted(f.result_line for f in items)
+    assert len(flat) == len(items)
+    assert all(len(batch) <= 2 for batch in committed)
+    assert all(seen_in_store) and len(seen_in_store) == 5
+    assert count(store, "tasks") == 5
+    assert store.memo_keys() == {"k0", "k2", "k4"}
+    assert count(store, "ledger") == 3
+
+
+async def test_writer_close_with_nothing_queued(store: Store) -> None:
+    calls: list[list[Finished]] = []
+    writer = Writer(store, calls.append)
+    writer.start()
+    await writer.close()
+    assert calls == []
+    assert count(store, "tasks") == 0
