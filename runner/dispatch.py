@@ -8,7 +8,8 @@ provider, queue the result. A cache hit never leaves the dispatch loop (no task 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tenacity import (
@@ -34,6 +35,14 @@ from .store import CachedResponse, Finished, Store, Writer, dumps, now
 
 #: results queued for the writer before the dispatch loop waits for it to catch up
 WRITER_BACKLOG = 4096
+#: requests planned, checked against the memo and dispatched together
+CHUNK = 256
+
+
+def _chunks(items: Iterable[Request], size: int) -> Iterator[list[Request]]:
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -65,6 +74,8 @@ class Dispatcher:
         self.stages = {stage.name: stage for stage in job.stages}
         self.endpoints: dict[str, Endpoint] = {}
         self.inflight: dict[str, asyncio.Future[Completion | None]] = {}
+        #: answers received but not yet committed by the writer, so a repeat of the request is not re-sent
+        self.uncommitted: dict[str, CachedResponse] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         #: set by the first Ctrl-C, or by an error that ends the run: nothing new is dispatched
         self.stopping = False
@@ -110,35 +121,46 @@ class Dispatcher:
     # -- the dispatch loop -------------------------------------------------------------------------
     async def run_stage(self, plan: StagePlan) -> None:
         loop = asyncio.get_running_loop()
-        for n, req in enumerate(plan):
+        for chunk in _chunks(plan, CHUNK):
             if self.stopping:
                 break
-            if n % 256 == 255:
-                await self._breathe()
-            if self.resume and self.store.task_status(self.run_id, req.stage, req.item) == "done":
-                counters = self.stats.counters(req.stage, req.model)
-                counters.done += 1
-                counters.resumed += 1
-                continue
-            cached = self.store.lookup(req.key)
-            if cached is not None:
-                self._finish_cached(req, cached)
-                continue
-            leader = self.inflight.get(req.key)
-            if leader is not None:  # the same request is on its way already: pay once, share the answer
-                self._spawn(self._follow(req, leader))
-                continue
-            endpoint = self.endpoint(req)
-            await endpoint.slots.acquire()
-            if self.stopping:
-                endpoint.slots.release()
-                break
-            self.inflight[req.key] = loop.create_future()
-            self._spawn(self._send(req, endpoint))
+            await self._breathe()
+            stage = chunk[0].stage
+            done = self.store.done_items(self.run_id, stage, [r.item for r in chunk]) if self.resume else ()
+            memo = self.store.lookup_many([r.key for r in chunk])
+            for req in chunk:
+                if self.stopping:
+                    break
+                if req.item in done:
+                    counters = self.stats.counters(req.stage, req.model)
+                    counters.done += 1
+                    counters.resumed += 1
+                    continue
+                cached = memo.get(req.key) or self.uncommitted.get(req.key)
+                if cached is not None:
+                    self._finish_cached(req, cached)
+                    continue
+                leader = self.inflight.get(req.key)
+                if leader is not None:  # the same request is on its way already: pay once, share the answer
+                    self._spawn(self._follow(req, leader))
+                    continue
+                endpoint = self.endpoint(req)
+                await endpoint.slots.acquire()
+                if self.stopping:
+                    endpoint.slots.release()
+                    break
+                self.inflight[req.key] = loop.create_future()
+                self._spawn(self._send(req, endpoint))
         await self.drain()
 
+    def committed(self, batch: list[Finished]) -> None:
+        """Writer callback: answers now in the store need no longer be remembered here."""
+        for item in batch:
+            if item.response is not None:
+                self.uncommitted.pop(item.response[0], None)
+
     async def _breathe(self) -> None:
-        # Let the writer and the view run during long stretches of cache hits, and keep its queue short.
+        # Let the writer and the view run between chunks, and keep the writer's queue short.
         await asyncio.sleep(0)
         while self.writer.queue.qsize() > WRITER_BACKLOG:
             await asyncio.sleep(0.005)
@@ -219,6 +241,8 @@ class Dispatcher:
         counters = self.stats.counters(req.stage, req.model)
         counters.sent += 1
         counters.spend += cost
+        self.uncommitted[req.key] = CachedResponse(c.text, c.finish_reason, c.input_tokens, c.output_tokens,
+                                                   c.cached_tokens, cost)
         response = (
             req.key, req.provider, req.canonical["model"], canonical_json(req.canonical), c.text, dumps(c.raw),
             c.finish_reason, c.input_tokens, c.output_tokens, c.cached_tokens, cost, latency, now(),
@@ -235,8 +259,8 @@ class Dispatcher:
         result = self._result(req, None, status="failed", cache_hit=False)
         result.update(error_class=exc.error_class, error=str(exc))
         task = (
-            self.run_id, req.stage, req.item, req.model, req.row_id, dumps(req.variant), req.key, "failed", 0,
-            attempts, exc.error_class, str(exc), 0, 0, 0.0, None, None, 0, dumps(result), now(),
+            self.run_id, req.stage, req.item, req.model, req.row_id, req.variant_json, req.key, "failed", 0,
+            attempts, exc.error_class, str(exc), 0, 0, 0.0, None, None, 0, dumps(result),
         )
         self.writer.put(Finished(task=task, result_line=dumps(result), stage=req.stage))
 
@@ -257,9 +281,9 @@ class Dispatcher:
             counters.correct += int(score)
         line = dumps(result)
         task = (
-            self.run_id, req.stage, req.item, req.model, req.row_id, dumps(req.variant), req.key, "done",
+            self.run_id, req.stage, req.item, req.model, req.row_id, req.variant_json, req.key, "done",
             int(cache_hit), attempts, None, None, input_tokens, output_tokens, cost, latency, score,
-            int(result.get("valid", True)), line, now(),
+            int(result.get("valid", True)), line,
         )
         self.writer.put(Finished(task=task, response=response, ledger=ledger, result_line=line, stage=req.stage))
 

@@ -25,8 +25,7 @@ from .spec import Job, Stage
 FLOAT_PARAMS = ("temperature", "top_p")
 
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+canonical_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
 def canonical_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -67,6 +66,7 @@ class Request:
     provider: str
     model_name: str
     variant: dict[str, Any]
+    variant_json: str
     messages: list[dict[str, str]]
     params: dict[str, Any]
     canonical: dict[str, Any]
@@ -125,6 +125,7 @@ class StagePlan:
         axes.update(stage.variants)
         names = list(axes)
         self.variants = [dict(zip(names, values, strict=True)) for values in itertools.product(*axes.values())]
+        self.variant_json = [canonical_json(v) for v in self.variants]
 
     @staticmethod
     def _model_id(model: str) -> tuple[str, str, str]:
@@ -159,7 +160,7 @@ class StagePlan:
                     f"{self.stage.dataset.path}:{line_no}: field {choices.field!r} must be a non-empty list"
                 )
             gold = row.get(choices.gold) if choices.gold else None
-        for variant in self.variants:
+        for variant, variant_json in zip(self.variants, self.variant_json, strict=True):
             context = dict(row)
             context["row"] = row
             context.update(variant)
@@ -187,6 +188,7 @@ class StagePlan:
                     provider=provider,
                     model_name=name,
                     variant=variant,
+                    variant_json=variant_json,
                     messages=messages,
                     params=canonical["params"],
                     canonical=canonical,

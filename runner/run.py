@@ -121,7 +121,8 @@ async def execute(
 
     providers: dict[str, Provider] = {}
     results = Results(job, run_id, store)
-    writer = Writer(store, results.on_commit)
+    committed: list[Callable[[list[Finished]], None]] = [results.on_commit]
+    writer = Writer(store, lambda batch: [callback(batch) for callback in committed])
     status, message = "failed", None
     dispatcher: Dispatcher | None = None
     loop = asyncio.get_running_loop()
@@ -135,6 +136,7 @@ async def execute(
         writer.start()
         dispatcher = Dispatcher(run_id=run_id, job=job, store=store, writer=writer, providers=providers,
                                 stats=stats, resume=resume)
+        committed.append(dispatcher.committed)
 
         def on_interrupt() -> None:
             interrupts[0] += 1

@@ -50,7 +50,7 @@ class CachedResponse:
 TASK_COLUMNS = (
     "run_id", "stage", "item", "model", "row_id", "variant_json", "key", "status", "cache_hit", "attempts",
     "error_class", "error", "input_tokens", "output_tokens", "cost", "latency", "score", "valid",
-    "result_json", "updated",
+    "result_json",
 )
 RESPONSE_COLUMNS = (
     "key", "provider", "model", "request_json", "response_text", "response_json", "finish_reason",
@@ -63,7 +63,11 @@ def _insert_sql(table: str, columns: tuple[str, ...], verb: str = "INSERT OR REP
     return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
 
 
-_TASK_SQL = _insert_sql("tasks", TASK_COLUMNS)
+# The task's time stamp is taken by SQLite at commit: one clock read per row, none in Python's hot path.
+_TASK_SQL = (
+    f"INSERT OR REPLACE INTO tasks ({', '.join(TASK_COLUMNS)}, updated) "
+    f"VALUES ({', '.join('?' for _ in TASK_COLUMNS)}, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))"
+)
 # A memo row is never overwritten: the first answer to a request is the answer.
 _RESPONSE_SQL = _insert_sql("responses", RESPONSE_COLUMNS, "INSERT OR IGNORE")
 _LEDGER_SQL = _insert_sql("ledger", LEDGER_COLUMNS, "INSERT")
@@ -93,6 +97,20 @@ class Store:
             (key,),
         ).fetchone()
         return CachedResponse(*row) if row else None
+
+    def lookup_many(self, keys: list[str]) -> dict[str, CachedResponse]:
+        """The memo rows of several keys in one query (the dispatcher asks per chunk of requests)."""
+        found: dict[str, CachedResponse] = {}
+        for start in range(0, len(keys), 500):
+            part = keys[start:start + 500]
+            rows = self.conn.execute(
+                "SELECT key, response_text, finish_reason, input_tokens, output_tokens, cached_tokens, cost "
+                f"FROM responses WHERE key IN ({', '.join('?' * len(part))})",
+                part,
+            )
+            for key, *values in rows:
+                found[key] = CachedResponse(*values)
+        return found
 
     def memo_keys(self) -> set[str]:
         return {row[0] for row in self.conn.execute("SELECT key FROM responses")}
@@ -138,6 +156,19 @@ class Store:
             "SELECT status FROM tasks WHERE run_id = ? AND stage = ? AND item = ?", (run_id, stage, item)
         ).fetchone()
         return row[0] if row else None
+
+    def done_items(self, run_id: str, stage: str, items: list[str]) -> set[str]:
+        """Which of ``items`` this run has finished already (for resume)."""
+        done: set[str] = set()
+        for start in range(0, len(items), 500):
+            part = items[start:start + 500]
+            rows = self.conn.execute(
+                "SELECT item FROM tasks WHERE run_id = ? AND stage = ? AND status = 'done'"
+                f" AND item IN ({', '.join('?' * len(part))})",
+                (run_id, stage, *part),
+            )
+            done.update(row[0] for row in rows)
+        return done
 
     def iter_results(self, run_id: str, stage: str) -> Iterator[str]:
         """The stored result lines of a stage, in a stable order, streamed."""
@@ -233,5 +264,5 @@ class Writer:
         self.on_commit(batch)
 
 
-def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+#: compact JSON for result lines and stored columns
+dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
