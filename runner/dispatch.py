@@ -74,8 +74,9 @@ class Dispatcher:
         self.stages = {stage.name: stage for stage in job.stages}
         self.endpoints: dict[str, Endpoint] = {}
         self.inflight: dict[str, asyncio.Future[Completion | None]] = {}
-        #: answers received but not yet committed by the writer, so a repeat of the request is not re-sent
-        self.uncommitted: dict[str, CachedResponse] = {}
+        #: answers received since the current chunk's memo query, so a repeat of the request is not re-sent
+        self.recent: dict[str, CachedResponse] = {}
+        self.committed_keys: list[str] = []
         self.tasks: set[asyncio.Task[None]] = set()
         #: set by the first Ctrl-C, or by an error that ends the run: nothing new is dispatched
         self.stopping = False
@@ -128,6 +129,10 @@ class Dispatcher:
             stage = chunk[0].stage
             done = self.store.done_items(self.run_id, stage, [r.item for r in chunk]) if self.resume else ()
             memo = self.store.lookup_many([r.key for r in chunk])
+            # What was committed before that query is in ``memo`` or will be in the next chunk's: forget it.
+            for key in self.committed_keys:
+                self.recent.pop(key, None)
+            self.committed_keys.clear()
             for req in chunk:
                 if self.stopping:
                     break
@@ -136,7 +141,7 @@ class Dispatcher:
                     counters.done += 1
                     counters.resumed += 1
                     continue
-                cached = memo.get(req.key) or self.uncommitted.get(req.key)
+                cached = memo.get(req.key) or self.recent.get(req.key)
                 if cached is not None:
                     self._finish_cached(req, cached)
                     continue
@@ -154,10 +159,8 @@ class Dispatcher:
         await self.drain()
 
     def committed(self, batch: list[Finished]) -> None:
-        """Writer callback: answers now in the store need no longer be remembered here."""
-        for item in batch:
-            if item.response is not None:
-                self.uncommitted.pop(item.response[0], None)
+        """Writer callback: these answers are in the store; the next chunk's memo query will see them."""
+        self.committed_keys.extend(item.response[0] for item in batch if item.response is not None)
 
     async def _breathe(self) -> None:
         # Let the writer and the view run between chunks, and keep the writer's queue short.
@@ -241,7 +244,7 @@ class Dispatcher:
         counters = self.stats.counters(req.stage, req.model)
         counters.sent += 1
         counters.spend += cost
-        self.uncommitted[req.key] = CachedResponse(c.text, c.finish_reason, c.input_tokens, c.output_tokens,
+        self.recent[req.key] = CachedResponse(c.text, c.finish_reason, c.input_tokens, c.output_tokens,
                                                    c.cached_tokens, cost)
         response = (
             req.key, req.provider, req.canonical["model"], canonical_json(req.canonical), c.text, dumps(c.raw),

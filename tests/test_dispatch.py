@@ -191,3 +191,19 @@ async def test_second_interrupt_abandons_in_flight_requests(tmp_path, fake_provi
     outcome = await asyncio.wait_for(execute(job, store), timeout=10)
     assert outcome.status == "interrupted"
     assert _tasks(store, outcome.run_id) == []
+
+
+async def test_a_repeat_after_the_answer_came_but_before_it_was_committed_is_not_resent(tmp_path, fake_provider):
+    # Rows A, B, A with one request at a time: A is answered while B waits for the slot; when the second A
+    # is planned, its answer is not in the store yet (same chunk, writer not run) and not in flight.
+    dataset = tmp_path / "aba.jsonl"
+    a = {"question": "A?", "choices": ["a", "b", "c", "d"], "gold": 0}
+    b = {"question": "B?", "choices": ["a", "b", "c", "d"], "gold": 0}
+    dataset.write_text("\n".join(json.dumps(r) for r in (a, b, a)) + "\n")
+    job = load_job(write_job(tmp_path / "job.yaml", dataset, models=["fake:m1"]))
+    job.stages[0].choices.shuffle = False
+    job.providers["fake"] = ProviderSettings(concurrency=1)
+    outcome = await execute(job, Store(tmp_path / "s.sqlite"))
+    assert len(fake_provider.history) == 2
+    rows = [json.loads(x) for x in outcome.results["mc"].read_text().splitlines()]
+    assert [r["cache_hit"] for r in sorted(rows, key=lambda r: r["id"])] == [False, False, True]
