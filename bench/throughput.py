@@ -1,0 +1,567 @@
+#!/usr/bin/env python
+"""Throughput and memory benchmark of the runner against the simulated server (zero latency).
+
+    python bench/throughput.py [--n 10000] [--rows 1000000] [--concurrency 64]
+
+In one run, against ``providers.simserver`` started in its own process on 127.0.0.1, it prints:
+
+1. the bare OpenAI SDK's requests/s (N distinct short multiple-choice requests, same concurrency bound);
+2. the runner's uncached requests/s for a job of the same N requests, through spec -> plan -> dispatcher ->
+   store -> results file (``runner.run.execute``), checked against the server's ``/sim/stats``;
+3. the ratio runner / bare SDK (target >= 70 %);
+4. cache hits/s on a re-run of the same job on the same store (target >= 20,000/s), checked through
+   ``runner.report.build`` and the server's counters;
+5. peak RSS of a ``--rows``-row streamed job (rows cycling over 4 questions, so all but a handful of
+   requests are served from the memo) run in a fresh subprocess (target <= 250 MB), its rows/s and the
+   line count of its results file.
+
+Phases 1, 2 and 4 run ``--rounds`` times, interleaved (ABBA), after an untimed warm-up of both paths; each
+figure is the rate over all rounds (requests / summed seconds), printed with every round's own figure, because
+on a small shared machine a single round is noisy.
+
+A script, not a test: pytest does not collect ``bench/``. Every phase has a timeout; the server subprocess
+is always stopped. ``--rows 0`` skips phase 5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import resource
+import selectors
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import openai  # noqa: E402
+import yaml  # noqa: E402
+
+TARGET_RATIO = 0.70
+TARGET_HITS_PER_S = 20_000.0
+TARGET_RSS_MB = 250.0
+
+MODEL = "bench"
+MAX_TOKENS = 5
+INSTRUCTION = "Answer with the letter of the correct option only."
+#: the runner renders this; the bare SDK loop builds the same text by hand
+PROMPT_USER = "Question: {{ question }}\n{{ options_block }}\n" + INSTRUCTION
+LETTERS = "ABCD"
+STREAM_QUESTIONS = 4
+
+
+# -- data -----------------------------------------------------------------------------------------------
+
+def distinct_row(i: int, tag: str) -> dict[str, Any]:
+    """A multiple-choice row whose question (hence every rendering of it) is unique to ``i``."""
+    return {
+        "question": f"[{tag} {i}] Which number is {i} plus one?",
+        "choices": [str(i + 1), str(i + 2), str(i - 1), str(i + 10)],
+        "gold": 0,
+    }
+
+
+def cycling_row(i: int) -> dict[str, Any]:
+    """One of STREAM_QUESTIONS rows, repeated: the streamed job renders only a handful of prompts."""
+    k = i % STREAM_QUESTIONS
+    return {"question": f"Which number is {k} plus one?", "choices": [str(k + 1), str(k + 2), str(k + 3), str(k + 4)],
+            "gold": 0}
+
+
+def write_jsonl(path: Path, rows: Iterator[dict[str, Any]]) -> None:
+    encode = json.JSONEncoder(separators=(",", ":")).encode
+    with open(path, "w", encoding="utf-8") as out:
+        chunk: list[str] = []
+        for row in rows:
+            chunk.append(encode(row))
+            if len(chunk) == 10_000:
+                out.write("\n".join(chunk) + "\n")
+                chunk.clear()
+        if chunk:
+            out.write("\n".join(chunk) + "\n")
+
+
+def bare_prompt(i: int, tag: str) -> str:
+    row = distinct_row(i, tag)
+    options = "\n".join(f"{LETTERS[j]}. {text}" for j, text in enumerate(row["choices"]))
+    return f"Question: {row['question']}\n{options}\n{INSTRUCTION}"
+
+
+def write_job(path: Path, name: str, dataset: Path, url: str, concurrency: int, out_dir: Path,
+              shuffle: bool = True) -> None:
+    job = {
+        "name": name,
+        "output_dir": str(out_dir),
+        "models": [f"sim:{MODEL}"],
+        "providers": {"sim": {"base_url": url, "concurrency": concurrency}},
+        "params": {"max_tokens": MAX_TOKENS, "temperature": 0},
+        "stages": [{
+            "name": "mc",
+            "dataset": {"path": str(dataset)},
+            "prompt": {"user": PROMPT_USER},
+            "choices": {"seeds": [0], "shuffle": shuffle},
+            "parse": "letter",
+        }],
+    }
+    path.write_text(yaml.safe_dump(job, sort_keys=False), encoding="utf-8")
+
+
+def count_lines(path: Path) -> int:
+    count = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            count += block.count(b"\n")
+    return count
+
+
+# -- the simulated server in its own process ------------------------------------------------------------
+
+class SimProcess:
+    def __init__(self, timeout: float = 20.0) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "providers.simserver", "--host", "127.0.0.1", "--port", "0"],
+            cwd=ROOT, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        )
+        self.url = self._read_url(timeout)
+        self.root = self.url.removesuffix("/v1")
+
+    def _read_url(self, timeout: float) -> str:
+        assert self.proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout):
+                self.stop()
+                raise RuntimeError(f"the simulated server printed nothing within {timeout:g} s")
+        line = self.proc.stdout.readline().strip()
+        prefix = "simulated server listening on "
+        if not line.startswith(prefix):
+            self.stop()
+            raise RuntimeError(f"unexpected first line from the simulated server: {line!r}")
+        return line.removeprefix(prefix)
+
+    def stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.root + "/sim/stats", timeout=30) as response:
+            return json.loads(response.read())
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the server process so far."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def completed(stats: dict[str, Any]) -> int:
+    return int(stats["by_status"].get("200", 0))
+
+
+class Meter:
+    """Wall time, this process's CPU time and the server's CPU time over one phase."""
+
+    def __init__(self, server: SimProcess) -> None:
+        self.server = server
+
+    def __enter__(self) -> Meter:
+        self.server_cpu0 = self.server.cpu_seconds()
+        self.cpu0 = time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cpu = time.process_time() - self.cpu0
+        self.server_cpu = self.server.cpu_seconds() - self.server_cpu0
+
+
+# -- phase 1: the bare SDK ------------------------------------------------------------------------------
+
+async def bare_sdk(url: str, n: int, concurrency: int, timeout: float, tag: str) -> tuple[int, float]:
+    """N distinct requests through the SDK alone, ``concurrency`` worker tasks; returns (answers, seconds)."""
+    indices = iter(range(n))
+    answered = 0
+
+    async def worker(client: openai.AsyncOpenAI) -> None:
+        nonlocal answered
+        for i in indices:
+            response = await client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": bare_prompt(i, tag)}],
+                max_tokens=MAX_TOKENS, temperature=0,
+            )
+            if response.choices and response.choices[0].message.content:
+                answered += 1
+
+    async with asyncio.timeout(timeout):
+        started = time.perf_counter()
+        client = openai.AsyncOpenAI(base_url=url, api_key="bench", max_retries=0,
+                                    http_client=openai.DefaultAioHttpClient())
+        try:
+            await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        finally:
+            await client.close()
+        return answered, time.perf_counter() - started
+
+
+# -- phases 2 and 4: the runner -------------------------------------------------------------------------
+
+def run_job(job_path: Path, store_path: Path, timeout: float) -> tuple[Any, float]:
+    """Load the job, open the store, and time ``execute`` alone; returns (outcome, seconds)."""
+    from runner.run import execute
+    from runner.spec import load_job
+    from runner.store import Store
+
+    job = load_job(job_path)
+    store = Store(store_path)
+
+    async def go() -> tuple[Any, float]:
+        async with asyncio.timeout(timeout):
+            started = time.perf_counter()
+            outcome = await execute(job, store)
+            return outcome, time.perf_counter() - started
+
+    try:
+        return asyncio.run(go())
+    finally:
+        store.close()
+
+
+def report_totals(store_path: Path, run_id: str) -> dict[str, Any]:
+    from runner.report import build
+    from runner.store import Store
+
+    store = Store(store_path)
+    try:
+        return build(store, run_id)["totals"]
+    finally:
+        store.close()
+
+
+# -- phase 5: the streamed job, in a fresh process ------------------------------------------------------
+
+def proc_status_kb(field: str) -> int | None:
+    """``VmHWM`` (peak RSS) or ``VmRSS`` (current) of this process from /proc/self/status, in kB."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def vm_hwm_kb() -> int | None:
+    return proc_status_kb("VmHWM")
+
+
+def stream_child(job_path: Path, store_path: Path, timeout: float) -> None:
+    """Runs in the subprocess: execute the job, then print one JSON line with the peak RSS."""
+    from runner.run import execute
+    from runner.spec import load_job
+    from runner.store import Store
+
+    job = load_job(job_path)
+    store = Store(store_path)
+    # imports, job and store: the floor under the peak
+    before_kb = vm_hwm_kb() or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    samples: list[tuple[float, int]] = []  # (seconds into execute, VmRSS kB): does memory grow with rows?
+
+    async def sample(started: float) -> None:
+        while True:
+            samples.append((time.perf_counter() - started, proc_status_kb("VmRSS") or 0))
+            await asyncio.sleep(1.0)
+
+    async def go() -> tuple[Any, float]:
+        async with asyncio.timeout(timeout):
+            started = time.perf_counter()
+            sampler = asyncio.create_task(sample(started))
+            try:
+                outcome = await execute(job, store)
+            finally:
+                sampler.cancel()
+            return outcome, time.perf_counter() - started
+
+    outcome, seconds = asyncio.run(go())
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    hwm = vm_hwm_kb()
+    totals = outcome.stats.totals()
+    store.close()
+    print("STREAM " + json.dumps({
+        "status": outcome.status, "message": outcome.message, "seconds": seconds,
+        "hwm_kb_before": before_kb, "maxrss_kb": peak_kb, "vmhwm_kb": hwm,
+        "done": totals.done, "cache_hits": totals.cache_hits, "sent": totals.sent, "errors": totals.errors,
+        "results": {k: str(v) for k, v in (outcome.results or {}).items()},
+        "rss_samples": samples,
+    }), flush=True)
+
+
+def run_stream(server: SimProcess, tmp: Path, rows: int, concurrency: int, timeout: float,
+               out: Callable[[str], None]) -> bool:
+    dataset = tmp / "stream.jsonl"
+    started = time.perf_counter()
+    write_jsonl(dataset, (cycling_row(i) for i in range(rows)))
+    out(f"  (dataset of {rows:,} rows written in {time.perf_counter() - started:.1f} s, "
+        f"{dataset.stat().st_size / 1e6:.0f} MB)")
+    job_path = tmp / "stream.yaml"
+    # shuffle off: every row of a question renders the same prompt, so only STREAM_QUESTIONS are sent
+    write_job(job_path, "bench-stream", dataset, server.url, concurrency, tmp / "results", shuffle=False)
+    store_path = tmp / "stream.sqlite"
+    before = server.stats()
+    command = [sys.executable, str(Path(__file__).resolve()), "--stream-child", "--job", str(job_path),
+               "--store", str(store_path), "--timeout", str(timeout)]
+    try:
+        child = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout + 60)
+    except subprocess.TimeoutExpired:
+        out(f"5. streamed job: TIMED OUT after {timeout + 60:.0f} s (use a smaller --rows or a larger "
+            "--stream-timeout)")
+        return False
+    after = server.stats()
+    lines = [line for line in child.stdout.splitlines() if line.startswith("STREAM ")]
+    if child.returncode != 0 or not lines:
+        out(f"5. streamed job: FAILED (exit {child.returncode})\n{child.stderr[-3000:]}")
+        return False
+    data = json.loads(lines[-1].removeprefix("STREAM "))
+    results_path = Path(next(iter(data["results"].values())))
+    result_lines = count_lines(results_path)
+    sent = after["received"] - before["received"]
+    old_digests = before["completed_by_digest"]
+    prompts = sum(1 for k, v in after["completed_by_digest"].items() if v > old_digests.get(k, 0))
+    # VmHWM is this process's own high-water mark. ru_maxrss is not: Linux carries the parent's RSS at fork
+    # over the exec, so a child of a large parent reports at least the parent's size. VmHWM is the figure.
+    peak_mb = (data["vmhwm_kb"] or data["maxrss_kb"]) / 1024
+    ok = data["status"] == "completed" and result_lines == rows and data["done"] == rows
+    out(f"5. streamed job rows:                {rows:,} (status {data['status']}, done {data['done']:,}, "
+        f"cache hits {data['cache_hits']:,}; the server received {sent} requests for {prompts} distinct prompts)")
+    out(f"5. streamed job peak RSS (VmHWM):    {peak_mb:.1f} MB ({data['hwm_kb_before'] / 1024:.1f} MB after "
+        f"imports, job and store, before execute; ru_maxrss {data['maxrss_kb'] / 1024:.1f} MB, which Linux "
+        f"floors at the parent's RSS at fork)  target <= {TARGET_RSS_MB:.0f} MB: "
+        f"{'MET' if peak_mb <= TARGET_RSS_MB else 'MISSED'}")
+    rss = data["rss_samples"]
+    if rss:
+        picks = [rss[min(len(rss) - 1, round(q * (len(rss) - 1)))] for q in (0, 0.25, 0.5, 0.75, 1)]
+        out("5. streamed job RSS during execute: " + ", ".join(f"{kb / 1024:.0f} MB at {t:.0f} s" for t, kb in picks)
+            + f" (max sampled {max(kb for _, kb in rss) / 1024:.0f} MB)")
+    out(f"5. streamed job rows/s:              {rows / data['seconds']:,.0f} ({data['seconds']:.1f} s in execute)")
+    out(f"5. streamed job results file:        {result_lines:,} lines, "
+        f"{results_path.stat().st_size / 1e6:.0f} MB ({'OK' if result_lines == rows else 'WRONG COUNT'}); "
+        f"store {store_path.stat().st_size / 1e6:.0f} MB")
+    return ok and peak_mb <= TARGET_RSS_MB
+
+
+# -- the whole benchmark --------------------------------------------------------------------------------
+
+def code_state() -> str:
+    """The commit measured, and whether runner/ or providers/ differ from it."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=10)
+        status = subprocess.run(["git", "status", "--porcelain", "--", "runner", "providers"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return f"{ROOT} (git unavailable)"
+    if rev.returncode or status.returncode:
+        return f"{ROOT} (not a git checkout)"
+    head, dirty = rev.stdout.strip(), status.stdout.split("\n")
+    changed = [line[3:] for line in dirty if line.strip()]
+    if changed:
+        return f"{head or 'unknown'} + local changes in {', '.join(changed)}"
+    return f"{head or 'unknown'} (runner/ and providers/ as committed)"
+
+
+def versions() -> str:
+    import aiohttp
+
+    try:
+        nproc = subprocess.run(["nproc"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        nproc = str(len(os.sched_getaffinity(0)))
+    return (f"python {platform.python_version()} | openai {openai.__version__} | aiohttp {aiohttp.__version__} | "
+            f"sqlite {sqlite3.sqlite_version} | nproc {nproc} | {platform.platform()}")
+
+
+def phase_bare(server: SimProcess, n: int, concurrency: int, timeout: float, tag: str) -> tuple[float, Meter]:
+    before = server.stats()
+    with Meter(server) as m:
+        answered, seconds = asyncio.run(bare_sdk(server.url, n, concurrency, timeout, tag))
+    served = completed(server.stats()) - completed(before)
+    if answered != n or served != n:
+        raise SystemExit(f"bare SDK: {answered} answers, server completed {served}; expected {n}")
+    return seconds, m
+
+
+def phase_runner(server: SimProcess, tmp: Path, n: int, concurrency: int, timeout: float,
+                 tag: str) -> tuple[float, Meter, Path, Path, int]:
+    """A fresh job and store under ``tmp/tag``; returns (seconds, meter, job, store, result lines)."""
+    folder = tmp / tag
+    folder.mkdir()
+    dataset = folder / "rows.jsonl"
+    write_jsonl(dataset, (distinct_row(i, tag) for i in range(n)))
+    job_path = folder / "job.yaml"
+    write_job(job_path, "bench-throughput", dataset, server.url, concurrency, folder / "results")
+    store_path = folder / "store.sqlite"
+    before = server.stats()
+    with Meter(server) as m:
+        outcome, seconds = run_job(job_path, store_path, timeout)
+    after = server.stats()
+    received = after["received"] - before["received"]
+    served = completed(after) - completed(before)
+    result_lines = count_lines(next(iter((outcome.results or {}).values())))
+    if outcome.status != "completed" or received != n or served != n or result_lines != n:
+        raise SystemExit(f"runner: status {outcome.status} ({outcome.message}), server received {received}, "
+                         f"completed {served}, results lines {result_lines}; expected {n}")
+    return seconds, m, job_path, store_path, result_lines
+
+
+def phase_hits(server: SimProcess, job_path: Path, store_path: Path, n: int, timeout: float) -> tuple[float, Meter]:
+    before = server.stats()
+    with Meter(server) as m:
+        outcome, seconds = run_job(job_path, store_path, timeout)
+    received = server.stats()["received"] - before["received"]
+    totals = report_totals(store_path, outcome.run_id)
+    if outcome.status != "completed" or totals["cache_hits"] != n or totals["done"] != n or received != 0:
+        raise SystemExit(f"re-run: status {outcome.status}, report cache_hits {totals['cache_hits']}, "
+                         f"server received {received}; expected {n} hits and no request")
+    return seconds, m
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=10_000, help="requests in phases 1, 2 and 4")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the streamed job (0 skips it)")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds of phases 1, 2 and 4 (interleaved, ABBA; rates over all rounds are reported)")
+    parser.add_argument("--warmup", type=int, default=500, help="untimed requests through each path first")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds allowed for each timed phase")
+    parser.add_argument("--stream-timeout", type=float, default=1500.0, help="seconds allowed for phase 5")
+    parser.add_argument("--tmp", default=None, help="parent folder of the temporary directory")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--stream-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--job", help=argparse.SUPPRESS)
+    parser.add_argument("--store", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.n < 1 or args.rounds < 1 or args.concurrency < 1 or args.rows < 0 or args.warmup < 0:
+        parser.error("--n, --rounds and --concurrency must be at least 1; --rows and --warmup at least 0")
+
+    if args.stream_child:
+        stream_child(Path(args.job), Path(args.store), args.timeout)
+        return 0
+
+    def out(text: str) -> None:
+        print(text, flush=True)
+
+    n, concurrency = args.n, args.concurrency
+    out(f"versions: {versions()}")
+    out(f"code: {code_state()}; runner and providers imported from {ROOT}")
+    out(f"settings: n={n:,} rows={args.rows:,} concurrency={concurrency} rounds={args.rounds} "
+        f"warmup={args.warmup} date={time.strftime('%Y-%m-%d %H:%M:%S %Z')} "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-throughput-", dir=args.tmp))
+    server = SimProcess()
+    all_met = True
+    try:
+        out(f"server: {server.url} (pid {server.proc.pid})")
+        if args.warmup > 0:
+            # first calls pay for lazy imports and caches in the SDK, pydantic and jinja2: not measured
+            phase_bare(server, args.warmup, concurrency, args.timeout, "warmup-bare")
+            phase_runner(server, tmp, args.warmup, concurrency, args.timeout, "warmup-runner")
+            out(f"warm-up: {args.warmup} requests through the bare SDK and {args.warmup} through the runner")
+
+        bare_rps: list[float] = []
+        runner_rps: list[float] = []
+        hits_rps: list[float] = []
+
+        def load() -> str:
+            return f"load {os.getloadavg()[0]:.2f}"
+
+        for r in range(1, args.rounds + 1):
+            # ABBA order: odd rounds measure the bare SDK first, even rounds the runner first, so a slow drift
+            # in background load does not favour one side
+            for side in ("bare", "runner") if r % 2 else ("runner", "bare"):
+                if side == "bare":
+                    seconds, m = phase_bare(server, n, concurrency, args.timeout, f"bare-{r}")
+                    bare_rps.append(n / seconds)
+                    out(f"   round {r} bare SDK:   {n / seconds:8,.0f} requests/s ({n:,} in {seconds:.2f} s; "
+                        f"CPU: bench {m.cpu:.1f} s, server {m.server_cpu:.1f} s; {load()})")
+                    continue
+                seconds, m, job_path, store_path, lines = phase_runner(server, tmp, n, concurrency, args.timeout,
+                                                                       f"runner-{r}")
+                runner_rps.append(n / seconds)
+                out(f"   round {r} runner:     {n / seconds:8,.0f} requests/s ({n:,} in {seconds:.2f} s; status "
+                    f"completed, server completed {n:,}, {lines:,} result lines; "
+                    f"CPU: bench {m.cpu:.1f} s, server {m.server_cpu:.1f} s; {load()})")
+                seconds, m = phase_hits(server, job_path, store_path, n, args.timeout)
+                hits_rps.append(n / seconds)
+                out(f"   round {r} cache hits: {n / seconds:8,.0f} hits/s ({n:,} in {seconds:.2f} s; report "
+                    f"cache_hits {n:,}, server received 0; CPU: bench {m.cpu:.1f} s; {load()})")
+
+        # Each figure is requests over the seconds summed over all rounds (the rate of one long interleaved
+        # run); the median and range of the rounds show the noise.
+        total = n * args.rounds
+
+        def overall(rates: list[float]) -> float:
+            return total / sum(n / rate for rate in rates)
+
+        def spread(rates: list[float]) -> str:
+            return f"median {median(rates):,.0f}, rounds {min(rates):,.0f}-{max(rates):,.0f}"
+
+        bare, runner, hits = overall(bare_rps), overall(runner_rps), overall(hits_rps)
+        out(f"1. bare SDK requests/s:              {bare:,.0f} ({total:,} requests in {args.rounds} rounds; "
+            f"{spread(bare_rps)})")
+        out(f"2. runner uncached requests/s:       {runner:,.0f} ({total:,} requests in {args.rounds} rounds; "
+            f"{spread(runner_rps)}; every run completed, the server counted {n:,} completions each)")
+        ratio = runner / bare
+        ratios = [x / b for x, b in zip(runner_rps, bare_rps, strict=True)]
+        met = ratio >= TARGET_RATIO
+        all_met &= met
+        out(f"3. runner / bare SDK:                {100 * ratio:.1f} % (median of the rounds' ratios "
+            f"{100 * median(ratios):.1f} %, rounds {100 * min(ratios):.0f}-{100 * max(ratios):.0f} %)  "
+            f"target >= {100 * TARGET_RATIO:.0f} %: {'MET' if met else 'MISSED'}")
+        met = hits >= TARGET_HITS_PER_S
+        all_met &= met
+        out(f"4. cache hits/s (re-run):            {hits:,.0f} ({spread(hits_rps)}; each re-run: report "
+            f"cache_hits == {n:,}, server received 0)  "
+            f"target >= {TARGET_HITS_PER_S:,.0f}/s: {'MET' if met else 'MISSED'}")
+
+        if args.rows > 0:
+            all_met &= run_stream(server, tmp, args.rows, concurrency, args.stream_timeout, out)
+        else:
+            out("5. streamed job: skipped (--rows 0)")
+        out(f"all targets met: {'yes' if all_met else 'no'}")
+        out(f"load average at the end (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        out(f"code at the end: {code_state()}")
+        return 0
+    finally:
+        server.stop()
+        if args.keep:
+            out(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
