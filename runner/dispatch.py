@@ -24,10 +24,10 @@ from tenacity import (
 from providers.base import Completion, Provider
 
 from .choices import LETTERS, inverse
-from .errors import AuthError, ProviderError, QuotaExceeded, RateLimited
+from .errors import AuthError, ModelSetupError, ProviderError, QuotaExceeded, RateLimited, RunnerError
 from .limits import Endpoint, estimate_tokens
 from .parse import parse_letter
-from .plan import Request, StagePlan, canonical_json
+from .plan import Request, StagePlan
 from .pricing import Pricing
 from .spec import Job
 from .stats import RunStats
@@ -80,7 +80,9 @@ class Dispatcher:
         self.tasks: set[asyncio.Task[None]] = set()
         #: set by the first Ctrl-C, or by an error that ends the run: nothing new is dispatched
         self.stopping = False
-        self.fatal: ProviderError | None = None
+        self.fatal: RunnerError | None = None
+        #: providers start (open clients, load weights) on their first cache miss, once
+        self._starting: dict[str, asyncio.Future[None]] = {}
         retry = job.retry
         # exponential backoff with full jitter: a random wait in [0, min(max, initial * 2^n)]
         self._backoff = wait_random_exponential(multiplier=retry.backoff_initial, max=retry.backoff_max)
@@ -188,11 +190,23 @@ class Dispatcher:
             task.cancel()
 
     # -- one request -------------------------------------------------------------------------------
+    async def _start_provider(self, name: str) -> None:
+        starting = self._starting.get(name)
+        if starting is None:
+            starting = self._starting[name] = asyncio.ensure_future(self.providers[name].start())
+        await asyncio.shield(starting)
+
     async def _send(self, req: Request, endpoint: Endpoint) -> None:
         future = self.inflight[req.key]
         tries = [0]
         try:
+            await self._start_provider(req.provider)
             completion, latency = await self._retrying(self._attempt, req, endpoint, tries)
+        except ModelSetupError as exc:  # nothing was sent; the run cannot go on without this provider
+            future.set_result(None)
+            if self.fatal is None:
+                self.fatal = exc
+            self.stopping = True
         except ProviderError as exc:
             self._finish_failed(req, exc, tries[0])
             future.set_result(None)
@@ -247,7 +261,7 @@ class Dispatcher:
         self.recent[req.key] = CachedResponse(c.text, c.finish_reason, c.input_tokens, c.output_tokens,
                                                    c.cached_tokens, cost)
         response = (
-            req.key, req.provider, req.canonical["model"], canonical_json(req.canonical), c.text, dumps(c.raw),
+            req.key, req.provider, req.model_id, req.canonical, c.text, dumps(c.raw),
             c.finish_reason, c.input_tokens, c.output_tokens, c.cached_tokens, cost, latency, now(),
         )
         ledger = (self.run_id, req.stage, req.model, req.key, "charge", cost, now()) if cost > 0 else None

@@ -53,7 +53,36 @@ def canonical_request(
 
 def cache_key(canonical: dict[str, Any]) -> str:
     """SHA-256 of the canonical JSON (sorted keys, no whitespace) of the request. DESIGN invariant 1."""
-    return hashlib.sha256(canonical_json(canonical).encode("utf-8")).hexdigest()
+    return key_of(canonical_json(canonical))
+
+
+def key_of(canonical_text: str) -> str:
+    return hashlib.sha256(canonical_text.encode("utf-8")).hexdigest()
+
+
+_quote = json.encoder.encode_basestring  # a JSON string literal, as the encoder writes it (ensure_ascii off)
+
+
+def canonical_tail(provider: str, model_id: str, params: dict[str, Any], sample: int = 0) -> str:
+    """Everything of a request's canonical JSON after its messages (keys sort as messages < model < params
+    < provider < sample), computed once per stage and model instead of once per request."""
+    tail = f',"model":{_quote(model_id)},"params":{canonical_json(canonical_params(params))}'
+    tail += f',"provider":{_quote(provider)}'
+    if sample:
+        tail += f',"sample":{canonical_json(sample)}'
+    return tail + "}"
+
+
+def canonical_text(messages: list[dict[str, str]], tail: str) -> str:
+    """The canonical JSON of a request, written directly: exactly ``canonical_json(canonical_request(...))``
+    (a test pins this) at a fraction of the cost, since it is computed for every request of every run."""
+    parts = []
+    for message in messages:
+        if len(message) != 2 or "role" not in message or "content" not in message:
+            parts.append(canonical_json(message))
+        else:
+            parts.append(f'{{"content":{_quote(message["content"])},"role":{_quote(message["role"])}}}')
+    return '{"messages":[' + ",".join(parts) + "]" + tail
 
 
 @dataclass(slots=True)
@@ -69,7 +98,10 @@ class Request:
     variant_json: str
     messages: list[dict[str, str]]
     params: dict[str, Any]
-    canonical: dict[str, Any]
+    #: the model id that goes into the key (aliases resolved)
+    model_id: str
+    #: the canonical JSON of the request, stored with its response; its SHA-256 is ``key``
+    canonical: str
     key: str
     perm: list[int] | None = None
     options: list[str] | None = None
@@ -117,6 +149,7 @@ class StagePlan:
         self.params = job.stage_params(stage).model_dump()
         self.prompt: Prompt = load_prompt(job, stage.prompt)
         self._model_ids = {m: self._model_id(m) for m in self.models}
+        self._params = canonical_params(self.params)
         axes: dict[str, list[Any]] = {}
         if stage.choices is not None:
             axes["seed"] = list(stage.choices.seeds)
@@ -126,6 +159,10 @@ class StagePlan:
         names = list(axes)
         self.variants = [dict(zip(names, values, strict=True)) for values in itertools.product(*axes.values())]
         self.variant_json = [canonical_json(v) for v in self.variants]
+        self._tails = {
+            (model, variant.get("sample", 0)): canonical_tail(p, model_id, self.params, variant.get("sample", 0))
+            for model, (p, _, model_id) in self._model_ids.items() for variant in self.variants
+        }
 
     @staticmethod
     def _model_id(model: str) -> tuple[str, str, str]:
@@ -179,7 +216,7 @@ class StagePlan:
             variant_text = ",".join(f"{k}={v}" for k, v in variant.items())
             for model in self.models:
                 provider, name, model_id = self._model_ids[model]
-                canonical = canonical_request(provider, model_id, messages, self.params, variant.get("sample", 0))
+                text = canonical_text(messages, self._tails[model, variant.get("sample", 0)])
                 yield Request(
                     stage=self.stage.name,
                     item=f"{row_id}|{model}|{variant_text}",
@@ -190,9 +227,10 @@ class StagePlan:
                     variant=variant,
                     variant_json=variant_json,
                     messages=messages,
-                    params=canonical["params"],
-                    canonical=canonical,
-                    key=cache_key(canonical),
+                    params=self._params,
+                    model_id=model_id,
+                    canonical=text,
+                    key=key_of(text),
                     perm=perm,
                     options=options,
                     gold=gold,

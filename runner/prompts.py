@@ -44,10 +44,12 @@ class Part:
     def __call__(self, context: dict[str, Any]) -> str:
         if self.constant is not None:
             return self.constant
-        # Template.render merges the environment's globals, a ChainMap, into a new dict on every call, which
-        # costs two thirds of the render; merging a plain snapshot of them gives the same context faster.
+        # Template.render merges the environment's globals (a ChainMap) into a new dict and scans them again
+        # for the context on every call: most of the render's cost. A context built from a plain snapshot of
+        # the same globals renders the same text in a fraction of the time.
         template = self.template
-        return "".join(template.root_render_func(template.new_context({**_GLOBALS, **context}, shared=True)))
+        ctx = _env.context_class(_env, {**_GLOBALS, **context}, template.name, template.blocks)
+        return "".join(template.root_render_func(ctx))
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ handle Ctrl-C, and leave the run's status in the store."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 from collections.abc import Callable
@@ -48,8 +49,9 @@ class Outcome:
 
 
 class Results:
-    """Per-stage JSONL files, appended as batches are committed and rewritten from the store at the end,
-    so that each finished task appears exactly once even after a crash and a resume."""
+    """Per-stage JSONL files, appended as batches are committed. After a crash the file may lack lines the
+    store has (killed between commit and write), so a resume rewrites it from the store at both ends: each
+    finished task appears exactly once."""
 
     def __init__(self, job: Job, run_id: str, store: Store) -> None:
         self.run_id = run_id
@@ -57,10 +59,14 @@ class Results:
         self.paths = {stage.name: job.results_path(stage, run_id) for stage in job.stages}
         self.handles: dict[str, IO[str]] = {}
 
-    def open(self) -> None:
+    def open(self, rewrite: bool) -> None:
+        """Start each file: from the store's finished tasks when resuming, empty otherwise."""
         for stage, path in self.paths.items():
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._rewrite(stage, path)
+            if rewrite:
+                self._rewrite(stage, path)
+            else:
+                path.write_text("", encoding="utf-8")
             self.handles[stage] = open(path, "a", encoding="utf-8")
 
     def on_commit(self, batch: list[Finished]) -> None:
@@ -71,12 +77,15 @@ class Results:
         for stage in touched:
             self.handles[stage].flush()
 
-    def close(self) -> None:
+    def close(self, rewrite: bool) -> None:
+        """Close the files. A resumed run rewrites them from the store: a task that failed before and was
+        sent again has two lines in the live file, and the store has the last one."""
         for handle in self.handles.values():
             handle.close()
         self.handles.clear()
-        for stage, path in self.paths.items():
-            self._rewrite(stage, path)
+        if rewrite:
+            for stage, path in self.paths.items():
+                self._rewrite(stage, path)
 
     def _rewrite(self, stage: str, path: Path) -> None:
         partial = path.with_name(path.name + ".part")
@@ -128,11 +137,11 @@ async def execute(
     loop = asyncio.get_running_loop()
     interrupts = [0]
     try:
+        # Providers are built here and started by the dispatcher on their first cache miss: a fully cached
+        # run opens no client and loads no model.
         for name, cls in needed_providers(job).items():
-            provider = cls(job.providers.get(name) or ProviderSettings())
-            await provider.start()
-            providers[name] = provider
-        results.open()
+            providers[name] = cls(job.providers.get(name) or ProviderSettings())
+        results.open(rewrite=resume)
         writer.start()
         dispatcher = Dispatcher(run_id=run_id, job=job, store=store, writer=writer, providers=providers,
                                 stats=stats, resume=resume)
@@ -150,6 +159,7 @@ async def execute(
                 view.note("Abandoning the requests in flight.")
 
         _install(loop, on_interrupt)
+        gc.freeze()  # the long-lived setup objects need no more garbage-collection passes
         view.start(stats, f"run {run_id} · job {job.name}")
         for plan in plans:
             await dispatcher.run_stage(plan)
@@ -171,7 +181,7 @@ async def execute(
         _uninstall(loop)
         view.stop()
         await writer.close()
-        results.close()
+        results.close(rewrite=resume)
         for provider in providers.values():
             await provider.aclose()
         store.set_run(run_id, status=status, message=message, finished=now(), pid=None)

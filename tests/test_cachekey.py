@@ -12,7 +12,17 @@ from typing import Any
 
 import pytest
 
-from runner.plan import StagePlan, cache_key, canonical_json, canonical_request
+from runner.plan import (
+    StagePlan,
+    cache_key,
+    canonical_json,
+    canonical_request,
+    canonical_tail,
+    canonical_text,
+)
+from runner.plan import (
+    key_of as plan_key_of,
+)
 from runner.spec import load_job
 
 FAKE_SECRET = "sk-fake-0123456789abcdefSECRET"
@@ -212,8 +222,27 @@ def test_plan_keys_hold_no_api_key(tmp_path: Path, dataset: Path, monkeypatch: p
     path = tmp_path / "a.yaml"
     job = load_job(path)
     for request in StagePlan(job, job.stages[0]):
-        assert FAKE_SECRET not in canonical_json(request.canonical)
-        assert request.key == cache_key(request.canonical)
+        assert FAKE_SECRET not in request.canonical
+        assert request.key == plan_key_of(request.canonical)
+        # The plan writes the canonical JSON directly; it must be exactly the canonical form of the request.
+        body = canonical_request("sim", request.model_id, request.messages, request.params)
+        assert request.canonical == canonical_json(body) and request.key == cache_key(body)
     monkeypatch.setenv("RUNNER_SIM_KEY", "another-fake-key")
     monkeypatch.delenv("OPENAI_API_KEY")
     assert plan_keys(tmp_path, dataset, "sim:gpt-test", "b.yaml") == with_secret
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "user", "content": "plain"}],
+    [{"role": "system", "content": 'quotes " and \\ backslash'}, {"role": "user", "content": "line\nbreak\ttab"}],
+    [{"role": "user", "content": "unicode: naïve — 新しい 🙂 \u2028 \x00"}],
+    [{"content": "key order reversed", "role": "user"}],
+    [{"role": "user", "content": "extra keys", "name": "bob"}],
+])
+@pytest.mark.parametrize("sample", [0, 3])
+def test_directly_written_canonical_text_equals_the_canonical_json(messages: list, sample: int) -> None:
+    params = {"temperature": 0, "max_tokens": 5, "top_p": None, "stop": ["\n", "é"], "seed": 7}
+    body = canonical_request("sim", "gpt-ü", messages, params, sample)
+    text = canonical_text(messages, canonical_tail("sim", "gpt-ü", params, sample))
+    assert text == canonical_json(body)
+    assert plan_key_of(text) == cache_key(body)
