@@ -47,6 +47,8 @@ def _finish(store: Store, run_id: str, status: str, message: str | None, results
     if status == "interrupted":
         raise typer.Exit(EXIT_INTERRUPTED)
     if status != "completed":
+        typer.echo(f"Error: run {run_id} {status}: {message}; `runner resume {run_id}` continues it once "
+                   "that is fixed", err=True)
         raise typer.Exit(1)
 
 

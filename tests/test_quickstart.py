@@ -86,3 +86,17 @@ async def test_embedded_model_is_deterministic_at_temperature_zero():
     assert first.input_tokens == second.input_tokens > 10
     assert 0 < first.output_tokens <= 6
     assert first.finish_reason in ("stop", "length")
+
+
+def test_a_missing_local_model_file_fails_the_run_in_one_line(tmp_path, monkeypatch, capsys):
+    job = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
+    job["providers"] = {"local": {"model_path": str(tmp_path / "missing.gguf")}}
+    job["output_dir"] = str(tmp_path / "results")
+    path = tmp_path / "bad-model.yaml"
+    path.write_text(yaml.safe_dump(job))
+    monkeypatch.chdir(ROOT)
+    code, out, err = _cli(monkeypatch, capsys, "submit", str(path))
+    assert code == 1
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "missing.gguf does not exist" in errors[0] and "model_path" in errors[0]
