@@ -7,6 +7,7 @@ OpenAI-compatible providers build on the same class.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -75,19 +76,26 @@ class OpenAIChatProvider(Provider):
         assert self.client is not None, "start() was not awaited"
         kwargs = {name: params[name] for name in _PARAMS if params.get(name) is not None}
         with self.map_errors():
-            response = await self.client.chat.completions.create(model=model, messages=messages, **kwargs)
-        choice = response.choices[0] if response.choices else None
-        usage = response.usage
-        cached = 0
-        if usage is not None and usage.prompt_tokens_details is not None:
-            cached = usage.prompt_tokens_details.cached_tokens or 0
+            # The raw response: its JSON body is what the memo stores, and parsing it directly costs less
+            # than the SDK's pydantic models (the headers will feed the rate limiters).
+            raw = await self.client.chat.completions.with_raw_response.create(
+                model=model, messages=messages, **kwargs
+            )
+        try:
+            body = json.loads(raw.http_response.content)
+            choice = body["choices"][0] if body.get("choices") else {}
+            usage = body.get("usage") or {}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise TransientError(f"{self.name}: the response was not valid JSON ({type(exc).__name__})",
+                                 error_class="malformed_response") from exc
+        details = usage.get("prompt_tokens_details") or {}
         return Completion(
-            text=(choice.message.content or "") if choice else "",
-            finish_reason=choice.finish_reason if choice else None,
-            input_tokens=usage.prompt_tokens if usage else 0,
-            output_tokens=usage.completion_tokens if usage else 0,
-            cached_tokens=cached,
-            raw=response.model_dump(mode="json", exclude_none=True),
+            text=(choice.get("message") or {}).get("content") or "",
+            finish_reason=choice.get("finish_reason"),
+            input_tokens=usage.get("prompt_tokens") or 0,
+            output_tokens=usage.get("completion_tokens") or 0,
+            cached_tokens=details.get("cached_tokens") or 0,
+            raw=body,
         )
 
     @contextlib.contextmanager

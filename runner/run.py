@@ -58,6 +58,7 @@ class Results:
         self.store = store
         self.paths = {stage.name: job.results_path(stage, run_id) for stage in job.stages}
         self.handles: dict[str, IO[str]] = {}
+        self.opened = False
 
     def open(self, rewrite: bool) -> None:
         """Start each file: from the store's finished tasks when resuming, empty otherwise."""
@@ -68,6 +69,7 @@ class Results:
             else:
                 path.write_text("", encoding="utf-8")
             self.handles[stage] = open(path, "a", encoding="utf-8")
+        self.opened = True
 
     def on_commit(self, batch: list[Finished]) -> None:
         touched = set()
@@ -83,7 +85,7 @@ class Results:
         for handle in self.handles.values():
             handle.close()
         self.handles.clear()
-        if rewrite:
+        if rewrite and self.opened:
             for stage, path in self.paths.items():
                 self._rewrite(stage, path)
 
