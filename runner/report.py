@@ -189,7 +189,8 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
             lines.append(f"accuracy: {r['stage']} {r['model']}: {accuracy_text(r)}{over} "
                          f"(n={r['scored']}, invalid {r['invalid']})")
     t = data["totals"]
-    lines.append(f"cost: ${t['cost']:.4f} for {t['requests']} requests ({t['sent']} sent, {t['cache_hits']} "
-                 f"cache hits = {_pct(t['cache_hit_rate'])}, {t['failed']} failed); tokens {t['input_tokens']} "
-                 f"in / {t['output_tokens']} out")
+    hits = f"{t['cache_hits']} cache hit{'' if t['cache_hits'] == 1 else 's'}"
+    lines.append(f"cost: ${t['cost']:.4f} for {t['requests']} requests ({t['sent']} sent, {hits} = "
+                 f"{_pct(t['cache_hit_rate'])}, {t['failed']} failed); tokens {t['input_tokens']} in / "
+                 f"{t['output_tokens']} out")
     return lines
