@@ -112,3 +112,31 @@ def test_report_command_writes_each_format(tmp_path, monkeypatch, fmt):
         assert next(csv.DictReader(io.StringIO(text)))["requests"] == "3"
     else:
         assert outcome.run_id in text
+
+
+async def test_the_key_is_never_written_anywhere(tmp_path, monkeypatch):
+    secret = "sk-test-DO-NOT-STORE-4242424242"
+    monkeypatch.setenv("RUNNER_SIM_KEY", secret)
+    async with await start_server(SimConfig(fault_500=0.3, seed=3)) as srv:
+        job = _sim_job(tmp_path, srv.url, 10)
+        store = Store(tmp_path / "s.sqlite")
+        outcome = await execute(job, store)
+    assert outcome.status == "completed"
+    store.close()
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"the key was written to {path}"
+    text = report.render(report.build(Store(tmp_path / "s.sqlite"), outcome.run_id), "json")
+    assert secret not in text
+
+
+async def test_the_sdk_does_not_retry_behind_the_runner(tmp_path):
+    # DESIGN invariant 4: max_retries=0, so the server sees exactly the runner's attempts.
+    async with await start_server(SimConfig(fault_500=1.0)) as srv:
+        job = _sim_job(tmp_path, srv.url, 3, concurrency=1)
+        job.retry.max_attempts = 2
+        store = Store(tmp_path / "s.sqlite")
+        outcome = await execute(job, store)
+        assert srv.stats()["received"] == 6
+    attempts = [r[0] for r in store.conn.execute("SELECT attempts FROM tasks WHERE run_id = ?", (outcome.run_id,))]
+    assert attempts == [2, 2, 2]
