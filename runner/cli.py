@@ -19,7 +19,7 @@ from . import report as reports
 from .errors import RunnerError
 from .progress import make_view
 from .run import execute, load_run_job, pid_alive
-from .spec import load_job
+from .spec import Job, load_job
 from .store import Store
 
 app = typer.Typer(
@@ -37,7 +37,11 @@ DbOption = Annotated[
 EXIT_INTERRUPTED = 130
 
 
-def _finish(store: Store, run_id: str, status: str, message: str | None, results: dict[str, Path] | None) -> None:
+def _run(job: Job, store: Store, run_id: str | None = None) -> None:
+    """Run (or resume) with the live view, then print the summary and exit with the run's status."""
+    started = (lambda rid: typer.echo(f"run {rid}: started job {job.name}")) if run_id is None else None
+    outcome = asyncio.run(execute(job, store, run_id=run_id, view=make_view(), on_run_id=started))
+    run_id, status, message, results = outcome.run_id, outcome.status, outcome.message, outcome.results
     data = reports.build(store, run_id)
     for line in reports.summary_lines(data):
         typer.echo(line)
@@ -59,10 +63,7 @@ def submit(
 ) -> None:
     """Validate a job file and run it; print accuracy and cost at the end."""
     job = load_job(job_file)
-    store = Store(db)
-    outcome = asyncio.run(execute(job, store, view=make_view(),
-                                  on_run_id=lambda rid: typer.echo(f"run {rid}: started job {job.name}")))
-    _finish(store, outcome.run_id, outcome.status, outcome.message, outcome.results)
+    _run(job, Store(db))
 
 
 @app.command()
@@ -80,13 +81,11 @@ def resume(
 ) -> None:
     """Finish an interrupted or crashed run: completed requests come from the store, the rest are sent."""
     store = Store(db)
-    run_id, job = load_run_job(store, run_id)
-    run = store.get_run(run_id)
+    run, job = load_run_job(store, run_id)
     if run["status"] == "running" and pid_alive(run["pid"]) and run["pid"] != os.getpid():
-        raise RunnerError(f"run {run_id} is still running (process {run['pid']}); stop it first")
-    typer.echo(f"run {run_id}: resuming job {job.name}")
-    outcome = asyncio.run(execute(job, store, run_id=run_id, view=make_view()))
-    _finish(store, outcome.run_id, outcome.status, outcome.message, outcome.results)
+        raise RunnerError(f"run {run['id']} is still running (process {run['pid']}); stop it first")
+    typer.echo(f"run {run['id']}: resuming job {job.name}")
+    _run(job, store, run_id=run["id"])
 
 
 @app.command()

@@ -161,7 +161,7 @@ async def execute(
                 view.note("Abandoning the requests in flight.")
 
         _install(loop, on_interrupt)
-        gc.freeze()  # the long-lived setup objects need no more garbage-collection passes
+        gc.freeze()  # the long-lived setup objects need no more garbage-collection passes (undone below)
         view.start(stats, f"run {run_id} · job {job.name}")
         for plan in plans:
             await dispatcher.run_stage(plan)
@@ -180,6 +180,7 @@ async def execute(
         status = "interrupted"
         raise
     finally:
+        gc.unfreeze()  # a process that runs several jobs (tests, notebooks) must get its garbage back
         _uninstall(loop)
         view.stop()
         await writer.close()
@@ -190,13 +191,13 @@ async def execute(
     return Outcome(run_id=run_id, status=status, stats=stats, message=message, results=results.paths)
 
 
-def load_run_job(store: Store, run_id: str) -> tuple[str, Job]:
+def load_run_job(store: Store, run_id: str) -> tuple[dict[str, Any], Job]:
     """The job a run was started with, as it was then (the file may have changed since)."""
     run = store.get_run(run_id)
     if run["status"] == "completed":
         raise StoreError(f"run {run['id']} is already completed; `runner report {run['id']}` shows it")
     try:
-        return run["id"], Job.model_validate_json(run["job_json"])
+        return run, Job.model_validate_json(run["job_json"])
     except ValueError as exc:
         raise StoreError(f"run {run['id']} has a stored job this version cannot read ({exc})") from None
 

@@ -4,7 +4,7 @@ Plain data: the engine never imports the view."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(slots=True)
@@ -45,19 +45,13 @@ class RunStats:
         return found
 
     def totals(self) -> Counters:
+        """Every counter summed over stages and models; ``started`` is the earliest."""
         out = Counters("all", "all")
         for c in self.by_key.values():
-            out.total += c.total
-            out.done += c.done
-            out.resumed += c.resumed
-            out.cache_hits += c.cache_hits
-            out.sent += c.sent
-            out.retries += c.retries
-            out.errors += c.errors
-            out.tokens_in += c.tokens_in
-            out.tokens_out += c.tokens_out
-            out.spend += c.spend
-            out.correct += c.correct
-            out.scored += c.scored
+            for name in _SUMMED:
+                setattr(out, name, getattr(out, name) + getattr(c, name))
             out.started = min(out.started, c.started)
         return out
+
+
+_SUMMED = [f.name for f in fields(Counters) if f.name not in ("stage", "model", "started")]

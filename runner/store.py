@@ -26,8 +26,6 @@ from .migrations import migrate
 DEFAULT_DB = "cache.sqlite"
 BUSY_TIMEOUT_S = 30.0
 
-RUN_STATUSES = ("running", "completed", "interrupted", "failed", "stopped")
-
 
 def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
