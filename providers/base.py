@@ -8,11 +8,14 @@ translates its SDK's exceptions in one place.
 from __future__ import annotations
 
 import importlib
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from runner.errors import ModelSetupError
 
 
 class ProviderSettings(BaseModel):
@@ -25,10 +28,22 @@ class ProviderSettings(BaseModel):
     api_key_env: str | None = None
     rpm: int | None = Field(default=None, gt=0)
     tpm: int | None = Field(default=None, gt=0)
+    #: input and output tokens per minute, for providers that limit them separately (Anthropic)
+    itpm: int | None = Field(default=None, gt=0)
+    otpm: int | None = Field(default=None, gt=0)
     concurrency: int | None = Field(default=None, gt=0)
     timeout: float = Field(default=60.0, gt=0)
     model_path: str | None = None
     n_ctx: int = Field(default=2048, gt=0)
+
+
+@dataclass(slots=True, frozen=True)
+class RateWindow:
+    """One limit as a response's headers told it: its size, what is left, and seconds until it is full."""
+
+    limit: int | None = None
+    remaining: int | None = None
+    reset: float | None = None
 
 
 @dataclass(slots=True)
@@ -40,8 +55,12 @@ class Completion:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
+    #: input tokens written to a prompt cache (Anthropic prices them apart)
+    cache_write_tokens: int = 0
     #: the provider's response as JSON-able data, stored in the memo
     raw: dict[str, Any] = field(default_factory=dict)
+    #: rate-limit windows from the response headers, by kind: requests, tokens, input_tokens, output_tokens
+    rate: dict[str, RateWindow] | None = None
 
 
 class Provider(ABC):
@@ -53,14 +72,37 @@ class Provider(ABC):
     key_env_var: ClassVar[str | None] = None
     #: in-flight requests per endpoint when the job sets no ``concurrency``
     default_concurrency: ClassVar[int] = 16
+    #: whether an endpoint with no configured limits adapts its concurrency until the server's rate-limit
+    #: headers say what they are (network providers); the bound is then ``concurrency`` or the default
+    adaptive: ClassVar[bool] = False
 
-    def __init__(self, settings: ProviderSettings) -> None:
+    def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         self.settings = settings
 
+    def key_variables(self) -> list[str]:
+        """The environment variables this provider reads its key from, in order of preference."""
+        variable = self.settings.api_key_env or self.key_env_var
+        return [variable] if variable else []
+
+    def api_key(self) -> str:
+        """The key from the environment ('' when none is set); never stored, logged or shown."""
+        return next((os.environ[v] for v in self.key_variables() if os.environ.get(v)), "")
+
+    def check_key(self, model: str) -> None:
+        """Raise ``ModelSetupError`` naming the variable to set when this provider needs a key it lacks."""
+        variables = self.key_variables()
+        if variables and not self.api_key():
+            names = " or ".join(variables)
+            raise ModelSetupError(f"{self.name}:{model} needs an API key: export {names} (no request was sent)")
+
     @classmethod
-    def model_id(cls, model: str) -> str:
+    def model_id(cls, model: str, endpoints: dict[str, ProviderSettings] | None = None) -> str:
         """The id that goes into the cache key (a provider may resolve aliases here)."""
         return model
+
+    def settings_for(self, model: str) -> ProviderSettings:
+        """The settings (limits, timeout) that apply to ``model``'s endpoint."""
+        return self.settings
 
     def endpoint_key(self, model: str) -> str:
         """Requests sharing this string share rate limiters (provider + key + model)."""
@@ -79,7 +121,11 @@ class Provider(ABC):
 
 #: built-in provider modules, imported only when a job names their provider
 BUILTIN: dict[str, str] = {
+    "anthropic": "providers.anthropic_messages:AnthropicProvider",
+    "gemini": "providers.gemini:GeminiProvider",
     "local": "providers.local:LocalProvider",
+    "openai": "providers.openai_chat:OpenAIChatProvider",
+    "openai-compatible": "providers.openai_chat:OpenAICompatibleProvider",
     "sim": "providers.openai_chat:SimProvider",
 }
 

@@ -127,13 +127,13 @@ class LocalProvider(Provider):
     key_env_var: ClassVar[str | None] = None
     default_concurrency: ClassVar[int] = 1
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Any, endpoints: Any = None) -> None:
         super().__init__(settings)
         self.llm: Any = None
         self._lock = asyncio.Lock()
 
     @classmethod
-    def model_id(cls, model: str) -> str:
+    def model_id(cls, model: str, endpoints: Any = None) -> str:
         return CANONICAL_ID if model in ALIASES else model
 
     async def start(self) -> None:

@@ -1,7 +1,11 @@
 """Chat Completions through the official OpenAI SDK (async client, aiohttp transport, no SDK retries).
 
-``sim`` is this provider pointed at the simulated server (``providers/simserver.py``); the cloud and
-OpenAI-compatible providers build on the same class.
+Three providers share this code:
+
+    openai              api.openai.com, key from OPENAI_API_KEY
+    openai-compatible   the user's own servers (vLLM, llama.cpp, Ollama), one per entry of the job's
+                        ``endpoints:`` section, named in models as ``openai-compatible:ENDPOINT/MODEL``
+    sim                 the simulated server (``runner sim``, ``providers/simserver.py``)
 """
 
 from __future__ import annotations
@@ -9,20 +13,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import aiohttp
 import openai
 
-from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, TransientError
+from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, TransientError
 
-from .base import Completion, Provider, ProviderSettings
+from .base import Completion, Provider, ProviderSettings, RateWindow
 
-_PARAMS = ("temperature", "max_tokens", "top_p", "stop", "seed", "response_format", "logprobs")
+_PARAMS = ("temperature", "top_p", "stop", "seed", "response_format", "logprobs")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 
-def retry_after_seconds(headers: Any) -> float | None:
+def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
     """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds); None when absent or a date."""
     if headers is None:
         return None
@@ -37,6 +44,36 @@ def retry_after_seconds(headers: Any) -> float | None:
     return None
 
 
+def duration_seconds(text: str | None) -> float | None:
+    """OpenAI's reset durations: ``"1s"``, ``"6m0s"``, ``"120ms"``, ``"1h2m3.5s"``."""
+    if not text:
+        return None
+    parts = _DURATION.findall(text)
+    if not parts:
+        return None
+    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def openai_rate(headers: Mapping[str, str]) -> dict[str, RateWindow] | None:
+    """``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``; None when the server sends none."""
+    windows = {}
+    for kind in ("requests", "tokens"):
+        limit = headers.get(f"x-ratelimit-limit-{kind}")
+        remaining = headers.get(f"x-ratelimit-remaining-{kind}")
+        if limit is None and remaining is None:
+            continue
+        windows[kind] = RateWindow(_int(limit), _int(remaining),
+                                   duration_seconds(headers.get(f"x-ratelimit-reset-{kind}")))
+    return windows or None
+
+
 def _error_code(exc: openai.APIStatusError) -> str:
     body = exc.body if isinstance(exc.body, dict) else {}
     inner = body.get("error", body) if isinstance(body.get("error", body), dict) else {}
@@ -44,23 +81,27 @@ def _error_code(exc: openai.APIStatusError) -> str:
 
 
 class OpenAIChatProvider(Provider):
-    name: ClassVar[str] = "openai-chat"
+    name: ClassVar[str] = "openai"
     key_env_var: ClassVar[str | None] = "OPENAI_API_KEY"
     default_concurrency: ClassVar[int] = 64
+    adaptive: ClassVar[bool] = True
     default_base_url: ClassVar[str | None] = None
+    #: the API's name for the output cap (``max_completion_tokens`` on api.openai.com; most compatible
+    #: servers know only ``max_tokens``)
+    max_tokens_field: ClassVar[str] = "max_completion_tokens"
 
-    def __init__(self, settings: ProviderSettings) -> None:
+    def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
         self.client: openai.AsyncOpenAI | None = None
         self.base_url = settings.base_url or self.default_base_url
-        self.key_variable = settings.api_key_env or self.key_env_var or ""
 
-    def api_key(self) -> str:
-        return os.environ.get(self.key_variable, "")
+    @property
+    def key_variable(self) -> str:
+        return (self.key_variables() or [""])[0]
 
     async def start(self) -> None:
         self.client = openai.AsyncOpenAI(
-            api_key=self.api_key() or None,
+            api_key=self.api_key() or "no-key",  # servers that take no key still need a non-empty string
             base_url=self.base_url,
             max_retries=0,  # the runner owns retries (DESIGN invariant 4)
             timeout=self.settings.timeout,
@@ -75,20 +116,27 @@ class OpenAIChatProvider(Provider):
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         assert self.client is not None, "start() was not awaited"
         kwargs = {name: params[name] for name in _PARAMS if params.get(name) is not None}
+        if params.get("max_tokens") is not None:
+            kwargs[self.max_tokens_field] = params["max_tokens"]
         with self.map_errors():
-            # The raw response: its JSON body is what the memo stores, and parsing it directly costs less
-            # than the SDK's pydantic models (the headers will feed the rate limiters).
+            # The raw response: its JSON body is what the memo stores, parsing it directly costs less than
+            # the SDK's pydantic models, and its headers feed the rate limiters.
             raw = await self.client.chat.completions.with_raw_response.create(
                 model=model, messages=messages, **kwargs
             )
+        response = raw.http_response
         try:
-            body = json.loads(raw.http_response.content)
+            body = json.loads(response.content)
             choice = body["choices"][0] if body.get("choices") else {}
             usage = body.get("usage") or {}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise TransientError(f"{self.name}: the response was not valid JSON ({type(exc).__name__})",
+            raise TransientError(f"{self.where}: the response was not valid JSON ({type(exc).__name__})",
                                  error_class="malformed_response") from exc
+        if choice.get("finish_reason") == "content_filter":
+            raise BadRequest(f"{self.where}: the answer was withheld by the content filter",
+                             error_class="content_filtered")
         details = usage.get("prompt_tokens_details") or {}
+        headers = response.headers
         return Completion(
             text=(choice.get("message") or {}).get("content") or "",
             finish_reason=choice.get("finish_reason"),
@@ -96,13 +144,19 @@ class OpenAIChatProvider(Provider):
             output_tokens=usage.get("completion_tokens") or 0,
             cached_tokens=details.get("cached_tokens") or 0,
             raw=body,
+            rate=openai_rate(headers) if "x-ratelimit-limit-requests" in headers
+            or "x-ratelimit-limit-tokens" in headers else None,
         )
+
+    @property
+    def where(self) -> str:
+        return f"{self.name} at {self.base_url or 'api.openai.com'}"
 
     @contextlib.contextmanager
     def map_errors(self) -> Iterator[None]:
         """Translate the SDK's exceptions into the runner's classes. Messages are our own: a provider's
         401 text may quote part of the key."""
-        where = f"{self.name} at {self.base_url or 'the default endpoint'}"
+        where = self.where
         try:
             yield
         except openai.RateLimitError as exc:
@@ -125,11 +179,92 @@ class OpenAIChatProvider(Provider):
             status = exc.status_code
             if status >= 500 or status in (408, 409):
                 raise TransientError(f"{where}: server error {status}", status=status) from exc
-            raise BadRequest(f"{where}: request rejected ({status} {_error_code(exc) or 'bad request'})",
-                             status=status) from exc
+            code = _error_code(exc)
+            if code == "content_filter" or code == "content_policy_violation":
+                raise BadRequest(f"{where}: the request was blocked by the content filter ({status})",
+                                 status=status, error_class="content_filtered") from exc
+            raise BadRequest(f"{where}: request rejected ({status} {code or 'bad request'})", status=status) from exc
+        except openai.APIResponseValidationError as exc:
+            raise TransientError(f"{where}: the response was not valid JSON",
+                                 error_class="malformed_response") from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
                                  error_class="connection") from exc
+
+
+class OpenAICompatibleProvider(Provider):
+    """The user's own OpenAI-compatible servers, each an entry of the job's ``endpoints:`` section."""
+
+    name: ClassVar[str] = "openai-compatible"
+    key_env_var: ClassVar[str | None] = None
+    default_concurrency: ClassVar[int] = 32
+    adaptive: ClassVar[bool] = True
+
+    def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
+        super().__init__(settings)
+        self.endpoints = endpoints or {}
+        self.clients: dict[str, _CompatibleEndpoint] = {}
+
+    @staticmethod
+    def split(model: str) -> tuple[str, str]:
+        """``"my-vllm/meta-llama/Llama-3-8B"`` -> ``("my-vllm", "meta-llama/Llama-3-8B")``."""
+        endpoint, _, name = model.partition("/")
+        return endpoint, name
+
+    @classmethod
+    def model_id(cls, model: str, endpoints: dict[str, ProviderSettings] | None = None) -> str:
+        """The server and the model it serves, not the job's label for the server: pointing a label at
+        another server must not return the first one's answers, and renaming a label keeps the cache."""
+        label, served = cls.split(model)
+        settings = (endpoints or {}).get(label)
+        if settings is None or not settings.base_url:
+            return model
+        return f"{settings.base_url.rstrip('/')}/{served}"
+
+    def _client(self, model: str) -> _CompatibleEndpoint:
+        endpoint, _ = self.split(model)
+        client = self.clients.get(endpoint)
+        if client is None:
+            settings = self.endpoints.get(endpoint)
+            if settings is None:  # spec validation names the missing entry; this guards direct use
+                raise ModelSetupError(f"no endpoint named {endpoint!r} in the job's endpoints: section")
+            client = self.clients[endpoint] = _CompatibleEndpoint(settings, endpoint)
+        return client
+
+    def settings_for(self, model: str) -> ProviderSettings:
+        return self._client(model).settings
+
+    def check_key(self, model: str) -> None:
+        self._client(model).check_key(model)
+
+    def endpoint_key(self, model: str) -> str:
+        client = self._client(model)
+        return f"{self.name}:{client.base_url}:{client.key_variable}:{self.split(model)[1]}"
+
+    async def start(self) -> None:
+        for label in self.endpoints:  # every declared endpoint's client, once, before any request
+            await self._client(label + "/").start()
+
+    async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
+        return await self._client(model).execute(self.split(model)[1], messages, params)
+
+    async def aclose(self) -> None:
+        for client in self.clients.values():
+            await client.aclose()
+
+
+class _CompatibleEndpoint(OpenAIChatProvider):
+    name: ClassVar[str] = "openai-compatible"
+    key_env_var: ClassVar[str | None] = None
+    max_tokens_field: ClassVar[str] = "max_tokens"
+
+    def __init__(self, settings: ProviderSettings, label: str) -> None:
+        super().__init__(settings)
+        self.label = label
+
+    @property
+    def where(self) -> str:
+        return f"endpoint {self.label} ({self.base_url})"
 
 
 class SimProvider(OpenAIChatProvider):
@@ -138,8 +273,9 @@ class SimProvider(OpenAIChatProvider):
     name: ClassVar[str] = "sim"
     key_env_var: ClassVar[str | None] = "RUNNER_SIM_KEY"
     default_base_url: ClassVar[str | None] = "http://127.0.0.1:8765/v1"
+    max_tokens_field: ClassVar[str] = "max_tokens"
 
-    def __init__(self, settings: ProviderSettings) -> None:
+    def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
         self.base_url = settings.base_url or os.environ.get("RUNNER_SIM_URL") or self.default_base_url
 

@@ -10,6 +10,7 @@
         ├── RateLimited          429: pause the whole endpoint for ``retry_after`` seconds, then retry
         ├── TransientError       5xx, timeout, connection reset: retry with backoff, bounded
         ├── BadRequest           the request itself is wrong or was filtered: the item fails, no retry
+        │                        (error class ``bad_request`` or ``content_filtered``)
         ├── AuthError            key missing, invalid or not permitted: the endpoint stops, no retry
         └── QuotaExceeded        insufficient quota or billing: the whole run stops, no retry
 
@@ -60,9 +61,11 @@ class ProviderError(RunnerError):
     #: whether the dispatcher may try the same request again
     retryable = False
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None, error_class: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        if error_class:
+            self.error_class = error_class
 
 
 class RateLimited(ProviderError):
@@ -81,11 +84,6 @@ class TransientError(ProviderError):
 
     error_class = "server_error"
     retryable = True
-
-    def __init__(self, message: str, *, status: int | None = None, error_class: str | None = None) -> None:
-        super().__init__(message, status=status)
-        if error_class:
-            self.error_class = error_class
 
 
 class BadRequest(ProviderError):

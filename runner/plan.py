@@ -148,7 +148,7 @@ class StagePlan:
         self.models = job.stage_models(stage)
         self.params = job.stage_params(stage).model_dump()
         self.prompt: Prompt = load_prompt(job, stage.prompt)
-        self._model_ids = {m: self._model_id(m) for m in self.models}
+        self._model_ids = {m: self._model_id(m, job.endpoints) for m in self.models}
         self._params = canonical_params(self.params)
         axes: dict[str, list[Any]] = {}
         if stage.choices is not None:
@@ -165,9 +165,9 @@ class StagePlan:
         }
 
     @staticmethod
-    def _model_id(model: str) -> tuple[str, str, str]:
+    def _model_id(model: str, endpoints: dict[str, Any]) -> tuple[str, str, str]:
         provider, name = split_model(model)
-        return provider, name, provider_class(provider).model_id(name)
+        return provider, name, provider_class(provider).model_id(name, endpoints)
 
     def total(self) -> int:
         rows = count_rows(self.stage.dataset.path, self.stage.dataset.limit)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from providers.base import Provider, ProviderSettings, provider_class
+from providers.base import Provider, ProviderSettings, provider_class, split_model
 
 from .dispatch import Dispatcher
 from .errors import RunnerError, StoreError
@@ -96,9 +96,22 @@ class Results:
         partial.replace(path)
 
 
-def needed_providers(job: Job) -> dict[str, type[Provider]]:
-    names = {model.partition(":")[0] for stage in job.stages for model in job.stage_models(stage)}
-    return {name: provider_class(name) for name in sorted(names)}
+def job_models(job: Job) -> list[str]:
+    return sorted({model for stage in job.stages for model in job.stage_models(stage)})
+
+
+def build_providers(job: Job) -> dict[str, Provider]:
+    """One provider object per provider the job names (not started: that waits for a cache miss), after
+    checking that each has the key it needs, so a missing variable stops the job before any request."""
+    providers: dict[str, Provider] = {}
+    for model in job_models(job):
+        name, model_name = split_model(model)
+        provider = providers.get(name)
+        if provider is None:
+            settings = job.providers.get(name) or ProviderSettings()
+            provider = providers[name] = provider_class(name)(settings, job.endpoints)
+        provider.check_key(model_name)
+    return providers
 
 
 async def execute(
@@ -122,6 +135,7 @@ async def execute(
             stats.counters(plan.stage.name, model).total = per_model
             total += per_model
 
+    providers = build_providers(job)
     resume = run_id is not None
     if run_id is None:
         run_id = store.create_run(job.name, job.path, job.model_dump_json(), job.fingerprint(), total)
@@ -130,7 +144,6 @@ async def execute(
     if on_run_id:
         on_run_id(run_id)
 
-    providers: dict[str, Provider] = {}
     results = Results(job, run_id, store)
     committed: list[Callable[[list[Finished]], None]] = [results.on_commit]
     writer = Writer(store, lambda batch: [callback(batch) for callback in committed])
@@ -139,10 +152,8 @@ async def execute(
     loop = asyncio.get_running_loop()
     interrupts = [0]
     try:
-        # Providers are built here and started by the dispatcher on their first cache miss: a fully cached
-        # run opens no client and loads no model.
-        for name, cls in needed_providers(job).items():
-            providers[name] = cls(job.providers.get(name) or ProviderSettings())
+        # Providers are started by the dispatcher on their first cache miss: a fully cached run opens no
+        # client and loads no model.
         results.open(rewrite=resume)
         writer.start()
         dispatcher = Dispatcher(run_id=run_id, job=job, store=store, writer=writer, providers=providers,

@@ -49,7 +49,10 @@ class Params(Strict):
 
 
 class RetrySettings(Strict):
+    #: attempts of a request that fails with server errors, timeouts or dropped connections
     max_attempts: int = Field(default=6, ge=1, le=50)
+    #: 429s a request may meet before it fails (each pauses the endpoint for its Retry-After)
+    rate_limit_attempts: int = Field(default=30, ge=1, le=200)
     #: seconds from a request's first attempt after which it is not tried again
     max_elapsed: float = Field(default=300.0, gt=0)
     backoff_initial: float = Field(default=0.5, gt=0)
@@ -112,6 +115,8 @@ class Job(Strict):
     models: list[str] = Field(default_factory=list)
     params: Params = Field(default_factory=Params)
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+    #: the user's OpenAI-compatible servers, named in models as ``openai-compatible:NAME/MODEL``
+    endpoints: dict[str, ProviderSettings] = Field(default_factory=dict)
     retry: RetrySettings = Field(default_factory=RetrySettings)
     prices: dict[str, Price] = Field(default_factory=dict)
     output_dir: str = "results"
@@ -179,7 +184,7 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
         if name not in known:
             _fail(path, lines, ("providers", name), f"unknown provider {name!r} (known: {', '.join(known)})")
     for index, model in enumerate(job.models):
-        _check_model(path, lines, ("models", index), model, known)
+        _check_model(path, lines, ("models", index), model, known, job.endpoints)
     seen: set[str] = set()
     for s, stage in enumerate(job.stages):
         loc: Loc = ("stages", s)
@@ -189,7 +194,7 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
         if stage.models is None and not job.models:
             _fail(path, lines, loc, "no models: set models: at the top of the job or in this stage")
         for index, model in enumerate(stage.models or []):
-            _check_model(path, lines, loc + ("models", index), model, known)
+            _check_model(path, lines, loc + ("models", index), model, known, job.endpoints)
         found = resolve_file(job, stage.dataset.path)
         if found is None:
             _fail(path, lines, loc + ("dataset", "path"), f"dataset file {stage.dataset.path!r} does not exist")
@@ -200,15 +205,28 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
             _fail(path, lines, loc + ("prompt",), str(exc))
     for key in job.prices:
         _check_model(path, lines, ("prices", key), key, known)
+    for name, endpoint in job.endpoints.items():
+        if not endpoint.base_url:
+            _fail(path, lines, ("endpoints", name), "an endpoint needs base_url: (e.g. http://127.0.0.1:8000/v1)")
 
 
-def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known: list[str]) -> None:
+def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known: list[str],
+                 endpoints: dict[str, Any] | None = None) -> None:
     try:
-        provider, _ = split_model(model)
+        provider, name = split_model(model)
     except ValueError as exc:
         _fail(path, lines, loc, str(exc))
     if provider not in known:
         _fail(path, lines, loc, f"unknown provider {provider!r} in {model!r} (known: {', '.join(known)})")
+    if provider == "openai-compatible" and endpoints is not None:
+        endpoint, _, served = name.partition("/")
+        if not served:
+            _fail(path, lines, loc, f"write {model!r} as openai-compatible:ENDPOINT/MODEL, ENDPOINT an entry "
+                                    "of endpoints:")
+        if endpoint not in endpoints:
+            close = difflib.get_close_matches(endpoint, list(endpoints), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else "; add it under endpoints: with its base_url"
+            _fail(path, lines, loc, f"no endpoint named {endpoint!r}{hint}")
 
 
 def _fail(path: Path, lines: dict[Loc, int], loc: Loc, message: str) -> None:

@@ -1,0 +1,177 @@
+"""Gemini's generateContent through the ``google-genai`` SDK (the maintained successor of the deprecated
+``google-generativeai``), async with its aiohttp transport and the SDK's retries off
+(``HttpRetryOptions(attempts=1)``).
+
+Models are named ``gemini:gemini-2.0-flash``; the key comes from GEMINI_API_KEY, else GOOGLE_API_KEY. With its
+retries off the SDK lets raw aiohttp and timeout errors through: :meth:`map_errors` classifies those too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import aiohttp
+from google import genai
+from google.genai import errors, types
+
+from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, TransientError
+
+from .base import Completion, Provider, ProviderSettings
+
+#: finish reasons that mean the answer was withheld
+_FILTERED = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"}
+
+
+def _error_details(exc: errors.APIError) -> list[dict[str, Any]]:
+    body = exc.details if isinstance(exc.details, dict) else {}
+    inner = body.get("error", body)
+    details = inner.get("details") if isinstance(inner, dict) else None
+    return [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
+
+
+def retry_delay(details: list[dict[str, Any]]) -> float | None:
+    """Seconds from a ``google.rpc.RetryInfo`` detail (``"retryDelay": "13s"``)."""
+    for detail in details:
+        delay = detail.get("retryDelay")
+        if isinstance(delay, str) and delay.endswith("s"):
+            try:
+                return max(0.0, float(delay[:-1]))
+            except ValueError:
+                return None
+    return None
+
+
+def _is_daily_quota(details: list[dict[str, Any]]) -> bool:
+    """A per-day quota (or a free tier's) will not come back after a pause: treat it as out of quota."""
+    for detail in details:
+        for violation in detail.get("violations") or []:
+            if "PerDay" in str(violation.get("quotaId", "")):
+                return True
+    return False
+
+
+def _key_invalid(details: list[dict[str, Any]]) -> bool:
+    return any(d.get("reason") in ("API_KEY_INVALID", "API_KEY_SERVICE_BLOCKED") for d in details)
+
+
+def _enum_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return str(getattr(value, "value", value))
+
+
+class GeminiProvider(Provider):
+    name: ClassVar[str] = "gemini"
+    key_env_var: ClassVar[str | None] = "GEMINI_API_KEY"
+    default_concurrency: ClassVar[int] = 32
+    adaptive: ClassVar[bool] = True
+
+    def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
+        super().__init__(settings)
+        self.client: genai.Client | None = None
+        self.where = f"gemini at {settings.base_url or 'generativelanguage.googleapis.com'}"
+
+    def key_variables(self) -> list[str]:
+        if self.settings.api_key_env:
+            return [self.settings.api_key_env]
+        return ["GEMINI_API_KEY", "GOOGLE_API_KEY"]
+
+    async def start(self) -> None:
+        options = types.HttpOptions(
+            base_url=self.settings.base_url,
+            timeout=int(self.settings.timeout * 1000),  # milliseconds
+            retry_options=types.HttpRetryOptions(attempts=1),  # the runner owns retries (invariant 4)
+        )
+        self.client = genai.Client(api_key=self.api_key(), http_options=options)
+
+    async def aclose(self) -> None:
+        if self.client is not None:
+            await self.client.aio.aclose()
+            self.client = None
+
+    @staticmethod
+    def request_of(messages: list[dict[str, str]], params: dict[str, Any]) -> tuple[list[types.Content],
+                                                                                      types.GenerateContentConfig]:
+        """The runner's messages and parameters as generateContent's contents and config."""
+        system = "\n\n".join(m["content"] for m in messages if m.get("role") == "system") or None
+        contents = [
+            types.Content(role="model" if m["role"] == "assistant" else "user", parts=[types.Part(text=m["content"])])
+            for m in messages if m.get("role") != "system"
+        ]
+        config: dict[str, Any] = {"system_instruction": system, "candidate_count": 1}
+        for ours, theirs in (("temperature", "temperature"), ("max_tokens", "max_output_tokens"),
+                             ("top_p", "top_p"), ("stop", "stop_sequences"), ("seed", "seed"),
+                             ("logprobs", "response_logprobs")):
+            if params.get(ours) is not None:
+                config[theirs] = params[ours]
+        response_format = params.get("response_format") or {}
+        if response_format.get("type") in ("json_object", "json_schema"):
+            config["response_mime_type"] = "application/json"
+            schema = (response_format.get("json_schema") or {}).get("schema")
+            if schema is not None:
+                config["response_json_schema"] = schema
+        return contents, types.GenerateContentConfig(**config)
+
+    async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
+        assert self.client is not None, "start() was not awaited"
+        contents, config = self.request_of(messages, params)
+        with self.map_errors():
+            response = await self.client.aio.models.generate_content(model=model, contents=contents, config=config)
+        feedback = response.prompt_feedback
+        if feedback is not None and feedback.block_reason is not None:
+            raise BadRequest(f"{self.where}: the prompt was blocked ({_enum_text(feedback.block_reason)})",
+                             error_class="content_filtered")
+        candidate = response.candidates[0] if response.candidates else None
+        finish = _enum_text(candidate.finish_reason) if candidate is not None else None
+        if finish in _FILTERED:
+            raise BadRequest(f"{self.where}: the answer was withheld (finish reason {finish})",
+                             error_class="content_filtered")
+        parts = (candidate.content.parts if candidate is not None and candidate.content else None) or []
+        usage = response.usage_metadata
+        return Completion(
+            text="".join(p.text for p in parts if p.text and not p.thought),
+            finish_reason=finish,
+            input_tokens=(usage.prompt_token_count or 0) if usage else 0,
+            # thinking tokens are billed as output
+            output_tokens=((usage.candidates_token_count or 0) + (usage.thoughts_token_count or 0)) if usage else 0,
+            cached_tokens=(usage.cached_content_token_count or 0) if usage else 0,
+            raw=response.model_dump(mode="json", exclude_none=True, exclude={"sdk_http_response"}),
+        )
+
+    @contextlib.contextmanager
+    def map_errors(self) -> Iterator[None]:
+        """The SDK's exceptions (and, with its retries off, raw aiohttp ones) as the runner's classes."""
+        where = self.where
+        try:
+            yield
+        except errors.ClientError as exc:
+            details = _error_details(exc)
+            code = exc.code
+            if code == 429:
+                if _is_daily_quota(details):
+                    raise QuotaExceeded(f"{where}: a daily quota is used up (429 RESOURCE_EXHAUSTED); wait for it "
+                                        "to reset or enable billing") from exc
+                raise RateLimited(f"{where}: rate limited (429)", retry_after=retry_delay(details)) from exc
+            if code in (401, 403) or _key_invalid(details):
+                raise AuthError(f"{where}: the key was refused ({code} {exc.status}); check the variable "
+                                f"{' or '.join(self.key_variables())}", status=code) from exc
+            if code in (408, 409):
+                raise TransientError(f"{where}: {code} {exc.status}", status=code) from exc
+            raise BadRequest(f"{where}: request rejected ({code} {exc.status})", status=code) from exc
+        except errors.ServerError as exc:
+            raise TransientError(f"{where}: server error {exc.code} {exc.status}", status=exc.code) from exc
+        except errors.APIError as exc:
+            raise TransientError(f"{where}: unexpected answer {exc.code} {exc.status}", status=exc.code) from exc
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise TransientError(f"{where}: timed out after {self.settings.timeout:g} s",
+                                 error_class="timeout") from exc
+        except aiohttp.ClientResponseError as exc:
+            raise TransientError(f"{where}: bad response ({exc.status})", status=exc.status) from exc
+        except aiohttp.ClientError as exc:
+            raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
+                                 error_class="connection") from exc
+        except ValueError as exc:  # the body was not JSON (json.JSONDecodeError and pydantic's errors)
+            raise TransientError(f"{where}: the response was not valid JSON ({type(exc).__name__})",
+                                 error_class="malformed_response") from exc
