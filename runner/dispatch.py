@@ -16,7 +16,7 @@ from tenacity import (
     AsyncRetrying,
     RetryCallState,
     retry_if_exception,
-    stop_after_attempt,
+    stop_any,
     stop_before_delay,
     wait_random_exponential,
 )
@@ -24,7 +24,15 @@ from tenacity import (
 from providers.base import Completion, Provider
 
 from .choices import LETTERS, inverse
-from .errors import AuthError, ModelSetupError, ProviderError, QuotaExceeded, RateLimited, RunnerError
+from .errors import (
+    AuthError,
+    ModelSetupError,
+    ProviderError,
+    QuotaExceeded,
+    RateLimited,
+    RunnerError,
+    TransientError,
+)
 from .limits import Endpoint, estimate_tokens
 from .parse import parse_letter
 from .plan import Request, StagePlan
@@ -47,6 +55,20 @@ def _chunks(items: Iterable[Request], size: int) -> Iterator[list[Request]]:
 
 def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, ProviderError) and exc.retryable
+
+
+#: transient errors that say the server is loaded (the adaptive concurrency backs off on these)
+_LOAD_ERRORS = frozenset({"server_error", "timeout", "connection"})
+
+
+class Tally:
+    """One request's attempts: all sent, and how many of them were answered 429."""
+
+    __slots__ = ("rate_limited", "sent")
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.rate_limited = 0
 
 
 class Dispatcher:
@@ -87,7 +109,7 @@ class Dispatcher:
         # exponential backoff with full jitter: a random wait in [0, min(max, initial * 2^n)]
         self._backoff = wait_random_exponential(multiplier=retry.backoff_initial, max=retry.backoff_max)
         self._retrying = AsyncRetrying(
-            stop=stop_after_attempt(retry.max_attempts) | stop_before_delay(retry.max_elapsed),
+            stop=stop_any(self._out_of_attempts, stop_before_delay(retry.max_elapsed)),
             wait=self._wait,
             retry=retry_if_exception(_retryable),
             before_sleep=self._before_sleep,
@@ -101,11 +123,24 @@ class Dispatcher:
         name = provider.endpoint_key(req.model_name)
         found = self.endpoints.get(name)
         if found is None:
-            s = provider.settings
+            s = provider.settings_for(req.model_name)
+            limited = any((s.rpm, s.tpm, s.itpm, s.otpm, s.concurrency))
             found = self.endpoints[name] = Endpoint(
-                name, concurrency=s.concurrency or provider.default_concurrency, rpm=s.rpm, tpm=s.tpm
+                name, concurrency=s.concurrency or provider.default_concurrency, rpm=s.rpm, tpm=s.tpm,
+                itpm=s.itpm, otpm=s.otpm,
+                # a job that configures nothing lets the endpoint find its own concurrency until the
+                # server's headers state the limits
+                adaptive=not limited and provider.adaptive,
             )
         return found
+
+    def _out_of_attempts(self, state: RetryCallState) -> bool:
+        """Stop after ``max_attempts`` failures of other kinds, or ``rate_limit_attempts`` 429s: a 429 storm
+        is ridden out by pausing, a broken server is not tried for long."""
+        tally: Tally = state.args[2]
+        retry = self.job.retry
+        return (tally.sent - tally.rate_limited >= retry.max_attempts
+                or tally.rate_limited >= retry.rate_limit_attempts)
 
     def _wait(self, state: RetryCallState) -> float:
         # After a 429 the endpoint itself is paused (every request waits in Endpoint.ready), so this
@@ -198,7 +233,7 @@ class Dispatcher:
 
     async def _send(self, req: Request, endpoint: Endpoint) -> None:
         future = self.inflight[req.key]
-        tries = [0]
+        tries = Tally()
         try:
             await self._start_provider(req.provider)
             completion, latency = await self._retrying(self._attempt, req, endpoint, tries)
@@ -208,7 +243,7 @@ class Dispatcher:
                 self.fatal = exc
             self.stopping = True
         except ProviderError as exc:
-            self._finish_failed(req, exc, tries[0])
+            self._finish_failed(req, exc, tries.sent)
             future.set_result(None)
             if isinstance(exc, AuthError) and endpoint.dead is None:
                 endpoint.dead = exc
@@ -219,21 +254,35 @@ class Dispatcher:
             future.cancel()
             raise
         else:
-            self._finish_fresh(req, completion, tries[0], latency)
+            self._finish_fresh(req, completion, tries.sent, latency)
             future.set_result(completion)
         finally:
             self.inflight.pop(req.key, None)
             endpoint.slots.release()
 
-    async def _attempt(self, req: Request, endpoint: Endpoint, tries: list[int]) -> tuple[Completion, float]:
+    async def _attempt(self, req: Request, endpoint: Endpoint, tries: Tally) -> tuple[Completion, float]:
         if endpoint.dead is not None:
             raise AuthError(f"not sent: {endpoint.dead}")
-        await endpoint.ready(estimate_tokens(req.messages, req.params.get("max_tokens")) if endpoint.tpm else 0)
-        tries[0] += 1
+        if endpoint.counts_tokens:
+            await endpoint.ready(estimate_tokens(req.messages), req.params.get("max_tokens") or 0)
+        else:
+            await endpoint.ready()
+        tries.sent += 1
         loop = asyncio.get_running_loop()
         started = loop.time()
-        completion = await self.providers[req.provider].execute(req.model_name, req.messages, req.params)
-        return completion, loop.time() - started
+        try:
+            completion = await self.providers[req.provider].execute(req.model_name, req.messages, req.params)
+        except RateLimited:
+            tries.rate_limited += 1
+            endpoint.failed()
+            raise
+        except TransientError as exc:
+            if exc.error_class in _LOAD_ERRORS:
+                endpoint.failed()
+            raise
+        latency = loop.time() - started
+        endpoint.observe(completion.rate, latency)
+        return completion, latency
 
     async def _follow(self, req: Request, leader: asyncio.Future[Completion | None]) -> None:
         try:

@@ -1,21 +1,150 @@
-"""Per-endpoint rate limits: requests/minute and tokens/minute (aiolimiter), a concurrency bound, and a
-pause shared by every request of the endpoint after a 429.
+"""Per-endpoint rate limits (DESIGN invariant 5).
 
-An endpoint is provider + key + model (DESIGN invariant 5): two models of one provider do not share limits.
+An endpoint is provider + key + model: two models of one provider do not share limits. Each has
+
+- token buckets for requests, tokens, input tokens and output tokens per minute. A bucket starts from the
+  job's configured value, or from the first response's rate-limit headers when the job sets none; headers
+  keep it in step with the server afterwards (its ``remaining``), and a configured value stays the ceiling;
+- a pause shared by every request after a 429, for its Retry-After;
+- a concurrency bound. While no rate-limit headers have been seen (local servers send none) the bound is
+  adaptive: it halves on errors and grows by one per window of good responses while latency holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+from collections import deque
 from collections.abc import Callable
 
-from aiolimiter import AsyncLimiter
+from providers.base import RateWindow
+
+#: the kinds of limit a response's headers may carry, each counted per minute
+KINDS = ("requests", "tokens", "input_tokens", "output_tokens")
+
+
+class Bucket:
+    """A token bucket: ``capacity`` per minute, refilled continuously. ``take`` waits until it can."""
+
+    __slots__ = ("_clock", "_sleep", "capacity", "ceiling", "level", "rate", "stamp")
+
+    def __init__(self, capacity: float, *, ceiling: float | None = None, clock: Callable[[], float],
+                 sleep: Callable[[float], object]) -> None:
+        self.ceiling = ceiling
+        self.capacity = min(capacity, ceiling) if ceiling else capacity
+        self.rate = self.capacity / 60.0
+        self.level = self.capacity  # tokens available now
+        self._clock = clock
+        self._sleep = sleep
+        self.stamp = clock()
+
+    def _refill(self) -> float:
+        now = self._clock()
+        self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
+        self.stamp = now
+        return now
+
+    async def take(self, amount: float) -> None:
+        amount = min(amount, self.capacity)  # one request larger than the bucket still goes, alone
+        while True:
+            self._refill()
+            if self.level >= amount - 1e-9:  # float sums of refills may fall short by an ulp
+                self.level -= amount
+                return
+            await self._sleep(max((amount - self.level) / self.rate, 1e-3))
+
+    def resize(self, limit: int) -> None:
+        """The server announced its limit: adopt it, below the configured ceiling."""
+        capacity = float(min(limit, self.ceiling) if self.ceiling else limit)
+        if capacity > 0 and capacity != self.capacity:
+            self._refill()
+            self.level = min(self.level, capacity)
+            self.capacity, self.rate = capacity, capacity / 60.0
+
+    def sync(self, remaining: int, age: float) -> None:
+        """The server had ``remaining`` left when it admitted a request ``age`` seconds ago at most. Never
+        believe more than our own count: other clients may share the key, and we may have sent more since."""
+        self._refill()
+        self.level = min(self.level, remaining + age * self.rate)
+
+
+class Slots:
+    """A semaphore whose size can change while requests hold it."""
+
+    __slots__ = ("held", "limit", "waiters")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self) -> None:
+        if self.held < self.limit and not self.waiters:
+            self.held += 1
+            return
+        future = asyncio.get_running_loop().create_future()
+        self.waiters.append(future)
+        try:
+            await future  # the releaser counted us in ``held`` before waking us
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.release()
+            else:
+                self.waiters.remove(future)
+            raise
+
+    def release(self) -> None:
+        self.held -= 1
+        self._wake()
+
+    def resize(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self._wake()
+
+    def _wake(self) -> None:
+        while self.waiters and self.held < self.limit:
+            future = self.waiters.popleft()
+            if not future.done():
+                self.held += 1
+                future.set_result(None)
+
+
+class Adaptive:
+    """Additive increase, multiplicative decrease of an endpoint's concurrency, for servers that say nothing
+    about their limits. Grows by one after ``limit`` good answers in a row whose latency stays within twice
+    the best seen; halves on an error, at most once per latency window so one burst counts once."""
+
+    __slots__ = ("_clock", "best", "ceiling", "good", "last_cut", "slots")
+
+    def __init__(self, slots: Slots, ceiling: int, clock: Callable[[], float]) -> None:
+        self.slots = slots
+        self.ceiling = ceiling
+        self.best = math.inf
+        self.good = 0
+        self.last_cut = -math.inf
+        self._clock = clock
+
+    def success(self, latency: float) -> None:
+        self.best = min(self.best, latency)
+        if latency > 2 * self.best + 0.005:  # queueing somewhere: hold, do not grow
+            self.good = 0
+            return
+        self.good += 1
+        if self.good >= self.slots.limit and self.slots.limit < self.ceiling:
+            self.good = 0
+            self.slots.resize(self.slots.limit + 1)
+
+    def failure(self) -> None:
+        now = self._clock()
+        self.good = 0
+        if now - self.last_cut < max(self.best, 0.05) * 2:
+            return
+        self.last_cut = now
+        self.slots.resize(max(1, self.slots.limit // 2))
 
 
 class Endpoint:
     """The gate every request to one endpoint passes before it is sent."""
-
-    __slots__ = ("_clock", "_sleep", "dead", "name", "paused_until", "rpm", "slots", "tpm")
 
     def __init__(
         self,
@@ -24,38 +153,85 @@ class Endpoint:
         concurrency: int,
         rpm: int | None = None,
         tpm: int | None = None,
+        itpm: int | None = None,
+        otpm: int | None = None,
+        adaptive: bool = False,
+        adaptive_start: int = 4,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], object] = asyncio.sleep,
     ) -> None:
         self.name = name
+        self._clock = clock or asyncio.get_running_loop().time
+        self._sleep = sleep
+        #: configured per-minute ceilings by kind
+        self.ceilings: dict[str, int | None] = {"requests": rpm, "tokens": tpm, "input_tokens": itpm,
+                                                "output_tokens": otpm}
+        self.buckets: dict[str, Bucket] = {
+            kind: self._bucket(limit, limit) for kind, limit in self.ceilings.items() if limit
+        }
+        self.ceiling = concurrency
         #: bounds the requests in flight (and so the tasks and memory the dispatcher holds)
-        self.slots = asyncio.Semaphore(concurrency)
-        self.rpm = AsyncLimiter(rpm, 60) if rpm else None
-        self.tpm = AsyncLimiter(tpm, 60) if tpm else None
+        self.slots = Slots(min(adaptive_start, concurrency) if adaptive else concurrency)
+        self.adaptive = Adaptive(self.slots, concurrency, self._clock) if adaptive else None
+        #: the last windows the server reported, for the live view and the report
+        self.reported: dict[str, RateWindow] = {}
         #: loop time before which nothing is sent (set by a 429's Retry-After)
         self.paused_until = 0.0
         #: set when the endpoint refused our key: nothing more is sent to it
         self.dead: Exception | None = None
-        self._clock = clock or asyncio.get_running_loop().time
-        self._sleep = sleep
+
+    def _bucket(self, capacity: int, ceiling: int | None) -> Bucket:
+        return Bucket(capacity, ceiling=ceiling, clock=self._clock, sleep=self._sleep)
+
+    @property
+    def counts_tokens(self) -> bool:
+        return any(kind in self.buckets for kind in ("tokens", "input_tokens", "output_tokens"))
 
     def pause(self, seconds: float) -> None:
         self.paused_until = max(self.paused_until, self._clock() + seconds)
 
-    async def ready(self, tokens: int = 0) -> None:
-        """Wait out any pause, then take one request and ``tokens`` tokens from the limiters."""
+    async def ready(self, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        """Wait out any pause, then take one request and the request's tokens from the buckets."""
         while (wait := self.paused_until - self._clock()) > 0:
             await self._sleep(wait)
-        if self.rpm is not None:
-            await self.rpm.acquire(1)
-        if self.tpm is not None and tokens > 0:
-            await self.tpm.acquire(min(tokens, self.tpm.max_rate))
+        buckets = self.buckets
+        if not buckets:
+            return
+        for kind, amount in (("requests", 1), ("tokens", input_tokens + output_tokens),
+                             ("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+            bucket = buckets.get(kind)
+            if bucket is not None and amount > 0:
+                await bucket.take(amount)
+
+    def observe(self, rate: dict[str, RateWindow] | None, latency: float) -> None:
+        """A response arrived: learn the server's limits from its headers, or adapt to its latency."""
+        if rate:
+            if self.adaptive is not None:  # the server states its limits: they govern, not our guesses
+                self.adaptive = None
+                self.slots.resize(self.ceiling)
+            self.reported.update(rate)
+            for kind, window in rate.items():
+                bucket = self.buckets.get(kind)
+                if window.limit:
+                    if bucket is None:
+                        bucket = self.buckets[kind] = self._bucket(window.limit, self.ceilings.get(kind))
+                    else:
+                        bucket.resize(window.limit)
+                if bucket is not None and window.remaining is not None:
+                    bucket.sync(window.remaining, latency)
+        elif self.adaptive is not None:
+            self.adaptive.success(latency)
+
+    def failed(self) -> None:
+        """A request failed in a way that says the server is loaded (429, 5xx, timeout, dropped connection)."""
+        if self.adaptive is not None:
+            self.adaptive.failure()
 
     def __repr__(self) -> str:
-        return f"<Endpoint {self.name} paused_until={self.paused_until:.2f} dead={self.dead is not None}>"
+        return f"<Endpoint {self.name} slots={self.slots.limit} paused_until={self.paused_until:.2f}>"
 
 
-def estimate_tokens(messages: list[dict[str, str]], max_tokens: int | None) -> int:
-    """A cheap upper-leaning estimate for the TPM limiter: about 4 characters a token, plus the output cap."""
+def estimate_tokens(messages: list[dict[str, str]]) -> int:
+    """A cheap upper-leaning estimate of input tokens for the token buckets: about 4 characters a token."""
     chars = sum(len(m.get("content") or "") for m in messages)
-    return chars // 4 + 4 * len(messages) + (max_tokens or 0)
+    return chars // 4 + 4 * len(messages)

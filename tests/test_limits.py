@@ -1,0 +1,200 @@
+"""Per-endpoint limits: token buckets learned from headers, the adaptive concurrency, the 429 pause.
+
+A fake clock drives every bucket: no test sleeps for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from providers.anthropic_messages import anthropic_rate
+from providers.base import RateWindow
+from providers.openai_chat import duration_seconds, openai_rate
+from runner.limits import Adaptive, Bucket, Endpoint, Slots
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+def bucket(capacity: float, clock: FakeClock, ceiling: float | None = None) -> Bucket:
+    return Bucket(capacity, ceiling=ceiling, clock=clock, sleep=clock.sleep)
+
+
+async def test_a_bucket_admits_its_capacity_then_its_per_minute_rate():
+    clock = FakeClock()
+    b = bucket(600, clock)
+    for _ in range(600):
+        await b.take(1)
+    assert clock.now == 0.0  # a full bucket lets a burst of its size through
+    for _ in range(10):
+        await b.take(1)
+    assert clock.now == pytest.approx(1.0)  # then 600 per minute: ten in one second
+
+
+async def test_a_request_larger_than_the_bucket_waits_for_a_full_bucket_and_goes_alone():
+    clock = FakeClock()
+    b = bucket(60, clock)
+    await b.take(60)
+    await b.take(1000)
+    assert clock.now == pytest.approx(60.0)
+
+
+async def test_headers_shrink_a_bucket_but_never_past_the_configured_ceiling():
+    clock = FakeClock()
+    b = bucket(100, clock, ceiling=100)
+    b.resize(1000)
+    assert b.capacity == 100  # the job's value is the ceiling
+    b.resize(50)
+    assert b.capacity == 50 and b.level == 50 and b.rate == pytest.approx(50 / 60)
+
+
+async def test_sync_believes_the_lower_count_allowing_for_refill_since_admission():
+    clock = FakeClock()
+    b = bucket(600, clock)
+    b.sync(remaining=100, age=0.5)
+    assert b.level == pytest.approx(105)  # 100 left then, 10/s refill for at most 0.5 s
+    b.sync(remaining=500, age=0.0)
+    assert b.level == pytest.approx(105)  # another client's view never adds tokens we did not count
+
+
+async def test_slots_resize_while_held_and_wake_waiters_in_order():
+    slots = Slots(1)
+    await slots.acquire()
+    order: list[int] = []
+
+    async def waiter(i: int) -> None:
+        await slots.acquire()
+        order.append(i)
+
+    tasks = [asyncio.ensure_future(waiter(i)) for i in range(3)]
+    await asyncio.sleep(0)
+    assert order == [] and len(slots.waiters) == 3
+    slots.resize(3)
+    await asyncio.sleep(0)
+    assert order == [0, 1] and slots.held == 3
+    slots.release()
+    await asyncio.sleep(0)
+    assert order == [0, 1, 2]
+    await asyncio.gather(*tasks)
+
+
+async def test_a_cancelled_waiter_gives_back_a_slot_it_was_handed():
+    slots = Slots(1)
+    await slots.acquire()
+    task = asyncio.ensure_future(slots.acquire())
+    await asyncio.sleep(0)
+    slots.release()  # hands the slot to the waiter...
+    task.cancel()  # ...which is cancelled before it runs
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert slots.held == 0 and not slots.waiters
+
+
+def test_adaptive_grows_by_one_per_window_while_latency_holds_and_halves_on_errors():
+    clock = FakeClock()
+    slots = Slots(4)
+    adaptive = Adaptive(slots, ceiling=64, clock=clock)
+    for _ in range(4):
+        adaptive.success(0.1)
+    assert slots.limit == 5
+    for _ in range(5):
+        adaptive.success(0.5)  # five times the best latency: queueing, so no growth
+    assert slots.limit == 5
+    adaptive.failure()
+    assert slots.limit == 2
+    adaptive.failure()  # the same burst of errors: counted once
+    assert slots.limit == 2
+    clock.now += 1.0
+    adaptive.failure()
+    adaptive.failure()
+    clock.now += 1.0
+    adaptive.failure()
+    assert slots.limit == 1  # never below one
+
+
+def test_adaptive_stops_at_the_ceiling():
+    slots = Slots(3)
+    adaptive = Adaptive(slots, ceiling=4, clock=FakeClock())
+    for _ in range(100):
+        adaptive.success(0.01)
+    assert slots.limit == 4
+
+
+async def test_an_endpoint_learns_its_limits_from_headers_and_drops_adaptation():
+    clock = FakeClock()
+    endpoint = Endpoint("e", concurrency=64, adaptive=True, clock=clock, sleep=clock.sleep)
+    assert endpoint.slots.limit == 4 and not endpoint.buckets
+    endpoint.observe({"requests": RateWindow(limit=600, remaining=590, reset=1.0)}, latency=0.0)
+    assert endpoint.adaptive is None and endpoint.slots.limit == 64
+    requests = endpoint.buckets["requests"]
+    assert requests.capacity == 600 and requests.level == 590
+    for _ in range(590):
+        await endpoint.ready()
+    assert clock.now == 0.0
+    await endpoint.ready()
+    assert clock.now == pytest.approx(0.1)
+
+
+async def test_a_configured_rpm_stays_the_ceiling_when_headers_say_more():
+    clock = FakeClock()
+    endpoint = Endpoint("e", concurrency=8, rpm=60, clock=clock, sleep=clock.sleep)
+    endpoint.observe({"requests": RateWindow(limit=10_000, remaining=9_999)}, latency=0.0)
+    assert endpoint.buckets["requests"].capacity == 60
+
+
+async def test_input_and_output_tokens_are_taken_from_their_own_buckets():
+    clock = FakeClock()
+    endpoint = Endpoint("e", concurrency=8, itpm=1000, otpm=100, clock=clock, sleep=clock.sleep)
+    assert endpoint.counts_tokens
+    await endpoint.ready(input_tokens=10, output_tokens=100)
+    assert clock.now == 0.0
+    await endpoint.ready(input_tokens=10, output_tokens=50)  # the output bucket is empty: 30 s for 50
+    assert clock.now == pytest.approx(30.0)
+    assert endpoint.buckets["input_tokens"].level == pytest.approx(980)  # taken before the wait
+
+
+async def test_a_pause_holds_every_request_of_the_endpoint():
+    clock = FakeClock()
+    endpoint = Endpoint("e", concurrency=8, clock=clock, sleep=clock.sleep)
+    endpoint.pause(2.0)
+    endpoint.pause(0.5)  # a shorter pause never cuts a longer one
+    await endpoint.ready()
+    assert clock.now == pytest.approx(2.0)
+
+
+def test_openai_rate_headers():
+    headers = {"x-ratelimit-limit-requests": "500", "x-ratelimit-remaining-requests": "499",
+               "x-ratelimit-reset-requests": "120ms", "x-ratelimit-limit-tokens": "30000",
+               "x-ratelimit-remaining-tokens": "29000", "x-ratelimit-reset-tokens": "6m0s"}
+    rate = openai_rate(headers)
+    assert rate == {"requests": RateWindow(500, 499, 0.12), "tokens": RateWindow(30000, 29000, 360.0)}
+    assert openai_rate({}) is None
+    assert duration_seconds("1h2m3.5s") == pytest.approx(3723.5)
+    assert duration_seconds("soon") is None
+
+
+def test_anthropic_rate_headers():
+    headers = {"anthropic-ratelimit-requests-limit": "50", "anthropic-ratelimit-requests-remaining": "49",
+               "anthropic-ratelimit-requests-reset": "2000-01-01T00:00:00Z",
+               "anthropic-ratelimit-input-tokens-limit": "40000",
+               "anthropic-ratelimit-input-tokens-remaining": "39000",
+               "anthropic-ratelimit-output-tokens-limit": "8000",
+               "anthropic-ratelimit-output-tokens-remaining": "7000"}
+    rate = anthropic_rate(headers)
+    assert rate is not None
+    assert rate["requests"] == RateWindow(50, 49, 0.0)  # a reset in the past is now
+    assert rate["input_tokens"].limit == 40000 and rate["output_tokens"].remaining == 7000
+    assert "tokens" not in rate
