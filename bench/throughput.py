@@ -131,9 +131,9 @@ def count_lines(path: Path) -> int:
 # -- the simulated server in its own process ------------------------------------------------------------
 
 class SimProcess:
-    def __init__(self, timeout: float = 20.0) -> None:
+    def __init__(self, timeout: float = 20.0, extra: list[str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "providers.simserver", "--host", "127.0.0.1", "--port", "0"],
+            [sys.executable, "-m", "providers.simserver", "--host", "127.0.0.1", "--port", "0", *(extra or [])],
             cwd=ROOT, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
         )
         self.url = self._read_url(timeout)

@@ -151,7 +151,8 @@ async def test_a_job_runs_against_llama_cpp_server_and_resubmitting_it_costs_not
     ).fetchall()
     assert len(stored) == ROWS
     for provider, model, text, finish, tokens_in, tokens_out, body in stored:
-        assert (provider, model) == ("openai-compatible", "llama/smollm2")
+        # the cache key names the server and the model it serves, not the job's label for the server
+        assert (provider, model) == ("openai-compatible", f"{llama_server.url.rstrip('/')}/smollm2")
         assert text.strip() and finish in ("stop", "length")
         assert 0 < tokens_out <= 5 < tokens_in  # max_tokens 5; the prompt is a question with four options
         raw = json.loads(body)

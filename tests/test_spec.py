@@ -174,6 +174,22 @@ MALFORMED = [
         "  - name: mc\n", "  - name: 'has space'\n",
         11, "stages[0].name", "should match pattern", id="bad-stage-name",
     ),
+    pytest.param(
+        "  - sim:gpt-test\n", "  - openai-compatible:my-vllm/llama\nendpoints:\n  my-vlm: {base_url: 'http://h/v1'}\n",
+        3, "models[0]", "no endpoint named 'my-vllm'; did you mean 'my-vlm'?", id="unknown-endpoint",
+    ),
+    pytest.param(
+        "  - sim:gpt-test\n", "  - openai-compatible:llama\nendpoints:\n  llama: {base_url: 'http://h/v1'}\n",
+        3, "models[0]", "openai-compatible:ENDPOINT/MODEL", id="endpoint-model-without-slash",
+    ),
+    pytest.param(
+        "  - sim:gpt-test\n", "  - openai-compatible:llama/x\nendpoints:\n  llama: {api_key_env: K}\n",
+        5, "endpoints.llama", "an endpoint needs base_url:", id="endpoint-without-base-url",
+    ),
+    pytest.param(
+        "    rpm: 100\n", "    rpm: -5\n",
+        9, "providers.sim.rpm", "greater than 0", id="negative-rpm",
+    ),
 ]
 
 
