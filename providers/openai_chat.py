@@ -170,6 +170,8 @@ class OpenAIChatProvider(Provider):
                 status=exc.status_code,
             ) from exc
         except openai.APITimeoutError as exc:
+            if "Connect" in type(exc.__cause__).__name__:  # the aiohttp transport reports a refusal as this
+                raise TransientError(f"{where}: connection failed ({exc.__cause__})", error_class="connection") from exc
             raise TransientError(f"{where}: timed out after {self.settings.timeout:g} s",
                                  error_class="timeout") from exc
         except openai.APIConnectionError as exc:

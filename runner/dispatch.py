@@ -245,8 +245,6 @@ class Dispatcher:
         except ProviderError as exc:
             self._finish_failed(req, exc, tries.sent)
             future.set_result(None)
-            if isinstance(exc, AuthError) and endpoint.dead is None:
-                endpoint.dead = exc
             if isinstance(exc, QuotaExceeded) and self.fatal is None:
                 self.fatal = exc
                 self.stopping = True
@@ -272,14 +270,17 @@ class Dispatcher:
         started = loop.time()
         try:
             completion = await self.providers[req.provider].execute(req.model_name, req.messages, req.params)
-        except RateLimited:
-            tries.rate_limited += 1
-            endpoint.failed()
-            raise
-        except TransientError as exc:
-            if exc.error_class in _LOAD_ERRORS:
+        except ProviderError as exc:
+            if isinstance(exc, AuthError) and endpoint.dead is None:
+                endpoint.dead = exc  # before the endpoint opens: nothing else is sent with a refused key
+            endpoint.answered()
+            if isinstance(exc, RateLimited):
+                tries.rate_limited += 1
+                endpoint.failed()
+            elif isinstance(exc, TransientError) and exc.error_class in _LOAD_ERRORS:
                 endpoint.failed()
             raise
+        endpoint.answered()
         latency = loop.time() - started
         endpoint.observe(completion.rate, latency)
         return completion, latency

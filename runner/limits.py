@@ -44,14 +44,22 @@ class Bucket:
         self.stamp = now
         return now
 
+    @property
+    def margin(self) -> float:
+        """Tokens kept back: the server starts refilling when a request arrives, not when we send it, so a
+        slow first connection or a burst queued at the server would otherwise overdraw its bucket by the
+        refill of that delay. Half a second's refill, at most 5 % of the bucket; the pace is unchanged."""
+        return min(self.rate * 0.5, self.capacity * 0.05)
+
     async def take(self, amount: float) -> None:
-        amount = min(amount, self.capacity)  # one request larger than the bucket still goes, alone
+        amount = min(amount, self.capacity - self.margin)  # a request larger than the bucket still goes, alone
         while True:
             self._refill()
-            if self.level >= amount - 1e-9:  # float sums of refills may fall short by an ulp
+            short = amount + self.margin - self.level
+            if short <= 1e-9:  # float sums of refills may fall short by an ulp
                 self.level -= amount
                 return
-            await self._sleep(max((amount - self.level) / self.rate, 1e-3))
+            await self._sleep(max(short / self.rate, 1e-3))
 
     def resize(self, limit: int) -> None:
         """The server announced its limit: adopt it, below the configured ceiling."""
@@ -170,8 +178,11 @@ class Endpoint:
             kind: self._bucket(limit, limit) for kind, limit in self.ceilings.items() if limit
         }
         self.ceiling = concurrency
-        #: bounds the requests in flight (and so the tasks and memory the dispatcher holds)
-        self.slots = Slots(min(adaptive_start, concurrency) if adaptive else concurrency)
+        #: bounds the requests in flight (and so the tasks and memory the dispatcher holds). The first request
+        #: goes alone: its answer brings the server's limits, or a refused key, before anything else is sent.
+        self.slots = Slots(1)
+        self.opening = min(adaptive_start, concurrency) if adaptive else concurrency
+        self.probing = True
         self.adaptive = Adaptive(self.slots, concurrency, self._clock) if adaptive else None
         #: the last windows the server reported, for the live view and the report
         self.reported: dict[str, RateWindow] = {}
@@ -202,6 +213,12 @@ class Endpoint:
             bucket = buckets.get(kind)
             if bucket is not None and amount > 0:
                 await bucket.take(amount)
+
+    def answered(self) -> None:
+        """An answer (or an error) came back: after the endpoint's first, let the others go."""
+        if self.probing:
+            self.probing = False
+            self.slots.resize(self.opening)
 
     def observe(self, rate: dict[str, RateWindow] | None, latency: float) -> None:
         """A response arrived: learn the server's limits from its headers, or adapt to its latency."""

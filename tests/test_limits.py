@@ -33,10 +33,11 @@ def bucket(capacity: float, clock: FakeClock, ceiling: float | None = None) -> B
     return Bucket(capacity, ceiling=ceiling, clock=clock, sleep=clock.sleep)
 
 
-async def test_a_bucket_admits_its_capacity_then_its_per_minute_rate():
+async def test_a_bucket_admits_its_capacity_less_a_margin_then_its_per_minute_rate():
     clock = FakeClock()
     b = bucket(600, clock)
-    for _ in range(600):
+    assert b.margin == pytest.approx(5.0)  # half a second of refill, kept back for delays on the way
+    for _ in range(595):
         await b.take(1)
     assert clock.now == 0.0  # a full bucket lets a burst of its size through
     for _ in range(10):
@@ -48,8 +49,9 @@ async def test_a_request_larger_than_the_bucket_waits_for_a_full_bucket_and_goes
     clock = FakeClock()
     b = bucket(60, clock)
     await b.take(60)
+    assert clock.now == 0.0
     await b.take(1000)
-    assert clock.now == pytest.approx(60.0)
+    assert clock.now == pytest.approx(60.0 - b.margin)  # refilled to the brim, less the margin kept back
 
 
 async def test_headers_shrink_a_bucket_but_never_past_the_configured_ceiling():
@@ -136,16 +138,26 @@ def test_adaptive_stops_at_the_ceiling():
 async def test_an_endpoint_learns_its_limits_from_headers_and_drops_adaptation():
     clock = FakeClock()
     endpoint = Endpoint("e", concurrency=64, adaptive=True, clock=clock, sleep=clock.sleep)
-    assert endpoint.slots.limit == 4 and not endpoint.buckets
+    assert endpoint.slots.limit == 1 and not endpoint.buckets  # the first request goes alone
+    endpoint.answered()
+    assert endpoint.slots.limit == 4  # then the adaptive start
     endpoint.observe({"requests": RateWindow(limit=600, remaining=590, reset=1.0)}, latency=0.0)
     assert endpoint.adaptive is None and endpoint.slots.limit == 64
     requests = endpoint.buckets["requests"]
     assert requests.capacity == 600 and requests.level == 590
-    for _ in range(590):
+    for _ in range(585):  # what the server said is left, less the margin
         await endpoint.ready()
     assert clock.now == 0.0
     await endpoint.ready()
     assert clock.now == pytest.approx(0.1)
+
+
+def test_an_endpoint_opens_to_its_concurrency_after_the_first_answer():
+    endpoint = Endpoint("e", concurrency=16, clock=FakeClock())
+    assert endpoint.slots.limit == 1
+    endpoint.answered()
+    endpoint.answered()
+    assert endpoint.slots.limit == 16
 
 
 async def test_a_configured_rpm_stays_the_ceiling_when_headers_say_more():

@@ -108,7 +108,7 @@ async def test_the_same_job_gets_the_same_answers_in_every_format(tmp_path):
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_a_refused_key_stops_the_endpoint_after_one_request(tmp_path, provider):
     async with await start_server(SimConfig(fault_401=1.0)) as srv:
-        job = make_job(tmp_path, srv, provider, 50, settings="timeout: 1, concurrency: 1")
+        job = make_job(tmp_path, srv, provider, 50)  # default concurrency: the first request goes alone
         store = Store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
         stats = srv.stats()
@@ -160,7 +160,7 @@ async def test_a_timeout_is_retried(tmp_path, provider):
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_quota_exhausted_stops_the_whole_run(tmp_path, provider):
     async with await start_server(SimConfig(fault_quota=1.0)) as srv:
-        job = make_job(tmp_path, srv, provider, 50, settings="timeout: 1, concurrency: 1")
+        job = make_job(tmp_path, srv, provider, 50)
         store = Store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
         stats = srv.stats()
@@ -196,6 +196,18 @@ async def test_a_permanently_failing_endpoint_ends_in_bounded_time(tmp_path, pro
     assert stats["received"] == 20 * 3  # every item tried exactly max_attempts times
     assert error_classes(store, outcome.run_id) == {"server_error": 20}
     assert report.build(store, outcome.run_id)["totals"]["failed"] == 20
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_server_that_is_not_there_fails_every_item_as_a_connection_error(tmp_path, provider):
+    async with await start_server() as srv:
+        job = make_job(tmp_path, srv, provider, 5,
+                       retry="max_attempts: 2, backoff_initial: 0.01, backoff_max: 0.02, max_elapsed: 5")
+    # the server is closed now: its port refuses connections
+    store = Store(tmp_path / "s.sqlite")
+    outcome = await execute(job, store)
+    assert error_classes(store, outcome.run_id) == {"connection": 5}
+    assert store.conn.execute("SELECT min(attempts), max(attempts) FROM tasks").fetchone() == (2, 2)
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
