@@ -105,8 +105,9 @@ class Provider(ABC):
         return self.settings
 
     def endpoint_key(self, model: str) -> str:
-        """Requests sharing this string share rate limiters (provider + key + model)."""
-        return f"{self.name}:{self.settings.base_url or ''}:{model}"
+        """Requests sharing this string share rate limiters (provider + key + model): the key is named by its
+        variable, never by its value."""
+        return f"{self.name}:{self.settings.base_url or ''}:{','.join(self.key_variables())}:{model}"
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Open clients or load weights; raise ``ModelSetupError`` with the fix when that fails."""
