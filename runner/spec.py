@@ -67,6 +67,19 @@ class Price(Strict):
     cached_input: float | None = Field(default=None, ge=0)
 
 
+class BudgetLimit(Strict):
+    """A spending limit: USD and/or tokens (input + output)."""
+
+    usd: float | None = Field(default=None, gt=0)
+    tokens: int | None = Field(default=None, gt=0)
+
+
+class JobBudget(BudgetLimit):
+    """The run's limit, and limits per model (``provider:model``) across stages."""
+
+    models: dict[str, BudgetLimit] = Field(default_factory=dict)
+
+
 class Dataset(Strict):
     path: str
     #: read only the first N rows
@@ -101,6 +114,7 @@ class Stage(Strict):
     params: Params = Field(default_factory=Params)
     parse: Literal["letter", "text"] = "text"
     output: str | None = None
+    budget: BudgetLimit | None = None
 
     @model_validator(mode="after")
     def _letter_needs_choices(self) -> Stage:
@@ -119,6 +133,7 @@ class Job(Strict):
     endpoints: dict[str, ProviderSettings] = Field(default_factory=dict)
     retry: RetrySettings = Field(default_factory=RetrySettings)
     prices: dict[str, Price] = Field(default_factory=dict)
+    budget: JobBudget | None = None
     output_dir: str = "results"
     stages: list[Stage] = Field(min_length=1)
 
@@ -205,6 +220,8 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
             _fail(path, lines, loc + ("prompt",), str(exc))
     for key in job.prices:
         _check_model(path, lines, ("prices", key), key, known)
+    for key in job.budget.models if job.budget else ():
+        _check_model(path, lines, ("budget", "models", key), key, known)
     for name, endpoint in job.endpoints.items():
         if not endpoint.base_url:
             _fail(path, lines, ("endpoints", name), "an endpoint needs base_url: (e.g. http://127.0.0.1:8000/v1)")

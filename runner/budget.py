@@ -1,0 +1,123 @@
+"""Budgets with in-flight reservations (DESIGN invariant 3).
+
+Before a request is sent, its worst case (input tokens counted, plus max_tokens at the output price) is
+reserved against every budget that covers it: the run's, its stage's and its model's. The reservation is
+settled to the actual cost when the answer comes, or released when the request failed unbilled. A request
+whose reservation does not fit waits while other reservations of the same budget are in flight (they
+usually settle below their worst case and give room back); when nothing is in flight and it still does not
+fit, that budget is exhausted. Spend therefore never exceeds a budget, whatever the concurrency, and a run
+stops with less than one request's worst case left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+#: tolerance of float sums of money (USD); far below a cent
+EPSILON = 1e-9
+
+
+@dataclass(slots=True)
+class Scope:
+    """One budget: the run's, a stage's or a model's. ``usd`` and ``tokens`` are the limits (None: none)."""
+
+    kind: str  # "run", "stage" or "model"
+    name: str
+    usd: float | None = None
+    tokens: int | None = None
+    spent_usd: float = 0.0
+    spent_tokens: int = 0
+    reserved_usd: float = 0.0
+    reserved_tokens: int = 0
+    inflight: int = 0
+
+    def fits(self, usd: float, tokens: int) -> bool:
+        if self.usd is not None and self.spent_usd + self.reserved_usd + usd > self.usd + EPSILON:
+            return False
+        return self.tokens is None or self.spent_tokens + self.reserved_tokens + tokens <= self.tokens
+
+    def describe(self) -> str:
+        limits = [f"${self.usd:,.2f}" if self.usd is not None else "", f"{self.tokens:,} tokens" if self.tokens
+                  is not None else ""]
+        where = "the run's budget" if self.kind == "run" else f"the budget of {self.kind} {self.name}"
+        return f"{where} ({' and '.join(x for x in limits if x)})"
+
+
+@dataclass(slots=True)
+class Reservation:
+    scopes: list[Scope]
+    usd: float
+    tokens: int
+    #: the ledger row holding it in the store, when it was written there
+    ledger_id: int | None = None
+
+
+@dataclass(slots=True)
+class Exhausted:
+    """No room left in ``scope`` for a request, with nothing in flight that could give some back."""
+
+    scope: Scope
+
+
+@dataclass
+class Budgets:
+    run: Scope
+    stages: dict[str, Scope] = field(default_factory=dict)
+    models: dict[str, Scope] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._changed = asyncio.Event()
+
+    @property
+    def limited(self) -> bool:
+        return any(s.usd is not None or s.tokens is not None for s in self.all())
+
+    def all(self) -> list[Scope]:
+        return [self.run, *self.stages.values(), *self.models.values()]
+
+    def covering(self, stage: str, model: str) -> list[Scope]:
+        scopes = [self.run]
+        if stage in self.stages:
+            scopes.append(self.stages[stage])
+        if model in self.models:
+            scopes.append(self.models[model])
+        return scopes
+
+    def spend(self, stage: str, model: str, usd: float, tokens: int) -> None:
+        """Spend already made (earlier attempts of a resumed run), counted against every budget covering it."""
+        for scope in self.covering(stage, model):
+            scope.spent_usd += usd
+            scope.spent_tokens += tokens
+
+    async def reserve(self, stage: str, model: str, usd: float, tokens: int) -> Reservation | Exhausted:
+        scopes = self.covering(stage, model)
+        while True:
+            blocked = next((s for s in scopes if not s.fits(usd, tokens)), None)
+            if blocked is None:
+                for scope in scopes:
+                    scope.reserved_usd += usd
+                    scope.reserved_tokens += tokens
+                    scope.inflight += 1
+                return Reservation(scopes, usd, tokens)
+            if blocked.inflight == 0:
+                return Exhausted(blocked)
+            self._changed.clear()
+            await self._changed.wait()
+
+    def settle(self, reservation: Reservation, usd: float, tokens: int) -> None:
+        """The answer came: the reservation becomes the actual spend."""
+        for scope in reservation.scopes:
+            scope.spent_usd += usd
+            scope.spent_tokens += tokens
+        self.release(reservation)
+
+    def release(self, reservation: Reservation) -> None:
+        """The request ended without a bill (failed, or not sent): give its reservation back."""
+        for scope in reservation.scopes:
+            scope.reserved_usd = max(0.0, scope.reserved_usd - reservation.usd)
+            scope.reserved_tokens = max(0, scope.reserved_tokens - reservation.tokens)
+            scope.inflight -= 1
+            if scope.inflight == 0:  # no float residue once nothing is in flight
+                scope.reserved_usd, scope.reserved_tokens = 0.0, 0
+        self._changed.set()
