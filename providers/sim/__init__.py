@@ -1,0 +1,18 @@
+"""The simulated LLM provider server, one concern per module.
+
+    config      :class:`SimConfig`, the knobs, and their validation.
+    answers     the deterministic answer, token counts and the message digest.
+    buckets     per-model token-bucket rate limits.
+    wire        what the wire formats share: the request, the format protocol, JSON responses.
+    openai, anthropic, gemini
+                one wire format each: request mapping, key header, rate-limit headers, answer and errors.
+    server      :class:`SimServer`: routes, key check, fault draw, counters; :func:`start_server`, :func:`serve`.
+
+``providers.simserver`` re-exports this API and is the command line (``python -m providers.simserver``).
+"""
+
+from .answers import message_digest, simulated_reply
+from .config import SimConfig
+from .server import SimServer, serve, start_server
+
+__all__ = ["SimConfig", "SimServer", "message_digest", "serve", "simulated_reply", "start_server"]

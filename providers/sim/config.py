@@ -1,0 +1,71 @@
+"""The simulated server's knobs (:class:`SimConfig`) and the validation shared by its constructor,
+``/sim/config`` and the command line."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FIELD_KINDS", "SimConfig", "checked_updates"]
+
+
+@dataclass
+class SimConfig:
+    """The knobs of the simulated server; every field is also a command-line flag and a /sim/config key."""
+
+    latency: float = 0.0  #: seconds added to each successful response
+    rpm: int | None = None  #: requests per minute per model (token bucket); None means unlimited
+    tpm: int | None = None  #: tokens per minute per model: input + max tokens (16 when absent) at admission
+    itpm: int | None = None  #: input tokens per minute per model (Anthropic-style)
+    otpm: int | None = None  #: output tokens per minute per model, charged as max tokens at admission
+    fault_429: float = 0.0  #: fraction of requests answered with a rate-limit 429 at random
+    retry_after: float = 0.2  #: seconds of retry-after sent with random 429s (fault_429, fault_quota)
+    fault_500: float = 0.0  #: fraction answered 500
+    fault_503: float = 0.0  #: fraction answered "overloaded" (OpenAI 503, Anthropic 529, Gemini 503)
+    fault_401: float = 0.0  #: fraction answered with the format's invalid-key error
+    fault_quota: float = 0.0  #: fraction answered "out of credit" (OpenAI 429 insufficient_quota, ...)
+    fault_timeout: float = 0.0  #: fraction that hang for hang_seconds before answering
+    hang_seconds: float = 30.0
+    fault_malformed: float = 0.0  #: fraction answered 200 with a truncated, invalid JSON body
+    fault_filter: float = 0.0  #: fraction answered 200 with a content-filtered, empty answer
+    seed: int = 0  #: seeds the fault RNG only; answers never depend on it
+    require_key: bool = True  #: reject requests without a non-empty key in the format's own header
+    api_key: str | None = field(default=None, repr=False)  #: when set, the only key accepted (missing -> error)
+
+    def __post_init__(self) -> None:
+        checked_updates(dataclasses.asdict(self))
+
+
+_OPTIONAL = {"rpm": int, "tpm": int, "itpm": int, "otpm": int, "api_key": str}
+#: field name -> the type its values take (the command line's ``type=``)
+FIELD_KINDS: dict[str, type] = {f.name: _OPTIONAL.get(f.name) or type(f.default)
+                                for f in dataclasses.fields(SimConfig)}
+
+
+def checked_updates(updates: Any) -> dict[str, Any]:
+    """Validate a /sim/config body; raise ValueError or TypeError naming the problem."""
+    if not isinstance(updates, dict):
+        raise TypeError("config must be a JSON object")
+    out: dict[str, Any] = {}
+    for name, value in updates.items():
+        kind = FIELD_KINDS.get(name)
+        if kind is None:
+            raise ValueError(f"unknown config field {name!r}")
+        if name in _OPTIONAL and value is None:
+            out[name] = None
+        elif kind is str:
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{name} must be a non-empty string")
+            out[name] = value
+        elif kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be true or false")
+            out[name] = value
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value % 1):
+            raise ValueError(f"{name} must be a{'n integer' if kind is int else ' number'}")
+        elif value < 0 or (name.startswith("fault_") and value > 1) or (name in _OPTIONAL and value < 1):
+            raise ValueError(f"{name} must be {'between 0 and 1' if name.startswith('fault_') else 'positive'}")
+        else:
+            out[name] = kind(value)
+    return out

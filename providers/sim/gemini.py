@@ -1,0 +1,145 @@
+"""Gemini generateContent as the simulated server speaks it: ``POST /v1beta/models/{model}:generateContent``
+(also under ``/v1/``), key in ``x-goog-api-key`` or ``?key=``, no rate-limit headers, errors as
+``{"error": {"code", "status", ...}}`` with ``QuotaFailure`` and ``RetryInfo`` details on a 429."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from aiohttp import web
+
+from .buckets import Blocked
+from .wire import Ask, Invalid, WireFormat, joined, positive_int, response, retry_headers, seconds_text, strings
+
+__all__ = ["GEMINI", "GeminiFormat"]
+
+_GOOGLE_QUOTA = "type.googleapis.com/google.rpc.QuotaFailure"
+_QUOTA_IDS = {  # bucket kind -> (quotaMetric suffix, quotaId)
+    "requests": ("generate_content_requests", "GenerateRequestsPerMinutePerProjectPerModel"),
+    "tokens": ("generate_content_input_token_count", "GenerateContentInputTokensPerModelPerMinute"),
+    "input-tokens": ("generate_content_input_token_count", "GenerateContentInputTokensPerModelPerMinute"),
+    "output-tokens": ("generate_content_output_token_count", "GenerateContentOutputTokensPerModelPerMinute"),
+}
+
+
+def _parse_gemini(body: Any, request: web.Request) -> Ask:
+    if not isinstance(body, dict):
+        raise Invalid("Invalid JSON payload received. Expected an object.")
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        raise Invalid("* GenerateContentRequest.contents: contents is not specified\n")
+    messages = []
+    system = body.get("systemInstruction", body.get("system_instruction"))
+    if system is not None:
+        text = joined(system.get("parts"), "text", None) if isinstance(system, dict) else None
+        if text is None:
+            raise Invalid("* GenerateContentRequest.system_instruction: only text parts are supported\n")
+        messages.append({"role": "system", "content": text})
+    for i, content in enumerate(contents):
+        role = content.get("role") or "user" if isinstance(content, dict) else None
+        if role not in ("user", "model"):
+            raise Invalid(f"* GenerateContentRequest.contents[{i}].role: Please use a valid role: user, model.\n")
+        text = joined(content.get("parts"), "text", None)
+        if text is None:
+            raise Invalid(f"* GenerateContentRequest.contents[{i}].parts: only text parts are supported\n")
+        messages.append({"role": "assistant" if role == "model" else "user", "content": text})
+    config = body.get("generationConfig", body.get("generation_config")) or {}
+    if not isinstance(config, dict):
+        raise Invalid("Invalid JSON payload received. 'generationConfig' must be an object.")
+
+    def option(camel: str, snake: str) -> Any:
+        return config.get(camel, config.get(snake))
+
+    max_tokens = option("maxOutputTokens", "max_output_tokens")
+    if max_tokens is not None and not positive_int(max_tokens):
+        raise Invalid("* GenerateContentRequest.generation_config.max_output_tokens: must be a positive integer\n")
+    if option("candidateCount", "candidate_count") not in (None, 1):
+        raise Invalid("* GenerateContentRequest.generation_config.candidate_count: the simulated server "
+                      "supports only 1\n")
+    stop = option("stopSequences", "stop_sequences")
+    if stop is not None and not strings(stop):
+        raise Invalid("* GenerateContentRequest.generation_config.stop_sequences: must be a list of strings\n")
+    return Ask(request.match_info["model"], messages, config.get("temperature"), max_tokens,
+               option("topP", "top_p"), stop or None, config.get("seed"))
+
+
+class GeminiFormat(WireFormat):
+    name = "gemini"
+    parse = staticmethod(_parse_gemini)
+
+    def key(self, request: web.Request) -> str:
+        return (request.headers.get("x-goog-api-key") or request.query.get("key") or "").strip()
+
+    @staticmethod
+    def error(code: int, status: str, message: str, headers: dict[str, str],
+              details: list[dict[str, Any]] | None = None) -> web.Response:
+        body = {"error": {"code": code, "message": message, "status": status, "details": details or []}}
+        return response(code, body, headers)
+
+    def missing_key(self, headers: dict[str, str]) -> web.Response:
+        return self.error(403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers (callers without "
+                          "established identity). Please use API Key or other form of API consumer identity to "
+                          "call this API.", headers)
+
+    def wrong_key(self, headers: dict[str, str]) -> web.Response:
+        info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
+                "domain": "googleapis.com", "metadata": {"service": "generativelanguage.googleapis.com"}}
+        return self.error(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.", headers,
+                          [info])
+
+    def bad_request(self, message: str, param: str | None, headers: dict[str, str]) -> web.Response:
+        return self.error(400, "INVALID_ARGUMENT", message, headers)
+
+    @staticmethod
+    def exhausted(model: str, metric_name: str, quota_id: str, limit: int | None, retry: float,
+                  headers: dict[str, str]) -> web.Response:
+        retry_headers(retry, headers)
+        metric = f"generativelanguage.googleapis.com/{metric_name}"
+        violation: dict[str, Any] = {"quotaMetric": metric, "quotaId": quota_id,
+                                     "quotaDimensions": {"location": "global", "model": model}}
+        if limit is not None:
+            violation["quotaValue"] = str(limit)
+        message = ("You exceeded your current quota, please check your plan and billing details. For more "
+                   "information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.\n"
+                   f"* Quota exceeded for metric: {metric}, {f'limit: {limit}, ' if limit else ''}model: {model}\n"
+                   f"Please retry in {seconds_text(retry)}s.")
+        details = [{"@type": _GOOGLE_QUOTA, "violations": [violation]},
+                   {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{seconds_text(retry)}s"}]
+        return GeminiFormat.error(429, "RESOURCE_EXHAUSTED", message, headers, details)
+
+    def limited(self, model: str, blocked: Blocked | None, retry: float, headers: dict[str, str]) -> web.Response:
+        kind = blocked.bucket.kind if blocked else "requests"
+        metric, quota_id = _QUOTA_IDS[kind]
+        return self.exhausted(model, metric, quota_id, blocked.bucket.capacity if blocked else None, retry, headers)
+
+    def quota(self, model: str, retry: float, headers: dict[str, str]) -> web.Response:
+        return self.exhausted(model, "generate_content_free_tier_requests",
+                              "GenerateRequestsPerDayPerProjectPerModel-FreeTier", None, retry, headers)
+
+    def server_error(self, headers: dict[str, str]) -> web.Response:
+        return self.error(500, "INTERNAL", "An internal error has occurred. Please retry or report in "
+                          "https://developers.generativeai.google/guide/troubleshooting", headers)
+
+    def overloaded(self, headers: dict[str, str]) -> web.Response:
+        return self.error(503, "UNAVAILABLE", "The model is overloaded. Please try again later.", headers)
+
+    def answer(self, ask: Ask, text: str | None, finish: str, stop_hit: str | None, prompt_tokens: int,
+               completion_tokens: int) -> dict[str, Any]:
+        if text is None:
+            candidate: dict[str, Any] = {"finishReason": "SAFETY", "index": 0, "safetyRatings": [
+                {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": True}]}
+        else:
+            candidate = {"content": {"role": "model", "parts": [{"text": text}]},
+                         "finishReason": "MAX_TOKENS" if finish == "length" else "STOP", "index": 0}
+        return {
+            "candidates": [candidate],
+            "usageMetadata": {"promptTokenCount": prompt_tokens, "candidatesTokenCount": completion_tokens,
+                              "totalTokenCount": prompt_tokens + completion_tokens,
+                              "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt_tokens}]},
+            "modelVersion": ask.model,
+            "responseId": os.urandom(12).hex(),
+        }
+
+
+GEMINI = GeminiFormat()

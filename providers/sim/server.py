@@ -1,0 +1,292 @@
+"""The simulated server: its routes, the key check and fault draw, the counters, and ways to run it.
+
+Endpoints (``SimServer.url`` is the OpenAI base ending in ``/v1``; ``SimServer.root_url`` the bare origin
+that the anthropic and google-genai SDKs take as ``base_url``)
+    ``POST /v1/chat/completions``                    OpenAI Chat Completions; key ``Authorization: Bearer``.
+    ``POST /v1/messages``                            Anthropic Messages; key ``x-api-key`` (or ``Authorization:
+                                                     Bearer``, which is what anthropic 2.x sends for ``api_key``).
+    ``POST /v1beta/models/{model}:generateContent``  Gemini generateContent, also under ``/v1/``; key
+                                                     ``x-goog-api-key`` or ``?key=``.
+    ``GET  /sim/stats``   ``{"received", "by_status", "by_route", "completed_by_digest"}``.
+    ``POST /sim/reset``   zeroes the counters and refills the rate-limit buckets.
+    ``POST /sim/config``  JSON object of :class:`SimConfig` fields to change at run time.
+
+Fault knobs (:class:`SimConfig`) are decided in this order, each drawing from a ``random.Random(seed)`` owned
+by the server only when its fraction is non-zero (so adding a knob never shifts the others' dice):
+    key check          missing / wrong key (``require_key``, ``api_key``); no draw.
+    ``fault_401``      auth failure.
+    (body validation)  400.
+    ``fault_quota``    out of credit: OpenAI 429 ``insufficient_quota``, Anthropic 402 ``billing_error``, Gemini
+                       429 with a per-day ``QuotaFailure``; the 429s carry ``retry_after`` like random 429s.
+    rate limits        429 from the buckets; no draw.
+    ``fault_429``      rate-limit 429 with ``retry-after`` = ``retry_after``. Requests past here are charged.
+    ``fault_500``      500.
+    ``fault_503``      overloaded (OpenAI 503, Anthropic 529, Gemini 503).
+    ``fault_timeout``  hang ``hang_seconds`` before answering.
+    ``fault_malformed`` a 200 whose JSON body is cut in half.
+    ``fault_filter``   a 200 whose answer was content-filtered (OpenAI ``finish_reason="content_filter"`` with
+                       null content, Anthropic ``stop_reason="refusal"`` with no content, Gemini
+                       ``finishReason="SAFETY"`` with no parts), a 200 in all three formats so a client sees a
+                       filtered answer the same way everywhere. Malformed wins over filtered.
+``latency`` delays every 200. A request whose client has gone when its hang or latency ends is counted as
+status 499. ``completed_by_digest`` counts the 200s a client could read (answers and filtered answers, not
+malformed ones). ``received`` counts requests to the three model routes, ``by_route`` splits them by format.
+Received keys are compared, never stored, logged or echoed; the configured ``api_key`` is masked in
+/sim/config's answer and the config's repr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import math
+import random
+import signal
+import time
+from collections.abc import Callable
+from typing import Any, Self
+
+from aiohttp import web
+
+from .answers import canonical, count_prompt_tokens, count_tokens, reply
+from .anthropic import ANTHROPIC
+from .buckets import DEFAULT_MAX_TOKENS, LIMITS, PER_MINUTE, Bucket, wait_ms, why_blocked
+from .config import SimConfig, checked_updates
+from .gemini import GEMINI
+from .openai import OPENAI
+from .wire import JSON_HEADERS, Ask, Invalid, WireFormat, compact
+
+__all__ = ["SimServer", "serve", "start_server"]
+
+
+class SimServer:
+    """A running simulated server: ``url`` (OpenAI base, ends in ``/v1``), ``root_url``; ``stats()``,
+    ``reset()``, ``configure()``."""
+
+    def __init__(self, config: SimConfig | None = None) -> None:
+        self.config = config if config is not None else SimConfig()
+        self.host = ""
+        self.port = 0
+        self._rng = random.Random(self.config.seed)
+        self._buckets: dict[str, list[Bucket]] = {}  # per model, the configured limits' buckets
+        self._closing = asyncio.Event()
+        self.clock: Callable[[], float] = time.monotonic  #: the rate limits' clock; tests may replace it
+        self._runner: web.AppRunner | None = None
+        self.reset()
+
+    @property
+    def root_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return self.root_url + "/v1"
+
+    def stats(self) -> dict[str, Any]:
+        return {"received": self._received, "by_status": {str(k): v for k, v in self._by_status.items()},
+                "by_route": dict(self._by_route), "completed_by_digest": dict(self._completed)}
+
+    def reset(self) -> None:
+        self._received = 0
+        self._by_status: dict[int, int] = {}
+        self._by_route = {"openai": 0, "anthropic": 0, "gemini": 0}
+        self._completed: dict[str, int] = {}
+        self._buckets.clear()
+
+    def configure(self, **changes: Any) -> SimConfig:
+        """Change config fields at run time (validated); a new seed reseeds the fault RNG, a new limit
+        starts full buckets."""
+        self.config = dataclasses.replace(self.config, **checked_updates(changes))
+        if "seed" in changes:
+            self._rng.seed(self.config.seed)
+        if any(name in changes for name, _ in LIMITS):
+            self._buckets.clear()
+        return self.config
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> Self:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._openai)
+        app.router.add_post("/v1/messages", self._anthropic)
+        app.router.add_post("/v1beta/models/{model}:generateContent", self._gemini)
+        app.router.add_post("/v1/models/{model}:generateContent", self._gemini)
+        app.router.add_get("/sim/stats", self._stats)
+        app.router.add_post("/sim/reset", self._reset)
+        app.router.add_post("/sim/config", self._config)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+        self.host, self.port = host, self._runner.addresses[0][1]
+        return self
+
+    async def close(self) -> None:
+        self._closing.set()  # wakes requests hanging in a simulated timeout
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- handlers -------------------------------------------------------------------------------------
+
+    async def _openai(self, request: web.Request) -> web.Response:
+        return await self._serve(request, OPENAI)
+
+    async def _anthropic(self, request: web.Request) -> web.Response:
+        return await self._serve(request, ANTHROPIC)
+
+    async def _gemini(self, request: web.Request) -> web.Response:
+        return await self._serve(request, GEMINI)
+
+    def _finish(self, response: web.Response) -> web.Response:
+        self._by_status[response.status] = self._by_status.get(response.status, 0) + 1
+        return response
+
+    def _buckets_at(self, model: str, now: float) -> list[Bucket]:
+        buckets = self._buckets.get(model)
+        if buckets is None:
+            cfg = self.config
+            buckets = self._buckets[model] = [Bucket(kind, limit, now) for name, kind in LIMITS
+                                              if (limit := getattr(cfg, name)) is not None]
+        for bucket in buckets:
+            bucket.refill(now)
+        return buckets
+
+    def _admit(self, fmt: WireFormat, ask: Ask, prompt_tokens: int, headers: dict[str, str]) -> web.Response | None:
+        """The out-of-credit fault, the rate limits, the random 429: the response that turns the request away,
+        or None once it is charged to the model's buckets (and their headers are in ``headers``)."""
+        cfg, rng = self.config, self._rng
+        buckets: list[Bucket] = []
+        if cfg.rpm is not None or cfg.tpm is not None or cfg.itpm is not None or cfg.otpm is not None:
+            buckets = self._buckets_at(ask.model, self.clock())
+        if cfg.fault_quota and rng.random() < cfg.fault_quota:
+            fmt.rate_headers(buckets, headers)
+            return fmt.quota(ask.model, cfg.retry_after, headers)
+        output_tokens = ask.max_tokens or DEFAULT_MAX_TOKENS
+        if buckets and (blocked := why_blocked(buckets, prompt_tokens, output_tokens)) is not None:
+            fmt.rate_headers(buckets, headers)
+            if blocked.wait == math.inf:
+                b = blocked.bucket
+                return fmt.bad_request(f"Request too large for {ask.model} on {PER_MINUTE[b.kind]}: Limit "
+                                       f"{b.capacity}, Requested {blocked.cost}. The input or output tokens must "
+                                       "be reduced.", None, headers)
+            return fmt.limited(ask.model, blocked, wait_ms(blocked.wait) / 1000, headers)
+        if cfg.fault_429 and rng.random() < cfg.fault_429:
+            fmt.rate_headers(buckets, headers)
+            return fmt.limited(ask.model, None, cfg.retry_after, headers)
+        if buckets:
+            for bucket in buckets:
+                bucket.level -= bucket.cost(prompt_tokens, output_tokens)
+            fmt.rate_headers(buckets, headers)
+        return None
+
+    async def _serve(self, request: web.Request, fmt: WireFormat) -> web.Response:
+        self._received += 1
+        self._by_route[fmt.name] += 1
+        cfg = self.config
+        headers = fmt.new_headers()
+        if cfg.require_key or cfg.api_key is not None:
+            key = fmt.key(request)
+            if not key:
+                return self._finish(fmt.missing_key(headers))
+            if cfg.api_key is not None and key != cfg.api_key:
+                return self._finish(fmt.wrong_key(headers))
+        rng = self._rng
+        if cfg.fault_401 and rng.random() < cfg.fault_401:
+            return self._finish(fmt.wrong_key(headers))
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            return self._finish(fmt.bad_request("We could not parse the JSON body of your request.", None, headers))
+        try:
+            ask = fmt.parse(body, request)
+        except Invalid as exc:
+            return self._finish(fmt.bad_request(exc.message, exc.param, headers))
+
+        prompt_tokens = count_prompt_tokens(ask.messages)
+        turned_away = self._admit(fmt, ask, prompt_tokens, headers)
+        if turned_away is not None:
+            return self._finish(turned_away)
+        if cfg.fault_500 and rng.random() < cfg.fault_500:
+            return self._finish(fmt.server_error(headers))
+        if cfg.fault_503 and rng.random() < cfg.fault_503:
+            return self._finish(fmt.overloaded(headers))
+        hang = cfg.fault_timeout and rng.random() < cfg.fault_timeout
+        malformed = cfg.fault_malformed and rng.random() < cfg.fault_malformed
+        filtered = cfg.fault_filter and rng.random() < cfg.fault_filter
+        if hang:
+            try:  # close() sets _closing, so shutting down never waits out a hang
+                await asyncio.wait_for(self._closing.wait(), cfg.hang_seconds)
+            except TimeoutError:
+                pass
+            except asyncio.CancelledError:  # aiohttp with handler_cancellation=True: the client left
+                self._finish(web.Response(status=499))
+                raise
+        elif cfg.latency > 0:
+            await asyncio.sleep(cfg.latency)
+        if (hang or cfg.latency > 0) and (request.transport is None or request.transport.is_closing()):
+            # The client gave up while we waited: nothing was delivered, so nothing counts as completed.
+            return self._finish(web.Response(status=499))
+
+        messages_json = canonical(ask.messages)
+        if filtered and not malformed:
+            text, finish, hit, completion_tokens = None, "content_filter", None, 0
+        else:
+            text, finish, hit = reply(messages_json, ask.model, ask.messages, ask.temperature, ask.max_tokens,
+                                      ask.top_p, ask.stop, ask.seed)
+            completion_tokens = max(1, count_tokens(text))
+            if ask.max_tokens is not None:
+                completion_tokens = min(completion_tokens, ask.max_tokens)
+        data = compact(fmt.answer(ask, text, finish, hit, prompt_tokens, completion_tokens)).encode()
+        if malformed:
+            data = data[:len(data) // 2]
+        else:
+            digest = hashlib.sha256(messages_json.encode()).hexdigest()
+            self._completed[digest] = self._completed.get(digest, 0) + 1
+        return self._finish(web.Response(body=data, headers={**JSON_HEADERS, **headers}))
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats())
+
+    async def _reset(self, request: web.Request) -> web.Response:
+        self.reset()
+        return web.json_response(self.stats())
+
+    async def _config(self, request: web.Request) -> web.Response:
+        try:
+            self.configure(**checked_updates(json.loads(await request.read())))
+        except (ValueError, TypeError) as exc:  # bad JSON, unknown field or bad value
+            return OPENAI.bad_request(str(exc), None, {})
+        shown = dataclasses.asdict(self.config)
+        if shown["api_key"] is not None:
+            shown["api_key"] = "***"
+        return web.json_response(shown)
+
+
+async def start_server(config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0) -> SimServer:
+    """Start a simulated server on the running loop; ``port=0`` picks a free port (see ``.port``)."""
+    return await SimServer(config).start(host, port)
+
+
+def serve(host: str = "127.0.0.1", port: int = 8765, config: SimConfig | None = None) -> None:
+    """Run a simulated server until SIGINT/SIGTERM, after printing one "listening on" line to stdout."""
+
+    async def run() -> None:
+        stopped = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stopped.set)
+        server = await start_server(config, host, port)
+        try:
+            print(f"simulated server listening on {server.url}", flush=True)
+            await stopped.wait()
+        finally:
+            await server.close()
+
+    asyncio.run(run())

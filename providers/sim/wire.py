@@ -1,0 +1,105 @@
+"""What the wire formats share: a request as the answer's inputs (:class:`Ask`), the :class:`WireFormat`
+each format module fills in, and the JSON response and body-checking helpers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from .buckets import Blocked, Bucket
+
+__all__ = ["JSON_HEADERS", "Ask", "Invalid", "WireFormat", "compact", "joined", "positive_int", "response",
+           "retry_headers", "seconds_text", "strings"]
+
+# Built once: json.dumps() would build an encoder per call, and this is the hot path.
+compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+@dataclass(slots=True)
+class Ask:
+    """A request of any format, as the inputs of the answer (OpenAI-style messages)."""
+
+    model: str
+    messages: list[Any]
+    temperature: Any
+    max_tokens: int | None
+    top_p: Any
+    stop: Any
+    seed: Any
+
+
+class Invalid(Exception):
+    """A request body the format rejects with a 400."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.param = message, param
+
+
+class WireFormat(Protocol):
+    """One wire format: how it carries the key, reads a request, writes answers and errors.
+
+    Error builders take the response headers gathered so far and return the finished response; ``limited``
+    answers a bucket's 429 (``blocked``) or a random one (None) with ``retry`` seconds.
+    """
+
+    name = ""
+    parse: Callable[[Any, web.Request], Ask]
+
+    def new_headers(self) -> dict[str, str]:
+        return {}
+
+    def rate_headers(self, buckets: list[Bucket], headers: dict[str, str]) -> None:
+        pass
+
+    def key(self, request: web.Request) -> str: ...
+    def missing_key(self, headers: dict[str, str]) -> web.Response: ...
+    def wrong_key(self, headers: dict[str, str]) -> web.Response: ...
+    def bad_request(self, message: str, param: str | None, headers: dict[str, str]) -> web.Response: ...
+    def limited(self, model: str, blocked: Blocked | None, retry: float, headers: dict[str, str]) -> web.Response: ...
+    def quota(self, model: str, retry: float, headers: dict[str, str]) -> web.Response: ...
+    def server_error(self, headers: dict[str, str]) -> web.Response: ...
+    def overloaded(self, headers: dict[str, str]) -> web.Response: ...
+
+    def answer(self, ask: Ask, text: str | None, finish: str, stop_hit: str | None, prompt_tokens: int,
+               completion_tokens: int) -> dict[str, Any]:
+        """The 200 body; ``text`` None means content-filtered."""
+        raise NotImplementedError
+
+
+def response(status: int, body: Any, headers: dict[str, str]) -> web.Response:
+    return web.Response(status=status, body=compact(body).encode(), headers={**JSON_HEADERS, **headers})
+
+
+def seconds_text(value: float) -> str:
+    """0.2 -> "0.2", 1.0 -> "1": a decimal string without exponent."""
+    return (f"{value:.3f}".rstrip("0").rstrip(".")) or "0"
+
+
+def retry_headers(retry: float, headers: dict[str, str]) -> None:
+    headers["retry-after"] = seconds_text(retry)
+
+
+def positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(s, str) for s in value)
+
+
+def joined(items: Any, key: str, kind: str | None) -> str | None:
+    """Texts of a list of blocks or parts joined; None when one is not text."""
+    if not isinstance(items, list):
+        return None
+    texts = []
+    for item in items:
+        if not isinstance(item, dict) or (kind and item.get("type") != kind) or not isinstance(item.get(key), str):
+            return None
+        texts.append(item[key])
+    return "".join(texts)
