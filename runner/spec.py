@@ -65,6 +65,8 @@ class Price(Strict):
     input: float = Field(ge=0)
     output: float = Field(ge=0)
     cached_input: float | None = Field(default=None, ge=0)
+    #: a prompt-cache write (Anthropic prices it above plain input); the input price when absent
+    cache_write: float | None = Field(default=None, ge=0)
 
 
 class BudgetLimit(Strict):
