@@ -1,0 +1,175 @@
+"""Input tokens of a request's messages, counted before it is sent: for budget reservations and estimates.
+
+OpenAI models are counted with tiktoken, exactly as the Chat Completions API counts them for plain text
+messages. Anthropic's and Google's tokenizers are not public, so their counts (and those of user servers, whose
+tokenizer is unknown) are estimates built to come out above the real count: a reservation that is too high is
+given back when the response arrives, one that is too low could let a request overshoot a budget.
+
+tiktoken fetches its vocabulary files from the internet on first use, which this project cannot rely on. The
+two files the OpenAI chat models use ship in ``runner/data/tiktoken/`` under the names tiktoken's cache gives
+them (the SHA-1 of their download address), and tiktoken is pointed at that folder while it loads them; it then
+checks each file against the SHA-256 it pins. No download is ever tried: an encoding that is not shipped is
+never asked for (see ``runner/data/tiktoken/README.md`` for the files' origin and licence).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import tiktoken
+
+__all__ = ["count_input_tokens", "count_text_tokens", "encoding", "estimate_text_tokens", "exact"]
+
+#: where the shipped vocabulary files live, named as tiktoken's cache names them
+DATA_DIR = Path(__file__).parent / "data" / "tiktoken"
+
+_URL = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
+
+#: encodings shipped with the project, and the SHA-256 tiktoken pins for each (``tiktoken_ext/openai_public.py``)
+SHIPPED: dict[str, str] = {
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+}
+
+#: the encoding of OpenAI models tiktoken does not know yet (every chat model since gpt-4o uses it)
+FALLBACK_ENCODING = "o200k_base"
+
+# The chat format's overhead, from OpenAI's cookbook "How to count tokens with tiktoken" (num_tokens_from_messages,
+# the rule for gpt-3.5-turbo-0613 and later, gpt-4, gpt-4o): each message is framed as
+# <|start|>{role}<|message|>{content}<|end|>, i.e. 3 tokens besides its role and content; a ``name`` costs one more
+# token besides its own; and every reply is primed with <|start|>assistant<|message|>, 3 tokens per request.
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+REPLY_PRIMING = 3
+
+# The estimate for tokenizers that are not public (Anthropic, Gemini, user servers). Per text:
+#
+#     min(UTF-8 bytes + 1, ceil(ESTIMATE_FACTOR * o200k tokens) + UTF-8 bytes outside ASCII + ASCII digits)
+#
+# - ESTIMATE_FACTOR: o200k_base is one of the most compact tokenizers there is (a 200k vocabulary). Anthropic puts a
+#   Claude token at about 3.5 English characters against about 4-4.5 for o200k (x1.15-1.3), and says its newer
+#   tokenizer (Claude Opus 4.7) uses up to 35% more tokens than the one before for the same text; 1.5 covers
+#   English prose and code of both. Gemini's 256k SentencePiece vocabulary is about as compact as o200k.
+# - bytes outside ASCII: a smaller vocabulary covers far fewer CJK, Indic, Thai or emoji sequences, and byte-level
+#   BPE (Claude) or SentencePiece with byte fallback (Gemini) then spends up to one token per byte. Reserving one
+#   token per such byte (on top of the o200k share) is the most either can spend on them. ASCII text adds nothing.
+# - ASCII digits: Gemini's tokenizer (like Gemma's) gives every digit its own token, where o200k groups them by three.
+# - the cap: neither kind of tokenizer spends more than one token per byte (+1 for SentencePiece's leading space),
+#   so the sum never needs to go above that; it is at least the o200k count too, which is never more than the bytes.
+# Per message and per request, 8 tokens stand for the role markers and turn delimiters of the provider's format
+# (about twice OpenAI's 3 + role; Anthropic and Google do not publish theirs).
+ESTIMATE_FACTOR = 1.5
+ESTIMATE_PER_MESSAGE = 8
+ESTIMATE_PER_REQUEST = 8
+
+_DIGITS = "0123456789"
+_load_lock = threading.Lock()
+
+
+def encoding(name: str) -> tiktoken.Encoding:
+    """The tiktoken encoding ``name``, loaded from the shipped file (once per process)."""
+    if name not in SHIPPED:
+        raise ValueError(f"encoding {name!r} is not shipped with the runner; shipped: {', '.join(SHIPPED)}")
+    return _load(name)
+
+
+@functools.cache
+def _load(name: str) -> tiktoken.Encoding:
+    path = DATA_DIR / hashlib.sha1(_URL.format(name).encode()).hexdigest()
+    # Checked here first: given a missing or altered file, tiktoken would delete it and try the network instead.
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RuntimeError(f"the tiktoken file for {name} is missing from {DATA_DIR}; reinstall the runner") from exc
+    if hashlib.sha256(data).hexdigest() != SHIPPED[name]:
+        raise RuntimeError(f"the tiktoken file for {name} in {DATA_DIR} is damaged; reinstall the runner")
+    with _load_lock:
+        saved = os.environ.get("TIKTOKEN_CACHE_DIR")
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(DATA_DIR)
+        try:
+            return tiktoken.get_encoding(name)
+        finally:
+            if saved is None:
+                del os.environ["TIKTOKEN_CACHE_DIR"]
+            else:
+                os.environ["TIKTOKEN_CACHE_DIR"] = saved
+
+
+@functools.cache
+def _openai_encoding(model: str) -> tuple[tiktoken.Encoding, bool]:
+    """The encoding of an OpenAI model, and whether tiktoken knows the model (else the fallback is used)."""
+    try:
+        name = tiktoken.encoding_name_for_model(model)
+    except KeyError:
+        return encoding(FALLBACK_ENCODING), False
+    if name not in SHIPPED:  # models older than the chat API (r50k, p50k): never downloaded, counted as o200k
+        return encoding(FALLBACK_ENCODING), False
+    return encoding(name), True
+
+
+def exact(provider: str, model: str) -> bool:
+    """Whether ``count_input_tokens`` is the count the provider will report (for text messages), rather than an
+    estimate meant to lie above it."""
+    if provider == "openai":
+        return _openai_encoding(model)[1]
+    return provider == "sim"
+
+
+def count_input_tokens(provider: str, model: str, messages: Iterable[Mapping[str, Any]]) -> int:
+    """Input tokens of a chat request: exact for OpenAI models tiktoken knows and for the simulated server, an
+    upper-leaning estimate otherwise (see ``exact``). Images, tools and response schemas are not counted."""
+    if provider == "openai":
+        enc, _ = _openai_encoding(model)
+        total = REPLY_PRIMING
+        for message in messages:
+            total += TOKENS_PER_MESSAGE + len(enc.encode_ordinary(str(message.get("role", ""))))
+            total += len(enc.encode_ordinary(_text(message.get("content"))))
+            name = message.get("name")
+            if name:
+                total += TOKENS_PER_NAME + len(enc.encode_ordinary(str(name)))
+        return total
+    if provider == "sim":
+        from providers.sim.answers import count_prompt_tokens  # the simulated server's own rule
+
+        return count_prompt_tokens([dict(message) for message in messages])
+    total = ESTIMATE_PER_REQUEST
+    for message in messages:
+        total += ESTIMATE_PER_MESSAGE + estimate_text_tokens(str(message.get("role", "")))
+        total += estimate_text_tokens(_text(message.get("content")))
+    return total
+
+
+def count_text_tokens(text: str, model: str = "gpt-4o") -> int:
+    """Tokens of a bare text for an OpenAI model (no chat framing)."""
+    return len(_openai_encoding(model)[0].encode_ordinary(text))
+
+
+def estimate_text_tokens(text: str) -> int:
+    """Upper-leaning token count of a text for a tokenizer that is not public (the rule is above)."""
+    if not text:
+        return 0
+    tokens = math.ceil(ESTIMATE_FACTOR * len(encoding(FALLBACK_ENCODING).encode_ordinary(text)))
+    tokens += sum(text.count(digit) for digit in _DIGITS)
+    if text.isascii():
+        return min(tokens, len(text) + 1)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return min(tokens + size - ascii_chars, size + 1)
+
+
+def _text(content: Any) -> str:
+    """The text of a message's content: a string, or a list of parts of which the text ones count."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(_text(part.get("text")) if isinstance(part, Mapping) else _text(part) for part in content)
+    return str(content)
