@@ -1,19 +1,312 @@
-"""Cost of one response from its usage. Prices are USD per million tokens, from the job's ``prices:``
-section; local and simulated models cost nothing unless a price is given."""
+"""What a response cost, and the most a request can cost (for budget reservations).
+
+A model's price comes from the first of these that has it:
+
+1. the job's ``prices:`` section, keyed by the full model string (``openai:gpt-4o``), in USD per million tokens;
+2. genai-prices, Pydantic's maintained price data, for ``openai``, ``anthropic`` and ``gemini`` models (its
+   provider ids ``openai``, ``anthropic`` and ``google``): the prices in force at the request's time, with
+   their context-length tiers;
+3. nothing: a model of a paid provider (``openai``, ``anthropic``, ``gemini``) that genai-prices does not list is
+   unknown: ``known()`` says so and ``cost()``/``worst_case()`` raise ``UnknownPrice``. Models of every other
+   provider (``local``, ``sim``, ``openai-compatible``, test providers) are free unless the job prices them, so a
+   new paid provider must be added to ``PROVIDER_IDS``.
+
+Usage is counted as the providers report it (after normalisation by ``providers/``): ``input_tokens`` are all
+input tokens, of which ``cached_tokens`` were read from the prompt cache and ``cache_write_tokens`` written to it;
+the rest pay the full input price. A cache write is priced at the model's cache-write price (Anthropic's 5-minute
+cache), a cache read at its cache-read price, and either at the input price when the model has none.
+
+Tiers follow genai-prices' "cliff" rule: when a request's input tokens exceed a tier's threshold, that tier's
+prices apply to all its tokens, input and output alike (e.g. gemini-2.5-pro above 200k input tokens).
+
+Amounts are floats in USD at full precision; round them only for display (``to_cents``, ``format_usd``).
+"""
 
 from __future__ import annotations
 
-from .spec import Job, Price
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
+from functools import cache
+from typing import TYPE_CHECKING
+
+import genai_prices
+from genai_prices.data_snapshot import get_snapshot
+from genai_prices.types import ModelInfo, ModelPrice, TieredPrices
+
+from .errors import RunnerError
+
+if TYPE_CHECKING:
+    from .spec import Job, Price
+
+__all__ = [
+    "PROVIDER_IDS",
+    "Pricing",
+    "Rates",
+    "UnknownPrice",
+    "format_usd",
+    "to_cents",
+]
+
+#: the paid providers: our provider names -> genai-prices' provider ids. Every other provider is free unless the
+#: job prices its models, so a provider that bills must be listed here (or its models priced in the job).
+PROVIDER_IDS: dict[str, str] = {"openai": "openai", "anthropic": "anthropic", "gemini": "google"}
+
+GENAI_PRICES = f"genai-prices {genai_prices.__version__}"
+JOB_PRICES = "job prices:"
+PER = 1_000_000  # rates are USD per this many tokens
+
+#: genai-prices' price-context value that selects the Batch API's prices
+_BATCH = {"processing": "batch"}
+
+
+class UnknownPrice(RunnerError):
+    """A model has no price: not in the job's ``prices:`` section, and not in genai-prices' data."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """A model's prices in USD per million tokens, and where they come from."""
+
+    input: float
+    #: a cache-read input token (the input price when the model has no cache price)
+    cached_input: float
+    #: a cache-write input token (the input price when the model has no cache-write price)
+    cache_write: float
+    output: float
+    #: ``"job prices: <model>"``, ``"genai-prices <version>: <provider>/<model id>"`` or ``"free: ..."``
+    source: str
+    #: ``(threshold, rates)`` in ascending order: ``rates`` replace these for a request whose input tokens
+    #: exceed ``threshold``
+    tiers: tuple[tuple[int, Rates], ...] = ()
+
+    def at(self, input_tokens: int) -> Rates:
+        """The rates that apply to a request with this many input tokens (its tier)."""
+        for threshold, rates in reversed(self.tiers):
+            if input_tokens > threshold:
+                return rates
+        return self
+
+    def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0, cache_write_tokens: int = 0) -> float:
+        """USD for one response's usage; ``input_tokens`` include the cached and cache-written ones."""
+        rates = self.at(input_tokens)
+        uncached = max(0, input_tokens - cached_tokens - cache_write_tokens)
+        return (
+            uncached * rates.input
+            + cached_tokens * rates.cached_input
+            + cache_write_tokens * rates.cache_write
+            + output_tokens * rates.output
+        ) / PER
+
+    def worst_case(self, input_tokens: int, max_output_tokens: int) -> float:
+        """The most a request with at most these input and output tokens can cost: every input token at the
+        dearest input price (a cache write costs more than a plain input token at Anthropic), every output token
+        at the output price, both taken over every tier a count up to ``input_tokens`` can fall in."""
+        candidates = [self, *(rates for threshold, rates in self.tiers if input_tokens > threshold)]
+        per_input = max(max(r.input, r.cached_input, r.cache_write) for r in candidates)
+        per_output = max(r.output for r in candidates)
+        return (input_tokens * per_input + max_output_tokens * per_output) / PER
+
+    @property
+    def is_free(self) -> bool:
+        return not self.tiers and self.input == self.cached_input == self.cache_write == self.output == 0
+
+
+def _free(source: str) -> Rates:
+    return Rates(0.0, 0.0, 0.0, 0.0, source)
+
+
+def _from_price(price: Price, source: str) -> Rates:
+    """Rates from a job's ``prices:`` entry. ``cache_write`` is read if ``Price`` has it (it is optional)."""
+    cached = price.cached_input
+    cache_write: float | None = getattr(price, "cache_write", None)
+    return Rates(
+        input=price.input,
+        cached_input=price.input if cached is None else cached,
+        cache_write=price.input if cache_write is None else cache_write,
+        output=price.output,
+        source=source,
+    )
 
 
 class Pricing:
-    def __init__(self, job: Job) -> None:
-        self.prices: dict[str, Price] = dict(job.prices)
+    """Prices of one job's models. ``Pricing(job)``; tests may pass ``prices=`` alone."""
 
-    def cost(self, model: str, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
-        price = self.prices.get(model)
-        if price is None:
-            return 0.0
-        cached_rate = price.cached_input if price.cached_input is not None else price.input
-        uncached = max(0, input_tokens - cached_tokens)
-        return (uncached * price.input + cached_tokens * cached_rate + output_tokens * price.output) / 1e6
+    def __init__(self, job: Job | None = None, *, prices: Mapping[str, Price] | None = None) -> None:
+        given = dict(job.prices) if job is not None else {}
+        given.update(prices or {})
+        self._job: dict[str, Rates] = {model: _from_price(p, f"{JOB_PRICES} {model}") for model, p in given.items()}
+        #: per model string: fixed rates (job, free), the genai-prices model, or why it is unknown
+        self._found: dict[str, Rates | tuple[str, ModelInfo] | str] = {}
+
+    # -- lookups -----------------------------------------------------------------------------------
+    def _find(self, model: str) -> Rates | tuple[str, ModelInfo] | str:
+        found = self._found.get(model)
+        if found is None:
+            found = self._found[model] = self._lookup(model)
+        return found
+
+    def _lookup(self, model: str) -> Rates | tuple[str, ModelInfo] | str:
+        if model in self._job:
+            return self._job[model]
+        provider, _, model_id = model.partition(":")
+        provider_id = PROVIDER_IDS.get(provider)
+        if provider_id is None:
+            return _free(f"free: {provider} model without a price in the job")
+        info = _model_info(provider_id, _model_ref(model_id))
+        if info is None:
+            return f"{GENAI_PRICES} does not list it"
+        return provider_id, info
+
+    def rates(self, model: str, when: datetime | None = None) -> Rates | None:
+        """The model's rates at ``when`` (default: now), or None when it has no price."""
+        found = self._find(model)
+        if isinstance(found, Rates):
+            return found
+        if isinstance(found, str):
+            return None
+        provider_id, info = found
+        return _converted(info.get_prices(_utc(when)), f"{GENAI_PRICES}: {provider_id}/{info.id}")
+
+    def batch_rates(self, model: str, when: datetime | None = None) -> Rates | None:
+        """The model's Batch API rates at ``when`` (default: now), when genai-prices has them; else None (and
+        always None for models priced by the job, whose ``prices:`` state no batch price)."""
+        found = self._find(model)
+        if not isinstance(found, tuple):
+            return None
+        provider_id, info = found
+        moment = _utc(when)
+        if not any(
+            variant.when == _BATCH and (variant.constraint is None or variant.constraint.active(moment))
+            for variant in info.price_variants or ()
+        ):
+            return None
+        return _convert(info.get_prices(moment, _BATCH), f"{GENAI_PRICES}: {provider_id}/{info.id} (batch)")
+
+    def known(self, model: str, when: datetime | None = None) -> bool:
+        """Whether the model has a price; free models (local, sim, openai-compatible) count as known."""
+        return self.rates(model, when) is not None
+
+    def require(self, model: str, when: datetime | None = None) -> Rates:
+        """The model's rates, or ``UnknownPrice`` with a sentence saying how to give it one."""
+        rates = self.rates(model, when)
+        if rates is None:
+            found = self._find(model)
+            reason = found if isinstance(found, str) else f"{GENAI_PRICES} prices it in units other than tokens"
+            raise UnknownPrice(
+                f"no price for model {model!r} ({reason}); give it one in the job's prices: section, in USD per "
+                f"million tokens (input, output, optionally cached_input)"
+            )
+        return rates
+
+    # -- money ------------------------------------------------------------------------------------
+    def cost(
+        self,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cached_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        when: datetime | None = None,
+    ) -> float:
+        """USD for one response: ``input_tokens`` are all input tokens, ``cached_tokens`` and
+        ``cache_write_tokens`` the parts read from and written to the prompt cache. ``when`` is the request's
+        time (default: now). Raises ``UnknownPrice`` for a model without a price."""
+        return self.require(model, when).cost(input_tokens, output_tokens, cached_tokens, cache_write_tokens)
+
+    def worst_case(self, model: str, input_tokens: int, max_output_tokens: int, when: datetime | None = None) -> float:
+        """The most a request can cost (USD): what a budget reserves before it is sent. At least ``cost()`` of
+        any usage with at most ``input_tokens`` input and ``max_output_tokens`` output tokens."""
+        return self.require(model, when).worst_case(input_tokens, max_output_tokens)
+
+
+# -- genai-prices ----------------------------------------------------------------------------------
+def _model_ref(model_id: str) -> str:
+    """The id genai-prices matches: Gemini's API also accepts ``models/<id>``."""
+    return model_id.removeprefix("models/")
+
+
+@cache
+def _model_info(provider_id: str, model_ref: str) -> ModelInfo | None:
+    """genai-prices' model for this provider and model id, or None; misses are cached too (they are not in
+    genai-prices)."""
+    try:
+        _, info = get_snapshot().find_provider_model(model_ref, None, provider_id, None)
+    except LookupError:
+        return None
+    return info
+
+
+#: conversions of genai-prices' price objects, by identity (the object is kept, so its id is not reused): a
+#: model's standard prices are long-lived objects of genai-prices' data, so this holds one entry per price period
+_CONVERTED: dict[tuple[int, str], tuple[ModelPrice, Rates | None]] = {}
+
+
+def _converted(price: ModelPrice, source: str) -> Rates | None:
+    key = (id(price), source)
+    entry = _CONVERTED.get(key)
+    if entry is None:
+        entry = _CONVERTED[key] = (price, _convert(price, source))
+    return entry[1]
+
+
+def _convert(price: ModelPrice, source: str) -> Rates | None:
+    """Rates from genai-prices' prices; None when the model is priced only in other units (audio hours,
+    characters), which the runner cannot count."""
+    keys = ("input_mtok", "cache_read_mtok", "cache_write_mtok", "output_mtok")
+    values: dict[str, Decimal | TieredPrices | None] = {key: getattr(price, key) for key in keys}
+    if values["input_mtok"] is None and values["output_mtok"] is None and any(
+        value is not None for value in vars(price).values()
+    ):
+        return None
+    thresholds = sorted({tier.start for v in values.values() if isinstance(v, TieredPrices) for tier in v.tiers})
+
+    def at(input_tokens: int) -> Rates:
+        p = {key: _price_at(value, input_tokens) for key, value in values.items()}
+        plain = p["input_mtok"] or 0.0
+        cached, written = p["cache_read_mtok"], p["cache_write_mtok"]
+        return Rates(
+            input=plain,
+            cached_input=plain if cached is None else cached,
+            cache_write=plain if written is None else written,
+            output=p["output_mtok"] or 0.0,
+            source=source,
+        )
+
+    return replace(at(0), tiers=tuple((threshold, at(threshold + 1)) for threshold in thresholds))
+
+
+def _price_at(price: Decimal | TieredPrices | None, input_tokens: int) -> float | None:
+    """A price for a request with this many input tokens (genai-prices' rule: the highest tier exceeded)."""
+    if price is None:
+        return None
+    if isinstance(price, TieredPrices):
+        value = price.base
+        for tier in reversed(price.tiers):  # genai-prices keeps them in ascending order
+            if input_tokens > tier.start:
+                value = tier.price
+                break
+        return float(value)
+    return float(price)
+
+
+def _utc(when: datetime | None) -> datetime:
+    """The moment prices are read at; a naive time is UTC, as genai-prices takes it."""
+    if when is None:
+        return datetime.now(UTC)
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+# -- display ---------------------------------------------------------------------------------------
+def to_cents(usd: float) -> Decimal:
+    """An amount rounded to the cent (half up), for display only: sums are kept at full precision."""
+    return Decimal(repr(usd)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+
+
+def format_usd(usd: float) -> str:
+    """``$1,234.57``; an amount that is not zero but rounds to it shows as ``<$0.01``."""
+    cents = to_cents(usd)
+    if cents == 0 and usd > 0:
+        return "<$0.01"
+    return f"-${-cents:,.2f}" if cents < 0 else f"${cents:,.2f}"
