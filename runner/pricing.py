@@ -118,13 +118,12 @@ def _free(source: str) -> Rates:
 
 
 def _from_price(price: Price, source: str) -> Rates:
-    """Rates from a job's ``prices:`` entry. ``cache_write`` is read if ``Price`` has it (it is optional)."""
-    cached = price.cached_input
-    cache_write: float | None = getattr(price, "cache_write", None)
+    """Rates from a job's ``prices:`` entry; an absent cache price is the input price."""
+    cached, written = price.cached_input, price.cache_write
     return Rates(
         input=price.input,
         cached_input=price.input if cached is None else cached,
-        cache_write=price.input if cache_write is None else cache_write,
+        cache_write=price.input if written is None else written,
         output=price.output,
         source=source,
     )

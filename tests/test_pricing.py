@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 from decimal import Decimal
-from types import SimpleNamespace
 
 import genai_prices
 import pytest
@@ -122,8 +121,8 @@ def test_cost_to_the_cent_with_cache_reads_and_writes_priced_apart() -> None:
     # 60,000 plain input x $3 + 40,000 cached x $0.30 + 20,000 output x $15 = 0.18 + 0.012 + 0.30 = $0.492
     usd = read_only.cost("sim:m", 100_000, 20_000, cached_tokens=40_000)
     assert usd == pytest.approx(0.492) and to_cents(usd) == Decimal("0.49")
-    # A job price with a cache_write field (read with getattr until spec.Price has one): $3.75 per million.
-    writes = Pricing(prices={"sim:m": SimpleNamespace(input=3.0, output=15.0, cached_input=0.3, cache_write=3.75)})
+    # A job price with a cache-write price: $3.75 per million.
+    writes = Pricing(prices={"sim:m": Price(input=3.0, output=15.0, cached_input=0.3, cache_write=3.75)})
     # 10,000 plain x 3 + 40,000 read x 0.30 + 50,000 written x 3.75 + 20,000 out x 15
     # = 0.03 + 0.012 + 0.1875 + 0.30 = $0.5295
     usd = writes.cost("sim:m", 100_000, 20_000, cached_tokens=40_000, cache_write_tokens=50_000)
@@ -165,7 +164,7 @@ def test_prices_are_read_at_the_requests_time() -> None:
 
 
 def test_worst_case_bounds_the_cost_of_every_usage_within_its_limits() -> None:
-    prices = Pricing(prices={"sim:priced": SimpleNamespace(input=1.0, output=3.0, cached_input=0.1, cache_write=1.25)})
+    prices = Pricing(prices={"sim:priced": Price(input=1.0, output=3.0, cached_input=0.1, cache_write=1.25)})
     models = FLAT + TIERED + ["sim:priced", "local:smollm2"]
     rng = random.Random(20240611)
     for _ in range(1_000):
