@@ -18,7 +18,7 @@ import typer
 from . import report as reports
 from .errors import RunnerError
 from .progress import make_view
-from .run import execute, load_run_job, pid_alive
+from .run import budget_warnings, execute, load_run_job, pid_alive, set_budget
 from .spec import Job, load_job
 from .store import Store
 
@@ -50,19 +50,34 @@ def _run(job: Job, store: Store, run_id: str | None = None) -> None:
     typer.echo(f"run {run_id}: {status}" + (f" ({message})" if message else ""))
     if status == "interrupted":
         raise typer.Exit(EXIT_INTERRUPTED)
+    if status == "budget_exhausted":
+        typer.echo(f"Error: run {run_id} stopped: {message}", err=True)
+        raise typer.Exit(3)
     if status != "completed":
         typer.echo(f"Error: run {run_id} {status}: {message}; `runner resume {run_id}` continues it once "
                    "that is fixed", err=True)
         raise typer.Exit(1)
 
 
+BudgetOption = Annotated[
+    float | None,
+    typer.Option("--budget", help="The run's budget in USD (over the job file's budget.usd).", min=0.0,
+                 show_default=False),
+]
+
+
 @app.command()
 def submit(
     job_file: Annotated[Path, typer.Argument(help="The job YAML file.")],
     db: DbOption = None,
+    budget: BudgetOption = None,
 ) -> None:
     """Validate a job file and run it; print accuracy and cost at the end."""
     job = load_job(job_file)
+    if budget is not None:
+        set_budget(job, budget)
+    for line in budget_warnings(job):
+        typer.echo(line, err=True)
     _run(job, Store(db))
 
 
@@ -78,10 +93,14 @@ def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML file.")
 def resume(
     run_id: Annotated[str, typer.Argument(help="The run to finish (see `runner runs`).")],
     db: DbOption = None,
+    budget: BudgetOption = None,
 ) -> None:
-    """Finish an interrupted or crashed run: completed requests come from the store, the rest are sent."""
+    """Finish an interrupted, crashed or budget-exhausted run: completed requests come from the store, the rest
+    are sent."""
     store = Store(db)
     run, job = load_run_job(store, run_id)
+    if budget is not None:
+        set_budget(job, budget)
     if run["status"] == "running" and pid_alive(run["pid"]) and run["pid"] != os.getpid():
         raise RunnerError(f"run {run['id']} is still running (process {run['pid']}); stop it first")
     typer.echo(f"run {run['id']}: resuming job {job.name}")

@@ -23,6 +23,7 @@ from tenacity import (
 
 from providers.base import Completion, Provider
 
+from .budget import Budgets, Exhausted, Reservation, Scope
 from .choices import LETTERS, inverse
 from .errors import (
     AuthError,
@@ -40,6 +41,7 @@ from .pricing import Pricing
 from .spec import Job
 from .stats import RunStats
 from .store import CachedResponse, Finished, Store, Writer, dumps, now
+from .tokens import count_input_tokens
 
 #: results queued for the writer before the dispatch loop waits for it to catch up
 WRITER_BACKLOG = 4096
@@ -71,6 +73,19 @@ class Tally:
         self.rate_limited = 0
 
 
+def budgets_of(job: Job) -> Budgets | None:
+    """The job's budgets (run, per stage, per model), or None when it sets none."""
+    stages = {stage.name: Scope("stage", stage.name, stage.budget.usd, stage.budget.tokens)
+              for stage in job.stages if stage.budget is not None}
+    if job.budget is None and not stages:
+        return None
+    run = Scope("run", job.name, job.budget.usd if job.budget else None, job.budget.tokens if job.budget else None)
+    models = {model: Scope("model", model, limit.usd, limit.tokens)
+              for model, limit in (job.budget.models.items() if job.budget else ())}
+    budgets = Budgets(run, stages, models)
+    return budgets if budgets.limited else None
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -93,6 +108,15 @@ class Dispatcher:
         self.resume = resume
         self.sleep = sleep
         self.pricing = Pricing(job)
+        self.budgets = budgets_of(job)
+        if self.budgets is not None and resume:  # what earlier attempts of this run spent still counts
+            for stage, model, usd, tokens in store.spent(run_id):
+                self.budgets.spend(stage, model, usd, tokens)
+        #: the budget that ran out, when one did (the run ends ``budget_exhausted``)
+        self.exhausted: Scope | None = None
+        self.closed_stages: set[str] = set()
+        self.closed_models: set[tuple[str, str]] = set()
+        self._free: dict[str, bool] = {}
         self.stages = {stage.name: stage for stage in job.stages}
         self.endpoints: dict[str, Endpoint] = {}
         self.inflight: dict[str, asyncio.Future[Completion | None]] = {}
@@ -186,14 +210,70 @@ class Dispatcher:
                 if leader is not None:  # the same request is on its way already: pay once, share the answer
                     self._spawn(self._follow(req, leader))
                     continue
+                if req.stage in self.closed_stages or (req.stage, req.model) in self.closed_models:
+                    self.stats.counters(req.stage, req.model).over_budget += 1
+                    continue
+                reservation = await self._reserve(req)
+                if reservation is None:  # a budget ran out: this request stays for a resume
+                    if self.stopping:
+                        break
+                    continue
                 endpoint = self.endpoint(req)
                 await endpoint.slots.acquire()
                 if self.stopping:
                     endpoint.slots.release()
+                    self._release(reservation)
                     break
                 self.inflight[req.key] = loop.create_future()
-                self._spawn(self._send(req, endpoint))
+                self._spawn(self._send(req, endpoint, reservation))
         await self.drain()
+
+    # -- budgets -----------------------------------------------------------------------------------------
+    async def _reserve(self, req: Request) -> Reservation | None:
+        """Reserve the request's worst case against its budgets and in the ledger; None when a budget ran out."""
+        if not self._priced(req.model) and self.budgets is None:
+            return Reservation([], 0.0, 0)
+        max_tokens = req.params.get("max_tokens") or 0
+        input_tokens = count_input_tokens(req.provider, req.model_name, req.messages)
+        usd = self.pricing.worst_case(req.model, input_tokens, max_tokens)
+        tokens = input_tokens + max_tokens
+        if self.budgets is None:
+            reservation = Reservation([], usd, tokens)
+        else:
+            got = await self.budgets.reserve(req.stage, req.model, usd, tokens)
+            if isinstance(got, Exhausted):
+                self._out_of_budget(req, got.scope)
+                return None
+            reservation = got
+        if usd > 0:
+            reservation.ledger_id = self.store.reserve(self.run_id, req.stage, req.model, req.key, usd)
+        return reservation
+
+    def _priced(self, model: str) -> bool:
+        """Whether the model costs anything (a free model needs no reservation unless a budget counts tokens)."""
+        found = self._free.get(model)
+        if found is None:  # an unknown price counts as free: without a budget the run goes on (and warns)
+            rates = self.pricing.rates(model)
+            found = self._free[model] = rates is None or rates.is_free
+        return not found
+
+    def _out_of_budget(self, req: Request, scope: Scope) -> None:
+        self.stats.counters(req.stage, req.model).over_budget += 1
+        if scope.kind == "run":
+            self.exhausted = scope
+            self.stopping = True
+        elif scope.kind == "stage":
+            self.closed_stages.add(req.stage)
+        else:
+            self.closed_models.update((stage, scope.name) for stage in self.stages)
+        self.stats.notes.append(f"{scope.describe()} is spent: "
+                                + ("the run stops" if scope.kind == "run" else f"{scope.kind} {scope.name} stops"))
+
+    def _release(self, reservation: Reservation) -> None:
+        if self.budgets is not None and reservation.scopes:
+            self.budgets.release(reservation)
+        if reservation.ledger_id is not None:
+            self.store.release(reservation.ledger_id)
 
     def committed(self, batch: list[Finished]) -> None:
         """Writer callback: these answers are in the store; the next chunk's memo query will see them."""
@@ -231,28 +311,34 @@ class Dispatcher:
             starting = self._starting[name] = asyncio.ensure_future(self.providers[name].start())
         await asyncio.shield(starting)
 
-    async def _send(self, req: Request, endpoint: Endpoint) -> None:
+    async def _send(self, req: Request, endpoint: Endpoint, reservation: Reservation) -> None:
         future = self.inflight[req.key]
         tries = Tally()
         try:
             await self._start_provider(req.provider)
             completion, latency = await self._retrying(self._attempt, req, endpoint, tries)
         except ModelSetupError as exc:  # nothing was sent; the run cannot go on without this provider
+            self._release(reservation)
             future.set_result(None)
             if self.fatal is None:
                 self.fatal = exc
             self.stopping = True
         except ProviderError as exc:
-            self._finish_failed(req, exc, tries.sent)
+            # An error answer is not billed: the reservation goes back.
+            if self.budgets is not None and reservation.scopes:
+                self.budgets.release(reservation)
+            self._finish_failed(req, exc, tries.sent, reservation.ledger_id)
             future.set_result(None)
             if isinstance(exc, QuotaExceeded) and self.fatal is None:
                 self.fatal = exc
                 self.stopping = True
         except asyncio.CancelledError:
+            # Abandoned in flight: it may have been billed. Its reservation stays in the ledger, and the
+            # report shows it as possibly billed until a resume settles it.
             future.cancel()
             raise
         else:
-            self._finish_fresh(req, completion, tries.sent, latency)
+            self._finish_fresh(req, completion, tries.sent, latency, reservation)
             future.set_result(completion)
         finally:
             self.inflight.pop(req.key, None)
@@ -300,11 +386,19 @@ class Dispatcher:
     def _finish_cached(self, req: Request, cached: CachedResponse) -> None:
         counters = self.stats.counters(req.stage, req.model)
         counters.cache_hits += 1
+        saved = self.pricing.cost(req.model, cached.input_tokens, cached.output_tokens, cached.cached_tokens) \
+            if self._priced(req.model) else 0.0
+        counters.saved += saved
         self._record(req, cached.text, cached.finish_reason, cached.input_tokens, cached.output_tokens,
-                     cost=0.0, latency=None, cache_hit=True, attempts=0)
+                     cost=0.0, latency=None, cache_hit=True, attempts=0, cached_tokens=cached.cached_tokens,
+                     saved=saved)
 
-    def _finish_fresh(self, req: Request, c: Completion, attempts: int, latency: float) -> None:
-        cost = self.pricing.cost(req.model, c.input_tokens, c.output_tokens, c.cached_tokens)
+    def _finish_fresh(self, req: Request, c: Completion, attempts: int, latency: float,
+                      reservation: Reservation) -> None:
+        cost = self.pricing.cost(req.model, c.input_tokens, c.output_tokens, c.cached_tokens,
+                                 cache_write_tokens=c.cache_write_tokens) if self._priced(req.model) else 0.0
+        if self.budgets is not None and reservation.scopes:
+            self.budgets.settle(reservation, cost, c.input_tokens + c.output_tokens)
         counters = self.stats.counters(req.stage, req.model)
         counters.sent += 1
         counters.spend += cost
@@ -316,9 +410,10 @@ class Dispatcher:
         )
         ledger = (self.run_id, req.stage, req.model, req.key, "charge", cost, now()) if cost > 0 else None
         self._record(req, c.text, c.finish_reason, c.input_tokens, c.output_tokens, cost=cost, latency=latency,
-                     cache_hit=False, attempts=attempts, response=response, ledger=ledger)
+                     cache_hit=False, attempts=attempts, response=response, ledger=ledger,
+                     cached_tokens=c.cached_tokens, release_id=reservation.ledger_id)
 
-    def _finish_failed(self, req: Request, exc: ProviderError, attempts: int) -> None:
+    def _finish_failed(self, req: Request, exc: ProviderError, attempts: int, release_id: int | None = None) -> None:
         counters = self.stats.counters(req.stage, req.model)
         counters.errors += 1
         counters.done += 1
@@ -327,14 +422,15 @@ class Dispatcher:
         result.update(error_class=exc.error_class, error=str(exc))
         task = (
             self.run_id, req.stage, req.item, req.model, req.row_id, req.variant_json, req.key, "failed", 0,
-            attempts, exc.error_class, str(exc), 0, 0, 0.0, None, None, 0, dumps(result),
+            attempts, exc.error_class, str(exc), 0, 0, 0.0, None, None, 0, dumps(result), 0, 0.0,
         )
-        self.writer.put(Finished(task=task, result_line=dumps(result), stage=req.stage))
+        self.writer.put(Finished(task=task, result_line=dumps(result), stage=req.stage, release_id=release_id))
 
     def _record(
         self, req: Request, text: str, finish_reason: str | None, input_tokens: int, output_tokens: int, *,
         cost: float, latency: float | None, cache_hit: bool, attempts: int,
-        response: tuple | None = None, ledger: tuple | None = None,
+        response: tuple | None = None, ledger: tuple | None = None, cached_tokens: int = 0, saved: float = 0.0,
+        release_id: int | None = None,
     ) -> None:
         result = self._result(req, text, status="done", cache_hit=cache_hit)
         result["finish_reason"] = finish_reason
@@ -350,9 +446,10 @@ class Dispatcher:
         task = (
             self.run_id, req.stage, req.item, req.model, req.row_id, req.variant_json, req.key, "done",
             int(cache_hit), attempts, None, None, input_tokens, output_tokens, cost, latency, score,
-            int(result.get("valid", True)), line,
+            int(result.get("valid", True)), line, cached_tokens, saved,
         )
-        self.writer.put(Finished(task=task, response=response, ledger=ledger, result_line=line, stage=req.stage))
+        self.writer.put(Finished(task=task, response=response, ledger=ledger, result_line=line, stage=req.stage,
+                                 release_id=release_id))
 
     def _result(self, req: Request, text: str | None, *, status: str, cache_hit: bool) -> dict[str, Any]:
         result: dict[str, Any] = {

@@ -104,6 +104,15 @@ def m004_ledger(db: sqlite_utils.Database) -> None:
     db["ledger"].create_index(["run_id"])
 
 
+@migration
+def m005_costs(db: sqlite_utils.Database) -> None:
+    """Cost control: each task's cached input tokens and the money its cache hit saved; ledger rows by kind
+    ('reserved' while a request is in flight, 'charge' once settled, 'possibly_billed' after a crash)."""
+    db["tasks"].add_column("cached_tokens", int)
+    db["tasks"].add_column("saved", float)
+    db["ledger"].create_index(["run_id", "kind"])
+
+
 def migrate(db: sqlite_utils.Database) -> None:
     table = db["_migrations"]
     if not table.exists():

@@ -17,6 +17,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from .budget import Budgets
 from .stats import Counters, RunStats
 
 
@@ -31,6 +32,26 @@ def make_view(stream: IO[str] | None = None, interval: float | None = None) -> L
 
 def _money(value: float) -> str:
     return f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def budget_line(stats: RunStats) -> str | None:
+    """Spent / reserved / budget of the run, the money saved by the cache, and the projected total."""
+    budgets = stats.budgets
+    totals = stats.totals()
+    projected = ""
+    fresh = totals.done - totals.resumed - totals.cache_hits
+    left = totals.total - totals.done
+    if fresh > 0 and left > 0:
+        projected = f", projected {_money(totals.spend + totals.spend / fresh * left)} at completion"
+    saved = f", saved by the cache {_money(totals.saved)}" if totals.saved else ""
+    if not isinstance(budgets, Budgets) or budgets.run.usd is None:
+        if not totals.spend and not totals.saved:
+            return None
+        return f"spent {_money(totals.spend)}{saved}{projected}"
+    run = budgets.run
+    assert run.usd is not None
+    return (f"budget: spent {_money(run.spent_usd)} + reserved {_money(run.reserved_usd)} of {_money(run.usd)} "
+            f"({100 * run.spent_usd / run.usd:.0f}%){saved}{projected}")
 
 
 def _line(c: Counters, now: float) -> str:
@@ -67,6 +88,11 @@ class PlainView:
         now = time.monotonic()
         for counters in list(self.stats.by_key.values()):
             print(f"[runner] {_line(counters, now)}", file=self.stream, flush=True)
+        money = budget_line(self.stats)
+        if money:
+            print(f"[runner] {money}", file=self.stream, flush=True)
+        while self.stats.notes:
+            print(f"[runner] {self.stats.notes.pop(0)}", file=self.stream, flush=True)
 
     def note(self, message: str) -> None:
         print(f"[runner] {message}", file=self.stream, flush=True)
@@ -118,4 +144,14 @@ class LiveView:
                 Text(str(c.errors), style="red" if c.errors else ""), f"{c.tokens_in}/{c.tokens_out}",
                 _money(c.spend),
             )
-        return Group(table, *(Text(n, style="yellow") for n in self.notes[-3:]))
+        extra: list[object] = []
+        budgets = self.stats.budgets
+        if isinstance(budgets, Budgets) and budgets.run.usd is not None:
+            run = budgets.run
+            extra.append(ProgressBar(total=run.usd, completed=min(run.usd, run.spent_usd + run.reserved_usd),
+                                     width=48))
+        money = budget_line(self.stats)
+        if money:
+            extra.append(Text(money))
+        notes = self.notes + self.stats.notes
+        return Group(table, *extra, *(Text(n, style="yellow") for n in notes[-3:]))

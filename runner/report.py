@@ -11,11 +11,18 @@ from typing import Any
 
 from .store import Store
 
+
+def pid_alive(pid: Any) -> bool:
+    from .run import pid_alive as alive  # run imports the engine; keep report light to import
+
+    return alive(pid)
+
 FORMATS = ("text", "json", "csv", "md")
 
 COLUMNS = (
     "stage", "model", "requests", "done", "failed", "cache_hits", "cache_hit_rate", "sent", "input_tokens",
-    "output_tokens", "cost", "errors", "latency_p50", "latency_p95", "scored", "invalid", "accuracy",
+    "cached_input_tokens", "output_tokens", "cost", "saved", "possibly_billed", "errors", "latency_p50",
+    "latency_p95", "scored", "invalid", "accuracy",
     "accuracy_by_seed", "accuracy_mean", "accuracy_std",
 )
 
@@ -35,12 +42,23 @@ def build(store: Store, run_id: str) -> dict[str, Any]:
         "SELECT stage, model, count(*), sum(status = 'done'), sum(status = 'failed'), sum(cache_hit),"
         " sum(CASE WHEN cache_hit = 0 THEN input_tokens ELSE 0 END),"
         " sum(CASE WHEN cache_hit = 0 THEN output_tokens ELSE 0 END), coalesce(sum(cost), 0),"
-        " count(score), sum(status = 'done' AND valid = 0), avg(score)"
+        " count(score), sum(status = 'done' AND valid = 0), avg(score),"
+        " coalesce(sum(CASE WHEN cache_hit = 0 THEN cached_tokens ELSE 0 END), 0), coalesce(sum(saved), 0)"
         " FROM tasks WHERE run_id = ? GROUP BY stage, model ORDER BY min(rowid)",
         (run_id,),
     ).fetchall()
+    # Reservations left by requests in flight when a run was killed or abandoned: possibly billed, counted as
+    # spent at their worst case until a resume settles them. While the run is live they are just in flight.
+    live = run["status"] == "running" and pid_alive(run.get("pid"))
+    kinds = "('possibly_billed')" if live else "('possibly_billed', 'reserved')"
+    possibly = {(stage, model): (usd, n) for stage, model, usd, n in conn.execute(
+        f"SELECT stage, model, sum(amount), count(*) FROM ledger WHERE run_id = ? AND kind IN {kinds}"
+        " GROUP BY stage, model", (run_id,))}
+    charged = conn.execute("SELECT coalesce(sum(amount), 0) FROM ledger WHERE run_id = ? AND kind = 'charge'",
+                           (run_id,)).fetchone()[0]
     rows = []
-    for stage, model, requests, done, failed, hits, tin, tout, cost, scored, invalid, accuracy in groups:
+    for (stage, model, requests, done, failed, hits, tin, tout, cost, scored, invalid, accuracy, cached,
+         saved) in groups:
         errors = dict(conn.execute(
             "SELECT error_class, count(*) FROM tasks WHERE run_id = ? AND stage = ? AND model = ?"
             " AND status = 'failed' GROUP BY error_class ORDER BY error_class",
@@ -70,8 +88,12 @@ def build(store: Store, run_id: str) -> dict[str, Any]:
             "cache_hit_rate": hits / requests if requests else 0.0,
             "sent": done - hits,
             "input_tokens": tin,
+            "cached_input_tokens": cached,
             "output_tokens": tout,
             "cost": round(cost, 10),
+            "saved": round(saved, 10),
+            "possibly_billed": round(possibly.get((stage, model), (0.0, 0))[0], 10),
+            "possibly_billed_requests": possibly.get((stage, model), (0.0, 0))[1],
             "errors": errors,
             "latency_p50": _percentile(latencies, 0.50),
             "latency_p95": _percentile(latencies, 0.95),
@@ -89,8 +111,13 @@ def build(store: Store, run_id: str) -> dict[str, Any]:
         "cache_hits": sum(r["cache_hits"] for r in rows),
         "sent": sum(r["sent"] for r in rows),
         "input_tokens": sum(r["input_tokens"] for r in rows),
+        "cached_input_tokens": sum(r["cached_input_tokens"] for r in rows),
         "output_tokens": sum(r["output_tokens"] for r in rows),
         "cost": round(sum(r["cost"] for r in rows), 10),
+        "saved": round(sum(r["saved"] for r in rows), 10),
+        "possibly_billed": round(sum(usd for usd, _ in possibly.values()), 10),
+        "possibly_billed_requests": sum(n for _, n in possibly.values()),
+        "ledger_charged": round(charged, 10),
     }
     totals["cache_hit_rate"] = totals["cache_hits"] / totals["requests"] if totals["requests"] else 0.0
     return {
@@ -147,11 +174,13 @@ def render(data: dict[str, Any], fmt: str) -> str:
         for row in data["rows"]:
             writer.writerow(_flat(row))
         return buffer.getvalue()
-    headers = ["stage", "model", "requests", "cache hits", "sent", "tokens in", "tokens out", "cost", "errors",
-               "p50", "p95", "invalid", "score (mean ± std over seeds)"]
+    headers = ["stage", "model", "requests", "cache hits", "sent", "tokens in (cached)", "tokens out", "cost",
+               "saved", "errors", "p50", "p95", "invalid", "score (mean ± std over seeds)"]
     table = [
         [r["stage"], r["model"], str(r["requests"]), f"{r['cache_hits']} ({_pct(r['cache_hit_rate'])})",
-         str(r["sent"]), str(r["input_tokens"]), str(r["output_tokens"]), f"${r['cost']:.4f}",
+         str(r["sent"]), f"{r['input_tokens']} ({r['cached_input_tokens']})", str(r["output_tokens"]),
+         f"${r['cost']:.4f}" + (f" + ${r['possibly_billed']:.4f}?" if r["possibly_billed"] else ""),
+         f"${r['saved']:.4f}",
          ", ".join(f"{k} {v}" for k, v in r["errors"].items()) or "0", _seconds(r["latency_p50"]),
          _seconds(r["latency_p95"]), str(r["invalid"]), accuracy_text(r)]
         for r in data["rows"]
@@ -164,7 +193,11 @@ def render(data: dict[str, Any], fmt: str) -> str:
     )
     t = data["totals"]
     foot = (f"Total: {t['requests']} requests, {t['cache_hits']} cache hits ({_pct(t['cache_hit_rate'])}), "
-            f"{t['sent']} sent, {t['failed']} failed, cost ${t['cost']:.4f}")
+            f"{t['sent']} sent, {t['failed']} failed, cost ${t['cost']:.4f}, saved by the cache ${t['saved']:.4f}")
+    if t["possibly_billed"]:
+        foot += (f"; possibly billed: ${t['possibly_billed']:.4f} more, the worst case of "
+                 f"{t['possibly_billed_requests']} requests in flight when the run stopped (counted as spent until "
+                 f"`runner resume {run['id']}` settles them)")
     if fmt == "md":
         lines = [f"**{head}**", ""]
         lines.append("| " + " | ".join(headers) + " |")
@@ -192,5 +225,5 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     hits = f"{t['cache_hits']} cache hit{'' if t['cache_hits'] == 1 else 's'}"
     lines.append(f"cost: ${t['cost']:.4f} for {t['requests']} requests ({t['sent']} sent, {hits} = "
                  f"{_pct(t['cache_hit_rate'])}, {t['failed']} failed); tokens {t['input_tokens']} in / "
-                 f"{t['output_tokens']} out")
+                 f"{t['output_tokens']} out; saved by the cache ${t['saved']:.4f}")
     return lines

@@ -136,6 +136,7 @@ async def execute(
             total += per_model
 
     providers = build_providers(job)
+    check_prices(job)
     resume = run_id is not None
     if run_id is None:
         run_id = store.create_run(job.name, job.path, job.model_dump_json(), job.fingerprint(), total)
@@ -143,6 +144,11 @@ async def execute(
         store.set_run(run_id, status="running", pid=os.getpid(), message=None, finished=None, total=total)
     if on_run_id:
         on_run_id(run_id)
+    if resume:
+        settled, possibly = store.resolve_reservations(run_id)
+        if settled or possibly:
+            view.note(f"{settled + possibly} requests were in flight when the run stopped: {settled} settled from "
+                      f"the cache, {possibly} kept as possibly billed at their worst case")
 
     results = Results(job, run_id, store)
     committed: list[Callable[[list[Finished]], None]] = [results.on_commit]
@@ -159,6 +165,7 @@ async def execute(
         dispatcher = Dispatcher(run_id=run_id, job=job, store=store, writer=writer, providers=providers,
                                 stats=stats, resume=resume)
         committed.append(dispatcher.committed)
+        stats.budgets = dispatcher.budgets
 
         def on_interrupt() -> None:
             interrupts[0] += 1
@@ -180,6 +187,11 @@ async def execute(
                 break
         if dispatcher.fatal is not None:
             status, message = "failed", str(dispatcher.fatal)
+        elif dispatcher.exhausted is not None:
+            scope = dispatcher.exhausted
+            status = "budget_exhausted"
+            message = (f"{scope.describe()} is spent (${scope.spent_usd:,.4f}, {scope.spent_tokens:,} tokens); "
+                       f"`runner resume {run_id} --budget USD` continues with a larger one")
         elif interrupts[0]:
             status, message = "interrupted", f"interrupted; `runner resume {run_id}` finishes it"
         else:
@@ -200,6 +212,53 @@ async def execute(
             await provider.aclose()
         store.set_run(run_id, status=status, message=message, finished=now(), pid=None)
     return Outcome(run_id=run_id, status=status, stats=stats, message=message, results=results.paths)
+
+
+def check_prices(job: Job) -> None:
+    """A budget needs every model's price and a bound on output tokens; refuse to start without them."""
+    from .dispatch import budgets_of
+    from .pricing import Pricing
+
+    if budgets_of(job) is None:
+        return
+    pricing = Pricing(job)
+    where = job.path or "the job file"
+    for model in job_models(job):
+        if not pricing.known(model):
+            raise RunnerError(f"{where}: the price of {model} is unknown and the job has a budget: add "
+                              f"prices: {{{model}: {{input: USD, output: USD}}}} (per million tokens)")
+    for stage in job.stages:
+        if job.stage_params(stage).max_tokens is None:
+            raise RunnerError(f"{where}: stage {stage.name} has no params.max_tokens, and a budget needs a bound "
+                              "on output tokens to reserve a request's worst case")
+
+
+def budget_warnings(job: Job) -> list[str]:
+    """Said before a run with priced models and no budget: nothing bounds what it may spend."""
+    from .dispatch import budgets_of
+    from .pricing import Pricing
+
+    pricing = Pricing(job)
+    unknown = [model for model in job_models(job) if not pricing.known(model)]
+    lines = [f"warning: no price is known for {model}; its cost is counted as 0: add prices: {{{model}: "
+             "{input: USD, output: USD}} (per million tokens) to count it" for model in unknown]
+    if budgets_of(job) is not None:
+        return lines
+    priced = [model for model in job_models(job) if (rates := pricing.rates(model)) is not None and not rates.is_free]
+    if priced:
+        lines.append(f"warning: no budget is set for {', '.join(priced)}; add budget: {{usd: N}} to the job or "
+                     "`--budget USD` to cap what this run may spend")
+    return lines
+
+
+def set_budget(job: Job, usd: float) -> None:
+    """``--budget USD``: the run's USD limit, over what the job file says."""
+    from .spec import JobBudget
+
+    if job.budget is None:
+        job.budget = JobBudget(usd=usd)
+    else:
+        job.budget.usd = usd
 
 
 def load_run_job(store: Store, run_id: str) -> tuple[dict[str, Any], Job]:

@@ -45,7 +45,8 @@ class Params(Strict):
         return [value] if isinstance(value, str) else value
 
     def merged_over(self, base: Params) -> Params:
-        return base.model_copy(update=self.model_dump(exclude_unset=True))
+        # None means "not set" here: a job stored as JSON (for resume) has every field set, most to None.
+        return base.model_copy(update=self.model_dump(exclude_unset=True, exclude_none=True))
 
 
 class RetrySettings(Strict):

@@ -22,6 +22,10 @@ class Counters:
     tokens_in: int = 0
     tokens_out: int = 0
     spend: float = 0.0
+    #: what the cache hits would have cost
+    saved: float = 0.0
+    #: requests not sent because a budget covering them ran out (left for a resume)
+    over_budget: int = 0
     correct: int = 0
     scored: int = 0
     started: float = field(default_factory=time.monotonic)
@@ -36,6 +40,10 @@ class RunStats:
     def __init__(self) -> None:
         self.by_key: dict[tuple[str, str], Counters] = {}
         self.errors_by_class: dict[str, int] = {}
+        #: things the view should say once (a budget ran out)
+        self.notes: list[str] = []
+        #: the run's budgets, when it has any (runner/budget.py), for the live view
+        self.budgets: object | None = None
 
     def counters(self, stage: str, model: str) -> Counters:
         key = (stage, model)

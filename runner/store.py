@@ -48,7 +48,7 @@ class CachedResponse:
 TASK_COLUMNS = (
     "run_id", "stage", "item", "model", "row_id", "variant_json", "key", "status", "cache_hit", "attempts",
     "error_class", "error", "input_tokens", "output_tokens", "cost", "latency", "score", "valid",
-    "result_json",
+    "result_json", "cached_tokens", "saved",
 )
 RESPONSE_COLUMNS = (
     "key", "provider", "model", "request_json", "response_text", "response_json", "finish_reason",
@@ -141,7 +141,8 @@ class Store:
         cursor = self.conn.execute(
             "SELECT r.*, (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'done') AS done,"
             " (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'failed') AS failed,"
-            " (SELECT coalesce(sum(amount), 0) FROM ledger l WHERE l.run_id = r.id) AS spend"
+            " (SELECT coalesce(sum(amount), 0) FROM ledger l WHERE l.run_id = r.id"
+            " AND l.kind IN ('charge', 'possibly_billed')) AS spend"
             " FROM runs r ORDER BY r.created DESC LIMIT ?",
             (limit,),
         )
@@ -176,8 +177,10 @@ class Store:
         for (line,) in cursor:
             yield line
 
-    def write_batch(self, tasks: list[tuple], responses: list[tuple], ledger: list[tuple]) -> None:
-        """One transaction: the responses, the tasks they finish and their ledger entries."""
+    def write_batch(self, tasks: list[tuple], responses: list[tuple], ledger: list[tuple],
+                    released: list[tuple[int]] | None = None) -> None:
+        """One transaction: the responses, the tasks they finish, their ledger charges, and the removal of the
+        reservations those charges settle."""
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -187,21 +190,65 @@ class Store:
                 conn.executemany(_TASK_SQL, tasks)
             if ledger:
                 conn.executemany(_LEDGER_SQL, ledger)
+            if released:
+                conn.executemany("DELETE FROM ledger WHERE id = ?", released)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
 
 
+    # -- the ledger's reservations (runner/budget.py) -------------------------------------------------------
+    def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float) -> int:
+        """Record a request's worst-case cost before it is sent; committed at once, so a crash leaves it."""
+        cursor = self.conn.execute(_LEDGER_SQL, (run_id, stage, model, key, "reserved", usd, now()))
+        return int(cursor.lastrowid or 0)
+
+    def release(self, ledger_id: int) -> None:
+        self.conn.execute("DELETE FROM ledger WHERE id = ? AND kind = 'reserved'", (ledger_id,))
+
+    def resolve_reservations(self, run_id: str) -> tuple[int, int]:
+        """After a crash: a reservation whose answer is in the memo is settled to its cost; the others stay
+        charged at their worst case as 'possibly_billed'. Returns (settled, possibly billed)."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            settled = conn.execute(
+                "UPDATE ledger SET kind = 'charge', amount = (SELECT cost FROM responses r WHERE r.key = ledger.key)"
+                " WHERE run_id = ? AND kind = 'reserved' AND key IN (SELECT key FROM responses)", (run_id,)
+            ).rowcount
+            possibly = conn.execute(
+                "UPDATE ledger SET kind = 'possibly_billed' WHERE run_id = ? AND kind = 'reserved'", (run_id,)
+            ).rowcount
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return settled, possibly
+
+    def spent(self, run_id: str) -> list[tuple[str, str, float, int]]:
+        """(stage, model, USD charged or possibly billed, tokens sent) of a run so far, for a resume's budgets."""
+        money = dict(((stage, model), usd) for stage, model, usd in self.conn.execute(
+            "SELECT stage, model, sum(amount) FROM ledger WHERE run_id = ? AND kind IN ('charge', 'possibly_billed')"
+            " GROUP BY stage, model", (run_id,)))
+        tokens = dict(((stage, model), n) for stage, model, n in self.conn.execute(
+            "SELECT stage, model, sum(input_tokens + output_tokens) FROM tasks WHERE run_id = ? AND status = 'done'"
+            " AND cache_hit = 0 GROUP BY stage, model", (run_id,)))
+        return [(stage, model, money.get((stage, model), 0.0), int(tokens.get((stage, model)) or 0))
+                for stage, model in sorted(set(money) | set(tokens))]
+
+
 @dataclass(slots=True)
 class Finished:
-    """One finished task on its way to the store: its row, and the memo and ledger rows it brings."""
+    """One finished task on its way to the store: its row, the memo and ledger rows it brings, and the
+    reservation its ledger charge settles."""
 
     task: tuple
     response: tuple | None = None
     ledger: tuple | None = None
     result_line: str = ""
     stage: str = ""
+    release_id: int | None = None
 
 
 class Writer:
@@ -258,6 +305,7 @@ class Writer:
             [f.task for f in batch],
             [f.response for f in batch if f.response is not None],
             [f.ledger for f in batch if f.ledger is not None],
+            [(f.release_id,) for f in batch if f.release_id is not None],
         )
         self.on_commit(batch)
 

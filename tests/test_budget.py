@@ -105,3 +105,18 @@ async def test_spend_never_exceeds_the_budget_under_concurrency_and_most_of_it_i
         assert b.run.spent_usd <= limit + 1e-9
         assert b.run.spent_usd >= limit - worst - 1e-9
         assert b.run.reserved_usd == 0.0 and b.run.inflight == 0
+
+
+def test_the_live_view_shows_spent_reserved_budget_saved_and_the_projection():
+    from runner.progress import budget_line
+    from runner.stats import RunStats
+
+    stats = RunStats()
+    c = stats.counters("s", "m")
+    c.total, c.done, c.cache_hits, c.spend, c.saved = 100, 30, 10, 2.0, 0.5
+    assert budget_line(stats) == "spent $2.00, saved by the cache $0.5000, projected $9.00 at completion"
+    b = budgets(10.0)
+    b.run.spent_usd, b.run.reserved_usd = 2.0, 0.25
+    stats.budgets = b
+    assert budget_line(stats) == ("budget: spent $2.00 + reserved $0.2500 of $10.00 (20%), saved by the cache "
+                                  "$0.5000, projected $9.00 at completion")

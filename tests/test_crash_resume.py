@@ -134,3 +134,49 @@ def test_ctrl_c_finishes_in_flight_requests_and_marks_the_run_interrupted(tmp_pa
                              text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert _stats(sim_server)["received"] == 40
+
+
+@pytest.mark.parametrize("sim_server", [0.3], indirect=True)
+def test_sigkill_leaves_possibly_billed_reservations_that_resume_settles(tmp_path, sim_server):
+    """Requests in flight at a SIGKILL may have been billed: the report counts their reserved worst case as
+    spent ("possibly billed") until a resume settles them, after which none is left merely reserved."""
+    db = tmp_path / "store.sqlite"
+    dataset = write_rows(tmp_path / "rows.jsonl", 30)
+    extra = (f"providers: {{sim: {{base_url: {json.dumps(sim_server)}, concurrency: 4}}}}\n"
+             "prices: {sim:gpt-sim: {input: 1000, output: 4000}}\nbudget: {usd: 100}")
+    job = write_job(tmp_path / "job.yaml", dataset, models=["sim:gpt-sim"], extra=extra)
+    proc = subprocess.Popen(runner_cmd("submit", str(job), "--db", str(db)), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM tasks") >= 4
+                  and _count(db, "SELECT count(*) FROM ledger WHERE kind = 'reserved'") >= 2, 60,
+                  "4 finished tasks and requests in flight")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    in_flight = _count(db, "SELECT count(*) FROM ledger WHERE kind = 'reserved'")
+    reserved = sqlite3.connect(db).execute("SELECT sum(amount) FROM ledger WHERE kind = 'reserved'").fetchone()[0]
+    assert in_flight >= 1
+    run_id = sqlite3.connect(db).execute("SELECT id FROM runs").fetchone()[0]
+
+    shown = subprocess.run(runner_cmd("report", run_id, "--db", str(db), "--format", "json"), cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    totals = json.loads(shown.stdout)["totals"]
+    assert totals["possibly_billed_requests"] == in_flight
+    assert totals["possibly_billed"] == pytest.approx(reserved)
+    text = subprocess.run(runner_cmd("report", run_id, "--db", str(db)), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60).stdout
+    assert "possibly billed" in text
+
+    resumed = subprocess.run(runner_cmd("resume", run_id, "--db", str(db)), cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _count(db, "SELECT count(*) FROM ledger WHERE kind = 'reserved'") == 0
+    # Not in the cache, so the server may have billed them: they stay charged at their worst case, labelled.
+    assert _count(db, "SELECT count(*) FROM ledger WHERE kind = 'possibly_billed'") == in_flight
+    after = json.loads(subprocess.run(runner_cmd("report", run_id, "--db", str(db), "--format", "json"),
+                                      cwd=tmp_path, capture_output=True, text=True, timeout=60).stdout)["totals"]
+    assert after["done"] == 30 and after["possibly_billed"] == pytest.approx(reserved)
+    assert after["ledger_charged"] == pytest.approx(after["cost"])

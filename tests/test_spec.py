@@ -390,3 +390,12 @@ def test_relative_job_path_through_cli(
 def test_unknown_key_suggests_the_closest_allowed_one(tmp_path: Path) -> None:
     path = write_job(tmp_path, variant("    dataset:\n", "    datset:\n"))
     assert "did you mean 'dataset'?" in error_of(path)
+
+
+def test_a_stored_job_keeps_its_parameters(tmp_path: Path) -> None:
+    """A resumed run reads its job back from JSON, where every stage parameter is present (most as null): the
+    job-level parameters must still apply, or the resumed requests would have other cache keys."""
+    job = load_job(write_job(tmp_path, BASE))
+    again = type(job).model_validate_json(job.model_dump_json())
+    assert again.stage_params(again.stages[0]) == job.stage_params(job.stages[0])
+    assert again.stage_params(again.stages[0]).max_tokens == 16

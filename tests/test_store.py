@@ -44,7 +44,7 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
             "run_id": str, "stage": str, "item": str, "model": str, "row_id": str, "variant_json": str,
             "key": str, "status": str, "cache_hit": int, "attempts": int, "error_class": str, "error": str,
             "input_tokens": int, "output_tokens": int, "cost": float, "latency": float, "score": float,
-            "valid": int, "result_json": str, "updated": str,
+            "valid": int, "result_json": str, "updated": str, "cached_tokens": int, "saved": float,
         },
         ["run_id", "stage", "item"],
     ),
@@ -57,7 +57,7 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
     ),
     "_migrations": ({"name": str, "applied_at": str}, ["name"]),
 }
-MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger"]
+MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs"]
 
 
 @pytest.fixture
@@ -81,7 +81,8 @@ def task(run_id: str, item: str, key: str, status: str = "done", cost: float = 0
         "run_id": run_id, "stage": "mc", "item": item, "model": "sim:gpt-test", "row_id": item,
         "variant_json": "{}", "key": key, "status": status, "cache_hit": 0, "attempts": 1, "error_class": None,
         "error": None, "input_tokens": 10, "output_tokens": 1, "cost": cost, "latency": 0.01, "score": 1.0,
-        "valid": 1, "result_json": f'{{"item":"{item}"}}', "updated": "2024-01-01T00:00:00",
+        "valid": 1, "result_json": f'{{"item":"{item}"}}', "updated": "2024-01-01T00:00:00", "cached_tokens": 0,
+        "saved": 0.0,
     }
     return tuple(values[c] for c in TASK_COLUMNS)
 
