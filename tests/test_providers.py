@@ -183,6 +183,20 @@ async def test_filtered_content_fails_the_item_without_a_retry(tmp_path, provide
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_rejected_request_fails_its_item_without_a_retry(tmp_path, provider):
+    # A request larger than the server's whole token-per-minute limit can never be served: every format
+    # answers it 400 (invalid request), which no retry can fix.
+    async with await start_server(SimConfig(tpm=10, itpm=10)) as srv:
+        job = make_job(tmp_path, srv, provider, 6)
+        store = Store(tmp_path / "s.sqlite")
+        outcome = await execute(job, store)
+        stats = srv.stats()
+    assert stats["received"] == 6 and stats["by_status"] == {"400": 6}
+    assert error_classes(store, outcome.run_id) == {"bad_request": 6}
+    assert store.conn.execute("SELECT max(attempts) FROM tasks").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
 async def test_a_permanently_failing_endpoint_ends_in_bounded_time(tmp_path, provider):
     async with await start_server(SimConfig(fault_500=1.0)) as srv:
         job = make_job(tmp_path, srv, provider, 20,
