@@ -176,3 +176,22 @@ async def test_a_budget_needs_max_tokens(tmp_path, server: SimServer):
 def test_scope_describes_itself():
     assert Scope("run", "j", 1.5).describe() == "the run's budget ($1.50)"
     assert Scope("stage", "s", None, 100).describe() == "the budget of stage s (100 tokens)"
+
+
+async def test_budget_warnings_name_what_to_add(tmp_path, server: SimServer, monkeypatch):
+    from runner.run import budget_warnings
+
+    job = load_job(write_job(tmp_path, server.url, ["q"], usd=None, concurrency=1, max_tokens=5))
+    assert budget_warnings(job) == [
+        "warning: no budget is set for sim:priced; add budget: {usd: N} to the job or `--budget USD` to cap what "
+        "this run may spend"]
+    set_budget(job, 1.0)
+    assert budget_warnings(job) == []
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    path = write_job(tmp_path, server.url, ["q"], usd=None, concurrency=1, max_tokens=5, name="unknown")
+    data = json.loads(path.read_text())
+    data["models"] = ["openai:no-such-model-2099"]
+    path.write_text(json.dumps(data))
+    assert budget_warnings(load_job(path)) == [
+        "warning: no price is known for openai:no-such-model-2099; its cost is counted as 0: add prices: "
+        "{openai:no-such-model-2099: {input: USD, output: USD}} (per million tokens) to count it"]
