@@ -1,8 +1,8 @@
-"""The ``runner`` command: submit, validate, resume, runs, report, sim.
+"""The ``runner`` command: submit, estimate, validate, resume, runs, report, costs, sim.
 
 Every error a user can cause ends in ``Error: <one sentence>`` on stderr and a non-zero exit (2 for a job
-file that does not validate, 1 otherwise), never a traceback. ``RUNNER_RAISE_ERRORS=1`` shows tracebacks of
-unexpected errors, for bug reports.
+file that does not validate or a submit whose worst case exceeds its budget, 1 otherwise), never a traceback.
+``RUNNER_RAISE_ERRORS=1`` shows tracebacks of unexpected errors, for bug reports.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import Annotated
 
 import typer
 
+from . import costs as cost_sums
+from . import estimate as estimates
 from . import report as reports
 from .errors import RunnerError
 from .progress import make_view
@@ -71,14 +73,70 @@ def submit(
     job_file: Annotated[Path, typer.Argument(help="The job YAML file.")],
     db: DbOption = None,
     budget: BudgetOption = None,
+    allow_partial: Annotated[bool, typer.Option(
+        "--allow-partial", help="Start even when the estimate's worst case exceeds the budget; the run stops when "
+        "the budget is spent (`runner resume RUN_ID --budget USD` continues it).")] = False,
 ) -> None:
-    """Validate a job file and run it; print accuracy and cost at the end."""
+    """Validate a job file, estimate its cost, and run it; print accuracy and cost at the end. Refuses (exit 2)
+    when the estimate's worst case exceeds the run's budget, unless --allow-partial."""
     job = load_job(job_file)
     if budget is not None:
         set_budget(job, budget)
+    store = Store(db)
+    est = estimates.estimate(job, store, count_free=False)
+    for line in estimates.summary_lines(est):
+        typer.echo(line)
+    limit = job.budget.usd if job.budget is not None else None
+    refusal = estimates.over_budget(est, limit)
+    if refusal is not None:
+        if not allow_partial:
+            raise estimates.OverBudget(refusal)
+        typer.echo(f"--allow-partial: the budget ${limit:,.4f} covers part of the worst case; the run stops when "
+                   "it is spent", err=True)
     for line in budget_warnings(job):
         typer.echo(line, err=True)
-    _run(job, Store(db))
+    _run(job, store)
+
+
+@app.command()
+def estimate(
+    job_file: Annotated[Path, typer.Argument(help="The job YAML file.")],
+    db: DbOption = None,
+    fmt: Annotated[str, typer.Option("--format", help="text, json, csv or md.")] = "text",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
+) -> None:
+    """Before a run, per stage and model: requests, cache hits, input tokens, output tokens (max and expected from
+    history), and the cost range of what is left to send (and at Batch API prices). Needs no API key."""
+    if fmt not in estimates.FORMATS:
+        raise RunnerError(f"--format must be one of {', '.join(estimates.FORMATS)}, not {fmt!r}")
+    job = load_job(job_file)
+    text = estimates.render(estimates.estimate(job, Store(db)), fmt)
+    _emit(text, output)
+
+
+@app.command()
+def costs(
+    db: DbOption = None,
+    since: Annotated[str | None, typer.Option(help="Only spend from this day on (YYYY-MM-DD, UTC).",
+                                              show_default=False)] = None,
+    by: Annotated[str, typer.Option(help="Group by model, job or day (UTC).")] = "model",
+    fmt: Annotated[str, typer.Option("--format", help="text, json, csv or md.")] = "text",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
+) -> None:
+    """Spend across runs, from the ledger: per model, job or day, the runs, requests charged, USD charged, USD
+    possibly billed (requests in flight when a run was killed) and the money saved by cache hits."""
+    if fmt not in cost_sums.FORMATS:
+        raise RunnerError(f"--format must be one of {', '.join(cost_sums.FORMATS)}, not {fmt!r}")
+    data = cost_sums.build(Store(db), by=by, since=since)
+    _emit(cost_sums.render(data, fmt), output)
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output:
+        output.write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {output}")
+    else:
+        typer.echo(text, nl=False)
 
 
 @app.command()

@@ -1,0 +1,181 @@
+"""Spend across runs: ``runner costs [--since DATE] [--by model|job|day]``.
+
+Money comes from the ledger, one row per request that cost something: ``charge`` (settled to the response's
+cost), ``possibly_billed`` (in flight when a run was killed, kept at its worst case after a resume could not
+settle it) and ``reserved`` (in flight). A reservation of a run that is no longer alive is possibly billed too,
+as ``runner report`` counts it; one of a live run is only in flight and shown apart. Money saved comes from the
+tasks answered by the cache (``tasks.saved``: what the cached response cost when it was bought).
+
+Days are UTC, as the store's time stamps: a ledger row's ``created``, a task's ``updated``. ``--since`` keeps the
+rows of that day and later.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import RunnerError
+from .store import Store
+
+__all__ = ["BY", "FORMATS", "build", "parse_since", "render"]
+
+FORMATS = ("text", "json", "csv", "md")
+BY = ("model", "job", "day")
+UNKNOWN_JOB = "(unknown run)"
+
+#: the SQL of each grouping, for the ledger (``l``) and the tasks (``t``), both joined to runs (``r``)
+_GROUP_SQL = {
+    "model": ("l.model", "t.model"),
+    "job": (f"coalesce(r.job_name, '{UNKNOWN_JOB}')", f"coalesce(r.job_name, '{UNKNOWN_JOB}')"),
+    "day": ("substr(l.created, 1, 10)", "substr(t.updated, 1, 10)"),
+}
+
+
+@dataclass(slots=True)
+class Row:
+    group: str
+    runs: int = 0
+    requests_charged: int = 0
+    charged: float = 0.0
+    possibly_billed: float = 0.0
+    #: requests that are possibly billed (their worst case counted as spent)
+    possibly_billed_requests: int = 0
+    saved: float = 0.0
+    #: cache hits that saved money
+    cache_hits: int = 0
+    #: reservations of runs still running: neither charged nor possibly billed yet
+    in_flight: float = 0.0
+    run_ids: set[str] = field(default_factory=set)
+
+
+def parse_since(since: str | None) -> str | None:
+    """``YYYY-MM-DD`` → the same string, checked; a RunnerError sentence otherwise."""
+    if since is None:
+        return None
+    text = since.strip()
+    try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            raise ValueError
+        dt.date.fromisoformat(text)
+    except ValueError:
+        raise RunnerError(f"--since must be a date written YYYY-MM-DD (e.g. 2025-01-31), not {since!r}") from None
+    return text
+
+
+def build(store: Store, *, by: str = "model", since: str | None = None) -> dict[str, Any]:
+    """Sums per group, and totals, as plain data (what ``render`` shows and ``--format json`` prints)."""
+    if by not in BY:
+        raise RunnerError(f"--by must be one of {', '.join(BY)}, not {by!r}")
+    from .run import pid_alive  # run imports the engine; keep this light to import
+
+    since = parse_since(since)
+    ledger_group, task_group = _GROUP_SQL[by]
+    live = {run_id for run_id, pid in store.conn.execute("SELECT id, pid FROM runs WHERE status = 'running'")
+            if pid_alive(pid)}
+    rows: dict[str, Row] = {}
+
+    def row(group: str | None) -> Row:
+        key = group if group is not None else "-"
+        found = rows.get(key)
+        if found is None:
+            found = rows[key] = Row(key)
+        return found
+
+    where, params = ("WHERE l.created >= ?", [since]) if since else ("", [])
+    for group, run_id, kind, count, amount in store.conn.execute(
+        f"SELECT {ledger_group}, l.run_id, l.kind, count(*), coalesce(sum(l.amount), 0) FROM ledger l"
+        f" LEFT JOIN runs r ON r.id = l.run_id {where} GROUP BY 1, 2, 3", params,
+    ):
+        r = row(group)
+        r.run_ids.add(run_id)
+        if kind == "charge":
+            r.requests_charged += count
+            r.charged += amount
+        elif kind == "possibly_billed" or (kind == "reserved" and run_id not in live):
+            r.possibly_billed += amount
+            r.possibly_billed_requests += count
+        elif kind == "reserved":
+            r.in_flight += amount
+    where, params = ("AND t.updated >= ?", [since]) if since else ("", [])
+    for group, run_id, hits, saved in store.conn.execute(
+        f"SELECT {task_group}, t.run_id, count(*), sum(t.saved) FROM tasks t LEFT JOIN runs r ON r.id = t.run_id"
+        f" WHERE t.cache_hit = 1 AND t.saved > 0 {where} GROUP BY 1, 2", params,
+    ):
+        r = row(group)
+        r.run_ids.add(run_id)
+        r.cache_hits += hits
+        r.saved += saved
+    ordered = [rows[key] for key in sorted(rows)]
+    for r in ordered:
+        r.runs = len(r.run_ids)
+    totals = Row("total", runs=len(set[str]().union(*(r.run_ids for r in ordered))))
+    for r in ordered:
+        totals.requests_charged += r.requests_charged
+        totals.possibly_billed_requests += r.possibly_billed_requests
+        totals.cache_hits += r.cache_hits
+        for name in ("charged", "possibly_billed", "saved", "in_flight"):
+            setattr(totals, name, getattr(totals, name) + getattr(r, name))
+    return {"by": by, "since": since, "db": store.path, "rows": [_plain(r, by) for r in ordered],
+            "totals": _plain(totals, by)}
+
+
+def _plain(r: Row, by: str) -> dict[str, Any]:
+    data = asdict(r)
+    del data["run_ids"]
+    data[by] = data.pop("group")
+    for name in ("charged", "possibly_billed", "saved", "in_flight"):
+        data[name] = round(data[name], 10)
+    return {by: data.pop(by), **data}
+
+
+COLUMNS = ("runs", "requests_charged", "charged", "possibly_billed", "saved")
+HEADERS = ("runs", "requests charged", "charged", "possibly billed", "saved by the cache")
+
+
+def _cells(r: dict[str, Any], by: str) -> list[str]:
+    possibly = f"${r['possibly_billed']:,.4f}"
+    if r["possibly_billed_requests"]:
+        possibly += f" ({r['possibly_billed_requests']:,})"
+    return [str(r[by]), f"{r['runs']:,}", f"{r['requests_charged']:,}", f"${r['charged']:,.4f}", possibly,
+            f"${r['saved']:,.4f}"]
+
+
+def render(data: dict[str, Any], fmt: str) -> str:
+    by = data["by"]
+    if fmt == "json":
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=(by, *COLUMNS, "possibly_billed_requests", "cache_hits",
+                                                    "in_flight"), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(data["rows"])
+        writer.writerow(data["totals"])
+        return buffer.getvalue()
+    since = f" since {data['since']}" if data["since"] else ""
+    head = f"Costs by {by}{since} · {data['db']}"
+    if not data["rows"]:
+        return f"{head}\nno spend recorded{since}\n"
+    headers = [by, *HEADERS]
+    table = [_cells(r, by) for r in data["rows"]] + [_cells(data["totals"], by)]
+    t = data["totals"]
+    notes = [f"Total: ${t['charged']:,.4f} charged for {t['requests_charged']:,} requests in {t['runs']:,} runs"
+             + (f", ${t['possibly_billed']:,.4f} possibly billed (the worst case of {t['possibly_billed_requests']:,} "
+                "requests in flight when a run stopped)" if t["possibly_billed_requests"] else "")
+             + f"; ${t['saved']:,.4f} saved by {t['cache_hits']:,} cache hits"]
+    if t["in_flight"]:
+        notes.append(f"In flight now: ${t['in_flight']:,.4f} reserved by running runs (not counted above)")
+    if fmt == "md":
+        lines = [f"**{head}**", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        lines += ["| " + " | ".join(row) + " |" for row in table]
+        return "\n".join(lines + [""] + notes) + "\n"
+    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+    lines = [head, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    return "\n".join(lines + notes) + "\n"

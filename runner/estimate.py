@@ -1,0 +1,381 @@
+"""What a job will cost before it runs: ``runner estimate JOB.yaml`` and the first screen of ``runner submit``.
+
+Per stage and model the plan is streamed (never held whole) and looked up in the store's memo a chunk at a time:
+
+- **requests**, those already **in the cache** (free: a cache hit costs nothing), and **repeats** (a request
+  identical to an earlier one of the job: the runner sends it once and shares the answer); the rest are **to send**;
+- **input tokens** of the requests to send, counted by ``runner.tokens`` (exact for OpenAI models and the
+  simulated server, an upper-leaning estimate otherwise: the output says which);
+- **output tokens**: at most ``max_tokens`` per request to send, and an expected figure from history: the mean
+  output tokens of this stage and model's requests already in the cache (the most similar requests there are), or
+  else of stored responses of the same provider and model (up to ``HISTORY_SAMPLE`` of them), each capped at
+  ``max_tokens``; "no history" when neither exists;
+- **cost** of the requests to send, as a range: *low* is the input at the input price plus the expected output
+  (none without history), *high* the worst case a budget reserves (every input token at the dearest input
+  price, ``max_tokens`` output tokens), summed request by request since context-length tiers price each request
+  by its own size; and the same range at the Batch API's prices where genai-prices has them.
+
+A model without a price shows "unknown price" and the ``prices:`` key to add; without ``max_tokens`` the high end
+is unbounded. Nothing here needs an API key or touches the network.
+
+Memory: the keys of the requests to send are remembered (as 64-bit integers) to find repeats, about 60 bytes per
+request; everything else is per chunk.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from providers.base import provider_class, split_model
+
+from .errors import RunnerError
+from .plan import Request, StagePlan
+from .pricing import PER, Pricing, Rates
+from .spec import Job
+from .store import Store
+from .tokens import count_input_tokens, exact
+
+__all__ = ["Estimate", "Group", "OverBudget", "estimate", "over_budget", "render", "summary_lines"]
+
+FORMATS = ("text", "json", "csv", "md")
+#: requests looked up in the memo per query batch
+CHUNK = 1000
+#: stored responses read at most to find a model's mean output tokens when the job's own cache has none
+HISTORY_SAMPLE = 10_000
+
+CSV_COLUMNS = (
+    "stage", "model", "requests", "cached", "repeats", "to_send", "input_tokens", "input_exact", "max_tokens",
+    "output_tokens_max", "output_tokens_expected", "history", "history_source", "price", "cost_low", "cost_high",
+    "batch_low", "batch_high", "batch_price",
+)
+
+
+class OverBudget(RunnerError):
+    """``runner submit`` refuses a job whose worst case exceeds the run's budget (without ``--allow-partial``)."""
+
+    exit_code = 2
+
+
+@dataclass(slots=True)
+class _Sums:
+    """Sums over the requests to send at one price list (standard or batch), each request at its own tier."""
+
+    input_usd: float = 0.0
+    #: Σ over requests of the output price that applies to it (tiers), per token, in USD
+    output_rate: float = 0.0
+    high: float = 0.0
+
+    def add(self, rates: Rates, input_tokens: int, max_tokens: int) -> None:
+        tier = rates.at(input_tokens)
+        self.input_usd += input_tokens * tier.input / PER
+        self.output_rate += tier.output / PER
+        self.high += rates.worst_case(input_tokens, max_tokens)
+
+
+@dataclass(slots=True)
+class Group:
+    """The estimate of one stage and model."""
+
+    stage: str
+    model: str
+    #: ``params.max_tokens`` of the stage (None: the output, hence the high end, is unbounded)
+    max_tokens: int | None
+    #: whether ``input_tokens`` is the provider's own count (else an estimate meant to lie above it)
+    input_exact: bool
+    #: where the price comes from, ``"unknown price"`` when there is none
+    price: str
+    batch_price: str | None = None
+    #: whether the model costs nothing (local, simulated and user servers unless the job prices them)
+    free: bool = False
+    requests: int = 0
+    cached: int = 0
+    repeats: int = 0
+    to_send: int = 0
+    #: input tokens of the requests to send (None: not counted, for a free model in ``runner submit``)
+    input_tokens: int | None = 0
+    output_tokens_max: int | None = None
+    output_tokens_expected: float | None = None
+    #: how many responses ``output_tokens_expected`` is the mean of (0: no history)
+    history: int = 0
+    history_source: str | None = None
+    cost_low: float | None = None
+    cost_high: float | None = None
+    batch_low: float | None = None
+    batch_high: float | None = None
+    #: the prices: key to add when the price is unknown
+    add_price: str | None = None
+
+
+@dataclass(slots=True)
+class Estimate:
+    job: str
+    path: str
+    groups: list[Group]
+    elapsed: float = 0.0
+    totals: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def high(self) -> float | None:
+        """The worst case of the whole job, or None when a model has no price or a stage no ``max_tokens``."""
+        return self.totals.get("cost_high")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "path": self.path, "groups": [asdict(g) for g in self.groups],
+                "totals": self.totals, "elapsed_s": round(self.elapsed, 3)}
+
+
+class _Builder:
+    """One (stage, model) group being summed."""
+
+    def __init__(self, group: Group, rates: Rates | None, batch: Rates | None, count: bool) -> None:
+        self.group = group
+        self.rates = rates
+        self.batch = batch
+        self.count = count
+        self.sums = _Sums() if rates is not None else None
+        self.batch_sums = _Sums() if batch is not None else None
+        self.cached_out = 0
+        self.cached_n = 0
+
+    def add(self, req: Request) -> None:
+        g = self.group
+        g.to_send += 1
+        if not self.count:
+            return
+        tokens = count_input_tokens(req.provider, req.model_name, req.messages)
+        g.input_tokens = (g.input_tokens or 0) + tokens
+        max_tokens = g.max_tokens or 0
+        if self.sums is not None and self.rates is not None:
+            self.sums.add(self.rates, tokens, max_tokens)
+        if self.batch_sums is not None and self.batch is not None:
+            self.batch_sums.add(self.batch, tokens, max_tokens)
+
+    def finish(self, store: Store, provider: str, model_id: str) -> Group:
+        g = self.group
+        if g.max_tokens is not None:
+            g.output_tokens_max = g.max_tokens * g.to_send
+        if self.cached_n:
+            mean = self.cached_out / self.cached_n
+            g.history, g.history_source = self.cached_n, "this stage's cached requests"
+        else:
+            n, mean = _history(store, provider, model_id, g.max_tokens)
+            if n:
+                g.history, g.history_source = n, f"stored responses of {provider}:{model_id}"
+        expected = None
+        if g.history:
+            expected = min(mean, g.max_tokens) if g.max_tokens is not None else mean
+            g.output_tokens_expected = expected * g.to_send
+        for sums, low_attr, high_attr in ((self.sums, "cost_low", "cost_high"),
+                                          (self.batch_sums, "batch_low", "batch_high")):
+            if sums is None:
+                continue
+            setattr(g, low_attr, sums.input_usd + (expected or 0.0) * sums.output_rate)
+            setattr(g, high_attr, sums.high if g.max_tokens is not None else None)
+        return g
+
+
+def _history(store: Store, provider: str, model_id: str, max_tokens: int | None) -> tuple[int, float]:
+    """(count, mean output tokens, each capped at ``max_tokens``) of stored responses of a provider's model."""
+    cap = max_tokens if max_tokens is not None else 2**62
+    n, mean = store.conn.execute(
+        "SELECT count(*), avg(min(output_tokens, ?)) FROM (SELECT output_tokens FROM responses"
+        " WHERE provider = ? AND model = ? AND output_tokens IS NOT NULL LIMIT ?)",
+        (cap, provider, model_id, HISTORY_SAMPLE),
+    ).fetchone()
+    return int(n or 0), float(mean or 0.0)
+
+
+def _chunks(requests: Iterable[Request], size: int) -> Iterator[list[Request]]:
+    chunk: list[Request] = []
+    for req in requests:
+        chunk.append(req)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
+    """Estimate ``job`` against ``store``'s memo. ``count_free=False`` skips counting the input tokens of free
+    models (their cost is 0 whatever the count), which ``runner submit`` uses to get to the run sooner."""
+    started = time.perf_counter()
+    pricing = Pricing(job)
+    rates_of: dict[str, Rates | None] = {}
+    groups: list[Group] = []
+    seen: set[int] = set()
+    for stage in job.stages:
+        plan = StagePlan(job, stage)
+        max_tokens = job.stage_params(stage).max_tokens
+        builders: dict[str, _Builder] = {}
+        ids: dict[str, tuple[str, str]] = {}
+        for model in plan.models:
+            if model not in rates_of:
+                rates_of[model] = pricing.rates(model)
+            rates = rates_of[model]
+            batch = pricing.batch_rates(model) if rates is not None else None
+            provider, name = split_model(model)
+            model_id = provider_class(provider).model_id(name, job.endpoints)
+            ids[model] = (provider, model_id)
+            group = Group(stage=stage.name, model=model, max_tokens=max_tokens, input_exact=exact(provider, name),
+                          price=rates.source if rates is not None else "unknown price",
+                          batch_price=batch.source if batch is not None else None,
+                          free=rates is not None and rates.is_free)
+            if rates is None:
+                group.add_price = model
+            count = count_free or rates is None or not rates.is_free
+            if not count:
+                group.input_tokens = None
+            builders[model] = _Builder(group, rates, batch, count)
+        for chunk in _chunks(plan, CHUNK):
+            memo = store.lookup_many(list({req.key for req in chunk}))
+            for req in chunk:
+                builder = builders[req.model]
+                builder.group.requests += 1
+                cached = memo.get(req.key)
+                if cached is not None:
+                    builder.group.cached += 1
+                    builder.cached_out += cached.output_tokens or 0
+                    builder.cached_n += 1
+                    continue
+                short = int(req.key[:16], 16)
+                if short in seen:
+                    builder.group.repeats += 1
+                    continue
+                seen.add(short)
+                builder.add(req)
+        groups += [builders[m].finish(store, *ids[m]) for m in plan.models]
+    result = Estimate(job=job.name, path=job.path, groups=groups)
+    result.totals = _totals(groups)
+    result.elapsed = time.perf_counter() - started
+    result.totals["elapsed_s"] = round(result.elapsed, 3)
+    return result
+
+
+def _sum(values: list[Any]) -> Any:
+    """The sum, or None when any value is None (an unknown price or an unbounded output)."""
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _totals(groups: list[Group]) -> dict[str, Any]:
+    totals: dict[str, Any] = {
+        key: sum(getattr(g, key) for g in groups) for key in ("requests", "cached", "repeats", "to_send")
+    }
+    counted = [g.input_tokens for g in groups if g.input_tokens is not None]
+    totals["input_tokens"] = sum(counted)
+    totals["input_exact"] = all(g.input_exact for g in groups if g.to_send)
+    totals["output_tokens_max"] = _sum([g.output_tokens_max for g in groups if g.to_send])
+    for key in ("cost_low", "cost_high"):
+        totals[key] = _sum([getattr(g, key) for g in groups if g.to_send])
+    # The batch figure covers the job only when every model that costs something has a batch price.
+    batchable = [g for g in groups if g.to_send and not g.free]
+    for key in ("batch_low", "batch_high"):
+        totals[key] = _sum([getattr(g, key) for g in batchable]) if batchable else None
+    totals["unknown_prices"] = sorted({g.add_price for g in groups if g.add_price})
+    totals["unbounded_stages"] = sorted({g.stage for g in groups if g.max_tokens is None and g.to_send})
+    return totals
+
+
+# -- display ---------------------------------------------------------------------------------------
+def usd(value: float | None) -> str:
+    return "?" if value is None else f"${value:,.4f}"
+
+
+def _range(low: float | None, high: float | None, *, bounded: bool) -> str:
+    if low is None:
+        return "unknown price"
+    return f"{usd(low)} – {usd(high) if bounded and high is not None else 'unbounded'}"
+
+
+def _tokens(value: float | int | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if isinstance(value, float) else f"{value:,}"
+
+
+def _row(g: Group) -> list[str]:
+    exactness = "exact" if g.input_exact else "estimate"
+    if g.input_tokens is None:
+        tokens = "not counted (free)"
+    else:
+        tokens = f"{g.input_tokens:,} ({exactness})"
+    expected = "no history" if not g.history else f"{_tokens(g.output_tokens_expected)} (n={g.history})"
+    bounded = g.max_tokens is not None
+    batch = _range(g.batch_low, g.batch_high, bounded=bounded) if g.batch_price else "-"
+    return [g.stage, g.model, f"{g.requests:,}", f"{g.cached:,}", f"{g.to_send:,}", tokens,
+            _tokens(g.output_tokens_max) if bounded else "unbounded", expected,
+            _range(g.cost_low, g.cost_high, bounded=bounded), batch]
+
+
+HEADERS = ["stage", "model", "requests", "in cache", "to send", "input tokens", "output max", "output expected",
+           "cost (expected – worst)", "batch API"]
+
+
+def summary_lines(est: Estimate) -> list[str]:
+    """The totals in one or two lines (the footer of ``runner estimate`` and the first screen of ``submit``)."""
+    t = est.totals
+    repeats = f", {t['repeats']:,} repeated" if t["repeats"] else ""
+    head = (f"estimate: {t['requests']:,} requests, {t['cached']:,} in the cache{repeats}, {t['to_send']:,} to send; "
+            f"cost {_total_range(t)}")
+    if t["batch_low"] is not None:
+        head += f" (Batch API {_range(t['batch_low'], t['batch_high'], bounded=t['batch_high'] is not None)})"
+    head += f"; estimated in {est.elapsed:.2f} s"
+    lines = [head]
+    for model in t["unknown_prices"]:
+        lines.append(f"unknown price for {model}: add prices: {{{model}: {{input: USD, output: USD}}}} "
+                     "(per million tokens) to the job to price it")
+    if t["unbounded_stages"]:
+        lines.append(f"no worst case for stage(s) {', '.join(t['unbounded_stages'])}: set params.max_tokens to "
+                     "bound the output")
+    return lines
+
+
+def _total_range(t: dict[str, Any]) -> str:
+    low, high = t["cost_low"], t["cost_high"]
+    if low is None:
+        return "unknown (a model has no price)"
+    return f"{usd(low)} – {usd(high) if high is not None else 'unbounded'}"
+
+
+def render(est: Estimate, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(est.as_dict(), indent=2, ensure_ascii=False) + "\n"
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for g in est.groups:
+            writer.writerow(asdict(g))
+        writer.writerow({"stage": "total", "model": "", **{k: v for k, v in est.totals.items() if k in CSV_COLUMNS}})
+        return buffer.getvalue()
+    table = [_row(g) for g in est.groups]
+    head = f"Estimate · job {est.job} · {est.path}"
+    notes = summary_lines(est)
+    notes.append("in cache: answered before, free; to send: the rest, less repeats of an identical request (sent "
+                 "once); output expected: mean output tokens of similar stored responses × requests to send; worst: "
+                 "every input token at the dearest input price and max_tokens output tokens per request")
+    if fmt == "md":
+        lines = [f"**{head}**", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+        lines += ["| " + " | ".join(row) + " |" for row in table]
+        return "\n".join(lines + [""] + notes) + "\n"
+    widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(HEADERS)]
+    lines = [head, "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    return "\n".join(lines + notes) + "\n"
+
+
+def over_budget(est: Estimate, budget_usd: float | None) -> str | None:
+    """The refusal of ``runner submit`` when the worst case exceeds the run's budget, else None."""
+    high = est.high
+    if budget_usd is None or high is None or high <= budget_usd:
+        return None
+    enough = math.ceil(high * 100) / 100
+    return (f"the estimate's worst case {usd(high)} exceeds the run's budget {usd(budget_usd)}: add --allow-partial "
+            f"to run until the budget is spent, or give a larger --budget (at least {enough:.2f})")
