@@ -255,6 +255,8 @@ def set_budget(job: Job, usd: float) -> None:
     """``--budget USD``: the run's USD limit, over what the job file says."""
     from .spec import JobBudget
 
+    if not usd > 0:
+        raise RunnerError(f"--budget must be more than 0 USD (got {usd:g})")
     if job.budget is None:
         job.budget = JobBudget(usd=usd)
     else:

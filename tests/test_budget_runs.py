@@ -195,3 +195,11 @@ async def test_budget_warnings_name_what_to_add(tmp_path, server: SimServer, mon
     assert budget_warnings(load_job(path)) == [
         "warning: no price is known for openai:no-such-model-2099; its cost is counted as 0: add prices: "
         "{openai:no-such-model-2099: {input: USD, output: USD}} (per million tokens) to count it"]
+
+
+def test_a_zero_budget_is_one_sentence(tmp_path):
+    from runner.spec import Job
+
+    job = Job.model_validate({"name": "j", "stages": [{"name": "s", "dataset": {"path": "x"}, "prompt": "p"}]})
+    with pytest.raises(RunnerError, match=r"^--budget must be more than 0 USD \(got 0\)$"):
+        set_budget(job, 0.0)
