@@ -61,6 +61,12 @@ def _run(job: Job, store: Store, run_id: str | None = None) -> None:
         raise typer.Exit(1)
 
 
+LimitOption = Annotated[
+    int | None,
+    typer.Option("--limit", min=1, help="Only the first N items of every stage's dataset (a slice to try a job).",
+                 show_default=False),
+]
+
 BudgetOption = Annotated[
     float | None,
     typer.Option("--budget", help="The run's budget in USD (over the job file's budget.usd).", min=0.0,
@@ -73,6 +79,7 @@ def submit(
     job_file: Annotated[Path, typer.Argument(help="The job YAML file.")],
     db: DbOption = None,
     budget: BudgetOption = None,
+    limit: LimitOption = None,
     allow_partial: Annotated[bool, typer.Option(
         "--allow-partial", help="Start even when the estimate's worst case exceeds the budget; the run stops when "
         "the budget is spent (`runner resume RUN_ID --budget USD` continues it).")] = False,
@@ -82,6 +89,8 @@ def submit(
     job = load_job(job_file)
     if budget is not None:
         set_budget(job, budget)
+    if limit is not None:
+        job.limit = limit
     store = Store(db)
     est = estimates.estimate(job, store, count_free=False)
     for line in estimates.summary_lines(est):
@@ -104,12 +113,15 @@ def estimate(
     db: DbOption = None,
     fmt: Annotated[str, typer.Option("--format", help="text, json, csv or md.")] = "text",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
+    limit: LimitOption = None,
 ) -> None:
     """Before a run, per stage and model: requests, cache hits, input tokens, output tokens (max and expected from
     history), and the cost range of what is left to send (and at Batch API prices). Needs no API key."""
     if fmt not in estimates.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(estimates.FORMATS)}, not {fmt!r}")
     job = load_job(job_file)
+    if limit is not None:
+        job.limit = limit
     text = estimates.render(estimates.estimate(job, Store(db)), fmt)
     _emit(text, output)
 

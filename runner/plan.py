@@ -139,6 +139,16 @@ def count_rows(path: str | Path, limit: int | None = None) -> int:
     return count
 
 
+def _options_file(path: str) -> list[Any]:
+    try:
+        options = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RunnerError(f"{path}: cannot read the options file ({exc})") from None
+    if not isinstance(options, list) or not options:
+        raise RunnerError(f"{path}: an options file must hold one non-empty JSON list")
+    return options
+
+
 class StagePlan:
     """The requests of one stage, produced on demand."""
 
@@ -158,6 +168,9 @@ class StagePlan:
         axes.update(stage.variants)
         names = list(axes)
         self.variants = [dict(zip(names, values, strict=True)) for values in itertools.product(*axes.values())]
+        self.shared_options: list[Any] | None = None
+        if stage.choices is not None and stage.choices.options_file:
+            self.shared_options = _options_file(stage.choices.options_file)
         self.variant_json = [canonical_json(v) for v in self.variants]
         self._tails = {
             (model, variant.get("sample", 0)): canonical_tail(p, model_id, self.params, variant.get("sample", 0))
@@ -170,12 +183,36 @@ class StagePlan:
         return provider, name, provider_class(provider).model_id(name, endpoints)
 
     def total(self) -> int:
-        rows = count_rows(self.stage.dataset.path, self.stage.dataset.limit)
+        if self.stage.dataset.explode:
+            rows = sum(1 for _ in self.rows())
+        else:
+            rows = count_rows(self.stage.dataset.path, self.job.stage_limit(self.stage))
         return rows * len(self.models) * len(self.variants)
 
     def __iter__(self) -> Iterator[Request]:
-        for line_no, row in iter_rows(self.stage.dataset.path, self.stage.dataset.limit):
-            yield from self.expand(line_no, row)
+        for line_no, row_id, row in self.rows():
+            yield from self.expand(line_no, row, row_id)
+
+    def rows(self) -> Iterator[tuple[int, str, dict[str, Any]]]:
+        """(line number, row id, row) of the stage's items: the dataset's rows, or with ``explode`` the
+        elements of each row's list, merged with the row's other fields; at most the job's limit."""
+        dataset = self.stage.dataset
+        limit = self.job.stage_limit(self.stage)
+        count = 0
+        for line_no, row in iter_rows(dataset.path, None if dataset.explode else limit):
+            row_id = self.row_id(line_no, row)
+            if dataset.explode is None:
+                yield line_no, row_id, row
+                continue
+            elements = row.get(dataset.explode)
+            if not isinstance(elements, list) or not all(isinstance(e, dict) for e in elements):
+                raise RunnerError(f"{dataset.path}:{line_no}: field {dataset.explode!r} must be a list of objects")
+            parent = {k: v for k, v in row.items() if k != dataset.explode}
+            for n, element in enumerate(elements, start=1):
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield line_no, f"{row_id}.{n}", {**parent, **element}
 
     def row_id(self, line_no: int, row: dict[str, Any]) -> str:
         id_field = self.stage.dataset.id
@@ -185,18 +222,24 @@ class StagePlan:
             raise RunnerError(f"{self.stage.dataset.path}:{line_no}: the row has no id field {id_field!r}")
         return str(row[id_field])
 
-    def expand(self, line_no: int, row: dict[str, Any]) -> Iterator[Request]:
-        row_id = self.row_id(line_no, row)
+    def expand(self, line_no: int, row: dict[str, Any], row_id: str | None = None) -> Iterator[Request]:
+        row_id = row_id if row_id is not None else self.row_id(line_no, row)
         choices = self.stage.choices
         original: list[str] | None = None
         gold = None
         if choices is not None:
-            original = row.get(choices.field)
+            original = self.shared_options if choices.options_file else row.get(choices.field)
             if not isinstance(original, list) or not original:
                 raise RunnerError(
                     f"{self.stage.dataset.path}:{line_no}: field {choices.field!r} must be a non-empty list"
                 )
             gold = row.get(choices.gold) if choices.gold else None
+            if isinstance(gold, str):  # the gold option given by its text: its index among the options
+                try:
+                    gold = [str(o) for o in original].index(gold)
+                except ValueError:
+                    raise RunnerError(f"{self.stage.dataset.path}:{line_no}: the gold answer {gold!r} is not "
+                                      "one of the options") from None
         for variant, variant_json in zip(self.variants, self.variant_json, strict=True):
             context = dict(row)
             context["row"] = row

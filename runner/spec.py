@@ -85,10 +85,13 @@ class JobBudget(BudgetLimit):
 
 class Dataset(Strict):
     path: str
-    #: read only the first N rows
+    #: read only the first N rows (items, after ``explode``)
     limit: int | None = Field(default=None, gt=0)
     #: the field holding each row's id; by default the row's line number
     id: str | None = None
+    #: a field holding a list of objects (e.g. MC-Test's ``question_list``): each becomes a row of its own,
+    #: with the parent row's fields and its own, and the id ``<parent id>.<n>``
+    explode: str | None = None
 
 
 class InlinePrompt(Strict):
@@ -100,7 +103,11 @@ class InlinePrompt(Strict):
 class Choices(Strict):
     """Multiple choice: the options are shuffled per (row, seed) and the answer mapped back."""
 
+    #: the row field holding the options
     field: str = "choices"
+    #: or a JSON file holding one list of options shared by every row (e.g. Bank-77's 77 intent names)
+    options_file: str | None = None
+    #: the row field holding the gold answer: the option's index, or its text
     gold: str | None = "gold"
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
     shuffle: bool = True
@@ -137,6 +144,8 @@ class Job(Strict):
     retry: RetrySettings = Field(default_factory=RetrySettings)
     prices: dict[str, Price] = Field(default_factory=dict)
     budget: JobBudget | None = None
+    #: read only the first N items of every stage's dataset (``runner submit --limit N`` sets it too)
+    limit: int | None = Field(default=None, gt=0)
     output_dir: str = "results"
     stages: list[Stage] = Field(min_length=1)
 
@@ -146,6 +155,10 @@ class Job(Strict):
 
     def stage_models(self, stage: Stage) -> list[str]:
         return stage.models if stage.models is not None else self.models
+
+    def stage_limit(self, stage: Stage) -> int | None:
+        limits = [x for x in (self.limit, stage.dataset.limit) if x is not None]
+        return min(limits) if limits else None
 
     def stage_params(self, stage: Stage) -> Params:
         return stage.params.merged_over(self.params)
@@ -217,6 +230,12 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
         if found is None:
             _fail(path, lines, loc + ("dataset", "path"), f"dataset file {stage.dataset.path!r} does not exist")
         stage.dataset.path = str(found)
+        if stage.choices is not None and stage.choices.options_file is not None:
+            options = resolve_file(job, stage.choices.options_file)
+            if options is None:
+                _fail(path, lines, loc + ("choices", "options_file"),
+                      f"options file {stage.choices.options_file!r} does not exist")
+            stage.choices.options_file = str(options)
         try:
             load_prompt(job, stage.prompt)
         except PromptError as exc:
