@@ -9,6 +9,7 @@ import json
 import statistics
 from typing import Any
 
+from . import layouts
 from .store import Store
 
 
@@ -126,6 +127,7 @@ def build(store: Store, run_id: str) -> dict[str, Any]:
         "shuffled_options": _shuffle_note(run),
         "rows": rows,
         "totals": totals,
+        "layout": layouts.build(store, run_id, run["job_json"]),
     }
 
 
@@ -204,11 +206,15 @@ def render(data: dict[str, Any], fmt: str) -> str:
         lines.append("|" + "---|" * len(headers))
         lines += ["| " + " | ".join(row) + " |" for row in table]
         lines += ["", foot] + ([shuffles] if shuffles else [])
+        if data.get("layout"):
+            lines += ["", *layouts.render_text(data["layout"], markdown=True)]
         return "\n".join(lines) + "\n"
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(headers)]
     lines = [head, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in table]
     lines += [foot] + ([shuffles] if shuffles else [])
+    if data.get("layout"):
+        lines += ["", *layouts.render_text(data["layout"])]
     return "\n".join(lines) + "\n"
 
 

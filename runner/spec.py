@@ -133,6 +133,16 @@ class Stage(Strict):
         return self
 
 
+class ReportLayout(Strict):
+    """A paper's table layout for ``runner report``: NewTerm's Table 1 or Know-No's Table 3."""
+
+    layout: Literal["newterm", "knowno"]
+    #: newterm: which stage holds each task, e.g. {COMA: coma, COST: cost, CSJ: csj}
+    tasks: dict[Literal["COMA", "COST", "CSJ"], str] = Field(default_factory=dict)
+    #: knowno: which stage holds each prompt style
+    styles: dict[Literal["with_gold", "hint_option", "hint_instruction", "no_hint"], str] = Field(default_factory=dict)
+
+
 class Job(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
@@ -146,6 +156,7 @@ class Job(Strict):
     budget: JobBudget | None = None
     #: read only the first N items of every stage's dataset (``runner submit --limit N`` sets it too)
     limit: int | None = Field(default=None, gt=0)
+    report: ReportLayout | None = None
     output_dir: str = "results"
     stages: list[Stage] = Field(min_length=1)
 
@@ -242,6 +253,12 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
             _fail(path, lines, loc + ("prompt",), str(exc))
     for key in job.prices:
         _check_model(path, lines, ("prices", key), key, known)
+    if job.report is not None:
+        named = {**job.report.tasks, **job.report.styles}
+        for key, stage_name in named.items():
+            if stage_name not in seen:
+                where = "tasks" if key in job.report.tasks else "styles"
+                _fail(path, lines, ("report", where, key), f"no stage named {stage_name!r}")
     for key in job.budget.models if job.budget else ():
         _check_model(path, lines, ("budget", "models", key), key, known)
     for name, endpoint in job.endpoints.items():
