@@ -1,4 +1,6 @@
-"""Seeded option permutations (stable across processes) and the letter parser (NewTerm reference rules)."""
+"""Seeded option permutations (stable across processes) and the letter parser (NewTerm reference rules).
+
+The full parser tables are in test_parsers.py; the property tests of the permutations in test_parsers.py too."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runner.choices import LETTERS, inverse, options_block, permutation
-from runner.parse import Parsed, parse_letter
+from runner.parse import Parsed, Reason, parse_letter
 
 REPO = Path(__file__).resolve().parents[1]
 ROW_IDS = [str(i) for i in range(1, 51)] + ["row-a", "row-b", "ünïcode"]
@@ -123,8 +125,9 @@ def test_letter_answers(text: str, position: int) -> None:
     assert parsed.valid
 
 
-def test_lowercase_letter_is_not_a_letter_answer() -> None:
-    for text in ("a", "b", "the answer is c"):
+def test_lowercase_letter_counts_only_as_the_whole_answer() -> None:
+    assert [parse(text).value for text in ("a", "b)", "the answer is c", "(d)")] == [0, 1, 2, 3]
+    for text in ("i think b", "b is my guess", "maybe c or so"):
         parsed = parse(text)
         assert not parsed.valid and parsed.value is None
 
@@ -157,23 +160,24 @@ def test_two_option_texts_are_invalid() -> None:
     parsed = parse("either apple or carrot")
     assert parsed.value is None
     assert not parsed.valid
-    assert parsed.reason and "several" in parsed.reason
+    assert parsed.reason == Reason.AMBIGUOUS
 
 
 @pytest.mark.parametrize("text", ["", "   ", "\n\t"])
 def test_empty_answer(text: str) -> None:
-    assert parse(text) == Parsed(None, "empty answer")
+    assert parse(text) == Parsed(None, Reason.EMPTY)
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "reason"),
     [
-        "I'm sorry, but I cannot help with that request.",
-        "As an AI language model, I don't have personal preferences.",
-        "None of the options is correct.",
+        ("I'm sorry, but I cannot help with that request.", Reason.REFUSAL),
+        ("As an AI language model, I don't have personal preferences.", Reason.REFUSAL),
+        ("None of the options is correct.", Reason.NONE_OF_THEM),  # no none-of-them option was offered
+        ("It depends on the context.", Reason.NOT_FOUND),
     ],
 )
-def test_refusals_are_invalid(text: str) -> None:
+def test_refusals_and_non_answers_are_invalid(text: str, reason: str) -> None:
     parsed = parse(text)
     assert parsed.value is None
-    assert parsed.reason == "no option letter or option text in the answer"
+    assert parsed.reason == reason
