@@ -24,7 +24,7 @@ from tenacity import (
 from providers.base import Completion, Provider
 
 from .budget import Budgets, Exhausted, Reservation, Scope
-from .choices import LETTERS, inverse
+from .choices import LETTERS, NONE_OF_THEM, inverse_partial
 from .errors import (
     AuthError,
     ModelSetupError,
@@ -35,7 +35,7 @@ from .errors import (
     TransientError,
 )
 from .limits import Endpoint, estimate_tokens
-from .parse import parse_letter
+from .parse import parse_answer, parse_letter
 from .plan import Request, StagePlan
 from .pricing import Pricing
 from .spec import Job
@@ -459,7 +459,7 @@ class Dispatcher:
             "variant": req.variant,
             "seed": req.variant.get("seed"),
             "permutation": req.perm,
-            "inverse": inverse(req.perm) if req.perm is not None else None,
+            "inverse": inverse_partial(req.perm, req.n_options) if req.perm is not None else None,
             "response": text,
             "parsed": None,
             "gold": req.gold,
@@ -468,18 +468,44 @@ class Dispatcher:
             "cache_hit": cache_hit,
             "cache_key": req.key,
         }
+        stage = self.stages[req.stage]
+        if stage.review:  # what a person judging the answer needs
+            result["options_shown"] = req.options
+            result["prompt"] = req.messages[-1]["content"]
         if text is None:
             return result
-        if self.stages[req.stage].parse == "letter" and req.options is not None and req.perm is not None:
-            parsed = parse_letter(text, req.options, LETTERS)
-            result["valid"] = parsed.valid
-            if parsed.valid:
-                result["answer_letter"] = LETTERS[parsed.value]
-                result["parsed"] = req.perm[parsed.value]  # back to the original option index
-            else:
-                result["invalid_reason"] = parsed.reason
-            if req.gold is not None:
-                result["score"] = 1.0 if result["parsed"] == req.gold else 0.0
-        else:
+        kind = stage.parse
+        if kind == "text":
             result["parsed"] = text.strip()
+            return result
+        if stage.scoring == "default" and kind == "letter" and req.options is not None:
+            parsed = parse_letter(text, req.options, LETTERS, mode=stage.parse_mode)  # the common case, direct
+        else:
+            parsed = parse_answer(text, kind, options=req.options or (), mode=stage.parse_mode, family=stage.answers,
+                                  scoring=stage.scoring)
+        result["valid"] = parsed.valid
+        if not parsed.valid:
+            result["invalid_reason"] = parsed.reason
+        elif kind in ("letter", "label"):
+            if kind == "letter" and parsed.value < len(LETTERS):
+                result["answer_letter"] = LETTERS[parsed.value]
+            result["parsed"] = req.perm[parsed.value] if req.perm is not None else parsed.value
+        elif kind == "letters":
+            result["parsed"] = sorted(req.perm[i] for i in parsed.value) if req.perm is not None else list(parsed.value)
+        elif kind == "none_of_them":
+            result["parsed"] = NONE_OF_THEM if parsed.value else None
+        else:
+            result["parsed"] = parsed.value
+        if req.gold is not None and not stage.review:
+            result["score"] = _score(kind, result["parsed"], req.gold)
         return result
+
+
+def _score(kind: str, parsed: Any, gold: Any) -> float:
+    """1.0 when the parsed answer is the gold one (an invalid answer has ``parsed`` None: wrong)."""
+    if kind == "letters":
+        wanted = sorted(gold) if isinstance(gold, list) else [gold]
+        return 1.0 if parsed == wanted else 0.0
+    if kind == "yes_no" and isinstance(gold, str):
+        gold = gold.strip().lower() in ("true", "yes", "1")
+    return 1.0 if parsed is not None and parsed == gold else 0.0

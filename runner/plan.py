@@ -16,7 +16,7 @@ from typing import Any
 
 from providers.base import provider_class, split_model
 
-from .choices import LETTERS, options_block, permutation
+from .choices import LETTERS, NONE_OF_THEM, append_none_of_them, drop_option, options_block, permutation
 from .errors import RunnerError
 from .prompts import Prompt, load_prompt
 from .spec import Job, Stage
@@ -106,6 +106,8 @@ class Request:
     perm: list[int] | None = None
     options: list[str] | None = None
     gold: Any = None
+    #: how many options the row has (some may not be shown: Know-No's prompts without the gold)
+    n_options: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -226,7 +228,7 @@ class StagePlan:
         row_id = row_id if row_id is not None else self.row_id(line_no, row)
         choices = self.stage.choices
         original: list[str] | None = None
-        gold = None
+        gold = row.get(self.stage.gold) if choices is None and self.stage.gold else None
         if choices is not None:
             original = self.shared_options if choices.options_file else row.get(choices.field)
             if not isinstance(original, list) or not original:
@@ -246,9 +248,17 @@ class StagePlan:
             context.update(variant)
             perm = options = None
             if original is not None and choices is not None:
-                perm = permutation(len(original), row_id, variant["seed"], choices.shuffle)
-                options = [str(original[i]) for i in perm]
-                context.update(options=options, letters=LETTERS[: len(options)], options_block=options_block(options))
+                if choices.drop_gold and isinstance(gold, int):
+                    options, perm, _ = drop_option([str(o) for o in original], gold, row_id, variant["seed"],
+                                                   choices.shuffle)
+                else:
+                    perm = permutation(len(original), row_id, variant["seed"], choices.shuffle)
+                    options = [str(original[i]) for i in perm]
+                if choices.none_option:
+                    options, perm = append_none_of_them(options, perm, choices.none_option)
+                context["options"] = options
+                if len(options) <= len(LETTERS):  # more options (Bank-77's 77 intents) are shown without letters
+                    context.update(letters=LETTERS[: len(options)], options_block=options_block(options))
             try:
                 messages = self.prompt.render(context)
             except Exception as exc:  # jinja2 raises many types: undefined names, bad filters, ...
@@ -276,7 +286,9 @@ class StagePlan:
                     key=key_of(text),
                     perm=perm,
                     options=options,
-                    gold=gold,
+                    # without the gold option, the right answer is "none of them"
+                    gold=NONE_OF_THEM if choices is not None and choices.drop_gold else gold,
+                    n_options=len(original) if original is not None else 0,
                 )
 
     def first_request(self) -> Request | None:

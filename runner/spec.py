@@ -111,6 +111,11 @@ class Choices(Strict):
     gold: str | None = "gold"
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
     shuffle: bool = True
+    #: Know-No's prompts without the gold: the gold option is removed before shuffling, and the right answer
+    #: is to say none fits
+    drop_gold: bool = False
+    #: append this label ("none-of-them") as the fixed last option, after the shuffle
+    none_option: str | None = None
 
 
 class Stage(Strict):
@@ -122,14 +127,27 @@ class Stage(Strict):
     variants: dict[str, list[Any]] = Field(default_factory=dict)
     samples: int = Field(default=1, ge=1)
     params: Params = Field(default_factory=Params)
-    parse: Literal["letter", "text"] = "text"
+    #: the row field holding the gold answer when the stage has no choices (CSJ's true/false); with choices,
+    #: ``choices.gold`` names it
+    gold: str | None = "gold"
+    #: how answers are read: a letter, letters ("A, C"), yes_no (gold true/false), a 0-10 scale, a label
+    #: (an option's text), none_of_them (says none fits: Know-No's hint in the instruction), or plain text
+    parse: Literal["letter", "letters", "yes_no", "scale", "label", "none_of_them", "text"] = "text"
+    #: letter parsing: lenient (first standalone letter, then a unique option text) or strict (only a letter)
+    parse_mode: Literal["lenient", "strict"] = "lenient"
+    #: yes_no: one answer family ("yes/no", "correct/incorrect", "acceptable/unacceptable", "true/false")
+    answers: str | None = None
+    #: default, or the released NewTerm evaluation code's rules (letters and yes/no)
+    scoring: Literal["default", "newterm-reference"] = "default"
+    #: answers that need human judgement (Know-No's no-hint prompts): not scored, shown options kept in results
+    review: bool = False
     output: str | None = None
     budget: BudgetLimit | None = None
 
     @model_validator(mode="after")
     def _letter_needs_choices(self) -> Stage:
-        if self.parse == "letter" and self.choices is None:
-            raise ValueError("parse: letter needs a choices: section")
+        if self.parse in ("letter", "letters", "label") and self.choices is None:
+            raise ValueError(f"parse: {self.parse} needs a choices: section")
         return self
 
 
