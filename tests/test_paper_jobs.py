@@ -1,0 +1,75 @@
+"""The papers' evaluation jobs (NewTerm 2022 and 2023, Know-No MC-Test and Bank-77) end to end on a 10-item
+slice, through the whole runner against the simulated server: every prompt renders, every answer is parsed,
+the report prints the paper's table layout, and a re-run is all cache hits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from providers.simserver import start_server
+from runner import report
+from runner.run import execute
+from runner.spec import load_job
+from runner.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = ["newterm-eval-2023", "newterm-eval-2022", "knowno-mctest", "knowno-bank77"]
+
+
+def on_the_simulator(tmp_path: Path, name: str, url: str) -> Path:
+    job = yaml.safe_load((ROOT / "jobs" / f"{name}.yaml").read_text(encoding="utf-8"))
+    job["models"] = ["sim:paper-model"]
+    job["providers"] = {"sim": {"base_url": url, "concurrency": 32}}
+    job["limit"] = 10
+    job["output_dir"] = str(tmp_path / "results")
+    path = ROOT / "jobs" / f".test-{name}-{tmp_path.name}.yaml"  # beside the original: same relative paths
+    path.write_text(yaml.safe_dump(job, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("name", JOBS)
+async def test_a_paper_job_runs_on_a_slice_and_prints_its_table(tmp_path, name):
+    async with await start_server() as srv:
+        path = on_the_simulator(tmp_path, name, srv.url)
+        try:
+            job = load_job(path)
+        finally:
+            path.unlink()
+        store = Store(tmp_path / "s.sqlite")
+        first = await execute(job, store)
+        assert first.status == "completed", first.message
+        again = await execute(job, store)
+    built = report.build(store, first.run_id)
+    per_stage = {r["stage"]: r for r in built["rows"]}
+    assert all(r["failed"] == 0 for r in built["rows"])
+    layout = built["layout"]
+    assert layout["layout"] == ("newterm" if name.startswith("newterm") else "knowno")
+    (row,) = layout["rows"]
+    if name.startswith("newterm"):
+        assert set(per_stage) == {"coma", "cost", "csj"}
+        assert per_stage["coma"]["requests"] == 10 * 2 * 3 * 3  # items × settings × templates × seeds
+        assert per_stage["csj"]["requests"] == 10 * 2 * 3 and per_stage["csj"]["scored"] == 60
+        for task in ("COMA", "COST", "CSJ", "Avg", "Gold"):
+            assert row[task] is not None and 0.0 <= row[task]["mean"] <= 1.0
+    else:
+        assert set(per_stage) == {"with-gold", "hint-option", "hint-instruction", "no-hint"}
+        assert all(per_stage[s]["requests"] == 30 for s in per_stage)
+        assert per_stage["no-hint"]["scored"] == 0  # judged by people, not scored
+        for column in ("with_gold", "hint_option", "hint_instruction", "E[A w/o]", "OmniAccuracy"):
+            assert row[column] is not None
+        assert row["no_hint"] is None
+        review = [json.loads(x) for x in first.results["no-hint"].read_text().splitlines()]
+        assert len(review) == 30 and all(r["options_shown"] and r["prompt"] and r["response"] for r in review)
+        # without the gold, the right answer is none-of-them (-1), listed as the fixed last option
+        shown = [json.loads(x) for x in first.results["hint-option"].read_text().splitlines()]
+        assert all(r["gold"] == -1 and r["permutation"][-1] == -1 for r in shown)
+        if name == "knowno-mctest":  # three of the four options are left, then none-of-them
+            assert all(len(r["permutation"]) == 4 and len(set(r["permutation"])) == 4 for r in shown)
+    again_report = report.build(store, again.run_id)
+    assert again_report["totals"]["cache_hits"] == again_report["totals"]["requests"]
+    text = report.render(built, "text")
+    assert ("NewTerm Table 1" if name.startswith("newterm") else "Know-No Table 3") in text
