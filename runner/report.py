@@ -139,6 +139,10 @@ def _shuffle_note(run: dict[str, Any]) -> dict[str, Any]:
         choices = stage.get("choices")
         if choices:
             out[stage["name"]] = {"shuffle": choices.get("shuffle", True), "seeds": choices.get("seeds")}
+        if stage.get("scoring") == "newterm-reference" and stage["name"] in out:
+            out[stage["name"]]["scoring"] = "newterm-reference"
+        elif stage.get("scoring") == "newterm-reference":
+            out[stage["name"]] = {"shuffle": False, "seeds": None, "scoring": "newterm-reference"}
     return out
 
 
@@ -190,9 +194,13 @@ def render(data: dict[str, Any], fmt: str) -> str:
     run = data["run"]
     head = f"Run {run['id']} · job {run['job_name']} · {run['status']}"
     shuffles = "; ".join(
-        f"{stage}: options {'shuffled under seeds ' + str(s['seeds']) if s['shuffle'] else 'in original order'}"
+        f"{stage}: " + ("" if s["seeds"] is None else
+                        f"options {'shuffled under seeds ' + str(s['seeds']) if s['shuffle'] else 'in original order'}")
+        + (", scored with the NewTerm reference's rules" if s.get("scoring") else "")
         for stage, s in data["shuffled_options"].items()
     )
+    if data["shuffled_options"]:
+        shuffles += "; answers read by the runner's parsers unless said otherwise"
     t = data["totals"]
     foot = (f"Total: {t['requests']} requests, {t['cache_hits']} cache hits ({_pct(t['cache_hit_rate'])}), "
             f"{t['sent']} sent, {t['failed']} failed, cost ${t['cost']:.4f}, saved by the cache ${t['saved']:.4f}")

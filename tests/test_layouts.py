@@ -88,3 +88,12 @@ def test_cells_show_mean_and_std_in_percent():
     assert layouts.cell({"mean": 0.7018, "std": 0.0123}) == "70.18 ± 1.23"
     assert layouts.cell({"mean": 0.5, "std": None}) == "50.00"
     assert layouts.cell(None) == "-"
+
+
+def test_the_report_says_which_stages_used_the_reference_scoring():
+    job = {"stages": [{"name": "coma", "choices": {"seeds": [0, 1, 2]}, "scoring": "newterm-reference"},
+                      {"name": "csj", "scoring": "newterm-reference"}, {"name": "cost", "choices": {"seeds": [0]}}]}
+    note = report._shuffle_note({"job_json": json.dumps(job)})
+    assert note == {"coma": {"shuffle": True, "seeds": [0, 1, 2], "scoring": "newterm-reference"},
+                    "csj": {"shuffle": False, "seeds": None, "scoring": "newterm-reference"},
+                    "cost": {"shuffle": True, "seeds": [0]}}
