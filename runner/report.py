@@ -9,7 +9,7 @@ import json
 import statistics
 from typing import Any
 
-from . import layouts
+from . import layouts, score
 from .store import Store
 
 
@@ -78,6 +78,7 @@ def build(store: Store, run_id: str) -> dict[str, Any]:
                 (run_id, stage, model),
             )
         }
+        extra = _aggregates(store, run_id, stage, model)
         seed_means = list(by_seed.values())
         rows.append({
             "stage": stage,
@@ -104,6 +105,7 @@ def build(store: Store, run_id: str) -> dict[str, Any]:
             "accuracy_by_seed": by_seed,
             "accuracy_mean": statistics.fmean(seed_means) if seed_means else accuracy,
             "accuracy_std": statistics.stdev(seed_means) if len(seed_means) > 1 else None,
+            **extra,
         })
     totals = {
         "requests": sum(r["requests"] for r in rows),
@@ -128,6 +130,25 @@ def build(store: Store, run_id: str) -> dict[str, Any]:
         "rows": rows,
         "totals": totals,
         "layout": layouts.build(store, run_id, run["job_json"]),
+    }
+
+
+def _aggregates(store: Store, run_id: str, stage: str, model: str) -> dict[str, Any]:
+    """From the result lines of one stage and model: balanced accuracy (true/false golds), accuracy per value of
+    each variant other than the seed (per prompt template, per setting), and answer-position bias."""
+    rows = [json.loads(line) for (line,) in store.conn.execute(
+        "SELECT result_json FROM tasks WHERE run_id = ? AND stage = ? AND model = ? AND score IS NOT NULL",
+        (run_id, stage, model))]
+    if not rows:
+        return {"balanced_accuracy": None, "accuracy_by_variant": {}, "position_bias": {}}
+    keys = sorted({k for r in rows for k in (r.get("variant") or {}) if k not in ("seed", "sample")})
+    by_variant = {key: {str(value): acc for value, acc in score.per_variant(rows, key).items()} for key in keys}
+    booleans = all(isinstance(r.get("gold"), bool) for r in rows)
+    bias = score.position_bias(rows)
+    return {
+        "balanced_accuracy": score.balanced_accuracy(rows) if booleans else None,
+        "accuracy_by_variant": {k: v for k, v in by_variant.items() if len(v) > 1},
+        "position_bias": {letter: {"chosen": rate.chosen, "gold": rate.gold} for letter, rate in bias.items()},
     }
 
 
@@ -221,9 +242,28 @@ def render(data: dict[str, Any], fmt: str) -> str:
     lines = [head, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in table]
     lines += [foot] + ([shuffles] if shuffles else [])
+    lines += details_lines(data)
     if data.get("layout"):
         lines += ["", *layouts.render_text(data["layout"])]
     return "\n".join(lines) + "\n"
+
+
+def details_lines(data: dict[str, Any]) -> list[str]:
+    """Per stage and model: balanced accuracy, accuracy per variant value, and answer-position bias."""
+    lines = []
+    for r in data["rows"]:
+        parts = []
+        if r.get("balanced_accuracy") is not None:
+            parts.append(f"balanced accuracy {_pct(r['balanced_accuracy'])}")
+        for key, values in (r.get("accuracy_by_variant") or {}).items():
+            parts.append(f"by {key}: " + ", ".join(f"{v} {_pct(a)}" for v, a in values.items()))
+        bias = r.get("position_bias") or {}
+        if bias:
+            parts.append("answers by position (chosen/gold): " + ", ".join(
+                f"{letter} {_pct(b['chosen'])}/{_pct(b['gold'])}" for letter, b in bias.items()))
+        if parts:
+            lines.append(f"{r['stage']} {r['model']}: " + "; ".join(parts))
+    return lines
 
 
 def summary_lines(data: dict[str, Any]) -> list[str]:

@@ -97,3 +97,43 @@ def test_the_report_says_which_stages_used_the_reference_scoring():
     assert note == {"coma": {"shuffle": True, "seeds": [0, 1, 2], "scoring": "newterm-reference"},
                     "csj": {"shuffle": False, "seeds": None, "scoring": "newterm-reference"},
                     "cost": {"shuffle": True, "seeds": [0]}}
+
+
+async def test_the_report_breaks_accuracy_down_by_variant_and_shows_position_bias(tmp_path):
+    async with await start_server() as srv:
+        job = load_job(newterm_job(tmp_path, srv.url))
+        store = Store(tmp_path / "s.sqlite")
+        outcome = await execute(job, store)
+    built = report.build(store, outcome.run_id)
+    lines = [json.loads(x) for x in outcome.results["coma"].read_text().splitlines()]
+    for row in (r for r in built["rows"] if r["stage"] == "coma"):
+        mine = [x for x in lines if x["model"] == row["model"]]
+        for key in ("setting", "template"):
+            expected = defaultdict(list)
+            for x in mine:
+                expected[str(x["variant"][key])].append(x["score"])
+            assert row["accuracy_by_variant"][key] == pytest.approx(
+                {k: statistics.fmean(v) for k, v in expected.items()})
+        bias = row["position_bias"]
+        assert set(bias) == {"A", "B", "C", "D"}
+        assert sum(b["chosen"] for b in bias.values()) == pytest.approx(1.0)
+        valid = [x for x in mine if x.get("valid")]
+        gold_a = sum(1 for x in valid if x["permutation"].index(x["gold"]) == 0) / len(valid)
+        assert bias["A"]["gold"] == pytest.approx(gold_a)
+        assert row["balanced_accuracy"] is None  # the golds are option indices, not true/false
+    text = report.render(built, "text")
+    assert "by template: 0 " in text and "answers by position (chosen/gold): A " in text
+
+
+def test_balanced_accuracy_for_true_false_golds(tmp_path):
+    from runner.store import Store as S
+
+    store = S(tmp_path / "s.sqlite")
+    run_id = store.create_run("j", "j.yaml", json.dumps({"name": "j", "stages": []}), "fp", 4)
+    results = [(True, 1.0), (True, 1.0), (True, 0.0), (False, 1.0)]  # recall 2/3 on true, 1/1 on false
+    store.write_batch([(run_id, "csj", str(i), "m", str(i), "{}", f"k{i}", "done", 0, 1, None, None, 1, 1, 0.0,
+                        0.1, sc, 1, json.dumps({"gold": g, "score": sc, "valid": True, "variant": {}}), 0, 0.0)
+                       for i, (g, sc) in enumerate(results)], [], [])
+    (row,) = report.build(store, run_id)["rows"]
+    assert row["balanced_accuracy"] == pytest.approx((2 / 3 + 1) / 2)
+    assert row["accuracy"] == pytest.approx(0.75)
