@@ -9,7 +9,8 @@ import json
 import statistics
 from typing import Any
 
-from . import layouts, score
+from . import layouts
+from .choices import LETTERS
 from .store import Store
 
 
@@ -134,22 +135,47 @@ def build(store: Store, run_id: str) -> dict[str, Any]:
 
 
 def _aggregates(store: Store, run_id: str, stage: str, model: str) -> dict[str, Any]:
-    """From the result lines of one stage and model: balanced accuracy (true/false golds), accuracy per value of
-    each variant other than the seed (per prompt template, per setting), and answer-position bias."""
-    rows = [json.loads(line) for (line,) in store.conn.execute(
-        "SELECT result_json FROM tasks WHERE run_id = ? AND stage = ? AND model = ? AND score IS NOT NULL",
-        (run_id, stage, model))]
-    if not rows:
-        return {"balanced_accuracy": None, "accuracy_by_variant": {}, "position_bias": {}}
-    keys = sorted({k for r in rows for k in (r.get("variant") or {}) if k not in ("seed", "sample")})
-    by_variant = {key: {str(value): acc for value, acc in score.per_variant(rows, key).items()} for key in keys}
-    booleans = all(isinstance(r.get("gold"), bool) for r in rows)
-    bias = score.position_bias(rows)
-    return {
-        "balanced_accuracy": score.balanced_accuracy(rows) if booleans else None,
-        "accuracy_by_variant": {k: v for k, v in by_variant.items() if len(v) > 1},
-        "position_bias": {letter: {"chosen": rate.chosen, "gold": rate.gold} for letter, rate in bias.items()},
-    }
+    """Balanced accuracy (true/false golds), accuracy per value of each variant other than the seed (prompt
+    template, setting), and answer-position bias of one stage and model. Computed in SQLite and in one streamed
+    pass, so a report's memory does not grow with the run."""
+    conn = store.conn
+    where = " FROM tasks WHERE run_id = ? AND stage = ? AND model = ? AND score IS NOT NULL"
+    args = (run_id, stage, model)
+    keys = [k for (k,) in conn.execute(
+        f"SELECT DISTINCT j.key FROM (SELECT variant_json {where}) t, json_each(t.variant_json) j", args)
+        if k not in ("seed", "sample")]
+    by_variant = {}
+    for key in keys:
+        values = {str(v): acc for v, acc in conn.execute(
+            f"SELECT json_extract(variant_json, '$.' || ?) AS v, avg(score) {where} GROUP BY v ORDER BY v",
+            (key, *args))}
+        if len(values) > 1:
+            by_variant[key] = values
+    # Balanced accuracy: the mean of the per-class accuracies, when every gold is true or false.
+    classes = conn.execute(f"SELECT json_type(result_json, '$.gold') AS t, avg(score) {where} GROUP BY "
+                           "json_extract(result_json, '$.gold')", args).fetchall()
+    balanced = (statistics.fmean(acc for _, acc in classes)
+                if classes and all(t in ("true", "false") for t, _ in classes) else None)
+    # Position bias: per shown letter, the share of valid answers choosing it against the share of items whose
+    # gold was shown there (items whose gold was not shown are left out).
+    chosen: dict[str, int] = {}
+    gold_at: dict[str, int] = {}
+    width = 0
+    answers = conn.execute(
+        "SELECT json_extract(result_json, '$.answer_letter') AS letter, json_extract(result_json, '$.permutation'),"
+        f" json_extract(result_json, '$.gold') {where} AND valid = 1 AND letter IS NOT NULL", args)
+    for letter, perm_json, gold in answers:
+        perm = json.loads(perm_json) if perm_json else None
+        if not perm or gold not in perm or len(perm) > len(LETTERS):
+            continue
+        width = max(width, len(perm))
+        chosen[letter] = chosen.get(letter, 0) + 1
+        shown = LETTERS[perm.index(gold)]
+        gold_at[shown] = gold_at.get(shown, 0) + 1
+    n = sum(chosen.values())
+    bias = {letter: {"chosen": chosen.get(letter, 0) / n, "gold": gold_at.get(letter, 0) / n}
+            for letter in LETTERS[:width]} if n else {}
+    return {"balanced_accuracy": balanced, "accuracy_by_variant": by_variant, "position_bias": bias}
 
 
 def _shuffle_note(run: dict[str, Any]) -> dict[str, Any]:
