@@ -208,12 +208,7 @@ def report(
     if fmt not in reports.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(reports.FORMATS)}, not {fmt!r}")
     store = Store(db)
-    text = reports.render(reports.build(store, run_id), fmt)
-    if output:
-        output.write_text(text, encoding="utf-8")
-        typer.echo(f"wrote {output}")
-    else:
-        typer.echo(text, nl=False)
+    _emit(reports.render(reports.build(store, run_id), fmt), output)
 
 
 @app.command()

@@ -16,6 +16,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from .score import mean_std
 from .store import Store
 
 NEWTERM_TASKS = ("COMA", "COST", "CSJ")
@@ -36,11 +37,10 @@ def _seed_scores(store: Store, run_id: str, stage: str, where: str = "", args: t
 
 
 def _summary(per_seed: dict[Any, tuple[float, int]] | None) -> dict[str, Any] | None:
-    if not per_seed:
+    figure = mean_std(m for m, _ in (per_seed or {}).values())
+    if figure is None or not per_seed:
         return None
-    means = [m for m, _ in per_seed.values()]
-    return {"mean": statistics.fmean(means), "std": statistics.stdev(means) if len(means) > 1 else None,
-            "seeds": len(means), "n": sum(n for _, n in per_seed.values())}
+    return {"mean": figure.mean, "std": figure.std, "seeds": figure.n, "n": sum(n for _, n in per_seed.values())}
 
 
 def _combine(figures: list[dict[str, Any] | None]) -> dict[str, Any] | None:
