@@ -34,7 +34,7 @@ from .errors import (
     RunnerError,
     TransientError,
 )
-from .limits import Endpoint, estimate_tokens
+from .limits import Endpoint
 from .parse import parse_answer, parse_letter
 from .plan import Request, StagePlan
 from .pricing import Pricing
@@ -71,6 +71,10 @@ class Tally:
     def __init__(self) -> None:
         self.sent = 0
         self.rate_limited = 0
+
+
+#: the reservation of a free request outside any budget: no scope, no ledger row (never mutated)
+FREE = Reservation([], 0.0, 0)
 
 
 def budgets_of(job: Job) -> Budgets | None:
@@ -213,7 +217,10 @@ class Dispatcher:
                 if req.stage in self.closed_stages or (req.stage, req.model) in self.closed_models:
                     self.stats.counters(req.stage, req.model).over_budget += 1
                     continue
-                reservation = await self._reserve(req)
+                if self.budgets is None and not self._priced(req.model):
+                    reservation = FREE  # nothing to reserve or record: no coroutine on the common free path
+                else:
+                    reservation = await self._reserve(req)
                 if reservation is None:  # a budget ran out: this request stays for a resume
                     if self.stopping:
                         break
@@ -231,10 +238,8 @@ class Dispatcher:
     # -- budgets -----------------------------------------------------------------------------------------
     async def _reserve(self, req: Request) -> Reservation | None:
         """Reserve the request's worst case against its budgets and in the ledger; None when a budget ran out."""
-        if not self._priced(req.model) and self.budgets is None:
-            return Reservation([], 0.0, 0)
         max_tokens = req.params.get("max_tokens") or 0
-        input_tokens = count_input_tokens(req.provider, req.model_name, req.messages)
+        input_tokens = self._input_tokens(req)
         usd = self.pricing.worst_case(req.model, input_tokens, max_tokens)
         tokens = input_tokens + max_tokens
         if self.budgets is None:
@@ -248,6 +253,14 @@ class Dispatcher:
         if usd > 0:
             reservation.ledger_id = self.store.reserve(self.run_id, req.stage, req.model, req.key, usd)
         return reservation
+
+    @staticmethod
+    def _input_tokens(req: Request) -> int:
+        """The request's input tokens, counted once for both its budget reservation and the token buckets."""
+        counted = req.extra.get("input_tokens")
+        if counted is None:
+            counted = req.extra["input_tokens"] = count_input_tokens(req.provider, req.model_name, req.messages)
+        return counted
 
     def _priced(self, model: str) -> bool:
         """Whether the model costs anything (a free model needs no reservation unless a budget counts tokens)."""
@@ -348,7 +361,7 @@ class Dispatcher:
         if endpoint.dead is not None:
             raise AuthError(f"not sent: {endpoint.dead}")
         if endpoint.counts_tokens:
-            await endpoint.ready(estimate_tokens(req.messages), req.params.get("max_tokens") or 0)
+            await endpoint.ready(self._input_tokens(req), req.params.get("max_tokens") or 0)
         else:
             await endpoint.ready()
         tries.sent += 1

@@ -246,9 +246,3 @@ class Endpoint:
 
     def __repr__(self) -> str:
         return f"<Endpoint {self.name} slots={self.slots.limit} paused_until={self.paused_until:.2f}>"
-
-
-def estimate_tokens(messages: list[dict[str, str]]) -> int:
-    """A cheap upper-leaning estimate of input tokens for the token buckets: about 4 characters a token."""
-    chars = sum(len(m.get("content") or "") for m in messages)
-    return chars // 4 + 4 * len(messages)
