@@ -10,6 +10,8 @@ re-exports its API and is its command line.
 
 Run it in-process with :func:`start_server`, blocking with :func:`serve`, or as
 ``python -m providers.simserver --port 0 --rpm 600 --fault-503 0.1`` (prints one "listening" line).
+``--script FILE`` loads a response script (:mod:`providers.sim.script`) that decides the answers' text; one
+that cannot be loaded is reported in one line on stderr, with exit status 2.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 
 from providers.sim import SimConfig, SimServer, message_digest, serve, simulated_reply, start_server
 from providers.sim.config import FIELD_KINDS
+from providers.sim.script import ScriptError
 
 __all__ = ["SimConfig", "SimServer", "main", "message_digest", "serve", "simulated_reply", "start_server"]
 
@@ -42,7 +45,11 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, TypeError) as exc:
         parser.error(str(exc))
     # ``serve`` is looked up here, in this module, so a test can replace ``providers.simserver.serve``.
-    serve(args["host"], args["port"], config)
+    try:
+        serve(args["host"], args["port"], config)
+    except ScriptError as exc:  # raised before the server listens
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
     wire        what the wire formats share: the request, the format protocol, JSON responses.
     openai, anthropic, gemini
                 one wire format each: request mapping, key header, rate-limit headers, answer and errors.
+    script      response scripts: a YAML file of answers keyed by prompt template, term and model.
     server      :class:`SimServer`: routes, key check, fault draw, counters; :func:`start_server`, :func:`serve`.
 
 ``providers.simserver`` re-exports this API and is the command line (``python -m providers.simserver``).

@@ -10,7 +10,8 @@ fields. So a conversation whose OpenAI contents are plain strings gets the same 
 integers (google-genai sends ``temperature=0`` as ``0.0``). If the last user message lists options on their
 own lines ("A. ..." or "A) ..."), the answer is one of the offered letters; otherwise a sentence of 8-30 words.
 The max tokens (one token per word) truncate it (finish ``length`` / ``max_tokens`` / ``MAX_TOKENS``); stop
-strings cut it (Anthropic reports ``stop_sequence``). Completion tokens never exceed the max tokens.
+strings cut it (Anthropic reports ``stop_sequence``). Completion tokens never exceed the max tokens. A
+response script (:mod:`providers.sim.script`) replaces only the text: :func:`fit` cuts it the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import json
 import re
 from typing import Any
 
-__all__ = ["canonical", "count_prompt_tokens", "count_tokens", "message_digest", "reply", "simulated_reply"]
+__all__ = ["canonical", "count_prompt_tokens", "count_tokens", "fit", "message_digest", "reply", "request_text",
+           "simulated_reply"]
 
 _MC_OPTION = re.compile(r"(?m)^\s*([A-Z])[.)]\s")
 _WORDS = (
@@ -43,6 +45,11 @@ def _text_of(content: Any) -> str:
     if isinstance(content, list):
         return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
     return ""
+
+
+def request_text(messages: list[Any]) -> str:
+    """Every message's text, in order (the system prompt first), joined with newlines."""
+    return "\n".join(_text_of(m.get("content")) for m in messages)
 
 
 def _number(value: Any) -> Any:
@@ -74,6 +81,12 @@ def reply(messages_json: str, model: str, messages: list[Any], temperature: Any,
         # Byte 1 picks the length (8-30 words), bytes 2..31 pick the words.
         words = [_WORDS[b % len(_WORDS)] for b in h[2:2 + 8 + h[1] % 23]]
         text = " ".join(words).capitalize() + "."
+    return fit(text, max_tokens, stop)
+
+
+def fit(text: str, max_tokens: int | None, stop: Any) -> tuple[str, str, str | None]:
+    """An answer's text cut by the stop strings and the max tokens (one per word): (text, "stop"|"length",
+    the stop string that cut the text or None)."""
     hit = None
     if stop:
         cuts = [(i, s) for s in ([stop] if isinstance(stop, str) else stop) if s and (i := text.find(s)) >= 0]

@@ -32,12 +32,13 @@ class SimConfig:
     seed: int = 0  #: seeds the fault RNG only; answers never depend on it
     require_key: bool = True  #: reject requests without a non-empty key in the format's own header
     api_key: str | None = field(default=None, repr=False)  #: when set, the only key accepted (missing -> error)
+    script: str | None = None  #: a response script file (YAML, see providers.sim.script) deciding the answers
 
     def __post_init__(self) -> None:
         checked_updates(dataclasses.asdict(self))
 
 
-_OPTIONAL = {"rpm": int, "tpm": int, "itpm": int, "otpm": int, "api_key": str}
+_OPTIONAL = {"rpm": int, "tpm": int, "itpm": int, "otpm": int, "api_key": str, "script": str}
 #: field name -> the type its values take (the command line's ``type=``)
 FIELD_KINDS: dict[str, type] = {f.name: _OPTIONAL.get(f.name) or type(f.default)
                                 for f in dataclasses.fields(SimConfig)}

@@ -7,15 +7,20 @@ that the anthropic and google-genai SDKs take as ``base_url``)
                                                      Bearer``, which is what anthropic 2.x sends for ``api_key``).
     ``POST /v1beta/models/{model}:generateContent``  Gemini generateContent, also under ``/v1/``; key
                                                      ``x-goog-api-key`` or ``?key=``.
-    ``GET  /sim/stats``   ``{"received", "by_status", "by_route", "completed_by_digest"}``.
-    ``POST /sim/reset``   zeroes the counters and refills the rate-limit buckets.
-    ``POST /sim/config``  JSON object of :class:`SimConfig` fields to change at run time.
+    ``GET  /sim/stats``   ``{"received", "by_status", "by_route", "completed_by_digest"}``, and with a response
+                          script loaded ``"scripted"`` (answers whose text it gave) and ``"unmatched"``
+                          (requests none of its entries matched).
+    ``POST /sim/reset``   zeroes the counters, refills the rate-limit buckets and rewinds the script's entries.
+    ``POST /sim/config``  JSON object of :class:`SimConfig` fields to change at run time; ``"script"`` loads
+                          that file (a 400 if it cannot be loaded), ``null`` drops the script.
 
 Fault knobs (:class:`SimConfig`) are decided in this order, each drawing from a ``random.Random(seed)`` owned
 by the server only when its fraction is non-zero (so adding a knob never shifts the others' dice):
     key check          missing / wrong key (``require_key``, ``api_key``); no draw.
     ``fault_401``      auth failure.
     (body validation)  400.
+    (response script)  the first matching entry is picked (:mod:`providers.sim.script`); with ``strict: true``
+                       a request no entry matches is a 400 "no scripted response matches this request".
     ``fault_quota``    out of credit: OpenAI 429 ``insufficient_quota``, Anthropic 402 ``billing_error``, Gemini
                        429 with a per-day ``QuotaFailure``; the 429s carry ``retry_after`` like random 429s.
     rate limits        429 from the buckets; no draw.
@@ -50,12 +55,13 @@ from typing import Any, Self
 
 from aiohttp import web
 
-from .answers import canonical, count_prompt_tokens, count_tokens, reply
+from .answers import canonical, count_prompt_tokens, count_tokens, fit, reply
 from .anthropic import ANTHROPIC
 from .buckets import DEFAULT_MAX_TOKENS, LIMITS, PER_MINUTE, Bucket, wait_ms, why_blocked
 from .config import SimConfig, checked_updates
 from .gemini import GEMINI
 from .openai import OPENAI
+from .script import Script, load_script
 from .wire import JSON_HEADERS, Ask, Invalid, WireFormat, compact
 
 __all__ = ["SimServer", "serve", "start_server"]
@@ -63,10 +69,11 @@ __all__ = ["SimServer", "serve", "start_server"]
 
 class SimServer:
     """A running simulated server: ``url`` (OpenAI base, ends in ``/v1``), ``root_url``; ``stats()``,
-    ``reset()``, ``configure()``."""
+    ``reset()``, ``configure()``. A ``config.script`` that cannot be loaded raises ScriptError (a ValueError)."""
 
     def __init__(self, config: SimConfig | None = None) -> None:
         self.config = config if config is not None else SimConfig()
+        self.script: Script | None = load_script(self.config.script) if self.config.script else None
         self.host = ""
         self.port = 0
         self._rng = random.Random(self.config.seed)
@@ -86,20 +93,31 @@ class SimServer:
         return self.root_url + "/v1"
 
     def stats(self) -> dict[str, Any]:
-        return {"received": self._received, "by_status": {str(k): v for k, v in self._by_status.items()},
-                "by_route": dict(self._by_route), "completed_by_digest": dict(self._completed)}
+        stats = {"received": self._received, "by_status": {str(k): v for k, v in self._by_status.items()},
+                 "by_route": dict(self._by_route), "completed_by_digest": dict(self._completed)}
+        if self.script is not None:
+            stats["scripted"], stats["unmatched"] = self._scripted, self._unmatched
+        return stats
 
     def reset(self) -> None:
         self._received = 0
         self._by_status: dict[int, int] = {}
         self._by_route = {"openai": 0, "anthropic": 0, "gemini": 0}
         self._completed: dict[str, int] = {}
+        self._scripted = self._unmatched = 0
         self._buckets.clear()
+        if self.script is not None:
+            self.script.rewind()
 
     def configure(self, **changes: Any) -> SimConfig:
         """Change config fields at run time (validated); a new seed reseeds the fault RNG, a new limit
-        starts full buckets."""
-        self.config = dataclasses.replace(self.config, **checked_updates(changes))
+        starts full buckets, a new script is loaded (and a bad one leaves everything unchanged)."""
+        updates = checked_updates(changes)
+        script = self.script
+        if "script" in updates:
+            script = load_script(updates["script"]) if updates["script"] is not None else None
+        self.config = dataclasses.replace(self.config, **updates)
+        self.script = script
         if "seed" in changes:
             self._rng.seed(self.config.seed)
         if any(name in changes for name, _ in LIMITS):
@@ -208,6 +226,11 @@ class SimServer:
             ask = fmt.parse(body, request)
         except Invalid as exc:
             return self._finish(fmt.bad_request(exc.message, exc.param, headers))
+        entry = None
+        if self.script is not None and (entry := self.script.match(ask.model, ask.messages)) is None:
+            self._unmatched += 1
+            if self.script.strict:
+                return self._finish(fmt.bad_request("no scripted response matches this request", None, headers))
 
         prompt_tokens = count_prompt_tokens(ask.messages)
         turned_away = self._admit(fmt, ask, prompt_tokens, headers)
@@ -238,8 +261,11 @@ class SimServer:
         if filtered and not malformed:
             text, finish, hit, completion_tokens = None, "content_filter", None, 0
         else:
-            text, finish, hit = reply(messages_json, ask.model, ask.messages, ask.temperature, ask.max_tokens,
-                                      ask.top_p, ask.stop, ask.seed)
+            if entry is not None:  # a scripted text, cut like a simulated one
+                text, finish, hit = fit(entry.text(), ask.max_tokens, ask.stop)
+            else:
+                text, finish, hit = reply(messages_json, ask.model, ask.messages, ask.temperature, ask.max_tokens,
+                                          ask.top_p, ask.stop, ask.seed)
             completion_tokens = max(1, count_tokens(text))
             if ask.max_tokens is not None:
                 completion_tokens = min(completion_tokens, ask.max_tokens)
@@ -249,6 +275,9 @@ class SimServer:
         else:
             digest = hashlib.sha256(messages_json.encode()).hexdigest()
             self._completed[digest] = self._completed.get(digest, 0) + 1
+            if entry is not None and text is not None:  # delivered: the entry moves to its next text
+                entry.served += 1
+                self._scripted += 1
         return self._finish(web.Response(body=data, headers={**JSON_HEADERS, **headers}))
 
     async def _stats(self, request: web.Request) -> web.Response:
