@@ -74,19 +74,37 @@ BudgetOption = Annotated[
 ]
 
 
+VarOption = Annotated[
+    list[str] | None,
+    typer.Option("--var", help="NAME=VALUE: a value for ${NAME} in the job file, over its vars: (repeatable).",
+                 show_default=False),
+]
+
+
+def _vars(values: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for value in values or []:
+        name, sep, text = value.partition("=")
+        if not sep or not name.strip():
+            raise RunnerError(f"--var {value!r}: write it as NAME=VALUE")
+        out[name.strip()] = text
+    return out
+
+
 @app.command()
 def submit(
     job_file: Annotated[Path, typer.Argument(help="The job YAML file.")],
     db: DbOption = None,
     budget: BudgetOption = None,
     limit: LimitOption = None,
+    var: VarOption = None,
     allow_partial: Annotated[bool, typer.Option(
         "--allow-partial", help="Start even when the estimate's worst case exceeds the budget; the run stops when "
         "the budget is spent (`runner resume RUN_ID --budget USD` continues it).")] = False,
 ) -> None:
     """Validate a job file, estimate its cost, and run it; print accuracy and cost at the end. Refuses (exit 2)
     when the estimate's worst case exceeds the run's budget, unless --allow-partial."""
-    job = load_job(job_file)
+    job = load_job(job_file, _vars(var))
     if budget is not None:
         set_budget(job, budget)
     if limit is not None:
@@ -114,12 +132,13 @@ def estimate(
     fmt: Annotated[str, typer.Option("--format", help="text, json, csv or md.")] = "text",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
     limit: LimitOption = None,
+    var: VarOption = None,
 ) -> None:
     """Before a run, per stage and model: requests, cache hits, input tokens, output tokens (max and expected from
     history), and the cost range of what is left to send (and at Batch API prices). Needs no API key."""
     if fmt not in estimates.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(estimates.FORMATS)}, not {fmt!r}")
-    job = load_job(job_file)
+    job = load_job(job_file, _vars(var))
     if limit is not None:
         job.limit = limit
     text = estimates.render(estimates.estimate(job, Store(db)), fmt)
@@ -152,10 +171,11 @@ def _emit(text: str, output: Path | None) -> None:
 
 
 @app.command()
-def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML file.")]) -> None:
+def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML file.")], var: VarOption = None) -> None:
     """Only validate a job file (exit 2 with file:line and the key when it is wrong)."""
-    job = load_job(job_file)
-    stages = ", ".join(f"{s.name} ({len(job.stage_models(s))} model(s))" for s in job.stages)
+    job = load_job(job_file, _vars(var))
+    stages = ", ".join(f"{s.name} ({len(job.stage_models(s))} model(s))" if s.is_llm else f"{s.name} "
+                       f"({s.data_ops()[0]})" for s in job.stages)
     typer.echo(f"{job_file}: valid job {job.name!r}: {stages}")
 
 

@@ -38,7 +38,8 @@ from .limits import Endpoint
 from .parse import parse_answer, parse_letter
 from .plan import Request, StagePlan
 from .pricing import Pricing
-from .spec import Job
+from .recipes import parse_items
+from .spec import BUILTIN_PARSES, Job
 from .stats import RunStats
 from .store import CachedResponse, Finished, Store, Writer, dumps, now
 from .tokens import count_input_tokens
@@ -490,6 +491,13 @@ class Dispatcher:
         kind = stage.parse
         if kind == "text":
             result["parsed"] = text.strip()
+            return result
+        if kind not in BUILTIN_PARSES or kind == "lines":  # a list of items (pipelines), never scored
+            found = parse_items(kind, text, req.extra.get("row") or {}, stage.parse_args)
+            result["parsed"] = found.items
+            result["valid"] = len(found.items) >= stage.min_items
+            if found.rejected:
+                result["rejected"] = dict(found.rejected)
             return result
         if stage.scoring == "default" and kind == "letter" and req.options is not None:
             parsed = parse_letter(text, req.options, LETTERS, mode=stage.parse_mode)  # the common case, direct

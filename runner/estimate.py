@@ -211,7 +211,13 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
     rates_of: dict[str, Rates | None] = {}
     groups: list[Group] = []
     seen: set[int] = set()
+    unplanned: list[str] = []
     for stage in job.stages:
+        if not stage.is_llm:
+            continue
+        if stage.from_ is not None:  # a pipeline stage's rows exist only once the stages before it ran
+            unplanned.append(stage.name)
+            continue
         plan = StagePlan(job, stage)
         max_tokens = job.stage_params(stage).max_tokens
         builders: dict[str, _Builder] = {}
@@ -254,6 +260,9 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
         groups += [builders[m].finish(store, *ids[m]) for m in plan.models]
     result = Estimate(job=job.name, path=job.path, groups=groups)
     result.totals = _totals(groups)
+    result.totals["unplanned_stages"] = unplanned
+    if unplanned:  # what the listed stages cost is not known, so neither is the worst case
+        result.totals["cost_high"] = result.totals["batch_high"] = None
     result.elapsed = time.perf_counter() - started
     result.totals["elapsed_s"] = round(result.elapsed, 3)
     return result
@@ -331,6 +340,9 @@ def summary_lines(est: Estimate) -> list[str]:
     for model in t["unknown_prices"]:
         lines.append(f"unknown price for {model}: add prices: {{{model}: {{input: USD, output: USD}}}} "
                      "(per million tokens) to the job to price it")
+    if t.get("unplanned_stages"):
+        lines.append(f"not estimated: stage(s) {', '.join(t['unplanned_stages'])} read earlier stages' rows, known "
+                     "only once those ran; the cost above is theirs at least, and a budget: still caps the run")
     if t["unbounded_stages"]:
         lines.append(f"no worst case for stage(s) {', '.join(t['unbounded_stages'])}: set params.max_tokens to "
                      "bound the output")

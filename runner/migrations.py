@@ -113,6 +113,20 @@ def m005_costs(db: sqlite_utils.Database) -> None:
     db["ledger"].create_index(["run_id", "kind"])
 
 
+@migration
+def m006_pipelines(db: sqlite_utils.Database) -> None:
+    """Pipelines: each stage's output rows under its content address (reused by any later run whose stage has
+    the same address), and what each stage of a run did (the funnel report)."""
+    db["stage_outputs"].create(
+        {"hash": str, "stage": str, "run_id": str, "rows": int, "cost": float, "funnel": str, "created": str},
+        pk="hash",
+    )
+    db.execute("CREATE TABLE stage_rows (hash TEXT NOT NULL, n INTEGER NOT NULL, row TEXT NOT NULL,"
+               " PRIMARY KEY (hash, n)) WITHOUT ROWID")
+    db.execute("CREATE TABLE run_stages (run_id TEXT NOT NULL, stage TEXT NOT NULL, position INTEGER NOT NULL,"
+               " hash TEXT NOT NULL, funnel TEXT NOT NULL, PRIMARY KEY (run_id, stage))")
+
+
 def migrate(db: sqlite_utils.Database) -> None:
     table = db["_migrations"]
     if not table.exists():

@@ -630,3 +630,4 @@ def parse_answer(
             return Parsed(True)
         return Parsed(None, Reason.REFUSAL) if is_refusal(text) else Parsed(False)
     raise ValueError(f"unknown parser {kind!r}")
+

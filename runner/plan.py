@@ -19,7 +19,7 @@ from providers.base import provider_class, split_model
 from .choices import LETTERS, NONE_OF_THEM, append_none_of_them, drop_option, options_block, permutation
 from .errors import RunnerError
 from .prompts import Prompt, load_prompt
-from .spec import Job, Stage
+from .spec import BUILTIN_PARSES, Job, Stage
 
 #: generation parameters that change the output, hence belong in the cache key
 FLOAT_PARAMS = ("temperature", "top_p")
@@ -151,12 +151,54 @@ def _options_file(path: str) -> list[Any]:
     return options
 
 
+def dataset_rows(job: Job, stage: Stage) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(line number, row id, row) of a stage's dataset: its rows, or with ``explode`` the elements of each
+    row's list, merged with the row's other fields; at most the job's limit."""
+    dataset = stage.dataset
+    assert dataset is not None
+    limit = job.stage_limit(stage)
+    count = 0
+    for line_no, row in iter_rows(dataset.path, None if dataset.explode else limit):
+        row_id = dataset_row_id(stage, line_no, row)
+        if dataset.explode is None:
+            yield line_no, row_id, row
+            continue
+        elements = row.get(dataset.explode)
+        if not isinstance(elements, list) or not all(isinstance(e, dict) for e in elements):
+            raise RunnerError(f"{dataset.path}:{line_no}: field {dataset.explode!r} must be a list of objects")
+        parent = {k: v for k, v in row.items() if k != dataset.explode}
+        for n, element in enumerate(elements, start=1):
+            if limit is not None and count >= limit:
+                return
+            count += 1
+            yield line_no, f"{row_id}.{n}", {**parent, **element}
+
+
+def dataset_row_id(stage: Stage, line_no: int, row: dict[str, Any]) -> str:
+    assert stage.dataset is not None
+    id_field = stage.dataset.id
+    if id_field is None:
+        return str(line_no)
+    if id_field not in row:
+        raise RunnerError(f"{stage.dataset.path}:{line_no}: the row has no id field {id_field!r}")
+    return str(row[id_field])
+
+
 class StagePlan:
     """The requests of one stage, produced on demand."""
 
-    def __init__(self, job: Job, stage: Stage) -> None:
+    def __init__(self, job: Job, stage: Stage, rows: list[dict[str, Any]] | None = None, round: int = 0,
+                 only: set[tuple[str, str, str]] | None = None) -> None:
+        """``rows``: in a pipeline, the stage's input rows (each with its id in ``_id``) instead of its dataset.
+        ``round``: a content retry's round: each request gets a new sample index, so a fresh answer.
+        ``only``: the (row id, model, variant without round) to ask again in that round."""
         self.job = job
         self.stage = stage
+        self.input_rows = rows
+        self.round = round
+        self.only = only
+        #: recipe parsers read the row an answer belongs to
+        self.keep_row = stage.parse not in BUILTIN_PARSES
         self.models = job.stage_models(stage)
         self.params = job.stage_params(stage).model_dump()
         self.prompt: Prompt = load_prompt(job, stage.prompt)
@@ -168,16 +210,25 @@ class StagePlan:
         if stage.samples > 1:
             axes["sample"] = list(range(stage.samples))
         axes.update(stage.variants)
+        if round:
+            axes["round"] = [round]
         names = list(axes)
         self.variants = [dict(zip(names, values, strict=True)) for values in itertools.product(*axes.values())]
         self.shared_options: list[Any] | None = None
         if stage.choices is not None and stage.choices.options_file:
             self.shared_options = _options_file(stage.choices.options_file)
         self.variant_json = [canonical_json(v) for v in self.variants]
+        #: each variant without its round: what ``only`` names
+        self.base_json = [canonical_json({k: v for k, v in variant.items() if k != "round"})
+                          for variant in self.variants]
         self._tails = {
-            (model, variant.get("sample", 0)): canonical_tail(p, model_id, self.params, variant.get("sample", 0))
+            (model, self.sample_of(variant)): canonical_tail(p, model_id, self.params, self.sample_of(variant))
             for model, (p, _, model_id) in self._model_ids.items() for variant in self.variants
         }
+
+    def sample_of(self, variant: dict[str, Any]) -> int:
+        """The request's sample index in its cache key: the variant's, moved on by the content-retry round."""
+        return variant.get("sample", 0) + self.round * self.stage.samples
 
     @staticmethod
     def _model_id(model: str, endpoints: dict[str, Any]) -> tuple[str, str, str]:
@@ -185,7 +236,11 @@ class StagePlan:
         return provider, name, provider_class(provider).model_id(name, endpoints)
 
     def total(self) -> int:
-        if self.stage.dataset.explode:
+        if self.only is not None:
+            return len(self.only)
+        if self.input_rows is not None:
+            rows = len(self.input_rows)
+        elif self.stage.dataset is not None and self.stage.dataset.explode:
             rows = sum(1 for _ in self.rows())
         else:
             rows = count_rows(self.stage.dataset.path, self.job.stage_limit(self.stage))
@@ -196,33 +251,17 @@ class StagePlan:
             yield from self.expand(line_no, row, row_id)
 
     def rows(self) -> Iterator[tuple[int, str, dict[str, Any]]]:
-        """(line number, row id, row) of the stage's items: the dataset's rows, or with ``explode`` the
-        elements of each row's list, merged with the row's other fields; at most the job's limit."""
-        dataset = self.stage.dataset
-        limit = self.job.stage_limit(self.stage)
-        count = 0
-        for line_no, row in iter_rows(dataset.path, None if dataset.explode else limit):
-            row_id = self.row_id(line_no, row)
-            if dataset.explode is None:
-                yield line_no, row_id, row
-                continue
-            elements = row.get(dataset.explode)
-            if not isinstance(elements, list) or not all(isinstance(e, dict) for e in elements):
-                raise RunnerError(f"{dataset.path}:{line_no}: field {dataset.explode!r} must be a list of objects")
-            parent = {k: v for k, v in row.items() if k != dataset.explode}
-            for n, element in enumerate(elements, start=1):
-                if limit is not None and count >= limit:
-                    return
-                count += 1
-                yield line_no, f"{row_id}.{n}", {**parent, **element}
+        """(line number, row id, row) of the stage's items: its input rows in a pipeline, else its dataset's."""
+        if self.input_rows is not None:
+            for n, row in enumerate(self.input_rows, start=1):
+                yield n, str(row["_id"]), row
+            return
+        yield from dataset_rows(self.job, self.stage)
 
     def row_id(self, line_no: int, row: dict[str, Any]) -> str:
-        id_field = self.stage.dataset.id
-        if id_field is None:
-            return str(line_no)
-        if id_field not in row:
-            raise RunnerError(f"{self.stage.dataset.path}:{line_no}: the row has no id field {id_field!r}")
-        return str(row[id_field])
+        if self.input_rows is not None:
+            return str(row["_id"])
+        return dataset_row_id(self.stage, line_no, row)
 
     def expand(self, line_no: int, row: dict[str, Any], row_id: str | None = None) -> Iterator[Request]:
         row_id = row_id if row_id is not None else self.row_id(line_no, row)
@@ -233,16 +272,18 @@ class StagePlan:
             original = self.shared_options if choices.options_file else row.get(choices.field)
             if not isinstance(original, list) or not original:
                 raise RunnerError(
-                    f"{self.stage.dataset.path}:{line_no}: field {choices.field!r} must be a non-empty list"
+                    f"{self.where}:{line_no}: field {choices.field!r} must be a non-empty list"
                 )
             gold = row.get(choices.gold) if choices.gold else None
             if isinstance(gold, str):  # the gold option given by its text: its index among the options
                 try:
                     gold = [str(o) for o in original].index(gold)
                 except ValueError:
-                    raise RunnerError(f"{self.stage.dataset.path}:{line_no}: the gold answer {gold!r} is not "
+                    raise RunnerError(f"{self.where}:{line_no}: the gold answer {gold!r} is not "
                                       "one of the options") from None
-        for variant, variant_json in zip(self.variants, self.variant_json, strict=True):
+        for variant, variant_json, base_json in zip(self.variants, self.variant_json, self.base_json, strict=True):
+            if self.only is not None and not any((row_id, m, base_json) in self.only for m in self.models):
+                continue
             context = dict(row)
             context["row"] = row
             context.update(variant)
@@ -263,13 +304,15 @@ class StagePlan:
                 messages = self.prompt.render(context)
             except Exception as exc:  # jinja2 raises many types: undefined names, bad filters, ...
                 raise RunnerError(
-                    f"{self.stage.dataset.path}:{line_no}: prompt {self.prompt.name!r} of stage "
+                    f"{self.where}:{line_no}: prompt {self.prompt.name!r} of stage "
                     f"{self.stage.name!r} cannot be rendered: {exc}"
                 ) from None
             variant_text = ",".join(f"{k}={v}" for k, v in variant.items())
             for model in self.models:
+                if self.only is not None and (row_id, model, base_json) not in self.only:
+                    continue
                 provider, name, model_id = self._model_ids[model]
-                text = canonical_text(messages, self._tails[model, variant.get("sample", 0)])
+                text = canonical_text(messages, self._tails[model, self.sample_of(variant)])
                 yield Request(
                     stage=self.stage.name,
                     item=f"{row_id}|{model}|{variant_text}",
@@ -289,7 +332,15 @@ class StagePlan:
                     # without the gold option, the right answer is "none of them"
                     gold=NONE_OF_THEM if choices is not None and choices.drop_gold else gold,
                     n_options=len(original) if original is not None else 0,
+                    extra={"row": row} if self.keep_row else {},
                 )
+
+    @property
+    def where(self) -> str:
+        """What a row's line number counts in: the dataset file, or the earlier stage's rows."""
+        if self.stage.dataset is not None:
+            return self.stage.dataset.path
+        return f"stage {self.stage.name} (rows of {', '.join(self.stage.from_ or [])})"
 
     def first_request(self) -> Request | None:
         """Render the first request, so a template that cannot render fails before anything is sent."""

@@ -1,6 +1,7 @@
 """Prompt templates: ``prompts/**.yaml`` files or inline ones, rendered by a sandboxed Jinja2 environment.
 
-A template file holds ``source`` (the paper and table it reproduces), an optional ``system`` and a ``user``
+A template file holds ``source`` (the paper and table it reproduces), an optional ``system``, optional
+earlier ``messages`` (``{role, content}`` turns: few-shot examples, a previous answer) and a ``user``
 template. Templates see the dataset row's fields, ``row``, the variant values (``seed``, ``sample``, ...)
 and, for multiple choice, ``options`` (in shown order), ``letters`` and ``options_block`` ("A. ...\\nB. ...").
 """
@@ -22,6 +23,16 @@ if TYPE_CHECKING:
     from .spec import InlinePrompt, Job
 
 _env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+
+
+def _replace_term(text: str, old: str, new: str) -> str:
+    """``{{ question | replace_term(term, other) }}``: a term swapped for another, whole words, any case."""
+    from .recipes.newterm import replace_term
+
+    return replace_term(text, old, new)
+
+
+_env.filters["replace_term"] = _replace_term
 _GLOBALS = dict(_env.globals)
 
 
@@ -58,11 +69,33 @@ class Prompt:
     system: Part | None
     user: Part
     source: str | None = None
+    #: earlier turns, (role, template), between the system prompt and the user's
+    turns: tuple[tuple[str, Part], ...] = ()
+    #: the template's text (system, turns, user): part of a pipeline stage's content address
+    text: str = ""
 
     def render(self, context: dict[str, Any]) -> list[dict[str, str]]:
-        if self.system is None:
-            return [{"role": "user", "content": self.user(context)}]
-        return [{"role": "system", "content": self.system(context)}, {"role": "user", "content": self.user(context)}]
+        user = {"role": "user", "content": self.user(context)}
+        if self.system is None and not self.turns:
+            return [user]
+        messages = [] if self.system is None else [{"role": "system", "content": self.system(context)}]
+        messages.extend({"role": role, "content": part(context)} for role, part in self.turns)
+        messages.append(user)
+        return messages
+
+
+
+def compile_expression(text: str) -> Any:
+    """A Jinja expression (``rating >= 8 if gold else rating <= 3``) as a function of a row's fields."""
+    return _env.compile_expression(text, undefined_to_none=False)
+
+
+def expression_error(text: str) -> str | None:
+    try:
+        compile_expression(text)
+    except jinja2.TemplateSyntaxError as exc:
+        return exc.message or "syntax error"
+    return None
 
 
 def prompt_dirs(job: Job) -> list[Path]:
@@ -72,7 +105,8 @@ def prompt_dirs(job: Job) -> list[Path]:
 
 def load_prompt(job: Job, prompt: str | InlinePrompt) -> Prompt:
     if not isinstance(prompt, str):
-        return _compile("inline", prompt.system, prompt.user, prompt.source)
+        return _compile("inline", prompt.system, prompt.user, prompt.source,
+                        [(t.role, t.content) for t in prompt.messages])
     for folder in prompt_dirs(job):
         candidate = folder / f"{prompt}.yaml"
         if candidate.is_file():
@@ -92,16 +126,22 @@ def _load_file(path: str, name: str) -> Prompt:
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         raise PromptError(f"prompt template {path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    return _compile(name, spec.system, spec.user, spec.source)
+    return _compile(name, spec.system, spec.user, spec.source, [(t.role, t.content) for t in spec.messages])
 
 
-def _compile(name: str, system: str | None, user: str, source: str | None) -> Prompt:
+def _compile(name: str, system: str | None, user: str, source: str | None,
+             turns: list[tuple[str, str]] | None = None) -> Prompt:
+    turns = turns or []
+    text = "\n".join([f"system: {system}" if system is not None else "",
+                      *(f"{role}: {content}" for role, content in turns), f"user: {user}"])
     try:
         return Prompt(
             name=name,
             system=Part(system) if system is not None else None,
             user=Part(user),
             source=source,
+            turns=tuple((role, Part(content)) for role, content in turns),
+            text=text,
         )
     except jinja2.TemplateSyntaxError as exc:
         raise PromptError(f"prompt {name!r} line {exc.lineno}: {exc.message}") from None

@@ -16,6 +16,7 @@ from providers.base import Provider, ProviderSettings, provider_class, split_mod
 
 from .dispatch import Dispatcher
 from .errors import RunnerError, StoreError
+from .pipeline import Pipeline
 from .plan import StagePlan
 from .spec import Job
 from .stats import RunStats
@@ -56,7 +57,7 @@ class Results:
     def __init__(self, job: Job, run_id: str, store: Store) -> None:
         self.run_id = run_id
         self.store = store
-        self.paths = {stage.name: job.results_path(stage, run_id) for stage in job.stages}
+        self.paths = {stage.name: job.results_path(stage, run_id) for stage in job.llm_stages()}
         self.handles: dict[str, IO[str]] = {}
         self.opened = False
 
@@ -124,7 +125,8 @@ async def execute(
 ) -> Outcome:
     """Run ``job`` as a new run, or resume ``run_id``. Returns when the run ends or is interrupted."""
     view = view or NoView()
-    plans = [StagePlan(job, stage) for stage in job.stages]
+    # A pipeline's stages are planned as they come: their rows are known only once the earlier ones ran.
+    plans = [] if job.is_pipeline else [StagePlan(job, stage) for stage in job.stages]
     for plan in plans:
         plan.first_request()  # a template that cannot render fails here, before anything is sent
     stats = RunStats()
@@ -181,6 +183,9 @@ async def execute(
         _install(loop, on_interrupt)
         gc.freeze()  # the long-lived setup objects need no more garbage-collection passes (undone below)
         view.start(stats, f"run {run_id} · job {job.name}")
+        if job.is_pipeline:
+            rows_dir = Path(job.output_dir) / job.name / run_id / "rows"
+            await Pipeline(job, store, run_id, dispatcher, writer, stats, view.note, rows_dir).run()
         for plan in plans:
             await dispatcher.run_stage(plan)
             if dispatcher.stopping:
@@ -227,7 +232,7 @@ def check_prices(job: Job) -> None:
         if not pricing.known(model):
             raise RunnerError(f"{where}: the price of {model} is unknown and the job has a budget: add "
                               f"prices: {{{model}: {{input: USD, output: USD}}}} (per million tokens)")
-    for stage in job.stages:
+    for stage in job.llm_stages():
         if job.stage_params(stage).max_tokens is None:
             raise RunnerError(f"{where}: stage {stage.name} has no params.max_tokens, and a budget needs a bound "
                               "on output tokens to reserve a request's worst case")

@@ -1,8 +1,10 @@
 """Job files: typed models (pydantic) and validation whose errors name ``file:line`` and the key.
 
-A job is a list of stages. Each stage reads a JSONL dataset, renders a prompt per row, sends it to each
-of its models once per variant (seed of the option shuffle, sample index, any user variable), parses the
-answers and scores them.
+A job is a list of stages. An LLM stage reads a JSONL dataset (or, in a pipeline, the rows of earlier
+stages: ``from:``), renders a prompt per row, sends it to each of its models once per variant (seed of the
+option shuffle, sample index, any user variable), parses the answers and scores them. A data stage (join,
+explode, filter, a named recipe, ...) turns the rows of earlier stages into new rows without a request.
+``${name}`` in any string of the file is replaced by the job's ``vars:`` (or ``--var name=value``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,10 +25,12 @@ from .errors import JobFileError
 from .yamlfile import Loc, dotted, line_of, load_with_lines
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+BUILTIN_PARSES = ("letter", "letters", "yes_no", "scale", "label", "none_of_them", "text", "lines")
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # populate_by_name: a job stored as JSON for resume is written with field names (``from_``, ``as_``)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class Params(Strict):
@@ -94,8 +99,15 @@ class Dataset(Strict):
     explode: str | None = None
 
 
+class Turn(Strict):
+    role: Literal["user", "assistant"]
+    content: str
+
+
 class InlinePrompt(Strict):
     system: str | None = None
+    #: earlier turns of a conversation (few-shot examples, a previous answer), between system and user
+    messages: list[Turn] = Field(default_factory=list)
     user: str
     source: str | None = None
 
@@ -118,11 +130,92 @@ class Choices(Strict):
     none_option: str | None = None
 
 
+class JoinStep(Strict):
+    #: the fields that must be equal (e.g. [term]); later inputs' fields fill in the first's. (Not ``on``:
+    #: YAML reads a bare ``on`` as true.)
+    by: list[str] = Field(min_length=1)
+    #: inner: only keys every input has; left: every row of the first input
+    how: Literal["inner", "left"] = "inner"
+
+    @field_validator("by", mode="before")
+    @classmethod
+    def _one(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
+class ExplodeStep(Strict):
+    #: a list field: each element becomes a row of its own (objects are merged into the row, other values
+    #: are stored under ``as``); the row id gets ``.<n>``
+    field: str
+    as_: str | None = Field(default=None, alias="as")
+
+
+class GroupStep(Strict):
+    by: list[str] = Field(min_length=1)
+    #: new list field -> the field collected from each row of the group, in row order
+    collect: dict[str, str] = Field(min_length=1)
+
+    @field_validator("by", mode="before")
+    @classmethod
+    def _one(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
+class KeyedStep(Strict):
+    #: within each group of rows sharing these fields (the whole input when empty)
+    by: list[str] = Field(default_factory=list)
+
+    @field_validator("by", mode="before")
+    @classmethod
+    def _one(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
+class DedupeStep(KeyedStep):
+    pass
+
+
+class SampleStep(KeyedStep):
+    n: int = Field(gt=0)
+    seed: int | None = None
+
+
+class ShuffleStep(Strict):
+    seed: int | None = None
+
+
+class TopKStep(KeyedStep):
+    k: int = Field(gt=0)
+    #: the numeric field ranked (rows without it rank last)
+    score: str
+    order: Literal["desc", "asc"] = "desc"
+
+
+class FilterStep(Strict):
+    #: a Jinja expression over the row's fields, e.g. ``rating >= 8 if gold else rating <= 3``
+    keep: str
+    #: the funnel report's name for the rows it drops
+    rule: str | None = None
+
+
+class SimilarityStep(Strict):
+    a: str
+    b: str
+    as_: str = Field(alias="as")
+
+
+#: the data operations a stage may be instead of a prompt (exactly one per stage)
+DATA_OPS = ("join", "concat", "explode", "group", "dedupe", "sample", "shuffle", "top_k", "filter", "set",
+            "similarity", "recipe")
+
+
 class Stage(Strict):
     name: str = Field(pattern=NAME_PATTERN)
-    dataset: Dataset
+    dataset: Dataset | None = None
+    #: in a pipeline: the earlier stage(s) whose output rows this stage reads
+    from_: list[str] | None = Field(default=None, alias="from")
     models: list[str] | None = None
-    prompt: str | InlinePrompt
+    prompt: str | InlinePrompt | None = None
     choices: Choices | None = None
     variants: dict[str, list[Any]] = Field(default_factory=dict)
     samples: int = Field(default=1, ge=1)
@@ -131,8 +224,9 @@ class Stage(Strict):
     #: ``choices.gold`` names it
     gold: str | None = "gold"
     #: how answers are read: a letter, letters ("A, C"), yes_no (gold true/false), a 0-10 scale, a label
-    #: (an option's text), none_of_them (says none fits: Know-No's hint in the instruction), or plain text
-    parse: Literal["letter", "letters", "yes_no", "scale", "label", "none_of_them", "text"] = "text"
+    #: (an option's text), none_of_them (says none fits: Know-No's hint in the instruction), plain text, lines
+    #: (one item per non-empty line), or a recipe parser's name (``newterm.coma_paragraphs``)
+    parse: str = "text"
     #: letter parsing: lenient (first standalone letter, then a unique option text) or strict (only a letter)
     parse_mode: Literal["lenient", "strict"] = "lenient"
     #: yes_no: one answer family ("yes/no", "correct/incorrect", "acceptable/unacceptable", "true/false")
@@ -144,11 +238,70 @@ class Stage(Strict):
     output: str | None = None
     budget: BudgetLimit | None = None
 
+    # -- pipelines: what an LLM stage's answers become, and content retries
+    #: the field the parsed answer is stored in on the stage's output rows (default: the stage's name)
+    as_: str | None = Field(default=None, alias="as")
+    #: arguments of a recipe parser (``parse: newterm.term_sentences``)
+    parse_args: dict[str, Any] = Field(default_factory=dict)
+    #: a list answer needs at least this many distinct valid items, else the row is asked again
+    min_items: int = Field(default=1, ge=0)
+    #: keep at most this many items of a list answer
+    max_items: int | None = Field(default=None, gt=0)
+    #: how many times a row whose answer cannot be parsed (or has too few items) is asked, each time with a
+    #: new sample index so the cache does not return the same answer
+    max_rounds: int = Field(default=1, ge=1, le=20)
+
+    # -- pipelines: data operations (exactly one, instead of a prompt)
+    join: JoinStep | None = None
+    concat: bool | None = None
+    explode: ExplodeStep | None = None
+    group: GroupStep | None = None
+    dedupe: DedupeStep | None = None
+    sample: SampleStep | None = None
+    shuffle: ShuffleStep | None = None
+    top_k: TopKStep | None = None
+    filter: FilterStep | None = None
+    set: dict[str, str] | None = None
+    similarity: SimilarityStep | None = None
+    recipe: str | None = None
+    #: arguments of ``recipe:``
+    args: dict[str, Any] = Field(default_factory=dict)
+    #: write the stage's output rows (without fields starting with "_") to this JSONL file
+    write: str | None = None
+
+    @field_validator("from_", mode="before")
+    @classmethod
+    def _one_source(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
     @model_validator(mode="after")
-    def _letter_needs_choices(self) -> Stage:
+    def _shape(self) -> Stage:
+        ops = self.data_ops()
+        if len(ops) > 1:
+            raise ValueError(f"a stage does one thing: it has {' and '.join(ops)}")
+        if ops and self.prompt is not None:
+            raise ValueError(f"a stage has either prompt: or a data operation, not both ({ops[0]})")
+        if not ops and self.prompt is None:
+            raise ValueError("a stage needs prompt: (or a data operation: " + ", ".join(DATA_OPS) + ")")
+        if (self.dataset is None) == (self.from_ is None):
+            raise ValueError("a stage reads either dataset: or from: (earlier stages), exactly one of them")
+        if self.prompt is not None and self.from_ is not None and len(self.from_) > 1:
+            raise ValueError("an LLM stage reads one earlier stage: join or concat them in a stage of their own")
         if self.parse in ("letter", "letters", "label") and self.choices is None:
             raise ValueError(f"parse: {self.parse} needs a choices: section")
         return self
+
+    def data_ops(self) -> list[str]:
+        return [op for op in DATA_OPS if getattr(self, op) not in (None, False)]
+
+    @property
+    def is_llm(self) -> bool:
+        return self.prompt is not None
+
+    @property
+    def field(self) -> str:
+        """The field an LLM stage's parsed answer is stored in on its output rows."""
+        return self.as_ or self.name
 
 
 class ReportLayout(Strict):
@@ -176,6 +329,13 @@ class Job(Strict):
     limit: int | None = Field(default=None, gt=0)
     report: ReportLayout | None = None
     output_dir: str = "results"
+    #: values for ``${name}`` in the file's strings (``--var name=value`` overrides them)
+    vars: dict[str, str] = Field(default_factory=dict)
+    #: the seed of the data steps' random choices (sample, shuffle, recipes) unless a step sets its own
+    seed: int = 0
+    #: text similarity for the steps that need it: all-MiniLM-L6-v2 (the [embed] extra), a lexical measure,
+    #: or auto (the model when installed)
+    embeddings: Literal["auto", "minilm", "lexical"] = "auto"
     stages: list[Stage] = Field(min_length=1)
 
     # Filled in by load_job, not read from the file.
@@ -183,10 +343,20 @@ class Job(Strict):
     base_dir: str = ""
 
     def stage_models(self, stage: Stage) -> list[str]:
+        if not stage.is_llm:
+            return []
         return stage.models if stage.models is not None else self.models
 
+    @property
+    def is_pipeline(self) -> bool:
+        """A job whose stages read each other's rows (or transform them) rather than only datasets."""
+        return any(stage.from_ is not None or not stage.is_llm for stage in self.stages)
+
+    def llm_stages(self) -> list[Stage]:
+        return [stage for stage in self.stages if stage.is_llm]
+
     def stage_limit(self, stage: Stage) -> int | None:
-        limits = [x for x in (self.limit, stage.dataset.limit) if x is not None]
+        limits = [x for x in (self.limit, stage.dataset.limit if stage.dataset else None) if x is not None]
         return min(limits) if limits else None
 
     def stage_params(self, stage: Stage) -> Params:
@@ -199,16 +369,18 @@ class Job(Strict):
         return Path(self.output_dir) / self.name / run_id / f"{stage.name}.jsonl"
 
     def fingerprint(self) -> str:
-        body = self.model_dump(mode="json", exclude={"path", "base_dir"})
+        body = self.model_dump(mode="json", by_alias=True, exclude={"path", "base_dir"})
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def load_job(path: str | Path) -> Job:
-    """Parse, validate and resolve a job file; raise :class:`JobFileError` naming file:line and key."""
+def load_job(path: str | Path, overrides: dict[str, str] | None = None) -> Job:
+    """Parse, validate and resolve a job file; raise :class:`JobFileError` naming file:line and key.
+    ``overrides`` are ``--var name=value`` values, over the file's ``vars:``."""
     path = Path(path)
     data, lines = load_with_lines(path)
     if not isinstance(data, dict):
         raise JobFileError(f"{path}:1: a job file must be a mapping of keys (name, models, stages, ...)")
+    data = _substitute_vars(path, lines, data, overrides or {})
     for reserved in ("path", "base_dir"):
         if reserved in data:
             _fail(path, lines, (reserved,), f"unknown key {reserved!r}")
@@ -220,6 +392,41 @@ def load_job(path: str | Path) -> Job:
     job.base_dir = str(path.resolve().parent)
     _check(job, path, lines)
     return job
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _substitute_vars(path: Path, lines: dict[Loc, int], data: dict[str, Any], overrides: dict[str, str]) -> dict:
+    """Replace ``${name}`` in every string of the file by the job's ``vars:``, overridden by ``--var``."""
+    declared = data.get("vars") or {}
+    if not isinstance(declared, dict) or not all(isinstance(v, str | int | float) for v in declared.values()):
+        _fail(path, lines, ("vars",), "vars: must map names to strings")
+    values = {str(k): str(v) for k, v in declared.items()}
+    unknown = sorted(set(overrides) - set(values))
+    if unknown:
+        hint = f" (the job's vars: {', '.join(sorted(values))})" if values else " (the job declares no vars:)"
+        raise JobFileError(f"{path}: --var {unknown[0]}: the job has no variable {unknown[0]!r}{hint}")
+    values.update(overrides)
+
+    def walk(value: Any, loc: Loc) -> Any:
+        if isinstance(value, str):
+            def one(match: re.Match[str]) -> str:
+                if match[1] not in values:
+                    _fail(path, lines, loc, f"${{{match[1]}}} is not defined: add it to vars: or pass --var "
+                                            f"{match[1]}=VALUE")
+                return values[match[1]]
+            return _VAR.sub(one, value)
+        if isinstance(value, dict):
+            return {k: (v if loc == () and k == "vars" else walk(v, loc + (k,))) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, loc + (i,)) for i, v in enumerate(value)]
+        return value
+
+    out = walk(data, ())
+    if "vars" in out or overrides:
+        out["vars"] = values
+    return out
 
 
 def resolve_file(job: Job, relative: str) -> Path | None:
@@ -250,15 +457,33 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
         loc: Loc = ("stages", s)
         if stage.name in seen:
             _fail(path, lines, loc + ("name",), f"stage name {stage.name!r} is used twice")
+        for index, source in enumerate(stage.from_ or []):
+            if source not in seen:
+                later = any(other.name == source for other in job.stages)
+                _fail(path, lines, loc + ("from", index) if len(stage.from_ or []) > 1 else loc + ("from",),
+                      f"stage {source!r} comes later: a stage reads only earlier ones" if later
+                      else f"no stage named {source!r} before this one")
         seen.add(stage.name)
+        _check_data_op(path, lines, loc, stage)
+        if stage.dataset is not None:
+            found = resolve_file(job, stage.dataset.path)
+            if found is None:
+                _fail(path, lines, loc + ("dataset", "path"), f"dataset file {stage.dataset.path!r} does not exist")
+            stage.dataset.path = str(found)
+        if not stage.is_llm:
+            continue
         if stage.models is None and not job.models:
             _fail(path, lines, loc, "no models: set models: at the top of the job or in this stage")
         for index, model in enumerate(stage.models or []):
             _check_model(path, lines, loc + ("models", index), model, known, job.endpoints)
-        found = resolve_file(job, stage.dataset.path)
-        if found is None:
-            _fail(path, lines, loc + ("dataset", "path"), f"dataset file {stage.dataset.path!r} does not exist")
-        stage.dataset.path = str(found)
+        if stage.parse not in BUILTIN_PARSES:
+            from .recipes import get_parser, parser_names
+
+            if get_parser(stage.parse) is None:
+                close = difflib.get_close_matches(stage.parse, [*BUILTIN_PARSES, *parser_names()], n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else \
+                    f" (built in: {', '.join(BUILTIN_PARSES)}; recipes: {', '.join(parser_names())})"
+                _fail(path, lines, loc + ("parse",), f"no parser named {stage.parse!r}{hint}")
         if stage.choices is not None and stage.choices.options_file is not None:
             options = resolve_file(job, stage.choices.options_file)
             if options is None:
@@ -266,7 +491,7 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
                       f"options file {stage.choices.options_file!r} does not exist")
             stage.choices.options_file = str(options)
         try:
-            load_prompt(job, stage.prompt)
+            load_prompt(job, stage.prompt)  # type: ignore[arg-type]  # an LLM stage has one
         except PromptError as exc:
             _fail(path, lines, loc + ("prompt",), str(exc))
     for key in job.prices:
@@ -282,6 +507,33 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
     for name, endpoint in job.endpoints.items():
         if not endpoint.base_url:
             _fail(path, lines, ("endpoints", name), "an endpoint needs base_url: (e.g. http://127.0.0.1:8000/v1)")
+
+
+def _check_data_op(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:
+    """A data stage's recipe exists and its expressions compile."""
+    from .prompts import expression_error
+
+    if stage.recipe is not None:
+        from .recipes import get_step, step_names
+
+        if get_step(stage.recipe) is None:
+            close = difflib.get_close_matches(stage.recipe, step_names(), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(step_names())})"
+            _fail(path, lines, loc + ("recipe",), f"no recipe named {stage.recipe!r}{hint}")
+    if stage.concat and len(stage.from_ or []) < 2:
+        _fail(path, lines, loc + ("concat",), "concat: needs two or more stages in from:")
+    if stage.join is not None and len(stage.from_ or []) < 2:
+        _fail(path, lines, loc + ("join",), "join: needs two or more stages in from:")
+    if stage.from_ is not None and len(stage.from_) > 1 and not (stage.concat or stage.join or stage.recipe):
+        _fail(path, lines, loc + ("from",), "only concat:, join: and recipe: stages read several stages")
+    expressions = dict(stage.set or {})
+    if stage.filter is not None:
+        expressions["keep"] = stage.filter.keep
+    for key, text in expressions.items():
+        problem = expression_error(text)
+        if problem:
+            where = ("filter", "keep") if stage.filter is not None and key == "keep" else ("set", key)
+            _fail(path, lines, loc + where, f"{text!r} is not a valid expression: {problem}")
 
 
 def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known: list[str],
@@ -339,11 +591,11 @@ def _allowed_keys(loc: Loc) -> list[str]:
     for part in loc:
         if isinstance(part, int) or model is None:
             continue
-        field = model.model_fields.get(str(part))
+        field = model.model_fields.get(str(part)) or model.model_fields.get(f"{part}_")
         if field is None:
             return []
         model = _model_of(field.annotation)
-    return list(model.model_fields) if model is not None else []
+    return [field.alias or name for name, field in model.model_fields.items()] if model is not None else []
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:

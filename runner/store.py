@@ -226,6 +226,51 @@ class Store:
             raise
         return settled, possibly
 
+    # -- pipelines: content-addressed stage outputs ---------------------------------------------------------
+    def stage_output(self, digest: str) -> dict[str, Any] | None:
+        """A complete, reusable output of a pipeline stage with this content address, or None."""
+        cursor = self.conn.execute("SELECT * FROM stage_outputs WHERE hash = ?", (digest,))
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        return dict(zip([c[0] for c in cursor.description], row, strict=True))
+
+    def stage_rows(self, digest: str) -> list[dict[str, Any]]:
+        return [json.loads(row) for (row,) in self.conn.execute(
+            "SELECT row FROM stage_rows WHERE hash = ? ORDER BY n", (digest,))]
+
+    def save_stage_output(self, digest: str, stage: str, run_id: str, rows: list[dict[str, Any]], cost: float,
+                          funnel: dict[str, Any]) -> None:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("DELETE FROM stage_rows WHERE hash = ?", (digest,))
+            conn.executemany("INSERT INTO stage_rows (hash, n, row) VALUES (?, ?, ?)",
+                             ((digest, n, dumps(row)) for n, row in enumerate(rows)))
+            conn.execute("INSERT OR REPLACE INTO stage_outputs (hash, stage, run_id, rows, cost, funnel, created)"
+                         " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         (digest, stage, run_id, len(rows), cost, dumps(funnel), now()))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def record_run_stage(self, run_id: str, stage: str, position: int, digest: str, funnel: dict[str, Any]) -> None:
+        """What a pipeline stage did in this run (the funnel report's row)."""
+        self.conn.execute("INSERT OR REPLACE INTO run_stages (run_id, stage, position, hash, funnel) VALUES"
+                          " (?, ?, ?, ?, ?)", (run_id, stage, position, digest, dumps(funnel)))
+
+    def run_stages(self, run_id: str) -> list[dict[str, Any]]:
+        return [json.loads(funnel) for (funnel,) in self.conn.execute(
+            "SELECT funnel FROM run_stages WHERE run_id = ? ORDER BY position", (run_id,))]
+
+    def stage_cost(self, run_id: str, stage: str) -> tuple[float, int]:
+        """(USD, requests sent) of a stage's tasks in a run."""
+        usd, sent = self.conn.execute(
+            "SELECT coalesce(sum(cost), 0), coalesce(sum(cache_hit = 0 AND status = 'done'), 0) FROM tasks"
+            " WHERE run_id = ? AND stage = ?", (run_id, stage)).fetchone()
+        return float(usd), int(sent)
+
     def spent(self, run_id: str) -> list[tuple[str, str, float, int]]:
         """(stage, model, USD charged or possibly billed, tokens sent) of a run so far, for a resume's budgets."""
         money = dict(((stage, model), usd) for stage, model, usd in self.conn.execute(
@@ -289,16 +334,28 @@ class Writer:
         while not stopping:
             first = await self.queue.get()
             if first is None:
+                self.queue.task_done()
                 break
             batch = [first]
+            taken = 1
             while len(batch) < self.batch_size and not self.queue.empty():
                 item = self.queue.get_nowait()
+                taken += 1
                 if item is None:
                     stopping = True
                     break
                 batch.append(item)
-            self._commit(batch)
+            try:
+                self._commit(batch)
+            finally:
+                for _ in range(taken):
+                    self.queue.task_done()
             await asyncio.sleep(0)
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed (a pipeline stage reads its results next)."""
+        if self._task is not None and not self._task.done():
+            await self.queue.join()
 
     def _commit(self, batch: list[Finished]) -> None:
         self.store.write_batch(

@@ -131,7 +131,7 @@ MALFORMED = [
     ),
     pytest.param(
         "    dataset:\n      path: DATASET\n", "",
-        11, "stages[0].dataset", "required key 'dataset' is missing", id="dataset-missing",
+        11, "stages[0]", "reads either dataset: or from:", id="dataset-missing",
     ),
     pytest.param(
         "      path: DATASET\n", "      path: no-such-rows.jsonl\n",

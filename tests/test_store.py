@@ -56,8 +56,12 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
         ["id"],
     ),
     "_migrations": ({"name": str, "applied_at": str}, ["name"]),
+    "stage_outputs": ({"hash": str, "stage": str, "run_id": str, "rows": int, "cost": float, "funnel": str,
+                       "created": str}, ["hash"]),
+    "stage_rows": ({"hash": str, "n": int, "row": str}, ["hash", "n"]),
+    "run_stages": ({"run_id": str, "stage": str, "position": int, "hash": str, "funnel": str}, ["run_id", "stage"]),
 }
-MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs"]
+MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs", "m006_pipelines"]
 
 
 @pytest.fixture
