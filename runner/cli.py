@@ -242,17 +242,22 @@ def sim(
     fault_500: Annotated[float, typer.Option("--fault-500", help="Fraction of requests answered 500.")] = 0.0,
     fault_timeout: Annotated[float, typer.Option("--fault-timeout", help="Fraction that hang.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the fault dice (answers never depend on it).")] = 0,
+    script: Annotated[Path | None, typer.Option(help="A response script: the answers' text by prompt template and "
+                                                     "term (format in providers/sim/script.py).")] = None,
 ) -> None:
     """Start the simulated provider server, to dry-run a job with the `sim:` provider without spending."""
     from providers.simserver import SimConfig, serve
 
     try:
         config = SimConfig(latency=latency, rpm=rpm, fault_429=fault_429, retry_after=retry_after,
-                           fault_500=fault_500, fault_timeout=fault_timeout, seed=seed)
+                           fault_500=fault_500, fault_timeout=fault_timeout, seed=seed,
+                           script=str(script) if script is not None else None)
     except (ValueError, TypeError) as exc:
         raise RunnerError(f"runner sim: {exc}") from None
     try:
         serve(host=host, port=port, config=config)
+    except ValueError as exc:  # a response script that does not load
+        raise RunnerError(f"runner sim: {exc}") from None
     except OSError as exc:
         raise RunnerError(f"runner sim cannot listen on {host}:{port} ({exc.strerror or exc}); "
                           "choose another --port") from None

@@ -9,7 +9,7 @@ import json
 import statistics
 from typing import Any
 
-from . import layouts
+from . import funnel, layouts
 from .choices import LETTERS
 from .store import Store
 
@@ -131,6 +131,7 @@ def build(store: Store, run_id: str) -> dict[str, Any]:
         "rows": rows,
         "totals": totals,
         "layout": layouts.build(store, run_id, run["job_json"]),
+        "pipeline": funnel.build(store, run_id),
     }
 
 
@@ -263,6 +264,8 @@ def render(data: dict[str, Any], fmt: str) -> str:
         lines += ["", foot] + ([shuffles] if shuffles else [])
         if data.get("layout"):
             lines += ["", *layouts.render_text(data["layout"], markdown=True)]
+        if data.get("pipeline"):
+            lines += ["", *funnel.render(data["pipeline"], markdown=True)]
         return "\n".join(lines) + "\n"
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(headers)]
     lines = [head, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
@@ -271,6 +274,8 @@ def render(data: dict[str, Any], fmt: str) -> str:
     lines += details_lines(data)
     if data.get("layout"):
         lines += ["", *layouts.render_text(data["layout"])]
+    if data.get("pipeline"):
+        lines += ["", *funnel.render(data["pipeline"])]
     return "\n".join(lines) + "\n"
 
 
@@ -306,4 +311,6 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     lines.append(f"cost: ${t['cost']:.4f} for {t['requests']} requests ({t['sent']} sent, {hits} = "
                  f"{_pct(t['cache_hit_rate'])}, {t['failed']} failed); tokens {t['input_tokens']} in / "
                  f"{t['output_tokens']} out; saved by the cache ${t['saved']:.4f}")
+    if data.get("pipeline"):
+        lines.append(funnel.summary(data["pipeline"]))
     return lines
