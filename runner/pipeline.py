@@ -104,6 +104,8 @@ class Pipeline:
             if complete and stored is None:
                 self.store.save_stage_output(address, stage.name, self.run_id, out, funnel.get("cost", 0.0), funnel)
             self.store.record_run_stage(self.run_id, stage.name, position, address, funnel)
+            if stage.is_llm:  # `runner runs` shows progress against the requests planned so far
+                self.store.set_run(self.run_id, total=self.stats.totals().total)
             self._write(stage, out)
             outputs[stage.name] = (rows_digest(out), out)
 

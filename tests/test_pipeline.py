@@ -287,3 +287,27 @@ async def test_a_stage_with_failed_requests_is_not_kept_and_the_next_run_sends_o
     assert stages["gen"]["reused"] and not stages["judge"]["reused"]
     assert stages["judge"]["sent"] == 1 and len(fake.history) == sent + 1  # the rest came from the cache
     assert stages["judge"]["rows_out"] == 6 and not stages["good"]["reused"]
+
+
+async def test_a_pipeline_stopped_by_its_budget_resumes_where_it_stopped(tmp_path, fake):
+    from runner.run import load_run_job, set_budget
+
+    path = pipeline_job(tmp_path)
+    text = path.read_text().replace("models: [fake:m]", "models: [fake:m]\nprices: {fake:m: {input: 1000, output: 1000}}")
+    path.write_text(text)
+    job = load_job(path)
+    set_budget(job, 0.06)  # a request's worst case is 20 output tokens + its input at $1000/M: about $0.03
+    store = Store(tmp_path / "s.sqlite")
+    first = await execute(job, store)
+    assert first.status == "budget_exhausted"
+    done_before = len(fake.history)
+    assert 0 < done_before < 10
+    _, stored = load_run_job(store, first.run_id)
+    set_budget(stored, 100.0)
+    resumed = await execute(stored, store, run_id=first.run_id)
+    assert resumed.status == "completed", resumed.message
+    stages = funnel(store, first.run_id)
+    assert [s["rows_out"] for s in stages.values()] == [3, 6, 6, 3]
+    # every request was sent once: what the first attempt sent came back from the store
+    sent = [m[-1]["content"] for _, m, _, _ in fake.history]
+    assert len(sent) == 10 and len(set(sent)) == 9  # gamma's generation is asked twice (its second round)
