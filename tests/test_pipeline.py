@@ -293,8 +293,8 @@ async def test_a_pipeline_stopped_by_its_budget_resumes_where_it_stopped(tmp_pat
     from runner.run import load_run_job, set_budget
 
     path = pipeline_job(tmp_path)
-    text = path.read_text().replace("models: [fake:m]", "models: [fake:m]\nprices: {fake:m: {input: 1000, output: 1000}}")
-    path.write_text(text)
+    priced = "models: [fake:m]\nprices: {fake:m: {input: 1000, output: 1000}}"
+    path.write_text(path.read_text().replace("models: [fake:m]", priced))
     job = load_job(path)
     set_budget(job, 0.06)  # a request's worst case is 20 output tokens + its input at $1000/M: about $0.03
     store = Store(tmp_path / "s.sqlite")
