@@ -352,8 +352,10 @@ class Dispatcher:
             future.cancel()
             raise
         else:
-            self._finish_fresh(req, completion, tries.sent, latency, reservation)
-            future.set_result(completion)
+            try:
+                self._finish_fresh(req, completion, tries.sent, latency, reservation)
+            finally:  # whatever happens, requests waiting for this answer get it
+                future.set_result(completion)
         finally:
             self.inflight.pop(req.key, None)
             endpoint.slots.release()
@@ -493,7 +495,14 @@ class Dispatcher:
             result["parsed"] = text.strip()
             return result
         if kind not in BUILTIN_PARSES or kind == "lines":  # a list of items (pipelines), never scored
-            found = parse_items(kind, text, req.extra.get("row") or {}, stage.parse_args)
+            try:
+                found = parse_items(kind, text, req.extra.get("row") or {}, stage.parse_args)
+            except Exception as exc:  # a recipe's bug: the paid answer is kept, the item marked and the run told
+                reason = f"parser {kind} failed: {type(exc).__name__}: {exc}"
+                if reason not in self.stats.notes:
+                    self.stats.notes.append(reason)
+                result.update(valid=False, invalid_reason=reason, parsed=[])
+                return result
             result["parsed"] = found.items
             result["valid"] = len(found.items) >= stage.min_items
             if found.rejected:

@@ -158,8 +158,16 @@ def dataset_rows(job: Job, stage: Stage) -> Iterator[tuple[int, str, dict[str, A
     assert dataset is not None
     limit = job.stage_limit(stage)
     count = 0
+    # ids named by a field must be unique: two rows with one id would share their tasks (line numbers are)
+    seen: dict[str, int] | None = {} if dataset.id is not None else None
     for line_no, row in iter_rows(dataset.path, None if dataset.explode else limit):
         row_id = dataset_row_id(stage, line_no, row)
+        if seen is not None:
+            if row_id in seen:
+                raise RunnerError(f"{dataset.path}:{line_no}: id {row_id!r} (field {dataset.id!r}) was already used "
+                                  f"on line {seen[row_id]}; ids must be unique: name another id field, or none "
+                                  "(line numbers)")
+            seen[row_id] = line_no
         if dataset.explode is None:
             yield line_no, row_id, row
             continue
@@ -228,7 +236,7 @@ class StagePlan:
 
     def sample_of(self, variant: dict[str, Any]) -> int:
         """The request's sample index in its cache key: the variant's, moved on by the content-retry round."""
-        return variant.get("sample", 0) + self.round * self.stage.samples
+        return variant.get("sample", 0) + self.round * self.stage.samples + self.stage.sample_offset
 
     @staticmethod
     def _model_id(model: str, endpoints: dict[str, Any]) -> tuple[str, str, str]:
@@ -308,6 +316,8 @@ class StagePlan:
                     f"{self.stage.name!r} cannot be rendered: {exc}"
                 ) from None
             variant_text = ",".join(f"{k}={v}" for k, v in variant.items())
+            # a recipe parser sees what the template saw: the row and the variant's values (a split, a relation)
+            parser_row = {**row, **{k: v for k, v in variant.items() if k != "round"}} if self.keep_row else row
             for model in self.models:
                 if self.only is not None and (row_id, model, base_json) not in self.only:
                     continue
@@ -332,7 +342,7 @@ class StagePlan:
                     # without the gold option, the right answer is "none of them"
                     gold=NONE_OF_THEM if choices is not None and choices.drop_gold else gold,
                     n_options=len(original) if original is not None else 0,
-                    extra={"row": row} if self.keep_row else {},
+                    extra={"row": parser_row} if self.keep_row else {},
                 )
 
     @property

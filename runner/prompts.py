@@ -110,12 +110,13 @@ def load_prompt(job: Job, prompt: str | InlinePrompt) -> Prompt:
     for folder in prompt_dirs(job):
         candidate = folder / f"{prompt}.yaml"
         if candidate.is_file():
-            return _load_file(str(candidate.resolve()), prompt)
+            # keyed by modification time too: a process that runs a job again sees an edited template
+            return _load_file(str(candidate.resolve()), prompt, candidate.stat().st_mtime_ns)
     raise PromptError(f"no prompt template {prompt!r} (looked for prompts/{prompt}.yaml)")
 
 
 @lru_cache(maxsize=64)
-def _load_file(path: str, name: str) -> Prompt:
+def _load_file(path: str, name: str, mtime_ns: int = 0) -> Prompt:
     from .spec import InlinePrompt
 
     try:

@@ -250,6 +250,9 @@ class Stage(Strict):
     #: how many times a row whose answer cannot be parsed (or has too few items) is asked, each time with a
     #: new sample index so the cache does not return the same answer
     max_rounds: int = Field(default=1, ge=1, le=20)
+    #: added to every request's sample index: a stage that sends the very prompt another stage sends gets its
+    #: own answers (NewTerm's COST and CSJ sentences share a prompt but not their samples)
+    sample_offset: int = Field(default=0, ge=0)
 
     # -- pipelines: data operations (exactly one, instead of a prompt)
     join: JoinStep | None = None

@@ -22,7 +22,6 @@ import pytest_asyncio
 from providers.base import ProviderSettings
 from providers.sim.config import SimConfig
 from providers.simserver import SimServer, start_server
-from runner import prompts
 from runner.run import Outcome, execute
 from runner.similarity import LexicalSimilarity
 from runner.spec import Job, load_job
@@ -268,9 +267,8 @@ async def test_editing_the_cost_prompt_reruns_only_cost_stages(tmp_path: Path,
         text = prompt.read_text(encoding="utf-8")
         assert "I have created a new term" in text
         prompt.write_text(text.replace("I have created a new term", "I have coined a new term"), encoding="utf-8")
-        # runner.prompts keeps each template file it read for the life of the process, so an edit is seen only
-        # by a new process, which is what a second `runner submit` is: forget them as that would.
-        prompts._load_file.cache_clear()
+        # the same process runs the job again: runner.prompts must see the edited file (its cache is keyed by
+        # the file's modification time)
         server.reset()
         second = await execute(build_job(Path(job_file), server, tmp_path / "out"), store)
         received = server.stats()

@@ -311,3 +311,49 @@ async def test_a_pipeline_stopped_by_its_budget_resumes_where_it_stopped(tmp_pat
     # every request was sent once: what the first attempt sent came back from the store
     sent = [m[-1]["content"] for _, m, _, _ in fake.history]
     assert len(sent) == 10 and len(set(sent)) == 9  # gamma's generation is asked twice (its second round)
+
+
+async def test_a_failing_recipe_parser_keeps_the_paid_answer_and_says_so(tmp_path, fake):
+    from runner import recipes
+
+    def broken(text, row, args):
+        raise KeyError("split")
+
+    recipes.PARSERS["test.broken"] = broken
+    try:
+        path = pipeline_job(tmp_path, max_rounds=1)
+        path.write_text(path.read_text().replace("parse: lines", "parse: test.broken"))
+        store = Store(tmp_path / "s.sqlite")
+        outcome = await execute(load_job(path), store)
+    finally:
+        del recipes.PARSERS["test.broken"]
+    assert outcome.status == "completed"
+    gen = funnel(store, outcome.run_id)["gen"]
+    assert gen["sent"] == 3 and gen["dropped"] == {"fewer than 2 valid items": 3}
+    assert any("parser test.broken failed: KeyError" in note for note in outcome.stats.notes)
+    lines = [json.loads(x) for x in outcome.results["gen"].read_text().splitlines()]
+    assert all(r["response"] and r["valid"] is False and "KeyError" in r["invalid_reason"] for r in lines)
+    assert len(store.memo_keys()) == 3  # the answers are in the cache: a fixed parser costs nothing
+
+
+async def test_a_repeated_id_is_refused_and_sample_offset_gives_a_stage_its_own_answers(tmp_path, fake):
+    path = pipeline_job(tmp_path)
+    data = tmp_path / "terms.jsonl"
+    data.write_text(data.read_text() + json.dumps({"t": "beta"}) + "\n")
+    with pytest.raises(RunnerError, match=r"terms.jsonl:4: id 'beta' \(field 't'\) was already used on line 2"):
+        await execute(load_job(path), Store(tmp_path / "s.sqlite"))
+    pipeline_job(tmp_path)  # the term list again without the repeat
+    twice = path.read_text().replace("  - name: each", """  - name: gen2
+    from: gen
+    prompt: {user: "Words for {{ t }}"}
+    parse: lines
+    as: words2
+    min_items: 2
+    max_rounds: 2
+    sample_offset: 100
+  - name: each""")
+    path.write_text(twice)
+    store = Store(tmp_path / "s2.sqlite")
+    outcome = await execute(load_job(path), store)
+    stages = funnel(store, outcome.run_id)
+    assert stages["gen"]["sent"] == 4 and stages["gen2"]["sent"] == 3  # not gen's answers from the cache
