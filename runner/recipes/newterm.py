@@ -108,16 +108,7 @@ def related_lines(text: str, row: dict[str, Any], args: dict[str, Any]) -> Parse
     """Related terms (tables 7–9), one per line. The paper keeps terms of at most five words and drops lines
     that look like explanations (":" or ".") or refusals ("none", "n/a")."""
     term = _key(str(row.get("term", "")))
-    out = Parsed(items=[])
-    seen: set[str] = set()
-    for line in _clean_lines(text):
-        rule = _related_rule(line, term, seen)
-        if rule:
-            out.rejected[rule] += 1
-            continue
-        seen.add(_key(line))
-        out.items.append(line)
-    return out
+    return _kept_lines(text, lambda line, seen: _related_rule(line, term, seen))
 
 
 def _related_rule(line: str, term: str, seen: set[str]) -> str | None:
@@ -175,12 +166,19 @@ def term_sentences(text: str, row: dict[str, Any], args: dict[str, Any]) -> Pars
     """Sentences about a term (tables 4 and 5), one per line; ``args["field"]`` names the row field that
     must occur in each (the term, or for COST's second half the related term the sentence is about)."""
     value = str(row.get(args.get("field", "term"), ""))
+    return _kept_lines(text, lambda line, seen: (
+        "does not contain the term" if not contains_term(line, value)
+        else "fewer than 4 words" if len(line.split()) < 4
+        else "repeated" if _key(line) in seen else None))
+
+
+def _kept_lines(text: str, rule_of: Callable[[str, set[str]], str | None]) -> Parsed:
+    """The answer's cleaned lines that break no rule (``rule_of(line, keys seen)`` names the one broken),
+    and how many each rule rejected."""
     out = Parsed(items=[])
     seen: set[str] = set()
     for line in _clean_lines(text):
-        rule = ("does not contain the term" if not contains_term(line, value)
-                else "fewer than 4 words" if len(line.split()) < 4
-                else "repeated" if _key(line) in seen else None)
+        rule = rule_of(line, seen)
         if rule:
             out.rejected[rule] += 1
             continue
