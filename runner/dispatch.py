@@ -39,7 +39,7 @@ from .parse import parse_answer, parse_letter
 from .plan import Request, StagePlan
 from .pricing import Pricing
 from .recipes import parse_items
-from .spec import BUILTIN_PARSES, Job
+from .spec import Job, Stage
 from .stats import RunStats
 from .store import CachedResponse, Finished, Store, Writer, dumps, now
 from .tokens import count_input_tokens
@@ -494,22 +494,10 @@ class Dispatcher:
         if kind == "text":
             result["parsed"] = text.strip()
             return result
-        if kind not in BUILTIN_PARSES or kind == "lines":  # a list of items (pipelines), never scored
-            try:
-                found = parse_items(kind, text, req.extra.get("row") or {}, stage.parse_args)
-            except Exception as exc:  # a recipe's bug: the paid answer is kept, the item marked and the run told
-                reason = f"parser {kind} failed: {type(exc).__name__}: {exc}"
-                if reason not in self.stats.notes:
-                    self.stats.notes.append(reason)
-                result.update(valid=False, invalid_reason=reason, parsed=[])
-                return result
-            result["parsed"] = found.items
-            result["valid"] = len(found.items) >= stage.min_items
-            if found.rejected:
-                result["rejected"] = dict(found.rejected)
-            return result
         if stage.scoring == "default" and kind == "letter" and req.options is not None:
             parsed = parse_letter(text, req.options, LETTERS, mode=stage.parse_mode)  # the common case, direct
+        elif stage.parses_list:  # a list of items (pipelines), never scored
+            return self._items(req, stage, text, result)
         else:
             parsed = parse_answer(text, kind, options=req.options or (), mode=stage.parse_mode, family=stage.answers,
                                   scoring=stage.scoring)
@@ -528,6 +516,21 @@ class Dispatcher:
             result["parsed"] = parsed.value
         if req.gold is not None and not stage.review:
             result["score"] = _score(kind, result["parsed"], req.gold)
+        return result
+
+    def _items(self, req: Request, stage: Stage, text: str, result: dict[str, Any]) -> dict[str, Any]:
+        """A list answer (``lines`` or a recipe parser): its items, and the pieces rejected by rule."""
+        try:
+            found = parse_items(stage.parse, text, req.extra.get("row") or {}, stage.parse_args)
+        except Exception as exc:  # a recipe's bug: the paid answer is kept, the item marked and the run told
+            reason = f"parser {stage.parse} failed: {type(exc).__name__}: {exc}"
+            if reason not in self.stats.notes:
+                self.stats.notes.append(reason)
+            result.update(valid=False, invalid_reason=reason, parsed=[])
+            return result
+        result.update(parsed=found.items, valid=len(found.items) >= stage.min_items)
+        if found.rejected:
+            result["rejected"] = dict(found.rejected)
         return result
 
 

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from .dispatch import Dispatcher
-from .plan import StagePlan, canonical_json, dataset_rows
+from .errors import RunnerError
+from .plan import StagePlan, canonical_json, canonical_params, dataset_rows, model_key
 from .prompts import load_prompt
 from .recipes import Context, get_parser, get_step, source_of
-from .spec import BUILTIN_PARSES, Job, Stage
+from .spec import Job, Stage
 from .stats import RunStats
 from .steps import run_step
 from .store import Store, Writer, dumps
@@ -75,7 +76,7 @@ class Pipeline:
                 inputs = {name: outputs[name][1] for name in stage.from_}
                 input_digests = [outputs[name][0] for name in stage.from_]
             else:
-                rows = [{**row, "_id": row_id} for _, row_id, row in dataset_rows(self.job, stage)]
+                rows = _dataset_rows(self.job, stage)
                 inputs, input_digests = {"dataset": rows}, [rows_digest(rows)]
             address = self.address(stage, input_digests)
             funnel: dict[str, Any] = {"stage": stage.name, "kind": "llm" if stage.is_llm else stage.data_ops()[0],
@@ -119,13 +120,12 @@ class Pipeline:
             "field": stage.field,
         }
         if stage.is_llm:
-            plan = StagePlan(self.job, stage, rows=[])
             body["prompt"] = load_prompt(self.job, stage.prompt).text  # type: ignore[arg-type]
-            body["models"] = [list(plan._model_ids[m]) for m in plan.models]
-            body["params"] = plan._params
+            body["models"] = [list(model_key(m, self.job.endpoints)) for m in self.job.stage_models(stage)]
+            body["params"] = canonical_params(self.job.stage_params(stage).model_dump())
             if stage.choices is not None and stage.choices.options_file:
                 body["options"] = hashlib.sha256(Path(stage.choices.options_file).read_bytes()).hexdigest()
-            if stage.parse not in BUILTIN_PARSES:
+            if stage.parse_recipe:
                 body["parser"] = source_of(get_parser(stage.parse))  # type: ignore[arg-type]
         else:
             body["seed"] = self.job.seed
@@ -211,7 +211,6 @@ class Pipeline:
 
     def _outputs(self, stage: Stage, plan: StagePlan, rows: Rows, results: Answers,
                  rounds: int) -> tuple[Rows, Counter[str], int]:
-        is_list = stage.parse == "lines" or stage.parse not in BUILTIN_PARSES
         out: Rows = []
         dropped: Counter[str] = Counter()
         failed = 0
@@ -226,10 +225,10 @@ class Pipeline:
                         failed += 1
                         dropped["request failed"] += 1
                         continue
-                    value, used = _value(stage, done, is_list)
+                    value, used = _value(stage, done)
                     if used is None:
                         after = f" after {rounds} rounds" if rounds > 1 else ""
-                        dropped[(f"fewer than {max(stage.min_items, 1)} valid items{after}" if is_list
+                        dropped[(f"fewer than {max(stage.min_items, 1)} valid items{after}" if stage.parses_list
                                  else f"answer unreadable{after}")] += 1
                         continue
                     new = {k: v for k, v in row.items() if k != "_id"}
@@ -244,19 +243,33 @@ class Pipeline:
         return out, dropped, failed
 
 
+def _dataset_rows(job: Job, stage: Stage) -> Rows:
+    """A dataset stage's rows with their ids. Rows downstream are told apart by id alone, so ids named by a
+    field must be unique (line numbers are)."""
+    rows: Rows = []
+    seen: dict[str, int] = {}
+    for line_no, row_id, row in dataset_rows(job, stage):
+        if row_id in seen and stage.dataset is not None and not stage.dataset.explode:
+            raise RunnerError(f"{stage.dataset.path}:{line_no}: id {row_id!r} (field {stage.dataset.id!r}) was "
+                              f"already used on line {seen[row_id]}; ids must be unique: name another id field, or "
+                              "none (line numbers)")
+        seen.setdefault(row_id, line_no)
+        rows.append({**row, "_id": row_id})
+    return rows
+
+
 def _short(stage: Stage, answers: list[dict[str, Any]]) -> bool:
     """Whether a (row, model, variant) should be asked again: it was answered, but not usably."""
     done = [a for a in answers if a.get("status") == "done"]
     if not done:
         return False  # a request that failed was retried by the dispatcher already
-    is_list = stage.parse == "lines" or stage.parse not in BUILTIN_PARSES
-    return _value(stage, done, is_list)[1] is None
+    return _value(stage, done)[1] is None
 
 
-def _value(stage: Stage, done: list[dict[str, Any]], is_list: bool) -> tuple[Any, dict[str, Any] | None]:
+def _value(stage: Stage, done: list[dict[str, Any]]) -> tuple[Any, dict[str, Any] | None]:
     """The answer's value over its rounds, and the result it came from (None: not usable yet). A list answer
     gathers the distinct items of every round; any other takes the first round that parsed."""
-    if is_list:
+    if stage.parses_list:
         items: list[Any] = []
         seen: set[str] = set()
         first_used = None

@@ -19,7 +19,7 @@ from providers.base import provider_class, split_model
 from .choices import LETTERS, NONE_OF_THEM, append_none_of_them, drop_option, options_block, permutation
 from .errors import RunnerError
 from .prompts import Prompt, load_prompt
-from .spec import BUILTIN_PARSES, Job, Stage
+from .spec import Job, Stage
 
 #: generation parameters that change the output, hence belong in the cache key
 FLOAT_PARAMS = ("temperature", "top_p")
@@ -151,6 +151,12 @@ def _options_file(path: str) -> list[Any]:
     return options
 
 
+def model_key(model: str, endpoints: dict[str, Any]) -> tuple[str, str, str]:
+    """(provider, model name, the model id in cache keys: aliases and endpoints resolved)."""
+    provider, name = split_model(model)
+    return provider, name, provider_class(provider).model_id(name, endpoints)
+
+
 def dataset_rows(job: Job, stage: Stage) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """(line number, row id, row) of a stage's dataset: its rows, or with ``explode`` the elements of each
     row's list, merged with the row's other fields; at most the job's limit."""
@@ -158,16 +164,8 @@ def dataset_rows(job: Job, stage: Stage) -> Iterator[tuple[int, str, dict[str, A
     assert dataset is not None
     limit = job.stage_limit(stage)
     count = 0
-    # ids named by a field must be unique: two rows with one id would share their tasks (line numbers are)
-    seen: dict[str, int] | None = {} if dataset.id is not None else None
     for line_no, row in iter_rows(dataset.path, None if dataset.explode else limit):
         row_id = dataset_row_id(stage, line_no, row)
-        if seen is not None:
-            if row_id in seen:
-                raise RunnerError(f"{dataset.path}:{line_no}: id {row_id!r} (field {dataset.id!r}) was already used "
-                                  f"on line {seen[row_id]}; ids must be unique: name another id field, or none "
-                                  "(line numbers)")
-            seen[row_id] = line_no
         if dataset.explode is None:
             yield line_no, row_id, row
             continue
@@ -206,11 +204,11 @@ class StagePlan:
         self.round = round
         self.only = only
         #: recipe parsers read the row an answer belongs to
-        self.keep_row = stage.parse not in BUILTIN_PARSES
+        self.keep_row = stage.parse_recipe
         self.models = job.stage_models(stage)
         self.params = job.stage_params(stage).model_dump()
         self.prompt: Prompt = load_prompt(job, stage.prompt)
-        self._model_ids = {m: self._model_id(m, job.endpoints) for m in self.models}
+        self._model_ids = {m: model_key(m, job.endpoints) for m in self.models}
         self._params = canonical_params(self.params)
         axes: dict[str, list[Any]] = {}
         if stage.choices is not None:
@@ -230,18 +228,14 @@ class StagePlan:
         self.base_json = [canonical_json({k: v for k, v in variant.items() if k != "round"})
                           for variant in self.variants]
         self._tails = {
-            (model, self.sample_of(variant)): canonical_tail(p, model_id, self.params, self.sample_of(variant))
-            for model, (p, _, model_id) in self._model_ids.items() for variant in self.variants
+            (model, index): canonical_tail(p, model_id, self.params, self.sample_of(variant))
+            for model, (p, _, model_id) in self._model_ids.items() for index, variant in enumerate(self.variants)
         }
 
     def sample_of(self, variant: dict[str, Any]) -> int:
         """The request's sample index in its cache key: the variant's, moved on by the content-retry round."""
         return variant.get("sample", 0) + self.round * self.stage.samples + self.stage.sample_offset
 
-    @staticmethod
-    def _model_id(model: str, endpoints: dict[str, Any]) -> tuple[str, str, str]:
-        provider, name = split_model(model)
-        return provider, name, provider_class(provider).model_id(name, endpoints)
 
     def total(self) -> int:
         if self.only is not None:
@@ -289,7 +283,8 @@ class StagePlan:
                 except ValueError:
                     raise RunnerError(f"{self.where}:{line_no}: the gold answer {gold!r} is not "
                                       "one of the options") from None
-        for variant, variant_json, base_json in zip(self.variants, self.variant_json, self.base_json, strict=True):
+        for index, (variant, variant_json, base_json) in enumerate(
+                zip(self.variants, self.variant_json, self.base_json, strict=True)):
             if self.only is not None and not any((row_id, m, base_json) in self.only for m in self.models):
                 continue
             context = dict(row)
@@ -322,7 +317,7 @@ class StagePlan:
                 if self.only is not None and (row_id, model, base_json) not in self.only:
                     continue
                 provider, name, model_id = self._model_ids[model]
-                text = canonical_text(messages, self._tails[model, self.sample_of(variant)])
+                text = canonical_text(messages, self._tails[model, index])
                 yield Request(
                     stage=self.stage.name,
                     item=f"{row_id}|{model}|{variant_text}",

@@ -302,6 +302,16 @@ class Stage(Strict):
         return self.prompt is not None
 
     @property
+    def parse_recipe(self) -> bool:
+        """Whether answers are read by a recipe parser (which needs the row the answer belongs to)."""
+        return self.parse not in BUILTIN_PARSES
+
+    @property
+    def parses_list(self) -> bool:
+        """Whether an answer is read as a list of items (``lines`` or a recipe parser) rather than one value."""
+        return self.parse == "lines" or self.parse_recipe
+
+    @property
     def field(self) -> str:
         """The field an LLM stage's parsed answer is stored in on its output rows."""
         return self.as_ or self.name
