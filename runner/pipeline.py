@@ -216,8 +216,7 @@ class Pipeline:
         failed = 0
         for row in rows:
             row_id = str(row["_id"])
-            for variant, base_json in zip(plan.variants, plan.base_json, strict=True):
-                variant_text = ",".join(f"{k}={v}" for k, v in variant.items())
+            for variant, base_json, variant_text in zip(plan.variants, plan.base_json, plan.variant_text, strict=True):
                 for model in plan.models:
                     answers = results.get((row_id, model, base_json), [])
                     done = [a for a in answers if a.get("status") == "done"]

@@ -224,6 +224,8 @@ class StagePlan:
         if stage.choices is not None and stage.choices.options_file:
             self.shared_options = _options_file(stage.choices.options_file)
         self.variant_json = [canonical_json(v) for v in self.variants]
+        #: the variant as the task's item writes it ("seed=0,template=1")
+        self.variant_text = [",".join(f"{k}={v}" for k, v in variant.items()) for variant in self.variants]
         #: each variant without its round: what ``only`` names
         self.base_json = [canonical_json({k: v for k, v in variant.items() if k != "round"})
                           for variant in self.variants]
@@ -283,9 +285,10 @@ class StagePlan:
                 except ValueError:
                     raise RunnerError(f"{self.where}:{line_no}: the gold answer {gold!r} is not "
                                       "one of the options") from None
-        for index, (variant, variant_json, base_json) in enumerate(
-                zip(self.variants, self.variant_json, self.base_json, strict=True)):
-            if self.only is not None and not any((row_id, m, base_json) in self.only for m in self.models):
+        only = self.only
+        for index, (variant, variant_json, base_json, variant_text) in enumerate(
+                zip(self.variants, self.variant_json, self.base_json, self.variant_text, strict=True)):
+            if only is not None and not any((row_id, m, base_json) in only for m in self.models):
                 continue
             context = dict(row)
             context["row"] = row
@@ -310,11 +313,10 @@ class StagePlan:
                     f"{self.where}:{line_no}: prompt {self.prompt.name!r} of stage "
                     f"{self.stage.name!r} cannot be rendered: {exc}"
                 ) from None
-            variant_text = ",".join(f"{k}={v}" for k, v in variant.items())
             # a recipe parser sees what the template saw: the row and the variant's values (a split, a relation)
             parser_row = {**row, **{k: v for k, v in variant.items() if k != "round"}} if self.keep_row else row
             for model in self.models:
-                if self.only is not None and (row_id, model, base_json) not in self.only:
+                if only is not None and (row_id, model, base_json) not in only:
                     continue
                 provider, name, model_id = self._model_ids[model]
                 text = canonical_text(messages, self._tails[model, index])
