@@ -485,9 +485,14 @@ class Dispatcher:
             "cache_key": req.key,
         }
         stage = self.stages[req.stage]
-        if stage.review:  # what a person judging the answer needs
+        if stage.review:  # what a person (or a judge job) judging the answer needs
+            # the task's identity in the stage (row id | model | variant): unique per line, so a judge job can
+            # use it as its dataset id and `runner report --judged` can match verdicts to answers
+            result["item"] = req.item
             result["options_shown"] = req.options
             result["prompt"] = req.messages[-1]["content"]
+            if req.gold_text is not None:  # the removed gold option (Know-No's no-hint prompts)
+                result["gold_text"] = req.gold_text
         if text is None:
             return result
         kind = stage.parse

@@ -108,6 +108,8 @@ class Request:
     gold: Any = None
     #: how many options the row has (some may not be shown: Know-No's prompts without the gold)
     n_options: int = 0
+    #: the removed gold option's text, for a review stage without the gold (what a person or a judge needs)
+    gold_text: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -285,6 +287,8 @@ class StagePlan:
                 except ValueError:
                     raise RunnerError(f"{self.where}:{line_no}: the gold answer {gold!r} is not "
                                       "one of the options") from None
+        gold_text = (str(original[gold]) if self.stage.review and choices is not None and choices.drop_gold
+                     and original is not None and isinstance(gold, int) and 0 <= gold < len(original) else None)
         only = self.only
         for index, (variant, variant_json, base_json, variant_text) in enumerate(
                 zip(self.variants, self.variant_json, self.base_json, self.variant_text, strict=True)):
@@ -339,6 +343,7 @@ class StagePlan:
                     # without the gold option, the right answer is "none of them"
                     gold=NONE_OF_THEM if choices is not None and choices.drop_gold else gold,
                     n_options=len(original) if original is not None else 0,
+                    gold_text=gold_text,
                     extra={"row": parser_row} if self.keep_row else {},
                 )
 
