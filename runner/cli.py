@@ -223,12 +223,16 @@ def report(
     db: DbOption = None,
     fmt: Annotated[str, typer.Option("--format", help="text, json, csv or md.")] = "text",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
+    judged: Annotated[str | None, typer.Option(
+        "--judged", help="A run of jobs/knowno-judge.yaml over this Know-No run's no-hint.jsonl: its verdicts fill "
+        "the no-hint column (labelled with the judge model), counted in E[A w/o] and OmniAccuracy.",
+        show_default=False)] = None,
 ) -> None:
     """Per stage and model: requests, cache hits, tokens, cost, errors by class, latency, score."""
     if fmt not in reports.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(reports.FORMATS)}, not {fmt!r}")
     store = Store(db)
-    _emit(reports.render(reports.build(store, run_id), fmt), output)
+    _emit(reports.render(reports.build(store, run_id, judged=judged), fmt), output)
 
 
 @app.command()

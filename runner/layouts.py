@@ -6,7 +6,9 @@ standard deviation over the option-shuffle seeds.
 
 ``knowno``: Know-No's Table 3 per model: accuracy with the gold option, without it under each hint style, the
 expected accuracy without gold E[A w/o] (the mean over the no-gold styles that were scored) and OmniAccuracy =
-½ (A with gold + E[A w/o]).
+½ (A with gold + E[A w/o]). The no-hint answers are not scored by the run (the paper judged them by hand); with
+``runner report RUN --judged JUDGE_RUN`` the column is filled from a judge run (``jobs/knowno-judge.yaml``) over
+the run's exported no-hint answers: right when the judge said YES, labelled with the judge's model.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from .errors import RunnerError
 from .score import mean_std
 from .store import Store
 
@@ -72,7 +75,79 @@ def newterm(store: Store, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
                     "items × 3 prompt templates; mean ± std over the option-shuffle seeds (NewTerm Table 1)."}
 
 
-def knowno(store: Store, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
+class JudgeMismatch(RunnerError):
+    """``runner report RUN --judged JUDGE_RUN`` with a judge run that is not a judge of that run's no-hint
+    answers (other items, other models, verdicts missing)."""
+
+    exit_code = 2
+
+
+def judged_no_hint(store: Store, run_id: str, stage: str, judge_run_id: str) -> dict[str, Any]:
+    """A judge run's verdicts on the no-hint answers of ``stage`` of a run, per original model and seed.
+
+    The judge job's dataset is the run's exported ``no-hint.jsonl``, whose ``item`` (the task's identity in the
+    stage: row id, model, variant) is its row id; so each verdict's task is found by the store's primary key,
+    in SQLite, without loading either run. Every answered line of the stage must have a verdict and every
+    verdict an answered line, else :class:`JudgeMismatch`. A verdict of YES is right; NO, or a verdict the
+    yes/no parser cannot read, is wrong. Answers whose request failed are left out, as in the scored columns."""
+    judge = store.get_run(judge_run_id)
+    judge_id = judge["id"]
+    conn = store.conn
+    kinds = conn.execute("SELECT stage, model, variant_json, count(*) FROM tasks"
+                         " WHERE run_id = ? GROUP BY stage, model, variant_json", (judge_id,)).fetchall()
+    if not kinds:
+        raise JudgeMismatch(f"judge run {judge_id} has no verdicts yet (`runner runs` shows its status)")
+    if len(kinds) > 1:
+        stages, models = sorted({k[0] for k in kinds}), sorted({k[1] for k in kinds})
+        raise JudgeMismatch(f"judge run {judge_id} is not a run of jobs/knowno-judge.yaml with one judge model: it "
+                            f"has answers of {len(stages)} stage(s) ({', '.join(stages)}), {len(models)} model(s) "
+                            f"({', '.join(models)}) and {len(kinds)} stage, model and variant combinations")
+    judge_stage, judge_model, _, _ = kinds[0]
+    sample_item, sample_row = conn.execute("SELECT item, row_id FROM tasks WHERE run_id = ? LIMIT 1",
+                                           (judge_id,)).fetchone()
+    # a task's item is "<row id>|<model>|<variant>": the judge's suffix after the row id (the run's item)
+    suffix = sample_item[len(sample_row):] if sample_item.startswith(sample_row) else None
+    answered = conn.execute("SELECT count(*) FROM tasks WHERE run_id = ? AND stage = ?", (run_id, stage)).fetchone()[0]
+    if not answered:
+        raise JudgeMismatch(f"judge run {judge_id} does not match run {run_id}: the run has no answers in its "
+                            f"no-hint stage {stage!r}")
+    if suffix is None:
+        raise JudgeMismatch(f"judge run {judge_id} is not a run of jobs/knowno-judge.yaml (its items do not start "
+                            "with their row ids)")
+    extra, extra_example = conn.execute(
+        "SELECT count(*), min(j.row_id) FROM tasks j WHERE j.run_id = ? AND j.stage = ? AND NOT EXISTS"
+        " (SELECT 1 FROM tasks m WHERE m.run_id = ? AND m.stage = ? AND m.item = j.row_id)",
+        (judge_id, judge_stage, run_id, stage)).fetchone()
+    groups = conn.execute(
+        "SELECT m.model, json_extract(m.variant_json, '$.seed') AS seed, count(*), sum(j.status = 'done'),"
+        " sum(j.status = 'done' AND json_extract(j.result_json, '$.parsed') = 1),"
+        " sum(j.status = 'done' AND j.valid = 0),"
+        " min(CASE WHEN j.item IS NULL OR j.status != 'done' THEN m.item END)"
+        " FROM tasks m LEFT JOIN tasks j ON j.run_id = ? AND j.stage = ? AND j.item = m.item || ?"
+        " WHERE m.run_id = ? AND m.stage = ? AND m.status = 'done' GROUP BY m.model, seed ORDER BY m.model, seed",
+        (judge_id, judge_stage, suffix, run_id, stage)).fetchall()
+    lines = sum(g[2] for g in groups)
+    judged = sum(g[3] or 0 for g in groups)
+    missing_example = min((g[6] for g in groups if g[6] is not None), default=None)
+    if extra or judged < lines:
+        problems = []
+        if extra:
+            problems.append(f"{extra} of its verdicts are on answers that are not in run {run_id}'s {stage!r} "
+                            f"stage (e.g. {extra_example!r}): judge that run's own {stage}.jsonl")
+        if judged < lines:
+            problems.append(f"{lines - judged} of the run's {lines} answered {stage!r} lines have no verdict "
+                            f"(e.g. {missing_example!r}): `runner resume {judge_id}` finishes an unfinished judge "
+                            "run, or judge the run's whole file")
+        raise JudgeMismatch(f"judge run {judge_id} does not match run {run_id}: " + "; ".join(problems))
+    per_model: dict[str, dict[Any, tuple[float, int]]] = defaultdict(dict)
+    for model, seed, _, n, right, _, _ in groups:
+        per_model[model][seed] = ((right or 0) / n, n)
+    return {"run": judge_id, "model": judge_model, "stage": stage, "answers": judged,
+            "right": sum(g[4] or 0 for g in groups), "unreadable": sum(g[5] or 0 for g in groups),
+            "per_model": dict(per_model)}
+
+
+def knowno(store: Store, run_id: str, spec: dict[str, Any], judged: dict[str, Any] | None = None) -> dict[str, Any]:
     styles: dict[str, str] = spec.get("styles") or {}
     rows: dict[str, dict[str, Any]] = defaultdict(dict)
     for style in KNOWNO_STYLES:
@@ -81,6 +156,9 @@ def knowno(store: Store, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
             continue
         for model, per_seed in _seed_scores(store, run_id, stage).items():
             rows[model][style] = _summary(per_seed)
+    if judged is not None:  # the no-hint answers, right when the judge said YES
+        for model, per_seed in judged["per_model"].items():
+            rows[model]["no_hint"] = _summary(per_seed)
     table = []
     for model, cells in rows.items():
         without = [cells[s] for s in KNOWNO_STYLES[1:] if cells.get(s) is not None]
@@ -91,18 +169,44 @@ def knowno(store: Store, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
             omni = {"mean": (with_gold["mean"] + expected["mean"]) / 2, "std": None, "seeds": None, "n": None}
         table.append({"model": model, **{s: cells.get(s) for s in KNOWNO_STYLES}, "E[A w/o]": expected,
                       "OmniAccuracy": omni})
-    return {"layout": "knowno", "columns": [*KNOWNO_STYLES, "E[A w/o]", "OmniAccuracy"], "rows": table,
+    data = {"layout": "knowno", "columns": [*KNOWNO_STYLES, "E[A w/o]", "OmniAccuracy"], "rows": table,
             "note": "w/ gold, then without the gold option: hint as option, hint in instruction, no hint (scored "
                     "only when judged; otherwise exported for human review). E[A w/o] averages the scored no-gold "
                     "styles; OmniAccuracy = ½ (A w/ gold + E[A w/o]) (Know-No Table 3). Mean ± std over seeds."}
+    if judged is not None:
+        label = f"no_hint (judged by {judged['model']})"
+        unreadable = (f", {judged['unreadable']} verdict{'s' if judged['unreadable'] != 1 else ''} the yes/no "
+                      "parser could not read counted wrong" if judged["unreadable"] else "")
+        data["labels"] = {"no_hint": label}
+        data["judged"] = {k: judged[k] for k in ("run", "model", "stage", "answers", "right", "unreadable")}
+        data["judged"]["by_seed"] = {model: {str(seed): {"accuracy": mean, "n": n} for seed, (mean, n) in
+                                             per_seed.items()} for model, per_seed in judged["per_model"].items()}
+        data["note"] = (
+            "w/ gold, then without the gold option: hint as option, hint in instruction, and no hint JUDGED BY "
+            f"{judged['model']} (judge run {judged['run']}: an LLM applying the paper's human-review rule, right "
+            "if the answer says no option fits or proposes the gold answer; right when the judge said YES; "
+            f"{judged['answers']} answers{unreadable}; the paper judged these by hand, so this column is not its "
+            "human figure). E[A w/o] averages the three no-gold styles, the judged no hint included; "
+            "OmniAccuracy = ½ (A w/ gold + E[A w/o]) includes it too (Know-No Table 3). Mean ± std over seeds.")
+    return data
 
 
 LAYOUTS = {"newterm": newterm, "knowno": knowno}
 
 
-def build(store: Store, run_id: str, job_json: str) -> dict[str, Any] | None:
+def build(store: Store, run_id: str, job_json: str, judged: str | None = None) -> dict[str, Any] | None:
+    """The run's paper layout, if its job names one. ``judged``: a judge run of the run's no-hint answers
+    (Know-No only), whose verdicts fill the no-hint column."""
     spec = (json.loads(job_json).get("report") or {})
-    layout = LAYOUTS.get(spec.get("layout") or "")
+    name = spec.get("layout") or ""
+    layout = LAYOUTS.get(name)
+    if judged is not None:
+        stage = (spec.get("styles") or {}).get("no_hint") if name == "knowno" else None
+        if stage is None:
+            raise JudgeMismatch(f"run {run_id} has no Know-No no-hint stage to judge (its job's report layout is "
+                                f"{name or 'none'}{'' if name != 'knowno' else ' without a no_hint style'}); "
+                                "--judged is for runs of jobs/knowno-mctest.yaml or jobs/knowno-bank77.yaml")
+        return knowno(store, run_id, spec, judged_no_hint(store, run_id, stage, judged))
     return layout(store, run_id, spec) if layout else None
 
 
@@ -116,7 +220,8 @@ def cell(figure: dict[str, Any] | None) -> str:
 
 
 def render_text(data: dict[str, Any], markdown: bool = False) -> list[str]:
-    headers = ["model", *data["columns"]]
+    labels = data.get("labels") or {}
+    headers = ["model", *(labels.get(c, c) for c in data["columns"])]
     table = [[row["model"], *(cell(row.get(c)) for c in data["columns"])] for row in data["rows"]]
     if markdown:
         lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]

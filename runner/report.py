@@ -36,7 +36,9 @@ def _percentile(sorted_values: list[float], q: float) -> float | None:
     return sorted_values[index]
 
 
-def build(store: Store, run_id: str) -> dict[str, Any]:
+def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any]:
+    """``judged``: a judge run of this (Know-No) run's no-hint answers: its verdicts fill the layout's no-hint
+    column and the no-hint stage's accuracy, labelled with the judge model (``judged_by``)."""
     run = store.get_run(run_id)
     run_id = run["id"]
     conn = store.conn
@@ -124,15 +126,36 @@ def build(store: Store, run_id: str) -> dict[str, Any]:
         "ledger_charged": round(charged, 10),
     }
     totals["cache_hit_rate"] = totals["cache_hits"] / totals["requests"] if totals["requests"] else 0.0
+    layout = layouts.build(store, run_id, run["job_json"], judged)
+    if judged is not None and layout is not None:
+        _judged_rows(rows, layout)
     return {
         "run": {k: run[k] for k in ("id", "job_name", "job_path", "status", "total", "created", "finished",
                                     "message")},
         "shuffled_options": _shuffle_note(run),
         "rows": rows,
         "totals": totals,
-        "layout": layouts.build(store, run_id, run["job_json"]),
+        "layout": layout,
         "pipeline": funnel.build(store, run_id),
     }
+
+
+def _judged_rows(rows: list[dict[str, Any]], layout: dict[str, Any]) -> None:
+    """The judged no-hint stage's rows get the judge's figures as their accuracy (per seed, mean ± std over
+    seeds, and over all answers) and ``judged_by``, the judge model; ``scored`` stays 0: the run itself scored
+    none of them."""
+    judged = layout["judged"]
+    figures = {r["model"]: r["no_hint"] for r in layout["rows"]}
+    for row in rows:
+        by_seed = judged["by_seed"].get(row["model"]) if row["stage"] == judged["stage"] else None
+        figure = figures.get(row["model"])
+        if not by_seed or figure is None:
+            continue
+        answers = sum(s["n"] for s in by_seed.values())
+        row.update(judged_by=judged["model"], judged_run=judged["run"], judged=answers,
+                   accuracy=sum(s["accuracy"] * s["n"] for s in by_seed.values()) / answers,
+                   accuracy_by_seed={seed: s["accuracy"] for seed, s in by_seed.items()},
+                   accuracy_mean=figure["mean"], accuracy_std=figure["std"])
 
 
 def _aggregates(store: Store, run_id: str, stage: str, model: str) -> dict[str, Any]:
@@ -210,11 +233,13 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def accuracy_text(row: dict[str, Any]) -> str:
-    if not row["scored"]:
+    if not row["scored"] and not row.get("judged_by"):
         return "-"
     text = _pct(row["accuracy_mean"])
     if row["accuracy_std"] is not None:
         text += f" ± {100 * row['accuracy_std']:.1f}"
+    if row.get("judged_by"):
+        text += f" (judged by {row['judged_by']})"
     return text
 
 
@@ -223,7 +248,10 @@ def render(data: dict[str, Any], fmt: str) -> str:
         return json.dumps(data, indent=2, ensure_ascii=False)
     if fmt == "csv":
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=COLUMNS, extrasaction="ignore")
+        # a judged run (--judged) names its judge on the judged rows; other reports keep their columns
+        judged = any(row.get("judged_by") for row in data["rows"])
+        writer = csv.DictWriter(buffer, fieldnames=(*COLUMNS, "judged_by", "judged_run", "judged") if judged
+                                else COLUMNS, extrasaction="ignore")
         writer.writeheader()
         for row in data["rows"]:
             writer.writerow(_flat(row))
