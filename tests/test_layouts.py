@@ -137,3 +137,12 @@ def test_balanced_accuracy_for_true_false_golds(tmp_path):
     (row,) = report.build(store, run_id)["rows"]
     assert row["balanced_accuracy"] == pytest.approx((2 / 3 + 1) / 2)
     assert row["accuracy"] == pytest.approx(0.75)
+
+
+def test_a_layout_may_relabel_a_column_in_text_and_markdown():
+    data = {"columns": ["with_gold", "no_hint"], "rows": [{"model": "m", "with_gold": {"mean": 0.5, "std": None},
+                                                          "no_hint": None}], "note": "n"}
+    assert layouts.render_text(data)[0].split() == ["model", "with_gold", "no_hint"]
+    data["labels"] = {"no_hint": "no_hint (judged by sim:j)"}
+    assert layouts.render_text(data)[0].startswith("model  with_gold  no_hint (judged by sim:j)")
+    assert layouts.render_text(data, markdown=True)[0] == "| model | with_gold | no_hint (judged by sim:j) |"
