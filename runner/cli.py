@@ -39,10 +39,10 @@ DbOption = Annotated[
 EXIT_INTERRUPTED = 130
 
 
-def _run(job: Job, store: Store, run_id: str | None = None) -> None:
+def _run(job: Job, store: Store, run_id: str | None = None, reuse: bool = True) -> None:
     """Run (or resume) with the live view, then print the summary and exit with the run's status."""
     started = (lambda rid: typer.echo(f"run {rid}: started job {job.name}")) if run_id is None else None
-    outcome = asyncio.run(execute(job, store, run_id=run_id, view=make_view(), on_run_id=started))
+    outcome = asyncio.run(execute(job, store, run_id=run_id, view=make_view(), on_run_id=started, reuse=reuse))
     run_id, status, message, results = outcome.run_id, outcome.status, outcome.message, outcome.results
     data = reports.build(store, run_id)
     for line in reports.summary_lines(data):
@@ -101,6 +101,9 @@ def submit(
     allow_partial: Annotated[bool, typer.Option(
         "--allow-partial", help="Start even when the estimate's worst case exceeds the budget; the run stops when "
         "the budget is spent (`runner resume RUN_ID --budget USD` continues it).")] = False,
+    replan: Annotated[bool, typer.Option(
+        "--replan", help="Plan every request again, even of a stage unchanged since a run that finished it "
+        "(answers still come from the cache); by default such a stage is copied from that run whole.")] = False,
 ) -> None:
     """Validate a job file, estimate its cost, and run it; print accuracy and cost at the end. Refuses (exit 2)
     when the estimate's worst case exceeds the run's budget, unless --allow-partial."""
@@ -122,7 +125,7 @@ def submit(
                    "it is spent", err=True)
     for line in budget_warnings(job):
         typer.echo(line, err=True)
-    _run(job, store)
+    _run(job, store, reuse=not replan)
 
 
 @app.command()

@@ -38,6 +38,7 @@ from providers.base import provider_class, split_model
 from .errors import RunnerError
 from .plan import Request, StagePlan
 from .pricing import PER, Pricing, Rates
+from .replay import replayable_tasks, stage_address
 from .spec import Job
 from .store import Store
 from .tokens import count_input_tokens, exact
@@ -240,23 +241,14 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
             if not count:
                 group.input_tokens = None
             builders[model] = _Builder(group, rates, batch, count)
-        for chunk in _chunks(plan, CHUNK):
-            memo = store.lookup_many(list({req.key for req in chunk}))
-            for req in chunk:
-                builder = builders[req.model]
-                builder.group.requests += 1
-                cached = memo.get(req.key)
-                if cached is not None:
-                    builder.group.cached += 1
-                    builder.cached_out += cached.output_tokens or 0
-                    builder.cached_n += 1
-                    continue
-                short = int(req.key[:16], 16)
-                if short in seen:
-                    builder.group.repeats += 1
-                    continue
-                seen.add(short)
-                builder.add(req)
+        replayed = replayable_tasks(store, stage_address(job, stage, plan), stage.name)
+        if replayed is not None:  # unchanged since a run that finished it: all cache hits, nothing to plan
+            for model, (n, output_tokens) in replayed.items():
+                builder = builders[model]
+                builder.group.requests = builder.group.cached = builder.cached_n = n
+                builder.cached_out = output_tokens
+        else:
+            _plan_groups(plan, builders, store, seen)
         groups += [builders[m].finish(store, *ids[m]) for m in plan.models]
     result = Estimate(job=job.name, path=job.path, groups=groups)
     result.totals = _totals(groups)
@@ -266,6 +258,27 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
     result.elapsed = time.perf_counter() - started
     result.totals["elapsed_s"] = round(result.elapsed, 3)
     return result
+
+
+def _plan_groups(plan: StagePlan, builders: dict[str, _Builder], store: Store, seen: set[int]) -> None:
+    """Plan the stage's requests and add each to its model's group: a cache hit, a repeat, or one to send."""
+    for chunk in _chunks(plan, CHUNK):
+        memo = store.lookup_many(list({req.key for req in chunk}))
+        for req in chunk:
+            builder = builders[req.model]
+            builder.group.requests += 1
+            cached = memo.get(req.key)
+            if cached is not None:
+                builder.group.cached += 1
+                builder.cached_out += cached.output_tokens or 0
+                builder.cached_n += 1
+                continue
+            short = int(req.key[:16], 16)
+            if short in seen:
+                builder.group.repeats += 1
+                continue
+            seen.add(short)
+            builder.add(req)
 
 
 def _sum(values: list[Any]) -> Any:

@@ -18,6 +18,7 @@ from .dispatch import Dispatcher
 from .errors import RunnerError, StoreError
 from .pipeline import Pipeline
 from .plan import StagePlan
+from .replay import record_if_complete, replay, stage_address
 from .spec import Job
 from .stats import RunStats
 from .store import Finished, Store, Writer, now
@@ -122,8 +123,11 @@ async def execute(
     run_id: str | None = None,
     view: View | None = None,
     on_run_id: Callable[[str], None] | None = None,
+    reuse: bool = True,
 ) -> Outcome:
-    """Run ``job`` as a new run, or resume ``run_id``. Returns when the run ends or is interrupted."""
+    """Run ``job`` as a new run, or resume ``run_id``. Returns when the run ends or is interrupted.
+    ``reuse``: replay an evaluation stage unchanged since a run that finished it (runner/replay.py) instead of
+    planning its requests again; off, every request is planned and looked up in the memo one by one."""
     view = view or NoView()
     # A pipeline's stages are planned as they come: their rows are known only once the earlier ones ran.
     plans = [] if job.is_pipeline else [StagePlan(job, stage) for stage in job.stages]
@@ -187,9 +191,20 @@ async def execute(
             rows_dir = Path(job.output_dir) / job.name / run_id / "rows"
             await Pipeline(job, store, run_id, dispatcher, writer, stats, view.note, rows_dir).run()
         for plan in plans:
+            address = stage_address(job, plan.stage, plan) if reuse else None
+            # a stage this run has begun (a resume) is finished request by request
+            if address is not None and not (resume and store.has_tasks(run_id, plan.stage.name)):
+                source = replay(store, run_id, plan, address, stats, results.handles.get(plan.stage.name))
+                if source is not None:
+                    view.note(f"stage {plan.stage.name}: unchanged since run {source}; its answers are reused "
+                              "from the store without planning each request (--replan plans them)")
+                    continue
             await dispatcher.run_stage(plan)
             if dispatcher.stopping:
                 break
+            if address is not None:
+                await writer.flush()
+                record_if_complete(store, run_id, plan, address)
         if dispatcher.fatal is not None:
             status, message = "failed", str(dispatcher.fatal)
         elif dispatcher.exhausted is not None:

@@ -169,6 +169,10 @@ class Store:
             done.update(row[0] for row in rows)
         return done
 
+    def has_tasks(self, run_id: str, stage: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM tasks WHERE run_id = ? AND stage = ? LIMIT 1",
+                                 (run_id, stage)).fetchone() is not None
+
     def iter_results(self, run_id: str, stage: str) -> Iterator[str]:
         """The stored result lines of a stage, in a stable order, streamed."""
         cursor = self.conn.execute(
@@ -225,6 +229,16 @@ class Store:
             conn.execute("ROLLBACK")
             raise
         return settled, possibly
+
+    # -- evaluation stages finished whole (runner/replay.py) -------------------------------------------------
+    def replayable(self, digest: str) -> tuple[str, int] | None:
+        """(run id, task count) of the latest run that finished a stage with this content address."""
+        row = self.conn.execute("SELECT run_id, tasks FROM stage_replays WHERE hash = ?", (digest,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def record_replayable(self, digest: str, run_id: str, stage: str, tasks: int) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO stage_replays (hash, run_id, stage, tasks, created)"
+                          " VALUES (?, ?, ?, ?, ?)", (digest, run_id, stage, tasks, now()))
 
     # -- pipelines: content-addressed stage outputs ---------------------------------------------------------
     def stage_output(self, digest: str) -> dict[str, Any] | None:

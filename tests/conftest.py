@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,6 +67,30 @@ def write_job(path: Path, dataset: Path, *, models: list[str], extra: str = "", 
     ]
     path.write_text("\n".join(line for line in lines if line) + "\n", encoding="utf-8")
     return path
+
+
+@pytest.fixture
+def sim_server(request) -> Iterator[str]:
+    """The simulated server in its own process (latency from ``indirect`` parametrization, default 20 ms);
+    yields its base URL."""
+    latency = getattr(request, "param", 0.02)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "providers.simserver", "--port", "0", "--latency", str(latency)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert "listening on" in line, line
+        yield line.rsplit(" ", 1)[-1].strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def sim_stats(url: str) -> dict:
+    """The simulated server's counters (``/sim/stats``): what it received and completed."""
+    with urllib.request.urlopen(url.removesuffix("/v1") + "/sim/stats", timeout=5) as response:
+        return json.load(response)
 
 
 def runner_cmd(*args: str) -> list[str]:

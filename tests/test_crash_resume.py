@@ -10,36 +10,12 @@ import json
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, runner_cmd, write_job, write_rows
-
-
-@pytest.fixture
-def sim_server(request) -> Iterator[str]:
-    latency = getattr(request, "param", 0.02)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "providers.simserver", "--port", "0", "--latency", str(latency)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    try:
-        line = proc.stdout.readline()
-        assert "listening on" in line, line
-        yield line.rsplit(" ", 1)[-1].strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def _stats(url: str) -> dict:
-    with urllib.request.urlopen(url.removesuffix("/v1") + "/sim/stats", timeout=5) as response:
-        return json.load(response)
+from tests.conftest import runner_cmd, sim_stats, write_job, write_rows
 
 
 def _digest(messages: list) -> str:
@@ -100,7 +76,7 @@ def test_sigkill_then_resume_sends_nothing_twice(tmp_path, sim_server):
     assert resumed.returncode == 0, resumed.stderr
     assert f"run {run_id}: completed" in resumed.stdout
 
-    completed = _stats(sim_server)["completed_by_digest"]
+    completed = sim_stats(sim_server)["completed_by_digest"]
     for messages in stored:
         assert completed[_digest(messages)] == 1, "a request with a stored response was sent again"
     assert len(completed) == 200
@@ -126,14 +102,14 @@ def test_ctrl_c_finishes_in_flight_requests_and_marks_the_run_interrupted(tmp_pa
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "Stopping" in err
     assert "interrupted" in out
-    received = _stats(sim_server)["received"]
+    received = sim_stats(sim_server)["received"]
     # Each request the server answered was recorded: in-flight work finished before the runner exited.
     assert _count(db, "SELECT count(*) FROM tasks WHERE status = 'done'") == received < 40
     run_id = out.split("run ", 1)[1].split(":", 1)[0]
     resumed = subprocess.run(runner_cmd("resume", run_id, "--db", str(db)), cwd=tmp_path, capture_output=True,
                              text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
-    assert _stats(sim_server)["received"] == 40
+    assert sim_stats(sim_server)["received"] == 40
 
 
 @pytest.mark.parametrize("sim_server", [0.3], indirect=True)

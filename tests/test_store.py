@@ -60,8 +60,10 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
                        "created": str}, ["hash"]),
     "stage_rows": ({"hash": str, "n": int, "row": str}, ["hash", "n"]),
     "run_stages": ({"run_id": str, "stage": str, "position": int, "hash": str, "funnel": str}, ["run_id", "stage"]),
+    "stage_replays": ({"hash": str, "run_id": str, "stage": str, "tasks": int, "created": str}, ["hash"]),
 }
-MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs", "m006_pipelines"]
+MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs", "m006_pipelines",
+                   "m007_stage_replays"]
 
 
 @pytest.fixture

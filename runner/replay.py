@@ -1,0 +1,143 @@
+"""Whole-stage reuse for evaluation stages: a stage that has not changed since a run that finished it is
+replayed from that run's task rows instead of being planned again request by request.
+
+An unchanged re-submit would otherwise re-read every row, shuffle its options, render its prompt, hash it,
+look it up and parse the answer, only to arrive at the answers it already has. A stage's *address* is the
+SHA-256 of everything its results depend on: its definition, the prompt's text, the models' cache-key ids,
+the parameters and prices, the row limit, the bytes of its dataset (and options file), and the source of the
+runner's own code (a new parser or shuffle changes every address). When a run finishes a stage with every
+task done, the address is recorded; a later run of a stage with the same address copies the earlier run's
+task rows in one SQL statement, as cache hits that cost nothing, and writes its results file from them.
+
+Every copied answer is still in the memo (answers are never deleted), so a replayed run reports exactly what a
+request-by-request re-run would: the same result lines, each a cache hit. ``--replan`` turns this off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+from pathlib import Path
+from typing import IO, Any
+
+from .plan import StagePlan, canonical_json, canonical_params, model_key
+from .pricing import Pricing
+from .spec import Job, Stage
+from .stats import RunStats
+from .store import Store
+
+#: bump when what a task row or result line holds changes in a way the code digest would not show
+REPLAY_VERSION = 1
+
+
+@cache
+def code_digest() -> str:
+    """SHA-256 of the runner package's source: any change to how requests are planned, parsed or scored."""
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def file_digest(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def stage_address(job: Job, stage: Stage, plan: StagePlan) -> str:
+    """The content address of an evaluation stage's results (see the module's docstring)."""
+    assert stage.dataset is not None
+    pricing = Pricing(job)
+    body: dict[str, Any] = {
+        "version": REPLAY_VERSION,
+        "code": code_digest(),
+        "stage": stage.model_dump(mode="json", by_alias=True, exclude={"budget", "output", "models"}),
+        "models": [[model, *model_key(model, job.endpoints), repr(pricing.rates(model))] for model in plan.models],
+        "params": canonical_params(plan.params),
+        "limit": job.stage_limit(stage),
+        "prompt": plan.prompt.text,
+        "dataset": file_digest(stage.dataset.path),
+    }
+    if stage.choices is not None and stage.choices.options_file:
+        body["options"] = file_digest(stage.choices.options_file)
+    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+
+
+# The copied rows: cache hits that cost nothing and saved what the original answer cost (or saved).
+_COPY_SQL = """
+INSERT INTO tasks (run_id, stage, item, model, row_id, variant_json, key, status, cache_hit, attempts,
+                   error_class, error, input_tokens, output_tokens, cost, latency, score, valid, result_json,
+                   cached_tokens, saved, updated)
+SELECT ?, stage, item, model, row_id, variant_json, key, 'done', 1, 0, NULL, NULL, input_tokens, output_tokens,
+       0.0, NULL, score, valid, replace(result_json, '"cache_hit":false', '"cache_hit":true'), cached_tokens,
+       coalesce(cost, 0) + coalesce(saved, 0), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+FROM tasks WHERE run_id = ? AND stage = ? ORDER BY rowid
+"""
+
+
+def replayable_tasks(store: Store, address: str, stage: str) -> dict[str, tuple[int, int]] | None:
+    """Per model, (tasks, output tokens) of the run a stage at ``address`` would be replayed from (what
+    ``runner estimate`` reports as cache hits without planning), or None when it would not be replayed."""
+    found = store.replayable(address)
+    if found is None:
+        return None
+    source, tasks = found
+    per_model = {model: (n, int(out)) for model, n, out in store.conn.execute(
+        "SELECT model, count(*), coalesce(sum(output_tokens), 0) FROM tasks WHERE run_id = ? AND stage = ?"
+        " AND status = 'done' GROUP BY model", (source, stage))}
+    return per_model if sum(n for n, _ in per_model.values()) == tasks else None
+
+
+def replay(store: Store, run_id: str, plan: StagePlan, address: str, stats: RunStats,
+           results: IO[str] | None) -> str | None:
+    """Copy the stage's tasks from the run recorded under ``address``; returns that run's id, or None when
+    there is nothing to replay (no such run, or its tasks are no longer all there and done)."""
+    stage = plan.stage.name
+    found = store.replayable(address)
+    if found is None:
+        return None
+    source, tasks = found
+    conn = store.conn
+    done, = conn.execute("SELECT count(*) FROM tasks WHERE run_id = ? AND stage = ? AND status = 'done'",
+                         (source, stage)).fetchone()
+    if done != tasks:  # the earlier run's rows were removed or changed since: plan the stage as usual
+        return None
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_COPY_SQL, (run_id, source, stage))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    for model, n, scored, correct, saved in conn.execute(
+            "SELECT model, count(*), count(score), coalesce(sum(score), 0), coalesce(sum(saved), 0) FROM tasks"
+            " WHERE run_id = ? AND stage = ? GROUP BY model", (run_id, stage)):
+        counters = stats.counters(stage, model)
+        counters.done += n
+        counters.cache_hits += n
+        counters.scored += scored
+        counters.correct += int(correct)
+        counters.saved += saved
+    if results is not None:
+        results.writelines(line + "\n" for line in store.iter_results(run_id, stage))
+        results.flush()
+    return source
+
+
+def record_if_complete(store: Store, run_id: str, plan: StagePlan, address: str) -> bool:
+    """Record the stage under ``address`` when this run has every one of its tasks done (none failed, none
+    left by a budget or a stop), so a later unchanged run can replay it."""
+    stage = plan.stage.name
+    total = plan.total()
+    done, failed = store.conn.execute(
+        "SELECT coalesce(sum(status = 'done'), 0), coalesce(sum(status != 'done'), 0) FROM tasks"
+        " WHERE run_id = ? AND stage = ?", (run_id, stage)).fetchone()
+    if failed or done != total or total == 0:
+        return False
+    store.record_replayable(address, run_id, stage, total)
+    return True
