@@ -10,7 +10,10 @@ In one run, against ``providers.simserver`` started in its own process on 127.0.
    store -> results file (``runner.run.execute``), checked against the server's ``/sim/stats``;
 3. the ratio runner / bare SDK (target >= 70 %);
 4. cache hits/s on a re-run of the same job on the same store (target >= 20,000/s), checked through
-   ``runner.report.build`` and the server's counters;
+   ``runner.report.build`` and the server's counters. The unchanged stage is replayed whole from the first
+   run (runner/replay.py), as a user's re-submit is; 4b is the same re-run with ``reuse=False`` (what
+   ``--replan`` does), every request planned and looked up one by one: the path a re-run takes when the stage
+   changed but most of its requests did not (a model added, a row appended);
 5. peak RSS of a ``--rows``-row streamed job (rows cycling over 4 questions, so all but a handful of
    requests are served from the memo) run in a fresh subprocess (target <= 250 MB), its rows/s and the
    line count of its results file.
@@ -222,7 +225,7 @@ async def bare_sdk(url: str, n: int, concurrency: int, timeout: float, tag: str)
 
 # -- phases 2 and 4: the runner -------------------------------------------------------------------------
 
-def run_job(job_path: Path, store_path: Path, timeout: float) -> tuple[Any, float]:
+def run_job(job_path: Path, store_path: Path, timeout: float, reuse: bool = True) -> tuple[Any, float]:
     """Load the job, open the store, and time ``execute`` alone; returns (outcome, seconds)."""
     from runner.run import execute
     from runner.spec import load_job
@@ -234,7 +237,7 @@ def run_job(job_path: Path, store_path: Path, timeout: float) -> tuple[Any, floa
     async def go() -> tuple[Any, float]:
         async with asyncio.timeout(timeout):
             started = time.perf_counter()
-            outcome = await execute(job, store)
+            outcome = await execute(job, store, reuse=reuse)
             return outcome, time.perf_counter() - started
 
     try:
@@ -430,10 +433,11 @@ def phase_runner(server: SimProcess, tmp: Path, n: int, concurrency: int, timeou
     return seconds, m, job_path, store_path, result_lines
 
 
-def phase_hits(server: SimProcess, job_path: Path, store_path: Path, n: int, timeout: float) -> tuple[float, Meter]:
+def phase_hits(server: SimProcess, job_path: Path, store_path: Path, n: int, timeout: float,
+               reuse: bool = True) -> tuple[float, Meter]:
     before = server.stats()
     with Meter(server) as m:
-        outcome, seconds = run_job(job_path, store_path, timeout)
+        outcome, seconds = run_job(job_path, store_path, timeout, reuse)
     received = server.stats()["received"] - before["received"]
     totals = report_totals(store_path, outcome.run_id)
     if outcome.status != "completed" or totals["cache_hits"] != n or totals["done"] != n or received != 0:
@@ -494,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         bare_rps: list[float] = []
         runner_rps: list[float] = []
         hits_rps: list[float] = []
+        planned_rps: list[float] = []
 
         def load() -> str:
             return f"load {os.getloadavg()[0]:.2f}"
@@ -518,6 +523,10 @@ def main(argv: list[str] | None = None) -> int:
                 hits_rps.append(n / seconds)
                 out(f"   round {r} cache hits: {n / seconds:8,.0f} hits/s ({n:,} in {seconds:.2f} s; report "
                     f"cache_hits {n:,}, server received 0; CPU: bench {m.cpu:.1f} s; {load()})")
+                seconds, m = phase_hits(server, job_path, store_path, n, args.timeout, reuse=False)
+                planned_rps.append(n / seconds)
+                out(f"   round {r} hits, planned one by one: {n / seconds:8,.0f} hits/s ({n:,} in {seconds:.2f} s; "
+                    f"report cache_hits {n:,}, server received 0; CPU: bench {m.cpu:.1f} s; {load()})")
 
         # Each figure is requests over the seconds summed over all rounds (the rate of one long interleaved
         # run); the median and range of the rounds show the noise.
@@ -544,8 +553,10 @@ def main(argv: list[str] | None = None) -> int:
         met = hits >= TARGET_HITS_PER_S
         all_met &= met
         out(f"4. cache hits/s (re-run):            {hits:,.0f} ({spread(hits_rps)}; each re-run: report "
-            f"cache_hits == {n:,}, server received 0)  "
+            f"cache_hits == {n:,}, server received 0; the unchanged stage replayed whole)  "
             f"target >= {TARGET_HITS_PER_S:,.0f}/s: {'MET' if met else 'MISSED'}")
+        out(f"4b. cache hits/s, planned one by one: {overall(planned_rps):,.0f} ({spread(planned_rps)}; "
+            "reuse=False, as `--replan`: every request planned, looked up, parsed and recorded)")
 
         if args.rows > 0:
             all_met &= run_stream(server, tmp, args.rows, concurrency, args.stream_timeout, out)
