@@ -163,6 +163,12 @@ async def test_multiple_choice_answer_is_an_offered_letter_and_deterministic(
     # Content given as text parts is read the same way; only the letters offered can come back.
     parts = user([{"type": "text", "text": "Pick one.\n"}, {"type": "text", "text": "X) yes\nY) no\n"}])
     assert (await ask(client, parts)).choices[0].message.content in {"X", "Y"}
+    # Options written "A: text" (Know-No's MC-Test prompt) are read when no "A." / "A)" options are there...
+    colon = "Question:\nWho came?\nOptions:\nA: Bob\nB: James\nC: Ann\nYour answer:"
+    assert (await ask(client, user(colon))).choices[0].message.content in {"A", "B", "C"}
+    # ...and never pick a "Q:" line over dotted options
+    mixed = "Q: which one?\nA. one\nB. two\nAnswer:"
+    assert all(simulated_reply("sim-a", user(mixed), seed=s)[0] in {"A", "B"} for s in range(20))
 
 
 async def test_free_text_answer_and_usage_parse_into_sdk_types(client: openai.AsyncOpenAI) -> None:

@@ -25,6 +25,8 @@ __all__ = ["canonical", "count_prompt_tokens", "count_tokens", "fit", "message_d
            "simulated_reply"]
 
 _MC_OPTION = re.compile(r"(?m)^\s*([A-Z])[.)]\s")
+#: options written "A: text" (Know-No's MC-Test prompt), looked for only when no "A." / "A)" options are found
+_MC_OPTION_COLON = re.compile(r"(?m)^\s*([A-Z]):\s")
 _WORDS = (
     "the", "a", "model", "answer", "result", "token", "quick", "careful", "simple", "clear", "short",
     "long", "data", "value", "test", "run", "paper", "term", "option", "question", "choice", "reason",
@@ -74,7 +76,10 @@ def reply(messages_json: str, model: str, messages: list[Any], temperature: Any,
     params = canonical([model, _number(temperature), max_tokens, _number(top_p), stop, seed])
     h = hashlib.sha256(f"{params}{messages_json}".encode()).digest()
     last = next((m for m in reversed(messages) if m.get("role") == "user"), messages[-1])
-    letters = list(dict.fromkeys(_MC_OPTION.findall(_text_of(last.get("content")))))
+    content = _text_of(last.get("content"))
+    letters = list(dict.fromkeys(_MC_OPTION.findall(content)))
+    if len(letters) < 2:
+        letters = list(dict.fromkeys(_MC_OPTION_COLON.findall(content)))
     if len(letters) >= 2:
         text = letters[h[0] % len(letters)]
     else:
