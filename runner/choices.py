@@ -38,12 +38,23 @@ NONE_OF_THEM_MARKER = "none-of-them"
 
 
 def permutation(n: int, row_id: str, seed: int, shuffle: bool = True) -> list[int]:
-    """A Fisher-Yates shuffle driven by a 256-bit BLAKE2b hash of (row id, seed): the same on every machine
-    and Python version, and uniform up to about 57 options (57! < 2**256)."""
+    """A Fisher-Yates shuffle driven by a BLAKE2b hash of (row id, seed): the same on every machine and Python
+    version. Its 256 bits make every order of up to 57 options reachable (57! < 2**256); more options (Bank-77's
+    77 intents) draw from a longer state, extended by further hashes, so every swap of the shuffle is random."""
     order = list(range(n))
     if not shuffle:
         return order
-    state = int.from_bytes(hashlib.blake2b(f"{row_id}\x1f{seed}".encode(), digest_size=32).digest(), "big")
+    key = f"{row_id}\x1f{seed}".encode()
+    state = int.from_bytes(hashlib.blake2b(key, digest_size=32).digest(), "big")
+    if n > 57:  # n! needs more than 256 bits: 64 more bits than log2(n!) keep every draw's bias below 2**-64
+        bits = 256
+        needed = sum(i.bit_length() for i in range(2, n + 1)) + 64
+        block = 0
+        while bits < needed:
+            block += 1
+            more = hashlib.blake2b(key + b"\x1f" + str(block).encode(), digest_size=64).digest()
+            state = (state << 512) | int.from_bytes(more, "big")
+            bits += 512
     for i in range(n - 1, 0, -1):
         state, j = divmod(state, i + 1)
         order[i], order[j] = order[j], order[i]

@@ -60,6 +60,18 @@ def test_seeds_give_different_orders_for_most_rows() -> None:
     assert len({tuple(permutation(4, row, 0)) for row in rows}) > 10
 
 
+def test_many_options_are_shuffled_in_every_position() -> None:
+    """Bank-77's 77 options need more than 256 random bits: every shown position must still be able to hold
+    any option (with only 256 bits, the last ~20 swaps of the shuffle were all with position 0, and position 1
+    ever held only 46 of the 77 options)."""
+    for position in (0, 1, 2, 10, 40, 76):
+        seen = {permutation(77, str(row), 0)[position] for row in range(3000)}
+        assert len(seen) == 77, (position, len(seen))
+    assert sorted(permutation(200, "r", 1)) == list(range(200))
+    # up to 57 options, the orders are those of the 256-bit shuffle: stored answers keep their cache keys
+    assert permutation(4, "x", 0) == [1, 2, 3, 0] and permutation(57, "x", 1)[:5] == [27, 2, 46, 11, 36]
+
+
 def test_row_id_matters() -> None:
     assert sum(permutation(4, "1", s) != permutation(4, "2", s) for s in range(20)) >= 15
 
