@@ -18,13 +18,14 @@ import hashlib
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .dispatch import Dispatcher
 from .errors import RunnerError
 from .plan import StagePlan, canonical_json, canonical_params, dataset_rows, model_key
 from .prompts import load_prompt
 from .recipes import Context, get_parser, get_step, source_of
+from .replay import copy_tasks
 from .spec import Job, Stage
 from .stats import RunStats
 from .steps import run_step
@@ -55,7 +56,7 @@ class Pipeline:
     """Runs a pipeline job's stages in order through one dispatcher; records each stage's funnel."""
 
     def __init__(self, job: Job, store: Store, run_id: str, dispatcher: Dispatcher, writer: Writer,
-                 stats: RunStats, note: Any, rows_dir: Path) -> None:
+                 stats: RunStats, note: Any, rows_dir: Path, results: dict[str, IO[str]] | None = None) -> None:
         self.job = job
         self.store = store
         self.run_id = run_id
@@ -64,6 +65,8 @@ class Pipeline:
         self.stats = stats
         self.note = note
         self.rows_dir = rows_dir
+        #: each LLM stage's results file (a reused stage's copied tasks are written there)
+        self.results = results or {}
         self._similarity: Any = None
 
     # -- the whole pipeline ----------------------------------------------------------------------------
@@ -88,6 +91,10 @@ class Pipeline:
                 funnel.update({k: v for k, v in built.items() if k in ("dropped", "rejected", "requests", "rounds")},
                               reused=True, built_in=stored["run_id"], cost=0.0, cost_when_built=stored["cost"])
                 self.note(f"stage {stage.name}: reused ({len(out)} rows, built in run {stored['run_id']})")
+                if stage.is_llm and not self.store.has_tasks(self.run_id, stage.name):
+                    # its answers, as cache hits: the report and the results file show them as a re-run would
+                    copy_tasks(self.store, stored["run_id"], stored["stage"], self.run_id, stage.name, self.stats,
+                               self.results.get(stage.name), add_total=True)
                 complete = True
             elif stage.is_llm:
                 got = await self._run_llm(stage, next(iter(inputs.values())), funnel)

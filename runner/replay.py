@@ -24,7 +24,7 @@ from .plan import StagePlan, canonical_json, canonical_params, model_key
 from .pricing import Pricing
 from .spec import Job, Stage
 from .stats import RunStats
-from .store import Store
+from .store import Store, dumps
 
 #: bump when what a task row or result line holds changes in a way the code digest would not show
 REPLAY_VERSION = 1
@@ -73,11 +73,43 @@ _COPY_SQL = """
 INSERT INTO tasks (run_id, stage, item, model, row_id, variant_json, key, status, cache_hit, attempts,
                    error_class, error, input_tokens, output_tokens, cost, latency, score, valid, result_json,
                    cached_tokens, saved, updated)
-SELECT ?, stage, item, model, row_id, variant_json, key, 'done', 1, 0, NULL, NULL, input_tokens, output_tokens,
-       0.0, NULL, score, valid, replace(result_json, '"cache_hit":false', '"cache_hit":true'), cached_tokens,
-       coalesce(cost, 0) + coalesce(saved, 0), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-FROM tasks WHERE run_id = ? AND stage = ? ORDER BY rowid
+SELECT ?1, ?2, item, model, row_id, variant_json, key, 'done', 1, 0, NULL, NULL, input_tokens, output_tokens,
+       0.0, NULL, score, valid,
+       replace(CASE WHEN ?2 = ?4 THEN result_json ELSE replace(result_json, ?5, ?6) END,
+               '"cache_hit":false', '"cache_hit":true'),
+       cached_tokens, coalesce(cost, 0) + coalesce(saved, 0), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+FROM tasks WHERE run_id = ?3 AND stage = ?4 AND status = 'done' ORDER BY rowid
 """
+
+
+def copy_tasks(store: Store, source: str, source_stage: str, run_id: str, stage: str, stats: RunStats,
+               results: IO[str] | None, *, add_total: bool = False) -> None:
+    """Copy a stage's done tasks from run ``source`` into ``run_id`` as cache hits (one transaction), count
+    them in the live counters (``add_total``: in the totals too, for a stage not planned), and append their
+    result lines to the stage's results file."""
+    conn = store.conn
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_COPY_SQL, (run_id, stage, source, source_stage,
+                                 f'"stage":{dumps(source_stage)}', f'"stage":{dumps(stage)}'))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    for model, n, scored, correct, saved in conn.execute(
+            "SELECT model, count(*), count(score), coalesce(sum(score), 0), coalesce(sum(saved), 0) FROM tasks"
+            " WHERE run_id = ? AND stage = ? GROUP BY model", (run_id, stage)):
+        counters = stats.counters(stage, model)
+        if add_total:
+            counters.total += n
+        counters.done += n
+        counters.cache_hits += n
+        counters.scored += scored
+        counters.correct += int(correct)
+        counters.saved += saved
+    if results is not None:
+        results.writelines(line + "\n" for line in store.iter_results(run_id, stage))
+        results.flush()
 
 
 def replayable_tasks(store: Store, address: str, stage: str) -> dict[str, tuple[int, int]] | None:
@@ -107,25 +139,7 @@ def replay(store: Store, run_id: str, plan: StagePlan, address: str, stats: RunS
                          (source, stage)).fetchone()
     if done != tasks:  # the earlier run's rows were removed or changed since: plan the stage as usual
         return None
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute(_COPY_SQL, (run_id, source, stage))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    for model, n, scored, correct, saved in conn.execute(
-            "SELECT model, count(*), count(score), coalesce(sum(score), 0), coalesce(sum(saved), 0) FROM tasks"
-            " WHERE run_id = ? AND stage = ? GROUP BY model", (run_id, stage)):
-        counters = stats.counters(stage, model)
-        counters.done += n
-        counters.cache_hits += n
-        counters.scored += scored
-        counters.correct += int(correct)
-        counters.saved += saved
-    if results is not None:
-        results.writelines(line + "\n" for line in store.iter_results(run_id, stage))
-        results.flush()
+    copy_tasks(store, source, stage, run_id, stage, stats, results)
     return source
 
 

@@ -189,7 +189,7 @@ async def execute(
         view.start(stats, f"run {run_id} · job {job.name}")
         if job.is_pipeline:
             rows_dir = Path(job.output_dir) / job.name / run_id / "rows"
-            await Pipeline(job, store, run_id, dispatcher, writer, stats, view.note, rows_dir).run()
+            await Pipeline(job, store, run_id, dispatcher, writer, stats, view.note, rows_dir, results.handles).run()
         for plan in plans:
             address = stage_address(job, plan.stage, plan) if reuse else None
             # a stage this run has begun (a resume) is finished request by request

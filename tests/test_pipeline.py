@@ -256,6 +256,13 @@ async def test_an_unchanged_pipeline_is_reused_whole_and_a_changed_stage_reruns_
     assert again.status == "completed" and len(fake.history) == sent
     assert all(s["reused"] and s["built_in"] == first.run_id for s in funnel(store, again.run_id).values())
     assert "4 of 4 stages reused" in "\n".join(report.summary_lines(report.build(store, again.run_id)))
+    # a reused LLM stage's answers are this run's cache hits: in the report and in its results file
+    built = report.build(store, again.run_id)
+    assert built["totals"]["requests"] == built["totals"]["cache_hits"] == sent and built["totals"]["sent"] == 0
+    for stage, path in again.results.items():
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        before = [json.loads(x) for x in first.results[stage].read_text().splitlines()]
+        assert lines and [{**x, "cache_hit": True} for x in before] == lines
     # a new judge prompt: gen and each are reused, judge runs again (6 new requests), good follows its rows
     changed = await execute(load_job(pipeline_job(tmp_path, judge_user="Rate {{ word }}")), store)
     stages = funnel(store, changed.run_id)

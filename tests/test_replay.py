@@ -192,3 +192,25 @@ async def test_the_estimate_of_a_replayable_stage_is_all_cache_hits_without_plan
     (a,), (b,) = replayed.groups, planned.groups
     assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
     assert (a.requests, a.cached, a.to_send) == (24, 24, 0)
+
+
+async def test_copied_tasks_take_the_new_stage_name(tmp_path):
+    """A pipeline stage renamed keeps its content address; its copied result lines name the new stage."""
+    import io
+
+    from runner.replay import copy_tasks
+    from runner.stats import RunStats
+
+    async with await start_server() as srv:
+        job = _job(tmp_path, srv.url)
+        store = Store(tmp_path / "s.sqlite")
+        first = await execute(job, store)
+    run_id = store.create_run("copy", "", "{}", "x", 24)
+    stats, out = RunStats(), io.StringIO()
+    copy_tasks(store, first.run_id, "mc", run_id, "renamed", stats, out, add_total=True)
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert len(lines) == 24 and all(x["stage"] == "renamed" and x["cache_hit"] for x in lines)
+    counters = stats.counters("renamed", "sim:gpt-sim")
+    assert counters.total == counters.done == counters.cache_hits == 24
+    assert store.conn.execute("SELECT count(*) FROM tasks WHERE run_id = ? AND stage = 'renamed'",
+                              (run_id,)).fetchone() == (24,)
