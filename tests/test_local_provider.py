@@ -1,0 +1,172 @@
+"""The embedded model reuses prompt prefixes, and the same prompt still gets the same answer, bit for bit.
+
+Each check runs the real model (SmolLM2-135M-Instruct Q4_1) and compares, for one prompt, the answer and a digest
+of every generation step's full logits vector between a fresh evaluation (llama-cpp-python's ``Llama`` reset
+before the request: the provider's code before prefix reuse) and the reusing provider after other prompts that
+share a prefix with it. A difference in the last bit of one logit would show.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+
+from providers.base import ProviderSettings
+from providers.local import LEGACY_N_BATCH, LocalProvider, batch_sizes, min_suffix
+
+SYSTEM = 'Please answer the following question by printing exactly one option from "A", "B", "C", "D", ' \
+         "without explanation."
+
+
+def question(text: str, options: list[str]) -> list[dict[str, str]]:
+    block = "\n".join(f"{letter}. {option}" for letter, option in zip("ABCD", options, strict=True))
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Exercise: choose the most plausible alternative.\n\n{text}\n{block}\n"
+                                        "Answer: "}]
+
+
+STORY = ("Sally went to the market on Saturday morning with her little brother Tom. They bought apples, bread "
+         "and a small blue kite, and on the way home they stopped at the park to fly it.")
+OPTIONS = ["the apples", "the bread", "the kite", "the park"]
+TARGET = question(f"{STORY}\nWhat did they fly in the park?", OPTIONS)
+#: the same story and question, the options in another order: shares everything up to the options
+SHUFFLED = question(f"{STORY}\nWhat did they fly in the park?", OPTIONS[::-1])
+#: the same story, another question: shares the prefix up to the question
+OTHER_QUESTION = question(f"{STORY}\nWho went to the market with Sally?", ["Tom", "Ann", "Bob", "Sue"])
+#: nothing in common beyond the chat template's first tokens
+UNRELATED = [{"role": "user", "content": "Name a colour."}]
+PARAMS = {"temperature": 0, "max_tokens": 12}
+
+
+class Probe:
+    """A started provider whose model reports a digest of each step's logits for the last request."""
+
+    def __init__(self, reuse_prefix: bool) -> None:
+        self.provider = LocalProvider(ProviderSettings(), reuse_prefix=reuse_prefix)
+
+    async def __aenter__(self) -> Probe:
+        await self.provider.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.provider.aclose()
+
+    @property
+    def llm(self) -> Any:
+        return self.provider.llm
+
+    async def ask(self, messages: list[dict[str, str]], params: dict[str, Any] = PARAMS) -> tuple[str, str]:
+        import llama_cpp
+        import numpy as np
+
+        llm = self.llm
+        generate = type(llm).generate
+        digest = hashlib.sha256()
+        steps = []
+
+        def metered(tokens: Any, *args: Any, **kwargs: Any) -> Any:
+            for token in generate(llm, tokens, *args, **kwargs):
+                steps.append(token)
+                logits = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+                digest.update(np.ctypeslib.as_array(logits, shape=(llm.n_vocab(),)).tobytes())
+                yield token
+
+        llm.generate = metered
+        try:
+            done = await self.provider.execute("smollm2", messages, params)
+        finally:
+            del llm.generate
+        assert steps, "no token was generated"
+        return done.text, digest.hexdigest()
+
+    def prompt_tokens(self, messages: list[dict[str, str]]) -> list[int]:
+        """The prompt's tokens as the chat template renders them, without evaluating anything."""
+
+        class Captured(Exception):
+            pass
+
+        def capture(tokens: Any, *args: Any, **kwargs: Any) -> Any:
+            raise Captured(list(tokens))
+
+        self.llm.generate = capture
+        try:
+            self.llm.create_chat_completion(messages=messages, max_tokens=1)
+        except Captured as got:
+            return got.args[0]
+        finally:
+            del self.llm.generate
+        raise AssertionError("the prompt was never generated from")
+
+
+def test_batches_compute_each_position_as_a_fresh_evaluation_does():
+    # a fresh evaluation from position 0 is cut as llama-cpp-python's default n_batch cut it
+    assert batch_sizes(0, 150, 512) == [150]
+    assert batch_sizes(0, 625, 512) == [512, 113]
+    assert batch_sizes(0, 513, 512) == [512, 1]  # 512 * 1 + 1 tokens: the last alone, as before
+    # a suffix after a reused prefix: every token in a batch of two or more, but that same last token
+    assert batch_sizes(100, 413, 512) == [412, 1]
+    assert batch_sizes(511, 514, 512) == [511, 2, 1]  # no token alone in the middle
+    assert batch_sizes(40, 472, 512) == [472]
+    assert batch_sizes(7, 1, 512) == [1]  # a generated token
+    assert min_suffix(150) == 2 and min_suffix(LEGACY_N_BATCH + 1) == 3
+
+
+async def test_the_same_prompt_gets_the_same_answer_after_prompts_sharing_its_prefix():
+    async with Probe(reuse_prefix=False) as fresh:
+        expected = await fresh.ask(TARGET)
+        assert await fresh.ask(TARGET) == expected  # the reference itself is deterministic
+    async with Probe(reuse_prefix=True) as reusing:
+        llm = reusing.llm
+        assert await reusing.ask(TARGET) == expected  # nothing ran before it
+
+        before = llm.reused
+        await reusing.ask(SHUFFLED)  # reuses TARGET's prefix (the story and question)
+        assert await reusing.ask(TARGET) == expected  # reuses SHUFFLED's
+        assert llm.reused - before > 2 * 60, "the prefixes were evaluated again, not reused"
+
+        assert await reusing.ask(TARGET) == expected  # the whole prompt was just evaluated: all but 2 reused
+
+        await reusing.ask(OTHER_QUESTION)
+        await reusing.ask(UNRELATED)
+        before = llm.reused
+        assert await reusing.ask(TARGET) == expected  # from a saved state: the context held UNRELATED
+        assert llm.reused - before >= len(reusing.prompt_tokens(TARGET)) - 2
+
+
+async def test_a_prompt_whose_last_token_was_evaluated_alone_keeps_its_answer():
+    """A prompt of 512k + 1 tokens: a fresh evaluation computes its last token in a batch of one, which gives
+    other logits than a batch of two; the reusing model computes it alone too."""
+    async with Probe(reuse_prefix=False) as fresh:
+        words = 300  # " and" is one token
+        for _ in range(4):
+            long_prompt = question(f"{STORY} " + "and " * words + "they went home.", OPTIONS)
+            length = len(fresh.prompt_tokens(long_prompt))
+            if length == LEGACY_N_BATCH + 1:
+                break
+            words += LEGACY_N_BATCH + 1 - length
+        assert length == LEGACY_N_BATCH + 1, length
+        expected = await fresh.ask(long_prompt)
+    sharing = [dict(m) for m in long_prompt]
+    sharing[-1]["content"] = sharing[-1]["content"].replace("Answer: ", "Your answer: ")
+    async with Probe(reuse_prefix=True) as reusing:
+        await reusing.ask(sharing)
+        before = reusing.llm.reused
+        assert await reusing.ask(long_prompt) == expected
+        assert reusing.llm.reused - before > 400
+        assert await reusing.ask(long_prompt) == expected  # in the cache whole: its last 3 tokens evaluated
+
+
+async def test_a_prompt_longer_than_the_context_is_a_bad_request_and_the_model_goes_on():
+    from runner.errors import BadRequest
+
+    provider = LocalProvider(ProviderSettings(n_ctx=256))
+    await provider.start()
+    try:
+        with pytest.raises(BadRequest):
+            await provider.execute("smollm2", question("word " * 400, OPTIONS), PARAMS)
+        done = await provider.execute("smollm2", TARGET, PARAMS)  # and the model still answers afterwards
+        assert done.text
+    finally:
+        await provider.aclose()
