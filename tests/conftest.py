@@ -95,3 +95,14 @@ def sim_stats(url: str) -> dict:
 
 def runner_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "runner.cli", *args]
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``runner ARGS`` in this process: (exit code, stdout, stderr)."""
+    from runner.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["runner", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    out, err = capsys.readouterr()
+    return exit_info.value.code or 0, out, err

@@ -9,7 +9,6 @@ import csv
 import io
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,14 +16,13 @@ import pytest
 from providers.simserver import SimServer, start_server
 from runner import estimate as estimates
 from runner.choices import permutation
-from runner.cli import main
 from runner.plan import StagePlan
 from runner.pricing import Pricing
 from runner.run import execute
 from runner.spec import load_job
 from runner.store import Store
 from runner.tokens import count_input_tokens
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 
 MODEL = "sim:priced"
 PRICE_IN, PRICE_OUT = 1000.0, 4000.0  # USD per million tokens: dear enough to read in cents
@@ -66,13 +64,6 @@ def _messages(row_index: int, seed: int) -> list[dict[str, str]]:
     block = "\n".join(f"{'ABCD'[i]}. {row['choices'][j]}" for i, j in enumerate(perm))
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"{row['question']}\n{block}\nAnswer:"}]
 
-
-def _cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["runner", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    out, err = capsys.readouterr()
-    return exit_info.value.code or 0, out, err
 
 
 @pytest.fixture
@@ -145,12 +136,12 @@ def _plain(row_index: int) -> list[dict[str, str]]:
 def test_unknown_price_is_shown_not_raised(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     path = _write_job(tmp_path, "http://127.0.0.1:9/v1", models=[MODEL, "openai:gpt-nonexistent-9"])
-    code, out, err = _cli(monkeypatch, capsys, "estimate", str(path), "--db", str(tmp_path / "s.sqlite"))
+    code, out, err = run_cli(monkeypatch, capsys, "estimate", str(path), "--db", str(tmp_path / "s.sqlite"))
     assert code == 0, err
     assert "unknown price" in out
     assert "add prices: {openai:gpt-nonexistent-9: {input: USD, output: USD}}" in out
     assert "cost unknown (a model has no price)" in out
-    data = json.loads(_cli(monkeypatch, capsys, "estimate", str(path), "--format", "json")[1])
+    data = json.loads(run_cli(monkeypatch, capsys, "estimate", str(path), "--format", "json")[1])
     unknown = [g for g in data["groups"] if g["model"] == "openai:gpt-nonexistent-9"]
     assert unknown[0]["cost_high"] is None and unknown[0]["add_price"] == "openai:gpt-nonexistent-9"
     assert data["totals"]["unknown_prices"] == ["openai:gpt-nonexistent-9"]
@@ -158,17 +149,17 @@ def test_unknown_price_is_shown_not_raised(tmp_path: Path, monkeypatch, capsys) 
 
 def test_every_format(tmp_path: Path, monkeypatch, capsys) -> None:
     path = _write_job(tmp_path, "http://127.0.0.1:9/v1")
-    code, out, _ = _cli(monkeypatch, capsys, "estimate", str(path), "--format", "json")
+    code, out, _ = run_cli(monkeypatch, capsys, "estimate", str(path), "--format", "json")
     assert code == 0
     data = json.loads(out)
     assert data["totals"]["requests"] == 6 and data["elapsed_s"] >= 0
-    code, out, _ = _cli(monkeypatch, capsys, "estimate", str(path), "--format", "csv")
+    code, out, _ = run_cli(monkeypatch, capsys, "estimate", str(path), "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert out.startswith("stage,model,requests,cached,repeats,to_send,input_tokens,")
     assert [r["stage"] for r in rows] == ["mc", "total"] and rows[1]["requests"] == "6"
-    code, out, _ = _cli(monkeypatch, capsys, "estimate", str(path), "--format", "md")
+    code, out, _ = run_cli(monkeypatch, capsys, "estimate", str(path), "--format", "md")
     assert "| stage | model | requests | in cache |" in out and "|---|" in out and "| mc | sim:priced | 6 |" in out
-    code, out, err = _cli(monkeypatch, capsys, "estimate", str(path), "--format", "xml")
+    code, out, err = run_cli(monkeypatch, capsys, "estimate", str(path), "--format", "xml")
     assert code == 1 and err.startswith("Error: --format must be one of") and "Traceback" not in err
 
 
@@ -177,7 +168,7 @@ def test_submit_refuses_a_worst_case_over_the_budget(tmp_path: Path, monkeypatch
     path = _write_job(tmp_path, "http://127.0.0.1:9/v1")
     high = estimates.estimate(load_job(path), Store(db)).high
     assert high is not None and high > 0.01
-    code, out, err = _cli(monkeypatch, capsys, "submit", str(path), "--db", str(db), "--budget", "0.01")
+    code, out, err = run_cli(monkeypatch, capsys, "submit", str(path), "--db", str(db), "--budget", "0.01")
     assert code == 2
     assert out.startswith("estimate: 6 requests, 0 in the cache, 6 to send; cost $")
     [line] = err.strip().splitlines()
@@ -194,14 +185,14 @@ async def test_submit_runs_with_allow_partial_or_a_large_enough_budget(tmp_path:
     assert high is not None
     budget = f"{high / 2:.6f}"
     code, out, err = await asyncio.to_thread(
-        _cli, monkeypatch, capsys, "submit", str(path), "--db", str(db), "--budget", budget, "--allow-partial")
+        run_cli, monkeypatch, capsys, "submit", str(path), "--db", str(db), "--budget", budget, "--allow-partial")
     assert code in (0, 3), err  # the engine stops it when the budget is spent (or the answers were cheap)
     assert out.startswith("estimate: 6 requests") and "--allow-partial" in err
     spent = Store(db).conn.execute("SELECT coalesce(sum(amount), 0) FROM ledger WHERE kind = 'charge'").fetchone()[0]
     assert 0 < spent <= float(budget)
 
     code, out, err = await asyncio.to_thread(
-        _cli, monkeypatch, capsys, "submit", str(path), "--db", str(db), "--budget", f"{high:.6f}")
+        run_cli, monkeypatch, capsys, "submit", str(path), "--db", str(db), "--budget", f"{high:.6f}")
     assert code == 0, err
     first = out.splitlines()[0]
     assert re.match(r"estimate: 6 requests, \d in the cache, \d to send; cost \$", first)
@@ -231,7 +222,7 @@ def test_newterm_2023_gpt4o_job_priced_from_counted_tokens(monkeypatch, capsys, 
     high = sum(t * rates.input + 8 * rates.output for t in tokens.values()) / 1e6
     assert 0.1 < low < high < 1.0  # a few hundred short prompts to gpt-4o: cents, not dollars
 
-    code, out, err = _cli(monkeypatch, capsys, "estimate", str(job_file), "--format", "json")
+    code, out, err = run_cli(monkeypatch, capsys, "estimate", str(job_file), "--format", "json")
     assert code == 0, err
     data = json.loads(out)
     [group] = data["groups"]
@@ -244,7 +235,7 @@ def test_newterm_2023_gpt4o_job_priced_from_counted_tokens(monkeypatch, capsys, 
     assert group["batch_high"] == pytest.approx(
         sum(t * batch.input + 8 * batch.output for t in tokens.values()) / 1e6, rel=1e-12)
 
-    code, out, err = _cli(monkeypatch, capsys, "estimate", str(job_file))
+    code, out, err = run_cli(monkeypatch, capsys, "estimate", str(job_file))
     assert code == 0, err
     printed = [float(x.replace(",", "")) for x in re.search(
         r"^estimate: .*; cost \$([\d,.]+) – \$([\d,.]+)", out, re.M).groups()]

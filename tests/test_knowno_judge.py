@@ -10,7 +10,6 @@ import csv
 import io
 import json
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +18,10 @@ import yaml
 
 from providers.simserver import start_server
 from runner import layouts, report
-from runner.cli import main
 from runner.run import execute
 from runner.spec import load_job
 from runner.store import Store
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the verdicts the script gives, in turn over the distinct judge prompts: YES is right, the rest wrong
@@ -69,13 +68,6 @@ def script_verdicts(tmp_path: Path, lines: list[dict[str, Any]]) -> tuple[Path, 
 def results(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
 
-
-def cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["runner", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    out, err = capsys.readouterr()
-    return exit_info.value.code or 0, out, err
 
 
 @pytest.fixture
@@ -181,7 +173,8 @@ async def test_the_judge_model_is_named_in_every_format(judged, monkeypatch, cap
     expected = hand_figures(judged)
     outputs = {}
     for fmt in report.FORMATS:
-        code, out, err = cli(monkeypatch, capsys, "report", run_id, "--db", db, "--judged", judge_id, "--format", fmt)
+        code, out, err = run_cli(monkeypatch, capsys, "report", run_id, "--db", db, "--judged", judge_id,
+                                 "--format", fmt)
         assert code == 0, err
         outputs[fmt] = out
     assert "no_hint (judged by sim:judge)" in outputs["text"] and "JUDGED BY sim:judge" in outputs["text"]
@@ -206,7 +199,7 @@ async def test_the_judge_model_is_named_in_every_format(judged, monkeypatch, cap
         assert r["scored"] == "0" and r["judged"] == "9"
     assert all(r["judged_by"] == "" for r in rows if r["stage"] != "no-hint")
     # without --judged the csv keeps its columns
-    code, out, _ = cli(monkeypatch, capsys, "report", run_id, "--db", db, "--format", "csv")
+    code, out, _ = run_cli(monkeypatch, capsys, "report", run_id, "--db", db, "--format", "csv")
     assert code == 0 and "judged_by" not in out.splitlines()[0]
 
 
@@ -221,7 +214,7 @@ async def test_a_judge_run_of_other_answers_is_one_error_sentence(judged, monkey
         (judge_id, judge_id, "has no Know-No no-hint stage to judge"),
     ]
     for run_id, judge, words in cases:
-        code, out, err = cli(monkeypatch, capsys, "report", run_id, "--db", db, "--judged", judge)
+        code, out, err = run_cli(monkeypatch, capsys, "report", run_id, "--db", db, "--judged", judge)
         assert code == 2 and out == "", err
         assert err.startswith("Error: ") and words in err and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1
