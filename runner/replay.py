@@ -130,15 +130,9 @@ def replay(store: Store, run_id: str, plan: StagePlan, address: str, stats: RunS
     """Copy the stage's tasks from the run recorded under ``address``; returns that run's id, or None when
     there is nothing to replay (no such run, or its tasks are no longer all there and done)."""
     stage = plan.stage.name
-    found = store.replayable(address)
-    if found is None:
+    if replayable_tasks(store, address, stage) is None:  # none, or its tasks are no longer all there and done
         return None
-    source, tasks = found
-    conn = store.conn
-    done, = conn.execute("SELECT count(*) FROM tasks WHERE run_id = ? AND stage = ? AND status = 'done'",
-                         (source, stage)).fetchone()
-    if done != tasks:  # the earlier run's rows were removed or changed since: plan the stage as usual
-        return None
+    source, _ = store.replayable(address)  # type: ignore[misc]
     copy_tasks(store, source, stage, run_id, stage, stats, results)
     return source
 
