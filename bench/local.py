@@ -1,4 +1,4 @@
-"""Time the embedded model (providers/local.py) on the papers' four evaluation jobs, with and without prompt
+"""Time the embedded model (runner/providers/local.py) on the papers' four evaluation jobs, with and without prompt
 prefix reuse, and check that reuse changes no answer.
 
     python bench/local.py                 # 2-item slices: old and new, interleaved request by request
@@ -36,8 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from providers.base import ProviderSettings  # noqa: E402
-from providers.local import LocalProvider  # noqa: E402
+from runner.providers.base import ProviderSettings  # noqa: E402
+from runner.providers.local import LocalProvider  # noqa: E402
 from runner.plan import Request, StagePlan  # noqa: E402
 from runner.spec import load_job  # noqa: E402
 

@@ -15,9 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from providers.base import ProviderSettings  # noqa: E402
-from providers.sim.config import SimConfig  # noqa: E402
-from providers.simserver import start_server  # noqa: E402
+from runner.providers.base import ProviderSettings  # noqa: E402
+from simserver.config import SimConfig  # noqa: E402
+from simserver import start_server  # noqa: E402
 from runner.run import execute  # noqa: E402
 from runner.spec import load_job  # noqa: E402
 from runner.store import Store  # noqa: E402

@@ -3,7 +3,7 @@
 
     python bench/throughput.py [--n 10000] [--rows 1000000] [--concurrency 64]
 
-In one run, against ``providers.simserver`` started in its own process on 127.0.0.1, it prints:
+In one run, against ``simserver`` started in its own process on 127.0.0.1, it prints:
 
 1. the bare OpenAI SDK's requests/s (N distinct short multiple-choice requests, same concurrency bound);
 2. the runner's uncached requests/s for a job of the same N requests, through spec -> plan -> dispatcher ->
@@ -136,7 +136,7 @@ def count_lines(path: Path) -> int:
 class SimProcess:
     def __init__(self, timeout: float = 20.0, extra: list[str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "providers.simserver", "--host", "127.0.0.1", "--port", "0", *(extra or [])],
+            [sys.executable, "-m", "simserver", "--host", "127.0.0.1", "--port", "0", *(extra or [])],
             cwd=ROOT, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
         )
         self.url = self._read_url(timeout)
@@ -372,11 +372,11 @@ def run_stream(server: SimProcess, tmp: Path, rows: int, concurrency: int, timeo
 # -- the whole benchmark --------------------------------------------------------------------------------
 
 def code_state() -> str:
-    """The commit measured, and whether runner/ or providers/ differ from it."""
+    """The commit measured, and whether runner/ or simserver/ differ from it."""
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              timeout=10)
-        status = subprocess.run(["git", "status", "--porcelain", "--", "runner", "providers"], cwd=ROOT,
+        status = subprocess.run(["git", "status", "--porcelain", "--", "runner", "simserver"], cwd=ROOT,
                                 capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return f"{ROOT} (git unavailable)"
@@ -386,7 +386,7 @@ def code_state() -> str:
     changed = [line[3:] for line in dirty if line.strip()]
     if changed:
         return f"{head or 'unknown'} + local changes in {', '.join(changed)}"
-    return f"{head or 'unknown'} (runner/ and providers/ as committed)"
+    return f"{head or 'unknown'} (runner/ and simserver/ as committed)"
 
 
 def versions() -> str:
@@ -480,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
 
     n, concurrency = args.n, args.concurrency
     out(f"versions: {versions()}")
-    out(f"code: {code_state()}; runner and providers imported from {ROOT}")
+    out(f"code: {code_state()}; runner and simserver imported from {ROOT}")
     out(f"settings: n={n:,} rows={args.rows:,} concurrency={concurrency} rounds={args.rounds} "
         f"warmup={args.warmup} date={time.strftime('%Y-%m-%d %H:%M:%S %Z')} "
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -250,10 +250,10 @@ def sim(
     fault_timeout: Annotated[float, typer.Option("--fault-timeout", help="Fraction that hang.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the fault dice (answers never depend on it).")] = 0,
     script: Annotated[Path | None, typer.Option(help="A response script: the answers' text by prompt template and "
-                                                     "term (format in providers/sim/script.py).")] = None,
+                                                     "term (format in simserver/script.py).")] = None,
 ) -> None:
     """Start the simulated provider server, to dry-run a job with the `sim:` provider without spending."""
-    from providers.simserver import SimConfig, serve
+    from simserver import SimConfig, serve
 
     try:
         config = SimConfig(latency=latency, rpm=rpm, fault_429=fault_429, retry_after=retry_after,

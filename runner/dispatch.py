@@ -21,7 +21,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from providers.base import Completion, Provider
+from runner.providers.base import Completion, Provider
 
 from .budget import Budgets, Exhausted, Reservation, Scope
 from .choices import LETTERS, NONE_OF_THEM, inverse_partial

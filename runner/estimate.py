@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from providers.base import provider_class, split_model
+from runner.providers.base import provider_class, split_model
 
 from .errors import RunnerError
 from .plan import Request, StagePlan

@@ -17,7 +17,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 
-from providers.base import RateWindow
+from runner.providers.base import RateWindow
 
 #: the kinds of limit a response's headers may carry, each counted per minute
 KINDS = ("requests", "tokens", "input_tokens", "output_tokens")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from providers.base import provider_class, split_model
+from runner.providers.base import provider_class, split_model
 
 from .choices import LETTERS, NONE_OF_THEM, append_none_of_them, drop_option, options_block, permutation
 from .errors import RunnerError

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from providers.base import Provider, ProviderSettings, provider_class, split_model
+from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
 
 from .dispatch import Dispatcher
 from .errors import RunnerError, StoreError

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from providers.base import ProviderSettings, provider_names, split_model
+from runner.providers.base import ProviderSettings, provider_names, split_model
 
 from .errors import JobFileError
 from .yamlfile import Loc, dotted, line_of, load_with_lines

@@ -136,7 +136,7 @@ def count_input_tokens(provider: str, model: str, messages: Iterable[Mapping[str
                 total += TOKENS_PER_NAME + len(enc.encode_ordinary(str(name)))
         return total
     if provider == "sim":
-        from providers.sim.answers import count_prompt_tokens  # the simulated server's own rule
+        from simserver.answers import count_prompt_tokens  # the simulated server's own rule
 
         return count_prompt_tokens([dict(message) for message in messages])
     total = ESTIMATE_PER_REQUEST

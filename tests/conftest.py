@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from providers import base
+from runner.providers import base
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,7 +75,7 @@ def sim_server(request) -> Iterator[str]:
     yields its base URL."""
     latency = getattr(request, "param", 0.02)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "providers.simserver", "--port", "0", "--latency", str(latency)],
+        [sys.executable, "-m", "simserver", "--port", "0", "--latency", str(latency)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     try:

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from providers.base import Completion, Provider
+from runner.providers.base import Completion, Provider
 
 Behaviour = Callable[[str, list[dict[str, str]], dict[str, Any], int], Completion | Exception | None]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.simserver import SimConfig, SimServer, start_server
+from simserver import SimConfig, SimServer, start_server
 from runner import report
 from runner.budget import Scope
 from runner.errors import RunnerError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.simserver import SimServer, start_server
+from simserver import SimServer, start_server
 from runner import costs, report
 from runner.cli import main
 from runner.run import execute

@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from providers.base import Completion, ProviderSettings
+from runner.providers.base import Completion, ProviderSettings
 from runner import report
 from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, TransientError
 from runner.run import execute

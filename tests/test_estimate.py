@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.simserver import SimServer, start_server
+from simserver import SimServer, start_server
 from runner import estimate as estimates
 from runner.choices import permutation
 from runner.plan import StagePlan

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from providers.simserver import start_server
+from simserver import start_server
 from runner import layouts, report
 from runner.run import execute
 from runner.spec import load_job

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.simserver import start_server
+from simserver import start_server
 from runner import layouts, report
 from runner.errors import JobFileError
 from runner.run import execute

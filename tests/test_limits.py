@@ -9,9 +9,9 @@ import asyncio
 
 import pytest
 
-from providers.anthropic_messages import anthropic_rate
-from providers.base import RateWindow
-from providers.openai_chat import duration_seconds, openai_rate
+from runner.providers.anthropic_messages import anthropic_rate
+from runner.providers.base import RateWindow
+from runner.providers.openai_chat import duration_seconds, openai_rate
 from runner.limits import Adaptive, Bucket, Endpoint, Slots
 
 

@@ -5,10 +5,10 @@ not write; it serves the embedded SmolLM2-135M GGUF on 127.0.0.1 and is started 
 
 Starting it: plain ``python -m llama_cpp.server --model ...`` loads the model, answers ``GET /v1/models``, and
 then dies with SIGSEGV (exit 139) on the first chat completion on this project's machines: it is the crash
-``providers/local.py`` works around (llama.cpp's AMX "extra" CPU buffer type, ``ggml_backend_amx_mul_mat``, on
+``runner/providers/local.py`` works around (llama.cpp's AMX "extra" CPU buffer type, ``ggml_backend_amx_mul_mat``, on
 a CPU reporting AMX_INT8). llama.cpp 0.3.36 has no environment variable and the server no flag for it
 (``use_extra_bufts`` is only a field of ``llama_model_params``), so the server is started by a two-line launcher:
-it enters ``providers.local._without_extra_buffers()`` (the same patch the local provider loads with: the
+it enters ``runner.providers.local._without_extra_buffers()`` (the same patch the local provider loads with: the
 default model parameters get ``use_extra_bufts=False``) and runs the server's own ``__main__`` with ``runpy``,
 with the server's own command-line flags. Every line of the server is still theirs.
 
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.local import locate_gguf
+from runner.providers.local import locate_gguf
 from runner.run import execute
 from runner.spec import load_job
 from runner.store import Store
@@ -45,7 +45,7 @@ START_TIMEOUT = 60.0
 
 LAUNCHER = (
     "import runpy\n"
-    "from providers.local import _without_extra_buffers\n"
+    "from runner.providers.local import _without_extra_buffers\n"
     "with _without_extra_buffers():\n"
     "    runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)\n"
 )

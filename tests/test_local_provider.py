@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from providers.base import ProviderSettings
-from providers.local import LEGACY_N_BATCH, LocalProvider, batch_sizes, min_suffix
+from runner.providers.base import ProviderSettings
+from runner.providers.local import LEGACY_N_BATCH, LocalProvider, batch_sizes, min_suffix
 
 SYSTEM = 'Please answer the following question by printing exactly one option from "A", "B", "C", "D", ' \
          "without explanation."

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from providers.base import ProviderSettings
-from providers.sim.config import SimConfig
-from providers.simserver import SimServer, start_server
+from runner.providers.base import ProviderSettings
+from simserver.config import SimConfig
+from simserver import SimServer, start_server
 from runner.run import Outcome, execute
 from runner.similarity import LexicalSimilarity
 from runner.spec import Job, load_job

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from providers.simserver import start_server
+from simserver import start_server
 from runner import report
 from runner.run import Outcome, execute
 from runner.spec import load_job
@@ -90,7 +90,7 @@ async def test_a_paper_job_runs_on_the_embedded_model(tmp_path, name):
     """The same jobs as they ship (the embedded SmolLM2-135M), on the same 10-item slice: 420 requests for a
     NewTerm year, 120 for a Know-No dataset (some are the same request twice, sent once). The four took 23.5
     minutes here on 2 cores (NewTerm 2023 6.1, 2022 5.5, MC-Test 1.3, Bank-77 10.5: its 620-token prompts share
-    least), with the model reusing prompt prefixes (providers/local.py; 40+ minutes without). Its answers are
+    least), with the model reusing prompt prefixes (runner/providers/local.py; 40+ minutes without). Its answers are
     at chance: the test pins that every request is answered and parsed or reported invalid, never that it is
     right."""
     job = load_job(ROOT / "jobs" / f"{name}.yaml")

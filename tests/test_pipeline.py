@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.base import Completion
+from runner.providers.base import Completion
 from runner import report
 from runner.errors import JobFileError, RunnerError
 from runner.recipes import Context

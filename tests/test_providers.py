@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.simserver import SimConfig, SimServer, simulated_reply, start_server
+from simserver import SimConfig, SimServer, simulated_reply, start_server
 from runner import report
 from runner.cli import main
 from runner.errors import ModelSetupError

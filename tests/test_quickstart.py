@@ -13,8 +13,8 @@ import sys
 import pytest
 import yaml
 
-from providers.base import ProviderSettings
-from providers.local import LocalProvider
+from runner.providers.base import ProviderSettings
+from runner.providers.local import LocalProvider
 from runner.cli import main
 from tests.conftest import ROOT
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from providers.simserver import SimConfig, start_server
+from simserver import SimConfig, start_server
 from runner import report
 from runner.replay import stage_address
 from runner.run import execute

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from providers.simserver import SimConfig, start_server
+from simserver import SimConfig, start_server
 from runner import report
 from runner.cli import main
 from runner.run import execute

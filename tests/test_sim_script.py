@@ -1,4 +1,4 @@
-"""Response scripts for the simulated server (providers.sim.script): which entry answers a request, what is
+"""Response scripts for the simulated server (simserver.script): which entry answers a request, what is
 served in turn, how a scripted text goes through the normal answer machinery, and load errors. Requests are
 rendered from the template files under tests/data/sim_script/prompts and sent through the official SDKs over
 127.0.0.1 only."""
@@ -24,9 +24,9 @@ import yaml
 from google import genai
 from google.genai import types as genai_types
 
-from providers import simserver
-from providers.sim.script import ScriptError, load_script, longest_piece
-from providers.simserver import SimConfig, SimServer, simulated_reply, start_server
+from simserver import cli as simserver_cli
+from simserver.script import ScriptError, load_script, longest_piece
+from simserver import SimConfig, SimServer, simulated_reply, start_server
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "sim_script"
@@ -360,17 +360,17 @@ async def test_unreadable_script_and_missing_prompts_folder(tmp_path: Path) -> N
 
 async def test_script_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[SimConfig] = []
-    monkeypatch.setattr(simserver, "serve", lambda host, port, config: seen.append(config))
-    simserver.main(["--port", "0", "--script", str(PIPELINE)])
+    monkeypatch.setattr(simserver_cli, "serve", lambda host, port, config: seen.append(config))
+    simserver_cli.main(["--port", "0", "--script", str(PIPELINE)])
     assert seen == [SimConfig(script=str(PIPELINE))]
 
 
 async def test_command_line_reports_a_bad_script_in_one_line(tmp_path: Path) -> None:
     bad = write_script(tmp_path, "responses:\n  - response: a\n  - template: 7\n    response: b\n")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "providers.simserver", "--port", "0", "--script", str(bad), cwd=REPO,
+        sys.executable, "-m", "simserver", "--port", "0", "--script", str(bad), cwd=REPO,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
     assert proc.returncode == 2 and out == b""
-    assert err.decode() == (f"python -m providers.simserver: error: response script {bad}, responses[1] (line 3): "
+    assert err.decode() == (f"python -m simserver: error: response script {bad}, responses[1] (line 3): "
                             'template must be a string (quote it: "7")\n')

@@ -26,8 +26,8 @@ from google.genai import types as genai_types
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion
 
-from providers import simserver
-from providers.simserver import SimConfig, SimServer, simulated_reply, start_server
+from simserver import cli as simserver_cli
+from simserver import SimConfig, SimServer, simulated_reply, start_server
 
 REPO = Path(__file__).resolve().parents[1]
 MC_PROMPT = "Which is a fruit?\nA. carrot\nB. apple\nC. potato\nD. onion\nAnswer:"
@@ -396,7 +396,7 @@ async def test_config_endpoint_changes_faults_at_run_time(srv: SimServer, client
 
 async def test_module_entry_point_prints_port_and_answers() -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "providers.simserver", "--port", "0", "--rpm", "600", "--fault-429", "0",
+        sys.executable, "-m", "simserver", "--port", "0", "--rpm", "600", "--fault-429", "0",
         "--no-require-key", cwd=REPO, stdout=asyncio.subprocess.PIPE)
     try:
         assert proc.stdout is not None
@@ -754,8 +754,8 @@ async def test_gemini_rate_limit_has_retry_info_and_no_headers(srv: SimServer, g
 
 async def test_every_config_field_is_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[SimConfig] = []
-    monkeypatch.setattr(simserver, "serve", lambda host, port, config: seen.append(config))
-    simserver.main(["--port", "0", "--fault-503", "0.1", "--itpm", "1000", "--otpm", "200", "--tpm", "5000",
+    monkeypatch.setattr(simserver_cli, "serve", lambda host, port, config: seen.append(config))
+    simserver_cli.main(["--port", "0", "--fault-503", "0.1", "--itpm", "1000", "--otpm", "200", "--tpm", "5000",
                     "--fault-401", "0.2", "--fault-quota", "0.3", "--fault-malformed", "0.4", "--fault-filter",
                     "0.5", "--api-key", "abc", "--no-require-key"])
     assert seen == [SimConfig(fault_503=0.1, itpm=1000, otpm=200, tpm=5000, fault_401=0.2, fault_quota=0.3,

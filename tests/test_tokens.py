@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.sim.answers import count_prompt_tokens
+from simserver.answers import count_prompt_tokens
 from runner import tokens
 from runner.tokens import count_input_tokens, count_text_tokens, estimate_text_tokens, exact
 

@@ -1,7 +1,7 @@
 """Response scripts: a YAML file that decides what the simulated server answers, keyed by prompt template and
 term, so a test (or a dry run of a multi-stage pipeline) controls what each stage's "model" says.
 
-The file (``python -m providers.simserver --script FILE``, ``SimConfig(script=FILE)`` or ``/sim/config``
+The file (``python -m simserver --script FILE``, ``SimConfig(script=FILE)`` or ``/sim/config``
 ``{"script": FILE}``)::
 
     # optional: folder of prompt templates, relative to this script file (default: ../prompts, then ./prompts,
@@ -20,7 +20,7 @@ The file (``python -m providers.simserver --script FILE``, ``SimConfig(script=FI
                                            # the last repeats
 
 The request's text is every message's text (system prompt, then each user and assistant turn, in order),
-joined with newlines, after the request is mapped to OpenAI messages (:mod:`providers.sim.answers`), so one
+joined with newlines, after the request is mapped to OpenAI messages (:mod:`simserver.answers`), so one
 entry matches the same conversation in all three wire formats. The first entry, in file order, whose
 conditions all hold answers; an entry without conditions matches every request.
 

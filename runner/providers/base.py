@@ -122,12 +122,12 @@ class Provider(ABC):
 
 #: built-in provider modules, imported only when a job names their provider
 BUILTIN: dict[str, str] = {
-    "anthropic": "providers.anthropic_messages:AnthropicProvider",
-    "gemini": "providers.gemini:GeminiProvider",
-    "local": "providers.local:LocalProvider",
-    "openai": "providers.openai_chat:OpenAIChatProvider",
-    "openai-compatible": "providers.openai_chat:OpenAICompatibleProvider",
-    "sim": "providers.openai_chat:SimProvider",
+    "anthropic": "runner.providers.anthropic_messages:AnthropicProvider",
+    "gemini": "runner.providers.gemini:GeminiProvider",
+    "local": "runner.providers.local:LocalProvider",
+    "openai": "runner.providers.openai_chat:OpenAIChatProvider",
+    "openai-compatible": "runner.providers.openai_chat:OpenAICompatibleProvider",
+    "sim": "runner.providers.openai_chat:SimProvider",
 }
 
 

@@ -11,7 +11,7 @@ integers (google-genai sends ``temperature=0`` as ``0.0``). If the last user mes
 own lines ("A. ..." or "A) ..."), the answer is one of the offered letters; otherwise a sentence of 8-30 words.
 The max tokens (one token per word) truncate it (finish ``length`` / ``max_tokens`` / ``MAX_TOKENS``); stop
 strings cut it (Anthropic reports ``stop_sequence``). Completion tokens never exceed the max tokens. A
-response script (:mod:`providers.sim.script`) replaces only the text: :func:`fit` cuts it the same way.
+response script (:mod:`simserver.script`) replaces only the text: :func:`fit` cuts it the same way.
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ def locate_gguf(configured: str | None = None) -> Path:
     if explicit:
         path = Path(explicit).expanduser()
         if not path.is_file():
-            raise ModelSetupError(f"the local model file {path} does not exist (providers.local.model_path "
+            raise ModelSetupError(f"the local model file {path} does not exist (runner.providers.local.model_path "
                                   "or RUNNER_LOCAL_MODEL)")
         return path
     found = installed_gguf()

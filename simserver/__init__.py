@@ -9,7 +9,7 @@
     script      response scripts: a YAML file of answers keyed by prompt template, term and model.
     server      :class:`SimServer`: routes, key check, fault draw, counters; :func:`start_server`, :func:`serve`.
 
-``providers.simserver`` re-exports this API and is the command line (``python -m providers.simserver``).
+``simserver.cli`` is the command line (``python -m simserver``).
 """
 
 from .answers import message_digest, simulated_reply

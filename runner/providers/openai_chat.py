@@ -5,7 +5,7 @@ Three providers share this code:
     openai              api.openai.com, key from OPENAI_API_KEY
     openai-compatible   the user's own servers (vLLM, llama.cpp, Ollama), one per entry of the job's
                         ``endpoints:`` section, named in models as ``openai-compatible:ENDPOINT/MODEL``
-    sim                 the simulated server (``runner sim``, ``providers/simserver.py``)
+    sim                 the simulated server (``runner sim``, ``simserver/cli.py``)
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ by the server only when its fraction is non-zero (so adding a knob never shifts 
     key check          missing / wrong key (``require_key``, ``api_key``); no draw.
     ``fault_401``      auth failure.
     (body validation)  400.
-    (response script)  the first matching entry is picked (:mod:`providers.sim.script`); with ``strict: true``
+    (response script)  the first matching entry is picked (:mod:`simserver.script`); with ``strict: true``
                        a request no entry matches is a 400 "no scripted response matches this request".
     ``fault_quota``    out of credit: OpenAI 429 ``insufficient_quota``, Anthropic 402 ``billing_error``, Gemini
                        429 with a per-day ``QuotaFailure``; the 429s carry ``retry_after`` like random 429s.

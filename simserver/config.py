@@ -32,7 +32,7 @@ class SimConfig:
     seed: int = 0  #: seeds the fault RNG only; answers never depend on it
     require_key: bool = True  #: reject requests without a non-empty key in the format's own header
     api_key: str | None = field(default=None, repr=False)  #: when set, the only key accepted (missing -> error)
-    script: str | None = None  #: a response script file (YAML, see providers.sim.script) deciding the answers
+    script: str | None = None  #: a response script file (YAML, see simserver.script) deciding the answers
 
     def __post_init__(self) -> None:
         checked_updates(dataclasses.asdict(self))
