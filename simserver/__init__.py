@@ -6,6 +6,8 @@
     wire        what the wire formats share: the request, the format protocol, JSON responses.
     openai, anthropic, gemini
                 one wire format each: request mapping, key header, rate-limit headers, answer and errors.
+    completions OpenAI legacy Completions (``/v1/completions``): echo, logprobs, the token and logprob rule.
+    respond     the answer body of a parsed request, shared by the online routes and the batch lines.
     script      response scripts: a YAML file of answers keyed by prompt template, term and model.
     server      :class:`SimServer`: routes, key check, fault draw, counters; :func:`start_server`, :func:`serve`.
 

@@ -3,6 +3,8 @@
 Endpoints (``SimServer.url`` is the OpenAI base ending in ``/v1``; ``SimServer.root_url`` the bare origin
 that the anthropic and google-genai SDKs take as ``base_url``)
     ``POST /v1/chat/completions``                    OpenAI Chat Completions; key ``Authorization: Bearer``.
+    ``POST /v1/completions``                         OpenAI legacy Completions with ``echo`` and ``logprobs``
+                                                     (:mod:`simserver.completions`); counted as ``openai``.
     ``POST /v1/messages``                            Anthropic Messages; key ``x-api-key`` (or ``Authorization:
                                                      Bearer``, which is what anthropic 2.x sends for ``api_key``).
     ``POST /v1beta/models/{model}:generateContent``  Gemini generateContent, also under ``/v1/``; key
@@ -55,12 +57,14 @@ from typing import Any, Self
 
 from aiohttp import web
 
-from .answers import canonical, count_prompt_tokens, count_tokens, fit, reply
+from .answers import canonical, count_prompt_tokens
 from .anthropic import ANTHROPIC
 from .buckets import DEFAULT_MAX_TOKENS, LIMITS, PER_MINUTE, Bucket, wait_ms, why_blocked
+from .completions import COMPLETIONS
 from .config import SimConfig, checked_updates
 from .gemini import GEMINI
 from .openai import OPENAI
+from .respond import answer_body
 from .script import Script, load_script
 from .wire import JSON_HEADERS, Ask, Invalid, WireFormat, compact
 
@@ -127,6 +131,7 @@ class SimServer:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> Self:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._openai)
+        app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/messages", self._anthropic)
         app.router.add_post("/v1beta/models/{model}:generateContent", self._gemini)
         app.router.add_post("/v1/models/{model}:generateContent", self._gemini)
@@ -155,6 +160,9 @@ class SimServer:
 
     async def _openai(self, request: web.Request) -> web.Response:
         return await self._serve(request, OPENAI)
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        return await self._serve(request, COMPLETIONS)
 
     async def _anthropic(self, request: web.Request) -> web.Response:
         return await self._serve(request, ANTHROPIC)
@@ -258,18 +266,8 @@ class SimServer:
             return self._finish(web.Response(status=499))
 
         messages_json = canonical(ask.messages)
-        if filtered and not malformed:
-            text, finish, hit, completion_tokens = None, "content_filter", None, 0
-        else:
-            if entry is not None:  # a scripted text, cut like a simulated one
-                text, finish, hit = fit(entry.text(), ask.max_tokens, ask.stop)
-            else:
-                text, finish, hit = reply(messages_json, ask.model, ask.messages, ask.temperature, ask.max_tokens,
-                                          ask.top_p, ask.stop, ask.seed)
-            completion_tokens = max(1, count_tokens(text))
-            if ask.max_tokens is not None:
-                completion_tokens = min(completion_tokens, ask.max_tokens)
-        data = compact(fmt.answer(ask, text, finish, hit, prompt_tokens, completion_tokens)).encode()
+        body, text = answer_body(fmt, ask, entry, messages_json, prompt_tokens, bool(filtered and not malformed))
+        data = compact(body).encode()
         if malformed:
             data = data[:len(data) // 2]
         else:

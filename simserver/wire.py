@@ -31,6 +31,7 @@ class Ask:
     top_p: Any
     stop: Any
     seed: Any
+    extra: Any = None  #: what a format needs beyond these fields (legacy completions: its prompts and echo)
 
 
 class Invalid(Exception):
