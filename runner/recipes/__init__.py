@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: modules whose recipes are registered on first use
-MODULES = ("runner.recipes.newterm",)
+MODULES = ("runner.recipes.newterm", "runner.recipes.winodict")
 
 
 @dataclass
