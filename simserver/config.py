@@ -33,15 +33,23 @@ class SimConfig:
     require_key: bool = True  #: reject requests without a non-empty key in the format's own header
     api_key: str | None = field(default=None, repr=False)  #: when set, the only key accepted (missing -> error)
     script: str | None = None  #: a response script file (YAML, see simserver.script) deciding the answers
+    batch_delay: float = 0.0  #: seconds from a batch's creation until it ends (0: done at the first look)
+    batch_expire: float = 0.0  #: fraction of batch lines (by custom id hash) that expire instead of completing
+    batch_line_errors: float = 0.0  #: fraction of batch lines (by custom id hash) answered with a 500 error
 
     def __post_init__(self) -> None:
         checked_updates(dataclasses.asdict(self))
 
 
 _OPTIONAL = {"rpm": int, "tpm": int, "itpm": int, "otpm": int, "api_key": str, "script": str}
+_FRACTIONS = {"batch_expire", "batch_line_errors"}  #: besides the fault_* fields, the fields between 0 and 1
 #: field name -> the type its values take (the command line's ``type=``)
 FIELD_KINDS: dict[str, type] = {f.name: _OPTIONAL.get(f.name) or type(f.default)
                                 for f in dataclasses.fields(SimConfig)}
+
+
+def _fraction(name: str) -> bool:
+    return name.startswith("fault_") or name in _FRACTIONS
 
 
 def checked_updates(updates: Any) -> dict[str, Any]:
@@ -65,8 +73,8 @@ def checked_updates(updates: Any) -> dict[str, Any]:
             out[name] = value
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value % 1):
             raise ValueError(f"{name} must be a{'n integer' if kind is int else ' number'}")
-        elif value < 0 or (name.startswith("fault_") and value > 1) or (name in _OPTIONAL and value < 1):
-            raise ValueError(f"{name} must be {'between 0 and 1' if name.startswith('fault_') else 'positive'}")
+        elif value < 0 or (_fraction(name) and value > 1) or (name in _OPTIONAL and value < 1):
+            raise ValueError(f"{name} must be {'between 0 and 1' if _fraction(name) else 'positive'}")
         else:
             out[name] = kind(value)
     return out

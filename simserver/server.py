@@ -9,10 +9,15 @@ that the anthropic and google-genai SDKs take as ``base_url``)
                                                      Bearer``, which is what anthropic 2.x sends for ``api_key``).
     ``POST /v1beta/models/{model}:generateContent``  Gemini generateContent, also under ``/v1/``; key
                                                      ``x-goog-api-key`` or ``?key=``.
+    Batch APIs: OpenAI Files and Batches (:mod:`simserver.batch_openai`), Anthropic Message Batches
+    (:mod:`simserver.batch_anthropic`), Gemini batch mode (:mod:`simserver.batch_gemini`); shared state and the
+    ``batch_*`` knobs in :mod:`simserver.batches`.
     ``GET  /sim/stats``   ``{"received", "by_status", "by_route", "completed_by_digest"}``, and with a response
                           script loaded ``"scripted"`` (answers whose text it gave) and ``"unmatched"``
-                          (requests none of its entries matched).
-    ``POST /sim/reset``   zeroes the counters, refills the rate-limit buckets and rewinds the script's entries.
+                          (requests none of its entries matched); once a batch exists, the ``batch*`` counters.
+    ``POST /sim/reset``   zeroes the counters, refills the rate-limit buckets, rewinds the script's entries and
+                          forgets all batches and files.
+    ``POST /sim/batches/{id}/expire``  ends a running batch (any provider's id) now as expired.
     ``POST /sim/config``  JSON object of :class:`SimConfig` fields to change at run time; ``"script"`` loads
                           that file (a 400 if it cannot be loaded), ``null`` drops the script.
 
@@ -59,6 +64,10 @@ from aiohttp import web
 
 from .answers import canonical, count_prompt_tokens
 from .anthropic import ANTHROPIC
+from .batch_anthropic import AnthropicBatches
+from .batch_gemini import GeminiBatches
+from .batch_openai import OpenAIBatches
+from .batches import BatchStore
 from .buckets import DEFAULT_MAX_TOKENS, LIMITS, PER_MINUTE, Bucket, wait_ms, why_blocked
 from .completions import COMPLETIONS
 from .config import SimConfig, checked_updates
@@ -85,6 +94,7 @@ class SimServer:
         self._closing = asyncio.Event()
         self.clock: Callable[[], float] = time.monotonic  #: the rate limits' clock; tests may replace it
         self._runner: web.AppRunner | None = None
+        self.batches = BatchStore(self)  #: the Batch APIs' batches and files (simserver.batches)
         self.reset()
 
     @property
@@ -101,6 +111,7 @@ class SimServer:
                  "by_route": dict(self._by_route), "completed_by_digest": dict(self._completed)}
         if self.script is not None:
             stats["scripted"], stats["unmatched"] = self._scripted, self._unmatched
+        stats.update(self.batches.stats())
         return stats
 
     def reset(self) -> None:
@@ -110,6 +121,7 @@ class SimServer:
         self._completed: dict[str, int] = {}
         self._scripted = self._unmatched = 0
         self._buckets.clear()
+        self.batches.clear()
         if self.script is not None:
             self.script.rewind()
 
@@ -129,7 +141,7 @@ class SimServer:
         return self.config
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> Self:
-        app = web.Application()
+        app = web.Application(client_max_size=200 * 1024 * 1024)  # OpenAI's batch input files go up to 200 MB
         app.router.add_post("/v1/chat/completions", self._openai)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/messages", self._anthropic)
@@ -138,6 +150,9 @@ class SimServer:
         app.router.add_get("/sim/stats", self._stats)
         app.router.add_post("/sim/reset", self._reset)
         app.router.add_post("/sim/config", self._config)
+        app.router.add_post("/sim/batches/{batch_id}/expire", self._expire_batch)
+        for batches in (OpenAIBatches(self), AnthropicBatches(self), GeminiBatches(self)):
+            batches.add_routes(app)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port).start()
@@ -284,6 +299,22 @@ class SimServer:
     async def _reset(self, request: web.Request) -> web.Response:
         self.reset()
         return web.json_response(self.stats())
+
+    def expire_batch(self, batch_id: str) -> bool:
+        """End a running batch of any provider now as expired; False when there is no such batch."""
+        batch = self.batches.batches.get(batch_id.removeprefix("batches/"))
+        if batch is None:
+            return False
+        self.batches.advance(batch)
+        self.batches.expire(batch)
+        return True
+
+    async def _expire_batch(self, request: web.Request) -> web.Response:
+        batch_id = request.match_info["batch_id"]
+        if not self.expire_batch(batch_id):
+            return web.json_response({"error": f"no batch {batch_id}"}, status=404)
+        batch = self.batches.batches[batch_id.removeprefix("batches/")]
+        return web.json_response({"id": batch_id, "end": batch.end})
 
     async def _config(self, request: web.Request) -> web.Response:
         try:
