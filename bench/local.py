@@ -36,15 +36,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from runner.plan.request import Task  # noqa: E402
+from runner.plan.stage import StagePlan  # noqa: E402
 from runner.providers.base import ProviderSettings  # noqa: E402
 from runner.providers.local import LocalProvider  # noqa: E402
-from runner.plan import Request, StagePlan  # noqa: E402
-from runner.spec import load_job  # noqa: E402
+from runner.spec.job import load_job  # noqa: E402
 
 JOBS = ["newterm-eval-2023", "newterm-eval-2022", "knowno-mctest", "knowno-bank77"]
 
 
-def job_requests(name: str, limit: int) -> list[Request]:
+def job_requests(name: str, limit: int) -> list[Task]:
     """The job's requests on a ``limit``-item slice, in the order the runner dispatches them, each key once."""
     job = load_job(ROOT / "jobs" / f"{name}.yaml")
     job.limit = limit
@@ -82,7 +83,7 @@ class Meter:
         await provider.start()
         return cls(provider)
 
-    async def ask(self, req: Request) -> Answer:
+    async def ask(self, req: Task) -> Answer:
         import llama_cpp
         import numpy as np
 
@@ -104,7 +105,7 @@ class Meter:
         llm.generate = metered
         try:
             started = time.perf_counter()
-            done = await self.provider.execute(req.model_name, req.messages, req.params)
+            done = await self.provider.execute(req.model_name, req.messages, req.call.params)
             ended = time.perf_counter()
         finally:
             del llm.generate

@@ -15,12 +15,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from runner.engine.run import execute  # noqa: E402
 from runner.providers.base import ProviderSettings  # noqa: E402
-from simserver.config import SimConfig  # noqa: E402
+from runner.spec.job import load_job  # noqa: E402
+from runner.store import open_store  # noqa: E402
 from simserver import start_server  # noqa: E402
-from runner.run import execute  # noqa: E402
-from runner.spec import load_job  # noqa: E402
-from runner.store import Store  # noqa: E402
+from simserver.config import SimConfig  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "newterm_build"
 
@@ -28,7 +28,7 @@ DATA = ROOT / "tests" / "data" / "newterm_build"
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         async with await start_server(SimConfig(script=str(DATA / "script.yaml"))) as server:
-            store = Store(Path(tmp) / "bench.sqlite")
+            store = open_store(Path(tmp) / "bench.sqlite")
             for label in ("first run", "unchanged re-run"):
                 job = load_job(ROOT / "jobs" / "newterm-build.yaml", {
                     "model": "sim:gpt-sim", "terms": str(DATA / "terms.jsonl"), "out": f"{tmp}/benchmark"})

@@ -34,9 +34,9 @@ import aiohttp  # noqa: E402
 import yaml  # noqa: E402
 
 from bench.throughput import SimProcess  # noqa: E402
-from runner.run import execute  # noqa: E402
-from runner.spec import load_job  # noqa: E402
-from runner.store import Store  # noqa: E402
+from runner.engine.run import execute  # noqa: E402
+from runner.spec.job import load_job  # noqa: E402
+from runner.store import open_store  # noqa: E402
 
 SETTLE = 5.0  # seconds after the burst before the window opens
 
@@ -101,7 +101,7 @@ async def one_case(name: str, rpm: int, window: float, latency: float) -> dict[s
             stop = asyncio.Event()
             poller = asyncio.ensure_future(sample(server.root, samples, stop))
             started = time.monotonic()
-            outcome = await execute(job, Store(folder / "store.sqlite"))
+            outcome = await execute(job, open_store(folder / "store.sqlite"))
             elapsed = time.monotonic() - started
             stop.set()
             await poller

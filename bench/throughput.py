@@ -227,12 +227,12 @@ async def bare_sdk(url: str, n: int, concurrency: int, timeout: float, tag: str)
 
 def run_job(job_path: Path, store_path: Path, timeout: float, reuse: bool = True) -> tuple[Any, float]:
     """Load the job, open the store, and time ``execute`` alone; returns (outcome, seconds)."""
-    from runner.run import execute
-    from runner.spec import load_job
-    from runner.store import Store
+    from runner.engine.run import execute
+    from runner.spec.job import load_job
+    from runner.store import open_store
 
     job = load_job(job_path)
-    store = Store(store_path)
+    store = open_store(store_path)
 
     async def go() -> tuple[Any, float]:
         async with asyncio.timeout(timeout):
@@ -247,10 +247,10 @@ def run_job(job_path: Path, store_path: Path, timeout: float, reuse: bool = True
 
 
 def report_totals(store_path: Path, run_id: str) -> dict[str, Any]:
-    from runner.report import build
-    from runner.store import Store
+    from runner.report.summary import build
+    from runner.store import open_store
 
-    store = Store(store_path)
+    store = open_store(store_path)
     try:
         return build(store, run_id)["totals"]
     finally:
@@ -276,12 +276,12 @@ def vm_hwm_kb() -> int | None:
 
 def stream_child(job_path: Path, store_path: Path, timeout: float) -> None:
     """Runs in the subprocess: execute the job, then print one JSON line with the peak RSS."""
-    from runner.run import execute
-    from runner.spec import load_job
-    from runner.store import Store
+    from runner.engine.run import execute
+    from runner.spec.job import load_job
+    from runner.store import open_store
 
     job = load_job(job_path)
-    store = Store(store_path)
+    store = open_store(store_path)
     # imports, job and store: the floor under the peak
     before_kb = vm_hwm_kb() or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 

@@ -15,14 +15,14 @@ from typing import Annotated
 
 import typer
 
-from . import costs as cost_sums
-from . import estimate as estimates
-from . import report as reports
-from .errors import RunnerError
-from .progress import make_view
-from .run import budget_warnings, execute, load_run_job, pid_alive, set_budget
-from .spec import Job, load_job
-from .store import Store
+from runner.engine.run import budget_warnings, execute, load_run_job, pid_alive, set_budget
+from runner.errors import RunnerError
+from runner.report import costs as cost_sums
+from runner.report import estimate as estimates
+from runner.report import summary as reports
+from runner.report.progress import make_view
+from runner.spec.job import Job, load_job
+from runner.store import Store, open_store
 
 app = typer.Typer(
     add_completion=False,
@@ -112,7 +112,7 @@ def submit(
         set_budget(job, budget)
     if limit is not None:
         job.limit = limit
-    store = Store(db)
+    store = open_store(db)
     est = estimates.estimate(job, store, count_free=False)
     for line in estimates.summary_lines(est):
         typer.echo(line)
@@ -144,7 +144,7 @@ def estimate(
     job = load_job(job_file, _vars(var))
     if limit is not None:
         job.limit = limit
-    text = estimates.render(estimates.estimate(job, Store(db)), fmt)
+    text = estimates.render(estimates.estimate(job, open_store(db)), fmt)
     _emit(text, output)
 
 
@@ -161,7 +161,7 @@ def costs(
     possibly billed (requests in flight when a run was killed) and the money saved by cache hits."""
     if fmt not in cost_sums.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(cost_sums.FORMATS)}, not {fmt!r}")
-    data = cost_sums.build(Store(db), by=by, since=since)
+    data = cost_sums.build(open_store(db), by=by, since=since)
     _emit(cost_sums.render(data, fmt), output)
 
 
@@ -190,7 +190,7 @@ def resume(
 ) -> None:
     """Finish an interrupted, crashed or budget-exhausted run: completed requests come from the store, the rest
     are sent."""
-    store = Store(db)
+    store = open_store(db)
     run, job = load_run_job(store, run_id)
     if budget is not None:
         set_budget(job, budget)
@@ -203,7 +203,7 @@ def resume(
 @app.command()
 def runs(db: DbOption = None, limit: Annotated[int, typer.Option(help="How many runs, newest first.")] = 50) -> None:
     """List runs: id, job, status, progress, spend, started."""
-    store = Store(db)
+    store = open_store(db)
     rows = store.list_runs(limit)
     if not rows:
         typer.echo("no runs yet")
@@ -234,7 +234,7 @@ def report(
     """Per stage and model: requests, cache hits, tokens, cost, errors by class, latency, score."""
     if fmt not in reports.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(reports.FORMATS)}, not {fmt!r}")
-    store = Store(db)
+    store = open_store(db)
     _emit(reports.render(reports.build(store, run_id, judged=judged), fmt), output)
 
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from runner.budget import Budgets, Exhausted, Reservation, Scope
+from runner.engine.budget import Budgets, Exhausted, Reservation, Scope
 
 
 def budgets(usd: float | None = None, tokens: int | None = None, **extra: Scope) -> Budgets:
@@ -108,8 +108,8 @@ async def test_spend_never_exceeds_the_budget_under_concurrency_and_most_of_it_i
 
 
 def test_the_live_view_shows_spent_reserved_budget_saved_and_the_projection():
-    from runner.progress import budget_line
-    from runner.stats import RunStats
+    from runner.engine.stats import RunStats
+    from runner.report.progress import budget_line
 
     stats = RunStats()
     c = stats.counters("s", "m")

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from simserver import SimConfig, SimServer, start_server
-from runner import report
-from runner.budget import Scope
+from runner.engine.budget import Scope
+from runner.engine.run import execute, set_budget
 from runner.errors import RunnerError
-from runner.pricing import Pricing
-from runner.run import execute, set_budget
-from runner.spec import load_job
-from runner.store import Store
+from runner.providers.pricing import Pricing
+from runner.report import summary as report
+from runner.spec.job import load_job
+from runner.store import Store, open_store
+from simserver import SimConfig, SimServer, start_server
 
 MODEL = "sim:priced"
 #: USD per million tokens: dear enough that a few requests are worth cents
@@ -72,7 +72,7 @@ async def test_spend_never_exceeds_the_budget_and_uses_most_of_it(tmp_path, serv
         path = write_job(folder, server.url, rows, usd=rng.uniform(0.01, 2.0), concurrency=rng.randint(1, 128),
                          max_tokens=max_tokens, name=f"t{trial}")
         job = load_job(path)
-        store = Store(folder / "s.sqlite")
+        store = open_store(folder / "s.sqlite")
         outcome = await execute(job, store)
         budget = job.budget.usd
         spent = charged(store, outcome.run_id)
@@ -81,7 +81,7 @@ async def test_spend_never_exceeds_the_budget_and_uses_most_of_it(tmp_path, serv
             exhausted += 1
             pricing = Pricing(job)
             # the dearest request of the job, at its worst case, bounds what may be left unspent
-            from runner.tokens import count_input_tokens
+            from runner.providers.tokens import count_input_tokens
 
             worst = max(pricing.worst_case(MODEL, count_input_tokens("sim", "priced",
                                                                      [{"role": "user", "content": q}]), max_tokens)
@@ -100,7 +100,7 @@ async def test_the_report_the_ledger_and_the_usage_agree_to_the_cent(tmp_path, s
     rng = random.Random(3)
     rows = [f"Question {i}: {words(rng, rng.randint(3, 60))}?" for i in range(40)]
     job = load_job(write_job(tmp_path, server.url, rows, usd=None, concurrency=16, max_tokens=30))
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(job, store)
     assert outcome.status == "completed"
     built = report.build(store, outcome.run_id)
@@ -119,7 +119,7 @@ async def test_a_budget_exhausted_run_resumes_with_a_larger_budget(tmp_path, ser
     server.configure(latency=0.0)
     rows = [f"Resume question {i}: {words(random.Random(i), 20)}?" for i in range(30)]
     job = load_job(write_job(tmp_path, server.url, rows, usd=1.0, concurrency=8, max_tokens=20))
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     first = await execute(job, store)
     assert first.status == "budget_exhausted" and "--budget" in first.message
     done = store.conn.execute("SELECT count(*) FROM tasks WHERE run_id = ?", (first.run_id,)).fetchone()[0]
@@ -142,7 +142,7 @@ async def test_a_stage_budget_stops_only_that_stage(tmp_path, server: SimServer)
     job["stages"].append(second)
     path.write_text(json.dumps(job))
     loaded = load_job(path)
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(loaded, store)
     counts = dict(store.conn.execute("SELECT stage, count(*) FROM tasks GROUP BY stage").fetchall())
     assert counts["ask"] < 20 and counts["second"] == 20
@@ -158,7 +158,7 @@ async def test_an_unknown_price_with_a_budget_refuses_to_start(tmp_path, server:
     job["providers"] = {"openai": {"base_url": server.url}}
     job["prices"] = {}
     path.write_text(json.dumps(job))
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     with pytest.raises(RunnerError, match=r"price of openai:no-such-model-2099 is unknown.*add prices:"):
         await execute(load_job(path), store)
     assert store.conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
@@ -170,7 +170,7 @@ async def test_a_budget_needs_max_tokens(tmp_path, server: SimServer):
     del job["params"]["max_tokens"]
     path.write_text(json.dumps(job))
     with pytest.raises(RunnerError, match=r"stage ask has no params.max_tokens"):
-        await execute(load_job(path), Store(tmp_path / "s.sqlite"))
+        await execute(load_job(path), open_store(tmp_path / "s.sqlite"))
 
 
 def test_scope_describes_itself():
@@ -179,7 +179,7 @@ def test_scope_describes_itself():
 
 
 async def test_budget_warnings_name_what_to_add(tmp_path, server: SimServer, monkeypatch):
-    from runner.run import budget_warnings
+    from runner.engine.run import budget_warnings
 
     job = load_job(write_job(tmp_path, server.url, ["q"], usd=None, concurrency=1, max_tokens=5))
     assert budget_warnings(job) == [
@@ -198,7 +198,7 @@ async def test_budget_warnings_name_what_to_add(tmp_path, server: SimServer, mon
 
 
 def test_a_zero_budget_is_one_sentence(tmp_path):
-    from runner.spec import Job
+    from runner.spec.job import Job
 
     job = Job.model_validate({"name": "j", "stages": [{"name": "s", "dataset": {"path": "x"}, "prompt": "p"}]})
     with pytest.raises(RunnerError, match=r"^--budget must be more than 0 USD \(got 0\)$"):

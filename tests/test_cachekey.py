@@ -12,18 +12,10 @@ from typing import Any
 
 import pytest
 
-from runner.plan import (
-    StagePlan,
-    cache_key,
-    canonical_json,
-    canonical_request,
-    canonical_tail,
-    canonical_text,
-)
-from runner.plan import (
-    key_of as plan_key_of,
-)
-from runner.spec import load_job
+from runner.plan.request import cache_key, canonical_json, canonical_request, canonical_tail, canonical_text
+from runner.plan.request import key_of as plan_key_of
+from runner.plan.stage import StagePlan
+from runner.spec.job import load_job
 
 FAKE_SECRET = "sk-fake-0123456789abcdefSECRET"
 
@@ -222,11 +214,11 @@ def test_plan_keys_hold_no_api_key(tmp_path: Path, dataset: Path, monkeypatch: p
     path = tmp_path / "a.yaml"
     job = load_job(path)
     for request in StagePlan(job, job.stages[0]):
-        assert FAKE_SECRET not in request.canonical
-        assert request.key == plan_key_of(request.canonical)
+        assert FAKE_SECRET not in request.call.canonical
+        assert request.key == plan_key_of(request.call.canonical)
         # The plan writes the canonical JSON directly; it must be exactly the canonical form of the request.
-        body = canonical_request("sim", request.model_id, request.messages, request.params)
-        assert request.canonical == canonical_json(body) and request.key == cache_key(body)
+        body = canonical_request("sim", request.call.model_id, request.messages, request.call.params)
+        assert request.call.canonical == canonical_json(body) and request.key == cache_key(body)
     monkeypatch.setenv("RUNNER_SIM_KEY", "another-fake-key")
     monkeypatch.delenv("OPENAI_API_KEY")
     assert plan_keys(tmp_path, dataset, "sim:gpt-test", "b.yaml") == with_secret

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.choices import LETTERS, inverse, options_block, permutation
-from runner.parse import Parsed, Reason, parse_letter
+from runner.evaluate.parse import Parsed, Reason, parse_letter
+from runner.plan.choices import LETTERS, inverse, options_block, permutation
 
 REPO = Path(__file__).resolve().parents[1]
 ROW_IDS = [str(i) for i in range(1, 51)] + ["row-a", "row-b", "ünïcode"]
@@ -39,7 +39,7 @@ def test_permutation_is_deterministic_in_process() -> None:
 def test_permutation_is_stable_across_processes_and_hash_seeds() -> None:
     code = (
         "import json, sys\n"
-        "from runner.choices import permutation\n"
+        "from runner.plan.choices import permutation\n"
         "rows = json.loads(sys.argv[1])\n"
         "print(json.dumps([permutation(n, r, s) for n in (2, 4, 7) for r in rows for s in (0, 1, 2)]))\n"
     )

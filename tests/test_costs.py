@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from simserver import SimServer, start_server
-from runner import costs, report
 from runner.cli import main
-from runner.run import execute
-from runner.spec import load_job
-from runner.store import Store
+from runner.engine.run import execute
+from runner.report import costs
+from runner.report import summary as report
+from runner.spec.job import load_job
+from runner.store import open_store
+from simserver import SimServer, start_server
 
 PRICES = {"sim:cheap": {"input": 100.0, "output": 400.0}, "sim:dear": {"input": 3000.0, "output": 9000.0}}
 DAY1, DAY2 = "2025-03-01", "2025-03-02"
@@ -43,7 +44,7 @@ async def ledger(tmp_path: Path) -> dict:
     """alpha (sim:cheap) run twice, the second time all from the cache; beta (sim:cheap and sim:dear) once; then
     a charge on DAY1 for alpha's first run, a possibly billed row on DAY2 for beta's run, and on DAY2 a reservation
     left by a run the store does not know (not alive: possibly billed too)."""
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     async with await start_server() as server:
         srv: SimServer = server
         alpha = load_job(_job(tmp_path, srv.url, "alpha", ["sim:cheap"], rows=5, offset=0))

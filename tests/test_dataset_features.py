@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from runner.errors import RunnerError
-from runner.plan import StagePlan
-from runner.spec import load_job
+from runner.plan.stage import StagePlan
+from runner.spec.job import load_job
 
 STORIES = [
     {"id": "s1", "story": "Tom plays.", "question_list": [

@@ -8,12 +8,12 @@ import os
 import signal
 from pathlib import Path
 
-from runner.providers.base import Completion, ProviderSettings
-from runner import report
+from runner.engine.run import execute
 from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, TransientError
-from runner.run import execute
-from runner.spec import load_job
-from runner.store import Store
+from runner.providers.base import Completion, ProviderSettings
+from runner.report import summary as report
+from runner.spec.job import load_job
+from runner.store import Store, open_store
 from tests.conftest import write_job, write_rows
 
 
@@ -30,7 +30,7 @@ def _tasks(store: Store, run_id: str) -> list[tuple]:
 
 async def test_fresh_run_then_every_request_is_a_cache_hit(tmp_path, fake_provider):
     job = _job(tmp_path)
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     first = await execute(job, store)
     assert first.status == "completed"
     assert len(fake_provider.history) == 12
@@ -50,7 +50,7 @@ async def test_fresh_run_then_every_request_is_a_cache_hit(tmp_path, fake_provid
 async def test_results_map_the_letter_back_through_the_permutation(tmp_path, fake_provider):
     job = _job(tmp_path, rows=8, seeds="[0, 1, 2]")
     fake_provider.behaviour = lambda *a: Completion(text="The answer is B.", input_tokens=5, output_tokens=3)
-    outcome = await execute(job, Store(tmp_path / "s.sqlite"))
+    outcome = await execute(job, open_store(tmp_path / "s.sqlite"))
     rows = [json.loads(x) for x in outcome.results["mc"].read_text().splitlines()]
     assert len(rows) == 24
     for r in rows:
@@ -71,7 +71,7 @@ async def test_transient_errors_are_retried_with_bounded_attempts(tmp_path, fake
         return TransientError("boom", status=500) if calls[key] <= 2 else None
 
     fake_provider.behaviour = flaky
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(job, store)
     assert outcome.status == "completed"
     assert all(t[1] == "done" and t[2] == 3 for t in _tasks(store, outcome.run_id))
@@ -82,7 +82,7 @@ async def test_permanent_failure_ends_in_bounded_time_and_is_counted(tmp_path, f
     job = _job(tmp_path, rows=5, extra="")
     job.retry.max_attempts = 3
     fake_provider.behaviour = lambda *a: TransientError("always down", status=503)
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     outcome = await asyncio.wait_for(execute(job, store), timeout=10)
     assert outcome.status == "completed"
     assert len(fake_provider.history) == 15
@@ -105,7 +105,7 @@ async def test_a_429_pauses_the_whole_endpoint_for_retry_after(tmp_path, fake_pr
         return None
 
     fake_provider.behaviour = limited
-    outcome = await execute(job, Store(tmp_path / "s.sqlite"))
+    outcome = await execute(job, open_store(tmp_path / "s.sqlite"))
     assert outcome.status == "completed"
     started = [h[3] for h in fake_provider.history]
     # Requests that started after the 429 came back waited out the pause, whichever task sent them.
@@ -117,7 +117,7 @@ async def test_bad_request_fails_the_item_without_retry(tmp_path, fake_provider)
     job = _job(tmp_path, rows=4)
     fake_provider.behaviour = lambda m, msgs, p, n: BadRequest("nope", status=400) if "number 2" in msgs[-1][
         "content"] else None
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(job, store)
     assert outcome.status == "completed"
     assert len(fake_provider.history) == 4
@@ -130,7 +130,7 @@ async def test_auth_error_stops_the_endpoint_after_one_request(tmp_path, fake_pr
     job = _job(tmp_path, rows=10)
     job.providers["fake"] = ProviderSettings(concurrency=1)
     fake_provider.behaviour = lambda *a: AuthError("key refused", status=401)
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(job, store)
     assert len(fake_provider.history) == 1
     tasks = _tasks(store, outcome.run_id)
@@ -141,7 +141,7 @@ async def test_insufficient_quota_stops_the_run(tmp_path, fake_provider):
     job = _job(tmp_path, rows=30)
     job.providers["fake"] = ProviderSettings(concurrency=1)
     fake_provider.behaviour = lambda *a: QuotaExceeded("insufficient quota", status=429)
-    outcome = await execute(job, Store(tmp_path / "s.sqlite"))
+    outcome = await execute(job, open_store(tmp_path / "s.sqlite"))
     assert outcome.status == "failed" and "quota" in (outcome.message or "")
     assert len(fake_provider.history) == 1
 
@@ -153,7 +153,7 @@ async def test_identical_requests_in_flight_are_sent_once(tmp_path, fake_provide
     job = load_job(write_job(tmp_path / "job.yaml", dataset, models=["fake:m1"], stage_extra="    # dup"))
     job.stages[0].choices.shuffle = False
     fake_provider.latency = 0.05
-    outcome = await execute(job, Store(tmp_path / "s.sqlite"))
+    outcome = await execute(job, open_store(tmp_path / "s.sqlite"))
     assert len(fake_provider.history) == 1
     rows = [json.loads(x) for x in outcome.results["mc"].read_text().splitlines()]
     assert len(rows) == 5 and sum(r["cache_hit"] for r in rows) == 4
@@ -163,7 +163,7 @@ async def test_first_interrupt_lets_in_flight_requests_finish_and_resume_complet
     job = _job(tmp_path, rows=40)
     job.providers["fake"] = ProviderSettings(concurrency=4)
     fake_provider.latency = 0.1
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     loop = asyncio.get_running_loop()
     loop.call_later(0.25, os.kill, os.getpid(), signal.SIGINT)
     outcome = await execute(job, store)
@@ -184,7 +184,7 @@ async def test_first_interrupt_lets_in_flight_requests_finish_and_resume_complet
 async def test_second_interrupt_abandons_in_flight_requests(tmp_path, fake_provider):
     job = _job(tmp_path, rows=8)
     fake_provider.latency = 30
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     loop = asyncio.get_running_loop()
     loop.call_later(0.2, os.kill, os.getpid(), signal.SIGINT)
     loop.call_later(0.4, os.kill, os.getpid(), signal.SIGINT)
@@ -203,7 +203,7 @@ async def test_a_repeat_after_the_answer_came_but_before_it_was_committed_is_not
     job = load_job(write_job(tmp_path / "job.yaml", dataset, models=["fake:m1"]))
     job.stages[0].choices.shuffle = False
     job.providers["fake"] = ProviderSettings(concurrency=1)
-    outcome = await execute(job, Store(tmp_path / "s.sqlite"))
+    outcome = await execute(job, open_store(tmp_path / "s.sqlite"))
     assert len(fake_provider.history) == 2
     rows = [json.loads(x) for x in outcome.results["mc"].read_text().splitlines()]
     assert [r["cache_hit"] for r in sorted(rows, key=lambda r: r["id"])] == [False, False, True]

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from runner.engine.run import execute
+from runner.plan.choices import permutation
+from runner.plan.stage import StagePlan
+from runner.providers.pricing import Pricing
+from runner.providers.tokens import count_input_tokens
+from runner.report import estimate as estimates
+from runner.spec.job import load_job
+from runner.store import open_store
 from simserver import SimServer, start_server
-from runner import estimate as estimates
-from runner.choices import permutation
-from runner.plan import StagePlan
-from runner.pricing import Pricing
-from runner.run import execute
-from runner.spec import load_job
-from runner.store import Store
-from runner.tokens import count_input_tokens
 from tests.conftest import ROOT, run_cli
 
 MODEL = "sim:priced"
@@ -75,7 +75,7 @@ async def server():
 async def test_arithmetic_by_hand_with_cached_requests_excluded(tmp_path: Path, server: SimServer) -> None:
     """3 rows × 2 seeds of a priced sim model; row 1 was run before, so its 2 requests are in the cache: they count
     as cache hits, cost nothing, and their output tokens are the history the expected cost is taken from."""
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(load_job(_write_job(tmp_path, server.url, limit=1)), store)
     assert outcome.status == "completed"
     assert store.conn.execute("SELECT count(*) FROM responses").fetchone()[0] == 2
@@ -107,7 +107,7 @@ async def test_arithmetic_by_hand_with_cached_requests_excluded(tmp_path: Path, 
     assert f"{sum(tokens):,} (exact)" in text
 
     # Nothing cached yet: no history, so the low end is the input alone.
-    fresh = estimates.estimate(job, Store(tmp_path / "empty.sqlite"))
+    fresh = estimates.estimate(job, open_store(tmp_path / "empty.sqlite"))
     [g] = fresh.groups
     assert (g.cached, g.to_send, g.history) == (0, 6, 0)
     all_tokens = [count_input_tokens("sim", "priced", _messages(r, s)) for r in range(3) for s in (0, 1)]
@@ -121,7 +121,7 @@ def test_repeated_requests_are_sent_once(tmp_path: Path) -> None:
     path = _write_job(tmp_path, "http://127.0.0.1:9/v1")
     job = load_job(path)
     job.stages[0].choices.shuffle = False  # type: ignore[union-attr]
-    [g] = estimates.estimate(job, Store(tmp_path / "s.sqlite")).groups
+    [g] = estimates.estimate(job, open_store(tmp_path / "s.sqlite")).groups
     assert (g.requests, g.repeats, g.to_send) == (6, 3, 3)
     tokens = [count_input_tokens("sim", "priced", _plain(r)) for r in range(3)]
     assert g.input_tokens == sum(tokens)
@@ -166,7 +166,7 @@ def test_every_format(tmp_path: Path, monkeypatch, capsys) -> None:
 def test_submit_refuses_a_worst_case_over_the_budget(tmp_path: Path, monkeypatch, capsys) -> None:
     db = tmp_path / "s.sqlite"
     path = _write_job(tmp_path, "http://127.0.0.1:9/v1")
-    high = estimates.estimate(load_job(path), Store(db)).high
+    high = estimates.estimate(load_job(path), open_store(db)).high
     assert high is not None and high > 0.01
     code, out, err = run_cli(monkeypatch, capsys, "submit", str(path), "--db", str(db), "--budget", "0.01")
     assert code == 2
@@ -174,21 +174,21 @@ def test_submit_refuses_a_worst_case_over_the_budget(tmp_path: Path, monkeypatch
     [line] = err.strip().splitlines()
     assert line.startswith("Error: the estimate's worst case ") and f"${high:,.4f}" in line
     assert "$0.0100" in line and "--allow-partial" in line and "--budget" in line
-    assert Store(db).list_runs() == []  # refused before a run was created
+    assert open_store(db).list_runs() == []  # refused before a run was created
 
 
 async def test_submit_runs_with_allow_partial_or_a_large_enough_budget(tmp_path: Path, server: SimServer,
                                                                       monkeypatch, capsys) -> None:
     db = tmp_path / "s.sqlite"
     path = _write_job(tmp_path, server.url)
-    high = estimates.estimate(load_job(path), Store(db)).high
+    high = estimates.estimate(load_job(path), open_store(db)).high
     assert high is not None
     budget = f"{high / 2:.6f}"
     code, out, err = await asyncio.to_thread(
         run_cli, monkeypatch, capsys, "submit", str(path), "--db", str(db), "--budget", budget, "--allow-partial")
     assert code in (0, 3), err  # the engine stops it when the budget is spent (or the answers were cheap)
     assert out.startswith("estimate: 6 requests") and "--allow-partial" in err
-    spent = Store(db).conn.execute("SELECT coalesce(sum(amount), 0) FROM ledger WHERE kind = 'charge'").fetchone()[0]
+    spent = sum(row["amount"] for row in open_store(db).ledger(kind="charge"))
     assert 0 < spent <= float(budget)
 
     code, out, err = await asyncio.to_thread(

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 import yaml
 
+from runner.engine.run import execute
+from runner.report import layouts
+from runner.report import summary as report
+from runner.spec.job import load_job
+from runner.store import open_store
 from simserver import start_server
-from runner import layouts, report
-from runner.run import execute
-from runner.spec import load_job
-from runner.store import Store
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,7 +75,7 @@ def results(path: Path) -> list[dict[str, Any]]:
 async def judged(tmp_path: Path) -> dict[str, Any]:
     """knowno-mctest on 3 questions × 3 seeds × 2 models, a judge run of its no-hint answers with scripted
     verdicts, and a second knowno-mctest run on 2 questions (whose answers the judge did not see)."""
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     async with await start_server() as srv:
         run = await execute(load(tmp_path, "knowno-mctest", srv.url, "run", models=["sim:a", "sim:b"], limit=3),
                             store)
@@ -222,7 +223,7 @@ async def test_a_judge_run_of_other_answers_is_one_error_sentence(judged, monkey
 
 async def test_answers_without_a_verdict_are_a_mismatch(tmp_path):
     """A judge run of a slice of the file (--limit) leaves answers unjudged: the report refuses, naming one."""
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     async with await start_server() as srv:
         run = await execute(load(tmp_path, "knowno-mctest", srv.url, "run", models=["sim:a"], limit=2,
                                  seeds=[0]), store)
@@ -243,7 +244,7 @@ async def test_the_embedded_judge_completes_on_two_answers(tmp_path):
     """The judge job as shipped (the embedded SmolLM2-135M) on the 2 no-hint answers of a 1-question, 2-seed
     run: it completes and the report fills the column under its name. Its verdicts are at chance: only their
     shape is checked, never whether they are right."""
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     async with await start_server() as srv:
         run = await execute(load(tmp_path, "knowno-mctest", srv.url, "run", models=["sim:a"], limit=1,
                                  seeds=[0, 1]), store)

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from simserver import start_server
-from runner import layouts, report
+from runner.engine.run import execute
 from runner.errors import JobFileError
-from runner.run import execute
-from runner.spec import load_job
-from runner.store import Store
+from runner.report import layouts
+from runner.report import summary as report
+from runner.spec.job import load_job
+from runner.store import open_store
+from simserver import start_server
 
 ROWS = [{"question": f"Item {i}: pick one.", "choices": [f"w{i}", f"x{i}", f"y{i}", f"z{i}"], "gold": i % 4,
          "term": f"term{i}", "meaning": f"meaning {i}"} for i in range(12)]
@@ -47,7 +48,7 @@ def newterm_job(tmp_path: Path, url: str) -> Path:
 async def test_the_newterm_layout_averages_items_and_templates_then_seeds(tmp_path):
     async with await start_server() as srv:
         job = load_job(newterm_job(tmp_path, srv.url))
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
     assert outcome.status == "completed"
     # Recompute from the results files: per model, task and setting, the mean score of each seed.
@@ -102,7 +103,7 @@ def test_the_report_says_which_stages_used_the_reference_scoring():
 async def test_the_report_breaks_accuracy_down_by_variant_and_shows_position_bias(tmp_path):
     async with await start_server() as srv:
         job = load_job(newterm_job(tmp_path, srv.url))
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
     built = report.build(store, outcome.run_id)
     lines = [json.loads(x) for x in outcome.results["coma"].read_text().splitlines()]
@@ -126,9 +127,7 @@ async def test_the_report_breaks_accuracy_down_by_variant_and_shows_position_bia
 
 
 def test_balanced_accuracy_for_true_false_golds(tmp_path):
-    from runner.store import Store as S
-
-    store = S(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     run_id = store.create_run("j", "j.yaml", json.dumps({"name": "j", "stages": []}), "fp", 4)
     results = [(True, 1.0), (True, 1.0), (True, 0.0), (False, 1.0)]  # recall 2/3 on true, 1/1 on false
     store.write_batch([(run_id, "csj", str(i), "m", str(i), "{}", f"k{i}", "done", 0, 1, None, None, 1, 1, 0.0,

@@ -9,10 +9,10 @@ import asyncio
 
 import pytest
 
+from runner.engine.limits import Adaptive, Bucket, Endpoint, Slots
 from runner.providers.anthropic_messages import anthropic_rate
 from runner.providers.base import RateWindow
 from runner.providers.openai_chat import duration_seconds, openai_rate
-from runner.limits import Adaptive, Bucket, Endpoint, Slots
 
 
 class FakeClock:

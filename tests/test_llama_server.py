@@ -33,10 +33,10 @@ from pathlib import Path
 
 import pytest
 
+from runner.engine.run import execute
 from runner.providers.local import locate_gguf
-from runner.run import execute
-from runner.spec import load_job
-from runner.store import Store
+from runner.spec.job import load_job
+from runner.store import open_store
 from tests.conftest import ROOT, write_job, write_rows
 
 MODEL = "openai-compatible:llama/smollm2"
@@ -124,7 +124,7 @@ def _results(path: Path) -> list[dict]:
 
 async def test_a_job_runs_against_llama_cpp_server_and_resubmitting_it_costs_nothing(tmp_path, llama_server):
     job = _job(tmp_path, llama_server, "llamajob")
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     before = llama_server.chat_requests()
 
     first = await execute(job, store)
@@ -175,8 +175,8 @@ async def test_the_same_prompts_give_the_same_text_without_the_cache(tmp_path, l
     text, whatever order the concurrent requests reach it in and whatever prompt prefix it kept from the last."""
     job = _job(tmp_path, llama_server, "llamajob")
     before = llama_server.chat_requests()
-    one = await execute(job, Store(tmp_path / "one.sqlite"))
-    two = await execute(job, Store(tmp_path / "two.sqlite"))
+    one = await execute(job, open_store(tmp_path / "one.sqlite"))
+    two = await execute(job, open_store(tmp_path / "two.sqlite"))
     assert (one.status, two.status) == ("completed", "completed")
     assert llama_server.chat_requests() - before == 2 * ROWS
     answers = [{r["id"]: r["response"] for r in _results(outcome.results["mc"])} for outcome in (one, two)]

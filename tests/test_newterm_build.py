@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from runner.engine.run import Outcome, execute
+from runner.plan.similarity import LexicalSimilarity
 from runner.providers.base import ProviderSettings
-from simserver.config import SimConfig
+from runner.spec.job import Job, load_job
+from runner.store import Store, open_store
 from simserver import SimServer, start_server
-from runner.run import Outcome, execute
-from runner.similarity import LexicalSimilarity
-from runner.spec import Job, load_job
-from runner.store import Store
+from simserver.config import SimConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "newterm_build"
@@ -169,7 +169,7 @@ async def built(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Built
     out = tmp_path_factory.mktemp("newterm-build")
     async with await start_server(SimConfig(script=str(SCRIPT))) as server:
         job = build_job(REPO / "jobs" / "newterm-build.yaml", server, out)
-        store = Store(out / "cache.sqlite")
+        store = open_store(out / "cache.sqlite")
         outcome = await execute(job, store)
         yield Built(job, store, outcome, server.stats(), out)
     store.close()
@@ -259,7 +259,7 @@ async def test_editing_the_cost_prompt_reruns_only_cost_stages(tmp_path: Path,
     (tmp_path / "jobs").mkdir()
     job_file = shutil.copy(REPO / "jobs" / "newterm-build.yaml", tmp_path / "jobs")
     monkeypatch.chdir(tmp_path)  # prompts/ of the working directory come first
-    store = Store(tmp_path / "cache.sqlite")
+    store = open_store(tmp_path / "cache.sqlite")
     async with await start_server(SimConfig(script=str(SCRIPT))) as server:
         first = await execute(build_job(Path(job_file), server, tmp_path / "out"), store)
         assert first.status == "completed", first.message
@@ -300,7 +300,7 @@ async def test_the_eval_job_evaluates_the_built_benchmark(built: Built, tmp_path
         job.models = [MODEL]
         job.providers = {"sim": ProviderSettings(base_url=server.url)}
         job.output_dir = str(tmp_path / "results")
-        store = Store(tmp_path / "eval.sqlite")
+        store = open_store(tmp_path / "eval.sqlite")
         outcome = await execute(job, store)
     assert outcome.status == "completed", outcome.message
     # 3 templates x 2 settings per item, and 3 option shuffles for the multiple-choice tasks

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runner import report
-from runner.run import execute
-from runner.spec import load_job
-from runner.store import Store
+from runner.engine.run import execute
+from runner.report import summary as report
+from runner.spec.job import load_job
+from runner.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,7 @@ async def test_the_build_job_runs_on_the_embedded_model_and_its_funnel_shows_the
     job = load_job(ROOT / "jobs" / "newterm-build.yaml", {"out": str(tmp_path / "benchmark")})
     job.limit = 3
     job.output_dir = str(tmp_path / "results")
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(job, store)
     assert outcome.status == "completed", outcome.message
     stages = store.run_stages(outcome.run_id)

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
+from runner.engine.run import Outcome, execute
+from runner.report import summary as report
+from runner.spec.job import load_job
+from runner.store import open_store
 from simserver import start_server
-from runner import report
-from runner.run import Outcome, execute
-from runner.spec import load_job
-from runner.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ["newterm-eval-2023", "newterm-eval-2022", "knowno-mctest", "knowno-bank77"]
@@ -75,7 +75,7 @@ async def test_a_paper_job_runs_on_a_slice_and_prints_its_table(tmp_path, name):
             job = load_job(path)
         finally:
             path.unlink()
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         first = await execute(job, store)
         assert first.status == "completed", first.message
         again = await execute(job, store)
@@ -96,7 +96,7 @@ async def test_a_paper_job_runs_on_the_embedded_model(tmp_path, name):
     job = load_job(ROOT / "jobs" / f"{name}.yaml")
     job.limit = 10
     job.output_dir = str(tmp_path / "results")
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     first = await execute(job, store)
     assert first.status == "completed", first.message
     built = report.build(store, first.run_id)

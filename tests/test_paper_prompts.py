@@ -18,9 +18,9 @@ from typing import Any
 import jinja2
 import pytest
 
-from runner.choices import LETTERS, options_block, permutation
-from runner.prompts import Prompt, load_prompt
-from runner.spec import Job
+from runner.plan.choices import LETTERS, options_block, permutation
+from runner.plan.prompts import Prompt, load_prompt
+from runner.spec.job import Job
 from tests.conftest import ROOT
 
 NEWTERM = ROOT / "data" / "newterm"

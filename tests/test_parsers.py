@@ -14,18 +14,7 @@ from typing import Any
 
 import pytest
 
-from runner.choices import (
-    LETTERS,
-    NONE_OF_THEM,
-    NONE_OF_THEM_MARKER,
-    append_none_of_them,
-    drop_option,
-    inverse,
-    inverse_partial,
-    permutation,
-    shown_position,
-)
-from runner.parse import (
+from runner.evaluate.parse import (
     Parsed,
     Reason,
     is_none_of_them,
@@ -38,6 +27,17 @@ from runner.parse import (
     parse_letters,
     parse_scale,
     parse_yes_no,
+)
+from runner.plan.choices import (
+    LETTERS,
+    NONE_OF_THEM,
+    NONE_OF_THEM_MARKER,
+    append_none_of_them,
+    drop_option,
+    inverse,
+    inverse_partial,
+    permutation,
+    shown_position,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -783,7 +783,7 @@ def test_shuffle_spreads_the_gold_evenly() -> None:
 def test_same_seed_same_order_in_a_fresh_process() -> None:
     code = (
         "import json\n"
-        "from runner.choices import drop_option, permutation\n"
+        "from runner.plan.choices import drop_option, permutation\n"
         "print(json.dumps([[permutation(n, f'item-{i}', s) for n in (3, 4, 10) for s in (0, 1, 2)]"
         " + [drop_option([str(k) for k in range(5)], i % 5, f'item-{i}', 1)[1]] for i in range(300)]))\n"
     )

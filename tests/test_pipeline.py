@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from runner.providers.base import Completion
-from runner import report
+from runner.engine.run import execute
 from runner.errors import JobFileError, RunnerError
+from runner.plan.similarity import get_similarity
+from runner.plan.steps import run_step
+from runner.providers.base import Completion
 from runner.recipes import Context
-from runner.run import execute
-from runner.similarity import get_similarity
-from runner.spec import Stage, load_job
-from runner.steps import run_step
-from runner.store import Store
+from runner.report import summary as report
+from runner.spec.job import Stage, load_job
+from runner.store import Store, open_store
 
 CTX = Context(similarity=get_similarity("lexical"), seed=0)
 
@@ -219,7 +219,7 @@ def funnel(store: Store, run_id: str) -> dict[str, dict]:
 
 
 async def test_a_pipeline_runs_its_stages_in_order_and_retries_short_answers(tmp_path, fake):
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(load_job(pipeline_job(tmp_path)), store)
     assert outcome.status == "completed", outcome.message
     stages = funnel(store, outcome.run_id)
@@ -240,7 +240,7 @@ async def test_a_pipeline_runs_its_stages_in_order_and_retries_short_answers(tmp
 async def test_content_retries_stop_at_max_rounds(tmp_path, fake):
     fake.behaviour = lambda model, messages, params, n: Completion(
         text="only", finish_reason="stop", input_tokens=5, output_tokens=1, raw={})
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(load_job(pipeline_job(tmp_path, max_rounds=3)), store)
     gen = funnel(store, outcome.run_id)["gen"]
     # the fake answers the same every time: 3 terms × 3 rounds, never more
@@ -249,7 +249,7 @@ async def test_content_retries_stop_at_max_rounds(tmp_path, fake):
 
 
 async def test_an_unchanged_pipeline_is_reused_whole_and_a_changed_stage_reruns_alone(tmp_path, fake):
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     first = await execute(load_job(pipeline_job(tmp_path)), store)
     sent = len(fake.history)
     again = await execute(load_job(pipeline_job(tmp_path)), store)
@@ -283,7 +283,7 @@ async def test_a_stage_with_failed_requests_is_not_kept_and_the_next_run_sends_o
         return answers(model, messages, params, n)
 
     fake.behaviour = flaky
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     first = await execute(load_job(pipeline_job(tmp_path)), store)
     judge = funnel(store, first.run_id)["judge"]
     assert judge["dropped"] == {"request failed": 1} and judge["rows_out"] == 5
@@ -297,14 +297,14 @@ async def test_a_stage_with_failed_requests_is_not_kept_and_the_next_run_sends_o
 
 
 async def test_a_pipeline_stopped_by_its_budget_resumes_where_it_stopped(tmp_path, fake):
-    from runner.run import load_run_job, set_budget
+    from runner.engine.run import load_run_job, set_budget
 
     path = pipeline_job(tmp_path)
     priced = "models: [fake:m]\nprices: {fake:m: {input: 1000, output: 1000}}"
     path.write_text(path.read_text().replace("models: [fake:m]", priced))
     job = load_job(path)
     set_budget(job, 0.06)  # a request's worst case is 20 output tokens + its input at $1000/M: about $0.03
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     first = await execute(job, store)
     assert first.status == "budget_exhausted"
     done_before = len(fake.history)
@@ -330,7 +330,7 @@ async def test_a_failing_recipe_parser_keeps_the_paid_answer_and_says_so(tmp_pat
     try:
         path = pipeline_job(tmp_path, max_rounds=1)
         path.write_text(path.read_text().replace("parse: lines", "parse: test.broken"))
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(load_job(path), store)
     finally:
         del recipes.PARSERS["test.broken"]
@@ -348,7 +348,7 @@ async def test_a_repeated_id_is_refused_and_sample_offset_gives_a_stage_its_own_
     data = tmp_path / "terms.jsonl"
     data.write_text(data.read_text() + json.dumps({"t": "beta"}) + "\n")
     with pytest.raises(RunnerError, match=r"terms.jsonl:4: id 'beta' \(field 't'\) was already used on line 2"):
-        await execute(load_job(path), Store(tmp_path / "s.sqlite"))
+        await execute(load_job(path), open_store(tmp_path / "s.sqlite"))
     pipeline_job(tmp_path)  # the term list again without the repeat
     twice = path.read_text().replace("  - name: each", """  - name: gen2
     from: gen
@@ -360,7 +360,7 @@ async def test_a_repeated_id_is_refused_and_sample_offset_gives_a_stage_its_own_
     sample_offset: 100
   - name: each""")
     path.write_text(twice)
-    store = Store(tmp_path / "s2.sqlite")
+    store = open_store(tmp_path / "s2.sqlite")
     outcome = await execute(load_job(path), store)
     stages = funnel(store, outcome.run_id)
     assert stages["gen"]["sent"] == 4 and stages["gen2"]["sent"] == 3  # not gen's answers from the cache

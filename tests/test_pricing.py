@@ -13,9 +13,9 @@ from genai_prices import Usage, calc_price
 from genai_prices.data_snapshot import get_snapshot
 from genai_prices.types import TieredPrices
 
-from runner import pricing
-from runner.pricing import Pricing, UnknownPrice, format_usd, to_cents
-from runner.spec import Job, Price
+from runner.providers import pricing
+from runner.providers.pricing import Pricing, UnknownPrice, format_usd, to_cents
+from runner.spec.job import Job, Price
 
 # Models the tests read from genai-prices' data; each is priced there.
 FLAT = ["openai:gpt-4o", "openai:gpt-4o-mini", "anthropic:claude-haiku-4-5", "anthropic:claude-opus-4-1",

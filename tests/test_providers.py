@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from simserver import SimConfig, SimServer, simulated_reply, start_server
-from runner import report
 from runner.cli import main
+from runner.engine.run import execute
 from runner.errors import ModelSetupError
-from runner.run import execute
-from runner.spec import load_job
-from runner.store import Store
+from runner.report import summary as report
+from runner.spec.job import load_job
+from runner.store import Store, open_store
+from simserver import SimConfig, SimServer, simulated_reply, start_server
 from tests.conftest import write_job, write_rows
 
 KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}
@@ -72,7 +72,7 @@ def error_classes(store: Store, run_id: str) -> dict[str, int]:
 async def test_fifty_requests_complete_with_the_right_text_and_usage(tmp_path, provider):
     async with await start_server() as srv:
         job = make_job(tmp_path, srv, provider, 50)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
         stats = srv.stats()
     assert outcome.status == "completed"
@@ -99,7 +99,7 @@ async def test_the_same_job_gets_the_same_answers_in_every_format(tmp_path):
     async with await start_server() as srv:
         for provider in PROVIDERS:
             job = make_job(tmp_path, srv, provider, 10, name=f"same-{provider}", model="one-model")
-            outcome = await execute(job, Store(tmp_path / f"{provider}.sqlite"))
+            outcome = await execute(job, open_store(tmp_path / f"{provider}.sqlite"))
             lines = [json.loads(line) for line in outcome.results["mc"].read_text().splitlines()]
             answers[provider] = sorted((r["id"], r["seed"], r["response"]) for r in lines)
     assert answers["openai"] == answers["anthropic"] == answers["gemini"]
@@ -109,7 +109,7 @@ async def test_the_same_job_gets_the_same_answers_in_every_format(tmp_path):
 async def test_a_refused_key_stops_the_endpoint_after_one_request(tmp_path, provider):
     async with await start_server(SimConfig(fault_401=1.0)) as srv:
         job = make_job(tmp_path, srv, provider, 50)  # default concurrency: the first request goes alone
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
         stats = srv.stats()
     assert stats["received"] == 1
@@ -124,7 +124,7 @@ async def test_a_refused_key_stops_the_endpoint_after_one_request(tmp_path, prov
 async def test_a_429_storm_is_ridden_out(tmp_path, provider):
     async with await start_server(SimConfig(fault_429=0.6, retry_after=0.02, seed=3)) as srv:
         job = make_job(tmp_path, srv, provider, 50)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
         stats = srv.stats()
     assert outcome.status == "completed"
@@ -138,7 +138,7 @@ async def test_a_429_storm_is_ridden_out(tmp_path, provider):
 async def test_server_errors_and_malformed_answers_are_retried(tmp_path, provider, fault):
     async with await start_server(SimConfig(**{fault: 0.4}, seed=5)) as srv:
         job = make_job(tmp_path, srv, provider, 20)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
         stats = srv.stats()
     assert outcome.status == "completed"
@@ -150,7 +150,7 @@ async def test_server_errors_and_malformed_answers_are_retried(tmp_path, provide
 async def test_a_timeout_is_retried(tmp_path, provider):
     async with await start_server(SimConfig(fault_timeout=0.3, hang_seconds=5, seed=2)) as srv:
         job = make_job(tmp_path, srv, provider, 8, settings="timeout: 0.3")
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
     assert outcome.status == "completed"
     assert statuses(store, outcome.run_id) == {"done": 8}
@@ -161,7 +161,7 @@ async def test_a_timeout_is_retried(tmp_path, provider):
 async def test_quota_exhausted_stops_the_whole_run(tmp_path, provider):
     async with await start_server(SimConfig(fault_quota=1.0)) as srv:
         job = make_job(tmp_path, srv, provider, 50)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
         stats = srv.stats()
     assert outcome.status == "failed"
@@ -174,7 +174,7 @@ async def test_quota_exhausted_stops_the_whole_run(tmp_path, provider):
 async def test_filtered_content_fails_the_item_without_a_retry(tmp_path, provider):
     async with await start_server(SimConfig(fault_filter=1.0)) as srv:
         job = make_job(tmp_path, srv, provider, 10)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
         stats = srv.stats()
     assert stats["received"] == 10
@@ -188,7 +188,7 @@ async def test_a_rejected_request_fails_its_item_without_a_retry(tmp_path, provi
     # answers it 400 (invalid request), which no retry can fix.
     async with await start_server(SimConfig(tpm=10, itpm=10)) as srv:
         job = make_job(tmp_path, srv, provider, 6)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
         stats = srv.stats()
     assert stats["received"] == 6 and stats["by_status"] == {"400": 6}
@@ -201,7 +201,7 @@ async def test_a_permanently_failing_endpoint_ends_in_bounded_time(tmp_path, pro
     async with await start_server(SimConfig(fault_500=1.0)) as srv:
         job = make_job(tmp_path, srv, provider, 20,
                        retry="max_attempts: 3, backoff_initial: 0.01, backoff_max: 0.02, max_elapsed: 5")
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         started = time.monotonic()
         outcome = await execute(job, store)
         elapsed = time.monotonic() - started
@@ -218,7 +218,7 @@ async def test_a_server_that_is_not_there_fails_every_item_as_a_connection_error
         job = make_job(tmp_path, srv, provider, 5,
                        retry="max_attempts: 2, backoff_initial: 0.01, backoff_max: 0.02, max_elapsed: 5")
     # the server is closed now: its port refuses connections
-    store = Store(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(job, store)
     assert error_classes(store, outcome.run_id) == {"connection": 5}
     assert store.conn.execute("SELECT min(attempts), max(attempts) FROM tasks").fetchone() == (2, 2)
@@ -230,9 +230,9 @@ async def test_a_missing_key_stops_the_job_before_any_request(tmp_path, provider
     async with await start_server() as srv:
         job = make_job(tmp_path, srv, provider, 3)
         with pytest.raises(ModelSetupError, match=KEYS[provider]):
-            await execute(job, Store(tmp_path / "s.sqlite"))
+            await execute(job, open_store(tmp_path / "s.sqlite"))
         assert srv.stats()["received"] == 0
-        assert Store(tmp_path / "s.sqlite").conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+        assert open_store(tmp_path / "s.sqlite").conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
 
 
 def test_a_missing_key_is_one_line_from_the_cli(tmp_path, monkeypatch, capsys):

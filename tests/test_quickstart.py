@@ -13,9 +13,9 @@ import sys
 import pytest
 import yaml
 
+from runner.cli import main
 from runner.providers.base import ProviderSettings
 from runner.providers.local import LocalProvider
-from runner.cli import main
 from tests.conftest import ROOT
 
 

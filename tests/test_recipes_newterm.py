@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from runner.plan.similarity import LexicalSimilarity
 from runner.recipes import Context, get_parser, get_step, parser_names, step_names
 from runner.recipes.newterm import contains_term, replace_term
-from runner.similarity import LexicalSimilarity
 
 SEED_DATA = Path("/work/shared/seed-data/NewTerm/benchmark_2023")
 

@@ -8,12 +8,12 @@ import subprocess
 
 import pytest
 
+from runner.engine.replay import stage_address
+from runner.engine.run import execute
+from runner.report import summary as report
+from runner.spec.job import Price, load_job
+from runner.store import Store, open_store
 from simserver import SimConfig, start_server
-from runner import report
-from runner.replay import stage_address
-from runner.run import execute
-from runner.spec import Price, load_job
-from runner.store import Store
 from tests.conftest import runner_cmd, sim_stats, write_job, write_rows
 
 
@@ -54,7 +54,7 @@ async def test_an_unchanged_stage_is_replayed_as_cache_hits(tmp_path):
 
     async with await start_server() as srv:
         job = _job(tmp_path, srv.url)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         first = await execute(job, store)
         sent = srv.stats()["received"]
         second = await execute(job, store, view=Notes())
@@ -82,7 +82,7 @@ async def test_an_unchanged_stage_is_replayed_as_cache_hits(tmp_path):
 async def test_replay_matches_a_request_by_request_rerun(tmp_path):
     async with await start_server() as srv:
         job = _job(tmp_path, srv.url)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         await execute(job, store)
         replayed = await execute(job, store)
         sent = srv.stats()["received"]
@@ -97,7 +97,7 @@ async def test_replay_matches_a_request_by_request_rerun(tmp_path):
 async def test_a_changed_dataset_prompt_or_model_is_planned_again(tmp_path):
     async with await start_server() as srv:
         job = _job(tmp_path, srv.url)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         await execute(job, store)
         sent = srv.stats()["received"]
         address = stage_address(job, job.stages[0], _plan(job))
@@ -124,7 +124,7 @@ async def test_a_stage_with_failed_requests_is_not_replayed(tmp_path):
     async with await start_server(SimConfig(fault_500=0.4, seed=3)) as srv:
         job = _job(tmp_path, srv.url)
         job.retry.max_attempts = 1
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         first = await execute(job, store)
         failed = report.build(store, first.run_id)["totals"]["failed"]
         assert failed > 0
@@ -138,7 +138,7 @@ async def test_a_stage_with_failed_requests_is_not_replayed(tmp_path):
 async def test_a_replay_needs_the_earlier_tasks_still_there(tmp_path):
     async with await start_server() as srv:
         job = _job(tmp_path, srv.url)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         first = await execute(job, store)
         sent = srv.stats()["received"]
         store.conn.execute("DELETE FROM tasks WHERE run_id = ? AND rowid IN (SELECT rowid FROM tasks"
@@ -150,7 +150,7 @@ async def test_a_replay_needs_the_earlier_tasks_still_there(tmp_path):
 
 
 def _plan(job):
-    from runner.plan import StagePlan
+    from runner.plan.stage import StagePlan
 
     return StagePlan(job, job.stages[0])
 
@@ -179,11 +179,11 @@ def test_submit_replays_and_replan_plans_again(tmp_path, sim_server):
 
 
 async def test_the_estimate_of_a_replayable_stage_is_all_cache_hits_without_planning(tmp_path):
-    from runner.estimate import estimate
+    from runner.report.estimate import estimate
 
     async with await start_server() as srv:
         job = _job(tmp_path, srv.url)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         await execute(job, store)
     replayed = estimate(job, store)
     store.conn.execute("DELETE FROM stage_replays")
@@ -198,12 +198,12 @@ async def test_copied_tasks_take_the_new_stage_name(tmp_path):
     """A pipeline stage renamed keeps its content address; its copied result lines name the new stage."""
     import io
 
-    from runner.replay import copy_tasks
-    from runner.stats import RunStats
+    from runner.engine.replay import copy_tasks
+    from runner.engine.stats import RunStats
 
     async with await start_server() as srv:
         job = _job(tmp_path, srv.url)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         first = await execute(job, store)
     run_id = store.create_run("copy", "", "{}", "x", 24)
     stats, out = RunStats(), io.StringIO()

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from runner.choices import NONE_OF_THEM, append_none_of_them, drop_option, permutation
-from runner.score import (
+from runner.evaluate.score import (
     MeanStd,
     PositionRate,
     accuracy,
@@ -26,6 +25,7 @@ from runner.score import (
     position_bias,
     threshold,
 )
+from runner.plan.choices import NONE_OF_THEM, append_none_of_them, drop_option, permutation
 
 
 def row(

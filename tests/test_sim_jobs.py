@@ -10,12 +10,12 @@ import sys
 
 import pytest
 
-from simserver import SimConfig, start_server
-from runner import report
 from runner.cli import main
-from runner.run import execute
-from runner.spec import Price, load_job
-from runner.store import Store
+from runner.engine.run import execute
+from runner.report import summary as report
+from runner.spec.job import Price, load_job
+from runner.store import open_store
+from simserver import SimConfig, start_server
 from tests.conftest import write_job, write_rows
 
 
@@ -34,7 +34,7 @@ def _answers(path) -> dict[tuple[str, int], tuple[str, int]]:
 async def test_faults_are_ridden_out_and_results_equal_a_fault_free_run(tmp_path):
     async with await start_server(SimConfig()) as clean:
         job = _sim_job(tmp_path, clean.url, 20, seeds="[0, 1, 2]", name="clean")
-        expected = await execute(job, Store(tmp_path / "clean.sqlite"))
+        expected = await execute(job, open_store(tmp_path / "clean.sqlite"))
         assert expected.status == "completed"
     config = SimConfig(fault_429=0.3, retry_after=0.2, fault_500=0.1, seed=7)
     async with await start_server(config) as faulty:
@@ -43,7 +43,7 @@ async def test_faults_are_ridden_out_and_results_equal_a_fault_free_run(tmp_path
         # of this job (2,400 tasks), attempts per task follow the geometric law of independent faults
         # (p = 0.37): no correlation between a request's retries, so the earlier flake under 10 attempts was
         # that law's tail, not a bug.
-        store = Store(tmp_path / "faulty.sqlite")
+        store = open_store(tmp_path / "faulty.sqlite")
         outcome = await execute(job, store)
         stats = faulty.stats()
     assert outcome.status == "completed"
@@ -60,7 +60,7 @@ async def test_resubmitting_an_unchanged_job_costs_nothing(tmp_path):
     async with await start_server() as srv:
         job = _sim_job(tmp_path, srv.url, 30)
         job.prices["sim:gpt-sim"] = Price(input=1.0, output=2.0)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         first = await execute(job, store)
         received = srv.stats()["received"]
         second = await execute(job, store)
@@ -76,7 +76,7 @@ async def test_resubmitting_an_unchanged_job_costs_nothing(tmp_path):
 async def test_usage_and_latency_reach_the_store_and_the_report(tmp_path):
     async with await start_server(SimConfig(latency=0.02)) as srv:
         job = _sim_job(tmp_path, srv.url, 10)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
     stored = store.conn.execute("SELECT input_tokens, output_tokens, latency, response_json FROM responses").fetchall()
     assert len(stored) == 10
@@ -91,7 +91,7 @@ async def test_usage_and_latency_reach_the_store_and_the_report(tmp_path):
 async def test_report_formats_carry_the_same_data(tmp_path):
     async with await start_server() as srv:
         job = _sim_job(tmp_path, srv.url, 6, seeds="[0, 1]")
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
     data = report.build(store, outcome.run_id)
     as_json = json.loads(report.render(data, "json"))
@@ -106,7 +106,7 @@ async def test_report_formats_carry_the_same_data(tmp_path):
 def test_report_command_writes_each_format(tmp_path, monkeypatch, fmt):
     async def run():
         async with await start_server() as srv:
-            return await execute(_sim_job(tmp_path, srv.url, 3), Store())
+            return await execute(_sim_job(tmp_path, srv.url, 3), open_store())
 
     outcome = asyncio.run(run())
     out = tmp_path / f"report.{fmt}"
@@ -126,14 +126,14 @@ async def test_the_key_is_never_written_anywhere(tmp_path, monkeypatch):
     monkeypatch.setenv("RUNNER_SIM_KEY", secret)
     async with await start_server(SimConfig(fault_500=0.3, seed=3)) as srv:
         job = _sim_job(tmp_path, srv.url, 10)
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
     assert outcome.status == "completed"
     store.close()
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), f"the key was written to {path}"
-    text = report.render(report.build(Store(tmp_path / "s.sqlite"), outcome.run_id), "json")
+    text = report.render(report.build(open_store(tmp_path / "s.sqlite"), outcome.run_id), "json")
     assert secret not in text
 
 
@@ -142,7 +142,7 @@ async def test_the_sdk_does_not_retry_behind_the_runner(tmp_path):
     async with await start_server(SimConfig(fault_500=1.0)) as srv:
         job = _sim_job(tmp_path, srv.url, 3, concurrency=1)
         job.retry.max_attempts = 2
-        store = Store(tmp_path / "s.sqlite")
+        store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
         assert srv.stats()["received"] == 6
     attempts = [r[0] for r in store.conn.execute("SELECT attempts FROM tasks WHERE run_id = ?", (outcome.run_id,))]

@@ -24,9 +24,9 @@ import yaml
 from google import genai
 from google.genai import types as genai_types
 
+from simserver import SimConfig, SimServer, simulated_reply, start_server
 from simserver import cli as simserver_cli
 from simserver.script import ScriptError, load_script, longest_piece
-from simserver import SimConfig, SimServer, simulated_reply, start_server
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "sim_script"

@@ -6,9 +6,9 @@ import importlib.util
 
 import pytest
 
-from runner import similarity
 from runner.errors import RunnerError
-from runner.similarity import LexicalSimilarity, MiniLMSimilarity, get_similarity
+from runner.plan import similarity
+from runner.plan.similarity import LexicalSimilarity, MiniLMSimilarity, get_similarity
 
 
 def sim(a: str, b: str) -> float:

@@ -26,8 +26,8 @@ from google.genai import types as genai_types
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion
 
-from simserver import cli as simserver_cli
 from simserver import SimConfig, SimServer, simulated_reply, start_server
+from simserver import cli as simserver_cli
 
 REPO = Path(__file__).resolve().parents[1]
 MC_PROMPT = "Which is a fruit?\nA. carrot\nB. apple\nC. potato\nD. onion\nAnswer:"

@@ -12,7 +12,7 @@ import pytest
 
 import runner.cli
 from runner.errors import JobFileError
-from runner.spec import load_job
+from runner.spec.job import load_job
 
 ROWS = [
     {"question": "q1", "choices": ["a", "b", "c", "d"], "gold": 1, "split": "cause"},

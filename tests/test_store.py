@@ -12,17 +12,10 @@ from typing import Any
 import pytest
 
 from runner.errors import StoreError
-from runner.store import (
-    LEDGER_COLUMNS,
-    RESPONSE_COLUMNS,
-    TASK_COLUMNS,
-    CachedResponse,
-    Finished,
-    Store,
-    Writer,
-)
+from runner.store import CachedResponse, Finished, SQLiteStore, Writer, open_store
+from runner.store.base import LEDGER_COLUMNS, RESPONSE_COLUMNS, TASK_COLUMNS
 
-# The schema as declared in runner/migrations.py: a change there must be a new migration and a change here.
+# The schema as declared in runner/store/migrations.py: a change there must be a new migration and a change here.
 SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
     "responses": (
         {
@@ -68,7 +61,7 @@ MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "
 
 @pytest.fixture
 def store(tmp_path: Path) -> Any:
-    s = Store(tmp_path / "store.sqlite")
+    s = open_store(tmp_path / "store.sqlite")
     yield s
     s.close()
 
@@ -99,11 +92,11 @@ def ledger(run_id: str, key: str, amount: float = 0.001) -> tuple:
     return tuple(values[c] for c in LEDGER_COLUMNS)
 
 
-def count(store: Store, table: str) -> int:
+def count(store: SQLiteStore, table: str) -> int:
     return store.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
-def new_run(store: Store, name: str = "job", total: int = 3) -> str:
+def new_run(store: SQLiteStore, name: str = "job", total: int = 3) -> str:
     job_json = json.dumps({"name": name}, separators=(",", ":"))
     return store.create_run(name, f"jobs/{name}.yaml", job_json, "fp-" + name, total)
 
@@ -111,31 +104,31 @@ def new_run(store: Store, name: str = "job", total: int = 3) -> str:
 # -- schema and connection -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("table", list(SCHEMA))
-def test_migrations_create_declared_schema(store: Store, table: str) -> None:
+def test_migrations_create_declared_schema(store: SQLiteStore, table: str) -> None:
     columns, pks = SCHEMA[table]
     assert store.db[table].exists()
     assert store.db[table].columns_dict == columns
     assert store.db[table].pks == pks
 
 
-def test_no_other_tables(store: Store) -> None:
+def test_no_other_tables(store: SQLiteStore) -> None:
     assert set(store.db.table_names()) == set(SCHEMA)
 
 
-def test_indexes(store: Store) -> None:
+def test_indexes(store: SQLiteStore) -> None:
     assert ["run_id", "stage", "model"] in [i.columns for i in store.db["tasks"].indexes]
     assert ["run_id"] in [i.columns for i in store.db["ledger"].indexes]
 
 
 def test_migrations_recorded_once(tmp_path: Path) -> None:
     path = tmp_path / "store.sqlite"
-    first = Store(path)
+    first = open_store(path)
     applied = {row["name"]: row["applied_at"] for row in first.db["_migrations"].rows}
     assert sorted(applied) == MIGRATION_NAMES
     first.write_batch([], [response("k1")], [])
     first.close()
 
-    second = Store(path)
+    second = open_store(path)
     again = {row["name"]: row["applied_at"] for row in second.db["_migrations"].rows}
     assert again == applied  # same rows, same timestamps: nothing ran again
     assert count(second, "_migrations") == len(MIGRATION_NAMES)
@@ -143,12 +136,12 @@ def test_migrations_recorded_once(tmp_path: Path) -> None:
     second.close()
 
 
-def test_wal_and_busy_timeout(store: Store) -> None:
+def test_wal_and_busy_timeout(store: SQLiteStore) -> None:
     assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store.conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
 
 
-def test_reader_sees_committed_rows_while_store_is_open(store: Store) -> None:
+def test_reader_sees_committed_rows_while_store_is_open(store: SQLiteStore) -> None:
     store.write_batch([], [response("k1")], [])
     reader = sqlite3.connect(store.path)
     try:
@@ -161,12 +154,12 @@ def test_unreadable_store_is_a_store_error(tmp_path: Path) -> None:
     path = tmp_path / "not-a-db.sqlite"
     path.write_bytes(b"this is not an sqlite file at all" * 100)
     with pytest.raises(StoreError, match="cannot be opened"):
-        Store(path)
+        open_store(path)
 
 
 # -- write_batch: one transaction (invariant 2) --------------------------------------------------------------
 
-def test_write_batch_writes_all_three(store: Store) -> None:
+def test_write_batch_writes_all_three(store: SQLiteStore) -> None:
     run_id = new_run(store)
     store.write_batch(
         [task(run_id, "1", "k1"), task(run_id, "2", "k2")],
@@ -181,7 +174,7 @@ def test_write_batch_writes_all_three(store: Store) -> None:
 
 
 @pytest.mark.parametrize("broken", ["task", "ledger"])
-def test_failed_batch_writes_nothing(store: Store, broken: str) -> None:
+def test_failed_batch_writes_nothing(store: SQLiteStore, broken: str) -> None:
     run_id = new_run(store)
     tasks = [task(run_id, "1", "k1"), task(run_id, "2", "k2")]
     ledgers = [ledger(run_id, "k1"), ledger(run_id, "k2")]
@@ -199,7 +192,7 @@ def test_failed_batch_writes_nothing(store: Store, broken: str) -> None:
     assert (count(store, "responses"), count(store, "tasks"), count(store, "ledger")) == (1, 1, 1)
 
 
-def test_failed_batch_keeps_earlier_batches(store: Store) -> None:
+def test_failed_batch_keeps_earlier_batches(store: SQLiteStore) -> None:
     run_id = new_run(store)
     store.write_batch([task(run_id, "1", "k1")], [response("k1")], [ledger(run_id, "k1")])
     with pytest.raises(sqlite3.Error):
@@ -209,14 +202,14 @@ def test_failed_batch_keeps_earlier_batches(store: Store) -> None:
     assert store.task_status(run_id, "mc", "2") is None
 
 
-def test_memo_row_is_never_overwritten(store: Store) -> None:
+def test_memo_row_is_never_overwritten(store: SQLiteStore) -> None:
     store.write_batch([], [response("k1", "first", cost=0.5)], [])
     store.write_batch([], [response("k1", "second", cost=0.9)], [])
     assert store.lookup("k1") == CachedResponse("first", "stop", 10, 1, 0, 0.5)
     assert count(store, "responses") == 1
 
 
-def test_task_row_is_replaced(store: Store) -> None:
+def test_task_row_is_replaced(store: SQLiteStore) -> None:
     run_id = new_run(store)
     store.write_batch([task(run_id, "1", "k1", status="failed")], [], [])
     store.write_batch([task(run_id, "1", "k1", status="done")], [response("k1")], [])
@@ -224,7 +217,7 @@ def test_task_row_is_replaced(store: Store) -> None:
     assert count(store, "tasks") == 1
 
 
-def test_lookup(store: Store) -> None:
+def test_lookup(store: SQLiteStore) -> None:
     assert store.lookup("missing") is None
     store.write_batch([], [response("k9", "The answer is D", cost=0.25)], [])
     assert store.lookup("k9") == CachedResponse(
@@ -234,7 +227,7 @@ def test_lookup(store: Store) -> None:
 
 # -- runs ----------------------------------------------------------------------------------------------------
 
-def test_create_and_get_run(store: Store) -> None:
+def test_create_and_get_run(store: SQLiteStore) -> None:
     run_id = new_run(store, "alpha", total=12)
     run = store.get_run(run_id)
     assert run["id"] == run_id
@@ -248,7 +241,7 @@ def test_create_and_get_run(store: Store) -> None:
     assert set(run) == set(SCHEMA["runs"][0])
 
 
-def test_get_run_by_unique_fragment(store: Store) -> None:
+def test_get_run_by_unique_fragment(store: SQLiteStore) -> None:
     first = new_run(store, "alpha")
     second = new_run(store, "beta")
     assert first != second
@@ -263,7 +256,7 @@ def test_get_run_by_unique_fragment(store: Store) -> None:
             store.get_run(ambiguous)
 
 
-def test_unknown_run_names_runner_runs(store: Store) -> None:
+def test_unknown_run_names_runner_runs(store: SQLiteStore) -> None:
     new_run(store)
     with pytest.raises(StoreError) as info:
         store.get_run("no-such-run")
@@ -273,7 +266,7 @@ def test_unknown_run_names_runner_runs(store: Store) -> None:
     assert store.path in message
 
 
-def test_set_run(store: Store) -> None:
+def test_set_run(store: SQLiteStore) -> None:
     run_id = new_run(store)
     store.set_run(run_id, status="completed", message="all good", finished="2024-01-02T00:00:00")
     run = store.get_run(run_id)
@@ -282,7 +275,7 @@ def test_set_run(store: Store) -> None:
     assert store.get_run(other)["status"] == "running"
 
 
-def test_list_runs(store: Store) -> None:
+def test_list_runs(store: SQLiteStore) -> None:
     assert store.list_runs() == []
     old = new_run(store, "old")
     new = new_run(store, "new")
@@ -302,7 +295,7 @@ def test_list_runs(store: Store) -> None:
 
 # -- the async writer ----------------------------------------------------------------------------------------
 
-async def test_writer_commits_everything_and_reports_each_once(store: Store) -> None:
+async def test_writer_commits_everything_and_reports_each_once(store: SQLiteStore) -> None:
     run_id = new_run(store)
     committed: list[list[Finished]] = []
     seen_in_store: list[bool] = []
@@ -341,7 +334,7 @@ async def test_writer_commits_everything_and_reports_each_once(store: Store) -> 
     assert count(store, "ledger") == 3
 
 
-async def test_writer_close_with_nothing_queued(store: Store) -> None:
+async def test_writer_close_with_nothing_queued(store: SQLiteStore) -> None:
     calls: list[list[Finished]] = []
     writer = Writer(store, calls.append)
     writer.start()

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from runner.providers import tokens
+from runner.providers.tokens import count_input_tokens, count_text_tokens, estimate_text_tokens, exact
 from simserver.answers import count_prompt_tokens
-from runner import tokens
-from runner.tokens import count_input_tokens, count_text_tokens, estimate_text_tokens, exact
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,13 +161,13 @@ def test_non_ascii_text_is_reserved_at_up_to_its_utf8_bytes() -> None:
 
 def test_tiktoken_loads_the_shipped_files_with_no_network(tmp_path: Path) -> None:
     # A fresh interpreter whose network calls fail and whose tiktoken cache is an empty folder: the counts still
-    # come, from runner/data/tiktoken, and the user's TIKTOKEN_CACHE_DIR is left as it was.
+    # come, from runner/providers/data/tiktoken, and the user's TIKTOKEN_CACHE_DIR is left as it was.
     script = (
         "import os, socket, requests\n"
         "def refuse(*a, **k): raise AssertionError('network used')\n"
         "socket.socket.connect = refuse\n"
         "requests.get = refuse\n"
-        "from runner.tokens import count_input_tokens\n"
+        "from runner.providers.tokens import count_input_tokens\n"
         "print(count_input_tokens('openai', 'gpt-4o', [{'role': 'user', 'content': 'hello world'}]),\n"
         "      count_input_tokens('openai', 'gpt-4', [{'role': 'user', 'content': 'hello world'}]),\n"
         "      os.environ['TIKTOKEN_CACHE_DIR'] == os.environ['EXPECTED_CACHE'],\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .store import Store
+from runner.store import Store
 
 
 def build(store: Store, run_id: str) -> dict[str, Any] | None:

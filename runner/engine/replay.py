@@ -7,7 +7,7 @@ SHA-256 of everything its results depend on: its definition, the prompt's text, 
 the parameters and prices, the row limit, the bytes of its dataset (and options file), and the source of the
 runner's own code (a new parser or shuffle changes every address). When a run finishes a stage with every
 task done, the address is recorded; a later run of a stage with the same address copies the earlier run's
-task rows in one SQL statement, as cache hits that cost nothing, and writes its results file from them.
+task rows in one store transaction, as cache hits that cost nothing, and writes its results file from them.
 
 Every copied answer is still in the memo (answers are never deleted), so a replayed run reports exactly what a
 request-by-request re-run would: the same result lines, each a cache hit. ``--replan`` turns this off.
@@ -15,38 +15,18 @@ request-by-request re-run would: the same result lines, each a cache hit. ``--re
 
 from __future__ import annotations
 
-import hashlib
-from functools import cache
-from pathlib import Path
 from typing import IO, Any
 
-from .plan import StagePlan, canonical_json, canonical_params, model_key
-from .pricing import Pricing
-from .spec import Job, Stage
-from .stats import RunStats
-from .store import Store, dumps
+from runner.engine.address import code_digest, content_address, file_digest
+from runner.engine.stats import RunStats
+from runner.plan.request import canonical_params
+from runner.plan.stage import StagePlan, model_key
+from runner.providers.pricing import Pricing
+from runner.spec.job import Job, Stage
+from runner.store import Store
 
 #: bump when what a task row or result line holds changes in a way the code digest would not show
 REPLAY_VERSION = 1
-
-
-@cache
-def code_digest() -> str:
-    """SHA-256 of the runner package's source: any change to how requests are planned, parsed or scored."""
-    digest = hashlib.sha256()
-    root = Path(__file__).resolve().parent
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def file_digest(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def stage_address(job: Job, stage: Stage, plan: StagePlan) -> str:
@@ -65,21 +45,7 @@ def stage_address(job: Job, stage: Stage, plan: StagePlan) -> str:
     }
     if stage.choices is not None and stage.choices.options_file:
         body["options"] = file_digest(stage.choices.options_file)
-    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
-
-
-# The copied rows: cache hits that cost nothing and saved what the original answer cost (or saved).
-_COPY_SQL = """
-INSERT INTO tasks (run_id, stage, item, model, row_id, variant_json, key, status, cache_hit, attempts,
-                   error_class, error, input_tokens, output_tokens, cost, latency, score, valid, result_json,
-                   cached_tokens, saved, updated)
-SELECT ?1, ?2, item, model, row_id, variant_json, key, 'done', 1, 0, NULL, NULL, input_tokens, output_tokens,
-       0.0, NULL, score, valid,
-       replace(CASE WHEN ?2 = ?4 THEN result_json ELSE replace(result_json, ?5, ?6) END,
-               '"cache_hit":false', '"cache_hit":true'),
-       cached_tokens, coalesce(cost, 0) + coalesce(saved, 0), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-FROM tasks WHERE run_id = ?3 AND stage = ?4 AND status = 'done' ORDER BY rowid
-"""
+    return content_address(body)
 
 
 def copy_tasks(store: Store, source: str, source_stage: str, run_id: str, stage: str, stats: RunStats,
@@ -87,18 +53,7 @@ def copy_tasks(store: Store, source: str, source_stage: str, run_id: str, stage:
     """Copy a stage's done tasks from run ``source`` into ``run_id`` as cache hits (one transaction), count
     them in the live counters (``add_total``: in the totals too, for a stage not planned), and append their
     result lines to the stage's results file."""
-    conn = store.conn
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute(_COPY_SQL, (run_id, stage, source, source_stage,
-                                 f'"stage":{dumps(source_stage)}', f'"stage":{dumps(stage)}'))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    for model, n, scored, correct, saved in conn.execute(
-            "SELECT model, count(*), count(score), coalesce(sum(score), 0), coalesce(sum(saved), 0) FROM tasks"
-            " WHERE run_id = ? AND stage = ? GROUP BY model", (run_id, stage)):
+    for model, n, scored, correct, saved in store.copy_tasks(source, source_stage, run_id, stage):
         counters = stats.counters(stage, model)
         if add_total:
             counters.total += n
@@ -119,9 +74,7 @@ def replayable_tasks(store: Store, address: str, stage: str) -> dict[str, tuple[
     if found is None:
         return None
     source, tasks = found
-    per_model = {model: (n, int(out)) for model, n, out in store.conn.execute(
-        "SELECT model, count(*), coalesce(sum(output_tokens), 0) FROM tasks WHERE run_id = ? AND stage = ?"
-        " AND status = 'done' GROUP BY model", (source, stage))}
+    per_model = store.done_by_model(source, stage)
     return per_model if sum(n for n, _ in per_model.values()) == tasks else None
 
 
@@ -142,9 +95,7 @@ def record_if_complete(store: Store, run_id: str, plan: StagePlan, address: str)
     left by a budget or a stop), so a later unchanged run can replay it."""
     stage = plan.stage.name
     total = plan.total()
-    done, failed = store.conn.execute(
-        "SELECT coalesce(sum(status = 'done'), 0), coalesce(sum(status != 'done'), 0) FROM tasks"
-        " WHERE run_id = ? AND stage = ?", (run_id, stage)).fetchone()
+    done, failed = store.stage_progress(run_id, stage)
     if failed or done != total or total == 0:
         return False
     store.record_replayable(address, run_id, stage, total)

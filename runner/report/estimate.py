@@ -33,15 +33,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from runner.engine.replay import replayable_tasks, stage_address
+from runner.errors import RunnerError
+from runner.plan.request import Task
+from runner.plan.stage import StagePlan
 from runner.providers.base import provider_class, split_model
-
-from .errors import RunnerError
-from .plan import Request, StagePlan
-from .pricing import PER, Pricing, Rates
-from .replay import replayable_tasks, stage_address
-from .spec import Job
-from .store import Store
-from .tokens import count_input_tokens, exact
+from runner.providers.pricing import PER, Pricing, Rates
+from runner.providers.tokens import count_input_tokens, exact
+from runner.spec.job import Job
+from runner.store import Store
 
 __all__ = ["Estimate", "Group", "OverBudget", "estimate", "over_budget", "render", "summary_lines"]
 
@@ -145,7 +145,7 @@ class _Builder:
         self.cached_out = 0
         self.cached_n = 0
 
-    def add(self, req: Request) -> None:
+    def add(self, req: Task) -> None:
         g = self.group
         g.to_send += 1
         if not self.count:
@@ -185,16 +185,11 @@ class _Builder:
 def _history(store: Store, provider: str, model_id: str, max_tokens: int | None) -> tuple[int, float]:
     """(count, mean output tokens, each capped at ``max_tokens``) of stored responses of a provider's model."""
     cap = max_tokens if max_tokens is not None else 2**62
-    n, mean = store.conn.execute(
-        "SELECT count(*), avg(min(output_tokens, ?)) FROM (SELECT output_tokens FROM responses"
-        " WHERE provider = ? AND model = ? AND output_tokens IS NOT NULL LIMIT ?)",
-        (cap, provider, model_id, HISTORY_SAMPLE),
-    ).fetchone()
-    return int(n or 0), float(mean or 0.0)
+    return store.output_history(provider, model_id, cap, HISTORY_SAMPLE)
 
 
-def _chunks(requests: Iterable[Request], size: int) -> Iterator[list[Request]]:
-    chunk: list[Request] = []
+def _chunks(requests: Iterable[Task], size: int) -> Iterator[list[Task]]:
+    chunk: list[Task] = []
     for req in requests:
         chunk.append(req)
         if len(chunk) >= size:

@@ -20,21 +20,14 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import RunnerError
-from .store import Store
+from runner.errors import RunnerError
+from runner.store import Store
+from runner.store.base import UNKNOWN_JOB
 
-__all__ = ["BY", "FORMATS", "build", "parse_since", "render"]
+__all__ = ["BY", "FORMATS", "UNKNOWN_JOB", "build", "parse_since", "render"]
 
 FORMATS = ("text", "json", "csv", "md")
 BY = ("model", "job", "day")
-UNKNOWN_JOB = "(unknown run)"
-
-#: the SQL of each grouping, for the ledger (``l``) and the tasks (``t``), both joined to runs (``r``)
-_GROUP_SQL = {
-    "model": ("l.model", "t.model"),
-    "job": (f"coalesce(r.job_name, '{UNKNOWN_JOB}')", f"coalesce(r.job_name, '{UNKNOWN_JOB}')"),
-    "day": ("substr(l.created, 1, 10)", "substr(t.updated, 1, 10)"),
-}
 
 
 @dataclass(slots=True)
@@ -72,12 +65,10 @@ def build(store: Store, *, by: str = "model", since: str | None = None) -> dict[
     """Sums per group, and totals, as plain data (what ``render`` shows and ``--format json`` prints)."""
     if by not in BY:
         raise RunnerError(f"--by must be one of {', '.join(BY)}, not {by!r}")
-    from .run import pid_alive  # run imports the engine; keep this light to import
+    from runner.engine.run import pid_alive  # run imports the engine; keep this light to import
 
     since = parse_since(since)
-    ledger_group, task_group = _GROUP_SQL[by]
-    live = {run_id for run_id, pid in store.conn.execute("SELECT id, pid FROM runs WHERE status = 'running'")
-            if pid_alive(pid)}
+    live = {run_id for run_id, pid in store.running_runs() if pid_alive(pid)}
     rows: dict[str, Row] = {}
 
     def row(group: str | None) -> Row:
@@ -87,11 +78,7 @@ def build(store: Store, *, by: str = "model", since: str | None = None) -> dict[
             found = rows[key] = Row(key)
         return found
 
-    where, params = ("WHERE l.created >= ?", [since]) if since else ("", [])
-    for group, run_id, kind, count, amount in store.conn.execute(
-        f"SELECT {ledger_group}, l.run_id, l.kind, count(*), coalesce(sum(l.amount), 0) FROM ledger l"
-        f" LEFT JOIN runs r ON r.id = l.run_id {where} GROUP BY 1, 2, 3", params,
-    ):
+    for group, run_id, kind, count, amount in store.ledger_sums(by, since):
         r = row(group)
         r.run_ids.add(run_id)
         if kind == "charge":
@@ -102,11 +89,7 @@ def build(store: Store, *, by: str = "model", since: str | None = None) -> dict[
             r.possibly_billed_requests += count
         elif kind == "reserved":
             r.in_flight += amount
-    where, params = ("AND t.updated >= ?", [since]) if since else ("", [])
-    for group, run_id, hits, saved in store.conn.execute(
-        f"SELECT {task_group}, t.run_id, count(*), sum(t.saved) FROM tasks t LEFT JOIN runs r ON r.id = t.run_id"
-        f" WHERE t.cache_hit = 1 AND t.saved > 0 {where} GROUP BY 1, 2", params,
-    ):
+    for group, run_id, hits, saved in store.saved_sums(by, since):
         r = row(group)
         r.run_ids.add(run_id)
         r.cache_hits += hits

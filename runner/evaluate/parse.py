@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .choices import LETTERS, NONE_OF_THEM_MARKER
+from runner.plan.choices import LETTERS, NONE_OF_THEM_MARKER
 
 __all__ = [
     "YES_NO_FAMILIES",

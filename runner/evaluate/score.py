@@ -17,8 +17,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .choices import LETTERS
-from .parse import newterm_reference_letter, newterm_reference_yes_no
+from runner.evaluate.parse import newterm_reference_letter, newterm_reference_yes_no
+from runner.plan.choices import LETTERS
 
 __all__ = [
     "MeanStd",

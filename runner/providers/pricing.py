@@ -35,10 +35,10 @@ import genai_prices
 from genai_prices.data_snapshot import get_snapshot
 from genai_prices.types import ModelInfo, ModelPrice, TieredPrices
 
-from .errors import RunnerError
+from runner.errors import RunnerError
 
 if TYPE_CHECKING:
-    from .spec import Job, Price
+    from runner.spec.job import Job, Price
 
 __all__ = [
     "PROVIDER_IDS",

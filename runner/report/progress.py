@@ -17,8 +17,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from .budget import Budgets
-from .stats import Counters, RunStats
+from runner.engine.budget import Budgets
+from runner.engine.stats import Counters, RunStats
 
 
 def make_view(stream: IO[str] | None = None, interval: float | None = None) -> LiveView | PlainView:

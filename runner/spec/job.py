@@ -19,10 +19,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from runner.errors import JobFileError
 from runner.providers.base import ProviderSettings, provider_names, split_model
-
-from .errors import JobFileError
-from .yamlfile import Loc, dotted, line_of, load_with_lines
+from runner.spec.yamlfile import Loc, dotted, line_of, load_with_lines
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 BUILTIN_PARSES = ("letter", "letters", "yes_no", "scale", "label", "none_of_them", "text", "lines")
@@ -457,7 +456,7 @@ def resolve_file(job: Job, relative: str) -> Path | None:
 
 def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
     """Checks that need more than one field: providers known, files present, names unique."""
-    from .prompts import PromptError, load_prompt  # prompts imports spec's models
+    from runner.plan.prompts import PromptError, load_prompt  # prompts imports spec's models
 
     known = provider_names()
     for name in job.providers:
@@ -490,7 +489,7 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
         for index, model in enumerate(stage.models or []):
             _check_model(path, lines, loc + ("models", index), model, known, job.endpoints)
         if stage.parse not in BUILTIN_PARSES:
-            from .recipes import get_parser, parser_names
+            from runner.recipes import get_parser, parser_names
 
             if get_parser(stage.parse) is None:
                 close = difflib.get_close_matches(stage.parse, [*BUILTIN_PARSES, *parser_names()], n=1)
@@ -524,10 +523,10 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
 
 def _check_data_op(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:
     """A data stage's recipe exists and its expressions compile."""
-    from .prompts import expression_error
+    from runner.plan.prompts import expression_error
 
     if stage.recipe is not None:
-        from .recipes import get_step, step_names
+        from runner.recipes import get_step, step_names
 
         if get_step(stage.recipe) is None:
             close = difflib.get_close_matches(stage.recipe, step_names(), n=1)

@@ -12,16 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from runner.engine.dispatch import Dispatcher
+from runner.engine.pipeline import Pipeline
+from runner.engine.replay import record_if_complete, replay, stage_address
+from runner.engine.stats import RunStats
+from runner.errors import RunnerError, StoreError
+from runner.plan.stage import StagePlan
 from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
-
-from .dispatch import Dispatcher
-from .errors import RunnerError, StoreError
-from .pipeline import Pipeline
-from .plan import StagePlan
-from .replay import record_if_complete, replay, stage_address
-from .spec import Job
-from .stats import RunStats
-from .store import Finished, Store, Writer, now
+from runner.spec.job import Job
+from runner.store import Finished, Store, Writer, now
 
 
 class View(Protocol):
@@ -236,8 +235,8 @@ async def execute(
 
 def check_prices(job: Job) -> None:
     """A budget needs every model's price and a bound on output tokens; refuse to start without them."""
-    from .dispatch import budgets_of
-    from .pricing import Pricing
+    from runner.engine.dispatch import budgets_of
+    from runner.providers.pricing import Pricing
 
     if budgets_of(job) is None:
         return
@@ -255,8 +254,8 @@ def check_prices(job: Job) -> None:
 
 def budget_warnings(job: Job) -> list[str]:
     """Said before a run with priced models and no budget: nothing bounds what it may spend."""
-    from .dispatch import budgets_of
-    from .pricing import Pricing
+    from runner.engine.dispatch import budgets_of
+    from runner.providers.pricing import Pricing
 
     pricing = Pricing(job)
     unknown = [model for model in job_models(job) if not pricing.known(model)]
@@ -273,7 +272,7 @@ def budget_warnings(job: Job) -> list[str]:
 
 def set_budget(job: Job, usd: float) -> None:
     """``--budget USD``: the run's USD limit, over what the job file says."""
-    from .spec import JobBudget
+    from runner.spec.job import JobBudget
 
     if not usd > 0:
         raise RunnerError(f"--budget must be more than 0 USD (got {usd:g})")

@@ -6,10 +6,10 @@ tokenizer is unknown) are estimates built to come out above the real count: a re
 given back when the response arrives, one that is too low could let a request overshoot a budget.
 
 tiktoken fetches its vocabulary files from the internet on first use, which this project cannot rely on. The
-two files the OpenAI chat models use ship in ``runner/data/tiktoken/`` under the names tiktoken's cache gives
+two files the OpenAI chat models use ship in ``runner/providers/data/tiktoken/`` under the names tiktoken's cache gives
 them (the SHA-1 of their download address), and tiktoken is pointed at that folder while it loads them; it then
 checks each file against the SHA-256 it pins. No download is ever tried: an encoding that is not shipped is
-never asked for (see ``runner/data/tiktoken/README.md`` for the files' origin and licence).
+never asked for (see ``runner/providers/data/tiktoken/README.md`` for the files' origin and licence).
 """
 
 from __future__ import annotations

@@ -9,13 +9,13 @@ import json
 import statistics
 from typing import Any
 
-from . import funnel, layouts
-from .choices import LETTERS
-from .store import Store
+from runner.plan.choices import LETTERS
+from runner.report import funnel, layouts
+from runner.store import Store
 
 
 def pid_alive(pid: Any) -> bool:
-    from .run import pid_alive as alive  # run imports the engine; keep report light to import
+    from runner.engine.run import pid_alive as alive  # run imports the engine; keep report light to import
 
     return alive(pid)
 
@@ -41,46 +41,20 @@ def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any
     column and the no-hint stage's accuracy, labelled with the judge model (``judged_by``)."""
     run = store.get_run(run_id)
     run_id = run["id"]
-    conn = store.conn
-    groups = conn.execute(
-        "SELECT stage, model, count(*), sum(status = 'done'), sum(status = 'failed'), sum(cache_hit),"
-        " sum(CASE WHEN cache_hit = 0 THEN input_tokens ELSE 0 END),"
-        " sum(CASE WHEN cache_hit = 0 THEN output_tokens ELSE 0 END), coalesce(sum(cost), 0),"
-        " count(score), sum(status = 'done' AND valid = 0), avg(score),"
-        " coalesce(sum(CASE WHEN cache_hit = 0 THEN cached_tokens ELSE 0 END), 0), coalesce(sum(saved), 0)"
-        " FROM tasks WHERE run_id = ? GROUP BY stage, model ORDER BY min(rowid)",
-        (run_id,),
-    ).fetchall()
     # Reservations left by requests in flight when a run was killed or abandoned: possibly billed, counted as
     # spent at their worst case until a resume settles them. While the run is live they are just in flight.
     live = run["status"] == "running" and pid_alive(run.get("pid"))
-    kinds = "('possibly_billed')" if live else "('possibly_billed', 'reserved')"
-    possibly = {(stage, model): (usd, n) for stage, model, usd, n in conn.execute(
-        f"SELECT stage, model, sum(amount), count(*) FROM ledger WHERE run_id = ? AND kind IN {kinds}"
-        " GROUP BY stage, model", (run_id,))}
-    charged = conn.execute("SELECT coalesce(sum(amount), 0) FROM ledger WHERE run_id = ? AND kind = 'charge'",
-                           (run_id,)).fetchone()[0]
+    possibly = store.unsettled(run_id, include_reserved=not live)
+    charged = store.charged(run_id)
     rows = []
-    for (stage, model, requests, done, failed, hits, tin, tout, cost, scored, invalid, accuracy, cached,
-         saved) in groups:
-        errors = dict(conn.execute(
-            "SELECT error_class, count(*) FROM tasks WHERE run_id = ? AND stage = ? AND model = ?"
-            " AND status = 'failed' GROUP BY error_class ORDER BY error_class",
-            (run_id, stage, model),
-        ).fetchall())
-        latencies = [r[0] for r in conn.execute(
-            "SELECT latency FROM tasks WHERE run_id = ? AND stage = ? AND model = ? AND latency IS NOT NULL"
-            " ORDER BY latency",
-            (run_id, stage, model),
-        )]
-        by_seed = {
-            str(seed): mean for seed, mean in conn.execute(
-                "SELECT json_extract(variant_json, '$.seed') AS seed, avg(score) FROM tasks"
-                " WHERE run_id = ? AND stage = ? AND model = ? AND score IS NOT NULL AND seed IS NOT NULL"
-                " GROUP BY seed ORDER BY seed",
-                (run_id, stage, model),
-            )
-        }
+    for g in store.group_summaries(run_id):
+        stage, model, requests, done, failed, hits = g.stage, g.model, g.requests, g.done, g.failed, g.cache_hits
+        tin, tout, cost, scored, invalid, accuracy = (g.input_tokens, g.output_tokens, g.cost, g.scored, g.invalid,
+                                                       g.accuracy)
+        cached, saved = g.cached_input_tokens, g.saved
+        errors = store.error_counts(run_id, stage, model)
+        latencies = store.latencies(run_id, stage, model)
+        by_seed = store.accuracy_by_variant(run_id, stage, model, "seed")
         extra = _aggregates(store, run_id, stage, model)
         seed_means = list(by_seed.values())
         rows.append({
@@ -162,22 +136,14 @@ def _aggregates(store: Store, run_id: str, stage: str, model: str) -> dict[str, 
     """Balanced accuracy (true/false golds), accuracy per value of each variant other than the seed (prompt
     template, setting), and answer-position bias of one stage and model. Computed in SQLite and in one streamed
     pass, so a report's memory does not grow with the run."""
-    conn = store.conn
-    where = " FROM tasks WHERE run_id = ? AND stage = ? AND model = ? AND score IS NOT NULL"
-    args = (run_id, stage, model)
-    keys = [k for (k,) in conn.execute(
-        f"SELECT DISTINCT j.key FROM (SELECT variant_json {where}) t, json_each(t.variant_json) j", args)
-        if k not in ("seed", "sample")]
+    keys = [k for k in store.variant_axes(run_id, stage, model) if k not in ("seed", "sample")]
     by_variant = {}
     for key in keys:
-        values = {str(v): acc for v, acc in conn.execute(
-            f"SELECT json_extract(variant_json, '$.' || ?) AS v, avg(score) {where} GROUP BY v ORDER BY v",
-            (key, *args))}
+        values = store.accuracy_by_variant(run_id, stage, model, key)
         if len(values) > 1:
             by_variant[key] = values
     # Balanced accuracy: the mean of the per-class accuracies, when every gold is true or false.
-    classes = conn.execute(f"SELECT json_type(result_json, '$.gold') AS t, avg(score) {where} GROUP BY "
-                           "json_extract(result_json, '$.gold')", args).fetchall()
+    classes = store.accuracy_by_gold_type(run_id, stage, model)
     balanced = (statistics.fmean(acc for _, acc in classes)
                 if classes and all(t in ("true", "false") for t, _ in classes) else None)
     # Position bias: per shown letter, the share of valid answers choosing it against the share of items whose
@@ -185,10 +151,7 @@ def _aggregates(store: Store, run_id: str, stage: str, model: str) -> dict[str, 
     chosen: dict[str, int] = {}
     gold_at: dict[str, int] = {}
     width = 0
-    answers = conn.execute(
-        "SELECT json_extract(result_json, '$.answer_letter') AS letter, json_extract(result_json, '$.permutation'),"
-        f" json_extract(result_json, '$.gold') {where} AND valid = 1 AND letter IS NOT NULL", args)
-    for letter, perm_json, gold in answers:
+    for letter, perm_json, gold in store.letter_answers(run_id, stage, model):
         perm = json.loads(perm_json) if perm_json else None
         if not perm or gold not in perm or len(perm) > len(LETTERS):
             continue

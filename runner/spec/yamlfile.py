@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from .errors import JobFileError
+from runner.errors import JobFileError
 
 Loc = tuple[str | int, ...]
 

@@ -20,14 +20,14 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import ValidationError
 
 if TYPE_CHECKING:
-    from .spec import InlinePrompt, Job
+    from runner.spec.job import InlinePrompt, Job
 
 _env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 
 def _replace_term(text: str, old: str, new: str) -> str:
     """``{{ question | replace_term(term, other) }}``: a term swapped for another, whole words, any case."""
-    from .recipes.newterm import replace_term
+    from runner.recipes.newterm import replace_term
 
     return replace_term(text, old, new)
 
@@ -117,7 +117,7 @@ def load_prompt(job: Job, prompt: str | InlinePrompt) -> Prompt:
 
 @lru_cache(maxsize=64)
 def _load_file(path: str, name: str, mtime_ns: int = 0) -> Prompt:
-    from .spec import InlinePrompt
+    from runner.spec.job import InlinePrompt
 
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))

@@ -12,20 +12,11 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_any,
-    stop_before_delay,
-    wait_random_exponential,
-)
-
-from runner.providers.base import Completion, Provider
-
-from .budget import Budgets, Exhausted, Reservation, Scope
-from .choices import LETTERS, NONE_OF_THEM, inverse_partial
-from .errors import (
+from runner.engine.budget import Budgets, Exhausted, Reservation, Scope
+from runner.engine.limits import Endpoint
+from runner.engine.retry import Tally, retrying
+from runner.engine.stats import RunStats
+from runner.errors import (
     AuthError,
     ModelSetupError,
     ProviderError,
@@ -34,15 +25,14 @@ from .errors import (
     RunnerError,
     TransientError,
 )
-from .limits import Endpoint
-from .parse import parse_answer, parse_letter
-from .plan import Request, StagePlan
-from .pricing import Pricing
-from .recipes import parse_items
-from .spec import Job, Stage
-from .stats import RunStats
-from .store import CachedResponse, Finished, Store, Writer, dumps, now
-from .tokens import count_input_tokens
+from runner.evaluate.results import result_line
+from runner.plan.request import Task
+from runner.plan.stage import StagePlan
+from runner.providers.base import Completion, Provider
+from runner.providers.pricing import Pricing
+from runner.providers.tokens import count_input_tokens
+from runner.spec.job import Job
+from runner.store import CachedResponse, Finished, Store, Writer, dumps, now
 
 #: results queued for the writer before the dispatch loop waits for it to catch up
 WRITER_BACKLOG = 4096
@@ -50,28 +40,14 @@ WRITER_BACKLOG = 4096
 CHUNK = 256
 
 
-def _chunks(items: Iterable[Request], size: int) -> Iterator[list[Request]]:
+def _chunks(items: Iterable[Task], size: int) -> Iterator[list[Task]]:
     iterator = iter(items)
     while chunk := list(itertools.islice(iterator, size)):
         yield chunk
 
 
-def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, ProviderError) and exc.retryable
-
-
 #: transient errors that say the server is loaded (the adaptive concurrency backs off on these)
 _LOAD_ERRORS = frozenset({"server_error", "timeout", "connection"})
-
-
-class Tally:
-    """One request's attempts: all sent, and how many of them were answered 429."""
-
-    __slots__ = ("rate_limited", "sent")
-
-    def __init__(self) -> None:
-        self.sent = 0
-        self.rate_limited = 0
 
 
 #: the reservation of a free request outside any budget: no scope, no ledger row (never mutated)
@@ -134,20 +110,10 @@ class Dispatcher:
         self.fatal: RunnerError | None = None
         #: providers start (open clients, load weights) on their first cache miss, once
         self._starting: dict[str, asyncio.Future[None]] = {}
-        retry = job.retry
-        # exponential backoff with full jitter: a random wait in [0, min(max, initial * 2^n)]
-        self._backoff = wait_random_exponential(multiplier=retry.backoff_initial, max=retry.backoff_max)
-        self._retrying = AsyncRetrying(
-            stop=stop_any(self._out_of_attempts, stop_before_delay(retry.max_elapsed)),
-            wait=self._wait,
-            retry=retry_if_exception(_retryable),
-            before_sleep=self._before_sleep,
-            sleep=sleep,
-            reraise=True,
-        )
+        self._retrying = retrying(job.retry, on_retry=self._count_retry, sleep=sleep)
 
-    # -- endpoints and retry policy ----------------------------------------------------------------
-    def endpoint(self, req: Request) -> Endpoint:
+    # -- endpoints -------------------------------------------------------------------------------------
+    def endpoint(self, req: Task) -> Endpoint:
         provider = self.providers[req.provider]
         name = provider.endpoint_key(req.model_name)
         found = self.endpoints.get(name)
@@ -163,27 +129,8 @@ class Dispatcher:
             )
         return found
 
-    def _out_of_attempts(self, state: RetryCallState) -> bool:
-        """Stop after ``max_attempts`` failures of other kinds, or ``rate_limit_attempts`` 429s: a 429 storm
-        is ridden out by pausing, a broken server is not tried for long."""
-        tally: Tally = state.args[2]
-        retry = self.job.retry
-        return (tally.sent - tally.rate_limited >= retry.max_attempts
-                or tally.rate_limited >= retry.rate_limit_attempts)
-
-    def _wait(self, state: RetryCallState) -> float:
-        # After a 429 the endpoint itself is paused (every request waits in Endpoint.ready), so this
-        # request adds no wait of its own; other errors back off exponentially with jitter.
-        if isinstance(state.outcome.exception(), RateLimited):
-            return 0.0
-        return self._backoff(state)
-
-    def _before_sleep(self, state: RetryCallState) -> None:
-        req, endpoint = state.args[0], state.args[1]
-        exc = state.outcome.exception()
-        if isinstance(exc, RateLimited):
-            endpoint.pause(exc.retry_after if exc.retry_after is not None else self._backoff(state))
-        self.stats.counters(req.stage, req.model).retries += 1
+    def _count_retry(self, task: Task) -> None:
+        self.stats.counters(task.stage, task.model).retries += 1
 
     # -- the dispatch loop -------------------------------------------------------------------------
     async def run_stage(self, plan: StagePlan) -> None:
@@ -237,9 +184,9 @@ class Dispatcher:
         await self.drain()
 
     # -- budgets -----------------------------------------------------------------------------------------
-    async def _reserve(self, req: Request) -> Reservation | None:
+    async def _reserve(self, req: Task) -> Reservation | None:
         """Reserve the request's worst case against its budgets and in the ledger; None when a budget ran out."""
-        max_tokens = req.params.get("max_tokens") or 0
+        max_tokens = req.call.params.get("max_tokens") or 0
         input_tokens = self._input_tokens(req)
         usd = self.pricing.worst_case(req.model, input_tokens, max_tokens)
         tokens = input_tokens + max_tokens
@@ -256,12 +203,12 @@ class Dispatcher:
         return reservation
 
     @staticmethod
-    def _input_tokens(req: Request) -> int:
+    def _input_tokens(req: Task) -> int:
         """The request's input tokens, counted once for both its budget reservation and the token buckets."""
-        counted = req.extra.get("input_tokens")
-        if counted is None:
-            counted = req.extra["input_tokens"] = count_input_tokens(req.provider, req.model_name, req.messages)
-        return counted
+        call = req.call
+        if call.input_tokens is None:
+            call.input_tokens = count_input_tokens(call.provider, call.model_name, call.messages)
+        return call.input_tokens
 
     def _priced(self, model: str) -> bool:
         """Whether the model costs anything (a free model needs no reservation unless a budget counts tokens)."""
@@ -271,7 +218,7 @@ class Dispatcher:
             found = self._free[model] = rates is None or rates.is_free
         return not found
 
-    def _out_of_budget(self, req: Request, scope: Scope) -> None:
+    def _out_of_budget(self, req: Task, scope: Scope) -> None:
         self.stats.counters(req.stage, req.model).over_budget += 1
         if scope.kind == "run":
             self.exhausted = scope
@@ -325,7 +272,7 @@ class Dispatcher:
             starting = self._starting[name] = asyncio.ensure_future(self.providers[name].start())
         await asyncio.shield(starting)
 
-    async def _send(self, req: Request, endpoint: Endpoint, reservation: Reservation) -> None:
+    async def _send(self, req: Task, endpoint: Endpoint, reservation: Reservation) -> None:
         future = self.inflight[req.key]
         tries = Tally()
         try:
@@ -360,18 +307,18 @@ class Dispatcher:
             self.inflight.pop(req.key, None)
             endpoint.slots.release()
 
-    async def _attempt(self, req: Request, endpoint: Endpoint, tries: Tally) -> tuple[Completion, float]:
+    async def _attempt(self, req: Task, endpoint: Endpoint, tries: Tally) -> tuple[Completion, float]:
         if endpoint.dead is not None:
             raise AuthError(f"not sent: {endpoint.dead}")
         if endpoint.counts_tokens:
-            await endpoint.ready(self._input_tokens(req), req.params.get("max_tokens") or 0)
+            await endpoint.ready(self._input_tokens(req), req.call.params.get("max_tokens") or 0)
         else:
             await endpoint.ready()
         tries.sent += 1
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            completion = await self.providers[req.provider].execute(req.model_name, req.messages, req.params)
+            completion = await self.providers[req.provider].execute(req.model_name, req.messages, req.call.params)
         except ProviderError as exc:
             if isinstance(exc, AuthError) and endpoint.dead is None:
                 endpoint.dead = exc  # before the endpoint opens: nothing else is sent with a refused key
@@ -387,7 +334,7 @@ class Dispatcher:
         endpoint.observe(completion.rate, latency)
         return completion, latency
 
-    async def _follow(self, req: Request, leader: asyncio.Future[Completion | None]) -> None:
+    async def _follow(self, req: Task, leader: asyncio.Future[Completion | None]) -> None:
         try:
             completion = await asyncio.shield(leader)
         except asyncio.CancelledError:
@@ -399,7 +346,7 @@ class Dispatcher:
                                                 completion.output_tokens, completion.cached_tokens, 0.0))
 
     # -- recording ---------------------------------------------------------------------------------
-    def _finish_cached(self, req: Request, cached: CachedResponse) -> None:
+    def _finish_cached(self, req: Task, cached: CachedResponse) -> None:
         counters = self.stats.counters(req.stage, req.model)
         counters.cache_hits += 1
         saved = self.pricing.cost(req.model, cached.input_tokens, cached.output_tokens, cached.cached_tokens) \
@@ -409,7 +356,7 @@ class Dispatcher:
                      cost=0.0, latency=None, cache_hit=True, attempts=0, cached_tokens=cached.cached_tokens,
                      saved=saved)
 
-    def _finish_fresh(self, req: Request, c: Completion, attempts: int, latency: float,
+    def _finish_fresh(self, req: Task, c: Completion, attempts: int, latency: float,
                       reservation: Reservation) -> None:
         cost = self.pricing.cost(req.model, c.input_tokens, c.output_tokens, c.cached_tokens,
                                  cache_write_tokens=c.cache_write_tokens) if self._priced(req.model) else 0.0
@@ -421,7 +368,7 @@ class Dispatcher:
         self.recent[req.key] = CachedResponse(c.text, c.finish_reason, c.input_tokens, c.output_tokens,
                                                    c.cached_tokens, cost)
         response = (
-            req.key, req.provider, req.model_id, req.canonical, c.text, dumps(c.raw),
+            req.key, req.provider, req.call.model_id, req.call.canonical, c.text, dumps(c.raw),
             c.finish_reason, c.input_tokens, c.output_tokens, c.cached_tokens, cost, latency, now(),
         )
         ledger = (self.run_id, req.stage, req.model, req.key, "charge", cost, now()) if cost > 0 else None
@@ -429,12 +376,13 @@ class Dispatcher:
                      cache_hit=False, attempts=attempts, response=response, ledger=ledger,
                      cached_tokens=c.cached_tokens, release_id=reservation.ledger_id)
 
-    def _finish_failed(self, req: Request, exc: ProviderError, attempts: int, release_id: int | None = None) -> None:
+    def _finish_failed(self, req: Task, exc: ProviderError, attempts: int, release_id: int | None = None) -> None:
         counters = self.stats.counters(req.stage, req.model)
         counters.errors += 1
         counters.done += 1
         self.stats.errors_by_class[exc.error_class] = self.stats.errors_by_class.get(exc.error_class, 0) + 1
-        result = self._result(req, None, status="failed", cache_hit=False)
+        result = result_line(self.stages[req.stage], req, None, status="failed", cache_hit=False,
+                             notes=self.stats.notes)
         result.update(error_class=exc.error_class, error=str(exc))
         task = (
             self.run_id, req.stage, req.item, req.model, req.row_id, req.variant_json, req.key, "failed", 0,
@@ -443,12 +391,13 @@ class Dispatcher:
         self.writer.put(Finished(task=task, result_line=dumps(result), stage=req.stage, release_id=release_id))
 
     def _record(
-        self, req: Request, text: str, finish_reason: str | None, input_tokens: int, output_tokens: int, *,
+        self, req: Task, text: str, finish_reason: str | None, input_tokens: int, output_tokens: int, *,
         cost: float, latency: float | None, cache_hit: bool, attempts: int,
         response: tuple | None = None, ledger: tuple | None = None, cached_tokens: int = 0, saved: float = 0.0,
         release_id: int | None = None,
     ) -> None:
-        result = self._result(req, text, status="done", cache_hit=cache_hit)
+        result = result_line(self.stages[req.stage], req, text, status="done", cache_hit=cache_hit,
+                             notes=self.stats.notes)
         result["finish_reason"] = finish_reason
         counters = self.stats.counters(req.stage, req.model)
         counters.done += 1
@@ -466,84 +415,3 @@ class Dispatcher:
         )
         self.writer.put(Finished(task=task, response=response, ledger=ledger, result_line=line, stage=req.stage,
                                  release_id=release_id))
-
-    def _result(self, req: Request, text: str | None, *, status: str, cache_hit: bool) -> dict[str, Any]:
-        result: dict[str, Any] = {
-            "id": req.row_id,
-            "stage": req.stage,
-            "model": req.model,
-            "variant": req.variant,
-            "seed": req.variant.get("seed"),
-            "permutation": req.perm,
-            "inverse": inverse_partial(req.perm, req.n_options) if req.perm is not None else None,
-            "response": text,
-            "parsed": None,
-            "gold": req.gold,
-            "score": None,
-            "status": status,
-            "cache_hit": cache_hit,
-            "cache_key": req.key,
-        }
-        stage = self.stages[req.stage]
-        if stage.review:  # what a person (or a judge job) judging the answer needs
-            # the task's identity in the stage (row id | model | variant): unique per line, so a judge job can
-            # use it as its dataset id and `runner report --judged` can match verdicts to answers
-            result["item"] = req.item
-            result["options_shown"] = req.options
-            result["prompt"] = req.messages[-1]["content"]
-            if req.gold_text is not None:  # the removed gold option (Know-No's no-hint prompts)
-                result["gold_text"] = req.gold_text
-        if text is None:
-            return result
-        kind = stage.parse
-        if kind == "text":
-            result["parsed"] = text.strip()
-            return result
-        if stage.scoring == "default" and kind == "letter" and req.options is not None:
-            parsed = parse_letter(text, req.options, LETTERS, mode=stage.parse_mode)  # the common case, direct
-        elif stage.parses_list:  # a list of items (pipelines), never scored
-            return self._items(req, stage, text, result)
-        else:
-            parsed = parse_answer(text, kind, options=req.options or (), mode=stage.parse_mode, family=stage.answers,
-                                  scoring=stage.scoring)
-        result["valid"] = parsed.valid
-        if not parsed.valid:
-            result["invalid_reason"] = parsed.reason
-        elif kind in ("letter", "label"):
-            if kind == "letter" and parsed.value < len(LETTERS):
-                result["answer_letter"] = LETTERS[parsed.value]
-            result["parsed"] = req.perm[parsed.value] if req.perm is not None else parsed.value
-        elif kind == "letters":
-            result["parsed"] = sorted(req.perm[i] for i in parsed.value) if req.perm is not None else list(parsed.value)
-        elif kind == "none_of_them":
-            result["parsed"] = NONE_OF_THEM if parsed.value else None
-        else:
-            result["parsed"] = parsed.value
-        if req.gold is not None and not stage.review:
-            result["score"] = _score(kind, result["parsed"], req.gold)
-        return result
-
-    def _items(self, req: Request, stage: Stage, text: str, result: dict[str, Any]) -> dict[str, Any]:
-        """A list answer (``lines`` or a recipe parser): its items, and the pieces rejected by rule."""
-        try:
-            found = parse_items(stage.parse, text, req.extra.get("row") or {}, stage.parse_args)
-        except Exception as exc:  # a recipe's bug: the paid answer is kept, the item marked and the run told
-            reason = f"parser {stage.parse} failed: {type(exc).__name__}: {exc}"
-            if reason not in self.stats.notes:
-                self.stats.notes.append(reason)
-            result.update(valid=False, invalid_reason=reason, parsed=[])
-            return result
-        result.update(parsed=found.items, valid=len(found.items) >= stage.min_items)
-        if found.rejected:
-            result["rejected"] = dict(found.rejected)
-        return result
-
-
-def _score(kind: str, parsed: Any, gold: Any) -> float:
-    """1.0 when the parsed answer is the gold one (an invalid answer has ``parsed`` None: wrong)."""
-    if kind == "letters":
-        wanted = sorted(gold) if isinstance(gold, list) else [gold]
-        return 1.0 if parsed == wanted else 0.0
-    if kind == "yes_no" and isinstance(gold, str):
-        gold = gold.strip().lower() in ("true", "yes", "1")
-    return 1.0 if parsed is not None and parsed == gold else 0.0

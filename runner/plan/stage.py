@@ -1,116 +1,24 @@
-"""Expand a stage lazily into Requests: rows × models × variants (seed, sample, user variables).
+"""Expand a stage lazily into Tasks, each with its provider Call: rows × models × variants (seed, sample, user
+variables).
 
-Nothing here holds more than one row at a time: rows are streamed from the JSONL file and each Request is
+Nothing here holds more than one row at a time: rows are streamed from the JSONL file and each Task is
 built when the dispatcher asks for the next one.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.errors import RunnerError
+from runner.plan.choices import LETTERS, NONE_OF_THEM, append_none_of_them, drop_option, options_block, permutation
+from runner.plan.prompts import Prompt, load_prompt
+from runner.plan.request import Call, Task, canonical_json, canonical_params, canonical_tail, canonical_text, key_of
 from runner.providers.base import provider_class, split_model
-
-from .choices import LETTERS, NONE_OF_THEM, append_none_of_them, drop_option, options_block, permutation
-from .errors import RunnerError
-from .prompts import Prompt, load_prompt
-from .spec import Job, Stage
-
-#: generation parameters that change the output, hence belong in the cache key
-FLOAT_PARAMS = ("temperature", "top_p")
-
-
-canonical_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
-
-
-def canonical_params(params: dict[str, Any]) -> dict[str, Any]:
-    """Drop unset parameters and write numbers one way (temperature 0 and 0.0 are the same request)."""
-    out = {k: v for k, v in params.items() if v is not None}
-    for name in FLOAT_PARAMS:
-        if name in out:
-            out[name] = float(out[name])
-    return out
-
-
-def canonical_request(
-    provider: str, model_id: str, messages: list[dict[str, str]], params: dict[str, Any], sample: int = 0
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "provider": provider,
-        "model": model_id,
-        "messages": messages,
-        "params": canonical_params(params),
-    }
-    if sample:
-        body["sample"] = sample
-    return body
-
-
-def cache_key(canonical: dict[str, Any]) -> str:
-    """SHA-256 of the canonical JSON (sorted keys, no whitespace) of the request. DESIGN invariant 1."""
-    return key_of(canonical_json(canonical))
-
-
-def key_of(canonical_text: str) -> str:
-    return hashlib.sha256(canonical_text.encode("utf-8")).hexdigest()
-
-
-_quote = json.encoder.encode_basestring  # a JSON string literal, as the encoder writes it (ensure_ascii off)
-
-
-def canonical_tail(provider: str, model_id: str, params: dict[str, Any], sample: int = 0) -> str:
-    """Everything of a request's canonical JSON after its messages (keys sort as messages < model < params
-    < provider < sample), computed once per stage and model instead of once per request."""
-    tail = f',"model":{_quote(model_id)},"params":{canonical_json(canonical_params(params))}'
-    tail += f',"provider":{_quote(provider)}'
-    if sample:
-        tail += f',"sample":{canonical_json(sample)}'
-    return tail + "}"
-
-
-def canonical_text(messages: list[dict[str, str]], tail: str) -> str:
-    """The canonical JSON of a request, written directly: exactly ``canonical_json(canonical_request(...))``
-    (a test pins this) at a fraction of the cost, since it is computed for every request of every run."""
-    parts = []
-    for message in messages:
-        if len(message) != 2 or "role" not in message or "content" not in message:
-            parts.append(canonical_json(message))
-        else:
-            parts.append(f'{{"content":{_quote(message["content"])},"role":{_quote(message["role"])}}}')
-    return '{"messages":[' + ",".join(parts) + "]" + tail
-
-
-@dataclass(slots=True)
-class Request:
-    stage: str
-    #: the task's identity within the stage: row id, model and variant
-    item: str
-    row_id: str
-    model: str
-    provider: str
-    model_name: str
-    variant: dict[str, Any]
-    variant_json: str
-    messages: list[dict[str, str]]
-    params: dict[str, Any]
-    #: the model id that goes into the key (aliases resolved)
-    model_id: str
-    #: the canonical JSON of the request, stored with its response; its SHA-256 is ``key``
-    canonical: str
-    key: str
-    perm: list[int] | None = None
-    options: list[str] | None = None
-    gold: Any = None
-    #: how many options the row has (some may not be shown: Know-No's prompts without the gold)
-    n_options: int = 0
-    #: the removed gold option's text, for a review stage without the gold (what a person or a judge needs)
-    gold_text: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+from runner.spec.job import Job, Stage
 
 
 def iter_rows(path: str | Path, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -252,7 +160,7 @@ class StagePlan:
             rows = count_rows(self.stage.dataset.path, self.job.stage_limit(self.stage))
         return rows * len(self.models) * len(self.variants)
 
-    def __iter__(self) -> Iterator[Request]:
+    def __iter__(self) -> Iterator[Task]:
         for line_no, row_id, row in self.rows():
             yield from self.expand(line_no, row, row_id)
 
@@ -269,7 +177,7 @@ class StagePlan:
             return str(row["_id"])
         return dataset_row_id(self.stage, line_no, row)
 
-    def expand(self, line_no: int, row: dict[str, Any], row_id: str | None = None) -> Iterator[Request]:
+    def expand(self, line_no: int, row: dict[str, Any], row_id: str | None = None) -> Iterator[Task]:
         row_id = row_id if row_id is not None else self.row_id(line_no, row)
         choices = self.stage.choices
         original: list[str] | None = None
@@ -324,20 +232,15 @@ class StagePlan:
                     continue
                 provider, name, model_id = self._model_ids[model]
                 text = canonical_text(messages, self._tails[model, index])
-                yield Request(
+                yield Task(
                     stage=self.stage.name,
                     item=f"{row_id}|{model}|{variant_text}",
                     row_id=row_id,
                     model=model,
-                    provider=provider,
-                    model_name=name,
                     variant=variant,
                     variant_json=variant_json,
-                    messages=messages,
-                    params=self._params,
-                    model_id=model_id,
-                    canonical=text,
-                    key=key_of(text),
+                    call=Call(provider=provider, model_name=name, model_id=model_id, messages=messages,
+                              params=self._params, canonical=text, key=key_of(text)),
                     perm=perm,
                     options=options,
                     # without the gold option, the right answer is "none of them"
@@ -354,6 +257,6 @@ class StagePlan:
             return self.stage.dataset.path
         return f"stage {self.stage.name} (rows of {', '.join(self.stage.from_ or [])})"
 
-    def first_request(self) -> Request | None:
+    def first_request(self) -> Task | None:
         """Render the first request, so a template that cannot render fails before anything is sent."""
         return next(iter(self), None)

@@ -14,22 +14,23 @@ gave out is the run's funnel, shown by ``runner report``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from pathlib import Path
 from typing import IO, Any
 
-from .dispatch import Dispatcher
-from .errors import RunnerError
-from .plan import StagePlan, canonical_json, canonical_params, dataset_rows, model_key
-from .prompts import load_prompt
-from .recipes import Context, get_parser, get_step, source_of
-from .replay import copy_tasks
-from .spec import Job, Stage
-from .stats import RunStats
-from .steps import run_step
-from .store import Store, Writer, dumps
+from runner.engine.address import content_address, file_digest, rows_digest
+from runner.engine.dispatch import Dispatcher
+from runner.engine.replay import copy_tasks
+from runner.engine.stats import RunStats
+from runner.errors import RunnerError
+from runner.plan.prompts import load_prompt
+from runner.plan.request import canonical_json, canonical_params
+from runner.plan.stage import StagePlan, dataset_rows, model_key
+from runner.plan.steps import run_step
+from runner.recipes import Context, get_parser, get_step, source_of
+from runner.spec.job import Job, Stage
+from runner.store import Store, Writer, dumps
 
 #: bump when the meaning of a stage's definition changes, so older stored outputs are not reused
 PIPELINE_VERSION = 1
@@ -37,14 +38,6 @@ PIPELINE_VERSION = 1
 Rows = list[dict[str, Any]]
 #: a stage's answers by (row id, model, variant without its round), in round order
 Answers = dict[tuple[str, str, str], list[dict[str, Any]]]
-
-
-def rows_digest(rows: Rows) -> str:
-    digest = hashlib.sha256()
-    for row in rows:
-        digest.update(canonical_json(row).encode("utf-8"))
-        digest.update(b"\n")
-    return digest.hexdigest()
 
 
 def public(row: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +124,7 @@ class Pipeline:
             body["models"] = [list(model_key(m, self.job.endpoints)) for m in self.job.stage_models(stage)]
             body["params"] = canonical_params(self.job.stage_params(stage).model_dump())
             if stage.choices is not None and stage.choices.options_file:
-                body["options"] = hashlib.sha256(Path(stage.choices.options_file).read_bytes()).hexdigest()
+                body["options"] = file_digest(stage.choices.options_file)
             if stage.parse_recipe:
                 body["parser"] = source_of(get_parser(stage.parse))  # type: ignore[arg-type]
         else:
@@ -140,11 +133,11 @@ class Pipeline:
                 body["recipe"] = source_of(get_step(stage.recipe))  # type: ignore[arg-type]
             if stage.recipe is not None or stage.similarity is not None:
                 body["similarity"] = self._context().similarity.name
-        return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+        return content_address(body)
 
     def _context(self) -> Context:
         if self._similarity is None:
-            from .similarity import get_similarity
+            from runner.plan.similarity import get_similarity
 
             self._similarity = get_similarity(self.job.embeddings)
         return Context(similarity=self._similarity, seed=self.job.seed)

@@ -12,10 +12,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from .errors import RunnerError
-from .prompts import compile_expression
-from .recipes import Context, Outcome, get_step
-from .spec import Stage
+from runner.errors import RunnerError
+from runner.plan.prompts import compile_expression
+from runner.recipes import Context, Outcome, get_step
+from runner.spec.job import Stage
 
 Rows = list[dict[str, Any]]
 

@@ -18,21 +18,17 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from .errors import RunnerError
-from .score import mean_std
-from .store import Store
+from runner.errors import RunnerError
+from runner.evaluate.score import mean_std
+from runner.store import Store
 
 NEWTERM_TASKS = ("COMA", "COST", "CSJ")
 KNOWNO_STYLES = ("with_gold", "hint_option", "hint_instruction", "no_hint")
 
 
-def _seed_scores(store: Store, run_id: str, stage: str, where: str = "", args: tuple = ()) -> dict[str, dict]:
-    """model -> {seed: mean score} over the scored tasks of one stage (and an optional variant filter)."""
-    rows = store.conn.execute(
-        "SELECT model, json_extract(variant_json, '$.seed'), avg(score), count(score) FROM tasks"
-        f" WHERE run_id = ? AND stage = ? AND score IS NOT NULL {where} GROUP BY model, 2",
-        (run_id, stage, *args),
-    ).fetchall()
+def _seed_scores(store: Store, run_id: str, stage: str, variant: dict[str, Any] | None = None) -> dict[str, dict]:
+    """model -> {seed: mean score} over the scored tasks of one stage (of tasks with these variant values)."""
+    rows = store.seed_scores(run_id, stage, variant)
     out: dict[str, dict] = defaultdict(dict)
     for model, seed, mean, n in rows:
         out[model][seed] = (mean, n)
@@ -61,8 +57,7 @@ def newterm(store: Store, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
         if stage is None:
             continue
         for setting in ("base", "gold"):
-            for model, per_seed in _seed_scores(store, run_id, stage, "AND json_extract(variant_json, "
-                                                "'$.setting') = ?", (setting,)).items():
+            for model, per_seed in _seed_scores(store, run_id, stage, {"setting": setting}).items():
                 rows[model][f"{task} {setting}"] = _summary(per_seed)
     table = []
     for model, cells in rows.items():
@@ -92,9 +87,7 @@ def judged_no_hint(store: Store, run_id: str, stage: str, judge_run_id: str) -> 
     yes/no parser cannot read, is wrong. Answers whose request failed are left out, as in the scored columns."""
     judge = store.get_run(judge_run_id)
     judge_id = judge["id"]
-    conn = store.conn
-    kinds = conn.execute("SELECT stage, model, variant_json, count(*) FROM tasks"
-                         " WHERE run_id = ? GROUP BY stage, model, variant_json", (judge_id,)).fetchall()
+    kinds = store.variant_kinds(judge_id)
     if not kinds:
         raise JudgeMismatch(f"judge run {judge_id} has no verdicts yet (`runner runs` shows its status)")
     if len(kinds) > 1:
@@ -103,29 +96,18 @@ def judged_no_hint(store: Store, run_id: str, stage: str, judge_run_id: str) -> 
                             f"has answers of {len(stages)} stage(s) ({', '.join(stages)}), {len(models)} model(s) "
                             f"({', '.join(models)}) and {len(kinds)} stage, model and variant combinations")
     judge_stage, judge_model, _, _ = kinds[0]
-    sample_item, sample_row = conn.execute("SELECT item, row_id FROM tasks WHERE run_id = ? LIMIT 1",
-                                           (judge_id,)).fetchone()
+    sample_item, sample_row = store.first_task(judge_id) or ("", "")
     # a task's item is "<row id>|<model>|<variant>": the judge's suffix after the row id (the run's item)
     suffix = sample_item[len(sample_row):] if sample_item.startswith(sample_row) else None
-    answered = conn.execute("SELECT count(*) FROM tasks WHERE run_id = ? AND stage = ?", (run_id, stage)).fetchone()[0]
+    answered = store.count_tasks(run_id, stage)
     if not answered:
         raise JudgeMismatch(f"judge run {judge_id} does not match run {run_id}: the run has no answers in its "
                             f"no-hint stage {stage!r}")
     if suffix is None:
         raise JudgeMismatch(f"judge run {judge_id} is not a run of jobs/knowno-judge.yaml (its items do not start "
                             "with their row ids)")
-    extra, extra_example = conn.execute(
-        "SELECT count(*), min(j.row_id) FROM tasks j WHERE j.run_id = ? AND j.stage = ? AND NOT EXISTS"
-        " (SELECT 1 FROM tasks m WHERE m.run_id = ? AND m.stage = ? AND m.item = j.row_id)",
-        (judge_id, judge_stage, run_id, stage)).fetchone()
-    groups = conn.execute(
-        "SELECT m.model, json_extract(m.variant_json, '$.seed') AS seed, count(*), sum(j.status = 'done'),"
-        " sum(j.status = 'done' AND json_extract(j.result_json, '$.parsed') = 1),"
-        " sum(j.status = 'done' AND j.valid = 0),"
-        " min(CASE WHEN j.item IS NULL OR j.status != 'done' THEN m.item END)"
-        " FROM tasks m LEFT JOIN tasks j ON j.run_id = ? AND j.stage = ? AND j.item = m.item || ?"
-        " WHERE m.run_id = ? AND m.stage = ? AND m.status = 'done' GROUP BY m.model, seed ORDER BY m.model, seed",
-        (judge_id, judge_stage, suffix, run_id, stage)).fetchall()
+    extra, extra_example = store.unmatched_verdicts(judge_id, judge_stage, run_id, stage)
+    groups = store.judged_groups(judge_id, judge_stage, suffix, run_id, stage)
     lines = sum(g[2] for g in groups)
     judged = sum(g[3] or 0 for g in groups)
     missing_example = min((g[6] for g in groups if g[6] is not None), default=None)

@@ -1,0 +1,90 @@
+"""A finished task's result line: the raw answer parsed by the stage's parser, mapped back from the shown order
+to the original options, and scored by the parse kind's scorer (:mod:`runner.evaluate.scorers`).
+
+The line is what the results file and the store's task row hold; the dispatcher only hands over the text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.evaluate.parse import parse_answer, parse_letter
+from runner.evaluate.scorers import score
+from runner.plan.choices import LETTERS, NONE_OF_THEM, inverse_partial
+from runner.plan.request import Task
+from runner.recipes import parse_items
+from runner.spec.job import Stage
+
+
+def result_line(stage: Stage, req: Task, text: str | None, *, status: str, cache_hit: bool,
+                notes: list[str]) -> dict[str, Any]:
+    """The result line of one finished task: the answer parsed, mapped back through the shown order and scored.
+    ``notes``: where a recipe parser's failure is told to the run (once per message)."""
+    result: dict[str, Any] = {
+        "id": req.row_id,
+        "stage": req.stage,
+        "model": req.model,
+        "variant": req.variant,
+        "seed": req.variant.get("seed"),
+        "permutation": req.perm,
+        "inverse": inverse_partial(req.perm, req.n_options) if req.perm is not None else None,
+        "response": text,
+        "parsed": None,
+        "gold": req.gold,
+        "score": None,
+        "status": status,
+        "cache_hit": cache_hit,
+        "cache_key": req.key,
+    }
+    if stage.review:  # what a person (or a judge job) judging the answer needs
+        # the task's identity in the stage (row id | model | variant): unique per line, so a judge job can
+        # use it as its dataset id and `runner report --judged` can match verdicts to answers
+        result["item"] = req.item
+        result["options_shown"] = req.options
+        result["prompt"] = req.messages[-1]["content"]
+        if req.gold_text is not None:  # the removed gold option (Know-No's no-hint prompts)
+            result["gold_text"] = req.gold_text
+    if text is None:
+        return result
+    kind = stage.parse
+    if kind == "text":
+        result["parsed"] = text.strip()
+        return result
+    if stage.scoring == "default" and kind == "letter" and req.options is not None:
+        parsed = parse_letter(text, req.options, LETTERS, mode=stage.parse_mode)  # the common case, direct
+    elif stage.parses_list:  # a list of items (pipelines), never scored
+        return _items(req, stage, text, result, notes)
+    else:
+        parsed = parse_answer(text, kind, options=req.options or (), mode=stage.parse_mode, family=stage.answers,
+                              scoring=stage.scoring)
+    result["valid"] = parsed.valid
+    if not parsed.valid:
+        result["invalid_reason"] = parsed.reason
+    elif kind in ("letter", "label"):
+        if kind == "letter" and parsed.value < len(LETTERS):
+            result["answer_letter"] = LETTERS[parsed.value]
+        result["parsed"] = req.perm[parsed.value] if req.perm is not None else parsed.value
+    elif kind == "letters":
+        result["parsed"] = sorted(req.perm[i] for i in parsed.value) if req.perm is not None else list(parsed.value)
+    elif kind == "none_of_them":
+        result["parsed"] = NONE_OF_THEM if parsed.value else None
+    else:
+        result["parsed"] = parsed.value
+    if req.gold is not None and not stage.review:
+        result["score"] = score(kind, result["parsed"], req.gold)
+    return result
+
+def _items(req: Task, stage: Stage, text: str, result: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """A list answer (``lines`` or a recipe parser): its items, and the pieces rejected by rule."""
+    try:
+        found = parse_items(stage.parse, text, req.extra.get("row") or {}, stage.parse_args)
+    except Exception as exc:  # a recipe's bug: the paid answer is kept, the item marked and the run told
+        reason = f"parser {stage.parse} failed: {type(exc).__name__}: {exc}"
+        if reason not in notes:
+            notes.append(reason)
+        result.update(valid=False, invalid_reason=reason, parsed=[])
+        return result
+    result.update(parsed=found.items, valid=len(found.items) >= stage.min_items)
+    if found.rejected:
+        result["rejected"] = dict(found.rejected)
+    return result

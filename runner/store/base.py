@@ -1,0 +1,324 @@
+"""The store's interface: everything the runner keeps, and every question it asks of what it kept.
+
+The engine, the reports, replay, pipelines, the estimate and the cost sums talk to a :class:`Store` and never
+to a database connection, so another backend (a server database shared by several machines) implements this
+class and nothing else changes. :mod:`runner.store.sqlite` is the embedded default.
+
+What is kept:
+
+    responses   the memo: one row per distinct request ever answered, under its cache key
+    runs        one row per run: its job as JSON, status, pid, totals
+    tasks       one row per finished (done or failed) task of a run, with its result line
+    ledger      money: reservations in flight, charges, and possibly billed amounts after a crash
+    stage_replays, stage_outputs, stage_rows, run_stages
+                content-addressed stage results (replay of evaluation stages, pipeline stage outputs)
+
+A task row is the tuple :data:`TASK_COLUMNS`; a memo row :data:`RESPONSE_COLUMNS`; a ledger row
+:data:`LEDGER_COLUMNS`. The writer (:mod:`runner.store.writer`) commits finished tasks with their responses
+and ledger rows through :meth:`Store.write_batch`, in one transaction (DESIGN invariant 2).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_DB = "cache.sqlite"
+
+TASK_COLUMNS = (
+    "run_id", "stage", "item", "model", "row_id", "variant_json", "key", "status", "cache_hit", "attempts",
+    "error_class", "error", "input_tokens", "output_tokens", "cost", "latency", "score", "valid",
+    "result_json", "cached_tokens", "saved",
+)
+RESPONSE_COLUMNS = (
+    "key", "provider", "model", "request_json", "response_text", "response_json", "finish_reason",
+    "input_tokens", "output_tokens", "cached_tokens", "cost", "latency", "created",
+)
+LEDGER_COLUMNS = ("run_id", "stage", "model", "key", "kind", "amount", "created")
+#: the group of ledger and task rows whose run is gone, in ``runner costs --by job``
+UNKNOWN_JOB = "(unknown run)"
+
+#: compact JSON for result lines and stored columns
+dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def default_path() -> str:
+    return os.environ.get("RUNNER_DB") or DEFAULT_DB
+
+
+@dataclass(slots=True)
+class CachedResponse:
+    """A memo row as the engine needs it: the answer and what it cost."""
+
+    text: str
+    finish_reason: str | None
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    cost: float
+
+
+@dataclass(slots=True)
+class Finished:
+    """One finished task on its way to the store: its row, the memo and ledger rows it brings, and the
+    reservation its ledger charge settles."""
+
+    task: tuple
+    response: tuple | None = None
+    ledger: tuple | None = None
+    result_line: str = ""
+    stage: str = ""
+    release_id: int | None = None
+
+
+@dataclass(slots=True)
+class GroupSummary:
+    """One stage and model of a run, summed over its tasks (the report's row before derived figures)."""
+
+    stage: str
+    model: str
+    requests: int
+    done: int
+    failed: int
+    cache_hits: int
+    input_tokens: int
+    output_tokens: int
+    cost: float
+    scored: int
+    invalid: int
+    accuracy: float | None
+    cached_input_tokens: int
+    saved: float
+
+
+class Store(ABC):
+    """The runner's persistent state. Every method is one short transaction or one query."""
+
+    #: where the store lives (a file path or a URL), for messages
+    path: str
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the connection."""
+
+    # -- the memo ----------------------------------------------------------------------------------
+    @abstractmethod
+    def lookup(self, key: str) -> CachedResponse | None:
+        """The memo row of one cache key."""
+
+    @abstractmethod
+    def lookup_many(self, keys: list[str]) -> dict[str, CachedResponse]:
+        """The memo rows of several keys in one query (the dispatcher asks per chunk of requests)."""
+
+    @abstractmethod
+    def memo_keys(self) -> set[str]:
+        """Every cache key in the memo."""
+
+    @abstractmethod
+    def output_history(self, provider: str, model_id: str, cap: int, sample: int) -> tuple[int, float]:
+        """(count, mean output tokens, each capped at ``cap``) of up to ``sample`` stored responses of a model."""
+
+    @abstractmethod
+    def responses(self) -> list[dict[str, Any]]:
+        """Every memo row as a dict (tests and tools; not for large stores)."""
+
+    # -- runs --------------------------------------------------------------------------------------
+    @abstractmethod
+    def create_run(self, job_name: str, job_path: str, job_json: str, fingerprint: str, total: int) -> str:
+        """A new run, status ``running``; returns its id."""
+
+    @abstractmethod
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        """A run by its id or a unique part of it; ``StoreError`` naming ``runner runs`` when there is none."""
+
+    @abstractmethod
+    def set_run(self, run_id: str, **fields: Any) -> None:
+        """Update a run's columns."""
+
+    @abstractmethod
+    def list_runs(self, limit: int = 50) -> list[dict[str, Any]]:
+        """The latest runs with their done, failed and spend figures."""
+
+    @abstractmethod
+    def running_runs(self) -> list[tuple[str, int | None]]:
+        """(run id, pid) of the runs whose status is ``running``."""
+
+    # -- tasks -------------------------------------------------------------------------------------
+    @abstractmethod
+    def task_status(self, run_id: str, stage: str, item: str) -> str | None:
+        """The status of one task, None when it has not finished."""
+
+    @abstractmethod
+    def done_items(self, run_id: str, stage: str, items: list[str]) -> set[str]:
+        """Which of ``items`` this run has finished already (for resume)."""
+
+    @abstractmethod
+    def has_tasks(self, run_id: str, stage: str) -> bool:
+        """Whether the run has finished any task of the stage."""
+
+    @abstractmethod
+    def stage_progress(self, run_id: str, stage: str) -> tuple[int, int]:
+        """(done, not done) tasks of a stage in a run."""
+
+    @abstractmethod
+    def iter_results(self, run_id: str, stage: str) -> Iterator[str]:
+        """The stored result lines of a stage, in a stable order, streamed."""
+
+    @abstractmethod
+    def tasks(self, run_id: str | None = None, **where: Any) -> list[dict[str, Any]]:
+        """Task rows as dicts, optionally filtered by run and equal column values (tests and tools)."""
+
+    @abstractmethod
+    def write_batch(self, tasks: list[tuple], responses: list[tuple], ledger: list[tuple],
+                    released: list[tuple[int]] | None = None) -> None:
+        """One transaction: the responses, the tasks they finish, their ledger charges, and the removal of the
+        reservations those charges settle."""
+
+    @abstractmethod
+    def copy_tasks(self, source: str, source_stage: str, run_id: str, stage: str) -> list[tuple[str, int, int, float,
+                                                                                                   float]]:
+        """Copy a stage's done tasks from run ``source`` into ``run_id`` (renamed to ``stage``) as cache hits that
+        cost nothing and saved what the original cost, in one transaction. Returns per model (model, tasks,
+        scored, correct, saved) of the copied stage."""
+
+    @abstractmethod
+    def done_by_model(self, run_id: str, stage: str) -> dict[str, tuple[int, int]]:
+        """Per model, (done tasks, their output tokens) of a stage in a run."""
+
+    # -- the ledger ----------------------------------------------------------------------------------
+    @abstractmethod
+    def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float) -> int:
+        """Record a request's worst-case cost before it is sent, committed at once so a crash leaves it;
+        returns the reservation's id."""
+
+    @abstractmethod
+    def release(self, ledger_id: int) -> None:
+        """Remove a reservation whose request ended unbilled."""
+
+    @abstractmethod
+    def resolve_reservations(self, run_id: str) -> tuple[int, int]:
+        """After a crash: a reservation whose answer is in the memo is settled to its cost; the others stay
+        charged at their worst case as 'possibly_billed'. Returns (settled, possibly billed)."""
+
+    @abstractmethod
+    def spent(self, run_id: str) -> list[tuple[str, str, float, int]]:
+        """(stage, model, USD charged or possibly billed, tokens sent) of a run so far, for a resume's budgets."""
+
+    @abstractmethod
+    def unsettled(self, run_id: str, include_reserved: bool) -> dict[tuple[str, str], tuple[float, int]]:
+        """Per (stage, model), (USD, requests) possibly billed; ``include_reserved`` counts reservations still
+        open (a run that is not live any more) as possibly billed too."""
+
+    @abstractmethod
+    def charged(self, run_id: str) -> float:
+        """USD the ledger charged a run."""
+
+    @abstractmethod
+    def ledger(self, run_id: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+        """Ledger rows as dicts (tests and tools)."""
+
+    @abstractmethod
+    def ledger_sums(self, by: str, since: str | None) -> list[tuple[str | None, str, str, int, float]]:
+        """(group, run id, kind, rows, USD) of the ledger grouped by ``by`` (model, job or day), from ``since``."""
+
+    @abstractmethod
+    def saved_sums(self, by: str, since: str | None) -> list[tuple[str | None, str, int, float]]:
+        """(group, run id, cache hits, USD saved) of tasks that saved money, grouped as :meth:`ledger_sums`."""
+
+    # -- evaluation stages finished whole (runner/engine/replay.py) -----------------------------------------
+    @abstractmethod
+    def replayable(self, digest: str) -> tuple[str, int] | None:
+        """(run id, task count) of the latest run that finished a stage with this content address."""
+
+    @abstractmethod
+    def record_replayable(self, digest: str, run_id: str, stage: str, tasks: int) -> None:
+        """Record that ``run_id`` finished the stage at this address with ``tasks`` tasks all done."""
+
+    # -- pipelines: content-addressed stage outputs ---------------------------------------------------------
+    @abstractmethod
+    def stage_output(self, digest: str) -> dict[str, Any] | None:
+        """A complete, reusable output of a pipeline stage with this content address, or None."""
+
+    @abstractmethod
+    def stage_rows(self, digest: str) -> list[dict[str, Any]]:
+        """The rows of a stored stage output, in order."""
+
+    @abstractmethod
+    def save_stage_output(self, digest: str, stage: str, run_id: str, rows: list[dict[str, Any]], cost: float,
+                          funnel: dict[str, Any]) -> None:
+        """Store a pipeline stage's output rows under its address (one transaction)."""
+
+    @abstractmethod
+    def record_run_stage(self, run_id: str, stage: str, position: int, digest: str, funnel: dict[str, Any]) -> None:
+        """What a pipeline stage did in this run (the funnel report's row)."""
+
+    @abstractmethod
+    def run_stages(self, run_id: str) -> list[dict[str, Any]]:
+        """The funnel rows of a run's pipeline stages, in order."""
+
+    @abstractmethod
+    def stage_cost(self, run_id: str, stage: str) -> tuple[float, int]:
+        """(USD, requests sent) of a stage's tasks in a run."""
+
+    # -- the report's questions -------------------------------------------------------------------------
+    @abstractmethod
+    def group_summaries(self, run_id: str) -> list[GroupSummary]:
+        """Per stage and model of a run, in the order they first finished a task: sums over its tasks."""
+
+    @abstractmethod
+    def error_counts(self, run_id: str, stage: str, model: str) -> dict[str, int]:
+        """Failed tasks by error class."""
+
+    @abstractmethod
+    def latencies(self, run_id: str, stage: str, model: str) -> list[float]:
+        """The latencies of the requests sent, ascending."""
+
+    @abstractmethod
+    def accuracy_by_variant(self, run_id: str, stage: str, model: str, key: str) -> dict[str, float]:
+        """Mean score per value of one variant axis (``seed``, ``template``, ...), of scored tasks."""
+
+    @abstractmethod
+    def variant_axes(self, run_id: str, stage: str, model: str) -> list[str]:
+        """The variant axes of a stage's scored tasks."""
+
+    @abstractmethod
+    def accuracy_by_gold_type(self, run_id: str, stage: str, model: str) -> list[tuple[str, float]]:
+        """(JSON type of the gold, mean score) per gold value of scored tasks (balanced accuracy of yes/no)."""
+
+    @abstractmethod
+    def letter_answers(self, run_id: str, stage: str, model: str) -> Iterator[tuple[str, str | None, Any]]:
+        """(answer letter, permutation JSON, gold) of scored, valid letter answers (position bias), streamed."""
+
+    @abstractmethod
+    def seed_scores(self, run_id: str, stage: str, variant: dict[str, Any] | None = None
+                    ) -> list[tuple[str, Any, float, int]]:
+        """(model, seed, mean score, scored tasks) of a stage, optionally of tasks whose variant has these values."""
+
+    @abstractmethod
+    def variant_kinds(self, run_id: str) -> list[tuple[str, str, str, int]]:
+        """(stage, model, variant JSON, tasks) of a run: what kinds of tasks it has."""
+
+    @abstractmethod
+    def first_task(self, run_id: str) -> tuple[str, str] | None:
+        """(item, row id) of one task of a run."""
+
+    @abstractmethod
+    def count_tasks(self, run_id: str, stage: str) -> int:
+        """Finished tasks of a stage."""
+
+    @abstractmethod
+    def unmatched_verdicts(self, judge_id: str, judge_stage: str, run_id: str, stage: str) -> tuple[int, str | None]:
+        """(count, one example) of a judge run's tasks whose row id is no task item of ``run_id``'s stage."""
+
+    @abstractmethod
+    def judged_groups(self, judge_id: str, judge_stage: str, suffix: str, run_id: str, stage: str) -> list[tuple]:
+        """Per model and seed of the judged stage: (model, seed, answers, judged, right, unreadable, first
+        answer without a verdict); a verdict is the judge task whose item is the answer's item + ``suffix``."""

@@ -1,0 +1,463 @@
+"""The SQLite store: the response memo, runs, tasks and the cost ledger in one file.
+
+WAL mode and a busy timeout let ``runner runs`` and ``runner report`` read while a run writes. All writes of
+a run go through one writer task (:mod:`runner.store.writer`) that commits in small batches; a response is
+committed in the same transaction that marks its task done (DESIGN invariant 2), so a crash loses only
+in-flight work. This is the only module that writes SQL for the store (migrations aside).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from runner.errors import StoreError
+from runner.store.base import (
+    LEDGER_COLUMNS,
+    RESPONSE_COLUMNS,
+    TASK_COLUMNS,
+    UNKNOWN_JOB,
+    CachedResponse,
+    GroupSummary,
+    Store,
+    default_path,
+    dumps,
+    now,
+)
+from runner.store.migrations import migrate
+
+BUSY_TIMEOUT_S = 30.0
+#: how ``runner costs --by`` groups ledger rows and task rows
+_GROUP_SQL = {
+    "model": ("l.model", "t.model"),
+    "job": (f"coalesce(r.job_name, '{UNKNOWN_JOB}')", f"coalesce(r.job_name, '{UNKNOWN_JOB}')"),
+    "day": ("substr(l.created, 1, 10)", "substr(t.updated, 1, 10)"),
+}
+
+
+def _insert_sql(table: str, columns: tuple[str, ...], verb: str = "INSERT OR REPLACE") -> str:
+    return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+
+
+# The task's time stamp is taken by SQLite at commit: one clock read per row, none in Python's hot path.
+_TASK_SQL = (
+    f"INSERT OR REPLACE INTO tasks ({', '.join(TASK_COLUMNS)}, updated) "
+    f"VALUES ({', '.join('?' for _ in TASK_COLUMNS)}, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))"
+)
+# A memo row is never overwritten: the first answer to a request is the answer.
+_RESPONSE_SQL = _insert_sql("responses", RESPONSE_COLUMNS, "INSERT OR IGNORE")
+_LEDGER_SQL = _insert_sql("ledger", LEDGER_COLUMNS, "INSERT")
+
+# Replay's copied rows: cache hits that cost nothing and saved what the original answer cost (or saved).
+_COPY_SQL = """
+INSERT INTO tasks (run_id, stage, item, model, row_id, variant_json, key, status, cache_hit, attempts,
+                   error_class, error, input_tokens, output_tokens, cost, latency, score, valid, result_json,
+                   cached_tokens, saved, updated)
+SELECT ?1, ?2, item, model, row_id, variant_json, key, 'done', 1, 0, NULL, NULL, input_tokens, output_tokens,
+       0.0, NULL, score, valid,
+       replace(CASE WHEN ?2 = ?4 THEN result_json ELSE replace(result_json, ?5, ?6) END,
+               '"cache_hit":false', '"cache_hit":true'),
+       cached_tokens, coalesce(cost, 0) + coalesce(saved, 0), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+FROM tasks WHERE run_id = ?3 AND stage = ?4 AND status = 'done' ORDER BY rowid
+"""
+
+#: the scored tasks of one stage and model
+_SCORED = " FROM tasks WHERE run_id = ? AND stage = ? AND model = ? AND score IS NOT NULL"
+
+
+class SQLiteStore(Store):
+    """The embedded store: one SQLite file in WAL mode, one connection per process."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = str(path or default_path())
+        try:
+            self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            self.db = sqlite_utils.Database(self.conn)
+            migrate(self.db)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"the store {self.path} cannot be opened ({exc}); set --db or RUNNER_DB") from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- the memo ----------------------------------------------------------------------------------
+    def lookup(self, key: str) -> CachedResponse | None:
+        row = self.conn.execute(
+            "SELECT response_text, finish_reason, input_tokens, output_tokens, cached_tokens, cost "
+            "FROM responses WHERE key = ?",
+            (key,),
+        ).fetchone()
+        return CachedResponse(*row) if row else None
+
+    def lookup_many(self, keys: list[str]) -> dict[str, CachedResponse]:
+        """The memo rows of several keys in one query (the dispatcher asks per chunk of requests)."""
+        found: dict[str, CachedResponse] = {}
+        for start in range(0, len(keys), 500):
+            part = keys[start:start + 500]
+            rows = self.conn.execute(
+                "SELECT key, response_text, finish_reason, input_tokens, output_tokens, cached_tokens, cost "
+                f"FROM responses WHERE key IN ({', '.join('?' * len(part))})",
+                part,
+            )
+            for key, *values in rows:
+                found[key] = CachedResponse(*values)
+        return found
+
+    def memo_keys(self) -> set[str]:
+        return {row[0] for row in self.conn.execute("SELECT key FROM responses")}
+
+    # -- runs --------------------------------------------------------------------------------------
+    def create_run(self, job_name: str, job_path: str, job_json: str, fingerprint: str, total: int) -> str:
+        run_id = dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+        self.conn.execute(
+            "INSERT INTO runs (id, job_name, job_path, job_json, fingerprint, status, total, pid, created, started)"
+            " VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+            (run_id, job_name, job_path, job_json, fingerprint, total, os.getpid(), now(), now()),
+        )
+        return run_id
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        cursor = self.conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,))
+        row = cursor.fetchone()
+        if row is None:
+            matches = self.conn.execute("SELECT id FROM runs WHERE instr(id, ?) > 0", (run_id,)).fetchall()
+            if len(matches) == 1:
+                return self.get_run(matches[0][0])
+            raise StoreError(f"no run {run_id!r} in {self.path}; `runner runs` lists the runs")
+        return dict(zip([c[0] for c in cursor.description], row, strict=True))
+
+    def set_run(self, run_id: str, **fields: Any) -> None:
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self.conn.execute(f"UPDATE runs SET {assignments} WHERE id = ?", (*fields.values(), run_id))
+
+    def list_runs(self, limit: int = 50) -> list[dict[str, Any]]:
+        cursor = self.conn.execute(
+            "SELECT r.*, (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'done') AS done,"
+            " (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'failed') AS failed,"
+            " (SELECT coalesce(sum(amount), 0) FROM ledger l WHERE l.run_id = r.id"
+            " AND l.kind IN ('charge', 'possibly_billed')) AS spend"
+            " FROM runs r ORDER BY r.created DESC LIMIT ?",
+            (limit,),
+        )
+        names = [c[0] for c in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor]
+
+    # -- tasks -------------------------------------------------------------------------------------
+    def task_status(self, run_id: str, stage: str, item: str) -> str | None:
+        row = self.conn.execute(
+            "SELECT status FROM tasks WHERE run_id = ? AND stage = ? AND item = ?", (run_id, stage, item)
+        ).fetchone()
+        return row[0] if row else None
+
+    def done_items(self, run_id: str, stage: str, items: list[str]) -> set[str]:
+        """Which of ``items`` this run has finished already (for resume)."""
+        done: set[str] = set()
+        for start in range(0, len(items), 500):
+            part = items[start:start + 500]
+            rows = self.conn.execute(
+                "SELECT item FROM tasks WHERE run_id = ? AND stage = ? AND status = 'done'"
+                f" AND item IN ({', '.join('?' * len(part))})",
+                (run_id, stage, *part),
+            )
+            done.update(row[0] for row in rows)
+        return done
+
+    def has_tasks(self, run_id: str, stage: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM tasks WHERE run_id = ? AND stage = ? LIMIT 1",
+                                 (run_id, stage)).fetchone() is not None
+
+    def iter_results(self, run_id: str, stage: str) -> Iterator[str]:
+        """The stored result lines of a stage, in a stable order, streamed."""
+        cursor = self.conn.execute(
+            "SELECT result_json FROM tasks WHERE run_id = ? AND stage = ? ORDER BY rowid", (run_id, stage)
+        )
+        for (line,) in cursor:
+            yield line
+
+    def write_batch(self, tasks: list[tuple], responses: list[tuple], ledger: list[tuple],
+                    released: list[tuple[int]] | None = None) -> None:
+        """One transaction: the responses, the tasks they finish, their ledger charges, and the removal of the
+        reservations those charges settle."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if responses:
+                conn.executemany(_RESPONSE_SQL, responses)
+            if tasks:
+                conn.executemany(_TASK_SQL, tasks)
+            if ledger:
+                conn.executemany(_LEDGER_SQL, ledger)
+            if released:
+                conn.executemany("DELETE FROM ledger WHERE id = ?", released)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    # -- the ledger's reservations (runner/engine/budget.py) -------------------------------------------------------
+    def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float) -> int:
+        """Record a request's worst-case cost before it is sent; committed at once, so a crash leaves it."""
+        cursor = self.conn.execute(_LEDGER_SQL, (run_id, stage, model, key, "reserved", usd, now()))
+        return int(cursor.lastrowid or 0)
+
+    def release(self, ledger_id: int) -> None:
+        self.conn.execute("DELETE FROM ledger WHERE id = ? AND kind = 'reserved'", (ledger_id,))
+
+    def resolve_reservations(self, run_id: str) -> tuple[int, int]:
+        """After a crash: a reservation whose answer is in the memo is settled to its cost; the others stay
+        charged at their worst case as 'possibly_billed'. Returns (settled, possibly billed)."""
+        settled, possibly = self._transaction([
+            ("UPDATE ledger SET kind = 'charge', amount = (SELECT cost FROM responses r WHERE r.key = ledger.key)"
+             " WHERE run_id = ? AND kind = 'reserved' AND key IN (SELECT key FROM responses)", (run_id,)),
+            ("UPDATE ledger SET kind = 'possibly_billed' WHERE run_id = ? AND kind = 'reserved'", (run_id,)),
+        ])
+        return settled, possibly
+
+    # -- evaluation stages finished whole (runner/engine/replay.py) -------------------------------------------------
+    def replayable(self, digest: str) -> tuple[str, int] | None:
+        """(run id, task count) of the latest run that finished a stage with this content address."""
+        row = self.conn.execute("SELECT run_id, tasks FROM stage_replays WHERE hash = ?", (digest,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def record_replayable(self, digest: str, run_id: str, stage: str, tasks: int) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO stage_replays (hash, run_id, stage, tasks, created)"
+                          " VALUES (?, ?, ?, ?, ?)", (digest, run_id, stage, tasks, now()))
+
+    # -- pipelines: content-addressed stage outputs ---------------------------------------------------------
+    def stage_output(self, digest: str) -> dict[str, Any] | None:
+        """A complete, reusable output of a pipeline stage with this content address, or None."""
+        cursor = self.conn.execute("SELECT * FROM stage_outputs WHERE hash = ?", (digest,))
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        return dict(zip([c[0] for c in cursor.description], row, strict=True))
+
+    def stage_rows(self, digest: str) -> list[dict[str, Any]]:
+        return [json.loads(row) for (row,) in self.conn.execute(
+            "SELECT row FROM stage_rows WHERE hash = ? ORDER BY n", (digest,))]
+
+    def save_stage_output(self, digest: str, stage: str, run_id: str, rows: list[dict[str, Any]], cost: float,
+                          funnel: dict[str, Any]) -> None:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("DELETE FROM stage_rows WHERE hash = ?", (digest,))
+            conn.executemany("INSERT INTO stage_rows (hash, n, row) VALUES (?, ?, ?)",
+                             ((digest, n, dumps(row)) for n, row in enumerate(rows)))
+            conn.execute("INSERT OR REPLACE INTO stage_outputs (hash, stage, run_id, rows, cost, funnel, created)"
+                         " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         (digest, stage, run_id, len(rows), cost, dumps(funnel), now()))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def record_run_stage(self, run_id: str, stage: str, position: int, digest: str, funnel: dict[str, Any]) -> None:
+        """What a pipeline stage did in this run (the funnel report's row)."""
+        self.conn.execute("INSERT OR REPLACE INTO run_stages (run_id, stage, position, hash, funnel) VALUES"
+                          " (?, ?, ?, ?, ?)", (run_id, stage, position, digest, dumps(funnel)))
+
+    def run_stages(self, run_id: str) -> list[dict[str, Any]]:
+        return [json.loads(funnel) for (funnel,) in self.conn.execute(
+            "SELECT funnel FROM run_stages WHERE run_id = ? ORDER BY position", (run_id,))]
+
+    def stage_cost(self, run_id: str, stage: str) -> tuple[float, int]:
+        """(USD, requests sent) of a stage's tasks in a run."""
+        usd, sent = self.conn.execute(
+            "SELECT coalesce(sum(cost), 0), coalesce(sum(cache_hit = 0 AND status = 'done'), 0) FROM tasks"
+            " WHERE run_id = ? AND stage = ?", (run_id, stage)).fetchone()
+        return float(usd), int(sent)
+
+    def spent(self, run_id: str) -> list[tuple[str, str, float, int]]:
+        """(stage, model, USD charged or possibly billed, tokens sent) of a run so far, for a resume's budgets."""
+        money = dict(((stage, model), usd) for stage, model, usd in self.conn.execute(
+            "SELECT stage, model, sum(amount) FROM ledger WHERE run_id = ? AND kind IN ('charge', 'possibly_billed')"
+            " GROUP BY stage, model", (run_id,)))
+        tokens = dict(((stage, model), n) for stage, model, n in self.conn.execute(
+            "SELECT stage, model, sum(input_tokens + output_tokens) FROM tasks WHERE run_id = ? AND status = 'done'"
+            " AND cache_hit = 0 GROUP BY stage, model", (run_id,)))
+        return [(stage, model, money.get((stage, model), 0.0), int(tokens.get((stage, model)) or 0))
+                for stage, model in sorted(set(money) | set(tokens))]
+
+    # -- transactions --------------------------------------------------------------------------------
+    def _transaction(self, statements: list[tuple[str, tuple]]) -> list[int]:
+        """Run statements in one immediate transaction; returns each one's rowcount."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            counts = [conn.execute(sql, args).rowcount for sql, args in statements]
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return counts
+
+    def _dicts(self, sql: str, args: tuple | list = ()) -> list[dict[str, Any]]:
+        cursor = self.conn.execute(sql, args)
+        names = [c[0] for c in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor]
+
+    # -- more of the memo, runs and tasks ------------------------------------------------------------------
+    def output_history(self, provider: str, model_id: str, cap: int, sample: int) -> tuple[int, float]:
+        n, mean = self.conn.execute(
+            "SELECT count(*), avg(min(output_tokens, ?)) FROM (SELECT output_tokens FROM responses"
+            " WHERE provider = ? AND model = ? AND output_tokens IS NOT NULL LIMIT ?)",
+            (cap, provider, model_id, sample),
+        ).fetchone()
+        return int(n or 0), float(mean or 0.0)
+
+    def responses(self) -> list[dict[str, Any]]:
+        return self._dicts("SELECT * FROM responses ORDER BY created, key")
+
+    def running_runs(self) -> list[tuple[str, int | None]]:
+        return [(run_id, pid) for run_id, pid in self.conn.execute("SELECT id, pid FROM runs WHERE status = 'running'")]
+
+    def stage_progress(self, run_id: str, stage: str) -> tuple[int, int]:
+        done, other = self.conn.execute(
+            "SELECT coalesce(sum(status = 'done'), 0), coalesce(sum(status != 'done'), 0) FROM tasks"
+            " WHERE run_id = ? AND stage = ?", (run_id, stage)).fetchone()
+        return int(done), int(other)
+
+    def tasks(self, run_id: str | None = None, **where: Any) -> list[dict[str, Any]]:
+        conditions = {"run_id": run_id, **where} if run_id is not None else dict(where)
+        unknown = set(conditions) - set(TASK_COLUMNS) - {"updated"}
+        if unknown:
+            raise ValueError(f"no task column {', '.join(sorted(unknown))}")
+        clause = " AND ".join(f"{name} = ?" for name in conditions)
+        return self._dicts(f"SELECT * FROM tasks{' WHERE ' + clause if clause else ''} ORDER BY rowid",
+                           list(conditions.values()))
+
+    def copy_tasks(self, source: str, source_stage: str, run_id: str, stage: str) -> list[tuple[str, int, int, float,
+                                                                                                   float]]:
+        self._transaction([(_COPY_SQL, (run_id, stage, source, source_stage, f'"stage":{dumps(source_stage)}',
+                                        f'"stage":{dumps(stage)}'))])
+        return [(model, n, scored, float(correct), float(saved)) for model, n, scored, correct, saved in
+                self.conn.execute("SELECT model, count(*), count(score), coalesce(sum(score), 0),"
+                                  " coalesce(sum(saved), 0) FROM tasks WHERE run_id = ? AND stage = ? GROUP BY model",
+                                  (run_id, stage))]
+
+    def done_by_model(self, run_id: str, stage: str) -> dict[str, tuple[int, int]]:
+        return {model: (n, int(out)) for model, n, out in self.conn.execute(
+            "SELECT model, count(*), coalesce(sum(output_tokens), 0) FROM tasks WHERE run_id = ? AND stage = ?"
+            " AND status = 'done' GROUP BY model", (run_id, stage))}
+
+    # -- more of the ledger --------------------------------------------------------------------------
+    def unsettled(self, run_id: str, include_reserved: bool) -> dict[tuple[str, str], tuple[float, int]]:
+        kinds = "('possibly_billed', 'reserved')" if include_reserved else "('possibly_billed')"
+        return {(stage, model): (usd, n) for stage, model, usd, n in self.conn.execute(
+            f"SELECT stage, model, sum(amount), count(*) FROM ledger WHERE run_id = ? AND kind IN {kinds}"
+            " GROUP BY stage, model", (run_id,))}
+
+    def charged(self, run_id: str) -> float:
+        return float(self.conn.execute("SELECT coalesce(sum(amount), 0) FROM ledger WHERE run_id = ? AND"
+                                       " kind = 'charge'", (run_id,)).fetchone()[0])
+
+    def ledger(self, run_id: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+        conditions = {name: value for name, value in (("run_id", run_id), ("kind", kind)) if value is not None}
+        clause = " AND ".join(f"{name} = ?" for name in conditions)
+        return self._dicts(f"SELECT * FROM ledger{' WHERE ' + clause if clause else ''} ORDER BY id",
+                           list(conditions.values()))
+
+    def ledger_sums(self, by: str, since: str | None) -> list[tuple[str | None, str, str, int, float]]:
+        group = _GROUP_SQL[by][0]
+        where, params = ("WHERE l.created >= ?", [since]) if since else ("", [])
+        return self.conn.execute(
+            f"SELECT {group}, l.run_id, l.kind, count(*), coalesce(sum(l.amount), 0) FROM ledger l"
+            f" LEFT JOIN runs r ON r.id = l.run_id {where} GROUP BY 1, 2, 3", params).fetchall()
+
+    def saved_sums(self, by: str, since: str | None) -> list[tuple[str | None, str, int, float]]:
+        group = _GROUP_SQL[by][1]
+        where, params = ("AND t.updated >= ?", [since]) if since else ("", [])
+        return self.conn.execute(
+            f"SELECT {group}, t.run_id, count(*), sum(t.saved) FROM tasks t LEFT JOIN runs r ON r.id = t.run_id"
+            f" WHERE t.cache_hit = 1 AND t.saved > 0 {where} GROUP BY 1, 2", params).fetchall()
+
+    # -- the report's questions -------------------------------------------------------------------------
+    def group_summaries(self, run_id: str) -> list[GroupSummary]:
+        rows = self.conn.execute(
+            "SELECT stage, model, count(*), sum(status = 'done'), sum(status = 'failed'), sum(cache_hit),"
+            " sum(CASE WHEN cache_hit = 0 THEN input_tokens ELSE 0 END),"
+            " sum(CASE WHEN cache_hit = 0 THEN output_tokens ELSE 0 END), coalesce(sum(cost), 0),"
+            " count(score), sum(status = 'done' AND valid = 0), avg(score),"
+            " coalesce(sum(CASE WHEN cache_hit = 0 THEN cached_tokens ELSE 0 END), 0), coalesce(sum(saved), 0)"
+            " FROM tasks WHERE run_id = ? GROUP BY stage, model ORDER BY min(rowid)", (run_id,)).fetchall()
+        return [GroupSummary(*row) for row in rows]
+
+    def error_counts(self, run_id: str, stage: str, model: str) -> dict[str, int]:
+        return dict(self.conn.execute(
+            "SELECT error_class, count(*) FROM tasks WHERE run_id = ? AND stage = ? AND model = ?"
+            " AND status = 'failed' GROUP BY error_class ORDER BY error_class", (run_id, stage, model)).fetchall())
+
+    def latencies(self, run_id: str, stage: str, model: str) -> list[float]:
+        return [r[0] for r in self.conn.execute(
+            "SELECT latency FROM tasks WHERE run_id = ? AND stage = ? AND model = ? AND latency IS NOT NULL"
+            " ORDER BY latency", (run_id, stage, model))]
+
+    def accuracy_by_variant(self, run_id: str, stage: str, model: str, key: str) -> dict[str, float]:
+        return {str(v): acc for v, acc in self.conn.execute(
+            f"SELECT json_extract(variant_json, '$.' || ?) AS v, avg(score) {_SCORED} AND v IS NOT NULL"
+            " GROUP BY v ORDER BY v", (key, run_id, stage, model))}
+
+    def variant_axes(self, run_id: str, stage: str, model: str) -> list[str]:
+        return [k for (k,) in self.conn.execute(
+            f"SELECT DISTINCT j.key FROM (SELECT variant_json {_SCORED}) t, json_each(t.variant_json) j",
+            (run_id, stage, model))]
+
+    def accuracy_by_gold_type(self, run_id: str, stage: str, model: str) -> list[tuple[str, float]]:
+        return self.conn.execute(f"SELECT json_type(result_json, '$.gold') AS t, avg(score) {_SCORED} GROUP BY "
+                                 "json_extract(result_json, '$.gold')", (run_id, stage, model)).fetchall()
+
+    def letter_answers(self, run_id: str, stage: str, model: str) -> Iterator[tuple[str, str | None, Any]]:
+        yield from self.conn.execute(
+            "SELECT json_extract(result_json, '$.answer_letter') AS letter, json_extract(result_json, '$.permutation'),"
+            f" json_extract(result_json, '$.gold') {_SCORED} AND valid = 1 AND letter IS NOT NULL",
+            (run_id, stage, model))
+
+    def seed_scores(self, run_id: str, stage: str, variant: dict[str, Any] | None = None
+                    ) -> list[tuple[str, Any, float, int]]:
+        where = "".join(" AND json_extract(variant_json, '$.' || ?) = ?" for _ in (variant or {}))
+        args = [x for name, value in (variant or {}).items() for x in (name, value)]
+        return self.conn.execute(
+            "SELECT model, json_extract(variant_json, '$.seed'), avg(score), count(score) FROM tasks"
+            f" WHERE run_id = ? AND stage = ? AND score IS NOT NULL{where} GROUP BY model, 2",
+            (run_id, stage, *args)).fetchall()
+
+    def variant_kinds(self, run_id: str) -> list[tuple[str, str, str, int]]:
+        return self.conn.execute("SELECT stage, model, variant_json, count(*) FROM tasks"
+                                 " WHERE run_id = ? GROUP BY stage, model, variant_json", (run_id,)).fetchall()
+
+    def first_task(self, run_id: str) -> tuple[str, str] | None:
+        row = self.conn.execute("SELECT item, row_id FROM tasks WHERE run_id = ? LIMIT 1", (run_id,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def count_tasks(self, run_id: str, stage: str) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM tasks WHERE run_id = ? AND stage = ?",
+                                     (run_id, stage)).fetchone()[0])
+
+    def unmatched_verdicts(self, judge_id: str, judge_stage: str, run_id: str, stage: str) -> tuple[int, str | None]:
+        count, example = self.conn.execute(
+            "SELECT count(*), min(j.row_id) FROM tasks j WHERE j.run_id = ? AND j.stage = ? AND NOT EXISTS"
+            " (SELECT 1 FROM tasks m WHERE m.run_id = ? AND m.stage = ? AND m.item = j.row_id)",
+            (judge_id, judge_stage, run_id, stage)).fetchone()
+        return int(count), example
+
+    def judged_groups(self, judge_id: str, judge_stage: str, suffix: str, run_id: str, stage: str) -> list[tuple]:
+        return self.conn.execute(
+            "SELECT m.model, json_extract(m.variant_json, '$.seed') AS seed, count(*), sum(j.status = 'done'),"
+            " sum(j.status = 'done' AND json_extract(j.result_json, '$.parsed') = 1),"
+            " sum(j.status = 'done' AND j.valid = 0),"
+            " min(CASE WHEN j.item IS NULL OR j.status != 'done' THEN m.item END)"
+            " FROM tasks m LEFT JOIN tasks j ON j.run_id = ? AND j.stage = ? AND j.item = m.item || ?"
+            " WHERE m.run_id = ? AND m.stage = ? AND m.status = 'done' GROUP BY m.model, seed ORDER BY m.model, seed",
+            (judge_id, judge_stage, suffix, run_id, stage)).fetchall()
