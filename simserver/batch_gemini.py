@@ -1,7 +1,7 @@
 """Gemini batch mode as the simulated server speaks it (key ``x-goog-api-key`` or ``?key=``, errors as
-``{"error": {"code", "message", "status"}}``), under ``/v1beta/`` and ``/v1/``; the batch state and line rules are
-:mod:`simserver.batches`'. Mirrors what google-genai's ``batches`` module sends and reads in Gemini Developer API
-mode:
+``{"error": {"code", "message", "status"}}``), under ``/v1beta/`` only, as Gemini serves it (``/v1/batches`` is
+OpenAI's); the batch state and line rules are :mod:`simserver.batches`'. Mirrors what google-genai's
+``batches`` module sends and reads in Gemini Developer API mode:
 
     ``POST   /v1beta/models/{model}:batchGenerateContent``  ``{"batch": {"displayName", "inputConfig":
              {"requests": {"requests": [{"request": <GenerateContentRequest>, "metadata": {...}}]}}}}``: an
@@ -44,7 +44,8 @@ _STATES = {"completed": "BATCH_STATE_SUCCEEDED", "expired": "BATCH_STATE_EXPIRED
            "cancelled": "BATCH_STATE_CANCELLED", "failed": "BATCH_STATE_FAILED"}
 _UNFINISHED = {"expired": {"code": 4, "message": "The batch expired before this request was processed."},
                "canceled": {"code": 1, "message": "The batch was cancelled before this request was processed."}}
-_INTERNAL = "An internal error has occurred. Please retry or report in https://developers.generativeai.google/guide/troubleshooting"
+_INTERNAL = ("An internal error has occurred. Please retry or report in "
+             "https://developers.generativeai.google/guide/troubleshooting")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -77,12 +78,11 @@ class GeminiBatches:
 
     def add_routes(self, app: web.Application) -> None:
         add = app.router.add_route
-        for version in ("v1beta", "v1"):
-            add("POST", f"/{version}/models/{{model}}:batchGenerateContent", self._keyed(self.create))
-            add("GET", f"/{version}/batches", self._keyed(self.list))
-            add("GET", f"/{version}/batches/{{batch_id}}", self._keyed(self.get))
-            add("DELETE", f"/{version}/batches/{{batch_id}}", self._keyed(self.delete))
-            add("POST", f"/{version}/batches/{{batch_id}}:cancel", self._keyed(self.cancel))
+        add("POST", "/v1beta/models/{model}:batchGenerateContent", self._keyed(self.create))
+        add("GET", "/v1beta/batches", self._keyed(self.list))
+        add("GET", "/v1beta/batches/{batch_id}", self._keyed(self.get))
+        add("DELETE", "/v1beta/batches/{batch_id}", self._keyed(self.delete))
+        add("POST", "/v1beta/batches/{batch_id}:cancel", self._keyed(self.cancel))
 
     def _keyed(self, handler: Handler) -> Handler:
         async def run(request: web.Request) -> web.StreamResponse:
