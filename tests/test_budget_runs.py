@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -47,8 +48,7 @@ def words(rng: random.Random, n: int) -> str:
 
 
 def charged(store: Store, run_id: str) -> float:
-    return store.conn.execute("SELECT coalesce(sum(amount), 0) FROM ledger WHERE run_id = ? AND kind = 'charge'",
-                              (run_id,)).fetchone()[0]
+    return sum(row["amount"] for row in store.ledger(run_id, kind="charge"))
 
 
 @pytest.fixture
@@ -57,6 +57,7 @@ async def server():
         yield srv
 
 
+@pytest.mark.slow  # many budgets x concurrencies against the server: about 90 s
 async def test_spend_never_exceeds_the_budget_and_uses_most_of_it(tmp_path, server: SimServer):
     """1,000 seeded trials: random budgets, concurrency up to 128, random prompt and completion sizes and
     latencies. In every trial the spend stays within the budget; when the budget ran out, less than one
@@ -105,8 +106,8 @@ async def test_the_report_the_ledger_and_the_usage_agree_to_the_cent(tmp_path, s
     assert outcome.status == "completed"
     built = report.build(store, outcome.run_id)
     pricing = Pricing(job)
-    from_usage = sum(pricing.cost(MODEL, tin, tout, cached) for tin, tout, cached in store.conn.execute(
-        "SELECT input_tokens, output_tokens, cached_tokens FROM responses"))
+    from_usage = sum(pricing.cost(MODEL, r["input_tokens"], r["output_tokens"], r["cached_tokens"])
+                     for r in store.responses())
     assert round(built["totals"]["cost"], 2) == round(charged(store, outcome.run_id), 2) == round(from_usage, 2)
     assert built["totals"]["cost"] == pytest.approx(from_usage, abs=1e-9)
     # a re-run is all cache hits: free, and the money it saved is what the first run cost
@@ -122,7 +123,7 @@ async def test_a_budget_exhausted_run_resumes_with_a_larger_budget(tmp_path, ser
     store = open_store(tmp_path / "s.sqlite")
     first = await execute(job, store)
     assert first.status == "budget_exhausted" and "--budget" in first.message
-    done = store.conn.execute("SELECT count(*) FROM tasks WHERE run_id = ?", (first.run_id,)).fetchone()[0]
+    done = len(store.tasks(first.run_id))
     assert 0 < done < 30
     received = server.stats()["received"]
     set_budget(job, 10.0)
@@ -144,7 +145,7 @@ async def test_a_stage_budget_stops_only_that_stage(tmp_path, server: SimServer)
     loaded = load_job(path)
     store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(loaded, store)
-    counts = dict(store.conn.execute("SELECT stage, count(*) FROM tasks GROUP BY stage").fetchall())
+    counts = dict(Counter(task["stage"] for task in store.tasks()))
     assert counts["ask"] < 20 and counts["second"] == 20
     assert outcome.status == "completed"  # the run's own budget never ran out
     assert charged(store, outcome.run_id) > 0
@@ -161,7 +162,7 @@ async def test_an_unknown_price_with_a_budget_refuses_to_start(tmp_path, server:
     store = open_store(tmp_path / "s.sqlite")
     with pytest.raises(RunnerError, match=r"price of openai:no-such-model-2099 is unknown.*add prices:"):
         await execute(load_job(path), store)
-    assert store.conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+    assert store.list_runs() == []
 
 
 async def test_a_budget_needs_max_tokens(tmp_path, server: SimServer):

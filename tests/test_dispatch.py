@@ -23,9 +23,9 @@ def _job(tmp_path: Path, rows: int = 12, **kwargs):
 
 
 def _tasks(store: Store, run_id: str) -> list[tuple]:
-    return store.conn.execute(
-        "SELECT item, status, attempts, error_class, cache_hit FROM tasks WHERE run_id = ? ORDER BY item", (run_id,)
-    ).fetchall()
+    """(item, status, attempts, error_class, cache_hit) of a run's tasks, by item."""
+    columns = ("item", "status", "attempts", "error_class", "cache_hit")
+    return sorted((tuple(t[c] for c in columns) for t in store.tasks(run_id)), key=lambda t: t[0])
 
 
 async def test_fresh_run_then_every_request_is_a_cache_hit(tmp_path, fake_provider):

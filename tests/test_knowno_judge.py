@@ -122,9 +122,9 @@ async def test_the_judge_keeps_each_answers_item_model_and_seed_and_reads_yes_no
         said = judged["verdicts"][verdict["id"]]
         assert verdict["response"] == said
         assert verdict["parsed"] is (True if said in RIGHT else False if said == "NO" else None)
-    prompt = json.loads(judged["store"].conn.execute(
-        "SELECT request_json FROM responses r JOIN tasks t ON t.key = r.key WHERE t.run_id = ? LIMIT 1",
-        (judged["judge"].run_id,)).fetchone()[0])["messages"][-1]["content"]
+    judge_keys = {t["key"] for t in judged["store"].tasks(judged["judge"].run_id)}
+    request = next(r["request_json"] for r in judged["store"].responses() if r["key"] in judge_keys)
+    prompt = json.loads(request)["messages"][-1]["content"]
     assert "The correct answer, removed from the options:" in prompt and "Reply YES or NO." in prompt
 
 

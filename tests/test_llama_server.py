@@ -141,14 +141,10 @@ async def test_a_job_runs_against_llama_cpp_server_and_resubmitting_it_costs_not
         assert r["model"] == MODEL and r["status"] == "done"
         assert isinstance(r["response"], str) and r["response"].strip()
         assert r["finish_reason"] in ("stop", "length") and len(r["cache_key"]) == 64
-    tasks = store.conn.execute(
-        "SELECT key, input_tokens, output_tokens, cache_hit FROM tasks WHERE run_id = ?", (first.run_id,)
-    ).fetchall()
+    tasks = [(t["key"], t["input_tokens"], t["output_tokens"], t["cache_hit"]) for t in store.tasks(first.run_id)]
     assert len(tasks) == ROWS and all(t[1] > 0 and t[2] > 0 and not t[3] for t in tasks)
-    stored = store.conn.execute(
-        "SELECT provider, model, response_text, finish_reason, input_tokens, output_tokens, response_json "
-        "FROM responses"
-    ).fetchall()
+    columns = ("provider", "model", "response_text", "finish_reason", "input_tokens", "output_tokens", "response_json")
+    stored = [tuple(r[c] for c in columns) for r in store.responses()]
     assert len(stored) == ROWS
     for provider, model, text, finish, tokens_in, tokens_out, body in stored:
         # the cache key names the server and the model it serves, not the job's label for the server

@@ -284,8 +284,7 @@ async def test_editing_the_cost_prompt_reruns_only_cost_stages(tmp_path: Path,
     assert rerun == []
     assert sum(stage.get("sent", 0) for name, stage in stages.items() if not name.startswith("cost")) == 0
     # the server saw exactly the requests the store counts as sent, all of them COST stages'
-    fresh = [stage for (stage,) in store.conn.execute(
-        "SELECT stage FROM tasks WHERE run_id = ? AND cache_hit = 0", (second.run_id,))]
+    fresh = [task["stage"] for task in store.tasks(second.run_id, cache_hit=0)]
     assert fresh and all(stage.startswith("cost") for stage in fresh), sorted(set(fresh))
     assert received["received"] == sum(received["completed_by_digest"].values()) == len(fresh)
     assert received["received"] == sum(stage.get("sent", 0) for stage in stages.values())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -58,14 +59,11 @@ def make_job(tmp_path: Path, srv: SimServer, provider: str, rows: int, *, seeds:
 
 
 def statuses(store: Store, run_id: str) -> dict[str, int]:
-    rows = store.conn.execute("SELECT status, count(*) FROM tasks WHERE run_id = ? GROUP BY status", [run_id])
-    return dict(rows.fetchall())
+    return dict(Counter(task["status"] for task in store.tasks(run_id)))
 
 
 def error_classes(store: Store, run_id: str) -> dict[str, int]:
-    rows = store.conn.execute("SELECT error_class, count(*) FROM tasks WHERE run_id = ? AND status = 'failed' "
-                              "GROUP BY error_class", [run_id])
-    return dict(rows.fetchall())
+    return dict(Counter(task["error_class"] for task in store.tasks(run_id, status="failed")))
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -77,7 +75,7 @@ async def test_fifty_requests_complete_with_the_right_text_and_usage(tmp_path, p
         stats = srv.stats()
     assert outcome.status == "completed"
     assert stats["received"] == 50 and stats["by_route"][provider] == 50
-    rows = store.conn.execute("SELECT request_json, response_text, input_tokens, output_tokens FROM responses")
+    rows = [(r["request_json"], r["response_text"], r["input_tokens"], r["output_tokens"]) for r in store.responses()]
     seen = 0
     for request_json, text, input_tokens, output_tokens in rows:
         request = json.loads(request_json)
@@ -115,7 +113,7 @@ async def test_a_refused_key_stops_the_endpoint_after_one_request(tmp_path, prov
     assert stats["received"] == 1
     assert statuses(store, outcome.run_id) == {"failed": 50}
     assert error_classes(store, outcome.run_id) == {"auth": 50}
-    message = store.conn.execute("SELECT error FROM tasks WHERE attempts = 1").fetchone()[0]
+    message = store.tasks(attempts=1)[0]["error"]
     assert KEYS[provider] in message and "test-key" not in message
     assert report.build(store, outcome.run_id)["totals"]["failed"] == 50
 
@@ -193,7 +191,7 @@ async def test_a_rejected_request_fails_its_item_without_a_retry(tmp_path, provi
         stats = srv.stats()
     assert stats["received"] == 6 and stats["by_status"] == {"400": 6}
     assert error_classes(store, outcome.run_id) == {"bad_request": 6}
-    assert store.conn.execute("SELECT max(attempts) FROM tasks").fetchone()[0] == 1
+    assert max(task["attempts"] for task in store.tasks()) == 1
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -221,7 +219,8 @@ async def test_a_server_that_is_not_there_fails_every_item_as_a_connection_error
     store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(job, store)
     assert error_classes(store, outcome.run_id) == {"connection": 5}
-    assert store.conn.execute("SELECT min(attempts), max(attempts) FROM tasks").fetchone() == (2, 2)
+    attempts = [task["attempts"] for task in store.tasks()]
+    assert (min(attempts), max(attempts)) == (2, 2)
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -232,7 +231,7 @@ async def test_a_missing_key_stops_the_job_before_any_request(tmp_path, provider
         with pytest.raises(ModelSetupError, match=KEYS[provider]):
             await execute(job, open_store(tmp_path / "s.sqlite"))
         assert srv.stats()["received"] == 0
-        assert open_store(tmp_path / "s.sqlite").conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+        assert open_store(tmp_path / "s.sqlite").list_runs() == []
 
 
 def test_a_missing_key_is_one_line_from_the_cli(tmp_path, monkeypatch, capsys):

@@ -49,7 +49,7 @@ async def test_faults_are_ridden_out_and_results_equal_a_fault_free_run(tmp_path
     assert outcome.status == "completed"
     assert stats["by_status"].get("429", 0) > 0 and stats["by_status"].get("500", 0) > 0
     built = report.build(store, outcome.run_id)
-    failures = store.conn.execute("SELECT error, attempts FROM tasks WHERE status = 'failed'").fetchall()
+    failures = [(t["error"], t["attempts"]) for t in store.tasks(status="failed")]
     assert built["totals"]["failed"] == 0, failures
     # Every fault was answered by exactly one retry.
     assert outcome.stats.totals().retries == stats["by_status"]["429"] + stats["by_status"]["500"]
@@ -78,7 +78,7 @@ async def test_usage_and_latency_reach_the_store_and_the_report(tmp_path):
         job = _sim_job(tmp_path, srv.url, 10)
         store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
-    stored = store.conn.execute("SELECT input_tokens, output_tokens, latency, response_json FROM responses").fetchall()
+    stored = [(r["input_tokens"], r["output_tokens"], r["latency"], r["response_json"]) for r in store.responses()]
     assert len(stored) == 10
     assert all(r[0] > 0 and r[1] > 0 and r[2] >= 0.02 for r in stored)
     assert json.loads(stored[0][3])["object"] == "chat.completion"
@@ -145,5 +145,5 @@ async def test_the_sdk_does_not_retry_behind_the_runner(tmp_path):
         store = open_store(tmp_path / "s.sqlite")
         outcome = await execute(job, store)
         assert srv.stats()["received"] == 6
-    attempts = [r[0] for r in store.conn.execute("SELECT attempts FROM tasks WHERE run_id = ?", (outcome.run_id,))]
+    attempts = [t["attempts"] for t in store.tasks(outcome.run_id)]
     assert attempts == [2, 2, 2]
