@@ -34,9 +34,9 @@ def _lines(path) -> dict[str, dict]:
 
 
 def _tasks(store: Store, run_id: str) -> list[tuple]:
-    return store.conn.execute(
-        "SELECT item, key, status, cache_hit, cost, score, valid FROM tasks WHERE run_id = ? ORDER BY item",
-        (run_id,)).fetchall()
+    """(item, key, status, cache_hit, cost, score, valid) of a run's tasks, by item."""
+    columns = ("item", "key", "status", "cache_hit", "cost", "score", "valid")
+    return sorted((tuple(t[c] for c in columns) for t in store.tasks(run_id)), key=lambda t: t[0])
 
 
 async def test_an_unchanged_stage_is_replayed_as_cache_hits(tmp_path):
@@ -128,7 +128,8 @@ async def test_a_stage_with_failed_requests_is_not_replayed(tmp_path):
         first = await execute(job, store)
         failed = report.build(store, first.run_id)["totals"]["failed"]
         assert failed > 0
-        assert store.conn.execute("SELECT count(*) FROM stage_replays").fetchone() == (0,)
+        # the job's one stage was not recorded as replayable
+        assert store.replayable(stage_address(job, job.stages[0], _plan(job))) is None
         received = srv.stats()["received"]
         second = await execute(job, store)  # planned again: the failed ones are sent, the others are hits
         assert srv.stats()["received"] - received >= failed
@@ -178,7 +179,7 @@ def test_submit_replays_and_replan_plans_again(tmp_path, sim_server):
     assert sim_stats(sim_server)["received"] == 10
 
 
-async def test_the_estimate_of_a_replayable_stage_is_all_cache_hits_without_planning(tmp_path):
+async def test_the_estimate_of_a_replayable_stage_is_all_cache_hits_without_planning(tmp_path, monkeypatch):
     from runner.report.estimate import estimate
 
     async with await start_server() as srv:
@@ -186,7 +187,7 @@ async def test_the_estimate_of_a_replayable_stage_is_all_cache_hits_without_plan
         store = open_store(tmp_path / "s.sqlite")
         await execute(job, store)
     replayed = estimate(job, store)
-    store.conn.execute("DELETE FROM stage_replays")
+    monkeypatch.setattr(store, "replayable", lambda digest: None)  # as if no stage had been recorded
     planned = estimate(job, store)
     fields = ("requests", "cached", "to_send", "history", "output_tokens_expected", "cost_low", "cost_high")
     (a,), (b,) = replayed.groups, planned.groups
@@ -212,5 +213,4 @@ async def test_copied_tasks_take_the_new_stage_name(tmp_path):
     assert len(lines) == 24 and all(x["stage"] == "renamed" and x["cache_hit"] for x in lines)
     counters = stats.counters("renamed", "sim:gpt-sim")
     assert counters.total == counters.done == counters.cache_hits == 24
-    assert store.conn.execute("SELECT count(*) FROM tasks WHERE run_id = ? AND stage = 'renamed'",
-                              (run_id,)).fetchone() == (24,)
+    assert len(store.tasks(run_id, stage="renamed")) == 24
