@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.store import open_store
 from tests.conftest import runner_cmd, sim_stats, write_job, write_rows
 
 
@@ -23,14 +24,28 @@ def _digest(messages: list) -> str:
                                      ensure_ascii=False).encode()).hexdigest()
 
 
-def _count(db: Path, sql: str) -> int:
-    conn = sqlite3.connect(db, timeout=5)
+def _create_store(db: Path) -> None:
+    """Create the store before the runner starts, so that opening it from the test while the runner writes only
+    reads (opening a new file would apply the migrations, racing the runner's own)."""
+    open_store(db).close()
+
+
+def _tasks(db: Path, **where: str) -> list[dict]:
+    """The task rows of the store at ``db`` (a runner process may be writing it)."""
+    store = open_store(db)
     try:
-        return conn.execute(sql).fetchone()[0]
-    except sqlite3.OperationalError:
-        return 0  # the runner has not created the tables yet
+        return store.tasks(**where)
     finally:
-        conn.close()
+        store.close()
+
+
+def _ledger(db: Path, kind: str) -> list[dict]:
+    """The ledger rows of one kind of the store at ``db``."""
+    store = open_store(db)
+    try:
+        return store.ledger(kind=kind)
+    finally:
+        store.close()
 
 
 def _job(tmp_path: Path, url: str, rows: int, concurrency: int) -> Path:
@@ -50,10 +65,11 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 def test_sigkill_then_resume_sends_nothing_twice(tmp_path, sim_server):
     db = tmp_path / "store.sqlite"
     job = _job(tmp_path, sim_server, rows=200, concurrency=2)
+    _create_store(db)
     proc = subprocess.Popen(runner_cmd("submit", str(job), "--db", str(db)), cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        _wait_for(lambda: _count(db, "SELECT count(*) FROM tasks") >= 40, 60, "40 finished tasks")
+        _wait_for(lambda: len(_tasks(db)) >= 40, 60, "40 finished tasks")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
@@ -61,12 +77,14 @@ def test_sigkill_then_resume_sends_nothing_twice(tmp_path, sim_server):
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
 
-    conn = sqlite3.connect(db)
+    conn = sqlite3.connect(db)  # the file itself, as SQLite sees it after the kill
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    stored = [json.loads(r[0])["messages"] for r in conn.execute("SELECT request_json FROM responses")]
-    done = conn.execute("SELECT count(*) FROM tasks WHERE status = 'done'").fetchone()[0]
-    run_id = conn.execute("SELECT id FROM runs").fetchone()[0]
     conn.close()
+    store = open_store(db)
+    stored = [json.loads(r["request_json"])["messages"] for r in store.responses()]
+    done = len(store.tasks(status="done"))
+    run_id = store.list_runs()[0]["id"]
+    store.close()
     assert 40 <= len(stored) < 200 and done == len(stored)
     runs = subprocess.run(runner_cmd("runs", "--db", str(db)), cwd=tmp_path, capture_output=True, text=True)
     assert "crashed" in runs.stdout
@@ -83,17 +101,18 @@ def test_sigkill_then_resume_sends_nothing_twice(tmp_path, sim_server):
     results = tmp_path / "results" / "testjob" / run_id / "mc.jsonl"
     ids = [json.loads(line)["id"] for line in results.read_text().splitlines()]
     assert sorted(ids, key=int) == [str(i) for i in range(1, 201)], "every result exactly once"
-    assert _count(db, "SELECT count(*) FROM tasks WHERE status = 'done'") == 200
+    assert len(_tasks(db, status="done")) == 200
 
 
 @pytest.mark.parametrize("sim_server", [0.3], indirect=True)
 def test_ctrl_c_finishes_in_flight_requests_and_marks_the_run_interrupted(tmp_path, sim_server):
     db = tmp_path / "store.sqlite"
     job = _job(tmp_path, sim_server, rows=40, concurrency=4)
+    _create_store(db)
     proc = subprocess.Popen(runner_cmd("submit", str(job), "--db", str(db)), cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: _count(db, "SELECT count(*) FROM tasks") >= 4, 60, "4 finished tasks")
+        _wait_for(lambda: len(_tasks(db)) >= 4, 60, "4 finished tasks")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -104,7 +123,7 @@ def test_ctrl_c_finishes_in_flight_requests_and_marks_the_run_interrupted(tmp_pa
     assert "interrupted" in out
     received = sim_stats(sim_server)["received"]
     # Each request the server answered was recorded: in-flight work finished before the runner exited.
-    assert _count(db, "SELECT count(*) FROM tasks WHERE status = 'done'") == received < 40
+    assert len(_tasks(db, status="done")) == received < 40
     run_id = out.split("run ", 1)[1].split(":", 1)[0]
     resumed = subprocess.run(runner_cmd("resume", run_id, "--db", str(db)), cwd=tmp_path, capture_output=True,
                              text=True, timeout=120)
@@ -121,21 +140,23 @@ def test_sigkill_leaves_possibly_billed_reservations_that_resume_settles(tmp_pat
     extra = (f"providers: {{sim: {{base_url: {json.dumps(sim_server)}, concurrency: 4}}}}\n"
              "prices: {sim:gpt-sim: {input: 1000, output: 4000}}\nbudget: {usd: 100}")
     job = write_job(tmp_path / "job.yaml", dataset, models=["sim:gpt-sim"], extra=extra)
+    _create_store(db)
     proc = subprocess.Popen(runner_cmd("submit", str(job), "--db", str(db)), cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        _wait_for(lambda: _count(db, "SELECT count(*) FROM tasks") >= 4
-                  and _count(db, "SELECT count(*) FROM ledger WHERE kind = 'reserved'") >= 2, 60,
+        _wait_for(lambda: len(_tasks(db)) >= 4 and len(_ledger(db, "reserved")) >= 2, 60,
                   "4 finished tasks and requests in flight")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
-    in_flight = _count(db, "SELECT count(*) FROM ledger WHERE kind = 'reserved'")
-    reserved = sqlite3.connect(db).execute("SELECT sum(amount) FROM ledger WHERE kind = 'reserved'").fetchone()[0]
+    store = open_store(db)
+    in_flight = len(store.ledger(kind="reserved"))
+    reserved = sum(row["amount"] for row in store.ledger(kind="reserved"))
     assert in_flight >= 1
-    run_id = sqlite3.connect(db).execute("SELECT id FROM runs").fetchone()[0]
+    run_id = store.list_runs()[0]["id"]
+    store.close()
 
     shown = subprocess.run(runner_cmd("report", run_id, "--db", str(db), "--format", "json"), cwd=tmp_path,
                            capture_output=True, text=True, timeout=60)
@@ -149,9 +170,9 @@ def test_sigkill_leaves_possibly_billed_reservations_that_resume_settles(tmp_pat
     resumed = subprocess.run(runner_cmd("resume", run_id, "--db", str(db)), cwd=tmp_path, capture_output=True,
                              text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
-    assert _count(db, "SELECT count(*) FROM ledger WHERE kind = 'reserved'") == 0
+    assert len(_ledger(db, "reserved")) == 0
     # Not in the cache, so the server may have billed them: they stay charged at their worst case, labelled.
-    assert _count(db, "SELECT count(*) FROM ledger WHERE kind = 'possibly_billed'") == in_flight
+    assert len(_ledger(db, "possibly_billed")) == in_flight
     after = json.loads(subprocess.run(runner_cmd("report", run_id, "--db", str(db), "--format", "json"),
                                       cwd=tmp_path, capture_output=True, text=True, timeout=60).stdout)["totals"]
     assert after["done"] == 30 and after["possibly_billed"] == pytest.approx(reserved)
