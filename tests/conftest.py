@@ -28,11 +28,11 @@ def fake_provider() -> Iterator[type]:
     from tests.fakes import FakeProvider
 
     FakeProvider.reset()
-    base.BUILTIN["fake"] = "tests.fakes:FakeProvider"
+    base.register(FakeProvider)
     try:
         yield FakeProvider
     finally:
-        base.BUILTIN.pop("fake", None)
+        base.unregister("fake")
         FakeProvider.reset()
 
 

@@ -10,15 +10,15 @@ import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, ClassVar
-
-import aiohttp
-import anthropic
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, TransientError
 
-from .base import Completion, Provider, ProviderSettings, RateWindow
+from .base import Completion, Provider, ProviderSettings, RateWindow, register
 from .openai_chat import retry_after_seconds
+
+if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
+    import anthropic
 
 #: the Messages API requires an output cap; used when the job sets no max_tokens
 DEFAULT_MAX_TOKENS = 1024
@@ -65,11 +65,13 @@ def _error_type(exc: anthropic.APIStatusError) -> tuple[str, str]:
     return str(inner.get("type") or ""), str(inner.get("message") or "")
 
 
+@register
 class AnthropicProvider(Provider):
     name: ClassVar[str] = "anthropic"
     key_env_var: ClassVar[str | None] = "ANTHROPIC_API_KEY"
     default_concurrency: ClassVar[int] = 32
     adaptive: ClassVar[bool] = True
+    price_id: ClassVar[str | None] = "anthropic"
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
@@ -77,6 +79,8 @@ class AnthropicProvider(Provider):
         self.where = f"anthropic at {settings.base_url or 'api.anthropic.com'}"
 
     async def start(self) -> None:
+        import anthropic
+
         self.client = anthropic.AsyncAnthropic(
             api_key=self.api_key(),
             base_url=self.settings.base_url,
@@ -135,6 +139,9 @@ class AnthropicProvider(Provider):
     @contextlib.contextmanager
     def map_errors(self) -> Iterator[None]:
         """The SDK's exceptions as the runner's classes, with messages of our own."""
+        import aiohttp
+        import anthropic
+
         where = self.where
         try:
             yield

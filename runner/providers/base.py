@@ -3,17 +3,38 @@
 A provider turns the runner's request (messages + generation parameters) into one API call and the answer
 back into a :class:`Completion`. It raises only the runner's own errors (``runner.errors``); each provider
 translates its SDK's exceptions in one place.
+
+Adding a provider is one file: ``runner/providers/foo.py`` holding ::
+
+    @register
+    class FooProvider(Provider):
+        name = "foo"                      # models are written foo:MODEL
+        key_env_var = "FOO_API_KEY"
+        price_id = None                   # genai-prices' provider id; None: free unless the job prices it
+
+        class Options(Provider.Options):  # its own settings under providers: {foo: {...}}, if any
+            region: str = "eu"
+
+        async def execute(self, model, messages, params) -> Completion: ...
+
+The registry is filled the first time it is consulted (:func:`provider_names`, :func:`provider_class`): every
+module of this package but ``base``, ``tokens``, ``pricing`` and ``_private`` ones is imported then, and
+registers its classes as it is imported. Provider modules import their SDKs inside the methods that use them,
+so that discovery (which ``runner validate`` needs) stays light.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
+import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from runner.errors import ModelSetupError
 
@@ -33,8 +54,32 @@ class ProviderSettings(BaseModel):
     otpm: int | None = Field(default=None, gt=0)
     concurrency: int | None = Field(default=None, gt=0)
     timeout: float = Field(default=60.0, gt=0)
+    #: the embedded model's settings (``LocalProvider.Options``), kept here so job files keep validating
     model_path: str | None = None
     n_ctx: int = Field(default=2048, gt=0)
+
+    #: keys no field above names but some registered provider's ``Options`` declares; each provider
+    #: validates the ones it gets against its own ``Options`` (``Provider.options_from``)
+    _provider_options: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _declared_by_a_provider(cls, data: Any, handler: Callable[[Any], ProviderSettings]) -> ProviderSettings:
+        """Let through the keys a provider declares in its ``Options``; any other unknown key stays an error
+        (``extra_forbidden``, at the key's own location, so the job file's message names its line)."""
+        taken: dict[str, Any] = {}
+        if isinstance(data, Mapping) and any(key not in cls.model_fields for key in data):
+            declared = _declared_options()
+            taken = {key: value for key, value in data.items() if key not in cls.model_fields and key in declared}
+            data = {key: value for key, value in data.items() if key not in taken}
+        settings = handler(data)
+        settings._provider_options.update(taken)
+        return settings
+
+    @property
+    def provider_options(self) -> dict[str, Any]:
+        """The provider-declared keys given beside the shared ones (see ``Provider.Options``)."""
+        return dict(self._provider_options)
 
 
 @dataclass(slots=True, frozen=True)
@@ -64,7 +109,7 @@ class Completion:
 
 
 class Provider(ABC):
-    """Base class: set the class attributes, implement :meth:`execute`."""
+    """Base class: set the class attributes, implement :meth:`execute`; decorate with :func:`register`."""
 
     #: the prefix used in job files: ``name:model``
     name: ClassVar[str]
@@ -75,9 +120,48 @@ class Provider(ABC):
     #: whether an endpoint with no configured limits adapts its concurrency until the server's rate-limit
     #: headers say what they are (network providers); the bound is then ``concurrency`` or the default
     adaptive: ClassVar[bool] = False
+    #: genai-prices' provider id for this provider's models; None: free unless the job's ``prices:`` price them
+    price_id: ClassVar[str | None] = None
+
+    class Options(BaseModel):
+        """This provider's own settings beyond the shared :class:`ProviderSettings`; a provider that has some
+        subclasses this. Values come from the job's ``providers:`` entry (``Provider.options_from``)."""
+
+        model_config = ConfigDict(extra="forbid")
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         self.settings = settings
+        self.options = self.options_from(settings)
+
+    @classmethod
+    def options_from(cls, settings: ProviderSettings) -> Options:
+        """This provider's :class:`Options` from its settings: the shared fields it declares, if set, and the
+        provider-declared keys; a key meant for another provider is a ``ModelSetupError``."""
+        fields = cls.Options.model_fields
+        given = settings.model_dump(include=set(fields) & set(ProviderSettings.model_fields), exclude_unset=True)
+        given.update(settings.provider_options)
+        try:
+            return cls.Options.model_validate(given)
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            key = ".".join(str(part) for part in error["loc"])
+            problem = "is not one of its settings" if error["type"] == "extra_forbidden" else error["msg"]
+            raise ModelSetupError(f"providers: {cls.name}: {key} {problem} (its settings: "
+                                  f"{', '.join([*ProviderSettings.model_fields, *fields])})") from exc
+
+    @classmethod
+    def count_input_tokens(cls, model: str, messages: Iterable[Mapping[str, Any]]) -> int:
+        """Input tokens of a chat request, counted before it is sent (budget reservations, estimates): by
+        default an upper-leaning estimate (``tokens.estimate_input_tokens``); a provider whose tokenizer is known
+        counts exactly, and says so in :meth:`tokens_exact`."""
+        from .tokens import estimate_input_tokens
+
+        return estimate_input_tokens(messages)
+
+    @classmethod
+    def tokens_exact(cls, model: str) -> bool:
+        """Whether :meth:`count_input_tokens` is the count the provider will report (for text messages)."""
+        return False
 
     def key_variables(self) -> list[str]:
         """The environment variables this provider reads its key from, in order of preference."""
@@ -120,24 +204,98 @@ class Provider(ABC):
         """Release clients and files."""
 
 
-#: built-in provider modules, imported only when a job names their provider
-BUILTIN: dict[str, str] = {
-    "anthropic": "runner.providers.anthropic_messages:AnthropicProvider",
-    "gemini": "runner.providers.gemini:GeminiProvider",
-    "local": "runner.providers.local:LocalProvider",
-    "openai": "runner.providers.openai_chat:OpenAIChatProvider",
-    "openai-compatible": "runner.providers.openai_chat:OpenAICompatibleProvider",
-    "sim": "runner.providers.openai_chat:SimProvider",
-}
+# -- the registry ------------------------------------------------------------------------------------------
+
+ProviderT = TypeVar("ProviderT", bound=type[Provider])
+
+#: provider name -> class, filled by :func:`register`
+_registry: dict[str, type[Provider]] = {}
+#: alias -> provider name
+_aliases: dict[str, str] = {}
+#: modules of this package that hold no provider (``_private`` helper modules are skipped too)
+NOT_PROVIDERS = frozenset({"base", "tokens", "pricing"})
+_discovery = threading.RLock()
+_discovered = False
+_discovering = False
 
 
-def provider_names() -> list[str]:
-    return sorted(BUILTIN)
+@overload
+def register(cls: ProviderT, aliases: Iterable[str] = ()) -> ProviderT: ...
+@overload
+def register(cls: None = None, aliases: Iterable[str] = ()) -> Callable[[ProviderT], ProviderT]: ...
+def register(cls: ProviderT | None = None, aliases: Iterable[str] = ()) -> Any:
+    """Make a provider class known under its ``name`` (and ``aliases``): ``register(FooProvider)``, or as a
+    class decorator, ``@register`` or ``@register(aliases=("f",))``. Registering the same class again (a module
+    imported twice) replaces it; another class under a taken name is a ``ValueError``."""
+    names = tuple(aliases)
+
+    def add(cls: ProviderT) -> ProviderT:
+        name = getattr(cls, "name", None)
+        if not (isinstance(cls, type) and issubclass(cls, Provider)) or not isinstance(name, str) or not name:
+            raise TypeError(f"register() takes a Provider subclass with a name, not {cls!r}")
+        for key in (name, *names):
+            if ":" in key or not key:
+                raise ValueError(f"provider name {key!r} must be non-empty and without ':'")
+            holder = _registry.get(_aliases.get(key, key))
+            if holder is not None and _qualified(holder) != _qualified(cls):
+                raise ValueError(f"provider name {key!r} is taken by {_qualified(holder)}")
+        _registry[name] = cls
+        for alias in names:
+            _aliases[alias] = name
+        return cls
+
+    return add if cls is None else add(cls)
+
+
+def unregister(name: str) -> type[Provider] | None:
+    """Forget the provider ``name`` and its aliases (tests register fakes for one test); returns its class."""
+    for alias in [alias for alias, target in _aliases.items() if target == name]:
+        del _aliases[alias]
+    return _registry.pop(name, None)
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _discover() -> None:
+    """Import every provider module of this package, once, so that each registers its classes."""
+    global _discovered, _discovering
+    if _discovered:
+        return
+    with _discovery:
+        if _discovered or _discovering:  # _discovering: a provider module consulted the registry while imported
+            return
+        _discovering = True
+        try:
+            package = importlib.import_module(__package__ or "runner.providers")
+            for module in pkgutil.iter_modules(package.__path__):
+                if module.name not in NOT_PROVIDERS and not module.name.startswith("_"):
+                    importlib.import_module(f"{package.__name__}.{module.name}")
+            _discovered = True
+        finally:
+            _discovering = False
+
+
+def _declared_options() -> set[str]:
+    """Every key some registered provider's ``Options`` declares."""
+    _discover()
+    return {key for cls in _registry.values() for key in cls.Options.model_fields}
+
+
+def provider_names(*, aliases: bool = False) -> list[str]:
+    """The registered providers' names, sorted (with their aliases too when ``aliases``)."""
+    _discover()
+    return sorted([*_registry, *_aliases] if aliases else _registry)
 
 
 def provider_class(name: str) -> type[Provider]:
-    module_name, _, attr = BUILTIN[name].partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+    """The provider class registered under ``name`` or one of its aliases; ``KeyError`` when there is none."""
+    _discover()
+    try:
+        return _registry[_aliases.get(name, name)]
+    except KeyError:
+        raise KeyError(f"unknown provider {name!r} (known: {', '.join(sorted(_registry))})") from None
 
 
 def split_model(spec: str) -> tuple[str, str]:

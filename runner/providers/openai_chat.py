@@ -14,15 +14,15 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
-
-import aiohttp
-import openai
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, TransientError
 
-from .base import Completion, Provider, ProviderSettings, RateWindow
+from .base import Completion, Provider, ProviderSettings, RateWindow, register
+
+if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
+    import openai
 
 _PARAMS = ("temperature", "top_p", "stop", "seed", "response_format", "logprobs")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
@@ -80,11 +80,13 @@ def _error_code(exc: openai.APIStatusError) -> str:
     return str(inner.get("code") or inner.get("type") or "")
 
 
+@register
 class OpenAIChatProvider(Provider):
     name: ClassVar[str] = "openai"
     key_env_var: ClassVar[str | None] = "OPENAI_API_KEY"
     default_concurrency: ClassVar[int] = 64
     adaptive: ClassVar[bool] = True
+    price_id: ClassVar[str | None] = "openai"
     default_base_url: ClassVar[str | None] = None
     #: the API's name for the output cap (``max_completion_tokens`` on api.openai.com; most compatible
     #: servers know only ``max_tokens``)
@@ -99,7 +101,32 @@ class OpenAIChatProvider(Provider):
     def key_variable(self) -> str:
         return (self.key_variables() or [""])[0]
 
+    @classmethod
+    def count_input_tokens(cls, model: str, messages: Iterable[Mapping[str, Any]]) -> int:
+        """Exactly as the Chat Completions API counts plain text messages, with tiktoken (OpenAI's cookbook,
+        "How to count tokens with tiktoken"; the framing constants are in ``tokens``)."""
+        from . import tokens
+
+        enc, _ = tokens.model_encoding(model)
+        total = tokens.REPLY_PRIMING
+        for message in messages:
+            total += tokens.TOKENS_PER_MESSAGE + len(enc.encode_ordinary(str(message.get("role", ""))))
+            total += len(enc.encode_ordinary(tokens.message_text(message.get("content"))))
+            name = message.get("name")
+            if name:
+                total += tokens.TOKENS_PER_NAME + len(enc.encode_ordinary(str(name)))
+        return total
+
+    @classmethod
+    def tokens_exact(cls, model: str) -> bool:
+        """Exact for the models tiktoken knows; a newer model is counted with o200k_base and said not to be."""
+        from . import tokens
+
+        return tokens.model_encoding(model)[1]
+
     async def start(self) -> None:
+        import openai
+
         self.client = openai.AsyncOpenAI(
             api_key=self.api_key() or "no-key",  # servers that take no key still need a non-empty string
             base_url=self.base_url,
@@ -156,6 +183,9 @@ class OpenAIChatProvider(Provider):
     def map_errors(self) -> Iterator[None]:
         """Translate the SDK's exceptions into the runner's classes. Messages are our own: a provider's
         401 text may quote part of the key."""
+        import aiohttp
+        import openai
+
         where = self.where
         try:
             yield
@@ -194,6 +224,7 @@ class OpenAIChatProvider(Provider):
                                  error_class="connection") from exc
 
 
+@register
 class OpenAICompatibleProvider(Provider):
     """The user's own OpenAI-compatible servers, each an entry of the job's ``endpoints:`` section."""
 
@@ -258,6 +289,7 @@ class OpenAICompatibleProvider(Provider):
 class _CompatibleEndpoint(OpenAIChatProvider):
     name: ClassVar[str] = "openai-compatible"
     key_env_var: ClassVar[str | None] = None
+    price_id: ClassVar[str | None] = None
     max_tokens_field: ClassVar[str] = "max_tokens"
 
     def __init__(self, settings: ProviderSettings, label: str) -> None:
@@ -269,11 +301,13 @@ class _CompatibleEndpoint(OpenAIChatProvider):
         return f"endpoint {self.label} ({self.base_url})"
 
 
+@register
 class SimProvider(OpenAIChatProvider):
     """The simulated server (``runner sim``): any model name, no real key needed, free unless priced."""
 
     name: ClassVar[str] = "sim"
     key_env_var: ClassVar[str | None] = "RUNNER_SIM_KEY"
+    price_id: ClassVar[str | None] = None
     default_base_url: ClassVar[str | None] = "http://127.0.0.1:8765/v1"
     max_tokens_field: ClassVar[str] = "max_tokens"
 
@@ -283,3 +317,14 @@ class SimProvider(OpenAIChatProvider):
 
     def api_key(self) -> str:
         return super().api_key() or "sim-key"
+
+    @classmethod
+    def count_input_tokens(cls, model: str, messages: Iterable[Mapping[str, Any]]) -> int:
+        """The simulated server's own rule, so exact."""
+        from simserver.answers import count_prompt_tokens
+
+        return count_prompt_tokens([dict(message) for message in messages])
+
+    @classmethod
+    def tokens_exact(cls, model: str) -> bool:
+        return True

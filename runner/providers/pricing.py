@@ -3,13 +3,13 @@
 A model's price comes from the first of these that has it:
 
 1. the job's ``prices:`` section, keyed by the full model string (``openai:gpt-4o``), in USD per million tokens;
-2. genai-prices, Pydantic's maintained price data, for ``openai``, ``anthropic`` and ``gemini`` models (its
-   provider ids ``openai``, ``anthropic`` and ``google``): the prices in force at the request's time, with
-   their context-length tiers;
+2. genai-prices, Pydantic's maintained price data, for the models of a provider class whose ``price_id`` names
+   genai-prices' provider id (``openai``, ``anthropic`` and ``gemini`` models, under ``openai``, ``anthropic``
+   and ``google``): the prices in force at the request's time, with their context-length tiers;
 3. nothing: a model of a paid provider (``openai``, ``anthropic``, ``gemini``) that genai-prices does not list is
    unknown: ``known()`` says so and ``cost()``/``worst_case()`` raise ``UnknownPrice``. Models of every other
    provider (``local``, ``sim``, ``openai-compatible``, test providers) are free unless the job prices them, so a
-   new paid provider must be added to ``PROVIDER_IDS``.
+   new paid provider must set its class's ``price_id`` (``PROVIDER_IDS`` is read from the registry).
 
 Usage is counted as the providers report it (after normalisation by ``providers/``): ``input_tokens`` are all
 input tokens, of which ``cached_tokens`` were read from the prompt cache and ``cache_write_tokens`` written to it;
@@ -24,7 +24,7 @@ Amounts are floats in USD at full precision; round them only for display (``to_c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -49,9 +49,36 @@ __all__ = [
     "to_cents",
 ]
 
+class _ProviderIds(Mapping[str, str]):
+    """Our provider names -> genai-prices' provider ids, read from the registered provider classes'
+    ``price_id`` whenever it is asked (a provider registered later is seen; an alias resolves to its provider)."""
+
+    def __getitem__(self, name: str) -> str:
+        from .base import provider_class
+
+        price_id = provider_class(name).price_id
+        if price_id is None:
+            raise KeyError(name)
+        return price_id
+
+    def _ids(self) -> dict[str, str]:
+        from .base import provider_class, provider_names
+
+        return {name: cls.price_id for name in provider_names() if (cls := provider_class(name)).price_id}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids())
+
+    def __len__(self) -> int:
+        return len(self._ids())
+
+    def __repr__(self) -> str:
+        return f"PROVIDER_IDS({self._ids()!r})"
+
+
 #: the paid providers: our provider names -> genai-prices' provider ids. Every other provider is free unless the
-#: job prices its models, so a provider that bills must be listed here (or its models priced in the job).
-PROVIDER_IDS: dict[str, str] = {"openai": "openai", "anthropic": "anthropic", "gemini": "google"}
+#: job prices its models, so a provider that bills must set ``price_id`` (or its models be priced in the job).
+PROVIDER_IDS: Mapping[str, str] = _ProviderIds()
 
 GENAI_PRICES = f"genai-prices {genai_prices.__version__}"
 JOB_PRICES = "job prices:"

@@ -1,9 +1,12 @@
 """Input tokens of a request's messages, counted before it is sent: for budget reservations and estimates.
 
-OpenAI models are counted with tiktoken, exactly as the Chat Completions API counts them for plain text
-messages. Anthropic's and Google's tokenizers are not public, so their counts (and those of user servers, whose
-tokenizer is unknown) are estimates built to come out above the real count: a reservation that is too high is
-given back when the response arrives, one that is too low could let a request overshoot a budget.
+Each provider class counts its own requests (``Provider.count_input_tokens`` and ``Provider.tokens_exact``);
+:func:`count_input_tokens` and :func:`exact` look the provider up by name and ask it. This module holds what
+they share: the tiktoken encodings, OpenAI's chat framing constants, and the estimate. OpenAI models are counted
+with tiktoken, exactly as the Chat Completions API counts them for plain text messages. Anthropic's and Google's
+tokenizers are not public, so their counts (and those of user servers, whose tokenizer is unknown) are estimates
+built to come out above the real count: a reservation that is too high is given back when the response arrives,
+one that is too low could let a request overshoot a budget.
 
 tiktoken fetches its vocabulary files from the internet on first use, which this project cannot rely on. The
 two files the OpenAI chat models use ship in ``runner/providers/data/tiktoken/`` under the names tiktoken's cache gives
@@ -21,11 +24,17 @@ import os
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tiktoken
 
-__all__ = ["count_input_tokens", "count_text_tokens", "encoding", "estimate_text_tokens", "exact"]
+from .base import provider_class
+
+if TYPE_CHECKING:
+    from .base import Provider
+
+__all__ = ["count_input_tokens", "count_text_tokens", "encoding", "estimate_input_tokens", "estimate_text_tokens",
+           "exact", "message_text", "model_encoding"]
 
 #: where the shipped vocabulary files live, named as tiktoken's cache names them
 DATA_DIR = Path(__file__).parent / "data" / "tiktoken"
@@ -103,7 +112,7 @@ def _load(name: str) -> tiktoken.Encoding:
 
 
 @functools.cache
-def _openai_encoding(model: str) -> tuple[tiktoken.Encoding, bool]:
+def model_encoding(model: str) -> tuple[tiktoken.Encoding, bool]:
     """The encoding of an OpenAI model, and whether tiktoken knows the model (else the fallback is used)."""
     try:
         name = tiktoken.encoding_name_for_model(model)
@@ -114,41 +123,40 @@ def _openai_encoding(model: str) -> tuple[tiktoken.Encoding, bool]:
     return encoding(name), True
 
 
+def _provider(name: str) -> type[Provider] | None:
+    try:
+        return provider_class(name)
+    except KeyError:  # a provider nobody registered: estimated
+        return None
+
+
 def exact(provider: str, model: str) -> bool:
     """Whether ``count_input_tokens`` is the count the provider will report (for text messages), rather than an
-    estimate meant to lie above it."""
-    if provider == "openai":
-        return _openai_encoding(model)[1]
-    return provider == "sim"
+    estimate meant to lie above it (``Provider.tokens_exact``)."""
+    cls = _provider(provider)
+    return cls.tokens_exact(model) if cls is not None else False
 
 
 def count_input_tokens(provider: str, model: str, messages: Iterable[Mapping[str, Any]]) -> int:
-    """Input tokens of a chat request: exact for OpenAI models tiktoken knows and for the simulated server, an
-    upper-leaning estimate otherwise (see ``exact``). Images, tools and response schemas are not counted."""
-    if provider == "openai":
-        enc, _ = _openai_encoding(model)
-        total = REPLY_PRIMING
-        for message in messages:
-            total += TOKENS_PER_MESSAGE + len(enc.encode_ordinary(str(message.get("role", ""))))
-            total += len(enc.encode_ordinary(_text(message.get("content"))))
-            name = message.get("name")
-            if name:
-                total += TOKENS_PER_NAME + len(enc.encode_ordinary(str(name)))
-        return total
-    if provider == "sim":
-        from simserver.answers import count_prompt_tokens  # the simulated server's own rule
+    """Input tokens of a chat request, as the provider counts them (``Provider.count_input_tokens``): exact for
+    OpenAI models tiktoken knows and for the simulated server, an upper-leaning estimate otherwise (see ``exact``).
+    Images, tools and response schemas are not counted."""
+    cls = _provider(provider)
+    return cls.count_input_tokens(model, messages) if cls is not None else estimate_input_tokens(messages)
 
-        return count_prompt_tokens([dict(message) for message in messages])
+
+def estimate_input_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
+    """Upper-leaning input tokens of a chat request for a tokenizer that is not public (the rule is above)."""
     total = ESTIMATE_PER_REQUEST
     for message in messages:
         total += ESTIMATE_PER_MESSAGE + estimate_text_tokens(str(message.get("role", "")))
-        total += estimate_text_tokens(_text(message.get("content")))
+        total += estimate_text_tokens(message_text(message.get("content")))
     return total
 
 
 def count_text_tokens(text: str, model: str = "gpt-4o") -> int:
     """Tokens of a bare text for an OpenAI model (no chat framing)."""
-    return len(_openai_encoding(model)[0].encode_ordinary(text))
+    return len(model_encoding(model)[0].encode_ordinary(text))
 
 
 def estimate_text_tokens(text: str) -> int:
@@ -164,12 +172,13 @@ def estimate_text_tokens(text: str) -> int:
     return min(tokens + size - ascii_chars, size + 1)
 
 
-def _text(content: Any) -> str:
+def message_text(content: Any) -> str:
     """The text of a message's content: a string, or a list of parts of which the text ones count."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(_text(part.get("text")) if isinstance(part, Mapping) else _text(part) for part in content)
+        return "".join(message_text(part.get("text")) if isinstance(part, Mapping) else message_text(part)
+                       for part in content)
     return str(content)
