@@ -26,6 +26,8 @@ so that discovery (which ``runner validate`` needs) stays light.
 from __future__ import annotations
 
 import importlib
+import json
+import math
 import os
 import pkgutil
 import threading
@@ -36,7 +38,7 @@ from typing import Any, ClassVar, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from runner.errors import ModelSetupError
+from runner.errors import BadRequest, ModelSetupError
 
 
 class ProviderSettings(BaseModel):
@@ -108,6 +110,41 @@ class Completion:
     rate: dict[str, RateWindow] | None = None
 
 
+@dataclass(slots=True)
+class ContinuationScore:
+    """How likely a model finds one continuation after its context."""
+
+    logprob: float  # summed natural-log probability of the continuation's tokens given the context
+    tokens: int     # how many tokens the continuation has
+    greedy: bool    # whether each continuation token was the model's most likely one
+
+
+def loglikelihood_completion(scores: Iterable[ContinuationScore], input_tokens: int,
+                             raw: dict[str, Any] | None = None) -> Completion:
+    """The :class:`Completion` of a log-likelihood request: ``text`` is a compact JSON list with one
+    ``{"logprob", "tokens", "greedy"}`` object per (context, continuation) pair, in the pairs' order (read it back
+    with :func:`parse_loglikelihoods`); ``input_tokens`` are the tokens scored; nothing is generated."""
+    items = [{"logprob": float(s.logprob), "tokens": int(s.tokens), "greedy": bool(s.greedy)} for s in scores]
+    for item in items:
+        if not math.isfinite(item["logprob"]):
+            raise ValueError(f"a log-likelihood must be a finite number, not {item['logprob']!r}")
+    text = json.dumps(items, separators=(",", ":"), allow_nan=False)
+    return Completion(text=text, finish_reason="scored", input_tokens=input_tokens, output_tokens=0,
+                      raw=raw if raw is not None else {})
+
+
+def parse_loglikelihoods(text: str) -> list[ContinuationScore]:
+    """The scores a log-likelihood :class:`Completion`'s ``text`` holds; ``ValueError`` if it holds none."""
+    try:
+        items = json.loads(text)
+        if not isinstance(items, list):
+            raise TypeError("not a list")
+        return [ContinuationScore(logprob=float(item["logprob"]), tokens=int(item["tokens"]),
+                                  greedy=bool(item["greedy"])) for item in items]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"not a list of log-likelihood scores: {text[:80]!r}") from exc
+
+
 class Provider(ABC):
     """Base class: set the class attributes, implement :meth:`execute`; decorate with :func:`register`."""
 
@@ -122,6 +159,8 @@ class Provider(ABC):
     adaptive: ClassVar[bool] = False
     #: genai-prices' provider id for this provider's models; None: free unless the job's ``prices:`` price them
     price_id: ClassVar[str | None] = None
+    #: whether :meth:`loglikelihood` can score continuations (a chat-only API cannot)
+    supports_loglikelihood: ClassVar[bool] = False
 
     class Options(BaseModel):
         """This provider's own settings beyond the shared :class:`ProviderSettings`; a provider that has some
@@ -199,6 +238,14 @@ class Provider(ABC):
     @abstractmethod
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         """Send one request and return its completion, or raise a ``runner.errors.ProviderError``."""
+
+    async def loglikelihood(self, model: str, pairs: list[tuple[str, str]]) -> Completion:
+        """Score each ``(context, continuation)`` pair: the summed log-probability of the continuation's tokens
+        given the context, as :func:`loglikelihood_completion` writes it (one HTTP call or one model pass for
+        all pairs where the API allows). Providers that can set ``supports_loglikelihood``; the others say
+        so here, before anything is sent."""
+        raise BadRequest(f"{self.name}:{model} cannot score log-likelihoods (a chat-only API); use a local model, "
+                         "an openai-compatible completions server, or the stage's prompt form")
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release clients and files."""

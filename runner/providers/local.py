@@ -26,6 +26,21 @@ that was evaluated alone (a generated token, or such a last token). ``bench/loca
 step's logits, bit for bit, with a fresh evaluation per request (the code before this change) over the four
 papers' jobs in several orders; tests/test_local_provider.py pins it. Flash attention, which would be faster,
 changes the logits, so it stays off.
+
+Log-likelihoods (:meth:`LocalProvider.loglikelihood`, WinoDict-style scoring) are read from the model's logits,
+not from ``create_completion(echo=True, logprobs=...)``, whose prompt logprobs are shifted by one token upstream
+(llama-cpp-python 0.3.36 pairs each prompt token with the distribution computed AT it, i.e. the one predicting
+the next token, when the model adds no BOS token, as SmolLM2 does). Each pair is scored as lm-evaluation-harness
+scores it: the context and the whole text (context + continuation) are tokenized apart, the continuation's
+tokens are those of the whole text after the longest prefix it shares with the context's tokens (so when BPE
+merges the context's last characters with the continuation's first, e.g. a context ending in a space before a
+word, the merged token belongs to the continuation), and the whole text is evaluated from an empty context with
+logits for every position (``logits_all`` for that evaluation, llama-cpp-python's own ``eval`` and ``scores``):
+the score sums, over the continuation's tokens, the log-softmax of each token at the position before it. A
+context that tokenizes to nothing (an empty one) starts from the model's BOS token (else its EOS), as the
+harness starts from its prefix token (BOS, else end-of-text). Scoring empties the model's context and saves the
+chat prefix it held among the saved prompt states first, so chat answers after it are still bit for bit a fresh
+model's.
 """
 
 from __future__ import annotations
@@ -45,7 +60,7 @@ from pydantic import Field
 
 from runner.errors import BadRequest, ModelSetupError
 
-from .base import Completion, Provider, register
+from .base import Completion, ContinuationScore, Provider, loglikelihood_completion, register
 
 if TYPE_CHECKING:
     import asyncio
@@ -264,6 +279,14 @@ def reusing_llama(llama_class: type) -> type:
             self.states[key] = self.states.pop(key)
             return True
 
+        def park(self) -> None:
+            """Save the context's reusable prefix among the prompt states and empty the context, for another
+            kind of evaluation (scoring); the next prompt reuses a saved state as it would have the context."""
+            have = min(self.batched, self.n_tokens)
+            self._save(self.input_ids[:have].astype(np.intc))
+            self._ctx.kv_cache_seq_rm(-1, 0, -1)
+            self.n_tokens = self.batched = 0
+
         def close(self) -> None:
             self.states.clear()
             super().close()
@@ -271,11 +294,76 @@ def reusing_llama(llama_class: type) -> type:
     return ReusingLlama
 
 
+def start_token(llm: Any) -> int:
+    """The token an empty context stands for: the model's BOS, else its EOS."""
+    bos = llm.token_bos()
+    return bos if bos >= 0 else llm.token_eos()
+
+
+def encode_pair(llm: Any, context: str, continuation: str) -> tuple[list[int], int]:
+    """``(tokens of context + continuation, index of the continuation's first token)``: the continuation's
+    tokens are the whole text's tokens after the longest prefix they share with the context's own tokens (see the
+    module's docstring); the index is at least 1, so that a position before the first one always exists."""
+    whole = llm.tokenize((context + continuation).encode("utf-8"), add_bos=True, special=False)
+    head = llm.tokenize(context.encode("utf-8"), add_bos=True, special=False)
+    start = 0
+    for mine, theirs in zip(head, whole, strict=False):
+        if mine != theirs:
+            break
+        start += 1
+    if start == 0:  # an empty context, or a continuation merged into the context's first token
+        return [start_token(llm), *whole], 1
+    return whole, start
+
+
+def score_evaluated(scores: Any, tokens: list[int], start: int) -> ContinuationScore:
+    """The score of ``tokens[start:]`` from ``scores``, the logits of every position of ``tokens`` (row ``i``
+    predicts token ``i + 1``): the sum of each token's log-softmax at the position before it, in float64."""
+    import numpy as np
+
+    rows = np.asarray(scores[start - 1:len(tokens) - 1], dtype=np.float64)
+    targets = np.asarray(tokens[start:], dtype=np.intp)
+    if not len(targets):
+        return ContinuationScore(logprob=0.0, tokens=0, greedy=True)
+    top = rows.max(axis=1)
+    chosen = rows[np.arange(len(targets)), targets]
+    log_normaliser = top + np.log(np.exp(rows - top[:, None]).sum(axis=1))
+    return ContinuationScore(logprob=float((chosen - log_normaliser).sum()), tokens=len(targets),
+                             greedy=bool((chosen >= top).all()))
+
+
+def evaluate_all_logits(llm: Any, tokens: list[int]) -> Any:
+    """Evaluate ``tokens`` from an empty context with logits for every position (``logits_all`` for this
+    evaluation: the model keeps logits of the last position only otherwise) and return them, one row per token.
+    The context holds ``tokens`` afterwards; the caller empties it."""
+    import numpy as np
+
+    saved_scores, saved_all = llm.scores, llm._logits_all
+    llm.scores = np.zeros((len(tokens), llm.n_vocab()), dtype=np.single)
+    llm._logits_all = True
+    try:
+        llm.n_tokens = 0
+        llm.eval(tokens)
+        return llm.scores
+    finally:
+        llm.scores, llm._logits_all = saved_scores, saved_all
+
+
+def empty_context(llm: Any) -> None:
+    """Forget every position of the model's context (scoring's), as a reset does."""
+    llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+    llm.n_tokens = 0
+    if hasattr(llm, "batched"):
+        llm.batched = 0
+    llm._requires_eval = True
+
+
 @register
 class LocalProvider(Provider):
     name: ClassVar[str] = "local"
     key_env_var: ClassVar[str | None] = None
     default_concurrency: ClassVar[int] = 1
+    supports_loglikelihood: ClassVar[bool] = True
 
     class Options(Provider.Options):
         """``providers: {local: {model_path: FILE.gguf, n_ctx: 2048}}``."""
@@ -359,3 +447,30 @@ class LocalProvider(Provider):
             output_tokens=usage.get("completion_tokens", 0),
             raw=response,
         )
+
+    def _score(self, pairs: list[tuple[str, str]]) -> tuple[list[ContinuationScore], list[dict[str, int]]]:
+        llm = self.llm
+        encoded = [encode_pair(llm, context, continuation) for context, continuation in pairs]
+        window = min(llm.n_ctx(), len(llm.input_ids))  # llama.cpp may round its context up; the arrays are n_ctx
+        for index, (tokens, _) in enumerate(encoded):
+            if len(tokens) > window:
+                raise BadRequest(f"local model: pair {index} (context + continuation) is {len(tokens)} tokens, more "
+                                 f"than the context window of {window} (providers: {{local: {{n_ctx: ...}}}})")
+        if hasattr(llm, "park"):
+            llm.park()  # the chat prefix it held stays reusable, from the saved states
+        scores = []
+        try:
+            for tokens, start in encoded:
+                scores.append(score_evaluated(evaluate_all_logits(llm, tokens), tokens, start))
+                empty_context(llm)
+        finally:
+            empty_context(llm)
+        return scores, [{"tokens": len(tokens), "continuation_start": start} for tokens, start in encoded]
+
+    async def loglikelihood(self, model: str, pairs: list[tuple[str, str]]) -> Completion:
+        """Each pair scored from the model's logits (see the module's docstring), one pair after the other in
+        the worker that answers chat requests."""
+        assert self.llm is not None, "start() was not awaited"
+        scores, shapes = await self._in_worker(self._score, list(pairs))
+        raw = {"object": "loglikelihood", "model": self.model_id(model), "pairs": shapes}
+        return loglikelihood_completion(scores, sum(shape["tokens"] for shape in shapes), raw)
