@@ -6,6 +6,17 @@ Three providers share this code:
     openai-compatible   the user's own servers (vLLM, llama.cpp, Ollama), one per entry of the job's
                         ``endpoints:`` section, named in models as ``openai-compatible:ENDPOINT/MODEL``
     sim                 the simulated server (``runner sim``, ``simserver/cli.py``)
+
+Log-likelihoods (``loglikelihood``, for ``openai-compatible`` and ``sim``) go through the legacy Completions
+endpoint as evaluation harnesses use it: one request for all (context, continuation) pairs of a task, each
+``context + continuation`` a prompt of the list, with ``echo=True, logprobs=1, temperature=0`` and the fewest
+generated tokens the server allows (1: llama.cpp's servers read ``max_tokens=0`` as no limit; the simulated
+server takes 0), so that the answer carries every prompt token's ``token_logprobs`` and ``text_offset``
+(:func:`score_echoed` reads one). A server that takes one prompt per request (llama-cpp-python's asserts it, a
+500) is asked again one pair per request, and from then on. api.openai.com no longer returns prompt logprobs
+with ``echo``, so ``openai:`` says it cannot score. Caveat: llama-cpp-python's server (0.3.36) shifts echoed
+prompt logprobs by one token for models without a BOS token (each token gets the distribution predicting the
+next one); the runner cannot tell from the answer, so score with ``local:`` or a server that aligns them (vLLM).
 """
 
 from __future__ import annotations
@@ -19,7 +30,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, TransientError
 
-from .base import Completion, Provider, ProviderSettings, RateWindow, register
+from .base import (
+    Completion,
+    ContinuationScore,
+    Provider,
+    ProviderSettings,
+    RateWindow,
+    loglikelihood_completion,
+    register,
+)
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
     import openai
@@ -74,6 +93,41 @@ def openai_rate(headers: Mapping[str, str]) -> dict[str, RateWindow] | None:
     return windows or None
 
 
+def score_echoed(logprobs: Mapping[str, Any], prompt: str, context_length: int) -> ContinuationScore:
+    """The continuation's score from one echoed choice's ``logprobs`` (``tokens``, ``token_logprobs``,
+    ``text_offset``, ``top_logprobs``) for ``prompt`` = context + continuation.
+
+    The prompt's tokens are those whose ``text_offset`` is inside the prompt (the generated ones come after it).
+    The continuation starts at the first of them at or after the context's end, or at the token before when that
+    one straddles the boundary (a context ending in a space merged with the continuation's first word: the
+    token holds the continuation's first character, and is scored as the embedded model scores it). ``greedy``:
+    every continuation token is the most likely one of its ``top_logprobs``; False when those are missing.
+    ``ValueError`` when a continuation token has no logprob (the prompt's first token never has one)."""
+    offsets = list(logprobs.get("text_offset") or [])
+    values = list(logprobs.get("token_logprobs") or [])
+    tops = list(logprobs.get("top_logprobs") or [])
+    if len(values) != len(offsets):
+        raise ValueError("token_logprobs and text_offset differ in length")
+    prompt_tokens = sum(1 for offset in offsets if offset < len(prompt))
+    start = next((i for i in range(prompt_tokens) if offsets[i] >= context_length), prompt_tokens)
+    if start > 0:
+        end_before = offsets[start] if start < prompt_tokens else len(prompt)
+        if offsets[start - 1] < context_length < end_before:
+            start -= 1
+    total, greedy = 0.0, True
+    for i in range(start, prompt_tokens):
+        value = values[i]
+        if value is None:
+            raise ValueError("the continuation starts at the prompt's first token, which has no logprob; give it a "
+                             "non-empty context")
+        total += float(value)
+        top = tops[i] if i < len(tops) else None
+        # values may be rounded (to 6 places by some servers): a tie within that is still the most likely
+        if not top or float(value) < max(float(v) for v in top.values()) - 1e-6:
+            greedy = False
+    return ContinuationScore(logprob=total, tokens=prompt_tokens - start, greedy=greedy)
+
+
 def _error_code(exc: openai.APIStatusError) -> str:
     body = exc.body if isinstance(exc.body, dict) else {}
     inner = body.get("error", body) if isinstance(body.get("error", body), dict) else {}
@@ -91,11 +145,17 @@ class OpenAIChatProvider(Provider):
     #: the API's name for the output cap (``max_completion_tokens`` on api.openai.com; most compatible
     #: servers know only ``max_tokens``)
     max_tokens_field: ClassVar[str] = "max_completion_tokens"
+    #: ``max_tokens`` of a scoring request: the fewest generated tokens the server allows
+    scoring_max_tokens: ClassVar[int] = 1
+    #: statuses with which a server may refuse a list of prompts (llama-cpp-python: 500)
+    _LIST_REFUSED: ClassVar[frozenset[int]] = frozenset({400, 413, 422, 500})
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
         self.client: openai.AsyncOpenAI | None = None
         self.base_url = settings.base_url or self.default_base_url
+        #: set once the server refused a list of prompts and took them one by one
+        self.one_prompt_per_request = False
 
     @property
     def key_variable(self) -> str:
@@ -175,6 +235,61 @@ class OpenAIChatProvider(Provider):
             or "x-ratelimit-limit-tokens" in headers else None,
         )
 
+    async def loglikelihood(self, model: str, pairs: list[tuple[str, str]]) -> Completion:
+        if not self.supports_loglikelihood:
+            raise BadRequest(f"{self.name}:{model} cannot score log-likelihoods (OpenAI's completions endpoint no "
+                             "longer returns prompt logprobs with echo); use a local model, an openai-compatible "
+                             "completions server, or the stage's prompt form")
+        assert self.client is not None, "start() was not awaited"
+        prompts = [context + continuation for context, continuation in pairs]
+        if len(prompts) > 1 and not self.one_prompt_per_request:
+            try:
+                bodies = [await self._echo(model, prompts)]
+            except (BadRequest, TransientError) as exc:
+                if exc.status not in self._LIST_REFUSED:
+                    raise
+                bodies = [await self._echo(model, [prompt]) for prompt in prompts]
+                self.one_prompt_per_request = True
+        else:
+            bodies = [await self._echo(model, [prompt]) for prompt in prompts]
+        choices = [choice for body, _ in bodies for choice in sorted(body["choices"], key=lambda c: c.get("index", 0))]
+        if len(choices) != len(pairs):
+            raise TransientError(f"{self.where}: {len(choices)} choices came back for {len(pairs)} prompts",
+                                 error_class="malformed_response")
+        scores = []
+        for index, ((context, _), prompt, choice) in enumerate(zip(pairs, prompts, choices, strict=True)):
+            try:
+                scores.append(score_echoed(choice.get("logprobs") or {}, prompt, len(context)))
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise BadRequest(f"{self.where}: pair {index} cannot be scored from the server's echoed logprobs "
+                                 f"({exc})") from exc
+        input_tokens = sum((body.get("usage") or {}).get("prompt_tokens") or 0 for body, _ in bodies)
+        raw = bodies[0][0] if len(bodies) == 1 else {"object": "list", "data": [body for body, _ in bodies]}
+        completion = loglikelihood_completion(scores, input_tokens or sum(s.tokens for s in scores), raw)
+        completion.rate = bodies[-1][1]
+        return completion
+
+    async def _echo(self, model: str, prompts: list[str]) -> tuple[dict[str, Any], dict[str, RateWindow] | None]:
+        """One legacy Completions request echoing ``prompts`` with their logprobs: (JSON body, rate windows)."""
+        assert self.client is not None, "start() was not awaited"
+        with self.map_errors():
+            raw = await self.client.completions.with_raw_response.create(
+                model=model, prompt=prompts[0] if len(prompts) == 1 else prompts, echo=True, logprobs=1,
+                max_tokens=self.scoring_max_tokens, temperature=0,
+            )
+        response = raw.http_response
+        try:
+            body = json.loads(response.content)
+            if not isinstance(body.get("choices"), list):
+                raise TypeError("no choices")
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise TransientError(f"{self.where}: the response was not valid JSON ({type(exc).__name__})",
+                                 error_class="malformed_response") from exc
+        headers = response.headers
+        rate = openai_rate(headers) if "x-ratelimit-limit-requests" in headers \
+            or "x-ratelimit-limit-tokens" in headers else None
+        return body, rate
+
     @property
     def where(self) -> str:
         return f"{self.name} at {self.base_url or 'api.openai.com'}"
@@ -232,6 +347,7 @@ class OpenAICompatibleProvider(Provider):
     key_env_var: ClassVar[str | None] = None
     default_concurrency: ClassVar[int] = 32
     adaptive: ClassVar[bool] = True
+    supports_loglikelihood: ClassVar[bool] = True
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
@@ -281,6 +397,9 @@ class OpenAICompatibleProvider(Provider):
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         return await self._client(model).execute(self.split(model)[1], messages, params)
 
+    async def loglikelihood(self, model: str, pairs: list[tuple[str, str]]) -> Completion:
+        return await self._client(model).loglikelihood(self.split(model)[1], pairs)
+
     async def aclose(self) -> None:
         for client in self.clients.values():
             await client.aclose()
@@ -290,6 +409,7 @@ class _CompatibleEndpoint(OpenAIChatProvider):
     name: ClassVar[str] = "openai-compatible"
     key_env_var: ClassVar[str | None] = None
     price_id: ClassVar[str | None] = None
+    supports_loglikelihood: ClassVar[bool] = True
     max_tokens_field: ClassVar[str] = "max_tokens"
 
     def __init__(self, settings: ProviderSettings, label: str) -> None:
@@ -310,6 +430,8 @@ class SimProvider(OpenAIChatProvider):
     price_id: ClassVar[str | None] = None
     default_base_url: ClassVar[str | None] = "http://127.0.0.1:8765/v1"
     max_tokens_field: ClassVar[str] = "max_tokens"
+    supports_loglikelihood: ClassVar[bool] = True
+    scoring_max_tokens: ClassVar[int] = 0  # the simulated server generates nothing for 0
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
