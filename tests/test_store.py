@@ -29,6 +29,7 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
         {
             "id": str, "job_name": str, "job_path": str, "job_json": str, "fingerprint": str, "status": str,
             "total": int, "pid": int, "message": str, "created": str, "started": str, "finished": str,
+            "deadline": str,
         },
         ["id"],
     ),
@@ -38,6 +39,7 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
             "key": str, "status": str, "cache_hit": int, "attempts": int, "error_class": str, "error": str,
             "input_tokens": int, "output_tokens": int, "cost": float, "latency": float, "score": float,
             "valid": int, "result_json": str, "updated": str, "cached_tokens": int, "saved": float,
+            "batch_saved": float,
         },
         ["run_id", "stage", "item"],
     ),
@@ -54,9 +56,12 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
     "stage_rows": ({"hash": str, "n": int, "row": str}, ["hash", "n"]),
     "run_stages": ({"run_id": str, "stage": str, "position": int, "hash": str, "funnel": str}, ["run_id", "stage"]),
     "stage_replays": ({"hash": str, "run_id": str, "stage": str, "tasks": int, "created": str}, ["hash"]),
+    "batches": ({"id": str, "run_id": str, "stage": str, "model": str, "provider_batch_id": str, "round": int,
+                 "state": str, "provider_state": str, "lines": int, "created": str, "updated": str}, ["id"]),
+    "batch_lines": ({"batch_id": str, "key": str, "ledger_id": int, "status": str}, ["batch_id", "key"]),
 }
 MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs", "m006_pipelines",
-                   "m007_stage_replays"]
+                   "m007_stage_replays", "m008_batches"]
 
 
 @pytest.fixture
@@ -81,7 +86,7 @@ def task(run_id: str, item: str, key: str, status: str = "done", cost: float = 0
         "variant_json": "{}", "key": key, "status": status, "cache_hit": 0, "attempts": 1, "error_class": None,
         "error": None, "input_tokens": 10, "output_tokens": 1, "cost": cost, "latency": 0.01, "score": 1.0,
         "valid": 1, "result_json": f'{{"item":"{item}"}}', "updated": "2024-01-01T00:00:00", "cached_tokens": 0,
-        "saved": 0.0,
+        "saved": 0.0, "batch_saved": None,
     }
     return tuple(values[c] for c in TASK_COLUMNS)
 

@@ -91,19 +91,35 @@ class Budgets:
             scope.spent_tokens += tokens
 
     async def reserve(self, stage: str, model: str, usd: float, tokens: int) -> Reservation | Exhausted:
-        scopes = self.covering(stage, model)
         while True:
-            blocked = next((s for s in scopes if not s.fits(usd, tokens)), None)
-            if blocked is None:
-                for scope in scopes:
-                    scope.reserved_usd += usd
-                    scope.reserved_tokens += tokens
-                    scope.inflight += 1
-                return Reservation(scopes, usd, tokens)
-            if blocked.inflight == 0:
-                return Exhausted(blocked)
+            got = self.try_reserve(stage, model, usd, tokens)
+            if isinstance(got, Reservation) or got.scope.inflight == 0:
+                return got
             self._changed.clear()
             await self._changed.wait()
+
+    def try_reserve(self, stage: str, model: str, usd: float, tokens: int) -> Reservation | Exhausted:
+        """Reserve now, or say which budget has no room (without waiting for reservations in flight to settle:
+        a batch line's reservation settles only when its whole batch has ended)."""
+        scopes = self.covering(stage, model)
+        blocked = next((s for s in scopes if not s.fits(usd, tokens)), None)
+        if blocked is not None:
+            return Exhausted(blocked)
+        for scope in scopes:
+            scope.reserved_usd += usd
+            scope.reserved_tokens += tokens
+            scope.inflight += 1
+        return Reservation(scopes, usd, tokens)
+
+    def hold(self, stage: str, model: str, usd: float, tokens: int) -> Reservation:
+        """Reserve whether or not it fits: for a request already sent by an earlier process (a submitted batch
+        line), which will be billed whatever this process's budgets say."""
+        scopes = self.covering(stage, model)
+        for scope in scopes:
+            scope.reserved_usd += usd
+            scope.reserved_tokens += tokens
+            scope.inflight += 1
+        return Reservation(scopes, usd, tokens)
 
     def settle(self, reservation: Reservation, usd: float, tokens: int) -> None:
         """The answer came: the reservation becomes the actual spend."""

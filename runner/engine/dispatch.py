@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from runner.engine.batch import Batcher
 from runner.engine.budget import Budgets, Exhausted, Reservation, Scope
 from runner.engine.limits import Endpoint
 from runner.engine.retry import Tally, retrying
@@ -30,7 +31,7 @@ from runner.plan.request import Task
 from runner.plan.stage import StagePlan
 from runner.providers.base import Completion, Provider
 from runner.providers.pricing import Pricing
-from runner.providers.tokens import count_input_tokens
+from runner.providers.tokens import count_call_tokens
 from runner.spec.job import Job
 from runner.store import CachedResponse, Finished, Store, Writer, dumps, now
 
@@ -79,7 +80,9 @@ class Dispatcher:
         stats: RunStats,
         resume: bool = False,
         sleep: Callable[[float], Any] = asyncio.sleep,
+        deadline: float | None = None,
     ) -> None:
+        """``deadline``: when the run's answers are needed (epoch seconds), for stages in ``mode: auto``."""
         self.run_id = run_id
         self.job = job
         self.store = store
@@ -99,6 +102,10 @@ class Dispatcher:
         self.closed_models: set[tuple[str, str]] = set()
         self._free: dict[str, bool] = {}
         self.stages = {stage.name: stage for stage in job.stages}
+        #: the Batch API side of the engine, when a stage may use it
+        self.batcher: Batcher | None = None
+        if any(job.stage_mode(stage) != "online" for stage in job.llm_stages()):
+            self.batcher = Batcher(self, deadline)
         self.endpoints: dict[str, Endpoint] = {}
         self.inflight: dict[str, asyncio.Future[Completion | None]] = {}
         #: answers received since the current chunk's memo query, so a repeat of the request is not re-sent
@@ -158,37 +165,49 @@ class Dispatcher:
                 if cached is not None:
                     self._finish_cached(req, cached)
                     continue
-                leader = self.inflight.get(req.key)
-                if leader is not None:  # the same request is on its way already: pay once, share the answer
-                    self._spawn(self._follow(req, leader))
-                    continue
-                if req.stage in self.closed_stages or (req.stage, req.model) in self.closed_models:
-                    self.stats.counters(req.stage, req.model).over_budget += 1
-                    continue
-                if self.budgets is None and not self._priced(req.model):
-                    reservation = FREE  # nothing to reserve or record: no coroutine on the common free path
-                else:
-                    reservation = await self._reserve(req)
-                if reservation is None:  # a budget ran out: this request stays for a resume
-                    if self.stopping:
-                        break
-                    continue
-                endpoint = self.endpoint(req)
-                await endpoint.slots.acquire()
-                if self.stopping:
-                    endpoint.slots.release()
-                    self._release(reservation)
+                if not await self._dispatch(req, loop):
                     break
-                self.inflight[req.key] = loop.create_future()
-                self._spawn(self._send(req, endpoint, reservation))
         await self.drain()
+        if self.batcher is not None:
+            await self.batcher.finish_stage(plan.stage.name)
+            await self.drain()  # what a deadline sent online
+
+    async def _dispatch(self, req: Task, loop: asyncio.AbstractEventLoop) -> bool:
+        """Send one task that is not in the memo (or join the identical request on its way, or hand it to the
+        Batch API); False when the run is stopping and nothing more should be dispatched."""
+        leader = self.inflight.get(req.key)
+        if leader is not None:  # the same request is on its way already: pay once, share the answer
+            self._spawn(self._follow(req, leader))
+            return True
+        if req.stage in self.closed_stages or (req.stage, req.model) in self.closed_models:
+            self.stats.counters(req.stage, req.model).over_budget += 1
+            return True
+        if self.batcher is not None and self.batcher.wants(req):
+            await self.batcher.add(req)
+            return not self.stopping
+        if self.budgets is None and not self._priced(req.model):
+            reservation = FREE  # nothing to reserve or record: no coroutine on the common free path
+        else:
+            reservation = await self._reserve(req)
+        if reservation is None:  # a budget ran out: this request stays for a resume
+            return not self.stopping
+        endpoint = self.endpoint(req)
+        await endpoint.slots.acquire()
+        if self.stopping:
+            endpoint.slots.release()
+            self._release(reservation)
+            return False
+        self.inflight[req.key] = loop.create_future()
+        self._spawn(self._send(req, endpoint, reservation))
+        return True
 
     # -- budgets -----------------------------------------------------------------------------------------
-    async def _reserve(self, req: Task) -> Reservation | None:
-        """Reserve the request's worst case against its budgets and in the ledger; None when a budget ran out."""
+    async def _reserve(self, req: Task, *, batch: bool = False) -> Reservation | None:
+        """Reserve the request's worst case (at the Batch API's price for a batch line) against its budgets and in
+        the ledger; None when a budget ran out."""
         max_tokens = req.call.params.get("max_tokens") or 0
         input_tokens = self._input_tokens(req)
-        usd = self.pricing.worst_case(req.model, input_tokens, max_tokens)
+        usd = self.worst_case(req, batch=batch)
         tokens = input_tokens + max_tokens
         if self.budgets is None:
             reservation = Reservation([], usd, tokens)
@@ -202,12 +221,20 @@ class Dispatcher:
             reservation.ledger_id = self.store.reserve(self.run_id, req.stage, req.model, req.key, usd)
         return reservation
 
+    def worst_case(self, req: Task, *, batch: bool = False) -> float:
+        """USD the request can cost at most: its counted input tokens and ``max_tokens`` at the model's prices."""
+        max_tokens = req.call.params.get("max_tokens") or 0
+        rates = self.pricing.batch_rates(req.model) if batch else None
+        if rates is not None:
+            return rates.worst_case(self._input_tokens(req), max_tokens)
+        return self.pricing.worst_case(req.model, self._input_tokens(req), max_tokens)
+
     @staticmethod
     def _input_tokens(req: Task) -> int:
         """The request's input tokens, counted once for both its budget reservation and the token buckets."""
         call = req.call
         if call.input_tokens is None:
-            call.input_tokens = count_input_tokens(call.provider, call.model_name, call.messages)
+            call.input_tokens = count_call_tokens(call.provider, call.model_name, call.messages, call.pairs)
         return call.input_tokens
 
     def _priced(self, model: str) -> bool:
@@ -318,7 +345,12 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            completion = await self.providers[req.provider].execute(req.model_name, req.messages, req.call.params)
+            call = req.call
+            provider = self.providers[call.provider]
+            if call.pairs is not None:
+                completion = await provider.loglikelihood(call.model_name, call.pairs)
+            else:
+                completion = await provider.execute(call.model_name, call.messages, call.params)
         except ProviderError as exc:
             if isinstance(exc, AuthError) and endpoint.dead is None:
                 endpoint.dead = exc  # before the endpoint opens: nothing else is sent with a refused key
@@ -356,10 +388,17 @@ class Dispatcher:
                      cost=0.0, latency=None, cache_hit=True, attempts=0, cached_tokens=cached.cached_tokens,
                      saved=saved)
 
-    def _finish_fresh(self, req: Task, c: Completion, attempts: int, latency: float,
-                      reservation: Reservation) -> None:
+    def _finish_fresh(self, req: Task, c: Completion, attempts: int, latency: float | None,
+                      reservation: Reservation, *, batch: bool = False) -> None:
+        """An answer that came back: priced (at the Batch API's price for a batch line), settled, recorded."""
         cost = self.pricing.cost(req.model, c.input_tokens, c.output_tokens, c.cached_tokens,
                                  cache_write_tokens=c.cache_write_tokens) if self._priced(req.model) else 0.0
+        batch_saved = None
+        if batch:
+            rates = self.pricing.batch_rates(req.model) if self._priced(req.model) else None
+            batch_cost = rates.cost(c.input_tokens, c.output_tokens, c.cached_tokens, c.cache_write_tokens) \
+                if rates is not None else cost
+            batch_saved, cost = cost - batch_cost, batch_cost
         if self.budgets is not None and reservation.scopes:
             self.budgets.settle(reservation, cost, c.input_tokens + c.output_tokens)
         counters = self.stats.counters(req.stage, req.model)
@@ -374,7 +413,9 @@ class Dispatcher:
         ledger = (self.run_id, req.stage, req.model, req.key, "charge", cost, now()) if cost > 0 else None
         self._record(req, c.text, c.finish_reason, c.input_tokens, c.output_tokens, cost=cost, latency=latency,
                      cache_hit=False, attempts=attempts, response=response, ledger=ledger,
-                     cached_tokens=c.cached_tokens, release_id=reservation.ledger_id)
+                     cached_tokens=c.cached_tokens, release_id=reservation.ledger_id, batch_saved=batch_saved)
+        if batch_saved:
+            counters.batch_saved += batch_saved
 
     def _finish_failed(self, req: Task, exc: ProviderError, attempts: int, release_id: int | None = None) -> None:
         counters = self.stats.counters(req.stage, req.model)
@@ -386,7 +427,7 @@ class Dispatcher:
         result.update(error_class=exc.error_class, error=str(exc))
         task = (
             self.run_id, req.stage, req.item, req.model, req.row_id, req.variant_json, req.key, "failed", 0,
-            attempts, exc.error_class, str(exc), 0, 0, 0.0, None, None, 0, dumps(result), 0, 0.0,
+            attempts, exc.error_class, str(exc), 0, 0, 0.0, None, None, 0, dumps(result), 0, 0.0, None,
         )
         self.writer.put(Finished(task=task, result_line=dumps(result), stage=req.stage, release_id=release_id))
 
@@ -394,7 +435,7 @@ class Dispatcher:
         self, req: Task, text: str, finish_reason: str | None, input_tokens: int, output_tokens: int, *,
         cost: float, latency: float | None, cache_hit: bool, attempts: int,
         response: tuple | None = None, ledger: tuple | None = None, cached_tokens: int = 0, saved: float = 0.0,
-        release_id: int | None = None,
+        release_id: int | None = None, batch_saved: float | None = None,
     ) -> None:
         result = result_line(self.stages[req.stage], req, text, status="done", cache_hit=cache_hit,
                              notes=self.stats.notes)
@@ -411,7 +452,7 @@ class Dispatcher:
         task = (
             self.run_id, req.stage, req.item, req.model, req.row_id, req.variant_json, req.key, "done",
             int(cache_hit), attempts, None, None, input_tokens, output_tokens, cost, latency, score,
-            int(result.get("valid", True)), line, cached_tokens, saved,
+            int(result.get("valid", True)), line, cached_tokens, saved, batch_saved,
         )
         self.writer.put(Finished(task=task, response=response, ledger=ledger, result_line=line, stage=req.stage,
                                  release_id=release_id))

@@ -4,6 +4,7 @@ handle Ctrl-C, and leave the run's status in the store."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import gc
 import os
 import signal
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from runner.engine.batch import check_batch_modes
 from runner.engine.dispatch import Dispatcher
 from runner.engine.pipeline import Pipeline
 from runner.engine.replay import record_if_complete, replay, stage_address
@@ -142,11 +144,18 @@ async def execute(
 
     providers = build_providers(job)
     check_prices(job)
+    check_batch_modes(job, providers)
+    check_loglikelihood(job, providers)
     resume = run_id is not None
     if run_id is None:
         run_id = store.create_run(job.name, job.path, job.model_dump_json(), job.fingerprint(), total)
+        seconds = job.deadline_seconds()
+        if seconds is not None:  # kept with the run, so a resume keeps the same deadline
+            store.set_run(run_id, deadline=(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)).isoformat())
     else:
         store.set_run(run_id, status="running", pid=os.getpid(), message=None, finished=None, total=total)
+    deadline_text = store.get_run(run_id).get("deadline")
+    deadline = dt.datetime.fromisoformat(deadline_text).timestamp() if deadline_text else None
     if on_run_id:
         on_run_id(run_id)
     if resume:
@@ -168,7 +177,7 @@ async def execute(
         results.open(rewrite=resume)
         writer.start()
         dispatcher = Dispatcher(run_id=run_id, job=job, store=store, writer=writer, providers=providers,
-                                stats=stats, resume=resume)
+                                stats=stats, resume=resume, deadline=deadline)
         committed.append(dispatcher.committed)
         stats.budgets = dispatcher.budgets
 
@@ -250,6 +259,26 @@ def check_prices(job: Job) -> None:
         if job.stage_params(stage).max_tokens is None:
             raise RunnerError(f"{where}: stage {stage.name} has no params.max_tokens, and a budget needs a bound "
                               "on output tokens to reserve a request's worst case")
+
+
+class CannotScore(RunnerError):
+    """A ``parse: loglikelihood`` stage names a model whose provider returns no log-probabilities."""
+
+    exit_code = 2
+
+
+def check_loglikelihood(job: Job, providers: dict[str, Provider]) -> None:
+    """Log-likelihood stages need providers that can score; a chat-only API is named before anything is sent."""
+    for stage in job.llm_stages():
+        if stage.parse != "loglikelihood":
+            continue
+        for model in job.stage_models(stage):
+            provider = providers[split_model(model)[0]]
+            if not getattr(provider, "supports_loglikelihood", False):
+                raise CannotScore(
+                    f"{job.path or 'the job file'}: stage {stage.name} scores log-likelihoods, and {model} cannot "
+                    "score log-likelihoods (a chat-only API): use a local: model or an openai-compatible: "
+                    "completions server there, and give chat models to a stage in the prompt form")
 
 
 def budget_warnings(job: Job) -> list[str]:

@@ -24,6 +24,8 @@ class Counters:
     spend: float = 0.0
     #: what the cache hits would have cost
     saved: float = 0.0
+    #: what the Batch API's price saved against the standard one
+    batch_saved: float = 0.0
     #: requests not sent because a budget covering them ran out (left for a resume)
     over_budget: int = 0
     correct: int = 0
@@ -36,6 +38,21 @@ class Counters:
         return (self.done - self.resumed) / elapsed if elapsed > 0 else 0.0
 
 
+@dataclass(slots=True)
+class BatchView:
+    """One batch as the live view shows it."""
+
+    stage: str
+    model: str
+    provider_batch_id: str
+    lines: int
+    state: str = "running"
+    provider_state: str = "submitted"
+    succeeded: int = 0
+    failed: int = 0
+    round: int = 0
+
+
 class RunStats:
     def __init__(self) -> None:
         self.by_key: dict[tuple[str, str], Counters] = {}
@@ -44,6 +61,8 @@ class RunStats:
         self.notes: list[str] = []
         #: the run's budgets, when it has any (runner/budget.py), for the live view
         self.budgets: object | None = None
+        #: Batch API batches of this run by id: stage, model, state, the provider's state, lines and results
+        self.batches: dict[str, BatchView] = {}
 
     def counters(self, stage: str, model: str) -> Counters:
         key = (stage, model)

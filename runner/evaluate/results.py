@@ -12,6 +12,7 @@ from runner.evaluate.parse import parse_answer, parse_letter
 from runner.evaluate.scorers import score
 from runner.plan.choices import LETTERS, NONE_OF_THEM, inverse_partial
 from runner.plan.request import Task
+from runner.providers.base import parse_loglikelihoods
 from runner.recipes import parse_items
 from runner.spec.job import Stage
 
@@ -36,6 +37,8 @@ def result_line(stage: Stage, req: Task, text: str | None, *, status: str, cache
         "cache_hit": cache_hit,
         "cache_key": req.key,
     }
+    if req.fields is not None:  # row fields the stage records for its reports
+        result["fields"] = req.fields
     if stage.review:  # what a person (or a judge job) judging the answer needs
         # the task's identity in the stage (row id | model | variant): unique per line, so a judge job can
         # use it as its dataset id and `runner report --judged` can match verdicts to answers
@@ -50,6 +53,8 @@ def result_line(stage: Stage, req: Task, text: str | None, *, status: str, cache
     if kind == "text":
         result["parsed"] = text.strip()
         return result
+    if kind == "loglikelihood":
+        return _loglikelihood(req, text, result)
     if stage.scoring == "default" and kind == "letter" and req.options is not None:
         parsed = parse_letter(text, req.options, LETTERS, mode=stage.parse_mode)  # the common case, direct
     elif stage.parses_list:  # a list of items (pipelines), never scored
@@ -87,4 +92,29 @@ def _items(req: Task, stage: Stage, text: str, result: dict[str, Any], notes: li
     result.update(parsed=found.items, valid=len(found.items) >= stage.min_items)
     if found.rejected:
         result["rejected"] = dict(found.rejected)
+    return result
+
+
+def _loglikelihood(req: Task, text: str, result: dict[str, Any]) -> dict[str, Any]:
+    """A log-likelihood answer: the option whose continuation is the likeliest (the first one on a tie), as the
+    WinoDict and Winograd evaluations compare the summed log-probabilities of the same continuation."""
+    try:
+        scores = parse_loglikelihoods(text)
+    except ValueError as exc:
+        result.update(valid=False, invalid_reason=f"unreadable log-likelihoods: {exc}")
+        return _scored(req, "loglikelihood", result)
+    result["logprobs"] = [score.logprob for score in scores]
+    if not scores or (req.options is not None and len(scores) != len(req.options)):
+        result.update(valid=False, invalid_reason=f"{len(scores)} log-likelihoods for {len(req.options or ())} "
+                                                  "options")
+        return _scored(req, "loglikelihood", result)
+    best = max(range(len(scores)), key=lambda i: (scores[i].logprob, -i))
+    result["valid"] = True
+    result["parsed"] = req.perm[best] if req.perm is not None else best
+    return _scored(req, "loglikelihood", result)
+
+
+def _scored(req: Task, kind: str, result: dict[str, Any]) -> dict[str, Any]:
+    if req.gold is not None:
+        result["score"] = score(kind, result["parsed"], req.gold)
     return result

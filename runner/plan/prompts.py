@@ -2,8 +2,10 @@
 
 A template file holds ``source`` (the paper and table it reproduces), an optional ``system``, optional
 earlier ``messages`` (``{role, content}`` turns: few-shot examples, a previous answer) and a ``user``
-template. Templates see the dataset row's fields, ``row``, the variant values (``seed``, ``sample``, ...)
-and, for multiple choice, ``options`` (in shown order), ``letters`` and ``options_block`` ("A. ...\\nB. ...").
+template; or, for log-likelihood scoring, a ``context`` and a ``continuation`` template, rendered once per
+option (``option``, ``option_index``). Templates see the dataset row's fields, ``row``, the variant values
+(``seed``, ``sample``, ...) and, for multiple choice, ``options`` (in shown order), ``letters`` and
+``options_block`` ("A. ...\\nB. ...").
 """
 
 from __future__ import annotations
@@ -67,14 +69,27 @@ class Part:
 class Prompt:
     name: str
     system: Part | None
-    user: Part
+    user: Part | None
     source: str | None = None
     #: earlier turns, (role, template), between the system prompt and the user's
     turns: tuple[tuple[str, Part], ...] = ()
     #: the template's text (system, turns, user): part of a pipeline stage's content address
     text: str = ""
+    #: a log-likelihood prompt's parts: the context, and the continuation scored after it
+    context: Part | None = None
+    continuation: Part | None = None
+
+    @property
+    def scores_loglikelihood(self) -> bool:
+        return self.context is not None
+
+    def render_pair(self, context: dict[str, Any]) -> tuple[str, str]:
+        """A log-likelihood prompt's (context, continuation) for one option."""
+        assert self.context is not None and self.continuation is not None
+        return self.context(context), self.continuation(context)
 
     def render(self, context: dict[str, Any]) -> list[dict[str, str]]:
+        assert self.user is not None, "a log-likelihood prompt renders pairs (render_pair), not messages"
         user = {"role": "user", "content": self.user(context)}
         if self.system is None and not self.turns:
             return [user]
@@ -105,8 +120,7 @@ def prompt_dirs(job: Job) -> list[Path]:
 
 def load_prompt(job: Job, prompt: str | InlinePrompt) -> Prompt:
     if not isinstance(prompt, str):
-        return _compile("inline", prompt.system, prompt.user, prompt.source,
-                        [(t.role, t.content) for t in prompt.messages])
+        return _compile_spec("inline", prompt)
     for folder in prompt_dirs(job):
         candidate = folder / f"{prompt}.yaml"
         if candidate.is_file():
@@ -127,6 +141,18 @@ def _load_file(path: str, name: str, mtime_ns: int = 0) -> Prompt:
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         raise PromptError(f"prompt template {path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    return _compile_spec(name, spec)
+
+
+def _compile_spec(name: str, spec: InlinePrompt) -> Prompt:
+    if spec.context is not None and spec.continuation is not None:
+        try:
+            return Prompt(name=name, system=None, user=None, source=spec.source, context=Part(spec.context),
+                          continuation=Part(spec.continuation),
+                          text=f"context: {spec.context}\ncontinuation: {spec.continuation}")
+        except jinja2.TemplateSyntaxError as exc:
+            raise PromptError(f"prompt {name!r} line {exc.lineno}: {exc.message}") from None
+    assert spec.user is not None
     return _compile(name, spec.system, spec.user, spec.source, [(t.role, t.content) for t in spec.messages])
 
 

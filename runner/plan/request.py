@@ -130,6 +130,8 @@ class Task:
     n_options: int = 0
     #: the removed gold option's text, for a review stage without the gold (what a person or a judge needs)
     gold_text: str | None = None
+    #: row fields the stage records in its result lines (``record:``)
+    fields: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     # The call's fields most code reads, without spelling ``task.call`` each time.

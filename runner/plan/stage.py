@@ -16,7 +16,17 @@ from typing import Any
 from runner.errors import RunnerError
 from runner.plan.choices import LETTERS, NONE_OF_THEM, append_none_of_them, drop_option, options_block, permutation
 from runner.plan.prompts import Prompt, load_prompt
-from runner.plan.request import Call, Task, canonical_json, canonical_params, canonical_tail, canonical_text, key_of
+from runner.plan.request import (
+    LOGLIKELIHOOD,
+    Call,
+    Task,
+    canonical_json,
+    canonical_loglikelihood,
+    canonical_params,
+    canonical_tail,
+    canonical_text,
+    key_of,
+)
 from runner.providers.base import provider_class, split_model
 from runner.spec.job import Job, Stage
 
@@ -218,20 +228,34 @@ class StagePlan:
                 context["options"] = options
                 if len(options) <= len(LETTERS):  # more options (Bank-77's 77 intents) are shown without letters
                     context.update(letters=LETTERS[: len(options)], options_block=options_block(options))
+            pairs: list[tuple[str, str]] | None = None
             try:
-                messages = self.prompt.render(context)
+                if self.prompt.scores_loglikelihood:  # one (context, continuation) per option, in shown order
+                    messages = []
+                    pairs = [self.prompt.render_pair({**context, "option": option, "option_index": i})
+                             for i, option in enumerate(options or ())]
+                else:
+                    messages = self.prompt.render(context)
             except Exception as exc:  # jinja2 raises many types: undefined names, bad filters, ...
                 raise RunnerError(
                     f"{self.where}:{line_no}: prompt {self.prompt.name!r} of stage "
                     f"{self.stage.name!r} cannot be rendered: {exc}"
                 ) from None
+            recorded = {name: row.get(name) for name in self.stage.record} if self.stage.record else None
             # a recipe parser sees what the template saw: the row and the variant's values (a split, a relation)
             parser_row = {**row, **{k: v for k, v in variant.items() if k != "round"}} if self.keep_row else row
             for model in self.models:
                 if only is not None and (row_id, model, base_json) not in only:
                     continue
                 provider, name, model_id = self._model_ids[model]
-                text = canonical_text(messages, self._tails[model, index])
+                if pairs is None:
+                    text = canonical_text(messages, self._tails[model, index])
+                    call = Call(provider=provider, model_name=name, model_id=model_id, messages=messages,
+                                params=self._params, canonical=text, key=key_of(text))
+                else:
+                    text = canonical_json(canonical_loglikelihood(provider, model_id, pairs))
+                    call = Call(provider=provider, model_name=name, model_id=model_id, messages=messages, params={},
+                                canonical=text, key=key_of(text), kind=LOGLIKELIHOOD, pairs=pairs)
                 yield Task(
                     stage=self.stage.name,
                     item=f"{row_id}|{model}|{variant_text}",
@@ -239,14 +263,14 @@ class StagePlan:
                     model=model,
                     variant=variant,
                     variant_json=variant_json,
-                    call=Call(provider=provider, model_name=name, model_id=model_id, messages=messages,
-                              params=self._params, canonical=text, key=key_of(text)),
+                    call=call,
                     perm=perm,
                     options=options,
                     # without the gold option, the right answer is "none of them"
                     gold=NONE_OF_THEM if choices is not None and choices.drop_gold else gold,
                     n_options=len(original) if original is not None else 0,
                     gold_text=gold_text,
+                    fields=recorded,
                     extra={"row": parser_row} if self.keep_row else {},
                 )
 

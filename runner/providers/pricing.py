@@ -163,6 +163,12 @@ class Pricing:
         given = dict(job.prices) if job is not None else {}
         given.update(prices or {})
         self._job: dict[str, Rates] = {model: _from_price(p, f"{JOB_PRICES} {model}") for model, p in given.items()}
+        #: the job's Batch API prices, for models whose ``prices:`` give them
+        self._job_batch: dict[str, Rates] = {
+            model: _from_price(p.model_copy(update={"input": p.batch_input, "output": p.batch_output,
+                                                    "cached_input": None, "cache_write": None}),
+                               f"{JOB_PRICES} {model} (batch)")
+            for model, p in given.items() if p.batch_input is not None and p.batch_output is not None}
         #: per model string: fixed rates (job, free), the genai-prices model, or why it is unknown
         self._found: dict[str, Rates | tuple[str, ModelInfo] | str] = {}
 
@@ -196,8 +202,10 @@ class Pricing:
         return _converted(info.get_prices(_utc(when)), f"{GENAI_PRICES}: {provider_id}/{info.id}")
 
     def batch_rates(self, model: str, when: datetime | None = None) -> Rates | None:
-        """The model's Batch API rates at ``when`` (default: now), when genai-prices has them; else None (and
-        always None for models priced by the job, whose ``prices:`` state no batch price)."""
+        """The model's Batch API rates at ``when`` (default: now): the job's ``batch_input`` / ``batch_output``
+        prices, or genai-prices' batch prices; else None (a model priced by the job without batch prices)."""
+        if model in self._job_batch:
+            return self._job_batch[model]
         found = self._find(model)
         if not isinstance(found, tuple):
             return None

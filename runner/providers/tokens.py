@@ -182,3 +182,12 @@ def message_text(content: Any) -> str:
         return "".join(message_text(part.get("text")) if isinstance(part, Mapping) else message_text(part)
                        for part in content)
     return str(content)
+
+
+def count_call_tokens(provider: str, model: str, messages: Iterable[Mapping[str, Any]],
+                      pairs: Iterable[tuple[str, str]] | None = None) -> int:
+    """Input tokens of a call: its messages, or for a log-likelihood call every context and continuation it has
+    read (an upper-leaning estimate: the server's tokenizer is not known here)."""
+    if pairs is not None:
+        return sum(estimate_text_tokens(context) + estimate_text_tokens(rest) for context, rest in pairs)
+    return count_input_tokens(provider, model, messages)

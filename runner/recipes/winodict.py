@@ -253,8 +253,8 @@ def items(rows: list[dict[str, Any]], args: dict[str, Any], ctx: Context) -> Out
     words = load_words(_data_file(args.get("words"), "original_words.tsv"),
                        _data_file(args.get("exclude"), "wordnet_known.txt"))
     out = Outcome(rows=[])
-    for bucket in buckets:
-        for row in rows:
+    for row in rows:  # a twin's buckets together, so the first N items (`--limit`) span every bucket
+        for bucket in buckets:
             built = build_item(row, bucket, words, seed, strategy, synonym_source)
             if isinstance(built, str):
                 out.dropped[built] += 1

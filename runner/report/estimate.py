@@ -39,7 +39,7 @@ from runner.plan.request import Task
 from runner.plan.stage import StagePlan
 from runner.providers.base import provider_class, split_model
 from runner.providers.pricing import PER, Pricing, Rates
-from runner.providers.tokens import count_input_tokens, exact
+from runner.providers.tokens import count_call_tokens, exact
 from runner.spec.job import Job
 from runner.store import Store
 
@@ -150,7 +150,7 @@ class _Builder:
         g.to_send += 1
         if not self.count:
             return
-        tokens = count_input_tokens(req.provider, req.model_name, req.messages)
+        tokens = count_call_tokens(req.provider, req.model_name, req.messages, req.call.pairs)
         g.input_tokens = (g.input_tokens or 0) + tokens
         max_tokens = g.max_tokens or 0
         if self.sums is not None and self.rates is not None:

@@ -173,7 +173,59 @@ def knowno(store: Store, run_id: str, spec: dict[str, Any], judged: dict[str, An
     return data
 
 
-LAYOUTS = {"newterm": newterm, "knowno": knowno}
+WINODICT_ORIGINAL = "unchanged"
+
+
+def _by_bucket(store: Store, run_id: str, stage: str, axis: str | None) -> dict[str, dict[Any, dict[str, tuple]]]:
+    """model -> axis value (shots; None without one) -> bucket -> (accuracy, scored tasks)."""
+    paths = [f"$.variant.{axis}", "$.fields.bucket"] if axis else ["$.fields.bucket"]
+    out: dict[str, dict[Any, dict[str, tuple]]] = defaultdict(lambda: defaultdict(dict))
+    for model, *values, mean, n in store.accuracy_groups(run_id, stage, paths):
+        value, bucket = (values[0], values[1]) if axis else (None, values[0])
+        if bucket is not None:
+            out[model][value][str(bucket)] = (mean, n)
+    return out
+
+
+def winodict(store: Store, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """WinoDict Table 2: per model and number of shots, the accuracy on the synthetic words (mean ± std over the
+    five log-probability buckets of words) and on the original words; the prompt form for chat models beside."""
+    rows: dict[str, dict[str, Any]] = defaultdict(dict)
+    columns: list[str] = []
+    stage = spec.get("stage")
+    if stage:
+        for model, by_shots in _by_bucket(store, run_id, stage, "shots").items():
+            for shots, buckets in sorted(by_shots.items(), key=lambda kv: (kv[0] is None, kv[0])):
+                synthetic = {b: v for b, v in buckets.items() if b != WINODICT_ORIGINAL}
+                for name, figure in ((f"WinoDict {shots}-shot", _summary(synthetic)),
+                                     (f"Original {shots}-shot", _summary({b: v for b, v in buckets.items()
+                                                                           if b == WINODICT_ORIGINAL}))):
+                    if figure is not None:
+                        rows[model][name] = figure
+                        if name not in columns:
+                            columns.append(name)
+    chat = spec.get("chat_stage")
+    if chat:
+        for model, by_none in _by_bucket(store, run_id, chat, None).items():
+            buckets = by_none.get(None, {})
+            for name, figure in (("prompt form WinoDict", _summary({b: v for b, v in buckets.items()
+                                                                    if b != WINODICT_ORIGINAL})),
+                                 ("prompt form Original", _summary({b: v for b, v in buckets.items()
+                                                                    if b == WINODICT_ORIGINAL}))):
+                if figure is not None:
+                    rows[model][name] = figure
+                    if name not in columns:
+                        columns.append(name)
+    ordered = sorted(columns, key=lambda c: (c.startswith("prompt"), c.startswith("Original"),
+                                             int(c.split()[1].split("-")[0]) if "-shot" in c else 0))
+    return {"layout": "winodict", "columns": ordered,
+            "rows": [{"model": model, **cells} for model, cells in rows.items()],
+            "note": "Accuracy of the option whose continuation (with the definition after it) is likelier, as "
+                    "WinoDict Table 2 scores it: synthetic words as mean ± std over the five log-probability "
+                    "buckets of words, original words alone; the prompt form asks chat models to pick A or B."}
+
+
+LAYOUTS = {"newterm": newterm, "knowno": knowno, "winodict": winodict}
 
 
 def build(store: Store, run_id: str, job_json: str, judged: str | None = None) -> dict[str, Any] | None:

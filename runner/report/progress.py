@@ -44,6 +44,8 @@ def budget_line(stats: RunStats) -> str | None:
     if fresh > 0 and left > 0:
         projected = f", projected {_money(totals.spend + totals.spend / fresh * left)} at completion"
     saved = f", saved by the cache {_money(totals.saved)}" if totals.saved else ""
+    if totals.batch_saved:
+        saved += f", by the Batch API's price {_money(totals.batch_saved)}"
     if not isinstance(budgets, Budgets) or budgets.run.usd is None:
         if not totals.spend and not totals.saved:
             return None
@@ -52,6 +54,14 @@ def budget_line(stats: RunStats) -> str | None:
     assert run.usd is not None
     return (f"budget: spent {_money(run.spent_usd)} + reserved {_money(run.reserved_usd)} of {_money(run.usd)} "
             f"({100 * run.spent_usd / run.usd:.0f}%){saved}{projected}")
+
+
+def batch_view_lines(stats: RunStats) -> list[str]:
+    """One line per Batch API batch not yet collected: stage, model, the provider's id and state, progress."""
+    return [f"batch {b.provider_batch_id}: {b.stage} {b.model}, {b.lines} requests, {b.provider_state}"
+            + (f", {b.succeeded} answered, {b.failed} failed" if b.succeeded or b.failed else "")
+            + (f" (resubmission {b.round})" if b.round else "")
+            for b in list(stats.batches.values()) if b.state != "collected"]
 
 
 def _line(c: Counters, now: float) -> str:
@@ -88,6 +98,8 @@ class PlainView:
         now = time.monotonic()
         for counters in list(self.stats.by_key.values()):
             print(f"[runner] {_line(counters, now)}", file=self.stream, flush=True)
+        for line in batch_view_lines(self.stats):
+            print(f"[runner] {line}", file=self.stream, flush=True)
         money = budget_line(self.stats)
         if money:
             print(f"[runner] {money}", file=self.stream, flush=True)
@@ -150,6 +162,7 @@ class LiveView:
             run = budgets.run
             extra.append(ProgressBar(total=run.usd, completed=min(run.usd, run.spent_usd + run.reserved_usd),
                                      width=48))
+        extra.extend(Text(line, style="cyan") for line in batch_view_lines(self.stats))
         money = budget_line(self.stats)
         if money:
             extra.append(Text(money))

@@ -23,7 +23,8 @@ FORMATS = ("text", "json", "csv", "md")
 
 COLUMNS = (
     "stage", "model", "requests", "done", "failed", "cache_hits", "cache_hit_rate", "sent", "input_tokens",
-    "cached_input_tokens", "output_tokens", "cost", "saved", "possibly_billed", "errors", "latency_p50",
+    "cached_input_tokens", "output_tokens", "cost", "saved", "batched", "batch_saved", "possibly_billed", "errors",
+    "latency_p50",
     "latency_p95", "scored", "invalid", "accuracy",
     "accuracy_by_seed", "accuracy_mean", "accuracy_std",
 )
@@ -71,6 +72,8 @@ def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any
             "output_tokens": tout,
             "cost": round(cost, 10),
             "saved": round(saved, 10),
+            "batched": g.batched,
+            "batch_saved": round(g.batch_saved, 10),
             "possibly_billed": round(possibly.get((stage, model), (0.0, 0))[0], 10),
             "possibly_billed_requests": possibly.get((stage, model), (0.0, 0))[1],
             "errors": errors,
@@ -95,6 +98,8 @@ def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any
         "output_tokens": sum(r["output_tokens"] for r in rows),
         "cost": round(sum(r["cost"] for r in rows), 10),
         "saved": round(sum(r["saved"] for r in rows), 10),
+        "batched": sum(r["batched"] for r in rows),
+        "batch_saved": round(sum(r["batch_saved"] for r in rows), 10),
         "possibly_billed": round(sum(usd for usd, _ in possibly.values()), 10),
         "possibly_billed_requests": sum(n for _, n in possibly.values()),
         "ledger_charged": round(charged, 10),
@@ -103,7 +108,7 @@ def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any
     layout = layouts.build(store, run_id, run["job_json"], judged)
     if judged is not None and layout is not None:
         _judged_rows(rows, layout)
-    return {
+    data = {
         "run": {k: run[k] for k in ("id", "job_name", "job_path", "status", "total", "created", "finished",
                                     "message")},
         "shuffled_options": _shuffle_note(run),
@@ -112,6 +117,11 @@ def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any
         "layout": layout,
         "pipeline": funnel.build(store, run_id),
     }
+    batches = store.batches(run_id)
+    if batches:  # the Batch API batches the run submitted: provider id, state, lines by status
+        data["batches"] = [{k: b[k] for k in ("id", "stage", "model", "provider_batch_id", "round", "state",
+                                              "provider_state", "lines", "by_status")} for b in batches]
+    return data
 
 
 def _judged_rows(rows: list[dict[str, Any]], layout: dict[str, Any]) -> None:
@@ -243,6 +253,9 @@ def render(data: dict[str, Any], fmt: str) -> str:
     t = data["totals"]
     foot = (f"Total: {t['requests']} requests, {t['cache_hits']} cache hits ({_pct(t['cache_hit_rate'])}), "
             f"{t['sent']} sent, {t['failed']} failed, cost ${t['cost']:.4f}, saved by the cache ${t['saved']:.4f}")
+    if t["batched"]:
+        foot += (f"; {t['batched']} answered through a Batch API, which saved ${t['batch_saved']:.4f} against the "
+                 "standard price")
     if t["possibly_billed"]:
         foot += (f"; possibly billed: ${t['possibly_billed']:.4f} more, the worst case of "
                  f"{t['possibly_billed_requests']} requests in flight when the run stopped (counted as spent until "
@@ -262,12 +275,21 @@ def render(data: dict[str, Any], fmt: str) -> str:
     lines = [head, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in table]
     lines += [foot] + ([shuffles] if shuffles else [])
+    lines += batch_lines(data)
     lines += details_lines(data)
     if data.get("layout"):
         lines += ["", *layouts.render_text(data["layout"])]
     if data.get("pipeline"):
         lines += ["", *funnel.render(data["pipeline"])]
     return "\n".join(lines) + "\n"
+
+
+def batch_lines(data: dict[str, Any]) -> list[str]:
+    """One line per Batch API batch of the run: its provider id, state and lines by outcome."""
+    return [f"batch: {b['stage']} {b['model']} {b['provider_batch_id']} (round {b['round']}): {b['lines']} requests, "
+            f"{b['state']} ({b['provider_state']}); lines "
+            + ", ".join(f"{status} {n}" for status, n in sorted(b["by_status"].items()))
+            for b in data.get("batches") or []]
 
 
 def details_lines(data: dict[str, Any]) -> list[str]:
@@ -301,7 +323,10 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     hits = f"{t['cache_hits']} cache hit{'' if t['cache_hits'] == 1 else 's'}"
     lines.append(f"cost: ${t['cost']:.4f} for {t['requests']} requests ({t['sent']} sent, {hits} = "
                  f"{_pct(t['cache_hit_rate'])}, {t['failed']} failed); tokens {t['input_tokens']} in / "
-                 f"{t['output_tokens']} out; saved by the cache ${t['saved']:.4f}")
+                 f"{t['output_tokens']} out; saved by the cache ${t['saved']:.4f}"
+                 + (f", by the Batch API's price ${t['batch_saved']:.4f} ({t['batched']} batched)" if t["batched"]
+                    else ""))
+    lines += batch_lines(data)
     if data.get("pipeline"):
         lines.append(funnel.summary(data["pipeline"]))
     return lines

@@ -24,7 +24,7 @@ from runner.providers.base import ProviderSettings, provider_names, split_model
 from runner.spec.yamlfile import Loc, dotted, line_of, load_with_lines
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-BUILTIN_PARSES = ("letter", "letters", "yes_no", "scale", "label", "none_of_them", "text", "lines")
+BUILTIN_PARSES = ("letter", "letters", "yes_no", "scale", "label", "none_of_them", "text", "lines", "loglikelihood")
 
 
 class Strict(BaseModel):
@@ -72,6 +72,25 @@ class Price(Strict):
     cached_input: float | None = Field(default=None, ge=0)
     #: a prompt-cache write (Anthropic prices it above plain input); the input price when absent
     cache_write: float | None = Field(default=None, ge=0)
+    #: the Batch API's prices, when the model has one (OpenAI, Anthropic and Gemini charge half)
+    batch_input: float | None = Field(default=None, ge=0)
+    batch_output: float | None = Field(default=None, ge=0)
+
+
+Mode = Literal["online", "batch", "auto"]
+
+
+class BatchSettings(Strict):
+    """How stages in ``mode: batch`` or ``auto`` use the providers' Batch APIs."""
+
+    #: seconds between two looks at a batch in flight
+    poll_interval: float = Field(default=30.0, gt=0)
+    #: requests per batch (OpenAI takes up to 50,000 lines a batch)
+    max_requests: int = Field(default=10_000, ge=1, le=50_000)
+    #: times a request the provider expired, cancelled or failed with a server error is submitted again
+    max_resubmits: int = Field(default=2, ge=0, le=10)
+    #: with ``mode: auto`` and a deadline: submit a batch only while at least this many seconds are left
+    min_window: float = Field(default=3600.0, ge=0)
 
 
 class BudgetLimit(Strict):
@@ -104,11 +123,29 @@ class Turn(Strict):
 
 
 class InlinePrompt(Strict):
+    """A chat prompt (``user``, with an optional ``system`` and earlier ``messages``), or a log-likelihood prompt:
+    a ``context`` and the ``continuation`` whose log-probability after it is scored, rendered once per option
+    (``option``, ``option_index``) of a ``parse: loglikelihood`` stage."""
+
     system: str | None = None
     #: earlier turns of a conversation (few-shot examples, a previous answer), between system and user
     messages: list[Turn] = Field(default_factory=list)
-    user: str
+    user: str | None = None
+    context: str | None = None
+    continuation: str | None = None
     source: str | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> InlinePrompt:
+        scored = self.context is not None or self.continuation is not None
+        if scored and (self.context is None or self.continuation is None):
+            raise ValueError("a log-likelihood prompt needs both context: and continuation:")
+        if scored and (self.user is not None or self.system is not None or self.messages):
+            raise ValueError("a prompt is either a chat prompt (system, messages, user) or a log-likelihood one "
+                             "(context, continuation), not both")
+        if not scored and self.user is None:
+            raise ValueError("a prompt needs user: (or context: and continuation: for log-likelihood scoring)")
+        return self
 
 
 class Choices(Strict):
@@ -236,6 +273,10 @@ class Stage(Strict):
     review: bool = False
     output: str | None = None
     budget: BudgetLimit | None = None
+    #: how the stage's requests are sent: online, through the providers' Batch APIs, or auto (the job's when unset)
+    mode: Mode | None = None
+    #: row fields copied into each result line (under ``fields``), for reports by them (WinoDict's bucket)
+    record: list[str] = Field(default_factory=list)
 
     # -- pipelines: what an LLM stage's answers become, and content retries
     #: the field the parsed answer is stored in on the stage's output rows (default: the stage's name)
@@ -289,7 +330,7 @@ class Stage(Strict):
             raise ValueError("a stage reads either dataset: or from: (earlier stages), exactly one of them")
         if self.prompt is not None and self.from_ is not None and len(self.from_) > 1:
             raise ValueError("an LLM stage reads one earlier stage: join or concat them in a stage of their own")
-        if self.parse in ("letter", "letters", "label") and self.choices is None:
+        if self.parse in ("letter", "letters", "label", "loglikelihood") and self.choices is None:
             raise ValueError(f"parse: {self.parse} needs a choices: section")
         return self
 
@@ -317,9 +358,12 @@ class Stage(Strict):
 
 
 class ReportLayout(Strict):
-    """A paper's table layout for ``runner report``: NewTerm's Table 1 or Know-No's Table 3."""
+    """A paper's table layout for ``runner report``: NewTerm's Table 1, Know-No's Table 3 or WinoDict's Table 2."""
 
-    layout: Literal["newterm", "knowno"]
+    layout: Literal["newterm", "knowno", "winodict"]
+    #: winodict: the log-likelihood stage (and the prompt-form stage for chat models, if any)
+    stage: str | None = None
+    chat_stage: str | None = None
     #: newterm: which stage holds each task, e.g. {COMA: coma, COST: cost, CSJ: csj}
     tasks: dict[Literal["COMA", "COST", "CSJ"], str] = Field(default_factory=dict)
     #: knowno: which stage holds each prompt style
@@ -337,6 +381,21 @@ class Job(Strict):
     retry: RetrySettings = Field(default_factory=RetrySettings)
     prices: dict[str, Price] = Field(default_factory=dict)
     budget: JobBudget | None = None
+    #: online (each request at once), batch (the providers' Batch APIs: half the price, answers within a day)
+    #: or auto (batch while the deadline allows, then online)
+    mode: Mode = "online"
+    #: with mode auto: when the answers are needed, as seconds from the run's start ("90m", "6h", "1d" or a
+    #: number of seconds); what no batch has answered by then is sent online
+    deadline: str | None = None
+    batch: BatchSettings = Field(default_factory=BatchSettings)
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        parse_duration(str(value))  # raises a ValueError pydantic reports at the key's line
+        return str(value)
     #: read only the first N items of every stage's dataset (``runner submit --limit N`` sets it too)
     limit: int | None = Field(default=None, gt=0)
     report: ReportLayout | None = None
@@ -371,6 +430,13 @@ class Job(Strict):
         limits = [x for x in (self.limit, stage.dataset.limit if stage.dataset else None) if x is not None]
         return min(limits) if limits else None
 
+    def stage_mode(self, stage: Stage) -> Mode:
+        return stage.mode or self.mode
+
+    def deadline_seconds(self) -> float | None:
+        """The deadline as seconds from the run's start, or None."""
+        return parse_duration(self.deadline) if self.deadline is not None else None
+
     def stage_params(self, stage: Stage) -> Params:
         return stage.params.merged_over(self.params)
 
@@ -383,6 +449,18 @@ class Job(Strict):
     def fingerprint(self) -> str:
         body = self.model_dump(mode="json", by_alias=True, exclude={"path", "base_dir"})
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """``"90m"`` → 5400.0; a bare number is seconds. ValueError names the forms it takes."""
+    found = _DURATION.match(str(text))
+    if not found:
+        raise ValueError(f"{text!r} is not a duration: write seconds, or a number with s, m, h or d (e.g. 6h)")
+    return float(found.group(1)) * _UNIT_SECONDS[found.group(2) or "s"]
 
 
 def load_job(path: str | Path, overrides: dict[str, str] | None = None) -> Job:
@@ -622,4 +700,6 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 
 def _clean_loc(loc: tuple[Any, ...]) -> Loc:
     # pydantic adds union branch names ("str", "InlinePrompt") to locations; they are not keys of the file
-    return tuple(part for part in loc if isinstance(part, int) or part not in {"str", "InlinePrompt"})
+    # (a model with an after-validator shows as "function-after[_one_form(), InlinePrompt]")
+    return tuple(part for part in loc if isinstance(part, int)
+                 or (part not in {"str", "InlinePrompt"} and not str(part).startswith("function-")))

@@ -33,7 +33,7 @@ DEFAULT_DB = "cache.sqlite"
 TASK_COLUMNS = (
     "run_id", "stage", "item", "model", "row_id", "variant_json", "key", "status", "cache_hit", "attempts",
     "error_class", "error", "input_tokens", "output_tokens", "cost", "latency", "score", "valid",
-    "result_json", "cached_tokens", "saved",
+    "result_json", "cached_tokens", "saved", "batch_saved",
 )
 RESPONSE_COLUMNS = (
     "key", "provider", "model", "request_json", "response_text", "response_json", "finish_reason",
@@ -98,6 +98,9 @@ class GroupSummary:
     accuracy: float | None
     cached_input_tokens: int
     saved: float
+    #: tasks answered through a Batch API, and what its price saved against the standard one
+    batched: int = 0
+    batch_saved: float = 0.0
 
 
 class Store(ABC):
@@ -233,6 +236,29 @@ class Store(ABC):
     def saved_sums(self, by: str, since: str | None) -> list[tuple[str | None, str, int, float]]:
         """(group, run id, cache hits, USD saved) of tasks that saved money, grouped as :meth:`ledger_sums`."""
 
+    # -- Batch API requests (runner/engine/batch.py) --------------------------------------------------------
+    @abstractmethod
+    def record_batch(self, batch_id: str, run_id: str, stage: str, model: str, provider_batch_id: str,
+                     round: int, lines: list[tuple[str, int | None]]) -> None:
+        """A batch just submitted: its provider id and its lines (request key, ledger reservation id), in one
+        transaction, so a later process polls it instead of submitting it again."""
+
+    @abstractmethod
+    def open_batches(self, run_id: str, stage: str) -> list[dict[str, Any]]:
+        """The batches of a stage not yet collected, each with ``lines``: {key: (ledger id, status)}."""
+
+    @abstractmethod
+    def update_batch(self, batch_id: str, **fields: Any) -> None:
+        """Update a batch's columns (state, provider_state, updated)."""
+
+    @abstractmethod
+    def finish_batch(self, batch_id: str, statuses: dict[str, str]) -> None:
+        """A batch's results were taken: each line's status (done, retry, failed) and the batch ``collected``."""
+
+    @abstractmethod
+    def batches(self, run_id: str) -> list[dict[str, Any]]:
+        """Every batch of a run, with its line counts by status (the report and the live view)."""
+
     # -- evaluation stages finished whole (runner/engine/replay.py) -----------------------------------------
     @abstractmethod
     def replayable(self, digest: str) -> tuple[str, int] | None:
@@ -301,6 +327,11 @@ class Store(ABC):
     def seed_scores(self, run_id: str, stage: str, variant: dict[str, Any] | None = None
                     ) -> list[tuple[str, Any, float, int]]:
         """(model, seed, mean score, scored tasks) of a stage, optionally of tasks whose variant has these values."""
+
+    @abstractmethod
+    def accuracy_groups(self, run_id: str, stage: str, paths: list[str]) -> list[tuple]:
+        """(model, value at each JSON path of the result line, mean score, scored tasks) of a stage's scored
+        tasks, grouped by model and those values (``$.variant.shots``, ``$.fields.bucket``)."""
 
     @abstractmethod
     def variant_kinds(self, run_id: str) -> list[tuple[str, str, str, int]]:

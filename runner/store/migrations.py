@@ -135,6 +135,24 @@ def m007_stage_replays(db: sqlite_utils.Database) -> None:
     db["stage_replays"].create({"hash": str, "run_id": str, "stage": str, "tasks": int, "created": str}, pk="hash")
 
 
+@migration
+def m008_batches(db: sqlite_utils.Database) -> None:
+    """Batch API requests: each batch a run submitted (the provider's id, so a later process polls it instead of
+    submitting again), the request keys it carries with their ledger reservations, and per task the money the
+    batch price saved against the standard one."""
+    db["batches"].create(
+        {"id": str, "run_id": str, "stage": str, "model": str, "provider_batch_id": str, "round": int,
+         "state": str, "provider_state": str, "lines": int, "created": str, "updated": str},
+        pk="id",
+    )
+    db["batches"].create_index(["run_id", "stage", "state"])
+    db.execute("CREATE TABLE batch_lines (batch_id TEXT NOT NULL, key TEXT NOT NULL, ledger_id INTEGER,"
+               " status TEXT NOT NULL DEFAULT 'pending', PRIMARY KEY (batch_id, key)) WITHOUT ROWID")
+    db.execute("CREATE INDEX batch_lines_key ON batch_lines (key)")
+    db["tasks"].add_column("batch_saved", float)
+    db["runs"].add_column("deadline", str)
+
+
 def migrate(db: sqlite_utils.Database) -> None:
     table = db["_migrations"]
     if not table.exists():

@@ -220,7 +220,10 @@ class SQLiteStore(Store):
         settled, possibly = self._transaction([
             ("UPDATE ledger SET kind = 'charge', amount = (SELECT cost FROM responses r WHERE r.key = ledger.key)"
              " WHERE run_id = ? AND kind = 'reserved' AND key IN (SELECT key FROM responses)", (run_id,)),
-            ("UPDATE ledger SET kind = 'possibly_billed' WHERE run_id = ? AND kind = 'reserved'", (run_id,)),
+            # a reservation of a line still in a submitted batch is neither: the batch is polled again
+            ("UPDATE ledger SET kind = 'possibly_billed' WHERE run_id = ? AND kind = 'reserved' AND id NOT IN"
+             " (SELECT l.ledger_id FROM batch_lines l JOIN batches b ON b.id = l.batch_id WHERE b.run_id = ?"
+             " AND b.state != 'collected' AND l.status = 'pending' AND l.ledger_id IS NOT NULL)", (run_id, run_id)),
         ])
         return settled, possibly
 
@@ -390,7 +393,8 @@ class SQLiteStore(Store):
             " sum(CASE WHEN cache_hit = 0 THEN input_tokens ELSE 0 END),"
             " sum(CASE WHEN cache_hit = 0 THEN output_tokens ELSE 0 END), coalesce(sum(cost), 0),"
             " count(score), sum(status = 'done' AND valid = 0), avg(score),"
-            " coalesce(sum(CASE WHEN cache_hit = 0 THEN cached_tokens ELSE 0 END), 0), coalesce(sum(saved), 0)"
+            " coalesce(sum(CASE WHEN cache_hit = 0 THEN cached_tokens ELSE 0 END), 0), coalesce(sum(saved), 0),"
+            " count(batch_saved), coalesce(sum(batch_saved), 0)"
             " FROM tasks WHERE run_id = ? GROUP BY stage, model ORDER BY min(rowid)", (run_id,)).fetchall()
         return [GroupSummary(*row) for row in rows]
 
@@ -461,3 +465,60 @@ class SQLiteStore(Store):
             " FROM tasks m LEFT JOIN tasks j ON j.run_id = ? AND j.stage = ? AND j.item = m.item || ?"
             " WHERE m.run_id = ? AND m.stage = ? AND m.status = 'done' GROUP BY m.model, seed ORDER BY m.model, seed",
             (judge_id, judge_stage, suffix, run_id, stage)).fetchall()
+
+    # -- Batch API requests ----------------------------------------------------------------------------
+    def record_batch(self, batch_id: str, run_id: str, stage: str, model: str, provider_batch_id: str,
+                     round: int, lines: list[tuple[str, int | None]]) -> None:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("INSERT INTO batches (id, run_id, stage, model, provider_batch_id, round, state,"
+                         " provider_state, lines, created, updated) VALUES (?, ?, ?, ?, ?, ?, 'running', 'submitted',"
+                         " ?, ?, ?)", (batch_id, run_id, stage, model, provider_batch_id, round, len(lines), now(),
+                                       now()))
+            conn.executemany("INSERT OR REPLACE INTO batch_lines (batch_id, key, ledger_id, status)"
+                             " VALUES (?, ?, ?, 'pending')", [(batch_id, key, ledger) for key, ledger in lines])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def open_batches(self, run_id: str, stage: str) -> list[dict[str, Any]]:
+        found = self._dicts("SELECT * FROM batches WHERE run_id = ? AND stage = ? AND state != 'collected'"
+                            " ORDER BY created, id", (run_id, stage))
+        for batch in found:
+            batch["lines"] = {key: (ledger, status) for key, ledger, status in self.conn.execute(
+                "SELECT key, ledger_id, status FROM batch_lines WHERE batch_id = ?", (batch["id"],))}
+        return found
+
+    def update_batch(self, batch_id: str, **fields: Any) -> None:
+        fields.setdefault("updated", now())
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self.conn.execute(f"UPDATE batches SET {assignments} WHERE id = ?", (*fields.values(), batch_id))
+
+    def finish_batch(self, batch_id: str, statuses: dict[str, str]) -> None:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany("UPDATE batch_lines SET status = ? WHERE batch_id = ? AND key = ?",
+                             [(status, batch_id, key) for key, status in statuses.items()])
+            conn.execute("UPDATE batches SET state = 'collected', updated = ? WHERE id = ?", (now(), batch_id))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def batches(self, run_id: str) -> list[dict[str, Any]]:
+        found = self._dicts("SELECT * FROM batches WHERE run_id = ? ORDER BY created, id", (run_id,))
+        for batch in found:
+            batch["by_status"] = dict(self.conn.execute(
+                "SELECT status, count(*) FROM batch_lines WHERE batch_id = ? GROUP BY status", (batch["id"],)))
+        return found
+
+    def accuracy_groups(self, run_id: str, stage: str, paths: list[str]) -> list[tuple]:
+        columns = "".join(f", json_extract(result_json, ?) AS g{i}" for i in range(len(paths)))
+        groups = "".join(f", g{i}" for i in range(len(paths)))
+        return self.conn.execute(
+            f"SELECT model{columns}, avg(score), count(score) FROM tasks WHERE run_id = ? AND stage = ?"
+            f" AND score IS NOT NULL GROUP BY model{groups} ORDER BY model{groups}",
+            (*paths, run_id, stage)).fetchall()

@@ -1,0 +1,344 @@
+"""The Batch API side of the engine: stages in ``mode: batch`` (or ``auto``) send their requests as provider
+batches, at the Batch API's price, into the same memo and ledger as online requests.
+
+For each stage and model, the requests the memo cannot answer are grouped (identical requests once: a line's
+custom id is the request's cache key) into batches of at most ``batch.max_requests``. Before a batch is submitted,
+every line's worst case is reserved against the budgets and in the ledger, as online; a line that does not fit is
+not submitted. The provider's batch id is written to the store with the lines' keys and reservations the moment
+the provider accepts it, so a process killed at any point leaves a record that ``runner resume`` reads: it polls
+the batches an earlier process submitted instead of submitting them again. Lines the provider expired, cancelled
+or failed with a server error are submitted again (only those, at most ``batch.max_resubmits`` times); the others
+fail with their error class, as online.
+
+``mode: auto`` batches while the run's deadline allows: a batch is submitted only while ``batch.min_window``
+seconds are left, and at the deadline the batches still running are cancelled, their finished lines kept, and
+everything else is sent online.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from runner.engine.budget import Exhausted, Reservation
+from runner.engine.stats import BatchView
+from runner.errors import AuthError, ProviderError, QuotaExceeded, RunnerError
+from runner.plan.request import Task
+from runner.providers.batching import ENDED, Batches, BatchLine
+from runner.store import CachedResponse
+
+if TYPE_CHECKING:
+    from runner.engine.dispatch import Dispatcher
+    from runner.providers.base import Completion, Provider
+    from runner.spec.job import Job
+
+#: seconds between looks at batches being cancelled at a deadline
+CANCEL_POLL = 1.0
+#: a line whose budget has no room until a batch in flight settles
+LATER = "later"
+
+
+@dataclass
+class OpenBatch:
+    """A submitted batch this process waits for (submitted by it, or by an earlier one of the same run)."""
+
+    id: str
+    stage: str
+    model: str
+    provider: str
+    provider_batch_id: str
+    round: int
+    #: request key -> ledger reservation id
+    keys: dict[str, int | None] = field(default_factory=dict)
+    cancelled: bool = False
+
+
+class BatchModeError(RunnerError):
+    """A stage asks for ``mode: batch`` with a model whose provider has no Batch API."""
+
+    exit_code = 2
+
+
+class Batcher:
+    def __init__(self, dispatcher: Dispatcher, deadline: float | None) -> None:
+        self.d = dispatcher
+        self.settings = dispatcher.job.batch
+        #: when the run's answers are needed (epoch seconds), for ``mode: auto``
+        self.deadline = deadline
+        #: per (stage, model): the first task of each key not yet submitted
+        self.pending: dict[tuple[str, str], list[Task]] = {}
+        #: per request key: every task waiting for its answer (pending, or in a submitted batch)
+        self.waiting: dict[str, list[Task]] = {}
+        self.reservations: dict[str, Reservation] = {}
+        #: per request key: the batch an earlier process of this run submitted it in
+        self.resumed: dict[str, OpenBatch] = {}
+        self.open: dict[str, OpenBatch] = {}
+        #: per request key: how many times it was submitted again
+        self.resubmits: dict[str, int] = {}
+        self.loaded: set[str] = set()
+        self._serial = 0
+
+    # -- which tasks go through a batch ------------------------------------------------------------------
+    def wants(self, task: Task) -> bool:
+        if task.key in self.waiting:
+            return True
+        stage = self.d.stages[task.stage]
+        self._load(stage.name)
+        if task.key in self.resumed:
+            return True
+        mode = self.d.job.stage_mode(stage)
+        if mode == "online" or task.call.kind != "chat":
+            return False
+        if not getattr(self.d.providers[task.provider], "supports_batch", False):
+            return False  # ``mode: batch`` was refused at the start for such a model; ``auto`` sends it online
+        return mode == "batch" or not self.past_window()
+
+    def past_window(self) -> bool:
+        """Whether too little time is left before the deadline to wait for a batch."""
+        return self.deadline is not None and self.deadline - time.time() < self.settings.min_window
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.time() >= self.deadline
+
+    def _load(self, stage: str) -> None:
+        """The batches an earlier process of this run submitted for ``stage`` and did not collect."""
+        if stage in self.loaded:
+            return
+        self.loaded.add(stage)
+        for row in self.d.store.open_batches(self.d.run_id, stage):
+            batch = OpenBatch(row["id"], stage, row["model"], row["model"].partition(":")[0], row["provider_batch_id"],
+                              row["round"], {key: ledger for key, (ledger, status) in row["lines"].items()
+                                             if status == "pending"})
+            self.open[batch.id] = batch
+            self._serial += 1
+            self.d.stats.batches[batch.id] = BatchView(stage, batch.model, batch.provider_batch_id, len(batch.keys),
+                                                       provider_state=row["provider_state"] or "", round=batch.round)
+            for key in batch.keys:
+                self.resumed[key] = batch
+
+    # -- collecting and submitting -------------------------------------------------------------------------
+    async def add(self, task: Task) -> None:
+        key = task.key
+        waiting = self.waiting.get(key)
+        if waiting is not None:  # an identical request is in a batch already: it shares that answer
+            waiting.append(task)
+            return
+        self.waiting[key] = [task]
+        batch = self.resumed.get(key)
+        if batch is not None:  # submitted by an earlier process of this run: wait for it, send nothing
+            self.reservations[key] = self._reserve_again(task, batch.keys.get(key))
+            return
+        group = self.pending.setdefault((task.stage, task.model), [])
+        group.append(task)
+        if len(group) >= self.settings.max_requests:
+            await self.submit(task.stage, task.model)
+
+    def _reserve(self, task: Task) -> Reservation | str | None:
+        """Reserve a line's worst case at the batch price against its budgets and in the ledger. ``LATER`` when
+        a budget has no room now but has reservations in flight (its batches may settle below their worst case);
+        None when it has no room at all (the budget is spent, as online)."""
+        usd = self.d.worst_case(task, batch=True)
+        tokens = self.d._input_tokens(task) + (task.call.params.get("max_tokens") or 0)
+        reservation = Reservation([], usd, tokens)
+        if self.d.budgets is not None:
+            got = self.d.budgets.try_reserve(task.stage, task.model, usd, tokens)
+            if isinstance(got, Exhausted):
+                if got.scope.inflight:
+                    return LATER
+                self.d._out_of_budget(task, got.scope)
+                return None
+            reservation = got
+        if usd > 0:
+            reservation.ledger_id = self.d.store.reserve(self.d.run_id, task.stage, task.model, task.key, usd)
+        return reservation
+
+    def _reserve_again(self, task: Task, ledger_id: int | None) -> Reservation:
+        """A resumed batch line's reservation, back in this process's budgets (its ledger row is still there)."""
+        usd = self.d.worst_case(task, batch=True)
+        tokens = self.d._input_tokens(task) + (task.call.params.get("max_tokens") or 0)
+        if self.d.budgets is None:
+            return Reservation([], usd, tokens, ledger_id)
+        reservation = self.d.budgets.hold(task.stage, task.model, usd, tokens)
+        reservation.ledger_id = ledger_id
+        return reservation
+
+    async def submit(self, stage: str, model: str) -> None:
+        tasks = self.pending.pop((stage, model), [])
+        lines: list[BatchLine] = []
+        keys: dict[str, int | None] = {}
+        later: list[Task] = []
+        for task in tasks:
+            reservation = self._reserve(task)
+            if reservation is LATER:  # no room until a batch in flight settles below its worst case
+                later.append(task)
+                continue
+            if reservation is None:  # a budget ran out: this request and its twins stay for a resume
+                for twin in self.waiting.pop(task.key, [])[1:]:
+                    self.d.stats.counters(twin.stage, twin.model).over_budget += 1
+                continue
+            assert isinstance(reservation, Reservation)
+            self.reservations[task.key] = reservation
+            lines.append(BatchLine(task.key, task.call.messages, task.call.params))
+            keys[task.key] = reservation.ledger_id
+        if later:
+            self.pending[(stage, model)] = later
+        if not lines:
+            return
+        first = tasks[0]
+        round_ = max((self.resubmits.get(line.custom_id, 0) for line in lines), default=0)
+        try:
+            await self.d._start_provider(first.provider)
+            client = self._client(first.provider)
+            provider_id = await client.submit(first.model_name, lines, label=f"{self.d.run_id}/{stage}")
+        except ProviderError as exc:
+            self._fail_lines(keys, exc)
+            if isinstance(exc, AuthError | QuotaExceeded) and self.d.fatal is None:
+                self.d.fatal, self.d.stopping = exc, True
+            return
+        self._serial += 1
+        batch = OpenBatch(f"{self.d.run_id}:{stage}:{self._serial}", stage, model, first.provider, provider_id, round_,
+                          keys)
+        self.d.store.record_batch(batch.id, self.d.run_id, stage, model, provider_id, round_, list(keys.items()))
+        self.open[batch.id] = batch
+        self.d.stats.batches[batch.id] = BatchView(stage, model, provider_id, len(keys), round=round_)
+
+    def _client(self, provider: str) -> Batches:
+        return self.d.providers[provider].batches()  # type: ignore[attr-defined]
+
+    # -- waiting for a stage's batches ---------------------------------------------------------------------
+    async def finish_stage(self, stage: str) -> None:
+        """Submit what is pending for ``stage``, then poll its batches until every one has been collected (and
+        what they expired resubmitted and collected too), or the run stops (the batches are left for a resume)."""
+        self._load(stage)
+        while True:
+            for group in [g for g in self.pending if g[0] == stage]:
+                if self.d.stopping:
+                    return
+                await self.submit(*group)
+            mine = [b for b in self.open.values() if b.stage == stage]
+            if not mine or self.d.stopping:
+                return
+            if self._auto(stage) and self.past_deadline():
+                for batch in mine:
+                    await self._cancel(batch)
+            for batch in mine:
+                if self.d.stopping:
+                    return
+                if await self._ended(batch):
+                    await self._collect(batch)
+            if any(b.stage == stage for b in self.open.values()):
+                await self._nap(CANCEL_POLL if any(b.cancelled for b in mine) else self.settings.poll_interval)
+
+    def _auto(self, stage: str) -> bool:
+        return self.d.job.stage_mode(self.d.stages[stage]) == "auto"
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep between polls, waking early (within a second) when the run is asked to stop."""
+        end = time.monotonic() + seconds
+        while not self.d.stopping and (left := end - time.monotonic()) > 0:
+            await self.d.sleep(min(left, 1.0))
+
+    async def _cancel(self, batch: OpenBatch) -> None:
+        if batch.cancelled:
+            return
+        batch.cancelled = True
+        try:
+            await self._client(batch.provider).cancel(batch.provider_batch_id)
+        except ProviderError as exc:  # it may have ended meanwhile: its results are read all the same
+            self.d.stats.notes.append(f"batch {batch.provider_batch_id} could not be cancelled: {exc}")
+
+    async def _ended(self, batch: OpenBatch) -> bool:
+        await self.d._start_provider(batch.provider)
+        try:
+            status = await self._client(batch.provider).status(batch.provider_batch_id)
+        except ProviderError as exc:
+            if not exc.retryable:
+                raise
+            return False  # a passing failure of a look: look again at the next poll
+        view = self.d.stats.batches.get(batch.id)
+        if view is not None:
+            view.provider_state, view.succeeded, view.failed = status.provider_state, status.succeeded, status.failed
+            view.state = status.state
+        self.d.store.update_batch(batch.id, state=status.state, provider_state=status.provider_state)
+        return status.state == ENDED
+
+    async def _collect(self, batch: OpenBatch) -> None:
+        """Take an ended batch's results: answers recorded (at the batch price), lines to retry submitted again
+        (or, past an auto stage's deadline, sent online), the rest failed."""
+        results = {r.custom_id: r for r in await self._client(batch.provider).results(batch.provider_batch_id)}
+        statuses: dict[str, str] = {}
+        online: list[Task] = []
+        late = self._auto(batch.stage) and self.past_deadline()
+        for key in batch.keys:
+            result = results.get(key)
+            tasks = self.waiting.pop(key, [])
+            self.resumed.pop(key, None)
+            reservation = self.reservations.pop(key, None)
+            if result is not None and result.completion is not None:
+                statuses[key] = "done"
+                if tasks:
+                    self._answer(tasks, result.completion, reservation or Reservation([], 0.0, 0, batch.keys[key]))
+                elif batch.keys[key] is not None:  # answered for a task this process did not plan
+                    self.d.store.release(batch.keys[key])  # type: ignore[arg-type]
+                continue
+            if reservation is not None:
+                self.d._release(reservation)
+            elif batch.keys[key] is not None:
+                self.d.store.release(batch.keys[key])  # type: ignore[arg-type]
+            retry = result is None or result.retry
+            if tasks and retry and late:
+                statuses[key] = "online"
+                online.extend(tasks)
+            elif tasks and retry and self.resubmits.get(key, 0) < self.settings.max_resubmits:
+                statuses[key] = "retry"
+                self.resubmits[key] = self.resubmits.get(key, 0) + 1
+                self.waiting[key] = tasks
+                self.pending.setdefault((batch.stage, batch.model), []).append(tasks[0])
+            else:
+                statuses[key] = "failed"
+                error = (result.error if result is not None and result.error is not None
+                         else ProviderError("the batch ended without answering this request"))
+                for task in tasks:
+                    self.d._finish_failed(task, error, attempts=1 + self.resubmits.get(key, 0))
+        self.d.store.finish_batch(batch.id, statuses)
+        self.open.pop(batch.id, None)
+        view = self.d.stats.batches.get(batch.id)
+        if view is not None:
+            view.state = "collected"
+        if online:
+            loop = asyncio.get_running_loop()
+            for task in online:
+                if not await self.d._dispatch(task, loop):
+                    break
+
+    def _answer(self, tasks: list[Task], c: Completion, reservation: Reservation) -> None:
+        first, twins = tasks[0], tasks[1:]
+        self.d._finish_fresh(first, c, 1, None, reservation, batch=True)
+        for twin in twins:  # identical requests of other tasks: one line, one bill, the answer shared
+            self.d._finish_cached(twin, CachedResponse(c.text, c.finish_reason, c.input_tokens, c.output_tokens,
+                                                       c.cached_tokens, 0.0))
+
+    def _fail_lines(self, keys: dict[str, int | None], exc: ProviderError) -> None:
+        for key in keys:
+            reservation = self.reservations.pop(key, None)
+            if reservation is not None and self.d.budgets is not None and reservation.scopes:
+                self.d.budgets.release(reservation)
+            for task in self.waiting.pop(key, []):
+                self.d._finish_failed(task, exc, attempts=1, release_id=keys[key])
+                keys[key] = None  # the first failure removes the reservation row
+
+
+def check_batch_modes(job: Job, providers: dict[str, Provider]) -> None:
+    """``mode: batch`` needs every model of the stage to have a Batch API; say which does not."""
+    for stage in job.llm_stages():
+        if job.stage_mode(stage) != "batch":
+            continue
+        for model in job.stage_models(stage):
+            provider = providers[model.partition(":")[0]]
+            if not getattr(provider, "supports_batch", False):
+                raise BatchModeError(
+                    f"{job.path or 'the job file'}: stage {stage.name} has mode: batch, but {model} has no Batch "
+                    "API (OpenAI, Anthropic, Gemini and sim: have one): set mode: auto (batch where there is one, "
+                    "online elsewhere) or mode: online for that stage")

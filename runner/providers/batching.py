@@ -1,0 +1,81 @@
+"""The Batch API seam: what a provider that offers batches (half price, answers within a day) implements.
+
+The engine gives a provider a list of :class:`BatchLine` (a custom id, the messages and the parameters) and
+gets back the provider's id for the batch. It then polls :meth:`Batches.status` until the batch has ended and
+reads :meth:`Batches.results`: one :class:`BatchResult` per line it submitted, the answer as a
+:class:`~runner.providers.base.Completion` or an error. Lines the provider expired, cancelled or failed with a
+server error are marked ``retry`` so the engine submits only those again.
+
+Batch ids are the provider's; the engine keeps them in its store, so a later process (``runner resume``) asks
+for a batch submitted by an earlier one instead of submitting it again.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.errors import ProviderError
+
+from .base import Completion
+
+#: the states the engine tells apart (each provider's own state is kept beside it, for the live view)
+RUNNING = "running"
+ENDED = "ended"
+
+
+@dataclass(slots=True)
+class BatchLine:
+    """One request of a batch: the engine's id for it (unique within the batch) and what to send."""
+
+    custom_id: str
+    messages: list[dict[str, str]]
+    params: dict[str, Any]
+
+
+@dataclass(slots=True)
+class BatchStatus:
+    """A batch as the provider last described it."""
+
+    #: RUNNING or ENDED
+    state: str
+    #: the provider's own word for it ("in_progress", "finalizing", "JOB_STATE_RUNNING", "expired", ...)
+    provider_state: str
+    total: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """The outcome of one line of an ended batch."""
+
+    custom_id: str
+    completion: Completion | None = None
+    error: ProviderError | None = None
+    #: expired, cancelled or failed by the server: worth submitting again (a bad request is not)
+    retry: bool = False
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+class Batches(ABC):
+    """A provider's Batch API for one model, through the provider's official SDK."""
+
+    @abstractmethod
+    async def submit(self, model: str, lines: list[BatchLine], *, label: str) -> str:
+        """Submit the lines as one batch; returns the provider's batch id. ``label`` names the run and stage
+        in the batch's metadata, where the provider keeps any."""
+
+    @abstractmethod
+    async def status(self, batch_id: str) -> BatchStatus:
+        """Where the batch stands now."""
+
+    @abstractmethod
+    async def results(self, batch_id: str) -> list[BatchResult]:
+        """The outcome of every line of an ended batch (lines the provider does not report come back as
+        expired, ``retry`` set)."""
+
+    @abstractmethod
+    async def cancel(self, batch_id: str) -> None:
+        """Ask the provider to stop the batch (what it finished is still in its results)."""
