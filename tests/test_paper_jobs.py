@@ -85,6 +85,7 @@ async def test_a_paper_job_runs_on_a_slice_and_prints_its_table(tmp_path, name):
     assert again_report["totals"]["cache_hits"] == again_report["totals"]["requests"]
 
 
+@pytest.mark.slow  # 1,080 requests on the embedded model: about 23 minutes on 2 cores
 @pytest.mark.parametrize("name", JOBS)
 async def test_a_paper_job_runs_on_the_embedded_model(tmp_path, name):
     """The same jobs as they ship (the embedded SmolLM2-135M), on the same 10-item slice: 420 requests for a
