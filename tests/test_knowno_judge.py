@@ -240,6 +240,7 @@ async def test_answers_without_a_verdict_are_a_mismatch(tmp_path):
     assert layouts.JudgeMismatch.exit_code == 2
 
 
+@pytest.mark.slow  # the embedded model judging two long MC-Test answers: over a minute
 async def test_the_embedded_judge_completes_on_two_answers(tmp_path):
     """The judge job as shipped (the embedded SmolLM2-135M) on the 2 no-hint answers of a 1-question, 2-seed
     run: it completes and the report fills the column under its name. Its verdicts are at chance: only their

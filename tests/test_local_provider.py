@@ -113,6 +113,7 @@ def test_batches_compute_each_position_as_a_fresh_evaluation_does():
     assert min_suffix(150) == 2 and min_suffix(LEGACY_N_BATCH + 1) == 3
 
 
+@pytest.mark.slow  # dozens of prompts on the embedded model: over a minute
 async def test_the_same_prompt_gets_the_same_answer_after_prompts_sharing_its_prefix():
     async with Probe(reuse_prefix=False) as fresh:
         expected = await fresh.ask(TARGET)
@@ -135,6 +136,7 @@ async def test_the_same_prompt_gets_the_same_answer_after_prompts_sharing_its_pr
         assert llm.reused - before >= len(reusing.prompt_tokens(TARGET)) - 2
 
 
+@pytest.mark.slow  # a long prompt on the embedded model: about half a minute
 async def test_a_prompt_whose_last_token_was_evaluated_alone_keeps_its_answer():
     """A prompt of 512k + 1 tokens: a fresh evaluation computes its last token in a batch of one, which gives
     other logits than a batch of two; the reusing model computes it alone too."""

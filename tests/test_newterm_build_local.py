@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from runner.engine.run import execute
 from runner.report import summary as report
 from runner.spec.job import load_job
@@ -16,6 +18,7 @@ from runner.store import open_store
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # the NewTerm build on the embedded model: about a minute
 async def test_the_build_job_runs_on_the_embedded_model_and_its_funnel_shows_the_rejections(tmp_path):
     job = load_job(ROOT / "jobs" / "newterm-build.yaml", {"out": str(tmp_path / "benchmark")})
     job.limit = 3

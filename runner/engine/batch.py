@@ -208,28 +208,40 @@ class Batcher:
         return self.d.providers[provider].batches()  # type: ignore[attr-defined]
 
     # -- waiting for a stage's batches ---------------------------------------------------------------------
-    async def finish_stage(self, stage: str) -> None:
-        """Submit what is pending for ``stage``, then poll its batches until every one has been collected (and
-        what they expired resubmitted and collected too), or the run stops (the batches are left for a resume)."""
-        self._load(stage)
+    async def finish(self, stages: set[str]) -> None:
+        """Submit what is pending for ``stages``, then poll their batches until every one has been collected (and
+        what they expired resubmitted and collected too), or the run stops (the batches are left for a resume).
+        Several stages wait together: an evaluation job submits every stage's batches before waiting for any."""
+        for stage in stages:
+            self._load(stage)
         while True:
-            for group in [g for g in self.pending if g[0] == stage]:
-                if self.d.stopping:
-                    return
-                await self.submit(*group)
-            mine = [b for b in self.open.values() if b.stage == stage]
+            for stage in stages:
+                await self.submit_pending(stage)
+            mine = [b for b in self.open.values() if b.stage in stages]
             if not mine or self.d.stopping:
                 return
-            if self._auto(stage) and self.past_deadline():
-                for batch in mine:
+            for batch in mine:
+                if self._auto(batch.stage) and self.past_deadline():
                     await self._cancel(batch)
             for batch in mine:
                 if self.d.stopping:
                     return
                 if await self._ended(batch):
                     await self._collect(batch)
-            if any(b.stage == stage for b in self.open.values()):
+            if any(b.stage in stages for b in self.open.values()):
                 await self._nap(CANCEL_POLL if any(b.cancelled for b in mine) else self.settings.poll_interval)
+
+    async def submit_pending(self, stage: str) -> None:
+        """Submit the stage's lines not yet in a batch."""
+        for group in [g for g in self.pending if g[0] == stage]:
+            if self.d.stopping:
+                return
+            await self.submit(*group)
+
+    def busy(self, stage: str) -> bool:
+        """Whether the stage has lines not yet submitted or batches not yet collected."""
+        return (any(g[0] == stage for g in self.pending) or any(b.stage == stage for b in self.open.values())
+                or bool(self.d.store.open_batches(self.d.run_id, stage)) and stage not in self.loaded)
 
     def _auto(self, stage: str) -> bool:
         return self.d.job.stage_mode(self.d.stages[stage]) == "auto"

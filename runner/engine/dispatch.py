@@ -140,7 +140,9 @@ class Dispatcher:
         self.stats.counters(task.stage, task.model).retries += 1
 
     # -- the dispatch loop -------------------------------------------------------------------------
-    async def run_stage(self, plan: StagePlan) -> None:
+    async def run_stage(self, plan: StagePlan, *, wait_for_batches: bool = True) -> None:
+        """Dispatch every task of the stage; ``wait_for_batches`` off leaves its Batch API batches running (the
+        caller waits for several stages' batches together with :meth:`finish_batches`)."""
         loop = asyncio.get_running_loop()
         for chunk in _chunks(plan, CHUNK):
             if self.stopping:
@@ -168,8 +170,15 @@ class Dispatcher:
                 if not await self._dispatch(req, loop):
                     break
         await self.drain()
+        if self.batcher is not None and not self.stopping:
+            await self.batcher.submit_pending(plan.stage.name)  # its batches start while later stages are planned
+        if wait_for_batches:
+            await self.finish_batches({plan.stage.name})
+
+    async def finish_batches(self, stages: set[str]) -> None:
+        """Wait for the Batch API batches of these stages (and send online what a deadline leaves)."""
         if self.batcher is not None:
-            await self.batcher.finish_stage(plan.stage.name)
+            await self.batcher.finish(stages)
             await self.drain()  # what a deadline sent online
 
     async def _dispatch(self, req: Task, loop: asyncio.AbstractEventLoop) -> bool:

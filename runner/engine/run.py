@@ -198,6 +198,8 @@ async def execute(
         if job.is_pipeline:
             rows_dir = Path(job.output_dir) / job.name / run_id / "rows"
             await Pipeline(job, store, run_id, dispatcher, writer, stats, view.note, rows_dir, results.handles).run()
+        #: stages whose Batch API batches are still running, waited for together once every stage is submitted
+        waiting: list[tuple[StagePlan, str | None]] = []
         for plan in plans:
             address = stage_address(job, plan.stage, plan) if reuse else None
             # a stage this run has begun (a resume) is finished request by request
@@ -207,10 +209,19 @@ async def execute(
                     view.note(f"stage {plan.stage.name}: unchanged since run {source}; its answers are reused "
                               "from the store without planning each request (--replan plans them)")
                     continue
-            await dispatcher.run_stage(plan)
+            # an evaluation stage's batches keep running while the next stages are planned and submitted
+            await dispatcher.run_stage(plan, wait_for_batches=False)
             if dispatcher.stopping:
                 break
-            if address is not None:
+            if dispatcher.batcher is not None and dispatcher.batcher.busy(plan.stage.name):
+                waiting.append((plan, address))
+            elif address is not None:
+                await writer.flush()
+                record_if_complete(store, run_id, plan, address)
+        if waiting and not dispatcher.stopping:
+            await dispatcher.finish_batches({plan.stage.name for plan, _ in waiting})
+        for plan, address in waiting:
+            if address is not None and not dispatcher.stopping:
                 await writer.flush()
                 record_if_complete(store, run_id, plan, address)
         if dispatcher.fatal is not None:
