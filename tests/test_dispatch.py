@@ -14,7 +14,7 @@ from runner.providers.base import Completion, ProviderSettings
 from runner.report import summary as report
 from runner.spec.job import load_job
 from runner.store import Store, open_store
-from tests.conftest import write_job, write_rows
+from tests.conftest import run_cli, write_job, write_rows
 
 
 def _job(tmp_path: Path, rows: int = 12, **kwargs):
@@ -84,7 +84,9 @@ async def test_permanent_failure_ends_in_bounded_time_and_is_counted(tmp_path, f
     fake_provider.behaviour = lambda *a: TransientError("always down", status=503)
     store = open_store(tmp_path / "s.sqlite")
     outcome = await asyncio.wait_for(execute(job, store), timeout=10)
-    assert outcome.status == "completed"
+    # a run whose every request failed has not completed anything: it ends failed, with the errors named
+    assert outcome.status == "failed"
+    assert outcome.message.startswith("every one of its 5 requests failed (5 server_error)")
     assert len(fake_provider.history) == 15
     row = report.build(store, outcome.run_id)["rows"][0]
     assert row["failed"] == 5 and row["errors"] == {"server_error": 5}
@@ -207,3 +209,22 @@ async def test_a_repeat_after_the_answer_came_but_before_it_was_committed_is_not
     assert len(fake_provider.history) == 2
     rows = [json.loads(x) for x in outcome.results["mc"].read_text().splitlines()]
     assert [r["cache_hit"] for r in sorted(rows, key=lambda r: r["id"])] == [False, False, True]
+
+
+async def test_a_run_with_some_answers_and_some_failures_completes(tmp_path, fake_provider):
+    job = _job(tmp_path, rows=4, extra="")
+    job.retry.max_attempts = 1
+    # the first row's request fails every attempt; the others are answered
+    fake_provider.behaviour = lambda model, messages, params, n: (
+        TransientError("down for this one", status=503) if "number 1:" in messages[-1]["content"] else None)
+    outcome = await execute(job, open_store(tmp_path / "s.sqlite"))
+    assert outcome.status == "completed" and outcome.stats.totals().errors == 1
+
+
+def test_a_run_whose_every_request_failed_exits_non_zero_from_the_cli(tmp_path, monkeypatch, capsys, fake_provider):
+    fake_provider.behaviour = lambda *a: TransientError("always down", status=503)
+    job = _job(tmp_path, rows=2)
+    code, out, err = run_cli(monkeypatch, capsys, "submit", job.path, "--db", str(tmp_path / "s.sqlite"))
+    assert code == 1
+    assert "failed (every one of its 2 requests failed (2 server_error)" in out
+    assert err.splitlines()[-1].startswith("Error: run ") and "Traceback" not in err

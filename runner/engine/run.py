@@ -233,6 +233,11 @@ async def execute(
                        f"`runner resume {run_id} --budget USD` continues with a larger one")
         elif interrupts[0]:
             status, message = "interrupted", f"interrupted; `runner resume {run_id}` finishes it"
+        elif every_request_failed(stats):
+            totals = stats.totals()
+            classes = ", ".join(f"{n} {name}" for name, n in sorted(stats.errors_by_class.items()))
+            status, message = "failed", (f"every one of its {totals.errors} requests failed ({classes}); "
+                                         f"`runner report {run_id}` shows the errors")
         else:
             status = "completed"
     except RunnerError as exc:
@@ -251,6 +256,12 @@ async def execute(
             await provider.aclose()
         store.set_run(run_id, status=status, message=message, finished=now(), pid=None)
     return Outcome(run_id=run_id, status=status, stats=stats, message=message, results=results.paths)
+
+
+def every_request_failed(stats: RunStats) -> bool:
+    """Whether this process answered nothing: it finished tasks, and every one of them failed."""
+    totals = stats.totals()
+    return totals.errors > 0 and totals.done - totals.resumed == totals.errors
 
 
 def check_prices(job: Job) -> None:
