@@ -1,0 +1,145 @@
+"""What the three Batch API clients (``openai_batch``, ``anthropic_batch``, ``gemini_batch``) share.
+
+* Errors go through the provider's own online mapping (its ``map_errors``): SDK exceptions raised while
+  submitting, polling or reading results, and the per-line errors of a batch, which are rebuilt as the
+  SDK's own exception for their status (:func:`stainless_error` for openai and anthropic) and translated
+  the same way (:func:`mapped`), so a batch line that failed with a 429 is the same ``RateLimited`` an online
+  request would have raised.
+* A line is worth submitting again (``retry``) when its error is one the runner retries online (server
+  errors, 429s, malformed answers) or when the provider never ran it (expired, cancelled: error classes
+  ``batch_expired`` and ``batch_cancelled``). A bad request, an auth or a quota error is not.
+* Labels are names, never secrets: :func:`safe_label` masks the provider's key should a label hold it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from runner.errors import BadRequest, ProviderError, TransientError
+
+from .base import Completion
+from .batching import ENDED, Batches, BatchLine, BatchResult
+
+#: error classes of lines the provider did not run
+EXPIRED = "batch_expired"
+CANCELLED = "batch_cancelled"
+
+
+class MappingProvider(Protocol):
+    """What a batch client needs of its provider: where it is, its key, and its online error mapping."""
+
+    client: Any
+
+    def api_key(self) -> str: ...
+
+    def map_errors(self) -> contextlib.AbstractContextManager[None]: ...
+
+
+def mapped(provider: MappingProvider, exc: BaseException) -> ProviderError:
+    """The runner error the provider's online mapping makes of the SDK exception ``exc``."""
+    try:
+        with provider.map_errors():
+            raise exc
+    except ProviderError as error:
+        return error
+    return TransientError(f"unexpected {type(exc).__name__}")  # pragma: no cover - map_errors always raises
+
+
+def stainless_error(client: Any, status: int, body: Any, path: str) -> Exception:
+    """The exception the openai or anthropic SDK (both Stainless-generated) raises online for an HTTP
+    ``status`` answer with JSON ``body`` to ``path`` (under the client's base URL): the client's own factory
+    picks the class (``RateLimitError``, ``InternalServerError``...), so the provider's mapping sees what it
+    sees online."""
+    import httpx2  # the HTTP library both SDKs are built on
+
+    url = str(client.base_url).rstrip("/") + path
+    response = httpx2.Response(status, json=body, request=httpx2.Request("POST", url))
+    return client._make_status_error(f"Error code: {status}", body=body, response=response)
+
+
+def check_lines(where: str, lines: list[BatchLine]) -> None:
+    """A batch needs lines, and custom ids unique within it (every Batch API refuses duplicates)."""
+    if not lines:
+        raise BadRequest(f"{where}: a batch needs at least one line")
+    seen: set[str] = set()
+    for line in lines:
+        if not line.custom_id or line.custom_id in seen:
+            raise BadRequest(f"{where}: custom id {line.custom_id!r} is empty or appears twice in one batch")
+        seen.add(line.custom_id)
+
+
+def safe_label(label: str, provider: MappingProvider, limit: int, default: str = "runner batch") -> str:
+    """``label`` as it may be sent: the provider's key masked if it ever appears in it, cut to ``limit``."""
+    key = provider.api_key()
+    if len(key) >= 8:
+        label = label.replace(key, "***")
+    return label[:limit] or default
+
+
+def answered(custom_id: str, build: Callable[[], Completion], raw: dict[str, Any]) -> BatchResult:
+    """A line with an answer, built as the online path builds it (which may still refuse it: a content
+    filter is a bad request, a malformed answer a transient error)."""
+    try:
+        return BatchResult(custom_id, completion=build(), raw=raw)
+    except ProviderError as error:
+        return failed(custom_id, error, raw)
+
+
+def failed(custom_id: str, error: ProviderError, raw: dict[str, Any]) -> BatchResult:
+    """A line that failed: retried when the runner would retry the same error online."""
+    return BatchResult(custom_id, error=error, retry=error.retryable, raw=raw)
+
+
+def unfinished(custom_id: str, where: str, kind: str, raw: dict[str, Any] | None = None) -> BatchResult:
+    """A line the provider never ran (``kind`` EXPIRED or CANCELLED): submit it again."""
+    why = "expired before it ran" if kind == EXPIRED else "was cancelled before it ran"
+    return BatchResult(custom_id, error=TransientError(f"{where}: the batch line {why}", error_class=kind),
+                       retry=True, raw=raw or {})
+
+
+def not_ended(where: str, batch_id: str, state: str) -> BadRequest:
+    return BadRequest(f"{where}: batch {batch_id} has not ended ({state}); poll its status until it has")
+
+
+class SDKBatches(Batches):
+    """A Batch API client over a started provider's SDK client; ``cancel`` is idempotent."""
+
+    def __init__(self, provider: Any) -> None:
+        self.provider = provider
+
+    @property
+    def client(self) -> Any:
+        if self.provider.client is None:
+            raise RuntimeError("the provider's start() was not awaited")
+        return self.provider.client
+
+    @property
+    def where(self) -> str:
+        return str(self.provider.where)
+
+    def errors(self) -> contextlib.AbstractContextManager[None]:
+        """SDK exceptions as the runner's, exactly as online."""
+        return self.provider.map_errors()  # type: ignore[no-any-return]
+
+    async def cancel(self, batch_id: str) -> None:
+        try:
+            await self._cancel(batch_id)
+        except ProviderError:
+            if (await self.status(batch_id)).state == ENDED:  # already over: nothing left to stop
+                return
+            raise
+
+    async def _cancel(self, batch_id: str) -> None:
+        raise NotImplementedError
+
+
+@contextlib.contextmanager
+def malformed(where: str) -> Iterator[None]:
+    """A results document that cannot be read is the provider's fault: a transient error, as online."""
+    try:
+        yield
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise TransientError(f"{where}: the batch results were not valid JSON ({type(exc).__name__})",
+                             error_class="malformed_response") from exc

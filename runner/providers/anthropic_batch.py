@@ -1,0 +1,104 @@
+"""Anthropic's Message Batches API through the official SDK (``client.messages.batches``).
+
+Submit: ``{"custom_id", "params"}`` per line, the params exactly as the online path builds them
+(``AnthropicProvider.request_of``: system prompt beside the conversation, ``max_tokens`` or the default cap,
+``stop_sequences``, and temperature / top_p as body fields). Custom ids must match ``^[a-zA-Z0-9_-]{1,64}$``
+(Anthropic refuses the whole batch otherwise, so they are checked before anything is sent). A Message Batch
+has no name or metadata: the label is not sent anywhere.
+
+Results: every request has a result, matched by custom id. ``succeeded`` is a completion built as online from
+the Message (``AnthropicProvider.completion_of``); ``errored`` is the online mapping of the error's type
+(``api_error`` 500 and ``overloaded_error`` 529 are transient and retried, ``invalid_request_error`` is a bad
+request); ``canceled`` and ``expired`` lines are retried.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from runner.errors import BadRequest
+
+from ._batch_common import (
+    CANCELLED,
+    EXPIRED,
+    SDKBatches,
+    answered,
+    check_lines,
+    failed,
+    malformed,
+    mapped,
+    not_ended,
+    stainless_error,
+    unfinished,
+)
+from .batching import ENDED, RUNNING, BatchLine, BatchResult, BatchStatus
+
+if TYPE_CHECKING:
+    from .anthropic_messages import AnthropicProvider
+
+_CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+#: an errored result's error type -> the HTTP status the Messages API answers it with online
+_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
+           "permission_error": 403, "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429,
+           "api_error": 500, "timeout_error": 504, "overloaded_error": 529}
+
+
+class AnthropicBatches(SDKBatches):
+    """The Message Batches API of an :class:`~runner.providers.anthropic_messages.AnthropicProvider`."""
+
+    provider: AnthropicProvider
+
+    def __init__(self, provider: AnthropicProvider) -> None:
+        super().__init__(provider)
+
+    def params(self, model: str, line: BatchLine) -> dict[str, Any]:
+        """A request's params: what ``messages.create`` sends online, sampling fields included."""
+        kwargs, sampling = self.provider.request_of(line.messages, line.params)
+        return {"model": model, **kwargs, **sampling}
+
+    async def submit(self, model: str, lines: list[BatchLine], *, label: str) -> str:
+        check_lines(self.where, lines)
+        bad = next((line.custom_id for line in lines if not _CUSTOM_ID.fullmatch(line.custom_id)), None)
+        if bad is not None:
+            raise BadRequest(f"{self.where}: custom id {bad!r} must be 1 to 64 letters, digits, '-' or '_' "
+                             "(Message Batches refuse any other)")
+        requests = [{"custom_id": line.custom_id, "params": self.params(model, line)} for line in lines]
+        with self.errors():
+            batch = await self.client.messages.batches.create(requests=requests)
+        return str(batch.id)
+
+    async def status(self, batch_id: str) -> BatchStatus:
+        with self.errors():
+            batch = await self.client.messages.batches.retrieve(batch_id)
+        counts = batch.request_counts
+        unanswered = counts.errored + counts.canceled + counts.expired
+        state = ENDED if batch.processing_status == "ended" else RUNNING  # in_progress, canceling
+        return BatchStatus(state, str(batch.processing_status), total=counts.processing + counts.succeeded
+                           + unanswered, succeeded=counts.succeeded, failed=unanswered)
+
+    async def results(self, batch_id: str) -> list[BatchResult]:
+        with self.errors():
+            batch = await self.client.messages.batches.retrieve(batch_id)
+            if batch.processing_status != "ended":
+                raise not_ended(self.where, batch_id, str(batch.processing_status))
+            items = [item async for item in await self.client.messages.batches.results(batch_id)]
+        with malformed(self.where):
+            return [self._line(item) for item in items]
+
+    def _line(self, item: Any) -> BatchResult:
+        custom_id, result = str(item.custom_id), item.result
+        raw = item.to_dict(mode="json")
+        if result.type == "succeeded":
+            return answered(custom_id, lambda: self.provider.completion_of(result.message.to_dict(mode="json")), raw)
+        if result.type == "errored":
+            body = result.error.to_dict(mode="json")  # {"type": "error", "error": {"type", "message"}}
+            kind = (body.get("error") or {}).get("type")
+            status = _STATUS.get(str(kind), 500)  # a type this table does not know yet: a server error
+            sdk_error = stainless_error(self.client, status, body, "/v1/messages")
+            return failed(custom_id, mapped(self.provider, sdk_error), raw)
+        return unfinished(custom_id, self.where, CANCELLED if result.type == "canceled" else EXPIRED, raw)
+
+    async def _cancel(self, batch_id: str) -> None:
+        with self.errors():
+            await self.client.messages.batches.cancel(batch_id)

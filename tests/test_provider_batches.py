@@ -1,0 +1,338 @@
+"""The providers' Batch API clients (``provider.batches()``: OpenAIBatches, AnthropicBatches, GeminiBatches)
+through the real openai, anthropic and google-genai SDKs against the simulated server on 127.0.0.1: answers
+equal the online ``execute`` answers, custom ids map back, per-line errors, expiry, a bad line, cancel, a new
+provider instance reading a batch by id, and error translation."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from runner.errors import AuthError, BadRequest, RateLimited, TransientError
+from runner.providers.anthropic_messages import AnthropicProvider
+from runner.providers.base import Provider, ProviderSettings
+from runner.providers.batching import ENDED, RUNNING, Batches, BatchLine, BatchStatus
+from runner.providers.gemini import GeminiProvider
+from runner.providers.local import LocalProvider
+from runner.providers.openai_chat import OpenAIChatProvider, OpenAICompatibleProvider, SimProvider
+from simserver import SimConfig, SimServer, start_server
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+CLASSES: dict[str, type[Provider]] = {"openai": OpenAIChatProvider, "sim": SimProvider,
+                                      "anthropic": AnthropicProvider, "gemini": GeminiProvider}
+PROVIDERS = list(CLASSES)
+KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
+        "sim": "RUNNER_SIM_KEY"}
+#: each provider's words for a batch still running, after its creation answer
+RUNNING_STATES = {"openai": {"in_progress", "finalizing"}, "sim": {"in_progress", "finalizing"},
+                  "anthropic": {"in_progress"}, "gemini": {"JOB_STATE_RUNNING"}}
+MC = "Which is a fruit?\nA. carrot\nB. apple\nC. potato\nAnswer:"
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def shared_srv() -> AsyncIterator[SimServer]:
+    async with await start_server() as server:
+        yield server
+
+
+@pytest.fixture
+def srv(shared_srv: SimServer, monkeypatch: pytest.MonkeyPatch) -> SimServer:
+    """The module's server with the default config, the real clock and no batches; every key exported."""
+    shared_srv.configure(**dataclasses.asdict(SimConfig()))
+    shared_srv.clock = time.monotonic
+    shared_srv.reset()
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    for variable in KEYS.values():
+        monkeypatch.setenv(variable, "secret-key-" + variable.lower())
+    return shared_srv
+
+
+@pytest.fixture
+def now(srv: SimServer) -> list[float]:
+    """The server's clock, stepped by the test: ``now[0] += 5``."""
+    clock = [1000.0]
+    srv.clock = lambda: clock[0]
+    return clock
+
+
+@asynccontextmanager
+async def opened(kind: str, srv: SimServer, base_url: str | None = None) -> AsyncIterator[Provider]:
+    url = base_url or (srv.url if kind in ("openai", "sim") else srv.root_url)
+    provider = CLASSES[kind](ProviderSettings(base_url=url, timeout=5))
+    await provider.start()
+    try:
+        yield provider
+    finally:
+        await provider.aclose()
+
+
+def make_lines(n: int, prefix: str = "row") -> list[BatchLine]:
+    variants: list[tuple[list[dict[str, str]], dict[str, Any]]] = [
+        ([{"role": "user", "content": MC}], {"temperature": 0, "max_tokens": 5}),
+        ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say something."}],
+         {"temperature": 0.7, "top_p": 0.9, "max_tokens": 9, "seed": 3}),
+        ([{"role": "user", "content": "Tell me more."}], {"stop": ["e"], "max_tokens": 20}),
+        ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
+          {"role": "user", "content": "And?"}], {}),
+    ]
+    return [BatchLine(f"{prefix}-{i}", *(variants[i] if i < len(variants) else
+                                         ([{"role": "user", "content": f"question {i}"}], {"max_tokens": 6})))
+            for i in range(n)]
+
+
+def picked(salt: str, ids: list[str], fraction: float) -> set[str]:
+    """The ids the simulated server's documented hash rule picks (sha256(salt NUL id) / 2**64 < fraction)."""
+    return {i for i in ids
+            if int.from_bytes(hashlib.sha256(f"{salt}\0{i}".encode()).digest()[:8], "big") / 2**64 < fraction}
+
+
+async def ended(batches: Batches, batch_id: str, seconds: float = 5.0) -> BatchStatus:
+    deadline = time.monotonic() + seconds
+    while True:
+        status = await batches.status(batch_id)
+        if status.state == ENDED or time.monotonic() > deadline:
+            return status
+        await asyncio.sleep(0.05)
+
+
+def sim_batch(srv: SimServer, batch_id: str) -> Any:
+    return srv.batches.batches[batch_id.removeprefix("batches/")]
+
+
+def without_ids(raw: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in raw.items() if k not in ("id", "created", "response_id",
+                                                    "automatic_function_calling_history")}
+
+
+# -- answers --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_batch_answers_equal_the_online_answers(srv: SimServer, kind: str) -> None:
+    srv.configure(batch_delay=0.2)
+    lines = make_lines(5)
+    async with opened(kind, srv) as provider:
+        assert provider.supports_batch
+        batches = provider.batches()
+        batch_id = await batches.submit("sim-model", lines, label="run-1/stage-a")
+        first = await batches.status(batch_id)
+        assert first.state == RUNNING and first.provider_state in RUNNING_STATES[kind]
+        status = await ended(batches, batch_id)
+        assert status.state == ENDED and (status.total, status.succeeded, status.failed) == (5, 5, 0)
+        results = await batches.results(batch_id)
+        assert [r.custom_id for r in results] == [line.custom_id for line in lines]
+        for line, result in zip(lines, results, strict=True):
+            assert result.error is None and not result.retry and result.completion is not None
+            online = await provider.execute("sim-model", line.messages, line.params)
+            got = result.completion
+            assert (got.text, got.finish_reason, got.input_tokens, got.output_tokens, got.cached_tokens) == (
+                online.text, online.finish_reason, online.input_tokens, online.output_tokens, online.cached_tokens)
+            assert got.text and got.input_tokens > 0 and got.output_tokens > 0
+            assert without_ids(got.raw) == without_ids(online.raw)
+            assert got.rate is None  # no headers come with a batch line
+    # what the batch lines carried is what the online path sends
+    body = sim_batch(srv, batch_id).lines[1].body
+    if kind in ("openai", "sim"):
+        cap = "max_completion_tokens" if kind == "openai" else "max_tokens"
+        assert body == {"model": "sim-model", "messages": lines[1].messages, "temperature": 0.7, "top_p": 0.9,
+                        "seed": 3, cap: 9}
+    elif kind == "anthropic":
+        assert body == {"model": "sim-model", "messages": [{"role": "user", "content": "Say something."}],
+                        "system": "Be brief.", "max_tokens": 9, "temperature": 0.7, "top_p": 0.9}
+    else:
+        assert body["systemInstruction"]["parts"] == [{"text": "Be brief."}]
+        assert body["generationConfig"] == {"temperature": 0.7, "topP": 0.9, "maxOutputTokens": 9, "seed": 3,
+                                            "candidateCount": 1}
+    assert srv.stats()["batch_results"]["succeeded"] == 5
+
+
+# -- lines that failed ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_line_errors_and_expired_lines_come_back_to_retry(srv: SimServer, kind: str) -> None:
+    lines = make_lines(12)
+    ids = [line.custom_id for line in lines]
+    expired = picked("expire", ids, 0.25)
+    errored = picked("error", ids, 0.35) - expired
+    assert expired and errored and len(expired | errored) < len(ids)
+    srv.configure(batch_expire=0.25, batch_line_errors=0.35)
+    async with opened(kind, srv) as provider:
+        batches = provider.batches()
+        batch_id = await batches.submit("sim-model", lines, label="run/stage")
+        status = await ended(batches, batch_id)
+        assert status.state == ENDED and status.provider_state in ("expired", "ended", "JOB_STATE_EXPIRED")
+        assert status.succeeded == len(ids) - len(expired | errored)
+        results = {r.custom_id: r for r in await batches.results(batch_id)}
+    assert set(results) == set(ids)
+    for cid, result in results.items():
+        if cid in expired:
+            assert isinstance(result.error, TransientError) and result.error.error_class == "batch_expired"
+            assert result.retry and result.completion is None
+        elif cid in errored:
+            assert isinstance(result.error, TransientError) and result.error.status == 500 and result.retry
+            assert result.error.error_class == "server_error"
+        else:
+            assert result.error is None and result.completion and result.completion.text and not result.retry
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_a_batch_expired_by_the_server_comes_back_to_retry(srv: SimServer, kind: str) -> None:
+    srv.configure(batch_delay=60)
+    async with opened(kind, srv) as provider:
+        batches = provider.batches()
+        batch_id = await batches.submit("sim-model", make_lines(3), label="run/stage")
+        assert (await batches.status(batch_id)).state == RUNNING
+        with pytest.raises(BadRequest, match="has not ended"):
+            await batches.results(batch_id)
+        assert srv.expire_batch(batch_id.removeprefix("batches/"))
+        assert (await batches.status(batch_id)).state == ENDED
+        results = await batches.results(batch_id)
+    assert [r.custom_id for r in results] == ["row-0", "row-1", "row-2"]
+    assert all(r.retry and r.error and r.error.error_class == "batch_expired" for r in results)
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_a_bad_line_fails_alone_without_retry(srv: SimServer, kind: str) -> None:
+    lines = make_lines(3)
+    if kind == "anthropic":  # a system prompt and no conversation: the Messages API wants a message
+        lines[1] = BatchLine("bad", [{"role": "system", "content": "Only this."}], {})
+    else:  # an output cap of 0: the simulated server wants at least 1
+        lines[1] = BatchLine("bad", [{"role": "user", "content": "hello"}], {"max_tokens": 0})
+    async with opened(kind, srv) as provider:
+        batches = provider.batches()
+        batch_id = await batches.submit("sim-model", lines, label="run/stage")
+        status = await ended(batches, batch_id)
+        results = {r.custom_id: r for r in await batches.results(batch_id)}
+    assert status.provider_state in ("completed", "ended", "JOB_STATE_SUCCEEDED")
+    bad = results["bad"]
+    assert isinstance(bad.error, BadRequest) and bad.error.status == 400 and not bad.retry
+    assert bad.error.error_class == "bad_request" and bad.completion is None
+    assert all(results[cid].completion for cid in ("row-0", "row-2"))
+
+
+@pytest.mark.parametrize("kind", ["openai", "sim"])
+async def test_an_openai_batch_whose_input_file_failed_fails_every_line(srv: SimServer, kind: str) -> None:
+    async with opened(kind, srv) as provider:
+        good = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+                "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}}
+        wrong_url = {**good, "custom_id": "b", "url": "/v1/embeddings"}
+        data = f"{json.dumps(good)}\n{json.dumps(wrong_url)}\n".encode()
+        client: Any = provider.client  # type: ignore[attr-defined]
+        upload = await client.files.create(file=("in.jsonl", data), purpose="batch")
+        batch = await client.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions",
+                                            completion_window="24h")
+        batches = provider.batches()
+        status = await batches.status(batch.id)
+        assert (status.state, status.provider_state) == (ENDED, "failed")
+        results = await batches.results(batch.id)
+    assert [r.custom_id for r in results] == ["a", "b"]
+    for result in results:
+        assert isinstance(result.error, BadRequest) and not result.retry and "mismatched_url" in str(result.error)
+
+
+# -- cancel, a new process ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_cancel_keeps_what_was_done_and_retries_the_rest(srv: SimServer, kind: str,
+                                                               now: list[float]) -> None:
+    srv.configure(batch_delay=8)
+    async with opened(kind, srv) as provider:
+        batches = provider.batches()
+        batch_id = await batches.submit("sim-model", make_lines(4), label="run/stage")
+        now[0] += 4  # lines are done at 2, 4, 6 and 8 seconds
+        await batches.cancel(batch_id)
+        status = await batches.status(batch_id)
+        assert status.state == ENDED and status.provider_state in ("cancelled", "ended", "JOB_STATE_CANCELLED")
+        await batches.cancel(batch_id)  # an ended batch: nothing to stop, no error
+        results = await batches.results(batch_id)
+    assert [r.custom_id for r in results] == ["row-0", "row-1", "row-2", "row-3"]
+    assert [bool(r.completion) for r in results] == [True, True, False, False]
+    for result in results[2:]:
+        assert result.retry and result.error and result.error.error_class == "batch_cancelled"
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_a_new_provider_instance_reads_a_batch_by_id(srv: SimServer, kind: str) -> None:
+    srv.configure(batch_delay=0.2)
+    lines = make_lines(3, prefix="resume")
+    async with opened(kind, srv) as first:
+        batch_id = await first.batches().submit("sim-model", lines, label="run/stage")
+        expected = [await first.execute("sim-model", line.messages, line.params) for line in lines]
+    async with opened(kind, srv) as second:  # a later process: nothing but the id survives
+        batches = second.batches()
+        assert (await ended(batches, batch_id)).state == ENDED
+        results = await batches.results(batch_id)
+    assert [r.custom_id for r in results] == [line.custom_id for line in lines]
+    assert [r.completion.text for r in results if r.completion] == [c.text for c in expected]
+
+
+# -- errors, labels, providers without a Batch API --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_sdk_errors_are_translated_and_name_no_key(srv: SimServer, kind: str) -> None:
+    async with opened(kind, srv) as provider:
+        batches = provider.batches()
+        with pytest.raises(BadRequest) as missing:
+            await batches.status("batches/nope" if kind == "gemini" else "nope")
+        assert missing.value.status == 404 and isinstance(missing.value.__cause__, Exception)
+        with pytest.raises(BadRequest, match="twice"):
+            await batches.submit("sim-model", make_lines(1) * 2, label="run/stage")
+        srv.configure(api_key="the-only-key")
+        with pytest.raises(AuthError) as refused:
+            await batches.submit("sim-model", make_lines(1), label="run/stage")
+        assert KEYS[kind] in str(refused.value) and "secret-key" not in str(refused.value)
+        assert refused.value.__cause__ is not None
+    async with opened(kind, srv, base_url="http://127.0.0.1:9/v1") as unreachable:
+        with pytest.raises(TransientError):
+            await unreachable.batches().submit("sim-model", make_lines(1), label="run/stage")
+
+
+async def test_a_rate_limited_line_is_retried_as_online(srv: SimServer) -> None:
+    async with opened("sim", srv) as provider:
+        batches: Any = provider.batches()
+        line = {"custom_id": "x", "response": {"status_code": 429, "body": {"error": {"code": "rate_limit_exceeded",
+                                                                                        "message": "slow down"}}}}
+        result = batches._line(line)
+        assert isinstance(result.error, RateLimited) and result.retry
+        quota = {"custom_id": "y", "response": {"status_code": 429, "body": {"error": {"code": "insufficient_quota"}}}}
+        assert type(batches._line(quota).error).__name__ == "QuotaExceeded" and not batches._line(quota).retry
+
+
+async def test_labels_never_carry_the_key(srv: SimServer) -> None:
+    async with opened("openai", srv) as openai_provider, opened("gemini", srv) as gemini_provider:
+        openai_key, gemini_key = openai_provider.api_key(), gemini_provider.api_key()
+        oa_id = await openai_provider.batches().submit("m", make_lines(1), label=f"run/{openai_key}/x")
+        ge_id = await gemini_provider.batches().submit("m", make_lines(1), label=f"run/{gemini_key}/x")
+    assert sim_batch(srv, oa_id).info["metadata"] == {"runner": "run/***/x"}
+    assert sim_batch(srv, ge_id).info["displayName"] == "run/***/x"
+
+
+async def test_anthropic_custom_ids_are_checked_before_sending(srv: SimServer) -> None:
+    async with opened("anthropic", srv) as provider:
+        with pytest.raises(BadRequest, match="1 to 64 letters"):
+            await provider.batches().submit("m", [BatchLine("run:1/a", [{"role": "user", "content": "x"}], {})],
+                                            label="run/stage")
+    assert "batches" not in srv.stats()
+
+
+async def test_providers_without_a_batch_api_say_to_use_online_mode() -> None:
+    assert all(cls.supports_batch for cls in CLASSES.values())
+    assert not OpenAICompatibleProvider.supports_batch and not LocalProvider.supports_batch
+    compatible = OpenAICompatibleProvider(ProviderSettings(),
+                                          endpoints={"my-vllm": ProviderSettings(base_url="http://127.0.0.1:9/v1")})
+    for provider in (compatible, compatible._client("my-vllm/llama")):
+        with pytest.raises(BadRequest, match=r"openai-compatible has no Batch API.*use mode: online"):
+            provider.batches()
