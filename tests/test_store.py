@@ -346,3 +346,22 @@ async def test_writer_close_with_nothing_queued(store: SQLiteStore) -> None:
     await writer.close()
     assert calls == []
     assert count(store, "tasks") == 0
+
+
+def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path: Path) -> None:
+    """Several runs started at once on a store that does not exist yet: the first migrates it while the others
+    wait for its write lock, then find nothing to do (before, one in two died with "database is locked")."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from runner.store import open_store; s = open_store(sys.argv[1]); "
+            "print(s.create_run('j', 'j.yaml', '{}', 'fp', 1))")
+    for trial in range(5):
+        db = tmp_path / f"new{trial}.sqlite"
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(db)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(3)]
+        results = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]
+        assert [code for code, _, _ in results] == [0, 0, 0], [err for _, _, err in results]
+        store = open_store(db)
+        assert len(store.list_runs()) == 3
+        assert [row["name"] for row in store.db["_migrations"].rows] == MIGRATION_NAMES

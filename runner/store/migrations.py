@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
 from collections.abc import Callable
 
 import sqlite_utils
@@ -154,12 +155,33 @@ def m008_batches(db: sqlite_utils.Database) -> None:
 
 
 def migrate(db: sqlite_utils.Database) -> None:
-    table = db["_migrations"]
-    if not table.exists():
-        table.create({"name": str, "applied_at": str}, pk="name")
-    applied = {row["name"] for row in table.rows}
-    for fn in MIGRATIONS:
-        if fn.__name__ not in applied:
-            with db.conn:
+    """Apply the migrations not yet applied, in one transaction that holds the write lock from its start: two
+    processes opening a new store at once take turns (the second waits, then finds nothing to do) instead of one
+    failing with "database is locked" when both read the schema and then both try to write it."""
+    conn = db.conn
+    if _up_to_date(conn):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        table = db["_migrations"]
+        if not table.exists():
+            table.create({"name": str, "applied_at": str}, pk="name")
+        applied = {name for (name,) in conn.execute("SELECT name FROM _migrations")}
+        for fn in MIGRATIONS:
+            if fn.__name__ not in applied:
                 fn(db)
-                table.insert({"name": fn.__name__, "applied_at": dt.datetime.now(dt.UTC).isoformat()})
+                conn.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)",
+                             (fn.__name__, dt.datetime.now(dt.UTC).isoformat()))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _up_to_date(conn: sqlite3.Connection) -> bool:
+    """Whether every migration is applied (a read: the common case takes no write lock)."""
+    try:
+        applied = {name for (name,) in conn.execute("SELECT name FROM _migrations")}
+    except sqlite3.OperationalError:  # no such table: a new store
+        return False
+    return all(fn.__name__ in applied for fn in MIGRATIONS)
