@@ -93,6 +93,8 @@ class Group:
     #: where the price comes from, ``"unknown price"`` when there is none
     price: str
     batch_price: str | None = None
+    #: how the stage sends (online, batch or auto): a batch stage's worst case is at the Batch API's price
+    mode: str = "online"
     #: whether the model costs nothing (local, simulated and user servers unless the job prices them)
     free: bool = False
     requests: int = 0
@@ -124,8 +126,11 @@ class Estimate:
 
     @property
     def high(self) -> float | None:
-        """The worst case of the whole job, or None when a model has no price or a stage no ``max_tokens``."""
-        return self.totals.get("cost_high")
+        """The worst case of the whole job as it will be sent (batch stages at the Batch API's price), or None when
+        a model has no price or a stage no ``max_tokens``."""
+        if self.totals.get("cost_high") is None:
+            return None
+        return self.totals.get("high_as_sent", self.totals.get("cost_high"))
 
     def as_dict(self) -> dict[str, Any]:
         return {"job": self.job, "path": self.path, "groups": [asdict(g) for g in self.groups],
@@ -229,7 +234,7 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
             group = Group(stage=stage.name, model=model, max_tokens=max_tokens, input_exact=exact(provider, name),
                           price=rates.source if rates is not None else "unknown price",
                           batch_price=batch.source if batch is not None else None,
-                          free=rates is not None and rates.is_free)
+                          free=rates is not None and rates.is_free, mode=job.stage_mode(stage))
             if rates is None:
                 group.add_price = model
             count = count_free or rates is None or not rates.is_free
@@ -249,7 +254,7 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
     result.totals = _totals(groups)
     result.totals["unplanned_stages"] = unplanned
     if unplanned:  # what the listed stages cost is not known, so neither is the worst case
-        result.totals["cost_high"] = result.totals["batch_high"] = None
+        result.totals["cost_high"] = result.totals["batch_high"] = result.totals["high_as_sent"] = None
     result.elapsed = time.perf_counter() - started
     result.totals["elapsed_s"] = round(result.elapsed, 3)
     return result
@@ -295,6 +300,10 @@ def _totals(groups: list[Group]) -> dict[str, Any]:
     batchable = [g for g in groups if g.to_send and not g.free]
     for key in ("batch_low", "batch_high"):
         totals[key] = _sum([getattr(g, key) for g in batchable]) if batchable else None
+    # What a budget must cover: batch-mode stages at the Batch API's price where there is one, the rest at the
+    # standard price (auto may end online, so it counts at the standard one)
+    totals["high_as_sent"] = _sum([g.batch_high if g.mode == "batch" and g.batch_high is not None else g.cost_high
+                                   for g in groups if g.to_send])
     totals["unknown_prices"] = sorted({g.add_price for g in groups if g.add_price})
     totals["unbounded_stages"] = sorted({g.stage for g in groups if g.max_tokens is None and g.to_send})
     return totals
