@@ -20,6 +20,8 @@ from .openai_chat import retry_after_seconds
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
     import anthropic
 
+    from .batching import Batches
+
 #: the Messages API requires an output cap; used when the job sets no max_tokens
 DEFAULT_MAX_TOKENS = 1024
 _RATE_KINDS = ("requests", "tokens", "input_tokens", "output_tokens")
@@ -72,6 +74,7 @@ class AnthropicProvider(Provider):
     default_concurrency: ClassVar[int] = 32
     adaptive: ClassVar[bool] = True
     price_id: ClassVar[str | None] = "anthropic"
+    supports_batch: ClassVar[bool] = True
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
@@ -94,10 +97,14 @@ class AnthropicProvider(Provider):
             await self.client.close()
             self.client = None
 
-    async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
-        assert self.client is not None, "start() was not awaited"
+    @staticmethod
+    def request_of(messages: list[dict[str, str]], params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The Messages API request of the runner's messages and parameters, but the model: (the fields
+        ``messages.create`` names, the sampling fields it no longer names but the wire format takes). Online
+        the second go in ``extra_body``; a batch request's params hold both."""
         system, conversation = split_system(messages)
-        kwargs: dict[str, Any] = {"max_tokens": params.get("max_tokens") or DEFAULT_MAX_TOKENS}
+        kwargs: dict[str, Any] = {"messages": conversation,
+                                  "max_tokens": params.get("max_tokens") or DEFAULT_MAX_TOKENS}
         if system is not None:
             kwargs["system"] = system
         if params.get("stop") is not None:
@@ -105,17 +112,36 @@ class AnthropicProvider(Provider):
         # This SDK's create() no longer names temperature and top_p (newer models reject them), but the wire
         # format still takes them for the models that do: they go in the body as they are.
         sampling = {name: params[name] for name in ("temperature", "top_p") if params.get(name) is not None}
+        # The Messages API has no seed and no logprobs: they stay in the cache key but are not sent.
+        return kwargs, sampling
+
+    def batches(self) -> Batches:
+        from .anthropic_batch import AnthropicBatches
+
+        return AnthropicBatches(self)
+
+    async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
+        assert self.client is not None, "start() was not awaited"
+        kwargs, sampling = self.request_of(messages, params)
         if sampling:
             kwargs["extra_body"] = sampling
-        # The Messages API has no seed and no logprobs: they stay in the cache key but are not sent.
         with self.map_errors():
-            raw = await self.client.messages.with_raw_response.create(model=model, messages=conversation, **kwargs)
+            raw = await self.client.messages.with_raw_response.create(model=model, **kwargs)
         response = raw.http_response
         try:
             body = json.loads(response.content)
+        except ValueError as exc:
+            raise TransientError(f"{self.where}: the response was not valid JSON ({type(exc).__name__})",
+                                 error_class="malformed_response") from exc
+        return self.completion_of(body, response.headers)
+
+    def completion_of(self, body: Any, headers: Mapping[str, str] | None = None) -> Completion:
+        """A Message (its JSON body, online or a batch result's) as a :class:`Completion`; ``headers`` (online
+        only) carry the rate-limit windows."""
+        try:
             blocks = body["content"]
             usage = body.get("usage") or {}
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise TransientError(f"{self.where}: the response was not valid JSON ({type(exc).__name__})",
                                  error_class="malformed_response") from exc
         stop_reason = body.get("stop_reason")
@@ -133,7 +159,7 @@ class AnthropicProvider(Provider):
             cached_tokens=cache_read,
             cache_write_tokens=cache_write,
             raw=body,
-            rate=anthropic_rate(response.headers),
+            rate=anthropic_rate(headers) if headers is not None else None,
         )
 
     @contextlib.contextmanager

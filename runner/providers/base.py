@@ -34,11 +34,14 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from runner.errors import BadRequest, ModelSetupError
+
+if TYPE_CHECKING:
+    from .batching import Batches
 
 
 class ProviderSettings(BaseModel):
@@ -161,6 +164,8 @@ class Provider(ABC):
     price_id: ClassVar[str | None] = None
     #: whether :meth:`loglikelihood` can score continuations (a chat-only API cannot)
     supports_loglikelihood: ClassVar[bool] = False
+    #: whether :meth:`batches` gives this provider's Batch API (``runner.providers.batching``)
+    supports_batch: ClassVar[bool] = False
 
     class Options(BaseModel):
         """This provider's own settings beyond the shared :class:`ProviderSettings`; a provider that has some
@@ -246,6 +251,11 @@ class Provider(ABC):
         so here, before anything is sent."""
         raise BadRequest(f"{self.name}:{model} cannot score log-likelihoods (a chat-only API); use a local model, "
                          "an openai-compatible completions server, or the stage's prompt form")
+
+    def batches(self) -> Batches:
+        """This provider's Batch API, over the client :meth:`start` opened; providers that have one set
+        ``supports_batch``, the others say so here, before anything is sent."""
+        raise BadRequest(f"{self.name} has no Batch API in this runner; use mode: online for its models")
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release clients and files."""

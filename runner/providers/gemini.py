@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the provi
     from google import genai
     from google.genai import errors, types
 
+    from .batching import Batches
+
 #: finish reasons that mean the answer was withheld
 _FILTERED = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"}
 
@@ -69,6 +71,7 @@ class GeminiProvider(Provider):
     default_concurrency: ClassVar[int] = 32
     adaptive: ClassVar[bool] = True
     price_id: ClassVar[str | None] = "google"
+    supports_batch: ClassVar[bool] = True
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
@@ -121,11 +124,20 @@ class GeminiProvider(Provider):
                 config["response_json_schema"] = schema
         return contents, types.GenerateContentConfig(**config)
 
+    def batches(self) -> Batches:
+        from .gemini_batch import GeminiBatches
+
+        return GeminiBatches(self)
+
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         assert self.client is not None, "start() was not awaited"
         contents, config = self.request_of(messages, params)
         with self.map_errors():
             response = await self.client.aio.models.generate_content(model=model, contents=contents, config=config)
+        return self.completion_of(response)
+
+    def completion_of(self, response: types.GenerateContentResponse) -> Completion:
+        """A generateContent answer (online, or a batch job's inlined response) as a :class:`Completion`."""
         feedback = response.prompt_feedback
         if feedback is not None and feedback.block_reason is not None:
             raise BadRequest(f"{self.where}: the prompt was blocked ({_enum_text(feedback.block_reason)})",

@@ -43,6 +43,8 @@ from .base import (
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
     import openai
 
+    from .batching import Batches
+
 _PARAMS = ("temperature", "top_p", "stop", "seed", "response_format", "logprobs")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
@@ -141,6 +143,8 @@ class OpenAIChatProvider(Provider):
     default_concurrency: ClassVar[int] = 64
     adaptive: ClassVar[bool] = True
     price_id: ClassVar[str | None] = "openai"
+    #: OpenAI's Batch API (Files + /v1/batches); the simulated server speaks it too
+    supports_batch: ClassVar[bool] = True
     default_base_url: ClassVar[str | None] = None
     #: the API's name for the output cap (``max_completion_tokens`` on api.openai.com; most compatible
     #: servers know only ``max_tokens``)
@@ -200,20 +204,34 @@ class OpenAIChatProvider(Provider):
             await self.client.close()
             self.client = None
 
+    def request_body(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:
+        """The Chat Completions body of one request: what :meth:`execute` sends, and a batch line's body."""
+        body: dict[str, Any] = {"model": model, "messages": messages}
+        body.update({name: params[name] for name in _PARAMS if params.get(name) is not None})
+        if params.get("max_tokens") is not None:
+            body[self.max_tokens_field] = params["max_tokens"]
+        return body
+
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         assert self.client is not None, "start() was not awaited"
-        kwargs = {name: params[name] for name in _PARAMS if params.get(name) is not None}
-        if params.get("max_tokens") is not None:
-            kwargs[self.max_tokens_field] = params["max_tokens"]
         with self.map_errors():
             # The raw response: its JSON body is what the memo stores, parsing it directly costs less than
             # the SDK's pydantic models, and its headers feed the rate limiters.
             raw = await self.client.chat.completions.with_raw_response.create(
-                model=model, messages=messages, **kwargs
+                **self.request_body(model, messages, params)
             )
         response = raw.http_response
         try:
             body = json.loads(response.content)
+        except ValueError as exc:
+            raise TransientError(f"{self.where}: the response was not valid JSON ({type(exc).__name__})",
+                                 error_class="malformed_response") from exc
+        return self.completion_of(body, response.headers)
+
+    def completion_of(self, body: Any, headers: Mapping[str, str] | None = None) -> Completion:
+        """A Chat Completions answer (its JSON body, online or a batch line's) as a :class:`Completion`;
+        ``headers`` (online only) carry the rate-limit windows."""
+        try:
             choice = body["choices"][0] if body.get("choices") else {}
             usage = body.get("usage") or {}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -223,7 +241,7 @@ class OpenAIChatProvider(Provider):
             raise BadRequest(f"{self.where}: the answer was withheld by the content filter",
                              error_class="content_filtered")
         details = usage.get("prompt_tokens_details") or {}
-        headers = response.headers
+        headers = headers or {}
         return Completion(
             text=(choice.get("message") or {}).get("content") or "",
             finish_reason=choice.get("finish_reason"),
@@ -234,6 +252,13 @@ class OpenAIChatProvider(Provider):
             rate=openai_rate(headers) if "x-ratelimit-limit-requests" in headers
             or "x-ratelimit-limit-tokens" in headers else None,
         )
+
+    def batches(self) -> Batches:
+        if not self.supports_batch:
+            return super().batches()
+        from .openai_batch import OpenAIBatches
+
+        return OpenAIBatches(self)
 
     async def loglikelihood(self, model: str, pairs: list[tuple[str, str]]) -> Completion:
         if not self.supports_loglikelihood:
@@ -410,6 +435,7 @@ class _CompatibleEndpoint(OpenAIChatProvider):
     key_env_var: ClassVar[str | None] = None
     price_id: ClassVar[str | None] = None
     supports_loglikelihood: ClassVar[bool] = True
+    supports_batch: ClassVar[bool] = False  # vLLM, llama.cpp and Ollama have no Batch API in general
     max_tokens_field: ClassVar[str] = "max_tokens"
 
     def __init__(self, settings: ProviderSettings, label: str) -> None:
