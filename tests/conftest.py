@@ -1,15 +1,20 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from runner.providers import base
+from simserver import SimConfig, SimServer, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -106,3 +111,28 @@ def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         main()
     out, err = capsys.readouterr()
     return exit_info.value.code or 0, out, err
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def shared_srv() -> AsyncIterator[SimServer]:
+    """One in-process simulated server for a whole test module (its tests run in the module's event loop:
+    ``pytestmark = pytest.mark.asyncio(loop_scope="module")``); each test's ``srv`` resets it with :func:`fresh`."""
+    async with await start_server() as server:
+        yield server
+
+
+def fresh(server: SimServer, **config: Any) -> SimServer:
+    """A shared simulated server as new: the default config (with ``config`` over it), the real clock, no
+    batches or files, counters zeroed."""
+    server.configure(**{**dataclasses.asdict(SimConfig()), **config})
+    server.clock = time.monotonic
+    server.reset()
+    return server
+
+
+@pytest.fixture
+def now(srv: SimServer) -> list[float]:
+    """The test module's server's clock, stepped by the test: ``now[0] += 5``."""
+    clock = [1000.0]
+    srv.clock = lambda: clock[0]
+    return clock

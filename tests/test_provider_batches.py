@@ -6,7 +6,6 @@ provider instance reading a batch by id, and error translation."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
 import time
@@ -15,7 +14,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from runner.errors import AuthError, BadRequest, RateLimited, TransientError
 from runner.providers.anthropic_messages import AnthropicProvider
@@ -24,7 +22,8 @@ from runner.providers.batching import ENDED, RUNNING, Batches, BatchLine, BatchS
 from runner.providers.gemini import GeminiProvider
 from runner.providers.local import LocalProvider
 from runner.providers.openai_chat import OpenAIChatProvider, OpenAICompatibleProvider, SimProvider
-from simserver import SimConfig, SimServer, start_server
+from simserver import SimServer
+from tests.conftest import fresh
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -39,30 +38,14 @@ RUNNING_STATES = {"openai": {"in_progress", "finalizing"}, "sim": {"in_progress"
 MC = "Which is a fruit?\nA. carrot\nB. apple\nC. potato\nAnswer:"
 
 
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def shared_srv() -> AsyncIterator[SimServer]:
-    async with await start_server() as server:
-        yield server
-
-
 @pytest.fixture
 def srv(shared_srv: SimServer, monkeypatch: pytest.MonkeyPatch) -> SimServer:
     """The module's server with the default config, the real clock and no batches; every key exported."""
-    shared_srv.configure(**dataclasses.asdict(SimConfig()))
-    shared_srv.clock = time.monotonic
-    shared_srv.reset()
+    fresh(shared_srv)
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     for variable in KEYS.values():
         monkeypatch.setenv(variable, "secret-key-" + variable.lower())
     return shared_srv
-
-
-@pytest.fixture
-def now(srv: SimServer) -> list[float]:
-    """The server's clock, stepped by the test: ``now[0] += 5``."""
-    clock = [1000.0]
-    srv.clock = lambda: clock[0]
-    return clock
 
 
 @asynccontextmanager

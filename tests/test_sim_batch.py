@@ -4,10 +4,8 @@ through the official openai, anthropic and google-genai SDKs over 127.0.0.1 only
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,8 +18,9 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
-from simserver import SimConfig, SimServer, start_server
+from simserver import SimConfig, SimServer
 from simserver import cli as simserver_cli
+from tests.conftest import fresh
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 MC = "Which is a fruit?\nA. carrot\nB. apple\nC. potato\nAnswer:"
@@ -42,27 +41,11 @@ def make_gemini(srv: SimServer) -> genai.Client:
         base_url=srv.root_url, api_version="v1beta", retry_options=genai_types.HttpRetryOptions(attempts=1)))
 
 
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def shared_srv() -> AsyncIterator[SimServer]:
-    async with await start_server() as server:
-        yield server
-
-
 @pytest.fixture
 def srv(shared_srv: SimServer) -> SimServer:
     """The module's server with the default config, the real clock, no batches and zeroed counters."""
-    shared_srv.configure(**dataclasses.asdict(SimConfig()))
-    shared_srv.clock = time.monotonic
-    shared_srv.reset()
+    fresh(shared_srv)
     return shared_srv
-
-
-@pytest.fixture
-def now(srv: SimServer) -> list[float]:
-    """The server's clock, stepped by the test: ``now[0] += 5``."""
-    clock = [1000.0]
-    srv.clock = lambda: clock[0]
-    return clock
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")

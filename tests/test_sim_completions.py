@@ -3,9 +3,7 @@ official openai SDK over 127.0.0.1 only."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,23 +12,16 @@ import openai
 import pytest
 import pytest_asyncio
 
-from simserver import SimConfig, SimServer, start_server
+from simserver import SimServer
 from simserver.completions import token_logprobs, tokens
+from tests.conftest import fresh
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def shared_srv() -> AsyncIterator[SimServer]:
-    async with await start_server() as server:
-        yield server
-
-
 @pytest.fixture
 def srv(shared_srv: SimServer) -> SimServer:
-    shared_srv.configure(**dataclasses.asdict(SimConfig()))
-    shared_srv.clock = time.monotonic
-    shared_srv.reset()
+    fresh(shared_srv)
     return shared_srv
 
 
@@ -126,8 +117,8 @@ async def test_logprobs_depend_on_the_context(client: openai.AsyncOpenAI) -> Non
     assert a != b and a < 0 and b < 0
     # ... and a continuation that repeats a word of its context scores higher than one that does not.
     repeated = await score(client, "My pet is a cat. Every morning I feed my", " cat")
-    fresh = await score(client, "My pet is a dog. Every morning I feed my", " cat")
-    assert repeated > fresh
+    unseen = await score(client, "My pet is a dog. Every morning I feed my", " cat")
+    assert repeated > unseen
     assert repeated == pytest.approx(sum(token_logprobs("sim-lm", " cat", "My pet is a cat. Every morning I feed my")))
 
 

@@ -6,10 +6,8 @@ rendered from the template files under tests/data/sim_script/prompts and sent th
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +22,10 @@ import yaml
 from google import genai
 from google.genai import types as genai_types
 
-from simserver import SimConfig, SimServer, simulated_reply, start_server
+from simserver import SimConfig, SimServer, simulated_reply
 from simserver import cli as simserver_cli
 from simserver.script import ScriptError, load_script, longest_piece
+from tests.conftest import fresh
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "sim_script"
@@ -76,18 +75,10 @@ async def ask(client: openai.AsyncOpenAI, messages: list[dict[str, str]], model:
     return completion.choices[0].message.content
 
 
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def shared_srv() -> AsyncIterator[SimServer]:
-    async with await start_server() as server:
-        yield server
-
-
 @pytest.fixture
 def srv(shared_srv: SimServer) -> SimServer:
     """The module's server with the default config and the pipeline script loaded afresh, counters zeroed."""
-    shared_srv.configure(**{**dataclasses.asdict(SimConfig()), "script": str(PIPELINE)})
-    shared_srv.clock = time.monotonic
-    shared_srv.reset()
+    fresh(shared_srv, script=str(PIPELINE))
     return shared_srv
 
 

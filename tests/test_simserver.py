@@ -4,7 +4,6 @@ aiohttp for what the SDKs hide) over 127.0.0.1 only."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
 import re
@@ -28,6 +27,7 @@ from openai.types.chat import ChatCompletion
 
 from simserver import SimConfig, SimServer, simulated_reply, start_server
 from simserver import cli as simserver_cli
+from tests.conftest import fresh
 
 REPO = Path(__file__).resolve().parents[1]
 MC_PROMPT = "Which is a fruit?\nA. carrot\nB. apple\nC. potato\nD. onion\nAnswer:"
@@ -53,18 +53,10 @@ def make_client(srv: SimServer, **kwargs: Any) -> openai.AsyncOpenAI:
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def shared_srv() -> AsyncIterator[SimServer]:
-    async with await start_server() as server:
-        yield server
-
-
 @pytest.fixture
 def srv(shared_srv: SimServer) -> SimServer:
     """The module's server with the default config, the real clock and zeroed counters."""
-    shared_srv.configure(**dataclasses.asdict(SimConfig()))
-    shared_srv.clock = time.monotonic
-    shared_srv.reset()
+    fresh(shared_srv)
     return shared_srv
 
 
@@ -80,14 +72,6 @@ async def client(shared_srv: SimServer) -> AsyncIterator[openai.AsyncOpenAI]:
     sdk = make_client(shared_srv)
     yield sdk
     await sdk.close()
-
-
-@pytest.fixture
-def now(srv: SimServer) -> list[float]:
-    """The server's rate-limit clock, stepped by the test: ``now[0] += 30``."""
-    clock = [1000.0]
-    srv.clock = lambda: clock[0]
-    return clock
 
 
 def make_claude(srv: SimServer, key: str = "test-key", **kwargs: Any) -> anthropic.AsyncAnthropic:

@@ -138,9 +138,9 @@ async def test_winodict_on_the_embedded_model_prints_the_table(tmp_path, items):
 @pytest.mark.slow
 async def test_winodict_on_llama_cpp_server_prints_the_table(tmp_path, items, llama_server):  # noqa: F811
     """The same GGUF behind llama.cpp's own server (openai-compatible: echo + logprobs) takes the 20-item slice at
-    zero shots and the table prints. Its figures are not the embedded model's: llama-cpp-python 0.3.36's server returns prompt
-    logprobs shifted by one token (the upstream bug DESIGN notes; tests/test_loglikelihood_providers.py pins it),
-    so only the shape is checked here."""
+    zero shots and the table prints. Its figures are not the embedded model's: llama-cpp-python 0.3.36's server
+    returns prompt logprobs shifted by one token (the upstream bug DESIGN notes; tests/test_loglikelihood_providers.py
+    pins it), so only the shape is checked here."""
     text = EVAL.read_text(encoding="utf-8").replace(
         "params: {temperature: 0, max_tokens: 8}",
         f"params: {{temperature: 0, max_tokens: 8}}\nendpoints: {{llama: {{base_url: {json.dumps(llama_server.url)},"
