@@ -333,3 +333,29 @@ def test_the_estimate_holds_a_batch_stage_to_its_budget_at_the_batch_price(tmp_p
     # a budget between the two worst cases: enough for the batch job, not for the online one
     budget = online.high * 0.75
     assert estimates.over_budget(batch, budget) is None and estimates.over_budget(online, budget) is not None
+
+
+async def test_a_batch_run_stopped_by_its_budget_resumes_with_new_batches(tmp_path, server: SimServer):
+    """The run spends its budget in a first batch; `runner resume --budget` submits the rest as a new batch of
+    the same run beside the collected one (ids stay unique across processes), and nothing is answered twice."""
+    store = open_store(tmp_path / "s.sqlite")
+    path = write_job(tmp_path, server.url, mode="batch")
+    job = load_job(path)
+    rates = Pricing(job).batch_rates(MODEL)
+    assert rates is not None
+    worst = [rates.worst_case(count_input_tokens("sim", t.model_name, t.messages), 5)
+             for t in StagePlan(job, job.stages[0])]
+    job.budget = JobBudget(usd=sum(worst[: len(worst) // 4]))
+    first = await execute(job, store)
+    assert first.status == "budget_exhausted"
+    again = load_job(path)
+    again.budget = JobBudget(usd=sum(worst) * 2)
+    resumed = await execute(again, store, run_id=first.run_id)
+    assert resumed.status == "completed", resumed.message
+    batches = store.batches(first.run_id)
+    assert len(batches) >= 2 and len({b["id"] for b in batches}) == len(batches)
+    assert all(b["state"] == "collected" for b in batches)
+    stats, n = server.stats(), distinct(path)
+    assert stats["batch_lines"] == n and all(c == 1 for c in stats["batch_completed_by_digest"].values())
+    assert len(store.tasks(first.run_id, status="done")) == ROWS * 2
+    assert not store.ledger(first.run_id, kind="reserved")

@@ -18,11 +18,12 @@ everything else is sent online.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from runner.engine.budget import Exhausted, Reservation
+from runner.engine.budget import LATER, Reservation
 from runner.engine.stats import BatchView
 from runner.errors import AuthError, ProviderError, QuotaExceeded, RunnerError
 from runner.plan.request import Task
@@ -36,8 +37,6 @@ if TYPE_CHECKING:
 
 #: seconds between looks at batches being cancelled at a deadline
 CANCEL_POLL = 1.0
-#: a line whose budget has no room until a batch in flight settles
-LATER = "later"
 
 
 @dataclass
@@ -78,7 +77,6 @@ class Batcher:
         #: per request key: how many times it was submitted again
         self.resubmits: dict[str, int] = {}
         self.loaded: set[str] = set()
-        self._serial = 0
 
     # -- which tasks go through a batch ------------------------------------------------------------------
     def wants(self, task: Task) -> bool:
@@ -112,7 +110,6 @@ class Batcher:
                               row["round"], {key: ledger for key, (ledger, status) in row["lines"].items()
                                              if status == "pending"})
             self.open[batch.id] = batch
-            self._serial += 1
             self.d.stats.batches[batch.id] = BatchView(stage, batch.model, batch.provider_batch_id, len(batch.keys),
                                                        provider_state=row["provider_state"] or "", round=batch.round)
             for key in batch.keys:
@@ -135,29 +132,9 @@ class Batcher:
         if len(group) >= self.settings.max_requests:
             await self.submit(task.stage, task.model)
 
-    def _reserve(self, task: Task) -> Reservation | str | None:
-        """Reserve a line's worst case at the batch price against its budgets and in the ledger. ``LATER`` when
-        a budget has no room now but has reservations in flight (its batches may settle below their worst case);
-        None when it has no room at all (the budget is spent, as online)."""
-        usd = self.d.worst_case(task, batch=True)
-        tokens = self.d._input_tokens(task) + (task.call.params.get("max_tokens") or 0)
-        reservation = Reservation([], usd, tokens)
-        if self.d.budgets is not None:
-            got = self.d.budgets.try_reserve(task.stage, task.model, usd, tokens)
-            if isinstance(got, Exhausted):
-                if got.scope.inflight:
-                    return LATER
-                self.d._out_of_budget(task, got.scope)
-                return None
-            reservation = got
-        if usd > 0:
-            reservation.ledger_id = self.d.store.reserve(self.d.run_id, task.stage, task.model, task.key, usd)
-        return reservation
-
     def _reserve_again(self, task: Task, ledger_id: int | None) -> Reservation:
         """A resumed batch line's reservation, back in this process's budgets (its ledger row is still there)."""
-        usd = self.d.worst_case(task, batch=True)
-        tokens = self.d._input_tokens(task) + (task.call.params.get("max_tokens") or 0)
+        usd, tokens = self.d.worst_case(task, batch=True)
         if self.d.budgets is None:
             return Reservation([], usd, tokens, ledger_id)
         reservation = self.d.budgets.hold(task.stage, task.model, usd, tokens)
@@ -170,7 +147,7 @@ class Batcher:
         keys: dict[str, int | None] = {}
         later: list[Task] = []
         for task in tasks:
-            reservation = self._reserve(task)
+            reservation = await self.d._reserve(task, batch=True)
             if reservation is LATER:  # no room until a batch in flight settles below its worst case
                 later.append(task)
                 continue
@@ -197,9 +174,9 @@ class Batcher:
             if isinstance(exc, AuthError | QuotaExceeded) and self.d.fatal is None:
                 self.d.fatal, self.d.stopping = exc, True
             return
-        self._serial += 1
-        batch = OpenBatch(f"{self.d.run_id}:{stage}:{self._serial}", stage, model, first.provider, provider_id, round_,
-                          keys)
+        # the run's id, the stage and a random part: a resumed process must not reuse an earlier process's ids
+        batch = OpenBatch(f"{self.d.run_id}:{stage}:{secrets.token_hex(4)}", stage, model, first.provider, provider_id,
+                          round_, keys)
         self.d.store.record_batch(batch.id, self.d.run_id, stage, model, provider_id, round_, list(keys.items()))
         self.open[batch.id] = batch
         self.d.stats.batches[batch.id] = BatchView(stage, model, provider_id, len(keys), round=round_)
@@ -239,9 +216,9 @@ class Batcher:
             await self.submit(*group)
 
     def busy(self, stage: str) -> bool:
-        """Whether the stage has lines not yet submitted or batches not yet collected."""
-        return (any(g[0] == stage for g in self.pending) or any(b.stage == stage for b in self.open.values())
-                or bool(self.d.store.open_batches(self.d.run_id, stage)) and stage not in self.loaded)
+        """Whether the stage has lines not yet submitted or batches not yet collected (an earlier process's too)."""
+        self._load(stage)
+        return any(g[0] == stage for g in self.pending) or any(b.stage == stage for b in self.open.values())
 
     def _auto(self, stage: str) -> bool:
         return self.d.job.stage_mode(self.d.stages[stage]) == "auto"
@@ -314,6 +291,9 @@ class Batcher:
                          else ProviderError("the batch ended without answering this request"))
                 for task in tasks:
                     self.d._finish_failed(task, error, attempts=1 + self.resubmits.get(key, 0))
+        # The answers are committed before the batch is marked collected: a crash in between leaves the batch open,
+        # and a resume reads its results again (answered lines are then cache hits) instead of paying for them twice.
+        await self.d.writer.flush()
         self.d.store.finish_batch(batch.id, statuses)
         self.open.pop(batch.id, None)
         view = self.d.stats.batches.get(batch.id)
