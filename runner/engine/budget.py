@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 #: tolerance of float sums of money (USD); far below a cent
 EPSILON = 1e-9
+#: a reservation that does not fit now but may once reservations in flight settle (a batch line waits for that)
+LATER = "later"
 
 
 @dataclass(slots=True)

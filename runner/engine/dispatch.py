@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from runner.engine.batch import Batcher
-from runner.engine.budget import Budgets, Exhausted, Reservation, Scope
+from runner.engine.budget import LATER, Budgets, Exhausted, Reservation, Scope
 from runner.engine.limits import Endpoint
 from runner.engine.retry import Tally, retrying
 from runner.engine.stats import RunStats
@@ -211,18 +211,21 @@ class Dispatcher:
         return True
 
     # -- budgets -----------------------------------------------------------------------------------------
-    async def _reserve(self, req: Task, *, batch: bool = False) -> Reservation | None:
-        """Reserve the request's worst case (at the Batch API's price for a batch line) against its budgets and in
-        the ledger; None when a budget ran out."""
-        max_tokens = req.call.params.get("max_tokens") or 0
-        input_tokens = self._input_tokens(req)
-        usd = self.worst_case(req, batch=batch)
-        tokens = input_tokens + max_tokens
+    async def _reserve(self, req: Task, *, batch: bool = False) -> Reservation | str | None:
+        """Reserve the request's worst case against its budgets and in the ledger; None when a budget ran out.
+        A batch line is priced at the Batch API's price and never waits: it gets ``LATER`` while the budget has
+        reservations in flight (a batch's settle only when the whole batch has ended)."""
+        usd, tokens = self.worst_case(req, batch=batch)
         if self.budgets is None:
             reservation = Reservation([], usd, tokens)
         else:
-            got = await self.budgets.reserve(req.stage, req.model, usd, tokens)
+            if batch:
+                got = self.budgets.try_reserve(req.stage, req.model, usd, tokens)
+            else:
+                got = await self.budgets.reserve(req.stage, req.model, usd, tokens)
             if isinstance(got, Exhausted):
+                if batch and got.scope.inflight:
+                    return LATER
                 self._out_of_budget(req, got.scope)
                 return None
             reservation = got
@@ -230,13 +233,15 @@ class Dispatcher:
             reservation.ledger_id = self.store.reserve(self.run_id, req.stage, req.model, req.key, usd)
         return reservation
 
-    def worst_case(self, req: Task, *, batch: bool = False) -> float:
-        """USD the request can cost at most: its counted input tokens and ``max_tokens`` at the model's prices."""
+    def worst_case(self, req: Task, *, batch: bool = False) -> tuple[float, int]:
+        """(USD, tokens) the request can cost at most: its counted input tokens and ``max_tokens``, in USD at the
+        model's prices (the Batch API's for a batch line, where the model has them)."""
         max_tokens = req.call.params.get("max_tokens") or 0
+        input_tokens = self._input_tokens(req)
         rates = self.pricing.batch_rates(req.model) if batch else None
-        if rates is not None:
-            return rates.worst_case(self._input_tokens(req), max_tokens)
-        return self.pricing.worst_case(req.model, self._input_tokens(req), max_tokens)
+        usd = rates.worst_case(input_tokens, max_tokens) if rates is not None else \
+            self.pricing.worst_case(req.model, input_tokens, max_tokens)
+        return usd, input_tokens + max_tokens
 
     @staticmethod
     def _input_tokens(req: Task) -> int:
