@@ -75,9 +75,7 @@ def result_line(stage: Stage, req: Task, text: str | None, *, status: str, cache
         result["parsed"] = NONE_OF_THEM if parsed.value else None
     else:
         result["parsed"] = parsed.value
-    if req.gold is not None and not stage.review:
-        result["score"] = score(kind, result["parsed"], req.gold)
-    return result
+    return result if stage.review else _scored(req, kind, result)
 
 def _items(req: Task, stage: Stage, text: str, result: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     """A list answer (``lines`` or a recipe parser): its items, and the pieces rejected by rule."""
@@ -115,6 +113,7 @@ def _loglikelihood(req: Task, text: str, result: dict[str, Any]) -> dict[str, An
 
 
 def _scored(req: Task, kind: str, result: dict[str, Any]) -> dict[str, Any]:
+    """The result with its score under the parse kind's scorer, when the task has a gold answer."""
     if req.gold is not None:
         result["score"] = score(kind, result["parsed"], req.gold)
     return result

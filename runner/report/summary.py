@@ -55,7 +55,8 @@ def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any
         cached, saved = g.cached_input_tokens, g.saved
         errors = store.error_counts(run_id, stage, model)
         latencies = store.latencies(run_id, stage, model)
-        by_seed = store.accuracy_by_variant(run_id, stage, model, "seed")
+        # tasks without a seed (no choices) have no per-seed figure
+        by_seed = {k: v for k, v in store.accuracy_by_variant(run_id, stage, model, "seed").items() if k != "None"}
         extra = _aggregates(store, run_id, stage, model)
         seed_means = list(by_seed.values())
         rows.append({

@@ -410,7 +410,7 @@ class SQLiteStore(Store):
 
     def accuracy_by_variant(self, run_id: str, stage: str, model: str, key: str) -> dict[str, float]:
         return {str(v): acc for v, acc in self.conn.execute(
-            f"SELECT json_extract(variant_json, '$.' || ?) AS v, avg(score) {_SCORED} AND v IS NOT NULL"
+            f"SELECT json_extract(variant_json, '$.' || ?) AS v, avg(score) {_SCORED}"
             " GROUP BY v ORDER BY v", (key, run_id, stage, model))}
 
     def variant_axes(self, run_id: str, stage: str, model: str) -> list[str]:
