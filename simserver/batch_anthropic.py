@@ -23,23 +23,21 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from .anthropic import ANTHROPIC
-from .batches import Batch, Line, key_error, new_id, page, rfc3339
+from .batches import Batch, BatchRoutes, Line, new_id, page, rfc3339
 from .wire import compact
 
 if TYPE_CHECKING:
-    from .server import SimServer
+    pass
 
 __all__ = ["AnthropicBatches"]
 
 _CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _DAY = 86400
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _error(status: int, kind: str, message: str) -> web.Response:
@@ -56,15 +54,10 @@ def _result(line: Line) -> dict[str, Any]:
     return {"type": line.outcome}
 
 
-class AnthropicBatches:
+class AnthropicBatches(BatchRoutes):
     """The routes of the Message Batches API on one server."""
 
-    def __init__(self, server: SimServer) -> None:
-        self.server = server
-
-    @property
-    def store(self) -> Any:
-        return self.server.batches
+    wire = ANTHROPIC
 
     def add_routes(self, app: web.Application) -> None:
         add = app.router.add_route
@@ -74,12 +67,6 @@ class AnthropicBatches:
         add("DELETE", "/v1/messages/batches/{batch_id}", self._keyed(self.delete))
         add("GET", "/v1/messages/batches/{batch_id}/results", self._keyed(self.results))
         add("POST", "/v1/messages/batches/{batch_id}/cancel", self._keyed(self.cancel))
-
-    def _keyed(self, handler: Handler) -> Handler:
-        async def run(request: web.Request) -> web.StreamResponse:
-            refused = key_error(self.server, ANTHROPIC, request)
-            return refused if refused is not None else await handler(request)
-        return run
 
     async def create(self, request: web.Request) -> web.Response:
         try:

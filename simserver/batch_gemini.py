@@ -26,16 +26,15 @@ fileName``) is not supported (a 400).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from .batches import Batch, Line, key_error, new_id, page, rfc3339
+from .batches import Batch, BatchRoutes, Line, new_id, page, rfc3339
 from .gemini import GEMINI
 
 if TYPE_CHECKING:
-    from .server import SimServer
+    pass
 
 __all__ = ["GeminiBatches"]
 
@@ -46,7 +45,6 @@ _UNFINISHED = {"expired": {"code": 4, "message": "The batch expired before this 
                "canceled": {"code": 1, "message": "The batch was cancelled before this request was processed."}}
 _INTERNAL = ("An internal error has occurred. Please retry or report in "
              "https://developers.generativeai.google/guide/troubleshooting")
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _error(code: int, status: str, message: str) -> web.Response:
@@ -66,15 +64,10 @@ def _entry(line: Line) -> dict[str, Any]:
     return entry
 
 
-class GeminiBatches:
+class GeminiBatches(BatchRoutes):
     """The routes of Gemini batch mode on one server."""
 
-    def __init__(self, server: SimServer) -> None:
-        self.server = server
-
-    @property
-    def store(self) -> Any:
-        return self.server.batches
+    wire = GEMINI
 
     def add_routes(self, app: web.Application) -> None:
         add = app.router.add_route
@@ -83,12 +76,6 @@ class GeminiBatches:
         add("GET", "/v1beta/batches/{batch_id}", self._keyed(self.get))
         add("DELETE", "/v1beta/batches/{batch_id}", self._keyed(self.delete))
         add("POST", "/v1beta/batches/{batch_id}:cancel", self._keyed(self.cancel))
-
-    def _keyed(self, handler: Handler) -> Handler:
-        async def run(request: web.Request) -> web.StreamResponse:
-            refused = key_error(self.server, GEMINI, request)
-            return refused if refused is not None else await handler(request)
-        return run
 
     async def create(self, request: web.Request) -> web.Response:
         try:

@@ -26,18 +26,17 @@ with the error body) and the unfinished ones with ``response: null`` and ``error
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from .batches import Batch, Line, StoredFile, key_error, new_id, page
+from .batches import Batch, BatchRoutes, Line, StoredFile, new_id, page
 from .completions import COMPLETIONS
 from .openai import OPENAI
 from .wire import compact
 
 if TYPE_CHECKING:
-    from .server import SimServer
+    pass
 
 __all__ = ["OpenAIBatches"]
 
@@ -47,7 +46,6 @@ _DAY = 86400
 _EXPIRED = {"code": "batch_expired",
             "message": "This request could not be executed before the completion window expired."}
 _CANCELLED = {"code": "batch_cancelled", "message": "This request was not executed because the batch was cancelled."}
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _error(status: int, message: str, param: str | None = None, code: str | None = None) -> web.Response:
@@ -113,15 +111,10 @@ def _read_lines(data: bytes, endpoint: str) -> tuple[list[Line], list[dict[str, 
     return lines, errors
 
 
-class OpenAIBatches:
+class OpenAIBatches(BatchRoutes):
     """The routes of the Files and Batch APIs on one server."""
 
-    def __init__(self, server: SimServer) -> None:
-        self.server = server
-
-    @property
-    def store(self) -> Any:
-        return self.server.batches
+    wire = OPENAI
 
     def add_routes(self, app: web.Application) -> None:
         add = app.router.add_route
@@ -134,12 +127,6 @@ class OpenAIBatches:
         add("GET", "/v1/batches", self._keyed(self.list_batches))
         add("GET", "/v1/batches/{batch_id}", self._keyed(self.get_batch))
         add("POST", "/v1/batches/{batch_id}/cancel", self._keyed(self.cancel_batch))
-
-    def _keyed(self, handler: Handler) -> Handler:
-        async def run(request: web.Request) -> web.StreamResponse:
-            refused = key_error(self.server, OPENAI, request)  # (a response is an empty mapping: falsy)
-            return refused if refused is not None else await handler(request)
-        return run
 
     # -- files -----------------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -255,6 +255,29 @@ def key_error(server: SimServer, fmt: WireFormat, request: web.Request) -> web.R
         if cfg.api_key is not None and key != cfg.api_key:
             return fmt.wrong_key(fmt.new_headers())
     return None
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class BatchRoutes:
+    """What the three Batch APIs' route classes share: the server, its batch store, and the key check in front of
+    every route. A subclass sets ``wire`` (its wire format) and adds its routes."""
+
+    wire: WireFormat
+
+    def __init__(self, server: SimServer) -> None:
+        self.server = server
+
+    @property
+    def store(self) -> BatchStore:
+        return self.server.batches
+
+    def _keyed(self, handler: Handler) -> Handler:
+        async def run(request: web.Request) -> web.StreamResponse:
+            refused = key_error(self.server, self.wire, request)  # (a response is an empty mapping: falsy)
+            return refused if refused is not None else await handler(request)
+        return run
 
 
 def page(items: Iterable[Any], ident: Callable[[Any], str], limit: Any, after: str | None = None,
