@@ -122,6 +122,11 @@ class Store(ABC):
         """The memo rows of several keys in one query (the dispatcher asks per chunk of requests)."""
 
     @abstractmethod
+    def request_texts(self, keys: list[str]) -> dict[str, str]:
+        """The stored request (canonical JSON: messages, model, parameters) of several memo keys, in one query
+        per chunk of keys; keys without a memo row are left out (the HTML report's samples)."""
+
+    @abstractmethod
     def memo_keys(self) -> set[str]:
         """Every cache key in the memo."""
 
@@ -198,7 +203,7 @@ class Store(ABC):
 
     # -- the ledger ----------------------------------------------------------------------------------
     @abstractmethod
-    def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float) -> int:
+    def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float, worker: str | None = None) -> int:
         """Record a request's worst-case cost before it is sent, committed at once so a crash leaves it;
         returns the reservation's id."""
 
@@ -258,6 +263,73 @@ class Store(ABC):
     @abstractmethod
     def batches(self, run_id: str) -> list[dict[str, Any]]:
         """Every batch of a run, with its line counts by status (the report and the live view)."""
+
+    # -- several processes on one run (runner/engine/workers.py) -------------------------------------------
+    # Lease and claim times are the store's clock (the database server's, for a shared store), in seconds.
+    @abstractmethod
+    def join_run(self, run_id: str, worker: str, host: str, pid: int, ttl: float) -> None:
+        """Register a process working on a run; it stays live while its heartbeats come within ``ttl``."""
+
+    @abstractmethod
+    def heartbeat(self, worker: str, ttl: float) -> None:
+        """The worker is alive: extend its registration, its chunk leases and its request claims by ``ttl``."""
+
+    @abstractmethod
+    def leave_run(self, worker: str) -> None:
+        """The worker stops: its leases of chunks not done and its request claims are given up at once."""
+
+    @abstractmethod
+    def workers(self, run_id: str) -> list[dict[str, Any]]:
+        """The processes that joined a run: id, host, pid, started, state (live, left or dead)."""
+
+    @abstractmethod
+    def claim_chunk(self, run_id: str, stage: str, chunk: int, worker: str, ttl: float) -> str | None:
+        """Lease one chunk of a stage's planned tasks: ``"new"`` when nobody had it, ``"taken"`` when it was
+        taken over from a worker whose lease expired (some of its tasks may be done), None when another live
+        worker holds it or it is done."""
+
+    @abstractmethod
+    def take_expired_chunk(self, run_id: str, stage: str, worker: str, ttl: float) -> int | None:
+        """Take over one chunk not done whose lease expired (its worker died), or None."""
+
+    @abstractmethod
+    def finish_chunks(self, run_id: str, stage: str, worker: str) -> None:
+        """Every chunk of the stage this worker holds is done (its tasks are committed)."""
+
+    @abstractmethod
+    def open_chunks(self, run_id: str, stage: str) -> int:
+        """Chunks of the stage leased and not done (by any worker, live or not)."""
+
+    @abstractmethod
+    def reset_chunks(self, run_id: str) -> None:
+        """Forget a run's chunk leases (a resume plans every chunk again and skips what is done)."""
+
+    @abstractmethod
+    def claim_keys(self, keys: list[str], worker: str, ttl: float) -> set[str]:
+        """Claim the right to send these requests; returns the keys now this worker's (unclaimed, claimed by
+        it, or whose claim expired). An identical request claimed by another live process is not sent twice:
+        its answer will be in the memo. Claims go when the answer is committed (:meth:`write_batch`)."""
+
+    @abstractmethod
+    def release_keys(self, keys: list[str], worker: str) -> None:
+        """Give up claims of requests that ended without an answer."""
+
+    @abstractmethod
+    def dead_workers(self, run_id: str) -> list[str]:
+        """Workers of the run whose heartbeat expired and whose reservations are not resolved yet."""
+
+    @abstractmethod
+    def resolve_worker(self, run_id: str, worker: str) -> tuple[int, int]:
+        """A dead worker's reservations, resolved as :meth:`resolve_reservations` does for a crashed run, and
+        the worker marked dead. Returns (settled, possibly billed)."""
+
+    @abstractmethod
+    def reserve_within(self, run_id: str, stage: str, model: str, key: str, usd: float,
+                       limits: dict[str, float], worker: str | None = None) -> tuple[int | None, str | None, int]:
+        """Reserve a request's worst case in the ledger only if it fits every budget in ``limits`` (USD by scope:
+        ``run``, ``stage:NAME``, ``model:NAME``) counting every process's charges and reservations, in one
+        transaction. Returns (ledger id, None, 0), or (None, the scope without room, reservations in flight in
+        it)."""
 
     # -- evaluation stages finished whole (runner/engine/replay.py) -----------------------------------------
     @abstractmethod

@@ -154,6 +154,57 @@ def m008_batches(db: sqlite_utils.Database) -> None:
     db["runs"].add_column("deadline", str)
 
 
+#: ledger kinds that count against a budget, and the one that is still in flight
+_BUDGET_KINDS = "('reserved', 'charge', 'possibly_billed')"
+
+
+def _use_rows(row: str, sign: str) -> str:
+    """The three budget_use rows (run, stage, model) a ledger row counts in, with its amount signed."""
+    inflight = f"{sign}({row}.kind = 'reserved')"
+    return ", ".join(f"({row}.run_id, {scope}, {sign}{row}.amount, {inflight})"
+                     for scope in ("'run'", f"'stage:' || {row}.stage", f"'model:' || {row}.model"))
+
+
+_UPSERT = ("INSERT INTO budget_use (run_id, scope, usd, inflight) VALUES {rows} ON CONFLICT (run_id, scope) DO UPDATE"
+           " SET usd = usd + excluded.usd, inflight = inflight + excluded.inflight;")
+
+
+@migration
+def m009_workers(db: sqlite_utils.Database) -> None:
+    """Several processes on one run (runner/engine/workers.py): the workers that joined it with their heartbeats,
+    leases of chunks of a stage's planned tasks, claims of requests being sent (so an identical request goes out
+    once across processes), who made each ledger reservation, and per run and budget scope the USD charged and
+    reserved (kept by triggers on the ledger), which a reservation checks in the same transaction."""
+    db.execute("CREATE TABLE workers (id TEXT PRIMARY KEY, run_id TEXT NOT NULL, host TEXT, pid INTEGER,"
+               " started TEXT, seen REAL NOT NULL, state TEXT NOT NULL DEFAULT 'live')")
+    db.execute("CREATE INDEX workers_run ON workers (run_id)")
+    db.execute("CREATE TABLE leases (run_id TEXT NOT NULL, stage TEXT NOT NULL, chunk INTEGER NOT NULL,"
+               " worker TEXT NOT NULL, expires REAL NOT NULL, done INTEGER NOT NULL DEFAULT 0,"
+               " PRIMARY KEY (run_id, stage, chunk)) WITHOUT ROWID")
+    db.execute("CREATE INDEX leases_worker ON leases (worker)")
+    db.execute("CREATE TABLE claims (key TEXT PRIMARY KEY, worker TEXT NOT NULL, expires REAL NOT NULL)"
+               " WITHOUT ROWID")
+    db.execute("CREATE INDEX claims_worker ON claims (worker)")
+    db["ledger"].add_column("worker", str)
+    db.execute("CREATE TABLE budget_use (run_id TEXT NOT NULL, scope TEXT NOT NULL, usd REAL NOT NULL DEFAULT 0,"
+               " inflight INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (run_id, scope)) WITHOUT ROWID")
+    db.execute(f"CREATE TRIGGER ledger_use_insert AFTER INSERT ON ledger WHEN NEW.kind IN {_BUDGET_KINDS} BEGIN "
+               + _UPSERT.format(rows=_use_rows("NEW", "")) + " END")
+    db.execute(f"CREATE TRIGGER ledger_use_delete AFTER DELETE ON ledger WHEN OLD.kind IN {_BUDGET_KINDS} BEGIN "
+               + _UPSERT.format(rows=_use_rows("OLD", "-")) + " END")
+    db.execute("CREATE TRIGGER ledger_use_update AFTER UPDATE OF kind, amount ON ledger BEGIN "
+               + _UPSERT.format(rows=_use_rows("OLD", "-")).replace("VALUES", "SELECT * FROM (VALUES", 1)
+               .replace(" ON CONFLICT", f") WHERE OLD.kind IN {_BUDGET_KINDS} ON CONFLICT", 1)
+               + _UPSERT.format(rows=_use_rows("NEW", "")).replace("VALUES", "SELECT * FROM (VALUES", 1)
+               .replace(" ON CONFLICT", f") WHERE NEW.kind IN {_BUDGET_KINDS} ON CONFLICT", 1)
+               + " END")
+    # the sums of what the ledger holds already
+    for scope in ("'run'", "'stage:' || stage", "'model:' || model"):
+        db.execute(f"INSERT INTO budget_use (run_id, scope, usd, inflight) SELECT run_id, {scope}, sum(amount),"
+                   f" sum(kind = 'reserved') FROM ledger WHERE kind IN {_BUDGET_KINDS} GROUP BY run_id, {scope}"
+                   " ON CONFLICT (run_id, scope) DO UPDATE SET usd = usd + excluded.usd,"
+                   " inflight = inflight + excluded.inflight")
+
 def migrate(db: sqlite_utils.Database) -> None:
     """Apply the migrations not yet applied, in one transaction that holds the write lock from its start: two
     processes opening a new store at once take turns (the second waits, then finds nothing to do) instead of one

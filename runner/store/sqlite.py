@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ from runner.store.base import (
 from runner.store.migrations import migrate
 
 BUSY_TIMEOUT_S = 30.0
+#: tolerance of float sums of money (USD) against a budget; far below a cent
+EPSILON = 1e-9
 #: how ``runner costs --by`` groups ledger rows and task rows
 _GROUP_SQL = {
     "model": ("l.model", "t.model"),
@@ -55,6 +58,7 @@ _TASK_SQL = (
 # A memo row is never overwritten: the first answer to a request is the answer.
 _RESPONSE_SQL = _insert_sql("responses", RESPONSE_COLUMNS, "INSERT OR IGNORE")
 _LEDGER_SQL = _insert_sql("ledger", LEDGER_COLUMNS, "INSERT")
+_RESERVE_SQL = _insert_sql("ledger", (*LEDGER_COLUMNS, "worker"), "INSERT")
 
 # Replay's copied rows: cache hits that cost nothing and saved what the original answer cost (or saved).
 _COPY_SQL = """
@@ -112,6 +116,14 @@ class SQLiteStore(Store):
             )
             for key, *values in rows:
                 found[key] = CachedResponse(*values)
+        return found
+
+    def request_texts(self, keys: list[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for start in range(0, len(keys), 500):
+            part = keys[start:start + 500]
+            found.update(self.conn.execute(
+                f"SELECT key, request_json FROM responses WHERE key IN ({', '.join('?' * len(part))})", part))
         return found
 
     def memo_keys(self) -> set[str]:
@@ -200,16 +212,150 @@ class SQLiteStore(Store):
                 conn.executemany(_LEDGER_SQL, ledger)
             if released:
                 conn.executemany("DELETE FROM ledger WHERE id = ?", released)
+            if responses:  # an answered request's claim ends with the commit of its answer
+                conn.executemany("DELETE FROM claims WHERE key = ?", ((row[0],) for row in responses))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
 
     # -- the ledger's reservations (runner/engine/budget.py) -------------------------------------------------------
-    def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float) -> int:
+    def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float, worker: str | None = None) -> int:
         """Record a request's worst-case cost before it is sent; committed at once, so a crash leaves it."""
-        cursor = self.conn.execute(_LEDGER_SQL, (run_id, stage, model, key, "reserved", usd, now()))
+        cursor = self.conn.execute(_RESERVE_SQL, (run_id, stage, model, key, "reserved", usd, now(), worker))
         return int(cursor.lastrowid or 0)
+
+    def reserve_within(self, run_id: str, stage: str, model: str, key: str, usd: float,
+                       limits: dict[str, float], worker: str | None = None) -> tuple[int | None, str | None, int]:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")  # the write lock first: no other process reserves between check and insert
+        try:
+            scopes = list(limits)
+            used = {scope: (usd_, inflight) for scope, usd_, inflight in conn.execute(
+                f"SELECT scope, usd, inflight FROM budget_use WHERE run_id = ? AND scope IN"
+                f" ({', '.join('?' * len(scopes))})", (run_id, *scopes))}
+            for scope, limit in limits.items():
+                spent, inflight = used.get(scope, (0.0, 0))
+                if spent + usd > limit + EPSILON:
+                    conn.execute("ROLLBACK")
+                    return None, scope, int(inflight)
+            cursor = conn.execute(_RESERVE_SQL, (run_id, stage, model, key, "reserved", usd, now(), worker))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return int(cursor.lastrowid or 0), None, 0
+
+    # -- several processes on one run (runner/engine/workers.py) -------------------------------------------------
+    def join_run(self, run_id: str, worker: str, host: str, pid: int, ttl: float) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO workers (id, run_id, host, pid, started, seen, state)"
+                          " VALUES (?, ?, ?, ?, ?, ?, 'live')", (worker, run_id, host, pid, now(), time.time() + ttl))
+
+    def heartbeat(self, worker: str, ttl: float) -> None:
+        until = time.time() + ttl
+        self._transaction([
+            ("UPDATE workers SET seen = ? WHERE id = ? AND state = 'live'", (until, worker)),
+            ("UPDATE leases SET expires = ? WHERE worker = ? AND done = 0", (until, worker)),
+            ("UPDATE claims SET expires = ? WHERE worker = ?", (until, worker)),
+        ])
+
+    def leave_run(self, worker: str) -> None:
+        self._transaction([
+            ("UPDATE workers SET state = 'left' WHERE id = ? AND state = 'live'", (worker,)),
+            ("UPDATE leases SET expires = 0 WHERE worker = ? AND done = 0", (worker,)),
+            ("DELETE FROM claims WHERE worker = ?", (worker,)),
+        ])
+
+    def workers(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self._dicts("SELECT id, host, pid, started, seen, state FROM workers WHERE run_id = ? ORDER BY started,"
+                           " id", (run_id,))
+        clock = time.time()
+        for row in rows:
+            if row["state"] == "live" and row["seen"] < clock:
+                row["state"] = "dead"
+            del row["seen"]
+        return rows
+
+    def claim_chunk(self, run_id: str, stage: str, chunk: int, worker: str, ttl: float) -> str | None:
+        clock = time.time()
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute("SELECT worker, expires, done FROM leases WHERE run_id = ? AND stage = ? AND chunk = ?",
+                               (run_id, stage, chunk)).fetchone()
+            if row is None:
+                got: str | None = "new"
+                conn.execute("INSERT INTO leases (run_id, stage, chunk, worker, expires) VALUES (?, ?, ?, ?, ?)",
+                             (run_id, stage, chunk, worker, clock + ttl))
+            elif row[2] or (row[0] != worker and row[1] >= clock):
+                got = None
+            else:
+                got = "taken"
+                conn.execute("UPDATE leases SET worker = ?, expires = ? WHERE run_id = ? AND stage = ? AND chunk = ?",
+                             (worker, clock + ttl, run_id, stage, chunk))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return got
+
+    def take_expired_chunk(self, run_id: str, stage: str, worker: str, ttl: float) -> int | None:
+        clock = time.time()
+        row = self.conn.execute(
+            "UPDATE leases SET worker = ?, expires = ? WHERE run_id = ? AND stage = ? AND chunk = (SELECT chunk FROM"
+            " leases WHERE run_id = ? AND stage = ? AND done = 0 AND expires < ? ORDER BY chunk LIMIT 1)"
+            " RETURNING chunk",
+            (worker, clock + ttl, run_id, stage, run_id, stage, clock)).fetchone()
+        return None if row is None else int(row[0])
+
+    def finish_chunks(self, run_id: str, stage: str, worker: str) -> None:
+        self.conn.execute("UPDATE leases SET done = 1 WHERE run_id = ? AND stage = ? AND worker = ?",
+                          (run_id, stage, worker))
+
+    def open_chunks(self, run_id: str, stage: str) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM leases WHERE run_id = ? AND stage = ? AND done = 0",
+                                     (run_id, stage)).fetchone()[0])
+
+    def reset_chunks(self, run_id: str) -> None:
+        self.conn.execute("DELETE FROM leases WHERE run_id = ?", (run_id,))
+
+    def claim_keys(self, keys: list[str], worker: str, ttl: float) -> set[str]:
+        clock = time.time()
+        ours: set[str] = set()
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for key in keys:
+                row = conn.execute(
+                    "INSERT INTO claims (key, worker, expires) VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE SET"
+                    " worker = excluded.worker, expires = excluded.expires WHERE claims.expires < ? OR"
+                    " claims.worker = excluded.worker RETURNING key", (key, worker, clock + ttl, clock)).fetchone()
+                if row is not None:
+                    ours.add(row[0])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return ours
+
+    def release_keys(self, keys: list[str], worker: str) -> None:
+        self.conn.executemany("DELETE FROM claims WHERE key = ? AND worker = ?", ((key, worker) for key in keys))
+
+    def dead_workers(self, run_id: str) -> list[str]:
+        return [worker for (worker,) in self.conn.execute(
+            "SELECT id FROM workers WHERE run_id = ? AND state = 'live' AND seen < ?", (run_id, time.time()))]
+
+    def resolve_worker(self, run_id: str, worker: str) -> tuple[int, int]:
+        settled, possibly, _ = self._transaction([
+            ("UPDATE ledger SET kind = 'charge', amount = (SELECT cost FROM responses r WHERE r.key = ledger.key)"
+             " WHERE run_id = ? AND worker = ? AND kind = 'reserved' AND key IN (SELECT key FROM responses)",
+             (run_id, worker)),
+            ("UPDATE ledger SET kind = 'possibly_billed' WHERE run_id = ? AND worker = ? AND kind = 'reserved'",
+             (run_id, worker)),
+            ("UPDATE workers SET state = 'dead' WHERE id = ?", (worker,)),
+        ])
+        return settled, possibly
 
     def release(self, ledger_id: int) -> None:
         self.conn.execute("DELETE FROM ledger WHERE id = ? AND kind = 'reserved'", (ledger_id,))
