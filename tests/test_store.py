@@ -46,7 +46,7 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
     "ledger": (
         {
             "id": int, "run_id": str, "stage": str, "model": str, "key": str, "kind": str, "amount": float,
-            "created": str,
+            "created": str, "worker": str,
         },
         ["id"],
     ),
@@ -59,9 +59,15 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
     "batches": ({"id": str, "run_id": str, "stage": str, "model": str, "provider_batch_id": str, "round": int,
                  "state": str, "provider_state": str, "lines": int, "created": str, "updated": str}, ["id"]),
     "batch_lines": ({"batch_id": str, "key": str, "ledger_id": int, "status": str}, ["batch_id", "key"]),
+    "workers": ({"id": str, "run_id": str, "host": str, "pid": int, "started": str, "seen": float, "state": str},
+                ["id"]),
+    "leases": ({"run_id": str, "stage": str, "chunk": int, "worker": str, "expires": float, "done": int},
+               ["run_id", "stage", "chunk"]),
+    "claims": ({"key": str, "worker": str, "expires": float}, ["key"]),
+    "budget_use": ({"run_id": str, "scope": str, "usd": float, "inflight": int}, ["run_id", "scope"]),
 }
 MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs", "m006_pipelines",
-                   "m007_stage_replays", "m008_batches"]
+                   "m007_stage_replays", "m008_batches", "m009_workers"]
 
 
 @pytest.fixture
