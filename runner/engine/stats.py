@@ -28,6 +28,8 @@ class Counters:
     batch_saved: float = 0.0
     #: requests not sent because a budget covering them ran out (left for a resume)
     over_budget: int = 0
+    #: tasks in chunks another worker of the run leased (``runner work``): finished by that process
+    elsewhere: int = 0
     correct: int = 0
     scored: int = 0
     started: float = field(default_factory=time.monotonic)
