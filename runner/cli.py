@@ -224,14 +224,23 @@ def runs(db: DbOption = None, limit: Annotated[int, typer.Option(help="How many 
 def report(
     run_id: Annotated[str, typer.Argument(help="The run (see `runner runs`).")],
     db: DbOption = None,
-    fmt: Annotated[str, typer.Option("--format", help="text, json, csv or md.")] = "text",
+    fmt: Annotated[str, typer.Option("--format", help="text, json, csv, md or html (html needs -o).")] = "text",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
     judged: Annotated[str | None, typer.Option(
         "--judged", help="A run of jobs/knowno-judge.yaml over this Know-No run's no-hint.jsonl: its verdicts fill "
         "the no-hint column (labelled with the judge model), counted in E[A w/o] and OmniAccuracy.",
         show_default=False)] = None,
 ) -> None:
-    """Per stage and model: requests, cache hits, tokens, cost, errors by class, latency, score."""
+    """Per stage and model: requests, cache hits, tokens, cost, errors by class, latency, score. ``--format html
+    -o FILE`` writes one self-contained page with plots and every answer."""
+    if fmt == "html":
+        if output is None:
+            raise RunnerError("--format html writes a file: name it with -o/--output (e.g. -o report.html)")
+        from runner.report import html as html_report  # only the html format needs it
+
+        html_report.write(open_store(db), run_id, output, judged=judged)
+        typer.echo(f"wrote {output}")
+        return
     if fmt not in reports.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(reports.FORMATS)}, not {fmt!r}")
     store = open_store(db)

@@ -1,0 +1,460 @@
+"""``runner report RUN_ID --format html -o FILE``: one self-contained HTML page of a run.
+
+The page holds what the text report prints (the per stage and model table, the paper's layout, the pipeline
+funnel), plots drawn here as inline SVG (accuracy per model with its spread over the choice seeds, cost and
+requests per stage and model, answer position against gold position, the funnel), and the run's answers one by
+one (prompt, options' shown order, raw answer, parse, score), filtered by a little inline JavaScript on data
+attributes. No network, no CDN: inline CSS, SVG and JS only. Every text from the run is escaped.
+
+The figures are :func:`runner.report.summary.build`'s; only what it does not keep is asked of the store: the
+joint counts of answer letter and gold position (the heatmap), the result lines and the requests in the memo.
+At most ``max_samples`` answers are embedded (a note says how many were left out), so the file stays small.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from runner.plan.choices import LETTERS
+from runner.report import funnel as funnels
+from runner.report import layouts
+from runner.report import summary as reports
+from runner.store import Store
+
+MAX_SAMPLES = 5000
+#: characters of one message shown in a sample; the rest is cut with a note
+MAX_MESSAGE_CHARS = 20_000
+OUTCOMES = ("correct", "wrong", "invalid", "failed", "unscored")
+
+#: plot colours
+BLUE, ORANGE, GREEN, GREY, PURPLE = "#2563eb", "#f59e0b", "#16a34a", "#9ca3af", "#7c3aed"
+
+
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def build(store: Store, run_id: str, judged: str | None = None, max_samples: int = MAX_SAMPLES) -> dict[str, Any]:
+    """The text report's data, with the position heatmaps and up to ``max_samples`` answers."""
+    data = reports.build(store, run_id, judged=judged)
+    run = data["run"]["id"]
+    data["heatmaps"] = []
+    for row in data["rows"]:
+        heatmap = position_counts(store, run, row["stage"], row["model"]) if row.get("position_bias") else None
+        if heatmap and heatmap["n"]:
+            data["heatmaps"].append(heatmap)
+    samples: list[dict[str, Any]] = []
+    for stage in dict.fromkeys(row["stage"] for row in data["rows"]):
+        if len(samples) >= max_samples:
+            break
+        samples += _samples(store, run, stage, max_samples - len(samples))
+    data["samples"] = samples
+    data["samples_total"] = data["totals"]["requests"]
+    return data
+
+
+def position_counts(store: Store, run_id: str, stage: str, model: str) -> dict[str, Any]:
+    """Valid letter answers of one stage and model counted by (gold's shown letter, answer letter), as the
+    report's position bias counts them (answers whose gold was not shown are left out)."""
+    counts: dict[tuple[str, str], int] = {}
+    width = 0
+    for letter, perm_json, gold in store.letter_answers(run_id, stage, model):
+        perm = json.loads(perm_json) if perm_json else None
+        if not perm or gold not in perm or len(perm) > len(LETTERS):
+            continue
+        width = max(width, len(perm))
+        shown = LETTERS[perm.index(gold)]
+        counts[shown, letter] = counts.get((shown, letter), 0) + 1
+    return {"stage": stage, "model": model, "letters": list(LETTERS[:width]), "n": sum(counts.values()),
+            "counts": counts}
+
+
+def _samples(store: Store, run_id: str, stage: str, cap: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    chunk: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        requests = store.request_texts([r["cache_key"] for r in chunk if r.get("cache_key")])
+        for result in chunk:
+            text = requests.get(result.get("cache_key") or "")
+            result["_request"] = json.loads(text) if text else None
+        out.extend(chunk)
+        chunk.clear()
+
+    for line in store.iter_results(run_id, stage):
+        if len(out) + len(chunk) >= cap:
+            break
+        chunk.append(json.loads(line))
+        if len(chunk) >= 500:
+            flush()
+    flush()
+    return out
+
+
+def outcome(result: dict[str, Any]) -> str:
+    """correct, wrong (a valid answer scored below 1), invalid (unparsable), failed (no answer) or unscored."""
+    if result.get("status") == "failed":
+        return "failed"
+    if result.get("valid") is False:
+        return "invalid"
+    score = result.get("score")
+    if score is None:
+        return "unscored"
+    return "correct" if score >= 1 else "wrong"
+
+
+# -- plots -------------------------------------------------------------------------------------------------
+def _svg(width: float, height: float, body: Iterable[str], label: str, kind: str) -> str:
+    return (f'<svg class="plot" data-plot="{esc(kind)}" role="img" aria-label="{esc(label)}" width="{width:.0f}" '
+            f'height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" xmlns="http://www.w3.org/2000/svg">'
+            f'<title>{esc(label)}</title>{"".join(body)}</svg>')
+
+
+def _text(x: float, y: float, text: str, anchor: str = "start", cls: str = "") -> str:
+    return (f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{f" class={chr(34)}{cls}{chr(34)}" if cls else ""}>'
+            f'{esc(text)}</text>')
+
+
+def _label(text: str, limit: int = 42) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _row_label(row: dict[str, Any]) -> str:
+    return f"{row['stage']} · {row['model']}"
+
+
+def accuracy_plot(rows: list[dict[str, Any]]) -> str:
+    """Horizontal bars: mean accuracy over seeds, ± one standard deviation, each seed's accuracy as a dot."""
+    bars = [r for r in rows if r["scored"] or r.get("judged_by")]
+    if not bars:
+        return ""
+    left, width, right, top, step = 270, 420, 150, 28, 30
+    height = top + step * len(bars) + 10
+
+    def x(v: float) -> float:
+        return left + max(0.0, min(1.0, v)) * width
+
+    body = []
+    for tick in (0, 0.25, 0.5, 0.75, 1.0):
+        body.append(f'<line x1="{x(tick):.1f}" y1="{top - 6}" x2="{x(tick):.1f}" y2="{height - 10}" class="grid"/>')
+        body.append(_text(x(tick), top - 10, f"{100 * tick:.0f}%", "middle", "axis"))
+    for i, r in enumerate(bars):
+        y, mid = top + i * step, top + i * step + step / 2
+        mean, std = r["accuracy_mean"] or 0.0, r["accuracy_std"]
+        text = reports.accuracy_text(r)
+        body.append(_text(left - 8, mid + 4, _label(_row_label(r)), "end"))
+        body.append(f'<rect class="bar" x="{left}" y="{y + 6}" width="{x(mean) - left:.1f}" height="{step - 12}" '
+                    f'fill="{BLUE}"><title>{esc(_row_label(r))}: {esc(text)}</title></rect>')
+        if std is not None:  # a zero spread still gets its (flat) whisker
+            lo, hi = x(mean - std), x(mean + std)
+            body.append(f'<path class="errorbar" d="M{lo:.1f},{mid:.1f}H{hi:.1f}M{lo:.1f},{mid - 6:.1f}V{mid + 6:.1f}'
+                        f'M{hi:.1f},{mid - 6:.1f}V{mid + 6:.1f}" stroke="#111827" stroke-width="1.5" fill="none"/>')
+        for seed, value in r["accuracy_by_seed"].items():
+            body.append(f'<circle cx="{x(value):.1f}" cy="{mid:.1f}" r="3" fill="{ORANGE}" stroke="#111827" '
+                        f'stroke-width="0.5"><title>seed {esc(seed)}: {100 * value:.1f}%</title></circle>')
+        end = max([mean + (std or 0), *r["accuracy_by_seed"].values()])
+        body.append(_text(x(end) + 8, mid + 4, text))
+    return _svg(left + width + right, height, body, "accuracy per stage and model, mean ± std over seeds",
+                "accuracy")
+
+
+def stacked_plot(kind: str, title: str, bars: list[tuple[str, list[tuple[float, str, str]]]],
+                 unit: str) -> str:
+    """Horizontal stacked bars: per label, (value, colour, part name) parts; a legend on top."""
+    total = max((sum(v for v, _, _ in parts) for _, parts in bars), default=0.0)
+    if not bars or total <= 0:
+        return ""
+    left, width, right, top, step = 270, 420, 150, 40, 30
+    height = top + step * len(bars) + 6
+    body, legend_x = [], left
+    names = dict.fromkeys((name, colour) for _, parts in bars for _, colour, name in parts)
+    for name, colour in names:
+        body.append(f'<rect x="{legend_x}" y="8" width="12" height="12" fill="{colour}"/>')
+        body.append(_text(legend_x + 16, 18, name))
+        legend_x += 24 + 7 * len(name)
+    for i, (label, parts) in enumerate(bars):
+        y, mid, x = top + i * step, top + i * step + step / 2, float(left)
+        body.append(_text(left - 8, mid + 4, _label(label), "end"))
+        for value, colour, name in parts:
+            if value <= 0:
+                continue
+            w = value / total * width
+            body.append(f'<rect class="bar" x="{x:.1f}" y="{y + 6}" width="{max(w, 1):.1f}" height="{step - 12}" '
+                        f'fill="{colour}"><title>{esc(label)}: {esc(name)} {esc(_amount(value, unit))}</title></rect>')
+            x += w
+        body.append(_text(x + 8, mid + 4, " / ".join(_amount(v, unit) for v, _, _ in parts)))
+    return _svg(left + width + right + 60, height, body, title, kind)
+
+
+def _amount(value: float, unit: str) -> str:
+    return f"${value:.4f}" if unit == "usd" else f"{value:g}"
+
+
+def cost_plots(rows: list[dict[str, Any]]) -> str:
+    usd = [(_row_label(r), [(r["cost"], BLUE, "spent"), (r["saved"], GREEN, "saved by the cache"),
+                            (r["batch_saved"], PURPLE, "saved by the Batch API")]) for r in rows]
+    routes = [(_row_label(r), [(r["cache_hits"], GREEN, "cache hits"),
+                               (max(r["sent"] - r["batched"], 0), BLUE, "sent online"),
+                               (r["batched"], PURPLE, "sent in a batch"), (r["failed"], GREY, "failed")])
+              for r in rows]
+    money = stacked_plot("cost", "USD per stage and model: spent, saved by the cache, saved by the Batch API", usd,
+                         "usd") or '<p class="note">Nothing was spent or saved (unpriced models).</p>'
+    return money + stacked_plot("requests", "requests per stage and model: cache hits, online, batch, failed", routes,
+                                "count")
+
+
+def heatmap_plot(heatmap: dict[str, Any]) -> str:
+    """Rows: the gold option's shown letter; columns: the answer letter; shade: share of the row."""
+    letters, counts = heatmap["letters"], heatmap["counts"]
+    cell, left, top = 44, 70, 66
+    size = len(letters) * cell
+    caption = f"{heatmap['stage']} · {heatmap['model']} (n={heatmap['n']})"
+    body = [_text(4, 14, _label(caption, 60), "start", "caption"),
+            _text(left + size / 2, 36, "answer letter", "middle", "axis"),
+            f'<text x="14" y="{top + size / 2:.0f}" text-anchor="middle" class="axis" '
+            f'transform="rotate(-90 14 {top + size / 2:.0f})">gold shown at</text>']
+    for j, answer in enumerate(letters):
+        body.append(_text(left + j * cell + cell / 2, top - 8, answer, "middle"))
+    for i, gold in enumerate(letters):
+        row_total = sum(counts.get((gold, a), 0) for a in letters)
+        body.append(_text(left - 10, top + i * cell + cell / 2 + 4, gold, "end"))
+        for j, answer in enumerate(letters):
+            n = counts.get((gold, answer), 0)
+            share = n / row_total if row_total else 0.0
+            body.append(f'<rect class="cell" x="{left + j * cell}" y="{top + i * cell}" width="{cell - 2}" '
+                        f'height="{cell - 2}" fill="{BLUE}" fill-opacity="{0.06 + 0.94 * share:.3f}" stroke="#d1d5db">'
+                        f'<title>gold at {gold}, answered {answer}: {n} ({100 * share:.1f}% of the row)</title></rect>')
+            body.append(_text(left + j * cell + cell / 2 - 1, top + i * cell + cell / 2 + 4, str(n), "middle",
+                              "light" if share > 0.55 else ""))
+    title = f"answer letter against gold position: {heatmap['stage']} · {heatmap['model']} (n={heatmap['n']})"
+    return _svg(max(left + size + 20, 7 * min(len(caption), 60) + 10), top + size + 10, body, title, "position")
+
+
+def funnel_plot(pipeline: dict[str, Any]) -> str:
+    stages = pipeline["stages"]
+    biggest = max((max(s["rows_in"], s["rows_out"]) for s in stages), default=0)
+    if not biggest:
+        return ""
+    bars = [(s["stage"], [(s["rows_out"], BLUE, "rows out"), (max(s["rows_in"] - s["rows_out"], 0), GREY,
+                                                                "rows dropped")]) for s in stages]
+    return stacked_plot("funnel", "pipeline funnel: rows out and rows dropped per stage", bars, "count")
+
+
+# -- tables ------------------------------------------------------------------------------------------------
+def _table(headers: list[str], rows: list[list[str]], cls: str) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def summary_table(data: dict[str, Any]) -> str:
+    """The text report's table, cell for cell."""
+    pct = reports._pct
+    headers = ["stage", "model", "requests", "cache hits", "sent", "batched", "tokens in (cached)", "tokens out",
+               "cost", "saved", "saved by batch", "errors", "p50", "p95", "invalid", "score (mean ± std over seeds)"]
+    rows = [[r["stage"], r["model"], str(r["requests"]), f"{r['cache_hits']} ({pct(r['cache_hit_rate'])})",
+             str(r["sent"]), str(r["batched"]), f"{r['input_tokens']} ({r['cached_input_tokens']})",
+             str(r["output_tokens"]),
+             f"${r['cost']:.4f}" + (f" + ${r['possibly_billed']:.4f}?" if r["possibly_billed"] else ""),
+             f"${r['saved']:.4f}", f"${r['batch_saved']:.4f}",
+             ", ".join(f"{k} {v}" for k, v in r["errors"].items()) or "0", reports._seconds(r["latency_p50"]),
+             reports._seconds(r["latency_p95"]), str(r["invalid"]), reports.accuracy_text(r)]
+            for r in data["rows"]]
+    return _table(headers, rows, "summary")
+
+
+def layout_table(layout: dict[str, Any]) -> str:
+    labels = layout.get("labels") or {}
+    headers = ["model", *(labels.get(c, c) for c in layout["columns"])]
+    rows = [[row["model"], *(layouts.cell(row.get(c)) for c in layout["columns"])] for row in layout["rows"]]
+    return _table(headers, rows, "layout") + f'<p class="note">{esc(layout["note"])}</p>'
+
+
+def funnel_table(pipeline: dict[str, Any]) -> str:
+    headers = ["stage", "kind", "rows in", "rows out", "sent", "cost", "reused", "dropped (rows)",
+               "rejected (pieces)"]
+    rows = [[s["stage"], s["kind"], str(s["rows_in"]), str(s["rows_out"]),
+             "-" if s["kind"] != "llm" else str(s.get("sent", 0)), f"${s.get('cost', 0.0):.4f}",
+             f"yes (run {s['built_in']})" if s.get("reused") else "", funnels._rules(s.get("dropped")),
+             funnels._rules(s.get("rejected"))] for s in pipeline["stages"]]
+    return _table(headers, rows, "funnel") + f'<p class="note">{esc(funnels.summary(pipeline))}</p>'
+
+
+# -- samples -----------------------------------------------------------------------------------------------
+def _messages(request: dict[str, Any] | None) -> str:
+    if request is None:
+        return '<p class="note">No request in the memo (the request failed before an answer was stored).</p>'
+    if "messages" in request:
+        parts = []
+        for message in request["messages"]:
+            content = message.get("content")
+            text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False, indent=1)
+            if len(text) > MAX_MESSAGE_CHARS:
+                text = text[:MAX_MESSAGE_CHARS] + f"\n… ({len(text) - MAX_MESSAGE_CHARS} more characters)"
+            parts.append(f'<div class="msg"><span class="role">{esc(message.get("role"))}</span>'
+                         f"<pre>{esc(text)}</pre></div>")
+        return "".join(parts)
+    if "pairs" in request:  # a log-likelihood call: (context, continuation) pairs
+        return "".join(f'<div class="msg"><span class="role">option {i}</span><pre>{esc(context)}'
+                       f'<mark>{esc(continuation)}</mark></pre></div>'
+                       for i, (context, continuation) in enumerate(request["pairs"]))
+    return f"<pre>{esc(json.dumps(request, ensure_ascii=False, indent=1))}</pre>"
+
+
+def _options(result: dict[str, Any]) -> str:
+    shown = result.get("options_shown")
+    perm = result.get("permutation")
+    gold = result.get("gold")
+    if shown:
+        items = "".join(f"<li>{esc(LETTERS[i] if i < len(LETTERS) else i)}. {esc(option)}"
+                        + (" <b>(gold)</b>" if perm and i < len(perm) and perm[i] == gold else "") + "</li>"
+                        for i, option in enumerate(shown))
+        return f'<ol class="options">{items}</ol>'
+    if perm:
+        order = ", ".join(f"{LETTERS[i] if i < len(LETTERS) else i} = option {p}" + (" (gold)" if p == gold else "")
+                          for i, p in enumerate(perm))
+        return f"<p>Shown order: {esc(order)} (the option texts are in the prompt above).</p>"
+    return ""
+
+
+def _field(name: str, value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return f"<dt>{esc(name)}</dt><dd><pre>{esc(text)}</pre></dd>"
+
+
+def sample_html(result: dict[str, Any]) -> str:
+    kind = outcome(result)
+    variant = result.get("variant") or {}
+    head = " · ".join(str(x) for x in (result.get("stage"), result.get("model"), f"row {result.get('id')}",
+                                       ", ".join(f"{k} {v}" for k, v in variant.items())) if x not in (None, ""))
+    answer = result.get("answer_letter") or result.get("parsed")
+    parsed = result.get("parsed")
+    fields = [("raw answer", result.get("response")),
+              ("parsed", "none" if parsed is None and result.get("status") == "done" else parsed),
+              ("answer letter", result.get("answer_letter")), ("gold", result.get("gold")),
+              ("score", result.get("score")), ("invalid because", result.get("invalid_reason")),
+              ("error", result.get("error")), ("cache hit", result.get("cache_hit"))]
+    return (f'<details class="sample" data-model="{esc(result.get("model"))}" data-stage="{esc(result.get("stage"))}" '
+            f'data-outcome="{kind}"><summary><span class="tag {kind}">{kind}</span> {esc(head)}'
+            f'{" → " + esc(answer) if answer is not None else ""}</summary>'
+            f'<div class="body"><h4>Prompt</h4>{_messages(result.get("_request"))}{_options(result)}'
+            f'<dl>{"".join(_field(n, v) for n, v in fields if v is not None)}</dl></div></details>')
+
+
+def samples_section(data: dict[str, Any]) -> str:
+    samples = data["samples"]
+    models = sorted({str(s.get("model")) for s in samples})
+    stages = list(dict.fromkeys(str(s.get("stage")) for s in samples))
+    kinds = {outcome(s) for s in samples}
+
+    def select(name: str, label: str, values: Iterable[str]) -> str:
+        options = "".join(f'<option value="{esc(v)}">{esc(v)}</option>' for v in values)
+        return f'<label>{label} <select id="f-{name}" data-filter="{name}"><option value="">all</option>{options}' \
+               "</select></label>"
+
+    left = data["samples_total"] - len(samples)
+    note = (f'<p class="note" id="left-out">{len(samples)} of {data["samples_total"]} answers are embedded; '
+            f"{left} were left out to keep the file small (results/…/STAGE.jsonl has them all).</p>"
+            if left > 0 else "")
+    filters = (select("model", "model", models) + select("stage", "stage", stages)
+               + select("outcome", "outcome", [k for k in OUTCOMES if k in kinds]))
+    return (f'<div class="filters">{filters} <span id="shown">{len(samples)}</span> of {len(samples)} shown</div>'
+            f'{note}<div id="samples">{"".join(sample_html(s) for s in samples)}</div>')
+
+
+# -- the page ----------------------------------------------------------------------------------------------
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1280px;padding:0 16px;
+color:#111827;background:#fff}
+h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #e5e7eb;padding-bottom:4px}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}th,td{border:1px solid #e5e7eb;padding:3px 8px;
+text-align:left;vertical-align:top}th{background:#f3f4f6}tbody tr:nth-child(even){background:#fafafa}
+.note{color:#4b5563}.plot{display:block;margin:8px 0}.plot text{font-size:12px;fill:#111827}
+.plot text.axis{fill:#6b7280}.plot text.caption{font-weight:600}.plot text.light{fill:#fff}.plot .grid{stroke:#e5e7eb}
+.heatmaps{display:flex;flex-wrap:wrap;gap:16px}
+.filters{position:sticky;top:0;background:#fff;padding:8px 0;border-bottom:1px solid #e5e7eb;z-index:1}
+.filters label{margin-right:12px}
+.sample{border:1px solid #e5e7eb;border-radius:4px;margin:4px 0;padding:2px 8px}.sample summary{cursor:pointer}
+.sample .body{padding:4px 0 8px}.msg{margin:4px 0}.role{font-weight:600;color:#374151}
+pre{white-space:pre-wrap;word-break:break-word;background:#f9fafb;padding:4px 6px;margin:2px 0}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:4px 0}dd{margin:0}dd pre{margin:0}
+.tag{display:inline-block;min-width:64px;text-align:center;border-radius:3px;font-size:12px;color:#fff}
+.tag.correct{background:#16a34a}.tag.wrong{background:#dc2626}.tag.invalid{background:#f59e0b}
+.tag.failed{background:#6b7280}.tag.unscored{background:#9ca3af}
+"""
+
+JS = """
+(function(){
+  var selects = document.querySelectorAll('select[data-filter]');
+  var samples = document.querySelectorAll('#samples .sample');
+  function apply(){
+    var want = {};
+    selects.forEach(function(s){ want[s.dataset.filter] = s.value; });
+    var shown = 0;
+    samples.forEach(function(el){
+      var ok = Object.keys(want).every(function(k){ return !want[k] || el.dataset[k] === want[k]; });
+      el.hidden = !ok;
+      if (ok) shown++;
+    });
+    document.getElementById('shown').textContent = shown;
+  }
+  selects.forEach(function(s){ s.addEventListener('change', apply); });
+  apply();
+})();
+"""
+
+
+def render(data: dict[str, Any]) -> str:
+    run = data["run"]
+    t = data["totals"]
+    title = f"Run {run['id']} · job {run['job_name']} · {run['status']}"
+    parts = [f"<h1>{esc(title)}</h1>",
+             f'<p class="note">{esc(run.get("job_path"))} · created {esc(run.get("created"))}'
+             f'{" · finished " + esc(run.get("finished")) if run.get("finished") else ""}'
+             f'{" · " + esc(run.get("message")) if run.get("message") else ""}</p>']
+    if data.get("layout"):
+        parts += ["<h2>The paper's table</h2>", layout_table(data["layout"])]
+    parts += ["<h2>Per stage and model</h2>", summary_table(data),
+              f'<p class="note">{esc(_total_line(data))}</p>']
+    for line in [*_shuffle_lines(data), *reports.batch_lines(data), *reports.details_lines(data)]:
+        parts.append(f'<p class="note">{esc(line)}</p>')
+    accuracy = accuracy_plot(data["rows"])
+    if accuracy:
+        parts += ["<h2>Accuracy per model</h2>",
+                  '<p class="note">Bar: mean over the choice seeds; whisker: ± one standard deviation; dots: each '
+                  "seed's accuracy.</p>", accuracy]
+    parts += ["<h2>Cost per stage and model</h2>",
+              f'<p class="note">Total ${t["cost"]:.4f} spent, ${t["saved"]:.4f} saved by the cache, '
+              f'${t["batch_saved"]:.4f} saved by the Batch API ({t["batched"]} batched of {t["sent"]} sent).</p>',
+              cost_plots(data["rows"])]
+    if data["heatmaps"]:
+        parts += ["<h2>Position bias</h2>",
+                  '<p class="note">Valid letter answers by the letter the gold option was shown at (rows) and the '
+                  "letter answered (columns); shade: share of the row. An unbiased model fills the diagonal, a "
+                  "biased one a column.</p>",
+                  '<div class="heatmaps">' + "".join(heatmap_plot(h) for h in data["heatmaps"]) + "</div>"]
+    if data.get("pipeline"):
+        parts += ["<h2>Pipeline funnel</h2>", funnel_plot(data["pipeline"]), funnel_table(data["pipeline"])]
+    parts += ["<h2>Answers</h2>", samples_section(data)]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>{''.join(parts)}"
+            f"<script>{JS}</script></body></html>\n")
+
+
+def _total_line(data: dict[str, Any]) -> str:
+    """The text report's total line (cost, cache, batch, possibly billed), as it prints it."""
+    return next(line for line in reports.render(data, "text").splitlines() if line.startswith("Total: "))
+
+
+def _shuffle_lines(data: dict[str, Any]) -> list[str]:
+    return [f"{stage}: options " + (f"shuffled under seeds {s['seeds']}" if s["shuffle"] else "in original order")
+            for stage, s in data["shuffled_options"].items() if s.get("seeds") is not None]
+
+
+def write(store: Store, run_id: str, path: Path, judged: str | None = None,
+          max_samples: int = MAX_SAMPLES) -> None:
+    path.write_text(render(build(store, run_id, judged=judged, max_samples=max_samples)), encoding="utf-8")
