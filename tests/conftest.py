@@ -27,6 +27,26 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RUNNER_SIM_URL", raising=False)
 
 
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """One throwaway PostgreSQL server for the whole session (tests/pg.py); skips when its binaries are missing."""
+    from tests import pg
+
+    server = pg.start_server()
+    if server is None:
+        pytest.skip("no PostgreSQL server binary: install Debian's postgresql")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> str:
+    """The URL of a fresh, empty PostgreSQL store (its own schema) for one test."""
+    return pg_server.new_schema()
+
+
 @pytest.fixture
 def fake_provider() -> Iterator[type]:
     """Register tests.fakes.FakeProvider as provider ``fake`` for one test, then unregister it."""

@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from runner.errors import StoreError
@@ -70,11 +71,78 @@ MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "
                    "m007_stage_replays", "m008_batches", "m009_workers"]
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_path(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """Where a new store goes: an SQLite file, or a fresh PostgreSQL schema (tests/pg.py): every test below that
+    is not about SQLite's file runs against both backends."""
+    return tmp_path / "store.sqlite" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+
+
 @pytest.fixture
-def store(tmp_path: Path) -> Any:
+def store(store_path: Any) -> Any:
+    s = open_store(store_path)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Any:
+    """An SQLite store, for what is about SQLite itself (WAL, its file)."""
     s = open_store(tmp_path / "store.sqlite")
     yield s
     s.close()
+
+
+#: what a malformed row raises, per backend (the store passes the driver's error through)
+PROGRAMMING_ERRORS = (sqlite3.ProgrammingError, psycopg.ProgrammingError)
+DB_ERRORS = (sqlite3.Error, psycopg.Error)
+#: PostgreSQL's types of the SCHEMA's Python types
+PG_TYPES = {"text": str, "bigint": int, "double precision": float}
+
+
+def columns_dict(store: Any, table: str) -> dict[str, type]:
+    """A table's columns as sqlite_utils' columns_dict, on either backend (PostgreSQL's tasks.seq, its rowid,
+    left out)."""
+    if isinstance(store, SQLiteStore):
+        return store.db[table].columns_dict
+    rows = store.conn.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s"
+                              " AND table_schema = current_schema() ORDER BY ordinal_position", (table,)).fetchall()
+    return {name: PG_TYPES[kind] for name, kind in rows if (table, name) != ("tasks", "seq")}
+
+
+def primary_key(store: Any, table: str) -> list[str]:
+    if isinstance(store, SQLiteStore):
+        return store.db[table].pks
+    return [name for (name,) in store.conn.execute(
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
+        " WHERE i.indrelid = to_regclass(%s) AND i.indisprimary ORDER BY array_position(i.indkey, a.attnum)",
+        (table,))]
+
+
+def table_names(store: Any) -> set[str]:
+    if isinstance(store, SQLiteStore):
+        return set(store.db.table_names())
+    return {name for (name,) in store.conn.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")}
+
+
+def index_columns(store: Any, table: str) -> list[list[str]]:
+    if isinstance(store, SQLiteStore):
+        return [i.columns for i in store.db[table].indexes]
+    return [list(columns) for (columns,) in store.conn.execute(
+        "SELECT ARRAY(SELECT a.attname::text FROM unnest(i.indkey) WITH ORDINALITY k(attnum, n) JOIN pg_attribute a"
+        " ON a.attrelid = i.indrelid AND a.attnum = k.attnum ORDER BY k.n) FROM pg_index i"
+        " WHERE i.indrelid = to_regclass(%s)", (table,))]
+
+
+def migrations_applied(store: Any) -> dict[str, str]:
+    return dict(store.conn.execute("SELECT name, applied_at FROM _migrations").fetchall())
+
+
+def in_transaction(store: Any) -> bool:
+    if isinstance(store, SQLiteStore):
+        return store.conn.in_transaction
+    return store.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
 
 
 def response(key: str, text: str = "B", cost: float = 0.001) -> tuple:
@@ -117,42 +185,46 @@ def new_run(store: SQLiteStore, name: str = "job", total: int = 3) -> str:
 @pytest.mark.parametrize("table", list(SCHEMA))
 def test_migrations_create_declared_schema(store: SQLiteStore, table: str) -> None:
     columns, pks = SCHEMA[table]
-    assert store.db[table].exists()
-    assert store.db[table].columns_dict == columns
-    assert store.db[table].pks == pks
+    assert table in table_names(store)
+    assert columns_dict(store, table) == columns
+    assert primary_key(store, table) == pks
 
 
 def test_no_other_tables(store: SQLiteStore) -> None:
-    assert set(store.db.table_names()) == set(SCHEMA)
+    assert table_names(store) == set(SCHEMA)
 
 
 def test_indexes(store: SQLiteStore) -> None:
-    assert ["run_id", "stage", "model"] in [i.columns for i in store.db["tasks"].indexes]
-    assert ["run_id"] in [i.columns for i in store.db["ledger"].indexes]
+    assert ["run_id", "stage", "model"] in index_columns(store, "tasks")
+    assert ["run_id"] in index_columns(store, "ledger")
 
 
-def test_migrations_recorded_once(tmp_path: Path) -> None:
-    path = tmp_path / "store.sqlite"
+def test_migrations_recorded_once(store_path: Any) -> None:
+    path = store_path
     first = open_store(path)
-    applied = {row["name"]: row["applied_at"] for row in first.db["_migrations"].rows}
+    applied = migrations_applied(first)
     assert sorted(applied) == MIGRATION_NAMES
     first.write_batch([], [response("k1")], [])
     first.close()
 
     second = open_store(path)
-    again = {row["name"]: row["applied_at"] for row in second.db["_migrations"].rows}
+    again = migrations_applied(second)
     assert again == applied  # same rows, same timestamps: nothing ran again
     assert count(second, "_migrations") == len(MIGRATION_NAMES)
     assert second.lookup("k1") is not None  # and nothing was recreated
     second.close()
 
 
-def test_wal_and_busy_timeout(store: SQLiteStore) -> None:
+# SQLite only: WAL mode, another connection to its file, what an unreadable file gives
+
+def test_wal_and_busy_timeout(sqlite_store: SQLiteStore) -> None:
+    store = sqlite_store
     assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store.conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
 
 
-def test_reader_sees_committed_rows_while_store_is_open(store: SQLiteStore) -> None:
+def test_reader_sees_committed_rows_while_store_is_open(sqlite_store: SQLiteStore) -> None:
+    store = sqlite_store
     store.write_batch([], [response("k1")], [])
     reader = sqlite3.connect(store.path)
     try:
@@ -193,12 +265,12 @@ def test_failed_batch_writes_nothing(store: SQLiteStore, broken: str) -> None:
         tasks[1] = tasks[1][:-1]  # one value short, after a valid response and a valid task
     else:
         ledgers[1] = (*ledgers[1], "extra")
-    with pytest.raises(sqlite3.ProgrammingError):
+    with pytest.raises(PROGRAMMING_ERRORS):
         store.write_batch(tasks, [response("k1"), response("k2")], ledgers)
     assert (count(store, "responses"), count(store, "tasks"), count(store, "ledger")) == (0, 0, 0)
     assert store.lookup("k1") is None
     # the connection is usable again afterwards: no transaction left open
-    assert not store.conn.in_transaction
+    assert not in_transaction(store)
     store.write_batch([task(run_id, "1", "k1")], [response("k1")], [ledger(run_id, "k1")])
     assert (count(store, "responses"), count(store, "tasks"), count(store, "ledger")) == (1, 1, 1)
 
@@ -206,7 +278,7 @@ def test_failed_batch_writes_nothing(store: SQLiteStore, broken: str) -> None:
 def test_failed_batch_keeps_earlier_batches(store: SQLiteStore) -> None:
     run_id = new_run(store)
     store.write_batch([task(run_id, "1", "k1")], [response("k1")], [ledger(run_id, "k1")])
-    with pytest.raises(sqlite3.Error):
+    with pytest.raises(DB_ERRORS):
         store.write_batch([task(run_id, "2", "k2"), ("short",)], [response("k2")], [])
     assert store.memo_keys() == {"k1"}
     assert store.task_status(run_id, "mc", "1") == "done"
@@ -354,6 +426,7 @@ async def test_writer_close_with_nothing_queued(store: SQLiteStore) -> None:
     assert count(store, "tasks") == 0
 
 
+# SQLite only (its file's write lock): tests/test_store_postgres.py has PostgreSQL's advisory lock's test
 def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path: Path) -> None:
     """Several runs started at once on a store that does not exist yet: the first migrates it while the others
     wait for its write lock, then find nothing to do (before, one in two died with "database is locked")."""

@@ -2,14 +2,17 @@
 
     base        :class:`Store`, the interface every backend implements, and the records it trades in.
     sqlite      :class:`SQLiteStore`, the embedded default (one file, WAL mode).
+    postgres    :class:`PostgresStore`, a PostgreSQL database several processes and machines share.
     writer      :class:`Writer`, the single task that commits a run's finished tasks in batches.
-    migrations  the schema, as append-only migrations.
+    migrations  the schema, as append-only migrations (pg_migrations: the same in PostgreSQL's DDL).
 
-:func:`open_store` opens the store a command names (``--db`` or ``RUNNER_DB``, else ``cache.sqlite``).
+:func:`open_store` opens the store a command names (``--db`` or ``RUNNER_DB``, else ``cache.sqlite``): a
+``postgresql://`` or ``postgres://`` URL opens a PostgreSQL store, anything else an SQLite file.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from runner.store.base import CachedResponse, Finished, GroupSummary, Store, default_path, dumps, now
@@ -20,6 +23,16 @@ __all__ = ["CachedResponse", "Finished", "GroupSummary", "SQLiteStore", "Store",
            "now", "open_store"]
 
 
+#: a PostgreSQL URL, also after a Path folded its "//" into "/" (group 2 is then empty)
+_POSTGRES_URL = re.compile(r"^(postgres(?:ql)?):/(/?)")
+
+
 def open_store(path: str | Path | None = None) -> Store:
-    """The store at ``path`` (a file), or the default one."""
-    return SQLiteStore(path)
+    """The store at ``path`` (a file or a PostgreSQL URL), or the default one (``RUNNER_DB``, else cache.sqlite)."""
+    where = str(path or default_path())
+    match = _POSTGRES_URL.match(where)
+    if match is None:
+        return SQLiteStore(path)
+    from runner.store.postgres import PostgresStore  # psycopg is imported only for a PostgreSQL store
+
+    return PostgresStore(f"{match.group(1)}://" + where[match.end():] if not match.group(2) else where)
