@@ -81,6 +81,17 @@ VarOption = Annotated[
 ]
 
 
+def _load(job_file: Path, var: list[str] | None) -> Job:
+    """Load a job file; a path that does not exist here but names a bundled job (``jobs/quickstart.yaml``) loads
+    that one, and says so."""
+    from runner.bundled import locate_job
+
+    path, bundled = locate_job(job_file)
+    if bundled:
+        typer.echo(f"using the bundled {job_file} ({path})", err=True)
+    return load_job(path, _vars(var))
+
+
 def _vars(values: list[str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for value in values or []:
@@ -107,7 +118,7 @@ def submit(
 ) -> None:
     """Validate a job file, estimate its cost, and run it; print accuracy and cost at the end. Refuses (exit 2)
     when the estimate's worst case exceeds the run's budget, unless --allow-partial."""
-    job = load_job(job_file, _vars(var))
+    job = _load(job_file, var)
     if budget is not None:
         set_budget(job, budget)
     if limit is not None:
@@ -141,7 +152,7 @@ def estimate(
     history), and the cost range of what is left to send (and at Batch API prices). Needs no API key."""
     if fmt not in estimates.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(estimates.FORMATS)}, not {fmt!r}")
-    job = load_job(job_file, _vars(var))
+    job = _load(job_file, var)
     if limit is not None:
         job.limit = limit
     text = estimates.render(estimates.estimate(job, open_store(db)), fmt)
@@ -176,7 +187,7 @@ def _emit(text: str, output: Path | None) -> None:
 @app.command()
 def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML file.")], var: VarOption = None) -> None:
     """Only validate a job file (exit 2 with file:line and the key when it is wrong)."""
-    job = load_job(job_file, _vars(var))
+    job = _load(job_file, var)
     stages = ", ".join(f"{s.name} ({len(job.stage_models(s))} model(s))" if s.is_llm else f"{s.name} "
                        f"({s.data_ops()[0]})" for s in job.stages)
     typer.echo(f"{job_file}: valid job {job.name!r}: {stages}")

@@ -15,7 +15,7 @@ from pathlib import Path
 #: the folder holding ``jobs/``, ``prompts/`` and ``data/``
 ROOT = Path(__file__).resolve().parent
 
-__all__ = ["ROOT", "bundled_file"]
+__all__ = ["ROOT", "bundled_file", "locate_job"]
 
 
 def bundled_file(relative: str | Path) -> Path | None:
@@ -26,3 +26,15 @@ def bundled_file(relative: str | Path) -> Path | None:
         return None
     path = ROOT / candidate
     return path if path.is_file() else None
+
+
+def locate_job(path: str | Path) -> tuple[Path, bool]:
+    """The job file ``path`` names: the file itself when it exists (a local file always wins), else the bundled
+    job of that name (``jobs/quickstart.yaml``, or ``quickstart.yaml`` for short). Returns (path, bundled)."""
+    path = Path(path)
+    if path.exists():
+        return path, False
+    found = bundled_file(path)
+    if found is None and len(path.parts) == 1:
+        found = bundled_file(Path("jobs") / path)
+    return (found, True) if found is not None else (path, False)

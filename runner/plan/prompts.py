@@ -114,8 +114,12 @@ def expression_error(text: str) -> str | None:
 
 
 def prompt_dirs(job: Job) -> list[Path]:
+    """Where ``prompts/<name>.yaml`` is looked for: the working directory, the job file's folder and its parent,
+    then the templates bundled with the package (a local template always wins)."""
+    from runner.bundled import ROOT as BUNDLED
+
     job_dir = Path(job.base_dir)
-    return [Path.cwd() / "prompts", job_dir / "prompts", job_dir.parent / "prompts"]
+    return [Path.cwd() / "prompts", job_dir / "prompts", job_dir.parent / "prompts", BUNDLED / "prompts"]
 
 
 def load_prompt(job: Job, prompt: str | InlinePrompt) -> Prompt:

@@ -51,10 +51,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from runner.bundled import ROOT as BUNDLED
 from runner.errors import RunnerError
 from runner.recipes import Context, Outcome, step
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "winodict"
+#: the authors' word lists, bundled with the package (runner/bundled/data/winodict)
+DATA = BUNDLED / "data" / "winodict"
 MIN_LOGPROB, MAX_LOGPROB, PROB_BUCKETS = -30.0, -10.0, 5
 BUCKETS = tuple(f"prob{i + 1}_of_{PROB_BUCKETS}" for i in range(PROB_BUCKETS)) + ("unchanged",)
 STRATEGIES = ("none", "definition_first", "definition_last", "synonym_first", "synonym_last",
@@ -100,7 +102,7 @@ def bucket_of(logprob: float) -> str | None:
 def _data_file(value: Any, default: str) -> Path:
     path = Path(str(value)) if value else DATA / default
     if not path.is_absolute() and not path.exists():
-        path = DATA.parent.parent / path  # relative to the repository, wherever the job runs from
+        path = BUNDLED / path  # a bundled file (data/winodict/...), wherever the job runs from
     if not path.exists():
         raise RunnerError(f"winodict.items: no file {path}")
     return path

@@ -470,6 +470,27 @@ def load_job(path: str | Path, overrides: dict[str, str] | None = None) -> Job:
     data, lines = load_with_lines(path)
     if not isinstance(data, dict):
         raise JobFileError(f"{path}:1: a job file must be a mapping of keys (name, models, stages, ...)")
+    return _validated(data, path, lines, overrides, job_path=str(path), base_dir=path.resolve().parent)
+
+
+#: what errors in a job given as a mapping (:func:`job_from_dict`) name instead of ``file:line``
+DICT_JOB = Path("job dict")
+
+
+def job_from_dict(data: dict[str, Any], overrides: dict[str, str] | None = None,
+                  base_dir: str | Path | None = None) -> Job:
+    """A job given as a mapping (a job file's content, from Python): validated as :func:`load_job` does, with
+    errors naming the key (``job dict: stages[0].prompt: ...``), and relative paths (datasets, prompts) looked up
+    from ``base_dir`` (default: the working directory). The mapping is not changed."""
+    if not isinstance(data, dict):
+        raise JobFileError(f"{DICT_JOB}: a job must be a mapping of keys (name, models, stages, ...), "
+                           f"not {type(data).__name__}")
+    base = Path(base_dir).expanduser().resolve() if base_dir is not None else Path.cwd()
+    return _validated(data, DICT_JOB, {}, overrides, job_path="", base_dir=base)
+
+
+def _validated(data: dict[str, Any], path: Path, lines: dict[Loc, int], overrides: dict[str, str] | None, *,
+               job_path: str, base_dir: Path) -> Job:
     data = _substitute_vars(path, lines, data, overrides or {})
     for reserved in ("path", "base_dir"):
         if reserved in data:
@@ -478,8 +499,8 @@ def load_job(path: str | Path, overrides: dict[str, str] | None = None) -> Job:
         job = Job.model_validate(data)
     except ValidationError as exc:
         raise _first_error(path, lines, exc) from None
-    job.path = str(path)
-    job.base_dir = str(path.resolve().parent)
+    job.path = job_path
+    job.base_dir = str(base_dir)
     _check(job, path, lines)
     return job
 
@@ -521,7 +542,10 @@ def _substitute_vars(path: Path, lines: dict[Loc, int], data: dict[str, Any], ov
 
 def resolve_file(job: Job, relative: str) -> Path | None:
     """Find a file named in a job: relative to the working directory, then to the job file's folder
-    and its parent (so a job in ``jobs/`` may name ``data/...``)."""
+    and its parent (so a job in ``jobs/`` may name ``data/...``), then among the files bundled with the package
+    (runner/bundled: the papers' ``data/...``)."""
+    from runner.bundled import bundled_file
+
     candidate = Path(os.path.expanduser(relative))
     if candidate.is_absolute():
         return candidate if candidate.is_file() else None
@@ -529,7 +553,7 @@ def resolve_file(job: Job, relative: str) -> Path | None:
     for base in (Path.cwd(), job_dir, job_dir.parent):
         if (base / candidate).is_file():
             return (base / candidate).resolve()
-    return None
+    return bundled_file(candidate)
 
 
 def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
@@ -646,7 +670,12 @@ def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known:
 
 
 def _fail(path: Path, lines: dict[Loc, int], loc: Loc, message: str) -> None:
-    raise JobFileError(f"{path}:{line_of(lines, loc)}: {dotted(loc)}: {message}")
+    raise JobFileError(f"{_where(path, lines, loc)}: {dotted(loc)}: {message}")
+
+
+def _where(path: Path, lines: dict[Loc, int], loc: Loc) -> str:
+    """``file:line``; a job given as a mapping has no lines, only its label."""
+    return f"{path}:{line_of(lines, loc)}" if lines else str(path)
 
 
 def _first_error(path: Path, lines: dict[Loc, int], exc: ValidationError) -> JobFileError:
@@ -672,7 +701,7 @@ def _first_error(path: Path, lines: dict[Loc, int], exc: ValidationError) -> Job
             message += f" (got {first.get('input')!r})"
     more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
     where = dotted(loc) or "job"
-    return JobFileError(f"{path}:{line_of(lines, loc)}: {where}: {message}{more}")
+    return JobFileError(f"{_where(path, lines, loc)}: {where}: {message}{more}")
 
 
 def _allowed_keys(loc: Loc) -> list[str]:
