@@ -86,6 +86,16 @@ class Budgets:
             scopes.append(self.models[model])
         return scopes
 
+    def usd_limits(self, stage: str, model: str) -> dict[str, float]:
+        """The USD limits covering a request, by the store's scope names (``run``, ``stage:NAME``, ``model:NAME``)."""
+        return {scope.kind if scope.kind == "run" else f"{scope.kind}:{scope.name}": scope.usd
+                for scope in self.covering(stage, model) if scope.usd is not None}
+
+    def scope_named(self, name: str) -> Scope:
+        """The budget a store scope name (from :meth:`usd_limits`) stands for."""
+        kind, _, which = name.partition(":")
+        return self.run if kind == "run" else (self.stages if kind == "stage" else self.models)[which]
+
     def spend(self, stage: str, model: str, usd: float, tokens: int) -> None:
         """Spend already made (earlier attempts of a resumed run), counted against every budget covering it."""
         for scope in self.covering(stage, model):

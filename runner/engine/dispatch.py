@@ -17,6 +17,7 @@ from runner.engine.budget import LATER, Budgets, Exhausted, Reservation, Scope
 from runner.engine.limits import Endpoint
 from runner.engine.retry import Tally, retrying
 from runner.engine.stats import RunStats
+from runner.engine.workers import POLL, Crew
 from runner.errors import (
     AuthError,
     ModelSetupError,
@@ -39,6 +40,9 @@ from runner.store import CachedResponse, Finished, Store, Writer, dumps, now
 WRITER_BACKLOG = 4096
 #: requests planned, checked against the memo and dispatched together
 CHUNK = 256
+#: tasks per lease when several processes may share a run (runner/engine/workers.py): small enough that a worker
+#: joining a short run still finds work, large enough that leasing costs little next to planning
+LEASE = 64
 
 
 def _chunks(items: Iterable[Task], size: int) -> Iterator[list[Task]]:
@@ -118,6 +122,10 @@ class Dispatcher:
         #: providers start (open clients, load weights) on their first cache miss, once
         self._starting: dict[str, asyncio.Future[None]] = {}
         self._retrying = retrying(job.retry, on_retry=self._count_retry, sleep=sleep)
+        #: this process's membership of the run (leases, claims, shared budgets), set by the engine
+        self.crew: Crew | None = None
+        #: joined a run another process started (``runner work``): every chunk is checked for done tasks
+        self.joined = False
 
     # -- endpoints -------------------------------------------------------------------------------------
     def endpoint(self, req: Task) -> Endpoint:
@@ -144,36 +152,93 @@ class Dispatcher:
         """Dispatch every task of the stage; ``wait_for_batches`` off leaves its Batch API batches running (the
         caller waits for several stages' batches together with :meth:`finish_batches`)."""
         loop = asyncio.get_running_loop()
-        for chunk in _chunks(plan, CHUNK):
+        stage = plan.stage.name
+        # A pipeline runs in one process (a stage may run again for a retry round): its chunks are not leased.
+        leasing = self.crew is not None and not self.job.is_pipeline
+        for index, chunk in enumerate(_chunks(plan, LEASE if leasing else CHUNK)):
             if self.stopping:
                 break
+            lease = "new"
+            if leasing:
+                assert self.crew is not None
+                lease = self.crew.claim_chunk(stage, index)
+                if lease is None:  # another live worker has it
+                    for req in chunk:
+                        self.stats.counters(stage, req.model).elsewhere += 1
+                    continue
             await self._breathe()
-            stage = chunk[0].stage
-            done = self.store.done_items(self.run_id, stage, [r.item for r in chunk]) if self.resume else ()
-            memo = self.store.lookup_many([r.key for r in chunk])
-            # What was committed before that query is in ``memo`` or will be in the next chunk's: forget it.
-            for key in self.committed_keys:
-                self.recent.pop(key, None)
-            self.committed_keys.clear()
-            for req in chunk:
-                if self.stopping:
-                    break
-                if req.item in done:
-                    counters = self.stats.counters(req.stage, req.model)
-                    counters.done += 1
-                    counters.resumed += 1
-                    continue
-                cached = memo.get(req.key) or self.recent.get(req.key)
-                if cached is not None:
-                    self._finish_cached(req, cached)
-                    continue
-                if not await self._dispatch(req, loop):
-                    break
+            await self._dispatch_chunk(chunk, loop, check_done=self.resume or self.joined or lease == "taken")
         await self.drain()
+        if leasing:
+            await self._finish_chunks(plan, loop)
         if self.batcher is not None and not self.stopping:
             await self.batcher.submit_pending(plan.stage.name)  # its batches start while later stages are planned
         if wait_for_batches:
             await self.finish_batches({plan.stage.name})
+
+    async def _dispatch_chunk(self, chunk: list[Task], loop: asyncio.AbstractEventLoop, *, check_done: bool) -> None:
+        """Serve a chunk's tasks from the memo, and send the others (those no other process is sending)."""
+        stage = chunk[0].stage
+        done = self.store.done_items(self.run_id, stage, [r.item for r in chunk]) if check_done else ()
+        memo = self.store.lookup_many([r.key for r in chunk])
+        # What was committed before that query is in ``memo`` or will be in the next chunk's: forget it.
+        for key in self.committed_keys:
+            self.recent.pop(key, None)
+        self.committed_keys.clear()
+        to_send: list[Task] = []
+        for req in chunk:
+            if req.item in done:
+                counters = self.stats.counters(req.stage, req.model)
+                counters.done += 1
+                counters.resumed += 1
+                continue
+            cached = memo.get(req.key) or self.recent.get(req.key)
+            if cached is not None:
+                self._finish_cached(req, cached)
+                continue
+            to_send.append(req)
+        mine: set[str] = set()
+        answered: dict[str, CachedResponse] = {}
+        if self.crew is not None and to_send:
+            mine, answered = self.crew.claim([key for key in {req.key for req in to_send} if key not in self.inflight])
+        for req in to_send:
+            if self.stopping:
+                break
+            # answered while this chunk was being dispatched, or by another process before the claim
+            cached = self.recent.get(req.key) or answered.get(req.key)
+            if cached is not None:
+                self._finish_cached(req, cached)
+            elif self.crew is not None and req.key not in mine and req.key not in self.inflight:
+                # another process is sending the identical request: wait for its answer
+                self.crew.wait_for(req.key, lambda answer, req=req: self._answered_elsewhere(req, answer, loop))
+            elif not await self._dispatch(req, loop):
+                break
+
+    def _answered_elsewhere(self, req: Task, answer: CachedResponse | None, loop: asyncio.AbstractEventLoop) -> None:
+        if answer is not None:
+            self._finish_cached(req, answer)
+        elif not self.stopping:  # the other process gave the claim up: this one sends it
+            self._spawn(self._dispatch(req, loop))
+
+    async def _finish_chunks(self, plan: StagePlan, loop: asyncio.AbstractEventLoop) -> None:
+        """The end of a stage for one of several workers: mark this worker's chunks done once their tasks are
+        committed, take over the chunks of workers that died, and wait for those live workers still hold."""
+        assert self.crew is not None
+        stage = plan.stage.name
+        while not self.stopping:
+            await self.writer.flush()
+            self.crew.finish(stage)
+            index = self.crew.take_expired(stage)
+            if index is not None:
+                self.stats.notes.append(f"stage {stage}: took over chunk {index} from a worker that stopped")
+                chunk = list(itertools.islice(plan, index * LEASE, (index + 1) * LEASE))
+                if chunk:
+                    await self._dispatch_chunk(chunk, loop, check_done=True)
+                await self.drain()
+                continue
+            if self.crew.open_chunks(stage) == 0:
+                return
+            await asyncio.sleep(POLL)
 
     async def finish_batches(self, stages: set[str]) -> None:
         """Wait for the Batch API batches of these stages (and send online what a deadline leaves)."""
@@ -216,22 +281,41 @@ class Dispatcher:
         A batch line is priced at the Batch API's price and never waits: it gets ``LATER`` while the budget has
         reservations in flight (a batch's settle only when the whole batch has ended)."""
         usd, tokens = self.worst_case(req, batch=batch)
-        if self.budgets is None:
-            reservation = Reservation([], usd, tokens)
-        else:
-            if batch:
-                got = self.budgets.try_reserve(req.stage, req.model, usd, tokens)
+        worker = self.crew.worker if self.crew is not None else None
+        while True:
+            if self.budgets is None:
+                reservation = Reservation([], usd, tokens)
             else:
-                got = await self.budgets.reserve(req.stage, req.model, usd, tokens)
-            if isinstance(got, Exhausted):
-                if batch and got.scope.inflight:
-                    return LATER
-                self._out_of_budget(req, got.scope)
+                if batch:
+                    got = self.budgets.try_reserve(req.stage, req.model, usd, tokens)
+                else:
+                    got = await self.budgets.reserve(req.stage, req.model, usd, tokens)
+                if isinstance(got, Exhausted):
+                    if batch and got.scope.inflight:
+                        return LATER
+                    self._out_of_budget(req, got.scope)
+                    return None
+                reservation = got
+            limits = self.budgets.usd_limits(req.stage, req.model) if self.budgets is not None else {}
+            if usd <= 0:
+                return reservation
+            if not limits:
+                reservation.ledger_id = self.store.reserve(self.run_id, req.stage, req.model, req.key, usd, worker)
+                return reservation
+            # The store has the last word: it counts what every process working on the run spent and reserved.
+            ledger_id, blocked, inflight = self.store.reserve_within(self.run_id, req.stage, req.model, req.key,
+                                                                     usd, limits, worker)
+            if ledger_id is not None:
+                reservation.ledger_id = ledger_id
+                return reservation
+            assert self.budgets is not None and blocked is not None
+            self.budgets.release(reservation)
+            if not inflight:
+                self._out_of_budget(req, self.budgets.scope_named(blocked))
                 return None
-            reservation = got
-        if usd > 0:
-            reservation.ledger_id = self.store.reserve(self.run_id, req.stage, req.model, req.key, usd)
-        return reservation
+            if batch:
+                return LATER
+            await asyncio.sleep(POLL)  # another process's reservations may settle below their worst case
 
     def worst_case(self, req: Task, *, batch: bool = False) -> tuple[float, int]:
         """(USD, tokens) the request can cost at most: its counted input tokens and ``max_tokens``, in USD at the
@@ -293,8 +377,13 @@ class Dispatcher:
         task.add_done_callback(self.tasks.discard)
 
     async def drain(self) -> None:
-        while self.tasks:
-            await asyncio.wait(set(self.tasks))
+        while self.tasks or (self.crew is not None and self.crew.busy()):
+            if self.stopping and self.crew is not None:
+                self.crew.waiting.clear()  # answers another process is fetching are not waited for
+            if self.tasks:
+                await asyncio.wait(set(self.tasks))
+            elif self.crew is not None and self.crew.busy():
+                await asyncio.sleep(POLL / 2)
 
     def request_stop(self) -> None:
         """First Ctrl-C: dispatch nothing new; in-flight requests finish and are recorded."""
@@ -432,10 +521,13 @@ class Dispatcher:
             counters.batch_saved += batch_saved
 
     def _finish_failed(self, req: Task, exc: ProviderError, attempts: int, release_id: int | None = None) -> None:
+        if self.crew is not None:
+            self.crew.release(req.key)
         counters = self.stats.counters(req.stage, req.model)
         counters.errors += 1
         counters.done += 1
         self.stats.errors_by_class[exc.error_class] = self.stats.errors_by_class.get(exc.error_class, 0) + 1
+        self.stats.last_error[req.model] = f"{exc.error_class}: {exc}"
         result = result_line(self.stages[req.stage], req, None, status="failed", cache_hit=False,
                              notes=self.stats.notes)
         result.update(error_class=exc.error_class, error=str(exc))
