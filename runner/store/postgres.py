@@ -144,6 +144,11 @@ def _sql_value(value: Any) -> Any:
     return value
 
 
+def _zero(total: Any) -> Any:
+    """SQLite's coalesce(sum(x), 0): the sum, or the integer 0 when there was nothing to add."""
+    return 0 if total is None else total
+
+
 def _order(value: Any) -> tuple:
     """SQLite's sort order: NULL, then numbers, then text (byte order, which is code point order)."""
     if value is None:
@@ -173,11 +178,13 @@ def redact(url: str) -> str:
 
 
 def _reason(exc: Exception, url: str) -> str:
-    """The server's or libpq's reason, on one line, without the password."""
+    """The server's or libpq's reason, on one line, without the password: ``Connection refused``, ``password
+    authentication failed for user "u"``, ``database "x" does not exist``."""
     diag = getattr(exc, "diag", None)
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    reason = (diag and diag.message_primary) or (lines[-1] if lines else type(exc).__name__)
-    reason = reason.removeprefix("connection failed: ")
+    reason = (diag and diag.message_primary) or (lines[0] if lines else type(exc).__name__)
+    reason = re.sub(r"^.*\bfailed: ", "", reason) if reason.startswith("connection ") else reason
+    reason = re.sub(r"\s+", " ", re.sub(r"^(FATAL|ERROR):\s*", "", reason))
     password = urlsplit(url).password if "://" in url else None
     for secret in filter(None, [password, *(v for k, v in parse_qsl(urlsplit(url).query) if k == "password")]):
         reason = reason.replace(secret, "***")
@@ -311,12 +318,15 @@ class PostgresStore(Store):
         self._run(f"UPDATE runs SET {assignments} WHERE id = %s", (*fields.values(), run_id))
 
     def list_runs(self, limit: int = 50) -> list[dict[str, Any]]:
-        return self._dicts(
+        runs = self._dicts(
             "SELECT r.*, (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'done') AS done,"
             " (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'failed') AS failed,"
-            " (SELECT coalesce(sum(amount), 0) FROM ledger l WHERE l.run_id = r.id"
+            " (SELECT sum(amount) FROM ledger l WHERE l.run_id = r.id"
             " AND l.kind IN ('charge', 'possibly_billed')) AS spend"
             f" FROM runs r ORDER BY r.created {_C} DESC NULLS LAST LIMIT %s", (limit,))
+        for run in runs:
+            run["spend"] = _zero(run["spend"])
+        return runs
 
     def running_runs(self) -> list[tuple[str, int | None]]:
         return [(run_id, pid) for run_id, pid in self._all("SELECT id, pid FROM runs WHERE status = 'running'")]
@@ -438,9 +448,9 @@ class PostgresStore(Store):
     def ledger_sums(self, by: str, since: str | None) -> list[tuple[str | None, str, str, int, float]]:
         group = _GROUP_SQL[by][0]
         where, params = ("WHERE l.created >= %s", [since]) if since else ("", [])
-        return _sorted(self._all(
-            f"SELECT {group}, l.run_id, l.kind, count(*), coalesce(sum(l.amount), 0) FROM ledger l"
-            f" LEFT JOIN runs r ON r.id = l.run_id {where} GROUP BY 1, 2, 3", params), 3)
+        return _sorted([(*row[:4], _zero(row[4])) for row in self._all(
+            f"SELECT {group}, l.run_id, l.kind, count(*), sum(l.amount) FROM ledger l"
+            f" LEFT JOIN runs r ON r.id = l.run_id {where} GROUP BY 1, 2, 3", params)], 3)
 
     def saved_sums(self, by: str, since: str | None) -> list[tuple[str | None, str, int, float]]:
         group = _GROUP_SQL[by][1]
@@ -648,12 +658,13 @@ class PostgresStore(Store):
         rows = self._all(
             "SELECT stage, model, count(*), sum((status = 'done')::int), sum((status = 'failed')::int),"
             " sum(cache_hit)::bigint, sum(CASE WHEN cache_hit = 0 THEN input_tokens ELSE 0 END)::bigint,"
-            " sum(CASE WHEN cache_hit = 0 THEN output_tokens ELSE 0 END)::bigint, coalesce(sum(cost), 0),"
+            " sum(CASE WHEN cache_hit = 0 THEN output_tokens ELSE 0 END)::bigint, sum(cost),"
             " count(score), sum((status = 'done' AND valid = 0)::int), avg(score),"
             " coalesce(sum(CASE WHEN cache_hit = 0 THEN cached_tokens ELSE 0 END), 0)::bigint,"
-            " coalesce(sum(saved), 0), count(batch_saved), coalesce(sum(batch_saved), 0)"
+            " sum(saved), count(batch_saved), sum(batch_saved)"
             " FROM tasks WHERE run_id = %s GROUP BY stage, model ORDER BY min(seq)", (run_id,))
-        return [GroupSummary(*row) for row in rows]
+        return [GroupSummary(*row[:8], _zero(row[8]), *row[9:13], _zero(row[13]), row[14], _zero(row[15]))
+                for row in rows]
 
     def error_counts(self, run_id: str, stage: str, model: str) -> dict[str, int]:
         return dict(self._all(
@@ -680,8 +691,10 @@ class PostgresStore(Store):
             " GROUP BY j.key ORDER BY min(ARRAY[t.seq, j.ord])", (run_id, stage, model))]
 
     def accuracy_by_gold_type(self, run_id: str, stage: str, model: str) -> list[tuple[str, float]]:
-        rows = self._all(f"SELECT {_jx('g')}, min({_json_type('g')}), avg(score) FROM (SELECT result_json::jsonb ->"
-                         f" 'gold' AS g, score {_SCORED}) s GROUP BY 1", (run_id, stage, model))
+        # a group's JSON type is its first task's (true and 1 are one group), as SQLite's bare column gives it
+        rows = self._all(f"SELECT {_jx('g')}, (array_agg({_json_type('g')} ORDER BY seq))[1], avg(score) FROM"
+                         f" (SELECT seq, result_json::jsonb -> 'gold' AS g, score {_SCORED}) s GROUP BY 1",
+                         (run_id, stage, model))
         return [(kind, acc) for _, kind, acc in _sorted([(_sql_value(g), k, a) for g, k, a in rows], 1)]
 
     def letter_answers(self, run_id: str, stage: str, model: str) -> Iterator[tuple[str, str | None, Any]]:
