@@ -15,10 +15,18 @@ from typing import Annotated
 
 import typer
 
-from runner.engine.run import budget_warnings, execute, load_run_job, pid_alive, set_budget
+try:  # typer ≥ 0.22 carries its own copy of click
+    from typer._click import exceptions as click_errors
+    from typer.exceptions import Abort
+except ImportError:  # an older typer runs on click itself
+    from click import exceptions as click_errors  # type: ignore[no-redef]
+    from click.exceptions import Abort  # type: ignore[assignment]
+
+from runner.engine.run import budget_warnings, dataset_warnings, execute, load_run_job, pid_alive, set_budget
 from runner.errors import RunnerError
 from runner.report import costs as cost_sums
 from runner.report import estimate as estimates
+from runner.report import runs as run_list
 from runner.report import summary as reports
 from runner.report.progress import make_view
 from runner.spec.job import Job, load_job
@@ -63,13 +71,15 @@ def _run(job: Job, store: Store, run_id: str | None = None, reuse: bool = True) 
 
 LimitOption = Annotated[
     int | None,
-    typer.Option("--limit", min=1, help="Only the first N items of every stage's dataset (a slice to try a job).",
+    # no min=: click would print a boxed usage error; _check_limit says it in one line
+    typer.Option("--limit", help="Only the first N items of every stage's dataset (a slice to try a job).",
                  show_default=False),
 ]
 
 BudgetOption = Annotated[
     float | None,
-    typer.Option("--budget", help="The run's budget in USD (over the job file's budget.usd).", min=0.0,
+    # no min=: set_budget refuses a budget of 0 or less in one line
+    typer.Option("--budget", help="The run's budget in USD (over the job file's budget.usd).",
                  show_default=False),
 ]
 
@@ -90,6 +100,13 @@ def _load(job_file: Path, var: list[str] | None) -> Job:
     if bundled:
         typer.echo(f"using the bundled {job_file} ({path})", err=True)
     return load_job(path, _vars(var))
+
+
+def _check_limit(limit: int, option: str = "--limit") -> int:
+    """A count option (``--limit N``) must be at least 1; said in one line rather than click's boxed error."""
+    if limit < 1:
+        raise RunnerError(f"{option} must be 1 or more (got {limit})")
+    return limit
 
 
 def _vars(values: list[str] | None) -> dict[str, str]:
@@ -122,7 +139,7 @@ def submit(
     if budget is not None:
         set_budget(job, budget)
     if limit is not None:
-        job.limit = limit
+        job.limit = _check_limit(limit)
     store = open_store(db)
     est = estimates.estimate(job, store, count_free=False)
     for line in estimates.summary_lines(est):
@@ -134,7 +151,7 @@ def submit(
             raise estimates.OverBudget(refusal)
         typer.echo(f"--allow-partial: the budget ${limit:,.4f} covers part of the worst case; the run stops when "
                    "it is spent", err=True)
-    for line in budget_warnings(job):
+    for line in [*dataset_warnings(job), *budget_warnings(job)]:
         typer.echo(line, err=True)
     _run(job, store, reuse=not replan)
 
@@ -154,7 +171,7 @@ def estimate(
         raise RunnerError(f"--format must be one of {', '.join(estimates.FORMATS)}, not {fmt!r}")
     job = _load(job_file, var)
     if limit is not None:
-        job.limit = limit
+        job.limit = _check_limit(limit)
     text = estimates.render(estimates.estimate(job, open_store(db)), fmt)
     _emit(text, output)
 
@@ -212,23 +229,16 @@ def resume(
 
 
 @app.command()
-def runs(db: DbOption = None, limit: Annotated[int, typer.Option(help="How many runs, newest first.")] = 50) -> None:
-    """List runs: id, job, status, progress, spend, started."""
-    store = open_store(db)
-    rows = store.list_runs(limit)
-    if not rows:
-        typer.echo("no runs yet")
-        return
-    header = f"{'id':<22} {'job':<20} {'status':<12} {'progress':>16} {'spend':>10}  started"
-    typer.echo(header)
-    for r in rows:
-        status = r["status"]
-        if status == "running" and not pid_alive(r["pid"]):
-            status = "crashed"  # killed without a chance to say so; `runner resume` finishes it
-        finished = r["done"] + r["failed"]
-        progress = f"{finished}/{r['total']}" + (f" ({r['failed']} failed)" if r["failed"] else "")
-        typer.echo(f"{r['id']:<22} {r['job_name']:<20} {status:<12} {progress:>16} ${r['spend']:>9.4f}  "
-                   f"{r['started'][:19].replace('T', ' ')}")
+def runs(
+    db: DbOption = None,
+    limit: Annotated[int, typer.Option(help="How many runs, newest first.")] = 50,
+    fmt: Annotated[str, typer.Option("--format", help="text, json, csv or md.")] = "text",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
+) -> None:
+    """List runs: id, job, status (crashed: killed while running), progress, spend, started."""
+    if fmt not in run_list.FORMATS:
+        raise RunnerError(f"--format must be one of {', '.join(run_list.FORMATS)}, not {fmt!r}")
+    _emit(run_list.render(run_list.build(open_store(db), _check_limit(limit)), fmt), output)
 
 
 @app.command()
@@ -292,9 +302,29 @@ def sim(
 
 def main() -> None:
     try:
-        app()
+        # not standalone: click's usage errors come here, to be said in one line instead of a box
+        code = app(standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click_errors.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx is not None else "runner"
+        typer.echo(f"Error: {exc.format_message()} (`{command} --help` lists the options)", err=True)
+        sys.exit(exc.exit_code)
+    except click_errors.ClickException as exc:
+        typer.echo(f"Error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except Abort:
+        typer.echo("Error: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     except RunnerError as exc:
-        typer.echo(f"Error: {exc}", err=True)
+        problems = getattr(exc, "problems", None)
+        if problems and len(problems) > 1:  # a job file with several problems: each on its own line first
+            for problem in problems:
+                typer.echo(problem, err=True)
+            typer.echo(f"Error: {exc.summary}", err=True)  # type: ignore[attr-defined]
+        else:
+            typer.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         typer.echo("Error: interrupted", err=True)
@@ -305,6 +335,7 @@ def main() -> None:
         typer.echo(f"Error: unexpected {type(exc).__name__}: {exc} (set RUNNER_RAISE_ERRORS=1 for the "
                    "traceback, and please report it)", err=True)
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

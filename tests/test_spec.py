@@ -399,3 +399,52 @@ def test_a_stored_job_keeps_its_parameters(tmp_path: Path) -> None:
     again = type(job).model_validate_json(job.model_dump_json())
     assert again.stage_params(again.stages[0]) == job.stage_params(job.stages[0])
     assert again.stage_params(again.stages[0]).max_tokens == 16
+
+
+# -- every problem, not only the first -----------------------------------------------------------------------
+
+def _problem_lines(err: str, path: Path, count: int) -> list[tuple[int, str, str]]:
+    """stderr of a job file with ``count`` problems: one ``file:line: key: problem`` line each, then one
+    ``Error: N problems in FILE``."""
+    lines = err.splitlines()
+    assert lines[-1] == f"Error: {count} problems in {path}", err
+    assert len(lines) == count + 1 and sum(line.startswith("Error:") for line in lines) == 1, err
+    assert "Traceback" not in err
+    return [split_error(path, line) for line in lines[:-1]]
+
+
+def test_cli_validate_lists_every_schema_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = variant("  temperature: 0\n  max_tokens: 16\n", "  temperature: hot\n  max_tokens: 0\n")
+    text = text.replace("name: test-job\n", "name: test-job\ncolour: red\n")  # every line below moves down one
+    path = write_job(tmp_path, text)
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 2 and out == ""
+    problems = _problem_lines(err, path, 3)
+    assert [(line, key) for line, key, _ in problems] == [
+        (2, "colour"), (6, "params.temperature"), (7, "params.max_tokens")]
+    assert "unknown key 'colour'" in problems[0][2] and "greater than 0" in problems[2][2]
+    # submit lists them the same way
+    code, _, submitted = run_cli(monkeypatch, capsys, "submit", str(path))
+    assert code == 2 and submitted == err
+
+
+def test_cli_validate_lists_every_cross_field_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = variant("  - sim:gpt-test\n", "  - nosuch:model\n").replace("      path: DATASET\n",
+                                                                    "      path: no-such-rows.jsonl\n")
+    path = write_job(tmp_path, text.replace("    parse: letter\n", "    parse: lettter\n"))
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 2
+    problems = _problem_lines(err, path, 3)
+    assert [(line, key) for line, key, _ in problems] == [
+        (3, "models[0]"), (13, "stages[0].dataset.path"), (19, "stages[0].parse")]
+    assert "did you mean 'letter'" in problems[2][2]
+
+
+def test_one_problem_is_still_one_error_line(tmp_path: Path) -> None:
+    path = write_job(tmp_path, variant("  temperature: 0\n", "  temperature: hot\n"))
+    line, key, _ = split_error(path, error_of(path))
+    assert (line, key) == (5, "params.temperature")

@@ -163,6 +163,12 @@ async def execute(
         if settled or possibly:
             view.note(f"{settled + possibly} requests were in flight when the run stopped: {settled} settled from "
                       f"the cache, {possibly} kept as possibly billed at their worst case")
+        # the live view counts what earlier attempts finished and spent from the start, not as it reaches them
+        for plan in plans:
+            for model, (n, _) in store.done_by_model(run_id, plan.stage.name).items():
+                if (plan.stage.name, model) in stats.by_key:
+                    stats.counters(plan.stage.name, model).prior = n
+        stats.prior_spend = sum(usd for _, _, usd, _ in store.spent(run_id))
 
     results = Results(job, run_id, store)
     committed: list[Callable[[list[Finished]], None]] = [results.on_commit]
@@ -318,6 +324,18 @@ def budget_warnings(job: Job) -> list[str]:
     if priced:
         lines.append(f"warning: no budget is set for {', '.join(priced)}; add budget: {{usd: N}} to the job or "
                      "`--budget USD` to cap what this run may spend")
+    return lines
+
+
+def dataset_warnings(job: Job) -> list[str]:
+    """Said before a run whose stage reads a dataset with no rows: the stage sends nothing (the run still ends)."""
+    from runner.plan.stage import count_rows
+
+    lines = []
+    for stage in job.stages:
+        if stage.dataset is not None and count_rows(stage.dataset.path, 1) == 0:
+            lines.append(f"warning: stage {stage.name}: the dataset {stage.dataset.path} has no rows, so the stage "
+                         "has nothing to send")
     return lines
 
 

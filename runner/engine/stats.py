@@ -32,12 +32,29 @@ class Counters:
     elsewhere: int = 0
     correct: int = 0
     scored: int = 0
+    #: tasks an earlier attempt of this run finished, counted from the store when a resume starts (the dispatcher
+    #: counts them in ``resumed`` only as it reaches them)
+    prior: int = 0
     started: float = field(default_factory=time.monotonic)
 
     def rate(self, now: float | None = None) -> float:
         """Requests finished per second in this process (resumed ones excluded)."""
         elapsed = (now or time.monotonic()) - self.started
         return (self.done - self.resumed) / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def finished(self) -> int:
+        """Tasks finished, by this process or (on a resume) an earlier one, whether reached again yet or not."""
+        return self.done - self.resumed + max(self.resumed, self.prior)
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.total - self.finished)
+
+    @property
+    def fresh(self) -> int:
+        """Tasks this process finished by a request (answered or failed): neither resumed nor cache hits."""
+        return max(0, self.done - self.resumed - self.cache_hits)
 
 
 @dataclass(slots=True)
@@ -65,6 +82,11 @@ class RunStats:
         self.budgets: object | None = None
         #: Batch API batches of this run by id: stage, model, state, the provider's state, lines and results
         self.batches: dict[str, BatchView] = {}
+        #: the last error per model ("error class: message"), for the live view
+        self.last_error: dict[str, str] = {}
+        #: what earlier attempts of this run spent (a resume), counted in the projection when it has no budgets
+        self.prior_spend = 0.0
+        self.started = time.monotonic()
 
     def counters(self, stage: str, model: str) -> Counters:
         key = (stage, model)
@@ -80,7 +102,22 @@ class RunStats:
             for name in _SUMMED:
                 setattr(out, name, getattr(out, name) + getattr(c, name))
             out.started = min(out.started, c.started)
+        # so that out.finished is the sum of each one's finished
+        out.prior = sum(max(c.resumed, c.prior) for c in self.by_key.values())
         return out
+
+    def elapsed(self, now: float | None = None) -> float:
+        return max(0.0, (now or time.monotonic()) - self.started)
+
+    def eta(self, now: float | None = None) -> float | None:
+        """Seconds until every task is finished, at the pace of the requests this process sent (resumed tasks and
+        cache hits take no time, so they do not count in the pace); None before the first such request."""
+        totals = self.totals()
+        if totals.remaining == 0:
+            return 0.0
+        if totals.fresh == 0:
+            return None
+        return self.elapsed(now) / totals.fresh * totals.remaining
 
 
 _SUMMED = [f.name for f in fields(Counters) if f.name not in ("stage", "model", "started")]

@@ -10,6 +10,7 @@ option (``option``, ``option_index``). Templates see the dataset row's fields, `
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 import yaml
 from jinja2 import meta
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2.sandbox import SandboxedEnvironment, SecurityError
 from pydantic import ValidationError
 
 if TYPE_CHECKING:
@@ -46,13 +47,17 @@ class Part:
     """One compiled template. A template that uses no variable (a fixed system prompt, say) is rendered
     once: rendering is the costliest step of planning a request, and a re-run plans every request again."""
 
-    __slots__ = ("template", "constant")
+    __slots__ = ("template", "constant", "source")
 
     def __init__(self, source: str) -> None:
+        self.source = source
         self.template = _env.from_string(source)
         self.constant: str | None = None
         if not meta.find_undeclared_variables(_env.parse(source)):
-            self.constant = self.template.render()
+            try:
+                self.constant = self.template.render()
+            except SecurityError as exc:
+                raise BlockedExpression(_blocked(source, exc)) from None
 
     def __call__(self, context: dict[str, Any]) -> str:
         if self.constant is not None:
@@ -62,7 +67,24 @@ class Part:
         # the same globals renders the same text in a fraction of the time.
         template = self.template
         ctx = _env.context_class(_env, {**_GLOBALS, **context}, template.name, template.blocks)
-        return "".join(template.root_render_func(ctx))
+        try:
+            return "".join(template.root_render_func(ctx))
+        except SecurityError as exc:
+            raise BlockedExpression(_blocked(self.source, exc)) from None
+
+
+class BlockedExpression(PromptError):
+    """A template asks for something the sandbox refuses (``{{ ''.__class__ }}``); names the expression."""
+
+
+def _blocked(source: str, exc: SecurityError) -> str:
+    """What the sandbox refused, naming the template expression that asked for it."""
+    reason = str(exc).rstrip(".")
+    names = re.findall(r"'([^']+)'", reason)
+    expressions = re.findall(r"\{\{.*?\}\}|\{%.*?%\}", source, re.S)
+    found = next((e for e in expressions if any(n in e for n in names)), None) \
+        or next((e for e in expressions if "__" in e), None)
+    return f"{'the expression ' + found if found else 'an expression'} is blocked by the template sandbox ({reason})"
 
 
 @dataclass(frozen=True)
@@ -140,7 +162,7 @@ def _load_file(path: str, name: str, mtime_ns: int = 0) -> Prompt:
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         spec = InlinePrompt.model_validate(data)
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise PromptError(f"prompt template {path} cannot be read: {exc}") from None
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
@@ -156,6 +178,8 @@ def _compile_spec(name: str, spec: InlinePrompt) -> Prompt:
                           text=f"context: {spec.context}\ncontinuation: {spec.continuation}")
         except jinja2.TemplateSyntaxError as exc:
             raise PromptError(f"prompt {name!r} line {exc.lineno}: {exc.message}") from None
+        except BlockedExpression as exc:
+            raise PromptError(f"prompt {name!r}: {exc}") from None
     assert spec.user is not None
     return _compile(name, spec.system, spec.user, spec.source, [(t.role, t.content) for t in spec.messages])
 
@@ -176,3 +200,5 @@ def _compile(name: str, system: str | None, user: str, source: str | None,
         )
     except jinja2.TemplateSyntaxError as exc:
         raise PromptError(f"prompt {name!r} line {exc.lineno}: {exc.message}") from None
+    except BlockedExpression as exc:
+        raise PromptError(f"prompt {name!r}: {exc}") from None

@@ -34,20 +34,37 @@ from runner.spec.job import Job, Stage
 def iter_rows(path: str | Path, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, row) for each non-blank line of a JSONL file, streamed."""
     count = 0
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            if limit is not None and count >= limit:
-                return
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line_no, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                if limit is not None and count >= limit:
+                    return
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise RunnerError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from None
+                if not isinstance(row, dict):
+                    raise RunnerError(f"{path}:{line_no}: each line must be a JSON object")
+                count += 1
+                yield line_no, row
+    except UnicodeDecodeError as exc:
+        raise RunnerError(f"{path}:{_undecodable_line(path)}: a dataset file must be UTF-8, and this line is not "
+                          f"(byte 0x{exc.object[exc.start]:02x}); convert the file, e.g. with "
+                          "iconv -f latin1 -t utf-8") from None
+
+
+def _undecodable_line(path: str | Path) -> int:
+    """The number of the first line of a file that is not valid UTF-8 (a decoder reads ahead by blocks, so the
+    line being parsed when it fails is not necessarily the culprit)."""
+    with open(path, "rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RunnerError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise RunnerError(f"{path}:{line_no}: each line must be a JSON object")
-            count += 1
-            yield line_no, row
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return line_no
+    return 1
 
 
 def count_rows(path: str | Path, limit: int | None = None) -> int:

@@ -13,6 +13,7 @@ from typing import IO
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.measure import Measurement
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -34,26 +35,74 @@ def _money(value: float) -> str:
     return f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
 
 
-def budget_line(stats: RunStats) -> str | None:
-    """Spent / reserved / budget of the run, the money saved by the cache, and the projected total."""
+def _duration(seconds: float) -> str:
+    """1h02m, 3m05s, 42s."""
+    seconds = int(seconds + 0.5)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def budget_parts(stats: RunStats) -> list[str]:
+    """Spent / reserved / budget of the run, the money saved by the cache, and the projected total, as phrases.
+
+    On a resume, spent counts what earlier attempts of the run spent (the run's budget starts with it), the
+    finished tasks count theirs, and the projection is that spend plus this process's spend per request sent
+    times the tasks left."""
     budgets = stats.budgets
     totals = stats.totals()
-    projected = ""
-    fresh = totals.done - totals.resumed - totals.cache_hits
-    left = totals.total - totals.done
-    if fresh > 0 and left > 0:
-        projected = f", projected {_money(totals.spend + totals.spend / fresh * left)} at completion"
-    saved = f", saved by the cache {_money(totals.saved)}" if totals.saved else ""
+    limited = isinstance(budgets, Budgets) and budgets.run.usd is not None
+    spent = budgets.run.spent_usd if isinstance(budgets, Budgets) else totals.spend + stats.prior_spend
+    parts = []
+    if limited:
+        run = budgets.run  # type: ignore[union-attr]
+        assert run.usd is not None
+        parts.append(f"budget: spent {_money(run.spent_usd)} + reserved {_money(run.reserved_usd)} of "
+                     f"{_money(run.usd)} ({100 * run.spent_usd / run.usd:.0f}%)")
+    elif spent or totals.saved:
+        parts.append(f"spent {_money(spent)}")
+    else:
+        return []
+    if totals.saved:
+        parts.append(f"saved by the cache {_money(totals.saved)}")
     if totals.batch_saved:
-        saved += f", by the Batch API's price {_money(totals.batch_saved)}"
-    if not isinstance(budgets, Budgets) or budgets.run.usd is None:
-        if not totals.spend and not totals.saved:
-            return None
-        return f"spent {_money(totals.spend)}{saved}{projected}"
-    run = budgets.run
-    assert run.usd is not None
-    return (f"budget: spent {_money(run.spent_usd)} + reserved {_money(run.reserved_usd)} of {_money(run.usd)} "
-            f"({100 * run.spent_usd / run.usd:.0f}%){saved}{projected}")
+        parts.append(f"by the Batch API's price {_money(totals.batch_saved)}")
+    if totals.fresh > 0 and totals.remaining > 0:
+        parts.append(f"projected {_money(spent + totals.spend / totals.fresh * totals.remaining)} at completion")
+    return parts
+
+
+def budget_line(stats: RunStats) -> str | None:
+    """:func:`budget_parts` as one line."""
+    return ", ".join(budget_parts(stats)) or None
+
+
+def fit(parts: list[str], width: int, sep: str = ", ") -> list[str]:
+    """Phrases packed into as few lines as fit ``width`` columns (a phrase longer than a line gets its own)."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + len(sep) + len(part) <= width:
+            lines[-1] += sep + part
+        else:
+            lines.append(part)
+    return lines
+
+
+def time_line(stats: RunStats, now: float | None = None) -> str:
+    """Elapsed time and the ETA (from the pace of the requests this process sent)."""
+    eta = stats.eta(now)
+    left = "ETA --" if eta is None else "done" if stats.totals().remaining == 0 else f"ETA {_duration(eta)}"
+    return f"elapsed {_duration(stats.elapsed(now))}, {left}"
+
+
+def error_lines(stats: RunStats, width: int) -> list[str]:
+    """The last error of each model that had one, on one line each, cut to ``width`` columns."""
+    out = []
+    for model, message in list(stats.last_error.items()):
+        name = model if len(model) <= width // 2 else model[: width // 2 - 1] + "…"  # leave room for the message
+        line = f"last error {name}: {' '.join(message.split())}"
+        out.append(line if len(line) <= width else line[: width - 1] + "…")
+    return out
 
 
 def batch_view_lines(stats: RunStats) -> list[str]:
@@ -64,13 +113,17 @@ def batch_view_lines(stats: RunStats) -> list[str]:
             for b in list(stats.batches.values()) if b.state != "collected"]
 
 
-def _line(c: Counters, now: float) -> str:
-    pct = 100.0 * c.done / c.total if c.total else 100.0
+def _figures(c: Counters, now: float) -> str:
+    pct = 100.0 * c.finished / c.total if c.total else 100.0
     return (
-        f"{c.stage} {c.model}: {c.done}/{c.total} ({pct:.0f}%) {c.rate(now):.1f} req/s, "
+        f"{c.finished}/{c.total} ({pct:.0f}%) {c.rate(now):.1f} req/s, "
         f"cache hits {c.cache_hits}, retries {c.retries}, errors {c.errors}, "
         f"tokens {c.tokens_in} in / {c.tokens_out} out, spent {_money(c.spend)}"
     )
+
+
+def _line(c: Counters, now: float) -> str:
+    return f"{c.stage} {c.model}: {_figures(c, now)}"
 
 
 class PlainView:
@@ -103,6 +156,9 @@ class PlainView:
         money = budget_line(self.stats)
         if money:
             print(f"[runner] {money}", file=self.stream, flush=True)
+        print(f"[runner] {time_line(self.stats, now)}", file=self.stream, flush=True)
+        for line in error_lines(self.stats, ERROR_WIDTH):
+            print(f"[runner] {line}", file=self.stream, flush=True)
         while self.stats.notes:
             print(f"[runner] {self.stats.notes.pop(0)}", file=self.stream, flush=True)
 
@@ -116,11 +172,15 @@ class PlainView:
             self.emit()
 
 
-class LiveView:
-    """A rich Live table refreshed four times a second."""
+#: columns of a last-error line in the plain view
+ERROR_WIDTH = 120
 
-    def __init__(self, stream: IO[str]) -> None:
-        self.console = Console(file=stream)
+
+class LiveView:
+    """A rich Live table refreshed four times a second; every line below it fits the terminal's width."""
+
+    def __init__(self, stream: IO[str], console: Console | None = None) -> None:
+        self.console = console or Console(file=stream)
         self.stats: RunStats | None = None
         self.title = ""
         self.notes: list[str] = []
@@ -142,29 +202,48 @@ class LiveView:
             self.live = None
 
     def render(self) -> Group:
+        now = time.monotonic()
+        assert self.stats is not None
+        counters = list(self.stats.by_key.values())
         table = Table(title=self.title, title_justify="left", expand=False)
         for name, justify in (("stage", "left"), ("model", "left"), ("progress", "left"), ("done", "right"),
                               ("req/s", "right"), ("cache hits", "right"), ("retries", "right"),
                               ("errors", "right"), ("tokens in/out", "right"), ("spent", "right")):
-            table.add_column(name, justify=justify)  # type: ignore[arg-type]
-        now = time.monotonic()
-        assert self.stats is not None
-        for c in list(self.stats.by_key.values()):
+            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        for c in counters:
             table.add_row(
-                c.stage, c.model, ProgressBar(total=max(c.total, 1), completed=c.done, width=24),
-                f"{c.done}/{c.total}", f"{c.rate(now):.1f}", str(c.cache_hits), str(c.retries),
+                c.stage, c.model, ProgressBar(total=max(c.total, 1), completed=c.finished, width=24),
+                f"{c.finished}/{c.total}", f"{c.rate(now):.1f}", str(c.cache_hits), str(c.retries),
                 Text(str(c.errors), style="red" if c.errors else ""), f"{c.tokens_in}/{c.tokens_out}",
                 _money(c.spend),
             )
+        width = self.console.width
+        body: list[object] = [table]
+        if Measurement.get(self.console, self.console.options.update(max_width=10_000), table).maximum > width:
+            # a terminal too narrow for the table (a long model name): two lines per stage and model, each
+            # wrapped to the width, instead of a table whose cells rich would cut to nothing
+            body = [Text(self.title, style="italic", overflow="fold")]
+            for c in counters:
+                body.append(Text(f"{c.stage} · {c.model}", style="bold", overflow="fold"))
+                row = Table.grid(padding=(0, 1))
+                row.add_column(no_wrap=True)
+                row.add_column(overflow="fold")
+                row.add_row(ProgressBar(total=max(c.total, 1), completed=c.finished, width=12),
+                            Text(_figures(c, now), style="red" if c.errors else ""))
+                body.append(row)
         extra: list[object] = []
+        width = self.console.width
         budgets = self.stats.budgets
         if isinstance(budgets, Budgets) and budgets.run.usd is not None:
             run = budgets.run
-            extra.append(ProgressBar(total=run.usd, completed=min(run.usd, run.spent_usd + run.reserved_usd),
-                                     width=48))
+            # in a grid row of its own: a bare ProgressBar ends no line, and the budget text would run on after it
+            bar = Table.grid()
+            bar.add_row(ProgressBar(total=run.usd, completed=min(run.usd, run.spent_usd + run.reserved_usd),
+                                    width=min(48, width)))
+            extra.append(bar)
         extra.extend(Text(line, style="cyan") for line in batch_view_lines(self.stats))
-        money = budget_line(self.stats)
-        if money:
-            extra.append(Text(money))
+        extra.extend(Text(line) for line in fit(budget_parts(self.stats), width))
+        extra.append(Text(time_line(self.stats, now)))
+        extra.extend(Text(line, style="red") for line in error_lines(self.stats, width))
         notes = self.notes + self.stats.notes
-        return Group(table, *extra, *(Text(n, style="yellow") for n in notes[-3:]))
+        return Group(*body, *extra, *(Text(n, style="yellow") for n in notes[-3:]))

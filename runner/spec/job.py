@@ -498,7 +498,7 @@ def _validated(data: dict[str, Any], path: Path, lines: dict[Loc, int], override
     try:
         job = Job.model_validate(data)
     except ValidationError as exc:
-        raise _first_error(path, lines, exc) from None
+        raise _all_errors(path, lines, exc) from None
     job.path = job_path
     job.base_dir = str(base_dir)
     _check(job, path, lines)
@@ -557,39 +557,51 @@ def resolve_file(job: Job, relative: str) -> Path | None:
 
 
 def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
-    """Checks that need more than one field: providers known, files present, names unique."""
+    """Checks that need more than one field: providers known, files present, names unique. Every problem is
+    reported (each check goes on after one fails), together."""
     from runner.plan.prompts import PromptError, load_prompt  # prompts imports spec's models
 
+    problems = _Problems(path)
     known = provider_names()
     for name in job.providers:
         if name not in known:
-            _fail(path, lines, ("providers", name), f"unknown provider {name!r} (known: {', '.join(known)})")
+            with problems:
+                _fail(path, lines, ("providers", name), f"unknown provider {name!r} (known: {', '.join(known)})")
     for index, model in enumerate(job.models):
-        _check_model(path, lines, ("models", index), model, known, job.endpoints)
+        with problems:
+            _check_model(path, lines, ("models", index), model, known, job.endpoints)
     seen: set[str] = set()
     for s, stage in enumerate(job.stages):
         loc: Loc = ("stages", s)
         if stage.name in seen:
-            _fail(path, lines, loc + ("name",), f"stage name {stage.name!r} is used twice")
+            with problems:
+                _fail(path, lines, loc + ("name",), f"stage name {stage.name!r} is used twice")
         for index, source in enumerate(stage.from_ or []):
             if source not in seen:
                 later = any(other.name == source for other in job.stages)
-                _fail(path, lines, loc + ("from", index) if len(stage.from_ or []) > 1 else loc + ("from",),
-                      f"stage {source!r} comes later: a stage reads only earlier ones" if later
-                      else f"no stage named {source!r} before this one")
+                with problems:
+                    _fail(path, lines, loc + ("from", index) if len(stage.from_ or []) > 1 else loc + ("from",),
+                          f"stage {source!r} comes later: a stage reads only earlier ones" if later
+                          else f"no stage named {source!r} before this one")
         seen.add(stage.name)
-        _check_data_op(path, lines, loc, stage)
+        with problems:
+            _check_data_op(path, lines, loc, stage)
         if stage.dataset is not None:
             found = resolve_file(job, stage.dataset.path)
             if found is None:
-                _fail(path, lines, loc + ("dataset", "path"), f"dataset file {stage.dataset.path!r} does not exist")
-            stage.dataset.path = str(found)
+                with problems:
+                    _fail(path, lines, loc + ("dataset", "path"),
+                          f"dataset file {stage.dataset.path!r} does not exist")
+            else:
+                stage.dataset.path = str(found)
         if not stage.is_llm:
             continue
         if stage.models is None and not job.models:
-            _fail(path, lines, loc, "no models: set models: at the top of the job or in this stage")
+            with problems:
+                _fail(path, lines, loc, "no models: set models: at the top of the job or in this stage")
         for index, model in enumerate(stage.models or []):
-            _check_model(path, lines, loc + ("models", index), model, known, job.endpoints)
+            with problems:
+                _check_model(path, lines, loc + ("models", index), model, known, job.endpoints)
         if stage.parse not in BUILTIN_PARSES:
             from runner.recipes import get_parser, parser_names
 
@@ -597,30 +609,40 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
                 close = difflib.get_close_matches(stage.parse, [*BUILTIN_PARSES, *parser_names()], n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else \
                     f" (built in: {', '.join(BUILTIN_PARSES)}; recipes: {', '.join(parser_names())})"
-                _fail(path, lines, loc + ("parse",), f"no parser named {stage.parse!r}{hint}")
+                with problems:
+                    _fail(path, lines, loc + ("parse",), f"no parser named {stage.parse!r}{hint}")
         if stage.choices is not None and stage.choices.options_file is not None:
             options = resolve_file(job, stage.choices.options_file)
             if options is None:
-                _fail(path, lines, loc + ("choices", "options_file"),
-                      f"options file {stage.choices.options_file!r} does not exist")
-            stage.choices.options_file = str(options)
+                with problems:
+                    _fail(path, lines, loc + ("choices", "options_file"),
+                          f"options file {stage.choices.options_file!r} does not exist")
+            else:
+                stage.choices.options_file = str(options)
         try:
             load_prompt(job, stage.prompt)  # type: ignore[arg-type]  # an LLM stage has one
         except PromptError as exc:
-            _fail(path, lines, loc + ("prompt",), str(exc))
+            with problems:
+                _fail(path, lines, loc + ("prompt",), str(exc))
     for key in job.prices:
-        _check_model(path, lines, ("prices", key), key, known)
+        with problems:
+            _check_model(path, lines, ("prices", key), key, known)
     if job.report is not None:
         named = {**job.report.tasks, **job.report.styles}
         for key, stage_name in named.items():
             if stage_name not in seen:
                 where = "tasks" if key in job.report.tasks else "styles"
-                _fail(path, lines, ("report", where, key), f"no stage named {stage_name!r}")
+                with problems:
+                    _fail(path, lines, ("report", where, key), f"no stage named {stage_name!r}")
     for key in job.budget.models if job.budget else ():
-        _check_model(path, lines, ("budget", "models", key), key, known)
+        with problems:
+            _check_model(path, lines, ("budget", "models", key), key, known)
     for name, endpoint in job.endpoints.items():
         if not endpoint.base_url:
-            _fail(path, lines, ("endpoints", name), "an endpoint needs base_url: (e.g. http://127.0.0.1:8000/v1)")
+            with problems:
+                _fail(path, lines, ("endpoints", name),
+                      "an endpoint needs base_url: (e.g. http://127.0.0.1:8000/v1)")
+    problems.raise_any()
 
 
 def _check_data_op(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:
@@ -678,30 +700,68 @@ def _where(path: Path, lines: dict[Loc, int], loc: Loc) -> str:
     return f"{path}:{line_of(lines, loc)}" if lines else str(path)
 
 
-def _first_error(path: Path, lines: dict[Loc, int], exc: ValidationError) -> JobFileError:
+class JobFileProblems(JobFileError):
+    """A job file with one or more problems, each ``file:line: key: what`` (``problems``, in file order). With
+    one, the message is that problem; with more, every problem on its own line, then ``summary``."""
+
+    def __init__(self, path: Path, problems: list[str]) -> None:
+        self.problems = problems
+        self.summary = f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in {path}"
+        super().__init__(problems[0] if len(problems) == 1 else "\n".join([*problems, self.summary]))
+
+
+class _Problems:
+    """``with problems:`` around one check records its JobFileError and goes on, so validation reports every
+    problem of a file, not only the first; :meth:`raise_any` raises them together."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.messages: list[str] = []
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, JobFileProblems):
+            self.messages.extend(exc.problems)
+        elif isinstance(exc, JobFileError):
+            self.messages.append(str(exc))
+        return isinstance(exc, JobFileError)
+
+    def raise_any(self) -> None:
+        if self.messages:
+            raise JobFileProblems(self.path, self.messages)
+
+
+def _all_errors(path: Path, lines: dict[Loc, int], exc: ValidationError) -> JobFileProblems:
+    """Every problem pydantic found, one ``file:line: key: what`` each, in the file's order."""
     errors = exc.errors(include_url=False)
     # A prompt written as a mapping also fails the plain-string branch of its union: report the other.
     errors = [e for e in errors if not (e["loc"][-1:] == ("str",) and e["type"] == "string_type")] or errors
     # A misspelt key shows up both as unknown and as a missing required one: the typo is the news.
-    errors.sort(key=lambda e: e["type"] != "extra_forbidden")
-    first = errors[0]
-    loc = _clean_loc(first["loc"])
-    kind = first["type"]
-    if kind == "extra_forbidden":
-        message = f"unknown key {loc[-1]!r}"
-        allowed = _allowed_keys(loc[:-1])
-        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        if close:
-            message += f" (did you mean {close[0]!r}?)"
-    elif kind == "missing":
-        message = f"required key {loc[-1]!r} is missing"
-    else:
-        message = first["msg"].removeprefix("Value error, ")
-        if not isinstance(first.get("input"), dict | list):
-            message += f" (got {first.get('input')!r})"
-    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-    where = dotted(loc) or "job"
-    return JobFileError(f"{_where(path, lines, loc)}: {where}: {message}{more}")
+    typos: set[tuple[Loc, str]] = set()
+    found: list[tuple[int, int, str]] = []
+    for error in sorted(errors, key=lambda e: e["type"] != "extra_forbidden"):
+        loc = _clean_loc(error["loc"])
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            message = f"unknown key {loc[-1]!r}"
+            close = difflib.get_close_matches(str(loc[-1]), _allowed_keys(loc[:-1]), n=1)
+            if close:
+                message += f" (did you mean {close[0]!r}?)"
+                typos.add((loc[:-1], close[0]))
+        elif kind == "missing":
+            if (loc[:-1], str(loc[-1])) in typos:
+                continue
+            message = f"required key {loc[-1]!r} is missing"
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+            if not isinstance(error.get("input"), dict | list):
+                message += f" (got {error.get('input')!r})"
+        text = f"{_where(path, lines, loc)}: {dotted(loc) or 'job'}: {message}"
+        if all(text != seen for _, _, seen in found):
+            found.append((line_of(lines, loc), len(found), text))
+    return JobFileProblems(path, [text for _, _, text in sorted(found)])
 
 
 def _allowed_keys(loc: Loc) -> list[str]:
