@@ -1,4 +1,4 @@
-"""The ``runner`` command: submit, estimate, validate, resume, runs, report, costs, sim.
+"""The ``runner`` command: submit, estimate, validate, resume, work, runs, report, costs, sim.
 
 Every error a user can cause ends in ``Error: <one sentence>`` on stderr and a non-zero exit (2 for a job
 file that does not validate or a submit whose worst case exceeds its budget, 1 otherwise), never a traceback.
@@ -40,8 +40,9 @@ app = typer.Typer(
 )
 
 DbOption = Annotated[
-    Path | None,
-    typer.Option("--db", help="The SQLite store (default: RUNNER_DB or ./cache.sqlite).", show_default=False),
+    str | None,
+    typer.Option("--db", help="The store: a SQLite file, or a postgresql://user@host/db URL shared by several "
+                 "processes and machines (default: RUNNER_DB or ./cache.sqlite).", show_default=False),
 ]
 
 EXIT_INTERRUPTED = 130
@@ -226,6 +227,32 @@ def resume(
         raise RunnerError(f"run {run['id']} is still running (process {run['pid']}); stop it first")
     typer.echo(f"run {run['id']}: resuming job {job.name}")
     _run(job, store, run_id=run["id"])
+
+
+@app.command()
+def work(
+    run_id: Annotated[str, typer.Argument(help="The run to join (see `runner runs`).")],
+    db: DbOption = None,
+) -> None:
+    """Join a run from another process or machine that shares its store (a postgresql:// URL, or the same SQLite
+    file): take the chunks of its stages no live worker holds, send them, and take over those of workers that
+    stopped. Requests are never sent twice across workers, and the run's budget holds across all of them."""
+    store = open_store(db)
+    run, job = load_run_job(store, run_id)
+    typer.echo(f"run {run['id']}: joining job {job.name} as a worker")
+    outcome = asyncio.run(execute(job, store, run_id=run["id"], view=make_view(), join=True))
+    totals = outcome.stats.totals()
+    typer.echo(f"this worker: {totals.sent} sent, {totals.cache_hits} cache hits, {totals.errors} failed, "
+               f"{totals.elsewhere} done by other workers; ${totals.spend:,.4f}")
+    typer.echo(f"run {outcome.run_id}: {outcome.status}" + (f" ({outcome.message})" if outcome.message else ""))
+    if outcome.status == "interrupted":
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if outcome.status == "budget_exhausted":
+        typer.echo(f"Error: run {outcome.run_id} stopped: {outcome.message}", err=True)
+        raise typer.Exit(3)
+    if outcome.status != "completed":
+        typer.echo(f"Error: run {outcome.run_id} {outcome.status}: {outcome.message}", err=True)
+        raise typer.Exit(1)
 
 
 @app.command()

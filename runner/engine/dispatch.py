@@ -528,7 +528,6 @@ class Dispatcher:
         counters.done += 1
         self.stats.errors_by_class[exc.error_class] = self.stats.errors_by_class.get(exc.error_class, 0) + 1
         self.stats.last_error[req.model] = f"{exc.error_class}: {exc}"
-        self.stats.last_error[req.model] = f"{exc.error_class}: {exc}"
         result = result_line(self.stages[req.stage], req, None, status="failed", cache_hit=False,
                              notes=self.stats.notes)
         result.update(error_class=exc.error_class, error=str(exc))

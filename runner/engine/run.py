@@ -18,6 +18,7 @@ from runner.engine.dispatch import Dispatcher
 from runner.engine.pipeline import Pipeline
 from runner.engine.replay import record_if_complete, replay, stage_address
 from runner.engine.stats import RunStats
+from runner.engine.workers import Crew
 from runner.errors import RunnerError, StoreError
 from runner.plan.stage import StagePlan
 from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
@@ -75,6 +76,8 @@ class Results:
         self.opened = True
 
     def on_commit(self, batch: list[Finished]) -> None:
+        if not self.handles:  # a joining worker writes no live file
+            return
         touched = set()
         for item in batch:
             self.handles[item.stage].write(item.result_line + "\n")
@@ -88,12 +91,13 @@ class Results:
         for handle in self.handles.values():
             handle.close()
         self.handles.clear()
-        if rewrite and self.opened:
+        if rewrite:
             for stage, path in self.paths.items():
                 self._rewrite(stage, path)
 
     def _rewrite(self, stage: str, path: Path) -> None:
-        partial = path.with_name(path.name + ".part")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.part")  # several workers may rewrite at once
         with open(partial, "w", encoding="utf-8") as out:
             out.writelines(line + "\n" for line in self.store.iter_results(self.run_id, stage))
         partial.replace(path)
@@ -125,11 +129,17 @@ async def execute(
     view: View | None = None,
     on_run_id: Callable[[str], None] | None = None,
     reuse: bool = True,
+    join: bool = False,
 ) -> Outcome:
     """Run ``job`` as a new run, or resume ``run_id``. Returns when the run ends or is interrupted.
     ``reuse``: replay an evaluation stage unchanged since a run that finished it (runner/replay.py) instead of
-    planning its requests again; off, every request is planned and looked up in the memo one by one."""
+    planning its requests again; off, every request is planned and looked up in the memo one by one.
+    ``join``: work on ``run_id`` beside the processes already on it (``runner work``, runner/engine/workers.py);
+    the run's status stays theirs unless this process is the last one on it."""
     view = view or NoView()
+    if join:
+        check_joinable(job)
+        reuse = False
     # A pipeline's stages are planned as they come: their rows are known only once the earlier ones ran.
     plans = [] if job.is_pipeline else [StagePlan(job, stage) for stage in job.stages]
     for plan in plans:
@@ -146,14 +156,17 @@ async def execute(
     check_prices(job)
     check_batch_modes(job, providers)
     check_loglikelihood(job, providers)
-    resume = run_id is not None
-    if run_id is None:
+    resume = run_id is not None and not join
+    if join:
+        assert run_id is not None
+    elif run_id is None:
         run_id = store.create_run(job.name, job.path, job.model_dump_json(), job.fingerprint(), total)
         seconds = job.deadline_seconds()
         if seconds is not None:  # kept with the run, so a resume keeps the same deadline
             store.set_run(run_id, deadline=(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)).isoformat())
     else:
         store.set_run(run_id, status="running", pid=os.getpid(), message=None, finished=None, total=total)
+        store.reset_chunks(run_id)  # a resume plans every chunk again and skips the tasks that are done
     deadline_text = store.get_run(run_id).get("deadline")
     deadline = dt.datetime.fromisoformat(deadline_text).timestamp() if deadline_text else None
     if on_run_id:
@@ -175,15 +188,19 @@ async def execute(
     writer = Writer(store, lambda batch: [callback(batch) for callback in committed])
     status, message = "failed", None
     dispatcher: Dispatcher | None = None
+    crew = Crew(store, run_id, note=view.note)
     loop = asyncio.get_running_loop()
     interrupts = [0]
     try:
         # Providers are started by the dispatcher on their first cache miss: a fully cached run opens no
         # client and loads no model.
-        results.open(rewrite=resume)
+        if not join:  # a joining worker leaves the live files to the run's first process
+            results.open(rewrite=resume)
         writer.start()
         dispatcher = Dispatcher(run_id=run_id, job=job, store=store, writer=writer, providers=providers,
                                 stats=stats, resume=resume, deadline=deadline)
+        dispatcher.crew, dispatcher.joined = crew, join
+        crew.join()
         committed.append(dispatcher.committed)
         stats.budgets = dispatcher.budgets
 
@@ -257,11 +274,35 @@ async def execute(
         _uninstall(loop)
         view.stop()
         await writer.close()
-        results.close(rewrite=resume)
+        await crew.leave()
+        shared = crew.others() > 0
+        last = not any(w["state"] == "live" for w in store.workers(run_id))
+        # with several workers the live file has this process's lines only: it is rewritten from the store
+        results.close(rewrite=resume or (shared and (not join or status == "completed")))
         for provider in providers.values():
             await provider.aclose()
-        store.set_run(run_id, status=status, message=message, finished=now(), pid=None)
+        if not join or (last and status == "completed"):
+            store.set_run(run_id, status=status, message=message, finished=now(), pid=None)
     return Outcome(run_id=run_id, status=status, stats=stats, message=message, results=results.paths)
+
+
+class NotJoinable(RunnerError):
+    """``runner work`` on a job whose stages cannot be split between processes."""
+
+    exit_code = 2
+
+
+def check_joinable(job: Job) -> None:
+    """Workers split evaluation stages sent online; a pipeline's stages depend on each other's rows and a Batch
+    API stage is one process's batches."""
+    if job.is_pipeline:
+        raise NotJoinable(f"job {job.name} is a pipeline: its stages run in one process; `runner work` joins jobs "
+                          "whose stages are all evaluations")
+    for stage in job.llm_stages():
+        if job.stage_mode(stage) != "online":
+            raise NotJoinable(f"stage {stage.name} of job {job.name} uses a Batch API (mode: {job.stage_mode(stage)})"
+                              ": its batches belong to the process that submitted them; `runner work` joins online "
+                              "stages")
 
 
 def every_request_failed(stats: RunStats) -> bool:
