@@ -142,6 +142,8 @@ class Dispatcher:
                 # server's headers state the limits
                 adaptive=not limited and provider.adaptive,
             )
+            if self.crew is not None:
+                found.set_share(1 / self.crew.live)
         return found
 
     def _count_retry(self, task: Task) -> None:
@@ -367,6 +369,11 @@ class Dispatcher:
 
     async def _breathe(self) -> None:
         # Let the writer and the view run between chunks, and keep the writer's queue short.
+        if self.crew is not None:  # split the rate limits with the processes working on the run now
+            share = 1 / self.crew.live
+            for endpoint in self.endpoints.values():
+                if endpoint.share != share:
+                    endpoint.set_share(share)
         await asyncio.sleep(0)
         while self.writer.queue.qsize() > WRITER_BACKLOG:
             await asyncio.sleep(0.005)

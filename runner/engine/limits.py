@@ -8,6 +8,9 @@ An endpoint is provider + key + model: two models of one provider do not share l
 - a pause shared by every request after a 429, for its Retry-After;
 - a concurrency bound. While no rate-limit headers have been seen (local servers send none) the bound is
   adaptive: it halves on errors and grows by one per window of good responses while latency holds.
+
+When several processes work on one run (runner/engine/workers.py) each takes an equal share of every bucket:
+its capacity, its refill and what the server says remains, so together they stay within the server's limit.
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ KINDS = ("requests", "tokens", "input_tokens", "output_tokens")
 class Bucket:
     """A token bucket: ``capacity`` per minute, refilled continuously. ``take`` waits until it can."""
 
-    __slots__ = ("_clock", "_sleep", "capacity", "ceiling", "level", "rate", "stamp")
+    __slots__ = ("_clock", "_sleep", "capacity", "ceiling", "full", "level", "rate", "share", "stamp")
 
     def __init__(self, capacity: float, *, ceiling: float | None = None, clock: Callable[[], float],
-                 sleep: Callable[[float], object]) -> None:
+                 sleep: Callable[[float], object], share: float = 1.0) -> None:
         self.ceiling = ceiling
-        self.capacity = min(capacity, ceiling) if ceiling else capacity
+        #: the limit per minute; this process uses ``share`` of it (1 / the processes working on the run)
+        self.full = min(capacity, ceiling) if ceiling else capacity
+        self.share = share
+        self.capacity = self.full * share
         self.rate = self.capacity / 60.0
         self.level = self.capacity  # tokens available now
         self._clock = clock
@@ -63,17 +69,28 @@ class Bucket:
 
     def resize(self, limit: int) -> None:
         """The server announced its limit: adopt it, below the configured ceiling."""
-        capacity = float(min(limit, self.ceiling) if self.ceiling else limit)
-        if capacity > 0 and capacity != self.capacity:
-            self._refill()
-            self.level = min(self.level, capacity)
-            self.capacity, self.rate = capacity, capacity / 60.0
+        full = float(min(limit, self.ceiling) if self.ceiling else limit)
+        if full > 0 and full != self.full:
+            self.full = full
+            self._rescale()
+
+    def set_share(self, share: float) -> None:
+        """Another process joined the run or left it: use ``share`` of the limit from now on."""
+        if share != self.share:
+            self.share = share
+            self._rescale()
+
+    def _rescale(self) -> None:
+        self._refill()
+        self.capacity = self.full * self.share
+        self.rate = self.capacity / 60.0
+        self.level = min(self.level, self.capacity)
 
     def sync(self, remaining: int, age: float) -> None:
         """The server had ``remaining`` left when it admitted a request ``age`` seconds ago at most. Never
         believe more than our own count: other clients may share the key, and we may have sent more since."""
         self._refill()
-        self.level = min(self.level, remaining + age * self.rate)
+        self.level = min(self.level, remaining * self.share + age * self.rate)
 
 
 class Slots:
@@ -171,6 +188,8 @@ class Endpoint:
         self.name = name
         self._clock = clock or asyncio.get_running_loop().time
         self._sleep = sleep
+        #: this process's share of the limits (1 / the processes working on the run)
+        self.share = 1.0
         #: configured per-minute ceilings by kind
         self.ceilings: dict[str, int | None] = {"requests": rpm, "tokens": tpm, "input_tokens": itpm,
                                                 "output_tokens": otpm}
@@ -192,7 +211,13 @@ class Endpoint:
         self.dead: Exception | None = None
 
     def _bucket(self, capacity: int, ceiling: int | None) -> Bucket:
-        return Bucket(capacity, ceiling=ceiling, clock=self._clock, sleep=self._sleep)
+        return Bucket(capacity, ceiling=ceiling, clock=self._clock, sleep=self._sleep, share=self.share)
+
+    def set_share(self, share: float) -> None:
+        """Split the endpoint's rate limits with other processes working on the same run."""
+        self.share = share
+        for bucket in self.buckets.values():
+            bucket.set_share(share)
 
     @property
     def counts_tokens(self) -> bool:

@@ -21,6 +21,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -52,8 +53,9 @@ class Crew:
         self.note = note or (lambda message: None)
         self._beat: threading.Thread | None = None
         self._stop = threading.Event()
-        #: dead workers found by the heartbeat thread, said in the live view by the event loop
-        self._found: list[str] = []
+        #: live processes working on the run (this one included), counted by the heartbeat thread: each takes
+        #: this share of the endpoints' rate limits
+        self.live = 1
         #: requests another process is sending: key -> callbacks waiting for the answer or for the claim
         self.waiting: dict[str, list[Callable[[CachedResponse | None], Any]]] = {}
         self._poller: asyncio.Task[None] | None = None
@@ -61,6 +63,7 @@ class Crew:
     # -- membership ---------------------------------------------------------------------------------
     def join(self) -> None:
         self.store.join_run(self.run_id, self.worker, socket.gethostname(), os.getpid(), self.ttl)
+        self.live = max(1, sum(1 for row in self.store.workers(self.run_id) if row["state"] == "live"))
         # Heartbeats come from a thread with its own connection, so an event loop busy for a while (a provider's
         # first import, a long planning step) does not let this worker's leases expire while it lives.
         self._beat = threading.Thread(target=self._heartbeats, name="runner-heartbeat", daemon=True)
@@ -76,8 +79,14 @@ class Crew:
 
     def _heartbeats(self) -> None:
         store = open_store(self.store.path)
+        beat = self.ttl / 4
+        last = 0.0
         try:
-            while not self._stop.wait(self.ttl / 4):
+            while not self._stop.wait(min(1.0, beat)):
+                self.live = max(1, sum(1 for row in store.workers(self.run_id) if row["state"] == "live"))
+                if time.monotonic() - last < beat:
+                    continue
+                last = time.monotonic()
                 store.heartbeat(self.worker, self.ttl)
                 for worker in store.dead_workers(self.run_id):
                     # A dead worker's reservations become settled (answer in the memo) or possibly billed, as

@@ -1,0 +1,189 @@
+#!/usr/bin/env python
+"""Several worker processes on one run (``runner work``), against the simulated server.
+
+    python bench/workers.py [--n 6000] [--workers 1 2 4] [--rpm 10000] [--rpm-n 16000] [--store postgres]
+
+In one run it prints:
+
+1. for 1, 2 and 4 processes on one run of ``--n`` distinct requests (``runner submit`` plus ``runner work``
+   processes, the simulated server with no latency and no limits, one shared store): requests/s from the first
+   task committed to the last, and every request sent exactly once (the server's counts);
+2. 4 processes on one run of ``--rpm-n`` requests against a server that allows ``--rpm`` requests per minute,
+   the job configuring the same ``rpm``: the 429s the server sent (target 0), and the requests per minute the
+   processes held together once the server's initial burst allowance was spent.
+
+The store is a PostgreSQL server started for the run (Debian's binaries, as the tests start it, tests/pg.py),
+or a SQLite file with ``--store sqlite``. A script, not a test: pytest does not collect ``bench/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from runner.store import open_store  # noqa: E402
+from tests.pg import PgServer, find_bin  # noqa: E402
+
+
+def start_sim(rpm: int | None) -> tuple[subprocess.Popen, str]:
+    args = [sys.executable, "-m", "simserver", "--port", "0", "--latency", "0"]
+    if rpm:
+        args += ["--rpm", str(rpm)]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()
+    assert "listening on" in line, line
+    return proc, line.rsplit(" ", 1)[-1].strip()
+
+
+def sim_stats(url: str) -> dict:
+    with urllib.request.urlopen(url.removesuffix("/v1") + "/sim/stats", timeout=10) as response:
+        return json.load(response)
+
+
+def write_job(folder: Path, url: str, n: int, rpm: int | None) -> Path:
+    rows = folder / "rows.jsonl"
+    with open(rows, "w", encoding="utf-8") as out:
+        for i in range(n):
+            out.write(json.dumps({"id": str(i), "question": f"Question {i}: which option?",
+                                  "choices": ["alpha", "beta", "gamma", "delta"], "gold": i % 4}) + "\n")
+    limits = f", rpm: {rpm}" if rpm else ""
+    job = folder / "job.yaml"
+    job.write_text(
+        "name: workers-bench\nmodels: [sim:gpt-bench]\nparams: {temperature: 0, max_tokens: 5}\n"
+        f"output_dir: {json.dumps(str(folder / 'results'))}\n"
+        f"providers: {{sim: {{base_url: {json.dumps(url)}, concurrency: 64{limits}}}}}\n"
+        "retry: {max_attempts: 10, backoff_initial: 0.05, backoff_max: 1, max_elapsed: 120}\n"
+        "stages:\n  - name: mc\n"
+        f"    dataset: {{path: {json.dumps(str(rows))}}}\n"
+        "    prompt: {user: \"{{ question }}\\n{{ options_block }}\\nAnswer:\"}\n"
+        "    choices: {seeds: [0]}\n    parse: letter\n",
+        encoding="utf-8")
+    return job
+
+
+def runner(*args: str, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "runner.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def run_with(processes: int, db: str, job: Path, folder: Path) -> str:
+    """``runner submit`` and ``processes - 1`` ``runner work`` on its run; returns the run id."""
+    owner = runner("submit", str(job), "--db", db, cwd=folder)
+    run_id = None
+    for line in owner.stdout:
+        if line.startswith("run ") and "started job" in line:
+            run_id = line.split()[1].rstrip(":")
+            break
+    assert run_id, owner.stderr.read()
+    workers = [runner("work", run_id, "--db", db, cwd=folder) for _ in range(processes - 1)]
+    for proc in [owner, *workers]:
+        out, err = proc.communicate(timeout=1800)
+        assert proc.returncode == 0, f"{proc.args}: {err[-2000:]}"
+    return run_id
+
+
+def span(db: str, run_id: str) -> tuple[int, float]:
+    """(tasks, seconds from the first task committed to the last) of a run."""
+    store = open_store(db)
+    try:
+        stamps = sorted(dt.datetime.fromisoformat(t["updated"].replace("Z", "+00:00")).timestamp()
+                        for t in store.tasks(run_id))
+    finally:
+        store.close()
+    return len(stamps), (stamps[-1] - stamps[0]) if stamps else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=6000)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--rpm", type=int, default=10_000)
+    parser.add_argument("--rpm-n", type=int, default=16_000)
+    parser.add_argument("--rpm-workers", type=int, default=4)
+    parser.add_argument("--store", choices=["postgres", "sqlite"], default="postgres")
+    args = parser.parse_args()
+
+    folder = Path(tempfile.mkdtemp(prefix="runner-bench-workers-"))
+    server = None
+    if args.store == "postgres":
+        bindir = find_bin()
+        if bindir is None:
+            sys.exit("no PostgreSQL server binaries: install Debian's postgresql, or use --store sqlite")
+        server = PgServer(bindir).start()
+
+    def new_db(name: str) -> str:
+        if server is not None:
+            return server.new_database()
+        path = folder / f"{name}.sqlite"
+        open_store(path).close()
+        return str(path)
+
+    print(f"machine: {os.cpu_count()} cores; store: {args.store}; python {sys.version.split()[0]}")
+    try:
+        print(f"\n1. one run of {args.n:,} distinct requests, simulated server without latency or limits")
+        for processes in args.workers:
+            sim, url = start_sim(None)
+            try:
+                job_dir = folder / f"w{processes}"
+                job_dir.mkdir()
+                job = write_job(job_dir, url, args.n, None)
+                db = new_db(f"w{processes}")
+                run_id = run_with(processes, db, job, job_dir)
+                tasks, seconds = span(db, run_id)
+                sent = Counter(sim_stats(url)["completed_by_digest"].values())
+            finally:
+                sim.terminate()
+                sim.wait(timeout=10)
+            once = "each sent once" if set(sent) == {1} and sum(sent.values()) == args.n else f"SENT: {dict(sent)}"
+            print(f"   {processes} process(es): {tasks:,} tasks in {seconds:.1f} s = {tasks / seconds:,.0f} requests/s"
+                  f" ({once})")
+
+        print(f"\n2. {args.rpm_workers} processes, one run of {args.rpm_n:,} requests, server limit {args.rpm:,} "
+              "requests/min (the job sets the same rpm)")
+        sim, url = start_sim(args.rpm)
+        try:
+            job_dir = folder / "rpm"
+            job_dir.mkdir()
+            job = write_job(job_dir, url, args.rpm_n, args.rpm)
+            db = new_db("rpm")
+            started = time.monotonic()
+            run_id = run_with(args.rpm_workers, db, job, job_dir)
+            wall = time.monotonic() - started
+            stats = sim_stats(url)
+        finally:
+            sim.terminate()
+            sim.wait(timeout=10)
+        tasks, seconds = span(db, run_id)
+        limited = stats["by_status"].get("429", 0)
+        # the server's bucket starts full (one minute's allowance): past it, the pace is the limit's
+        steady = max(0, tasks - args.rpm)
+        store = open_store(db)
+        try:
+            stamps = sorted(dt.datetime.fromisoformat(t["updated"].replace("Z", "+00:00")).timestamp()
+                            for t in store.tasks(run_id))
+        finally:
+            store.close()
+        pace = steady / (stamps[-1] - stamps[args.rpm]) * 60 if steady > 1 else float("nan")
+        print(f"   {tasks:,} tasks in {seconds:.1f} s ({wall:.1f} s wall with process start-up); 429s from the server: "
+              f"{limited}; after the first {args.rpm:,} (the server's burst allowance) the processes held "
+              f"{pace:,.0f} requests/min together")
+    finally:
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
