@@ -18,8 +18,9 @@ import pytest
 from runner.store import open_store
 from tests.conftest import runner_cmd, sim_stats, write_job, write_rows
 
-#: short leases, so a killed worker's chunks are taken over within seconds
-ENV_TTL = "2"
+#: short leases, so a killed worker's chunks are taken over within seconds (long enough that a process busy
+#: importing a provider's SDK under a loaded machine still beats in time)
+ENV_TTL = "8"
 PRICES = "prices: {sim:gpt-sim: {input: 1000, output: 2000}}"
 
 

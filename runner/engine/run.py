@@ -8,6 +8,7 @@ import datetime as dt
 import gc
 import os
 import signal
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,6 +173,10 @@ async def execute(
     if on_run_id:
         on_run_id(run_id)
     if resume:
+        # the crashed processes of this run on this machine: their request claims go now, not when they expire
+        for worker in store.workers(run_id):
+            if worker["state"] != "left" and worker["host"] == socket.gethostname() and not pid_alive(worker["pid"]):
+                store.leave_run(worker["id"])
         settled, possibly = store.resolve_reservations(run_id)
         if settled or possibly:
             view.note(f"{settled + possibly} requests were in flight when the run stopped: {settled} settled from "

@@ -20,12 +20,11 @@ import asyncio
 import os
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from runner.store import CachedResponse, Store, open_store
+from runner.store import CachedResponse, Store
 
 #: seconds a lease or claim outlives its worker's last heartbeat (RUNNER_LEASE_TTL overrides)
 DEFAULT_TTL = 30.0
@@ -51,8 +50,7 @@ class Crew:
         self.ttl = ttl or lease_ttl()
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.note = note or (lambda message: None)
-        self._beat: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._beat: asyncio.Task[None] | None = None
         #: live processes working on the run (this one included), counted by the heartbeat thread: each takes
         #: this share of the endpoints' rate limits
         self.live = 1
@@ -63,40 +61,36 @@ class Crew:
     # -- membership ---------------------------------------------------------------------------------
     def join(self) -> None:
         self.store.join_run(self.run_id, self.worker, socket.gethostname(), os.getpid(), self.ttl)
-        self.live = max(1, sum(1 for row in self.store.workers(self.run_id) if row["state"] == "live"))
-        # Heartbeats come from a thread with its own connection, so an event loop busy for a while (a provider's
-        # first import, a long planning step) does not let this worker's leases expire while it lives.
-        self._beat = threading.Thread(target=self._heartbeats, name="runner-heartbeat", daemon=True)
-        self._beat.start()
+        self.live = self._count_live()
+        self._beat = asyncio.ensure_future(self._heartbeats())
 
     async def leave(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-        self._stop.set()
-        if self._beat is not None:
-            await asyncio.to_thread(self._beat.join)
+        for task in (self._beat, self._poller):
+            if task is not None:
+                task.cancel()
         self.store.leave_run(self.worker)
 
-    def _heartbeats(self) -> None:
-        store = open_store(self.store.path)
+    def _count_live(self) -> int:
+        return max(1, sum(1 for row in self.store.workers(self.run_id) if row["state"] == "live"))
+
+    async def _heartbeats(self) -> None:
+        # A heartbeat every quarter of the lease, so three can be late (an event loop busy with a provider's first
+        # import or a long planning step) before the lease expires; the live count is read every second.
         beat = self.ttl / 4
-        last = 0.0
-        try:
-            while not self._stop.wait(min(1.0, beat)):
-                self.live = max(1, sum(1 for row in store.workers(self.run_id) if row["state"] == "live"))
-                if time.monotonic() - last < beat:
-                    continue
-                last = time.monotonic()
-                store.heartbeat(self.worker, self.ttl)
-                for worker in store.dead_workers(self.run_id):
-                    # A dead worker's reservations become settled (answer in the memo) or possibly billed, as
-                    # after a crash, so they no longer hold budget room as if in flight.
-                    settled, possibly = store.resolve_worker(self.run_id, worker)
-                    self.note(f"worker {worker} stopped sending heartbeats: its chunks are taken over; of its "
-                              f"requests in flight {settled} were settled from the memo and {possibly} kept as "
-                              "possibly billed")
-        finally:
-            store.close()
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(min(1.0, beat))
+            self.live = self._count_live()
+            if time.monotonic() - last < beat:
+                continue
+            last = time.monotonic()
+            self.store.heartbeat(self.worker, self.ttl)
+            for worker in self.store.dead_workers(self.run_id):
+                # A dead worker's reservations become settled (answer in the memo) or possibly billed, as after
+                # a crash, so they no longer hold budget room as if in flight.
+                settled, possibly = self.store.resolve_worker(self.run_id, worker)
+                self.note(f"worker {worker} stopped sending heartbeats: its chunks are taken over; of its requests "
+                          f"in flight {settled} were settled from the memo and {possibly} kept as possibly billed")
 
     def others(self) -> int:
         """Other workers that joined this run (live or not)."""
