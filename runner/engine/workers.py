@@ -86,11 +86,11 @@ class Crew:
             last = time.monotonic()
             self.store.heartbeat(self.worker, self.ttl)
             for worker in self.store.dead_workers(self.run_id):
-                # A dead worker's reservations become settled (answer in the memo) or possibly billed, as after
-                # a crash, so they no longer hold budget room as if in flight.
-                settled, possibly = self.store.resolve_worker(self.run_id, worker)
-                self.note(f"worker {worker} stopped sending heartbeats: its chunks are taken over; of its requests "
-                          f"in flight {settled} were settled from the memo and {possibly} kept as possibly billed")
+                # A dead worker's reservations become possibly billed, as after a crash: counted as spent, no
+                # longer holding budget room as if in flight.
+                possibly = self.store.resolve_worker(self.run_id, worker)
+                self.note(f"worker {worker} stopped sending heartbeats: its chunks are taken over and its {possibly} "
+                          "requests in flight are kept as possibly billed at their worst case")
 
     def others(self) -> int:
         """Other workers that joined this run (live or not)."""

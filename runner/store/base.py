@@ -319,9 +319,10 @@ class Store(ABC):
         """Workers of the run whose heartbeat expired and whose reservations are not resolved yet."""
 
     @abstractmethod
-    def resolve_worker(self, run_id: str, worker: str) -> tuple[int, int]:
-        """A dead worker's reservations, resolved as :meth:`resolve_reservations` does for a crashed run, and
-        the worker marked dead. Returns (settled, possibly billed)."""
+    def resolve_worker(self, run_id: str, worker: str) -> int:
+        """A dead worker's reservations all become possibly billed (its answers were lost: one committed would
+        have removed its reservation, and an answer in the memo now is another process's), and the worker is
+        marked dead. Returns how many."""
 
     @abstractmethod
     def reserve_within(self, run_id: str, stage: str, model: str, key: str, usd: float,

@@ -580,16 +580,12 @@ class PostgresStore(Store):
             f"SELECT id FROM workers WHERE run_id = %s AND state = 'live' AND seen < {_CLOCK}"
             f" ORDER BY started {_C} NULLS FIRST, id {_C}", (run_id,))]
 
-    def resolve_worker(self, run_id: str, worker: str) -> tuple[int, int]:
+    def resolve_worker(self, run_id: str, worker: str) -> int:
         with self._tx() as conn:
-            settled = conn.execute(
-                "UPDATE ledger SET kind = 'charge', amount = (SELECT cost FROM responses r WHERE r.key = ledger.key)"
-                " WHERE run_id = %s AND worker = %s AND kind = 'reserved' AND key IN (SELECT key FROM responses)",
-                (run_id, worker)).rowcount
             possibly = conn.execute("UPDATE ledger SET kind = 'possibly_billed' WHERE run_id = %s AND worker = %s"
                                     " AND kind = 'reserved'", (run_id, worker)).rowcount
             conn.execute("UPDATE workers SET state = 'dead' WHERE id = %s", (worker,))
-        return settled, possibly
+        return possibly
 
     def reserve_within(self, run_id: str, stage: str, model: str, key: str, usd: float,
                        limits: dict[str, float], worker: str | None = None) -> tuple[int | None, str | None, int]:

@@ -346,16 +346,13 @@ class SQLiteStore(Store):
         return [worker for (worker,) in self.conn.execute(
             "SELECT id FROM workers WHERE run_id = ? AND state = 'live' AND seen < ?", (run_id, time.time()))]
 
-    def resolve_worker(self, run_id: str, worker: str) -> tuple[int, int]:
-        settled, possibly, _ = self._transaction([
-            ("UPDATE ledger SET kind = 'charge', amount = (SELECT cost FROM responses r WHERE r.key = ledger.key)"
-             " WHERE run_id = ? AND worker = ? AND kind = 'reserved' AND key IN (SELECT key FROM responses)",
-             (run_id, worker)),
+    def resolve_worker(self, run_id: str, worker: str) -> int:
+        possibly, _ = self._transaction([
             ("UPDATE ledger SET kind = 'possibly_billed' WHERE run_id = ? AND worker = ? AND kind = 'reserved'",
              (run_id, worker)),
             ("UPDATE workers SET state = 'dead' WHERE id = ?", (worker,)),
         ])
-        return settled, possibly
+        return possibly
 
     def release(self, ledger_id: int) -> None:
         self.conn.execute("DELETE FROM ledger WHERE id = ? AND kind = 'reserved'", (ledger_id,))
