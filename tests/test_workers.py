@@ -81,7 +81,8 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 @pytest.mark.parametrize("sim_server", [0.03], indirect=True)
 def test_workers_split_a_run_and_send_each_request_once(tmp_path, sim_server, db, monkeypatch):
     _env(monkeypatch)
-    job = _job(tmp_path, sim_server, rows=400)
+    # the first process leases 256 tasks while alone: the others join while it sends them, 2 at a time
+    job = _job(tmp_path, sim_server, rows=600, concurrency=2)
     owner = _start(["submit", str(job), "--db", db], tmp_path)
     run_id = _run_id(owner)
     workers = [_start(["work", run_id, "--db", db], tmp_path) for _ in range(2)]
@@ -91,11 +92,11 @@ def test_workers_split_a_run_and_send_each_request_once(tmp_path, sim_server, db
         assert f"run {run_id}: completed" in out
 
     completed = sim_stats(sim_server)["completed_by_digest"]
-    assert len(completed) == 400 and set(completed.values()) == {1}, "a request was sent twice"
+    assert len(completed) == 600 and set(completed.values()) == {1}, "a request was sent twice"
     store = open_store(db)
     tasks = store.tasks(run_id)
-    assert len(tasks) == 400 and {t["status"] for t in tasks} == {"done"}
-    assert sum(1 for t in tasks if not t["cache_hit"]) == 400
+    assert len(tasks) == 600 and {t["status"] for t in tasks} == {"done"}
+    assert sum(1 for t in tasks if not t["cache_hit"]) == 600
     joined = store.workers(run_id)
     assert len(joined) == 3 and {w["state"] for w in joined} == {"left"}
     assert store.get_run(run_id)["status"] == "completed"
@@ -103,10 +104,10 @@ def test_workers_split_a_run_and_send_each_request_once(tmp_path, sim_server, db
     # the work was shared: each joining worker sent part of it and left the rest to the others
     for _, out, _ in outcomes[1:]:
         sent = int(out.split("this worker: ", 1)[1].split(" sent", 1)[0])
-        assert 0 < sent < 400, out
+        assert 0 < sent < 600, out
     results = tmp_path / "results" / "testjob" / run_id / "mc.jsonl"
     ids = [json.loads(line)["id"] for line in results.read_text().splitlines()]
-    assert sorted(ids, key=int) == [str(i) for i in range(1, 401)], "every result exactly once in the file"
+    assert sorted(ids, key=int) == [str(i) for i in range(1, 601)], "every result exactly once in the file"
 
 
 @pytest.mark.parametrize("sim_server", [0.03], indirect=True)

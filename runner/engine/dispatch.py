@@ -41,8 +41,10 @@ WRITER_BACKLOG = 4096
 #: requests planned, checked against the memo and dispatched together
 CHUNK = 256
 #: tasks per lease when several processes may share a run (runner/engine/workers.py): small enough that a worker
-#: joining a short run still finds work, large enough that leasing costs little next to planning
+#: joining a short run still finds work; a chunk's leases are taken in one transaction (CHUNK is a multiple)
 LEASE = 64
+#: leases of dead workers taken over at once (the plan is walked once for them)
+TAKEOVER = 64
 
 
 def _chunks(items: Iterable[Task], size: int) -> Iterator[list[Task]]:
@@ -57,6 +59,8 @@ _LOAD_ERRORS = frozenset({"server_error", "timeout", "connection"})
 
 #: the reservation of a free request outside any budget: no scope, no ledger row (never mutated)
 FREE = Reservation([], 0.0, 0)
+#: what tasks following an identical request get when it was not sent after all
+NOT_SENT: Any = object()
 
 
 def budgets_of(job: Job) -> Budgets | None:
@@ -126,6 +130,9 @@ class Dispatcher:
         self.crew: Crew | None = None
         #: joined a run another process started (``runner work``): every chunk is checked for done tasks
         self.joined = False
+        #: (stage, item) of tasks dispatched under a lease -> (stage, lease), and per lease the tasks not committed
+        self.lease_of: dict[tuple[str, str], tuple[str, int]] = {}
+        self.lease_left: dict[tuple[str, int], int] = {}
 
     # -- endpoints -------------------------------------------------------------------------------------
     def endpoint(self, req: Task) -> Endpoint:
@@ -157,19 +164,37 @@ class Dispatcher:
         stage = plan.stage.name
         # A pipeline runs in one process (a stage may run again for a retry round): its chunks are not leased.
         leasing = self.crew is not None and not self.job.is_pipeline
-        for index, chunk in enumerate(_chunks(plan, LEASE if leasing else CHUNK)):
+        for number, chunk in enumerate(_chunks(plan, CHUNK)):
             if self.stopping:
                 break
-            lease = "new"
-            if leasing:
-                assert self.crew is not None
-                lease = self.crew.claim_chunk(stage, index)
-                if lease is None:  # another live worker has it
-                    for req in chunk:
-                        self.stats.counters(stage, req.model).elsewhere += 1
-                    continue
-            await self._breathe()
-            await self._dispatch_chunk(chunk, loop, check_done=self.resume or self.joined or lease == "taken")
+            if not leasing:
+                await self._breathe()
+                await self._dispatch_chunk(chunk, loop, check_done=self.resume)
+                continue
+            assert self.crew is not None
+            first = number * (CHUNK // LEASE)
+            parts = [chunk[start:start + LEASE] for start in range(0, len(chunk), LEASE)]
+            # Alone, the chunk's leases are taken in one transaction; with other workers live, one at a time, so
+            # each worker holds only what it is about to send.
+            step = len(parts) if self.crew.live == 1 else 1
+            for start in range(0, len(parts), step):
+                if self.stopping:
+                    break
+                indices = [first + n for n in range(start, min(start + step, len(parts)))]
+                leases = self.crew.claim_chunks(stage, indices)
+                mine: list[Task] = []
+                lease_of: dict[str, int] = {}
+                for index in indices:
+                    if leases[index]:
+                        mine.extend(parts[index - first])
+                        lease_of.update((req.item, index) for req in parts[index - first])
+                    else:  # another live worker holds it
+                        for req in parts[index - first]:
+                            self.stats.counters(stage, req.model).elsewhere += 1
+                if mine:
+                    await self._breathe()
+                    await self._dispatch_chunk(mine, loop, check_done=self.resume or self.joined
+                                               or "taken" in leases.values(), lease_of=lease_of)
         await self.drain()
         if leasing:
             await self._finish_chunks(plan, loop)
@@ -178,10 +203,17 @@ class Dispatcher:
         if wait_for_batches:
             await self.finish_batches({plan.stage.name})
 
-    async def _dispatch_chunk(self, chunk: list[Task], loop: asyncio.AbstractEventLoop, *, check_done: bool) -> None:
-        """Serve a chunk's tasks from the memo, and send the others (those no other process is sending)."""
+    async def _dispatch_chunk(self, chunk: list[Task], loop: asyncio.AbstractEventLoop, *, check_done: bool,
+                              lease_of: dict[str, int] | None = None) -> None:
+        """Serve a chunk's tasks from the memo, and send the others (those no other process is sending).
+        ``lease_of``: each task's lease, marked done once all its tasks are committed (:meth:`committed`)."""
         stage = chunk[0].stage
         done = self.store.done_items(self.run_id, stage, [r.item for r in chunk]) if check_done else ()
+        if lease_of is not None:
+            for req in chunk:
+                if req.item not in done:
+                    lease = self.lease_of[(stage, req.item)] = (stage, lease_of[req.item])
+                    self.lease_left[lease] = self.lease_left.get(lease, 0) + 1
         memo = self.store.lookup_many([r.key for r in chunk])
         # What was committed before that query is in ``memo`` or will be in the next chunk's: forget it.
         for key in self.committed_keys:
@@ -201,8 +233,10 @@ class Dispatcher:
             to_send.append(req)
         mine: set[str] = set()
         answered: dict[str, CachedResponse] = {}
-        if self.crew is not None and to_send:
-            mine, answered = self.crew.claim([key for key in {req.key for req in to_send} if key not in self.inflight])
+        # Batch API lines are not claimed: a claim held until a batch ends would keep other processes waiting on it.
+        batching = self.batcher is not None and any(self.batcher.wants(req) for req in to_send)
+        if self.crew is not None and to_send and not batching:
+            mine, answered = self.crew.claim(sorted({req.key for req in to_send} - set(self.inflight)))
         for req in to_send:
             if self.stopping:
                 break
@@ -210,7 +244,7 @@ class Dispatcher:
             cached = self.recent.get(req.key) or answered.get(req.key)
             if cached is not None:
                 self._finish_cached(req, cached)
-            elif self.crew is not None and req.key not in mine and req.key not in self.inflight:
+            elif self.crew is not None and not batching and req.key not in mine and req.key not in self.inflight:
                 # another process is sending the identical request: wait for its answer
                 self.crew.wait_for(req.key, lambda answer, req=req: self._answered_elsewhere(req, answer, loop))
             elif not await self._dispatch(req, loop):
@@ -230,12 +264,16 @@ class Dispatcher:
         while not self.stopping:
             await self.writer.flush()
             self.crew.finish(stage)
-            index = self.crew.take_expired(stage)
-            if index is not None:
-                self.stats.notes.append(f"stage {stage}: took over chunk {index} from a worker that stopped")
-                chunk = list(itertools.islice(plan, index * LEASE, (index + 1) * LEASE))
-                if chunk:
-                    await self._dispatch_chunk(chunk, loop, check_done=True)
+            taken: list[int] = []
+            while len(taken) < TAKEOVER and (index := self.crew.take_expired(stage)) is not None:
+                taken.append(index)
+            if taken:
+                self.stats.notes.append(f"stage {stage}: took over {len(taken)} leases of a worker that stopped")
+                wanted, last = set(taken), max(taken)
+                # the plan is walked once for all of them, up to the last one
+                for index, part in enumerate(_chunks(itertools.islice(plan, (last + 1) * LEASE), LEASE)):
+                    if index in wanted and not self.stopping:
+                        await self._dispatch_chunk(part, loop, check_done=True)
                 await self.drain()
                 continue
             if self.crew.open_chunks(stage) == 0:
@@ -257,25 +295,41 @@ class Dispatcher:
             return True
         if req.stage in self.closed_stages or (req.stage, req.model) in self.closed_models:
             self.stats.counters(req.stage, req.model).over_budget += 1
+            self._unclaim(req.key)
             return True
         if self.batcher is not None and self.batcher.wants(req):
             await self.batcher.add(req)
             return not self.stopping
+        # On its way from here: an identical task dispatched meanwhile follows this one instead of sending it too.
+        self.inflight[req.key] = loop.create_future()
         if self.budgets is None and not self._priced(req.model):
             reservation = FREE  # nothing to reserve or record: no coroutine on the common free path
         else:
             reservation = await self._reserve(req)
         if reservation is None:  # a budget ran out: this request stays for a resume
+            self._not_sent(req.key)
             return not self.stopping
         endpoint = self.endpoint(req)
         await endpoint.slots.acquire()
         if self.stopping:
             endpoint.slots.release()
             self._release(reservation)
+            self._not_sent(req.key)
             return False
-        self.inflight[req.key] = loop.create_future()
         self._spawn(self._send(req, endpoint, reservation))
         return True
+
+    def _not_sent(self, key: str) -> None:
+        """A request that was on its way is not sent after all: tasks following it dispatch themselves again."""
+        future = self.inflight.pop(key, None)
+        if future is not None and not future.done():
+            future.set_result(NOT_SENT)
+        self._unclaim(key)
+
+    def _unclaim(self, key: str) -> None:
+        """Give up this process's claim of a request it will not send (another process may send it)."""
+        if self.crew is not None and key not in self.inflight:
+            self.crew.release(key)
 
     # -- budgets -----------------------------------------------------------------------------------------
     async def _reserve(self, req: Task, *, batch: bool = False) -> Reservation | str | None:
@@ -317,6 +371,8 @@ class Dispatcher:
                 return None
             if batch:
                 return LATER
+            if self.stopping:
+                return None
             await asyncio.sleep(POLL)  # another process's reservations may settle below their worst case
 
     def worst_case(self, req: Task, *, batch: bool = False) -> tuple[float, int]:
@@ -364,8 +420,21 @@ class Dispatcher:
             self.store.release(reservation.ledger_id)
 
     def committed(self, batch: list[Finished]) -> None:
-        """Writer callback: these answers are in the store; the next chunk's memo query will see them."""
+        """Writer callback: these answers are in the store; the next chunk's memo query will see them. A lease
+        whose tasks are all committed is done: a worker taking over from this one would find nothing to do."""
         self.committed_keys.extend(item.response[0] for item in batch if item.response is not None)
+        if self.lease_of:
+            finished: dict[str, list[int]] = {}
+            for item in batch:
+                lease = self.lease_of.pop((item.stage, item.task[2]), None)
+                if lease is not None:
+                    self.lease_left[lease] -= 1
+                    if not self.lease_left[lease]:
+                        del self.lease_left[lease]
+                        finished.setdefault(lease[0], []).append(lease[1])
+            for stage, chunks in finished.items():
+                assert self.crew is not None
+                self.crew.finish(stage, chunks)
 
     async def _breathe(self) -> None:
         # Let the writer and the view run between chunks, and keep the writer's queue short.
@@ -480,6 +549,10 @@ class Dispatcher:
         try:
             completion = await asyncio.shield(leader)
         except asyncio.CancelledError:
+            return
+        if completion is NOT_SENT:  # the request it followed was not sent (a budget, a stop): try on its own
+            if not self.stopping:
+                await self._dispatch(req, asyncio.get_running_loop())
             return
         if completion is None:
             self._finish_failed(req, ProviderError("the identical request sent for another task failed"), 0)

@@ -173,11 +173,11 @@ async def execute(
     if on_run_id:
         on_run_id(run_id)
     if resume:
+        settled, possibly = store.resolve_reservations(run_id)
         # the crashed processes of this run on this machine: their request claims go now, not when they expire
         for worker in store.workers(run_id):
             if worker["state"] != "left" and worker["host"] == socket.gethostname() and not pid_alive(worker["pid"]):
                 store.leave_run(worker["id"])
-        settled, possibly = store.resolve_reservations(run_id)
         if settled or possibly:
             view.note(f"{settled + possibly} requests were in flight when the run stopped: {settled} settled from "
                       f"the cache, {possibly} kept as possibly billed at their worst case")
@@ -202,8 +202,9 @@ async def execute(
         if not join:  # a joining worker leaves the live files to the run's first process
             results.open(rewrite=resume)
         writer.start()
+        # a joining worker, like a resume, counts what the run spent so far and skips the tasks that are done
         dispatcher = Dispatcher(run_id=run_id, job=job, store=store, writer=writer, providers=providers,
-                                stats=stats, resume=resume, deadline=deadline)
+                                stats=stats, resume=resume or join, deadline=deadline)
         dispatcher.crew, dispatcher.joined = crew, join
         crew.join()
         committed.append(dispatcher.committed)
@@ -303,6 +304,11 @@ def check_joinable(job: Job) -> None:
     if job.is_pipeline:
         raise NotJoinable(f"job {job.name} is a pipeline: its stages run in one process; `runner work` joins jobs "
                           "whose stages are all evaluations")
+    tokens = job.budget is not None and (job.budget.tokens is not None or any(
+        limit.tokens is not None for limit in job.budget.models.values()))
+    if tokens or any(stage.budget is not None and stage.budget.tokens is not None for stage in job.stages):
+        raise NotJoinable(f"job {job.name} has a token budget, which each process counts on its own: only USD budgets "
+                          "are shared by the processes on a run; run it in one process, or budget it in USD")
     for stage in job.llm_stages():
         if job.stage_mode(stage) != "online":
             raise NotJoinable(f"stage {stage.name} of job {job.name} uses a Batch API (mode: {job.stage_mode(stage)})"

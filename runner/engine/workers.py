@@ -80,31 +80,35 @@ class Crew:
         last = time.monotonic()
         while True:
             await asyncio.sleep(min(1.0, beat))
-            self.live = self._count_live()
-            if time.monotonic() - last < beat:
-                continue
-            last = time.monotonic()
-            self.store.heartbeat(self.worker, self.ttl)
-            for worker in self.store.dead_workers(self.run_id):
-                # A dead worker's reservations become possibly billed, as after a crash: counted as spent, no
-                # longer holding budget room as if in flight.
-                possibly = self.store.resolve_worker(self.run_id, worker)
-                self.note(f"worker {worker} stopped sending heartbeats: its chunks are taken over and its {possibly} "
-                          "requests in flight are kept as possibly billed at their worst case")
+            try:
+                self.live = self._count_live()
+                if time.monotonic() - last < beat:
+                    continue
+                last = time.monotonic()
+                self.store.heartbeat(self.worker, self.ttl)
+                for worker in self.store.dead_workers(self.run_id):
+                    # A dead worker's reservations become possibly billed, as after a crash: counted as spent, no
+                    # longer holding budget room as if in flight.
+                    possibly = self.store.resolve_worker(self.run_id, worker)
+                    self.note(f"worker {worker} stopped sending heartbeats: its chunks are taken over and its "
+                              f"{possibly} requests in flight are kept as possibly billed at their worst case")
+            except Exception as exc:  # a store that does not answer for a moment: beat again next time
+                self.note(f"heartbeat failed ({type(exc).__name__}: {exc}); trying again")
 
     def others(self) -> int:
         """Other workers that joined this run (live or not)."""
         return sum(1 for row in self.store.workers(self.run_id) if row["id"] != self.worker)
 
     # -- chunk leases -------------------------------------------------------------------------------
-    def claim_chunk(self, stage: str, chunk: int) -> str | None:
-        return self.store.claim_chunk(self.run_id, stage, chunk, self.worker, self.ttl)
+    def claim_chunks(self, stage: str, chunks: list[int]) -> dict[int, str | None]:
+        return self.store.claim_chunks(self.run_id, stage, chunks, self.worker, self.ttl)
 
     def take_expired(self, stage: str) -> int | None:
         return self.store.take_expired_chunk(self.run_id, stage, self.worker, self.ttl)
 
-    def finish(self, stage: str) -> None:
-        self.store.finish_chunks(self.run_id, stage, self.worker)
+    def finish(self, stage: str, chunks: list[int] | None = None) -> None:
+        """These leases of the stage (all this worker holds, by default) are done: their tasks are committed."""
+        self.store.finish_chunks(self.run_id, stage, self.worker, chunks)
 
     def open_chunks(self, stage: str) -> int:
         return self.store.open_chunks(self.run_id, stage)
@@ -129,18 +133,26 @@ class Crew:
         """Call ``callback`` with the answer once another process committed it, or with None once the claim is
         this process's (the other one died or gave up): then the caller sends the request itself."""
         self.waiting.setdefault(key, []).append(callback)
-        if self._poller is None or self._poller.done():
+        self._ensure_polling()
+
+    def _ensure_polling(self) -> None:
+        if self.waiting and (self._poller is None or self._poller.done()):
             self._poller = asyncio.ensure_future(self._poll())
 
     def busy(self) -> bool:
+        self._ensure_polling()  # a poller that stopped on an error starts again
         return bool(self.waiting)
 
     async def _poll(self) -> None:
         while self.waiting:
             await asyncio.sleep(POLL)
             keys = list(self.waiting)
-            found = self.store.lookup_many(keys)
-            mine, answered = self.claim([key for key in keys if key not in found])
+            try:
+                found = self.store.lookup_many(keys)
+                mine, answered = self.claim([key for key in keys if key not in found])
+            except Exception as exc:  # a store that does not answer for a moment: ask again next time
+                self.note(f"looking for answers other processes fetch failed ({type(exc).__name__}: {exc})")
+                continue
             found.update(answered)
             for key in keys:
                 answer = found.get(key)

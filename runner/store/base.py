@@ -43,6 +43,12 @@ LEDGER_COLUMNS = ("run_id", "stage", "model", "key", "kind", "amount", "created"
 #: the group of ledger and task rows whose run is gone, in ``runner costs --by job``
 UNKNOWN_JOB = "(unknown run)"
 
+#: a leaving worker's reservations still open, but those of lines in a batch not yet collected (``?``: the worker)
+LEFT_RESERVATIONS_SQL = (
+    "UPDATE ledger SET kind = 'possibly_billed' WHERE worker = ? AND kind = 'reserved' AND id NOT IN"
+    " (SELECT l.ledger_id FROM batch_lines l JOIN batches b ON b.id = l.batch_id WHERE b.state != 'collected'"
+    " AND l.status = 'pending' AND l.ledger_id IS NOT NULL)")
+
 #: compact JSON for result lines and stored columns
 dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -276,25 +282,33 @@ class Store(ABC):
 
     @abstractmethod
     def leave_run(self, worker: str) -> None:
-        """The worker stops: its leases of chunks not done and its request claims are given up at once."""
+        """The worker stops: its leases of chunks not done and its request claims are given up at once, and its
+        reservations still open (requests abandoned in flight) become possibly billed, as after a crash (those of
+        lines in a submitted batch stay: the batch is polled again)."""
 
     @abstractmethod
     def workers(self, run_id: str) -> list[dict[str, Any]]:
         """The processes that joined a run: id, host, pid, started, state (live, left or dead)."""
 
     @abstractmethod
+    def claim_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float
+                     ) -> dict[int, str | None]:
+        """Lease chunks of a stage's planned tasks, in one transaction; per chunk ``"new"`` when nobody had it,
+        ``"taken"`` when it was this worker's already or taken over from a worker whose lease expired (some of
+        its tasks may be done), None when another live worker holds it or it is done."""
+
     def claim_chunk(self, run_id: str, stage: str, chunk: int, worker: str, ttl: float) -> str | None:
-        """Lease one chunk of a stage's planned tasks: ``"new"`` when nobody had it, ``"taken"`` when it was
-        taken over from a worker whose lease expired (some of its tasks may be done), None when another live
-        worker holds it or it is done."""
+        """:meth:`claim_chunks` of one chunk."""
+        return self.claim_chunks(run_id, stage, [chunk], worker, ttl)[chunk]
 
     @abstractmethod
     def take_expired_chunk(self, run_id: str, stage: str, worker: str, ttl: float) -> int | None:
         """Take over one chunk not done whose lease expired (its worker died), or None."""
 
     @abstractmethod
-    def finish_chunks(self, run_id: str, stage: str, worker: str) -> None:
-        """Every chunk of the stage this worker holds is done (its tasks are committed)."""
+    def finish_chunks(self, run_id: str, stage: str, worker: str, chunks: list[int] | None = None) -> None:
+        """These chunks of the stage this worker holds (all of them by default) are done: their tasks are
+        committed."""
 
     @abstractmethod
     def open_chunks(self, run_id: str, stage: str) -> int:

@@ -26,7 +26,8 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -37,6 +38,7 @@ from psycopg.types.json import Jsonb
 from runner.errors import StoreError
 from runner.store.base import (
     LEDGER_COLUMNS,
+    LEFT_RESERVATIONS_SQL,
     RESPONSE_COLUMNS,
     TASK_COLUMNS,
     UNKNOWN_JOB,
@@ -56,6 +58,22 @@ CONNECT_TIMEOUT_S = 10
 _FETCH = 2000
 #: the server's clock in seconds since the epoch
 _CLOCK = "extract(epoch from clock_timestamp())::float8"
+
+
+def _deadlock_retried(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run again a statement PostgreSQL chose as a deadlock's victim: processes claiming, beating and committing
+    at once may lock the same claims rows in different orders (keys are sorted where one statement takes many)."""
+    def retried(*args: Any, **kwargs: Any) -> Any:
+        for attempt in range(5):
+            try:
+                return method(*args, **kwargs)
+            except psycopg.errors.DeadlockDetected:
+                if attempt == 4:
+                    raise
+                time.sleep(0.01 * (attempt + 1))
+        raise AssertionError("unreachable")
+    retried.__name__, retried.__doc__ = method.__name__, method.__doc__
+    return retried
 #: SQLite's strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
 _STAMP = "to_char(clock_timestamp() at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 _C = 'COLLATE "C"'
@@ -368,6 +386,7 @@ class PostgresStore(Store):
         return self._dicts(f"SELECT {self._task_columns} FROM tasks{' WHERE ' + clause if clause else ''}"
                            " ORDER BY seq", list(conditions.values()))
 
+    @_deadlock_retried
     def write_batch(self, tasks: list[tuple], responses: list[tuple], ledger: list[tuple],
                     released: list[tuple[int]] | None = None) -> None:
         with self._tx() as conn:
@@ -381,7 +400,7 @@ class PostgresStore(Store):
             if released:
                 cursor.executemany("DELETE FROM ledger WHERE id = %s", released)
             if responses:  # an answered request's claim ends with the commit of its answer
-                cursor.execute("DELETE FROM claims WHERE key = ANY(%s)", ([row[0] for row in responses],))
+                cursor.execute("DELETE FROM claims WHERE key = ANY(%s)", (sorted(row[0] for row in responses),))
 
     def copy_tasks(self, source: str, source_stage: str, run_id: str, stage: str) -> list[tuple[str, int, int, float,
                                                                                                    float]]:
@@ -507,6 +526,7 @@ class PostgresStore(Store):
                   " run_id = excluded.run_id, host = excluded.host, pid = excluded.pid, started = excluded.started,"
                   " seen = excluded.seen, state = excluded.state", (worker, run_id, host, pid, now(), ttl))
 
+    @_deadlock_retried
     def heartbeat(self, worker: str, ttl: float) -> None:
         with self._tx() as conn:
             (until,) = conn.execute(f"SELECT {_CLOCK} + %s", (ttl,)).fetchone()
@@ -514,9 +534,11 @@ class PostgresStore(Store):
             conn.execute("UPDATE leases SET expires = %s WHERE worker = %s AND done = 0", (until, worker))
             conn.execute("UPDATE claims SET expires = %s WHERE worker = %s", (until, worker))
 
+    @_deadlock_retried
     def leave_run(self, worker: str) -> None:
         with self._tx() as conn:
             conn.execute("UPDATE workers SET state = 'left' WHERE id = %s AND state = 'live'", (worker,))
+            conn.execute(LEFT_RESERVATIONS_SQL.replace("?", "%s"), (worker,))
             conn.execute("UPDATE leases SET expires = 0 WHERE worker = %s AND done = 0", (worker,))
             conn.execute("DELETE FROM claims WHERE worker = %s", (worker,))
 
@@ -528,16 +550,19 @@ class PostgresStore(Store):
                 row["state"] = "dead"
         return rows
 
-    def claim_chunk(self, run_id: str, stage: str, chunk: int, worker: str, ttl: float) -> str | None:
+    def claim_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float
+                     ) -> dict[int, str | None]:
         # xmax is 0 in a row this statement inserted and set in a row it updated (taken over)
-        row = self._one(
-            f"INSERT INTO leases (run_id, stage, chunk, worker, expires) VALUES (%s, %s, %s, %s, {_CLOCK} + %s)"
+        rows = self._all(
+            f"INSERT INTO leases (run_id, stage, chunk, worker, expires) SELECT %s, %s, c, %s, {_CLOCK} + %s"
+            " FROM unnest(%s::bigint[]) AS c"
             " ON CONFLICT (run_id, stage, chunk) DO UPDATE SET worker = excluded.worker, expires = excluded.expires"
             " WHERE leases.done = 0 AND (leases.expires < excluded.expires - %s OR leases.worker = excluded.worker)"
-            " RETURNING xmax = 0", (run_id, stage, chunk, worker, ttl, ttl))
-        if row is None:
-            return None
-        return "new" if row[0] else "taken"
+            " RETURNING chunk, xmax = 0", (run_id, stage, worker, ttl, list(dict.fromkeys(chunks)), ttl))
+        got: dict[int, str | None] = dict.fromkeys(chunks)
+        for chunk, inserted in rows:
+            got[int(chunk)] = "new" if inserted else "taken"
+        return got
 
     def take_expired_chunk(self, run_id: str, stage: str, worker: str, ttl: float) -> int | None:
         with self._tx() as conn:
@@ -550,9 +575,13 @@ class PostgresStore(Store):
                          " AND chunk = %s", (worker, ttl, run_id, stage, row[0]))
         return int(row[0])
 
-    def finish_chunks(self, run_id: str, stage: str, worker: str) -> None:
-        self._run("UPDATE leases SET done = 1 WHERE run_id = %s AND stage = %s AND worker = %s",
-                  (run_id, stage, worker))
+    def finish_chunks(self, run_id: str, stage: str, worker: str, chunks: list[int] | None = None) -> None:
+        if chunks is None:
+            self._run("UPDATE leases SET done = 1 WHERE run_id = %s AND stage = %s AND worker = %s AND done = 0",
+                      (run_id, stage, worker))
+        else:
+            self._run("UPDATE leases SET done = 1 WHERE run_id = %s AND stage = %s AND worker = %s"
+                      " AND chunk = ANY(%s::bigint[])", (run_id, stage, worker, sorted(chunks)))
 
     def open_chunks(self, run_id: str, stage: str) -> int:
         return int(self._one("SELECT count(*) FROM leases WHERE run_id = %s AND stage = %s AND done = 0",
@@ -561,10 +590,11 @@ class PostgresStore(Store):
     def reset_chunks(self, run_id: str) -> None:
         self._run("DELETE FROM leases WHERE run_id = %s", (run_id,))
 
+    @_deadlock_retried
     def claim_keys(self, keys: list[str], worker: str, ttl: float) -> set[str]:
         if not keys:
             return set()
-        unique = list(dict.fromkeys(keys))  # one statement may not update a row twice
+        unique = sorted(set(keys))  # one statement may not update a row twice; one order for every process
         return {key for (key,) in self._all(
             f"INSERT INTO claims (key, worker, expires) SELECT k, %s, {_CLOCK} + %s FROM unnest(%s::text[]) AS k"
             " ON CONFLICT (key) DO UPDATE SET worker = excluded.worker, expires = excluded.expires"
@@ -573,7 +603,7 @@ class PostgresStore(Store):
 
     def release_keys(self, keys: list[str], worker: str) -> None:
         if keys:
-            self._run("DELETE FROM claims WHERE worker = %s AND key = ANY(%s)", (worker, list(keys)))
+            self._run("DELETE FROM claims WHERE worker = %s AND key = ANY(%s)", (worker, sorted(keys)))
 
     def dead_workers(self, run_id: str) -> list[str]:
         return [worker for (worker,) in self._all(

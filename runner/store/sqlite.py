@@ -23,6 +23,7 @@ import sqlite_utils
 from runner.errors import StoreError
 from runner.store.base import (
     LEDGER_COLUMNS,
+    LEFT_RESERVATIONS_SQL,
     RESPONSE_COLUMNS,
     TASK_COLUMNS,
     UNKNOWN_JOB,
@@ -263,6 +264,7 @@ class SQLiteStore(Store):
     def leave_run(self, worker: str) -> None:
         self._transaction([
             ("UPDATE workers SET state = 'left' WHERE id = ? AND state = 'live'", (worker,)),
+            (LEFT_RESERVATIONS_SQL, (worker,)),
             ("UPDATE leases SET expires = 0 WHERE worker = ? AND done = 0", (worker,)),
             ("DELETE FROM claims WHERE worker = ?", (worker,)),
         ])
@@ -277,23 +279,28 @@ class SQLiteStore(Store):
             del row["seen"]
         return rows
 
-    def claim_chunk(self, run_id: str, stage: str, chunk: int, worker: str, ttl: float) -> str | None:
+    def claim_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float
+                     ) -> dict[int, str | None]:
         clock = time.time()
         conn = self.conn
+        got: dict[int, str | None] = {}
         conn.execute("BEGIN IMMEDIATE")
         try:
-            row = conn.execute("SELECT worker, expires, done FROM leases WHERE run_id = ? AND stage = ? AND chunk = ?",
-                               (run_id, stage, chunk)).fetchone()
-            if row is None:
-                got: str | None = "new"
-                conn.execute("INSERT INTO leases (run_id, stage, chunk, worker, expires) VALUES (?, ?, ?, ?, ?)",
-                             (run_id, stage, chunk, worker, clock + ttl))
-            elif row[2] or (row[0] != worker and row[1] >= clock):
-                got = None
-            else:
-                got = "taken"
-                conn.execute("UPDATE leases SET worker = ?, expires = ? WHERE run_id = ? AND stage = ? AND chunk = ?",
-                             (worker, clock + ttl, run_id, stage, chunk))
+            held = {chunk: (holder, expires, done) for chunk, holder, expires, done in conn.execute(
+                "SELECT chunk, worker, expires, done FROM leases WHERE run_id = ? AND stage = ? AND chunk BETWEEN ?"
+                " AND ?", (run_id, stage, min(chunks), max(chunks)))}
+            for chunk in chunks:
+                row = held.get(chunk)
+                if row is None:
+                    got[chunk] = "new"
+                    conn.execute("INSERT INTO leases (run_id, stage, chunk, worker, expires) VALUES (?, ?, ?, ?, ?)",
+                                 (run_id, stage, chunk, worker, clock + ttl))
+                elif row[2] or (row[0] != worker and row[1] >= clock):
+                    got[chunk] = None
+                else:
+                    got[chunk] = "taken"
+                    conn.execute("UPDATE leases SET worker = ?, expires = ? WHERE run_id = ? AND stage = ? AND"
+                                 " chunk = ?", (worker, clock + ttl, run_id, stage, chunk))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -309,9 +316,13 @@ class SQLiteStore(Store):
             (worker, clock + ttl, run_id, stage, run_id, stage, clock)).fetchone()
         return None if row is None else int(row[0])
 
-    def finish_chunks(self, run_id: str, stage: str, worker: str) -> None:
-        self.conn.execute("UPDATE leases SET done = 1 WHERE run_id = ? AND stage = ? AND worker = ?",
-                          (run_id, stage, worker))
+    def finish_chunks(self, run_id: str, stage: str, worker: str, chunks: list[int] | None = None) -> None:
+        if chunks is None:
+            self.conn.execute("UPDATE leases SET done = 1 WHERE run_id = ? AND stage = ? AND worker = ? AND done = 0",
+                              (run_id, stage, worker))
+        else:
+            self._transaction([("UPDATE leases SET done = 1 WHERE run_id = ? AND stage = ? AND chunk = ? AND"
+                                " worker = ?", (run_id, stage, chunk, worker)) for chunk in chunks])
 
     def open_chunks(self, run_id: str, stage: str) -> int:
         return int(self.conn.execute("SELECT count(*) FROM leases WHERE run_id = ? AND stage = ? AND done = 0",
