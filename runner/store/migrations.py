@@ -6,7 +6,7 @@ import datetime as dt
 import sqlite3
 from collections.abc import Callable
 
-import sqlite_utils
+from runner.store._sqlite_utils import sqlite_utils
 
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = []
 migration = MIGRATIONS.append

@@ -18,9 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from runner.errors import StoreError
+from runner.store._sqlite_utils import sqlite_utils
 from runner.store.base import (
     LEDGER_COLUMNS,
     LEFT_RESERVATIONS_SQL,
