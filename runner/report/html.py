@@ -62,12 +62,8 @@ def position_counts(store: Store, run_id: str, stage: str, model: str) -> dict[s
     report's position bias counts them (answers whose gold was not shown are left out)."""
     counts: dict[tuple[str, str], int] = {}
     width = 0
-    for letter, perm_json, gold in store.letter_answers(run_id, stage, model):
-        perm = json.loads(perm_json) if perm_json else None
-        if not perm or gold not in perm or len(perm) > len(LETTERS):
-            continue
-        width = max(width, len(perm))
-        shown = LETTERS[perm.index(gold)]
+    for shown, letter, options in reports.letter_positions(store, run_id, stage, model):
+        width = max(width, options)
         counts[shown, letter] = counts.get((shown, letter), 0) + 1
     return {"stage": stage, "model": model, "letters": list(LETTERS[:width]), "n": sum(counts.values()),
             "counts": counts}

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import statistics
+from collections.abc import Iterator
 from typing import Any
 
 from runner.plan.choices import LETTERS
@@ -162,18 +163,23 @@ def _aggregates(store: Store, run_id: str, stage: str, model: str) -> dict[str, 
     chosen: dict[str, int] = {}
     gold_at: dict[str, int] = {}
     width = 0
-    for letter, perm_json, gold in store.letter_answers(run_id, stage, model):
-        perm = json.loads(perm_json) if perm_json else None
-        if not perm or gold not in perm or len(perm) > len(LETTERS):
-            continue
-        width = max(width, len(perm))
+    for shown, letter, options in letter_positions(store, run_id, stage, model):
+        width = max(width, options)
         chosen[letter] = chosen.get(letter, 0) + 1
-        shown = LETTERS[perm.index(gold)]
         gold_at[shown] = gold_at.get(shown, 0) + 1
     n = sum(chosen.values())
     bias = {letter: {"chosen": chosen.get(letter, 0) / n, "gold": gold_at.get(letter, 0) / n}
             for letter in LETTERS[:width]} if n else {}
     return {"balanced_accuracy": balanced, "accuracy_by_variant": by_variant, "position_bias": bias}
+
+
+def letter_positions(store: Store, run_id: str, stage: str, model: str) -> Iterator[tuple[str, str, int]]:
+    """(gold's shown letter, answer letter, options shown) of a stage and model's valid letter answers whose gold
+    was shown (what position bias counts)."""
+    for letter, perm_json, gold in store.letter_answers(run_id, stage, model):
+        perm = json.loads(perm_json) if perm_json else None
+        if perm and gold in perm and len(perm) <= len(LETTERS):
+            yield LETTERS[perm.index(gold)], letter, len(perm)
 
 
 def _shuffle_note(run: dict[str, Any]) -> dict[str, Any]:
