@@ -268,6 +268,7 @@ class Dispatcher:
             while len(taken) < TAKEOVER and (index := self.crew.take_expired(stage)) is not None:
                 taken.append(index)
             if taken:
+                self.crew.resolve_dead()  # its reservations are settled before its requests are sent again
                 self.stats.notes.append(f"stage {stage}: took over {len(taken)} leases of a worker that stopped")
                 wanted, last = set(taken), max(taken)
                 # the plan is walked once for all of them, up to the last one

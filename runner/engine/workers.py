@@ -68,7 +68,16 @@ class Crew:
         for task in (self._beat, self._poller):
             if task is not None:
                 task.cancel()
+        self.resolve_dead()  # a worker that died since the last heartbeat is not left holding reservations
         self.store.leave_run(self.worker)
+
+    def resolve_dead(self) -> None:
+        """A dead worker's reservations become possibly billed, as after a crash: counted as spent, no longer
+        holding budget room as if in flight."""
+        for worker in self.store.dead_workers(self.run_id):
+            possibly = self.store.resolve_worker(self.run_id, worker)
+            self.note(f"worker {worker} stopped sending heartbeats: its chunks are taken over and its {possibly} "
+                      "requests in flight are kept as possibly billed at their worst case")
 
     def _count_live(self) -> int:
         return max(1, sum(1 for row in self.store.workers(self.run_id) if row["state"] == "live"))
@@ -86,12 +95,7 @@ class Crew:
                     continue
                 last = time.monotonic()
                 self.store.heartbeat(self.worker, self.ttl)
-                for worker in self.store.dead_workers(self.run_id):
-                    # A dead worker's reservations become possibly billed, as after a crash: counted as spent, no
-                    # longer holding budget room as if in flight.
-                    possibly = self.store.resolve_worker(self.run_id, worker)
-                    self.note(f"worker {worker} stopped sending heartbeats: its chunks are taken over and its "
-                              f"{possibly} requests in flight are kept as possibly billed at their worst case")
+                self.resolve_dead()
             except Exception as exc:  # a store that does not answer for a moment: beat again next time
                 self.note(f"heartbeat failed ({type(exc).__name__}: {exc}); trying again")
 
