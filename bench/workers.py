@@ -96,14 +96,18 @@ def run_with(processes: int, db: str, job: Path, folder: Path) -> str:
     return run_id
 
 
-def span(db: str, run_id: str) -> tuple[int, float]:
-    """(tasks, seconds from the first task committed to the last) of a run."""
+def commit_times(db: str, run_id: str) -> list[float]:
+    """When each task of a run was committed (epoch seconds), ascending."""
     store = open_store(db)
     try:
-        stamps = sorted(dt.datetime.fromisoformat(t["updated"].replace("Z", "+00:00")).timestamp()
-                        for t in store.tasks(run_id))
+        return sorted(dt.datetime.fromisoformat(t["updated"].replace("Z", "+00:00")).timestamp()
+                      for t in store.tasks(run_id))
     finally:
         store.close()
+
+
+def span(stamps: list[float]) -> tuple[int, float]:
+    """(tasks, seconds from the first task committed to the last)."""
     return len(stamps), (stamps[-1] - stamps[0]) if stamps else 0.0
 
 
@@ -143,7 +147,7 @@ def main() -> None:
                 job = write_job(job_dir, url, args.n, None)
                 db = new_db(f"w{processes}")
                 run_id = run_with(processes, db, job, job_dir)
-                tasks, seconds = span(db, run_id)
+                tasks, seconds = span(commit_times(db, run_id))
                 sent = Counter(sim_stats(url)["completed_by_digest"].values())
             finally:
                 sim.terminate()
@@ -167,14 +171,9 @@ def main() -> None:
         finally:
             sim.terminate()
             sim.wait(timeout=10)
-        tasks, seconds = span(db, run_id)
+        stamps = commit_times(db, run_id)
+        tasks, seconds = span(stamps)
         limited = stats["by_status"].get("429", 0)
-        store = open_store(db)
-        try:
-            stamps = sorted(dt.datetime.fromisoformat(t["updated"].replace("Z", "+00:00")).timestamp()
-                            for t in store.tasks(run_id))
-        finally:
-            store.close()
         half = len(stamps) // 2
         pace = (len(stamps) - 1 - half) / (stamps[-1] - stamps[half]) * 60
         allowance = args.rpm + args.rpm * seconds / 60
