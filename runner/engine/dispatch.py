@@ -437,13 +437,13 @@ class Dispatcher:
                 assert self.crew is not None
                 self.crew.finish(stage, chunks)
 
+    def share_limits(self, live: int) -> None:
+        """Split every endpoint's rate limits with the ``live`` processes working on the run now."""
+        for endpoint in self.endpoints.values():
+            endpoint.set_share(1 / live)
+
     async def _breathe(self) -> None:
         # Let the writer and the view run between chunks, and keep the writer's queue short.
-        if self.crew is not None:  # split the rate limits with the processes working on the run now
-            share = 1 / self.crew.live
-            for endpoint in self.endpoints.values():
-                if endpoint.share != share:
-                    endpoint.set_share(share)
         await asyncio.sleep(0)
         while self.writer.queue.qsize() > WRITER_BACKLOG:
             await asyncio.sleep(0.005)

@@ -206,6 +206,7 @@ async def execute(
         dispatcher = Dispatcher(run_id=run_id, job=job, store=store, writer=writer, providers=providers,
                                 stats=stats, resume=resume or join, deadline=deadline)
         dispatcher.crew, dispatcher.joined = crew, join
+        crew.on_live = dispatcher.share_limits
         crew.join()
         committed.append(dispatcher.committed)
         stats.budgets = dispatcher.budgets

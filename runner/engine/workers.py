@@ -54,6 +54,8 @@ class Crew:
         #: live processes working on the run (this one included), counted by the heartbeat thread: each takes
         #: this share of the endpoints' rate limits
         self.live = 1
+        #: called with the new count when processes join or leave the run (the dispatcher splits its rate limits)
+        self.on_live: Callable[[int], Any] | None = None
         #: requests another process is sending: key -> callbacks waiting for the answer or for the claim
         self.waiting: dict[str, list[Callable[[CachedResponse | None], Any]]] = {}
         self._poller: asyncio.Task[None] | None = None
@@ -90,7 +92,11 @@ class Crew:
         while True:
             await asyncio.sleep(min(1.0, beat))
             try:
-                self.live = self._count_live()
+                live = self._count_live()
+                if live != self.live:
+                    self.live = live
+                    if self.on_live is not None:
+                        self.on_live(live)
                 if time.monotonic() - last < beat:
                     continue
                 last = time.monotonic()
