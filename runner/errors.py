@@ -11,6 +11,9 @@
         ├── TransientError       5xx, timeout, connection reset: retry with backoff, bounded
         ├── BadRequest           the request itself is wrong or was filtered: the item fails, no retry
         │                        (error class ``bad_request`` or ``content_filtered``)
+        │   └── Refused          the model declined to answer (OpenAI ``message.refusal``, Anthropic
+        │                        ``stop_reason: refusal``, a Gemini safety block): error class ``refused``,
+        │                        counted apart in reports, never scored as a wrong answer
         ├── AuthError            key missing, invalid or not permitted: the endpoint stops, no retry
         └── QuotaExceeded        insufficient quota or billing: the whole run stops, no retry
 
@@ -28,6 +31,7 @@ __all__ = [
     "ProviderError",
     "QuotaExceeded",
     "RateLimited",
+    "Refused",
     "RunnerError",
     "StoreError",
     "TransientError",
@@ -102,3 +106,14 @@ class QuotaExceeded(ProviderError):
     """The account has no quota or credit left. The whole run stops."""
 
     error_class = "quota"
+
+
+class Refused(BadRequest):
+    """The model declined to answer. ``billed`` is the answer's :class:`~runner.providers.base.Completion` (its
+    usage), when the provider charged for it, so the run can count what the refusal cost."""
+
+    error_class = "refused"
+
+    def __init__(self, message: str, *, billed: object = None, status: int | None = None) -> None:
+        super().__init__(message, status=status)
+        self.billed = billed

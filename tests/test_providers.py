@@ -176,8 +176,8 @@ async def test_filtered_content_fails_the_item_without_a_retry(tmp_path, provide
         outcome = await execute(job, store)
         stats = srv.stats()
     assert stats["received"] == 10
-    assert error_classes(store, outcome.run_id) == {"content_filtered": 10}
-    assert report.build(store, outcome.run_id)["rows"][0]["errors"] == {"content_filtered": 10}
+    assert error_classes(store, outcome.run_id) == {"refused": 10}
+    assert report.build(store, outcome.run_id)["rows"][0]["errors"] == {"refused": 10}
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

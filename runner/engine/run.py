@@ -337,7 +337,7 @@ def check_prices(job: Job) -> None:
             raise RunnerError(f"{where}: the price of {model} is unknown and the job has a budget: add "
                               f"prices: {{{model}: {{input: USD, output: USD}}}} (per million tokens)")
     for stage in job.llm_stages():
-        if job.stage_params(stage).max_tokens is None:
+        if any(job.model_params(stage, model).get("max_tokens") is None for model in job.stage_models(stage)):
             raise RunnerError(f"{where}: stage {stage.name} has no params.max_tokens, and a budget needs a bound "
                               "on output tokens to reserve a request's worst case")
 

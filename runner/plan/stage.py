@@ -144,9 +144,11 @@ class StagePlan:
         self.keep_row = stage.parse_recipe
         self.models = job.stage_models(stage)
         self.params = job.stage_params(stage).model_dump()
+        #: per model, the parameters as that model is sent them (capabilities.shape): what the cache key holds
+        self.model_params = {m: job.model_params(stage, m) for m in self.models}
         self.prompt: Prompt = load_prompt(job, stage.prompt)
         self._model_ids = {m: model_key(m, job.endpoints) for m in self.models}
-        self._params = canonical_params(self.params)
+        self._params = {m: canonical_params(p) for m, p in self.model_params.items()}
         axes: dict[str, list[Any]] = {}
         if stage.choices is not None:
             axes["seed"] = list(stage.choices.seeds)
@@ -167,7 +169,7 @@ class StagePlan:
         self.base_json = [canonical_json({k: v for k, v in variant.items() if k != "round"})
                           for variant in self.variants]
         self._tails = {
-            (model, index): canonical_tail(p, model_id, self.params, self.sample_of(variant))
+            (model, index): canonical_tail(p, model_id, self.model_params[model], self.sample_of(variant))
             for model, (p, _, model_id) in self._model_ids.items() for index, variant in enumerate(self.variants)
         }
 
@@ -268,7 +270,7 @@ class StagePlan:
                 if pairs is None:
                     text = canonical_text(messages, self._tails[model, index])
                     call = Call(provider=provider, model_name=name, model_id=model_id, messages=messages,
-                                params=self._params, canonical=text, key=key_of(text))
+                                params=self._params[model], canonical=text, key=key_of(text))
                 else:
                     text = canonical_json(canonical_loglikelihood(provider, model_id, pairs))
                     call = Call(provider=provider, model_name=name, model_id=model_id, messages=messages, params={},

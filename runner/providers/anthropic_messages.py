@@ -12,10 +12,11 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, TransientError
+from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, Refused, TransientError
 
+from . import capabilities
 from .base import Completion, Provider, ProviderSettings, RateWindow, register
-from .openai_chat import retry_after_seconds
+from .openai_chat import _quoted, retry_after_seconds
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
     import anthropic
@@ -61,6 +62,23 @@ def split_system(messages: list[dict[str, str]]) -> tuple[str | None, list[dict[
     return ("\n\n".join(system) if system else None), rest
 
 
+def _thinking(caps: capabilities.ModelCaps | None, reasoning: Mapping[str, Any]
+              ) -> tuple[dict[str, Any] | None, str | None]:
+    """(the ``thinking`` field, the ``output_config.effort``) for the job's ``reasoning:`` on this model: the
+    budget form ``{type: enabled, budget_tokens}`` where the model takes budgets and the job gives one (or the
+    model takes no effort), else adaptive thinking with an effort (Claude 4.6 and later; 4.7 and later only that)."""
+    effort, budget = reasoning.get("effort"), reasoning.get("budget_tokens")
+    if effort == "none" or budget == 0:
+        return ({"type": "disabled"} if caps is not None and caps.reasoning != "always" else None), None
+    takes_budget = caps is None or caps.budget is not None
+    takes_effort = caps is not None and bool(caps.efforts)
+    if takes_budget and (budget is not None or not takes_effort):
+        sent = capabilities.budget_for(caps, reasoning) if caps is not None else int(budget or 1024)
+        return {"type": "enabled", "budget_tokens": sent}, None
+    # adaptive thinking returns no thinking text unless asked for a summary
+    return {"type": "adaptive", "display": "summarized"}, effort
+
+
 def _error_type(exc: anthropic.APIStatusError) -> tuple[str, str]:
     body = exc.body if isinstance(exc.body, dict) else {}
     inner = body.get("error") if isinstance(body.get("error"), dict) else {}
@@ -80,6 +98,9 @@ class AnthropicProvider(Provider):
         super().__init__(settings)
         self.client: anthropic.AsyncAnthropic | None = None
         self.where = f"anthropic at {settings.base_url or 'api.anthropic.com'}"
+        #: the API version sent, pinned (capabilities.ANTHROPIC_VERSIONS): never the SDK's default, which changes
+        #: with SDK majors (anthropic 2.0 moved to 2026-10-21, which refuses every sampling parameter)
+        self.api_version = settings.api_version or capabilities.ANTHROPIC_DEFAULT_VERSION
 
     async def start(self) -> None:
         import anthropic
@@ -90,6 +111,7 @@ class AnthropicProvider(Provider):
             max_retries=0,  # the runner owns retries (DESIGN invariant 4)
             timeout=self.settings.timeout,
             http_client=anthropic.DefaultAioHttpClient(timeout=self.settings.timeout),
+            default_headers={"anthropic-version": self.api_version},
         )
 
     async def aclose(self) -> None:
@@ -97,11 +119,12 @@ class AnthropicProvider(Provider):
             await self.client.close()
             self.client = None
 
-    @staticmethod
-    def request_of(messages: list[dict[str, str]], params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The Messages API request of the runner's messages and parameters, but the model: (the fields
-        ``messages.create`` names, the sampling fields it no longer names but the wire format takes). Online
-        the second go in ``extra_body``; a batch request's params hold both."""
+    def request_of(self, messages: list[dict[str, str]], params: dict[str, Any],
+                   model: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+        """The Messages API request of the runner's messages and parameters (shaped for ``model`` by
+        ``capabilities.shape``), but the model: (the fields ``messages.create`` names, the sampling fields it no
+        longer names, which API version 2023-06-01 takes for the models that do). Online the second go in
+        ``extra_body``; a batch request's params hold both."""
         system, conversation = split_system(messages)
         kwargs: dict[str, Any] = {"messages": conversation,
                                   "max_tokens": params.get("max_tokens") or DEFAULT_MAX_TOKENS}
@@ -109,10 +132,25 @@ class AnthropicProvider(Provider):
             kwargs["system"] = system
         if params.get("stop") is not None:
             kwargs["stop_sequences"] = params["stop"]
-        # This SDK's create() no longer names temperature and top_p (newer models reject them), but the wire
-        # format still takes them for the models that do: they go in the body as they are.
+        output_config: dict[str, Any] = {}
+        response_format = params.get("response_format") or {}
+        if response_format.get("type") == "json_schema":
+            schema = (response_format.get("json_schema") or {}).get("schema") or {}
+            output_config["format"] = {"type": "json_schema", "schema": schema}
+        reasoning = params.get("reasoning")
+        if reasoning:
+            caps = capabilities.capabilities(self.name, model, self.api_version)
+            thinking, effort = _thinking(caps, reasoning)
+            if thinking is not None:
+                kwargs["thinking"] = thinking
+            if effort is not None:
+                output_config["effort"] = effort
+        if output_config:
+            kwargs["output_config"] = output_config
+        # This SDK's create() no longer names temperature and top_p (API version 2026-10-21 refuses them), but
+        # 2023-06-01 takes them for the models that do; capabilities.shape left them out where they are refused.
         sampling = {name: params[name] for name in ("temperature", "top_p") if params.get(name) is not None}
-        # The Messages API has no seed and no logprobs: they stay in the cache key but are not sent.
+        # The Messages API has no seed and no logprobs: shape refuses them (or drops them) before this.
         return kwargs, sampling
 
     def batches(self) -> Batches:
@@ -122,7 +160,7 @@ class AnthropicProvider(Provider):
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         assert self.client is not None, "start() was not awaited"
-        kwargs, sampling = self.request_of(messages, params)
+        kwargs, sampling = self.request_of(messages, params, model)
         if sampling:
             kwargs["extra_body"] = sampling
         with self.map_errors():
@@ -145,12 +183,11 @@ class AnthropicProvider(Provider):
             raise TransientError(f"{self.where}: the response was not valid JSON ({type(exc).__name__})",
                                  error_class="malformed_response") from exc
         stop_reason = body.get("stop_reason")
-        if stop_reason == "refusal":
-            raise BadRequest(f"{self.where}: the model refused for safety reasons (stop_reason refusal)",
-                             error_class="content_filtered")
         cache_read = usage.get("cache_read_input_tokens") or 0
         cache_write = usage.get("cache_creation_input_tokens") or 0
-        return Completion(
+        thoughts = [b.get("thinking") or "" for b in blocks if b.get("type") == "thinking"]
+        thoughts += ["[redacted thinking]" for b in blocks if b.get("type") == "redacted_thinking"]
+        completion = Completion(
             text="".join(b.get("text", "") for b in blocks if b.get("type") == "text"),
             finish_reason=stop_reason,
             # Anthropic counts cached input apart; the runner's input_tokens is all input, as OpenAI's is.
@@ -160,7 +197,14 @@ class AnthropicProvider(Provider):
             cache_write_tokens=cache_write,
             raw=body,
             rate=anthropic_rate(headers) if headers is not None else None,
+            thinking="\n\n".join(thoughts) if thoughts else None,
+            reasoning_tokens=(usage.get("output_tokens_details") or {}).get("thinking_tokens") or 0,
         )
+        if stop_reason == "refusal":
+            detail = (body.get("stop_details") or {}).get("explanation") or (body.get("stop_details") or {}).get("type")
+            raise Refused(f"{self.where}: the model refused (stop_reason refusal"
+                          + (f": {_quoted(detail)})" if detail else ")"), billed=completion)
+        return completion
 
     @contextlib.contextmanager
     def map_errors(self) -> Iterator[None]:

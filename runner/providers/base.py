@@ -59,6 +59,8 @@ class ProviderSettings(BaseModel):
     otpm: int | None = Field(default=None, gt=0)
     concurrency: int | None = Field(default=None, gt=0)
     timeout: float = Field(default=60.0, gt=0)
+    #: the API version sent (anthropic: 2023-06-01 or 2026-10-21; runner.providers.capabilities)
+    api_version: str | None = None
     #: the embedded model's settings (``LocalProvider.Options``), kept here so job files keep validating
     model_path: str | None = None
     n_ctx: int = Field(default=2048, gt=0)
@@ -109,6 +111,12 @@ class Completion:
     cache_write_tokens: int = 0
     #: the provider's response as JSON-able data, stored in the memo
     raw: dict[str, Any] = field(default_factory=dict)
+    #: the model's thinking as the API returned it (thinking blocks, thought parts, ``<think>`` of open models),
+    #: kept apart from ``text``, which is the answer alone; None when there was none
+    thinking: str | None = None
+    #: output tokens spent thinking, where the API reports them (OpenAI reasoning_tokens, Gemini thoughtsTokenCount);
+    #: already counted in ``output_tokens``
+    reasoning_tokens: int = 0
     #: rate-limit windows from the response headers, by kind: requests, tokens, input_tokens, output_tokens
     rate: dict[str, RateWindow] | None = None
 

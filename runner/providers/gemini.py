@@ -12,9 +12,11 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, TransientError
+from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, Refused, TransientError
 
+from . import capabilities
 from .base import Completion, Provider, ProviderSettings, register
+from .openai_chat import _quoted
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
     from google import genai
@@ -64,6 +66,23 @@ def _enum_text(value: Any) -> str | None:
     return str(getattr(value, "value", value))
 
 
+#: Gemini 3's thinking levels for the runner's efforts (ai.google.dev/gemini-api/docs/thinking#thinking-levels)
+_LEVELS = {"minimal": "minimal", "low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+
+
+def _thinking_config(caps: capabilities.ModelCaps | None, reasoning: dict[str, Any]) -> dict[str, Any]:
+    """generateContent's thinkingConfig for the job's ``reasoning:``: a level where the model takes levels and the
+    job names an effort, else a budget (0 turns thinking off where the model allows); thoughts included, so that
+    the thinking is kept apart from the answer."""
+    effort, budget = reasoning.get("effort"), reasoning.get("budget_tokens")
+    if effort == "none" or budget == 0:
+        return {"thinking_budget": 0}
+    if caps is not None and caps.efforts and effort is not None and budget is None:
+        return {"thinking_level": _LEVELS.get(effort, "high"), "include_thoughts": True}
+    sent = capabilities.budget_for(caps, reasoning) if caps is not None else int(budget or 1024)
+    return {"thinking_budget": sent, "include_thoughts": True}
+
+
 @register
 class GeminiProvider(Provider):
     name: ClassVar[str] = "gemini"
@@ -89,6 +108,9 @@ class GeminiProvider(Provider):
 
         options = types.HttpOptions(
             base_url=self.settings.base_url,
+            # pinned: google-genai 3.x calls v1 unless told, which has no systemInstruction, responseMimeType,
+            # responseJsonSchema or thinkingConfig (capabilities.GEMINI_API_VERSION)
+            api_version=capabilities.GEMINI_API_VERSION,
             timeout=int(self.settings.timeout * 1000),  # milliseconds
             retry_options=types.HttpRetryOptions(attempts=1),  # the runner owns retries (invariant 4)
         )
@@ -100,9 +122,10 @@ class GeminiProvider(Provider):
             self.client = None
 
     @staticmethod
-    def request_of(messages: list[dict[str, str]], params: dict[str, Any]) -> tuple[list[types.Content],
-                                                                                      types.GenerateContentConfig]:
-        """The runner's messages and parameters as generateContent's contents and config."""
+    def request_of(messages: list[dict[str, str]], params: dict[str, Any],
+                   model: str = "") -> tuple[list[types.Content], types.GenerateContentConfig]:
+        """The runner's messages and parameters (shaped for ``model`` by ``capabilities.shape``) as
+        generateContent's contents and config."""
         from google.genai import types
 
         system = "\n\n".join(m["content"] for m in messages if m.get("role") == "system") or None
@@ -122,6 +145,9 @@ class GeminiProvider(Provider):
             schema = (response_format.get("json_schema") or {}).get("schema")
             if schema is not None:
                 config["response_json_schema"] = schema
+        reasoning = params.get("reasoning")
+        if reasoning:
+            config["thinking_config"] = _thinking_config(capabilities.capabilities("gemini", model), reasoning)
         return contents, types.GenerateContentConfig(**config)
 
     def batches(self) -> Batches:
@@ -131,25 +157,19 @@ class GeminiProvider(Provider):
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         assert self.client is not None, "start() was not awaited"
-        contents, config = self.request_of(messages, params)
+        contents, config = self.request_of(messages, params, model)
         with self.map_errors():
             response = await self.client.aio.models.generate_content(model=model, contents=contents, config=config)
         return self.completion_of(response)
 
     def completion_of(self, response: types.GenerateContentResponse) -> Completion:
         """A generateContent answer (online, or a batch job's inlined response) as a :class:`Completion`."""
-        feedback = response.prompt_feedback
-        if feedback is not None and feedback.block_reason is not None:
-            raise BadRequest(f"{self.where}: the prompt was blocked ({_enum_text(feedback.block_reason)})",
-                             error_class="content_filtered")
         candidate = response.candidates[0] if response.candidates else None
         finish = _enum_text(candidate.finish_reason) if candidate is not None else None
-        if finish in _FILTERED:
-            raise BadRequest(f"{self.where}: the answer was withheld (finish reason {finish})",
-                             error_class="content_filtered")
         parts = (candidate.content.parts if candidate is not None and candidate.content else None) or []
         usage = response.usage_metadata
-        return Completion(
+        thoughts = [p.text for p in parts if p.text and p.thought]
+        completion = Completion(
             text="".join(p.text for p in parts if p.text and not p.thought),
             finish_reason=finish,
             input_tokens=(usage.prompt_token_count or 0) if usage else 0,
@@ -157,7 +177,16 @@ class GeminiProvider(Provider):
             output_tokens=((usage.candidates_token_count or 0) + (usage.thoughts_token_count or 0)) if usage else 0,
             cached_tokens=(usage.cached_content_token_count or 0) if usage else 0,
             raw=response.model_dump(mode="json", exclude_none=True, exclude={"sdk_http_response"}),
+            thinking="\n\n".join(thoughts) if thoughts else None,
+            reasoning_tokens=(usage.thoughts_token_count or 0) if usage else 0,
         )
+        feedback = response.prompt_feedback
+        if feedback is not None and feedback.block_reason is not None:
+            raise Refused(f"{self.where}: the prompt was blocked ({_quoted(_enum_text(feedback.block_reason))})",
+                          billed=completion)
+        if finish in _FILTERED:
+            raise Refused(f"{self.where}: the answer was withheld (finish reason {finish})", billed=completion)
+        return completion
 
     @contextlib.contextmanager
     def map_errors(self) -> Iterator[None]:

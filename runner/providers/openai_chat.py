@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, TransientError
+from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, Refused, TransientError
 
 from .base import (
     Completion,
@@ -46,6 +46,17 @@ if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the provi
     from .batching import Batches
 
 _PARAMS = ("temperature", "top_p", "stop", "seed", "response_format", "logprobs")
+#: an open model's thinking at the start of its answer, as reasoning models on vLLM, llama.cpp and Ollama write it
+#: when the server does not split it out (DeepSeek-R1, Qwen3, gpt-oss chat templates)
+_THINK = re.compile(r"\A\s*<think>(.*?)(?:</think>|\Z)\s*", re.DOTALL)
+
+
+def split_thinking(text: str) -> tuple[str, str | None]:
+    """(answer, thinking) of a text that may open with ``<think>…</think>``; an unclosed block is all thinking."""
+    found = _THINK.match(text)
+    if found is None:
+        return text, None
+    return text[found.end():], found.group(1).strip()
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
@@ -130,6 +141,12 @@ def score_echoed(logprobs: Mapping[str, Any], prompt: str, context_length: int) 
     return ContinuationScore(logprob=total, tokens=prompt_tokens - start, greedy=greedy)
 
 
+def _quoted(text: Any, limit: int = 200) -> str:
+    """A provider's text for a message: printable characters only (no terminal escapes), cut to ``limit``."""
+    clean = "".join(ch if ch.isprintable() else " " for ch in str(text))
+    return repr(clean[:limit] + ("…" if len(clean) > limit else ""))
+
+
 def _error_code(exc: openai.APIStatusError) -> str:
     body = exc.body if isinstance(exc.body, dict) else {}
     inner = body.get("error", body) if isinstance(body.get("error", body), dict) else {}
@@ -210,6 +227,10 @@ class OpenAIChatProvider(Provider):
         body.update({name: params[name] for name in _PARAMS if params.get(name) is not None})
         if params.get("max_tokens") is not None:
             body[self.max_tokens_field] = params["max_tokens"]
+        # a thinking budget alone is the runner's allowance inside the cap (capabilities.shape): not sent
+        effort = (params.get("reasoning") or {}).get("effort")
+        if effort is not None:
+            body["reasoning_effort"] = effort
         return body
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
@@ -237,13 +258,19 @@ class OpenAIChatProvider(Provider):
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise TransientError(f"{self.where}: the response was not valid JSON ({type(exc).__name__})",
                                  error_class="malformed_response") from exc
-        if choice.get("finish_reason") == "content_filter":
-            raise BadRequest(f"{self.where}: the answer was withheld by the content filter",
-                             error_class="content_filtered")
         details = usage.get("prompt_tokens_details") or {}
         headers = headers or {}
-        return Completion(
-            text=(choice.get("message") or {}).get("content") or "",
+        message = choice.get("message") or {}
+        text, thinking = message.get("content") or "", None
+        # servers that split an open model's thinking out name it reasoning_content (vLLM, DeepSeek) or reasoning
+        for name in ("reasoning_content", "reasoning"):
+            if isinstance(message.get(name), str) and message[name]:
+                thinking = message[name]
+                break
+        if thinking is None:
+            text, thinking = split_thinking(text)
+        completion = Completion(
+            text=text,
             finish_reason=choice.get("finish_reason"),
             input_tokens=usage.get("prompt_tokens") or 0,
             output_tokens=usage.get("completion_tokens") or 0,
@@ -251,7 +278,14 @@ class OpenAIChatProvider(Provider):
             raw=body,
             rate=openai_rate(headers) if "x-ratelimit-limit-requests" in headers
             or "x-ratelimit-limit-tokens" in headers else None,
+            thinking=thinking,
+            reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0,
         )
+        if message.get("refusal"):
+            raise Refused(f"{self.where}: the model refused: {_quoted(message['refusal'])}", billed=completion)
+        if choice.get("finish_reason") == "content_filter":
+            raise Refused(f"{self.where}: the answer was withheld by the content filter", billed=completion)
+        return completion
 
     def batches(self) -> Batches:
         if not self.supports_batch:

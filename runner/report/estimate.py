@@ -220,7 +220,6 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
             unplanned.append(stage.name)
             continue
         plan = StagePlan(job, stage)
-        max_tokens = job.stage_params(stage).max_tokens
         builders: dict[str, _Builder] = {}
         ids: dict[str, tuple[str, str]] = {}
         for model in plan.models:
@@ -231,6 +230,8 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
             provider, name = split_model(model)
             model_id = provider_class(provider).model_id(name, job.endpoints)
             ids[model] = (provider, model_id)
+            # the cap as sent: the answer's max_tokens and the thinking allowance of a reasoning model
+            max_tokens = plan.model_params[model].get("max_tokens")
             group = Group(stage=stage.name, model=model, max_tokens=max_tokens, input_exact=exact(provider, name),
                           price=rates.source if rates is not None else "unknown price",
                           batch_price=batch.source if batch is not None else None,

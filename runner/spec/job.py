@@ -21,10 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from runner.errors import JobFileError
 from runner.providers.base import ProviderSettings, provider_names, split_model
+from runner.providers.capabilities import ANTHROPIC_VERSIONS, Shaped, shape
 from runner.spec.yamlfile import Loc, dotted, line_of, load_with_lines
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-BUILTIN_PARSES = ("letter", "letters", "yes_no", "scale", "label", "none_of_them", "text", "lines", "loglikelihood")
+BUILTIN_PARSES = ("letter", "letters", "yes_no", "scale", "label", "none_of_them", "text", "lines", "loglikelihood",
+                  "json")
 
 
 class Strict(BaseModel):
@@ -32,8 +34,23 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+class Reasoning(Strict):
+    """How much a reasoning model thinks: an effort level, a thinking budget in tokens, or both (the budget is then
+    the thinking allowance added to the output cap). Mapped per API by ``runner.providers.capabilities``."""
+
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    budget_tokens: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _something(self) -> Reasoning:
+        if self.effort is None and self.budget_tokens is None:
+            raise ValueError("reasoning: needs effort: (none, minimal, low, medium, high, xhigh, max) or budget_tokens:")
+        return self
+
+
 class Params(Strict):
-    """Generation parameters; every one of them is part of the cache key when set."""
+    """Generation parameters; every one of them is part of the cache key when set (as shaped for each model by
+    ``runner.providers.capabilities.shape``: the key holds what is sent)."""
 
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, gt=0)
@@ -42,6 +59,8 @@ class Params(Strict):
     seed: int | None = None
     response_format: dict[str, Any] | None = None
     logprobs: bool | None = None
+    #: thinking of reasoning models: {effort: low|medium|high|...} or {budget_tokens: N}
+    reasoning: Reasoning | None = None
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -50,7 +69,9 @@ class Params(Strict):
 
     def merged_over(self, base: Params) -> Params:
         # None means "not set" here: a job stored as JSON (for resume) has every field set, most to None.
-        return base.model_copy(update=self.model_dump(exclude_unset=True, exclude_none=True))
+        merged = base.model_dump(exclude_none=True)
+        merged.update(self.model_dump(exclude_unset=True, exclude_none=True))
+        return Params.model_validate(merged)
 
 
 class RetrySettings(Strict):
@@ -277,6 +298,16 @@ class Stage(Strict):
     mode: Mode | None = None
     #: row fields copied into each result line (under ``fields``), for reports by them (WinoDict's bucket)
     record: list[str] = Field(default_factory=list)
+    #: structured output: a JSON Schema (inline, or the path of a .json/.yaml file) the answer must follow; sent in
+    #: each API's form, and ``parse: json`` validates answers against it
+    schema_: dict[str, Any] | str | None = Field(default=None, alias="schema")
+    #: with parse: json, the field of the answer object handed to the stage's scorer (letter, yes_no, label,
+    #: scale): ``answer_field: answer`` with ``parse: json`` and ``score_as: letter``
+    answer_field: str | None = None
+    #: with parse: json and answer_field: how that field is read (letter, yes_no, label, scale, text)
+    score_as: str | None = None
+    #: leave out what a model cannot take (and say so in the report) instead of refusing the job; the job's when unset
+    drop_unsupported: bool | None = None
 
     # -- pipelines: what an LLM stage's answers become, and content retries
     #: the field the parsed answer is stored in on the stage's output rows (default: the stage's name)
@@ -332,6 +363,13 @@ class Stage(Strict):
             raise ValueError("an LLM stage reads one earlier stage: join or concat them in a stage of their own")
         if self.parse in ("letter", "letters", "label", "loglikelihood") and self.choices is None:
             raise ValueError(f"parse: {self.parse} needs a choices: section")
+        if self.score_as in ("letter", "letters", "label") and self.choices is None:
+            raise ValueError(f"score_as: {self.score_as} needs a choices: section")
+        if (self.answer_field is not None or self.score_as is not None) and self.parse != "json":
+            raise ValueError("answer_field: and score_as: go with parse: json")
+        if self.score_as is not None and self.score_as not in BUILTIN_PARSES[:6] + ("text",):
+            raise ValueError(f"score_as: {self.score_as!r} is not one of letter, letters, yes_no, scale, label, "
+                             "none_of_them, text")
         return self
 
     def data_ops(self) -> list[str]:
@@ -407,11 +445,16 @@ class Job(Strict):
     #: text similarity for the steps that need it: all-MiniLM-L6-v2 (the [embed] extra), a lexical measure,
     #: or auto (the model when installed)
     embeddings: Literal["auto", "minilm", "lexical"] = "auto"
+    #: leave out what a model cannot take (a stage may say otherwise) instead of refusing the job
+    drop_unsupported: bool = False
     stages: list[Stage] = Field(min_length=1)
 
     # Filled in by load_job, not read from the file.
     path: str = ""
     base_dir: str = ""
+    #: what the requests were shaped for: API versions, SDK and capability-table versions, and per stage and model
+    #: the settings left out (``drop_unsupported``); stored with the run (its job JSON)
+    sent_with: dict[str, Any] = Field(default_factory=dict)
 
     def stage_models(self, stage: Stage) -> list[str]:
         if not stage.is_llm:
@@ -438,7 +481,21 @@ class Job(Strict):
         return parse_duration(self.deadline) if self.deadline is not None else None
 
     def stage_params(self, stage: Stage) -> Params:
-        return stage.params.merged_over(self.params)
+        """The stage's parameters over the job's; a stage ``schema:`` becomes a json_schema response format."""
+        params = stage.params.merged_over(self.params)
+        if isinstance(stage.schema_, dict):
+            params = params.model_copy(update={"response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": _schema_name(stage), "schema": stage.schema_, "strict": True}}})
+        return params
+
+    def stage_drops(self, stage: Stage) -> bool:
+        return stage.drop_unsupported if stage.drop_unsupported is not None else self.drop_unsupported
+
+    def model_params(self, stage: Stage, model: str) -> dict[str, Any]:
+        """What ``model`` is sent for ``stage``: the stage's parameters shaped by the model's capabilities (what it
+        cannot take left out under drop_unsupported; refusals are ``runner validate``'s, see ``_check``)."""
+        return shaped_params(self, stage, model).params
 
     def results_path(self, stage: Stage, run_id: str) -> Path:
         """``output:`` when the stage sets one, else ``<output_dir>/<job>/<run id>/<stage>.jsonl``."""
@@ -447,12 +504,27 @@ class Job(Strict):
         return Path(self.output_dir) / self.name / run_id / f"{stage.name}.jsonl"
 
     def fingerprint(self) -> str:
-        body = self.model_dump(mode="json", by_alias=True, exclude={"path", "base_dir"})
+        body = self.model_dump(mode="json", by_alias=True, exclude={"path", "base_dir", "sent_with"})
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _schema_name(stage: Stage) -> str:
+    """OpenAI's json_schema needs a name (``^[a-zA-Z0-9_-]{1,64}$``): the schema's title, else the stage's."""
+    title = stage.schema_.get("title") if isinstance(stage.schema_, dict) else None
+    return re.sub(r"[^a-zA-Z0-9_-]", "_", str(title or stage.name))[:64]
+
+
+def shaped_params(job: Job, stage: Stage, model: str) -> Shaped:
+    """The stage's parameters as ``model`` (``provider:name``) is sent them (``capabilities.shape``)."""
+    provider, name = split_model(model)
+    settings = job.providers.get(provider)
+    return shape(provider, name, job.stage_params(stage).model_dump(exclude_none=True),
+                 drop_unsupported=job.stage_drops(stage), api_version=settings.api_version if settings else None,
+                 label=model)
 
 
 def parse_duration(text: str) -> float:
@@ -624,6 +696,22 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
         except PromptError as exc:
             with problems:
                 _fail(path, lines, loc + ("prompt",), str(exc))
+        if stage.schema_ is not None:
+            with problems:
+                stage.schema_ = _load_schema(job, path, lines, loc + ("schema",), stage.schema_)
+        if stage.parse == "json" and stage.score_as is not None and stage.answer_field is None:
+            with problems:
+                _fail(path, lines, loc + ("score_as",), "score_as: needs answer_field: (the answer's field to score)")
+        for model in job.stage_models(stage):
+            try:
+                shaped = shaped_params(job, stage, model)
+            except ValueError:
+                continue  # a malformed model name, reported above
+            for problem in shaped.problems:
+                with problems:
+                    _fail(path, lines, loc + ("params",) if (loc + ("params",)) in lines else loc, problem)
+            if shaped.dropped:
+                job.sent_with.setdefault("dropped", {}).setdefault(stage.name, {})[model] = shaped.dropped
     for key in job.prices:
         with problems:
             _check_model(path, lines, ("prices", key), key, known)
@@ -637,12 +725,70 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
     for key in job.budget.models if job.budget else ():
         with problems:
             _check_model(path, lines, ("budget", "models", key), key, known)
+    for name, settings in job.providers.items():
+        if settings.api_version is not None and name == "anthropic" and settings.api_version not in ANTHROPIC_VERSIONS:
+            with problems:
+                _fail(path, lines, ("providers", name, "api_version"),
+                      f"anthropic api_version {settings.api_version!r} is not one the runner knows "
+                      f"({', '.join(ANTHROPIC_VERSIONS)})")
+        elif settings.api_version is not None and name != "anthropic":
+            with problems:
+                _fail(path, lines, ("providers", name, "api_version"),
+                      f"api_version is an anthropic setting; {name} sends the version the runner pins")
+    job.sent_with.update(sent_with(job))
     for name, endpoint in job.endpoints.items():
         if not endpoint.base_url:
             with problems:
                 _fail(path, lines, ("endpoints", name),
                       "an endpoint needs base_url: (e.g. http://127.0.0.1:8000/v1)")
     problems.raise_any()
+
+
+def _load_schema(job: Job, path: Path, lines: dict[Loc, int], loc: Loc, schema: dict[str, Any] | str
+                 ) -> dict[str, Any]:
+    """A stage's ``schema:``, read from its file when it names one, checked as a JSON Schema."""
+    import jsonschema
+
+    if isinstance(schema, str):
+        found = resolve_file(job, schema)
+        if found is None:
+            _fail(path, lines, loc, f"schema file {schema!r} does not exist")
+        try:
+            import yaml
+
+            schema = yaml.safe_load(found.read_text(encoding="utf-8"))  # JSON is YAML
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            _fail(path, lines, loc, f"schema file {str(found)!r} cannot be read: {type(exc).__name__}")
+        if not isinstance(schema, dict):
+            _fail(path, lines, loc, f"schema file {str(found)!r} does not hold a JSON object")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        _fail(path, lines, loc, f"not a valid JSON Schema: {exc.message}")
+    return schema
+
+
+def sent_with(job: Job) -> dict[str, Any]:
+    """The API and SDK versions the job's requests go out with, for the run's record."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from runner.providers.capabilities import ANTHROPIC_DEFAULT_VERSION, GEMINI_API_VERSION, TABLE_VERSION, \
+        catalogue_version
+
+    providers = {split_model(m)[0] for stage in job.llm_stages() for m in job.stage_models(stage) if ":" in m}
+    out: dict[str, Any] = {"capabilities": TABLE_VERSION, "models_dev": catalogue_version()}
+    sdks = {"openai": "openai", "anthropic": "anthropic", "gemini": "google-genai"}
+    for provider in sorted(providers & set(sdks)):
+        try:
+            out.setdefault("sdk", {})[sdks[provider]] = version(sdks[provider])
+        except PackageNotFoundError:
+            pass
+    if "anthropic" in providers:
+        settings = job.providers.get("anthropic")
+        out["anthropic_version"] = (settings.api_version if settings else None) or ANTHROPIC_DEFAULT_VERSION
+    if "gemini" in providers:
+        out["gemini_api_version"] = GEMINI_API_VERSION
+    return out
 
 
 def _check_data_op(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:

