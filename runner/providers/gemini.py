@@ -147,7 +147,8 @@ class GeminiProvider(Provider):
                 config["response_json_schema"] = schema
         reasoning = params.get("reasoning")
         if reasoning:
-            config["thinking_config"] = _thinking_config(capabilities.capabilities("gemini", model), reasoning)
+            config["thinking_config"] = types.ThinkingConfig(
+                **_thinking_config(capabilities.capabilities("gemini", model), reasoning))
         return contents, types.GenerateContentConfig(**config)
 
     def batches(self) -> Batches:
