@@ -291,7 +291,8 @@ def test_models_dev_is_read_for_the_models_it_lists():
     caps = capabilities("openai", "gpt-5-chat-latest")
     assert caps is not None and caps.temperature is not None  # models.dev: temperature true
     assert any("models.dev" in source for source in caps.sources)
-    assert capabilities("local", "smollm2") is None and capabilities("openai-compatible", "x/y") is None
+    assert capabilities("sim", "gpt-5") is None and capabilities("openai-compatible", "x/y") is None
+    assert capabilities("local", "smollm2").schema is False  # the embedded model takes no response format
 
 
 def test_schema_file_is_read_and_checked(tmp_path):

@@ -171,6 +171,10 @@ RULES: tuple[Rule, ...] = (
          json_mode=True, max_output=65536),
     Rule("gemini", r"", "gemini", _GEMINI_DOC, max_stop=5, seed=INT32, logprobs=True, schema=True, json_mode=True,
          max_output=8192),
+    # -- the embedded model -----------------------------------------------------------------------------------
+    Rule("local", r"", "embedded", "runner/providers/local.py: llama-cpp-python's create_chat_completion with "
+         "temperature, max_tokens, top_p, stop and a uint32 seed; no thinking, no response format",
+         seed=(0, 2**32 - 1)),
 )
 
 #: providers that speak a provider's API for any model (the simulated server speaks all three formats)
