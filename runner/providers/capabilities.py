@@ -40,6 +40,9 @@ ANTHROPIC_DEFAULT_VERSION = "2023-06-01"
 #: batch mode; v1 (google-genai 3.x's default) has none of the first four (generativelanguage v1 and v1beta
 #: protos, googleapis/googleapis google/ai/generativelanguage/{v1,v1beta}/generative_service.proto)
 GEMINI_API_VERSION = "v1beta"
+#: the answer's room on Anthropic when a job sets no max_tokens (the Messages API requires one); as
+#: anthropic_messages.DEFAULT_MAX_TOKENS
+ANTHROPIC_REQUIRED_CAP = 1024
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
@@ -331,7 +334,9 @@ def shape(provider: str, model: str, params: Mapping[str, Any], *, drop_unsuppor
         elif kind == "json_object" and not caps.json_mode:
             refuse("response_format", "has no JSON mode without a schema", "give the stage a schema:")
     _shape_reasoning(caps, out, reasoning, refuse, shaped)
-    if "max_tokens" in out or shaped.thinking_allowance:
+    if "max_tokens" not in out and shaped.thinking_allowance and caps.rule.provider == "anthropic":
+        out["max_tokens"] = ANTHROPIC_REQUIRED_CAP  # the Messages API needs a cap: its default answer room
+    if "max_tokens" in out:
         cap = int(out.get("max_tokens") or 0) + shaped.thinking_allowance
         limit = caps.max_output
         if limit and cap > limit:
