@@ -211,3 +211,18 @@ async def test_in_chromium_the_plots_render_and_the_filter_counts_what_the_store
             await browser.close()
     # keep a copy for a person to look at
     built["tmp"].joinpath("report.png").write_bytes(shot.read_bytes())
+
+
+async def test_a_refusal_is_its_own_outcome_and_thinking_is_shown_escaped():
+    refused = {"stage": "mc", "model": "m", "id": "1", "status": "failed", "error_class": "refused",
+               "error": "the model refused", "score": None}
+    assert html_report.outcome(refused) == "refused"
+    assert html_report.outcome({**refused, "error_class": "server_error"}) == "failed"
+    assert 'data-outcome="refused"' in html_report.sample_html(refused)
+    answered = {"stage": "mc", "model": "m", "id": "2", "status": "done", "response": '{"answer": "B"}',
+                "thinking": f"maybe {EVIL} C", "reasoning_tokens": 9, "parsed": {"answer": "B"}, "answer": 0,
+                "answer_letter": "B", "valid": True, "score": 1.0, "gold": 0}
+    sample = html_report.sample_html(answered)
+    assert f"<dt>thinking</dt><dd><pre>maybe {html.escape(EVIL)} C</pre></dd>" in sample and EVIL not in sample
+    assert "<dt>reasoning tokens</dt><dd><pre>9</pre></dd>" in sample
+    assert "<dt>answer field</dt><dd><pre>0</pre></dd>" in sample and " → B</summary>" in sample

@@ -22,7 +22,8 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
         {
             "key": str, "provider": str, "model": str, "request_json": str, "response_text": str,
             "response_json": str, "finish_reason": str, "input_tokens": int, "output_tokens": int,
-            "cached_tokens": int, "cost": float, "latency": float, "created": str,
+            "cached_tokens": int, "cost": float, "latency": float, "created": str, "thinking": str,
+            "reasoning_tokens": int,
         },
         ["key"],
     ),
@@ -68,7 +69,7 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
     "budget_use": ({"run_id": str, "scope": str, "usd": float, "inflight": int}, ["run_id", "scope"]),
 }
 MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs", "m006_pipelines",
-                   "m007_stage_replays", "m008_batches", "m009_workers"]
+                   "m007_stage_replays", "m008_batches", "m009_workers", "m010_thinking"]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -145,11 +146,13 @@ def in_transaction(store: Any) -> bool:
     return store.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
 
 
-def response(key: str, text: str = "B", cost: float = 0.001) -> tuple:
+def response(key: str, text: str = "B", cost: float = 0.001, thinking: str | None = None,
+             reasoning_tokens: int = 0) -> tuple:
     values = {
         "key": key, "provider": "sim", "model": "gpt-test", "request_json": "{}", "response_text": text,
         "response_json": "{}", "finish_reason": "stop", "input_tokens": 10, "output_tokens": 1,
-        "cached_tokens": 0, "cost": cost, "latency": 0.01, "created": "2024-01-01T00:00:00",
+        "cached_tokens": 0, "cost": cost, "latency": 0.01, "created": "2024-01-01T00:00:00", "thinking": thinking,
+        "reasoning_tokens": reasoning_tokens,
     }
     return tuple(values[c] for c in RESPONSE_COLUMNS)
 
@@ -213,6 +216,30 @@ def test_migrations_recorded_once(store_path: Any) -> None:
     assert count(second, "_migrations") == len(MIGRATION_NAMES)
     assert second.lookup("k1") is not None  # and nothing was recreated
     second.close()
+
+
+def test_m010_adds_thinking_to_an_existing_memo(store_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store made before m010 (its memo rows without thinking) opens, migrates, and answers its old rows with no
+    thinking and no reasoning tokens."""
+    from runner.store import migrations, pg_migrations
+
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:9])
+        patch.setattr(pg_migrations, "MIGRATIONS", pg_migrations.MIGRATIONS[:9])
+        old = open_store(store_path)
+        assert sorted(migrations_applied(old)) == MIGRATION_NAMES[:9]
+        assert "thinking" not in columns_dict(old, "responses")
+        mark = "?" if isinstance(old, SQLiteStore) else "%s"
+        before = RESPONSE_COLUMNS[:RESPONSE_COLUMNS.index("thinking")]
+        old.conn.execute(f"INSERT INTO responses ({', '.join(before)}) VALUES ({', '.join(mark for _ in before)})",
+                         response("k1", "C")[:len(before)])
+        old.close()
+    new = open_store(store_path)
+    assert sorted(migrations_applied(new)) == MIGRATION_NAMES
+    assert new.lookup("k1") == CachedResponse("C", "stop", 10, 1, 0, 0.001, None, 0)
+    new.write_batch([], [response("k2", "B", thinking="because", reasoning_tokens=5)], [])
+    assert new.lookup_many(["k1", "k2"])["k2"] == CachedResponse("B", "stop", 10, 1, 0, 0.001, "because", 5)
+    new.close()
 
 
 # SQLite only: WAL mode, another connection to its file, what an unreadable file gives
@@ -306,6 +333,17 @@ def test_lookup(store: SQLiteStore) -> None:
     assert store.lookup("k9") == CachedResponse(
         text="The answer is D", finish_reason="stop", input_tokens=10, output_tokens=1, cached_tokens=0, cost=0.25
     )
+
+
+def test_the_memo_keeps_thinking_apart_from_the_answer(store: SQLiteStore) -> None:
+    """A reasoning model's answer: its thinking text and reasoning tokens come back with it (m010), so a cache
+    hit's result line is the fresh answer's."""
+    store.write_batch([], [response("k1", "B", thinking="C looks tempting, but B", reasoning_tokens=40),
+                           response("k2", "A")], [])
+    assert store.lookup("k1") == CachedResponse("B", "stop", 10, 1, 0, 0.001, "C looks tempting, but B", 40)
+    found = store.lookup_many(["k1", "k2"])
+    assert (found["k1"].thinking, found["k1"].reasoning_tokens) == ("C looks tempting, but B", 40)
+    assert (found["k2"].thinking, found["k2"].reasoning_tokens) == (None, 0)
 
 
 # -- runs ----------------------------------------------------------------------------------------------------

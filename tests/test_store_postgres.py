@@ -188,7 +188,8 @@ def _fill(store: Any) -> tuple[str, str]:
     tasks.append(_task(judge, "verdicts", "zzz:j", "sim:judge", {}, {"parsed": True}, row_id="zzz"))
     responses = [tuple({"key": t[6], "provider": "sim", "model": t[3], "request_json": "{}", "response_text": "A",
                         "response_json": "{}", "finish_reason": "stop", "input_tokens": 10, "output_tokens": 2 + n % 5,
-                        "cached_tokens": 0, "cost": 0.25, "latency": 0.5, "created": f"2024-01-0{1 + n % 3}"}[c]
+                        "cached_tokens": 0, "cost": 0.25, "latency": 0.5, "created": f"2024-01-0{1 + n % 3}",
+                        "thinking": f"thought {n}" if n % 2 else None, "reasoning_tokens": n % 3 or None}[c]
                        for c in RESPONSE_COLUMNS) for n, t in enumerate(tasks) if t[7] == "done"]
     ledger = [tuple({"run_id": run_id, "stage": t[1], "model": t[3], "key": t[6], "kind": "charge", "amount": 0.25,
                      "created": "2024-01-02T00:00:00"}[c] for c in LEDGER_COLUMNS) for t in tasks[:6]]
@@ -308,7 +309,7 @@ def test_claims_leases_and_workers(pg_url: str) -> None:
     assert store.claim_keys(["d"], "w2", 30) == {"d"}
     store.release_keys(["a"], "w2")  # not w2's: stays
     assert store.claim_keys(["a"], "w2", 30) == set()
-    store.write_batch([], [("a", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.0, 0.0, "x")], [])
+    store.write_batch([], [("a", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.0, 0.0, "x", None, 0)], [])
     assert store.claim_keys(["a"], "w2", 30) == {"a"}  # the answer's commit ended w1's claim
 
     assert store.claim_chunk(run_id, "mc", 0, "w1", 30) == "new"

@@ -290,7 +290,7 @@ class Batcher:
                 error = (result.error if result is not None and result.error is not None
                          else ProviderError("the batch ended without answering this request"))
                 for task in tasks:
-                    self.d._finish_failed(task, error, attempts=1 + self.resubmits.get(key, 0))
+                    self.d._finish_failed(task, error, attempts=1 + self.resubmits.get(key, 0), batch=True)
         # The answers are committed before the batch is marked collected: a crash in between leaves the batch open,
         # and a resume reads its results again (answered lines are then cache hits) instead of paying for them twice.
         await self.d.writer.flush()
@@ -310,7 +310,7 @@ class Batcher:
         self.d._finish_fresh(first, c, 1, None, reservation, batch=True)
         for twin in twins:  # identical requests of other tasks: one line, one bill, the answer shared
             self.d._finish_cached(twin, CachedResponse(c.text, c.finish_reason, c.input_tokens, c.output_tokens,
-                                                       c.cached_tokens, 0.0))
+                                                       c.cached_tokens, 0.0, c.thinking, c.reasoning_tokens))
 
     def _fail_lines(self, keys: dict[str, int | None], exc: ProviderError) -> None:
         for key in keys:

@@ -24,6 +24,7 @@ from runner.errors import (
     ProviderError,
     QuotaExceeded,
     RateLimited,
+    Refused,
     RunnerError,
     TransientError,
 )
@@ -61,6 +62,20 @@ _LOAD_ERRORS = frozenset({"server_error", "timeout", "connection"})
 FREE = Reservation([], 0.0, 0)
 #: what tasks following an identical request get when it was not sent after all
 NOT_SENT: Any = object()
+
+
+def memo_of(c: Completion, cost: float = 0.0) -> CachedResponse:
+    """A fresh answer as the memo gives it back (its thinking with it)."""
+    return CachedResponse(c.text, c.finish_reason, c.input_tokens, c.output_tokens, c.cached_tokens, cost,
+                          c.thinking, c.reasoning_tokens)
+
+
+def billed_of(exc: ProviderError) -> Completion | None:
+    """The usage a failed request was billed for (a refusal's answer), or None when it cost nothing."""
+    billed = getattr(exc, "billed", None)
+    if isinstance(billed, Completion) and (billed.input_tokens or billed.output_tokens):
+        return billed
+    return None
 
 
 def budgets_of(job: Job) -> Budgets | None:
@@ -115,7 +130,8 @@ class Dispatcher:
         if any(job.stage_mode(stage) != "online" for stage in job.llm_stages()):
             self.batcher = Batcher(self, deadline)
         self.endpoints: dict[str, Endpoint] = {}
-        self.inflight: dict[str, asyncio.Future[Completion | None]] = {}
+        #: requests on their way, by key: the answer, the error that ended it, NOT_SENT, or None (not sent)
+        self.inflight: dict[str, asyncio.Future[Any]] = {}
         #: answers received since the current chunk's memo query, so a repeat of the request is not re-sent
         self.recent: dict[str, CachedResponse] = {}
         self.committed_keys: list[str] = []
@@ -492,11 +508,9 @@ class Dispatcher:
                 self.fatal = exc
             self.stopping = True
         except ProviderError as exc:
-            # An error answer is not billed: the reservation goes back.
-            if self.budgets is not None and reservation.scopes:
-                self.budgets.release(reservation)
-            self._finish_failed(req, exc, tries.sent, reservation.ledger_id)
-            future.set_result(None)
+            # An error answer is not billed (its reservation goes back), but a refusal's answer may be.
+            self._finish_failed(req, exc, tries.sent, reservation.ledger_id, reservation=reservation)
+            future.set_result(exc)
             if isinstance(exc, QuotaExceeded) and self.fatal is None:
                 self.fatal = exc
                 self.stopping = True
@@ -546,7 +560,7 @@ class Dispatcher:
         endpoint.observe(completion.rate, latency)
         return completion, latency
 
-    async def _follow(self, req: Task, leader: asyncio.Future[Completion | None]) -> None:
+    async def _follow(self, req: Task, leader: asyncio.Future[Any]) -> None:
         try:
             completion = await asyncio.shield(leader)
         except asyncio.CancelledError:
@@ -555,11 +569,13 @@ class Dispatcher:
             if not self.stopping:
                 await self._dispatch(req, asyncio.get_running_loop())
             return
-        if completion is None:
+        if isinstance(completion, Refused):  # refused for this task too, and billed once (to the request sent)
+            self._finish_failed(req, Refused(str(completion)), 0)
+            return
+        if completion is None or isinstance(completion, ProviderError):
             self._finish_failed(req, ProviderError("the identical request sent for another task failed"), 0)
             return
-        self._finish_cached(req, CachedResponse(completion.text, completion.finish_reason, completion.input_tokens,
-                                                completion.output_tokens, completion.cached_tokens, 0.0))
+        self._finish_cached(req, memo_of(completion))
 
     # -- recording ---------------------------------------------------------------------------------
     def _finish_cached(self, req: Task, cached: CachedResponse) -> None:
@@ -570,67 +586,108 @@ class Dispatcher:
         counters.saved += saved
         self._record(req, cached.text, cached.finish_reason, cached.input_tokens, cached.output_tokens,
                      cost=0.0, latency=None, cache_hit=True, attempts=0, cached_tokens=cached.cached_tokens,
-                     saved=saved)
+                     saved=saved, thinking=cached.thinking, reasoning_tokens=cached.reasoning_tokens)
 
     def _finish_fresh(self, req: Task, c: Completion, attempts: int, latency: float | None,
                       reservation: Reservation, *, batch: bool = False) -> None:
         """An answer that came back: priced (at the Batch API's price for a batch line), settled, recorded."""
-        cost = self.pricing.cost(req.model, c.input_tokens, c.output_tokens, c.cached_tokens,
-                                 cache_write_tokens=c.cache_write_tokens) if self._priced(req.model) else 0.0
-        batch_saved = None
-        if batch:
-            rates = self.pricing.batch_rates(req.model) if self._priced(req.model) else None
-            batch_cost = rates.cost(c.input_tokens, c.output_tokens, c.cached_tokens, c.cache_write_tokens) \
-                if rates is not None else cost
-            batch_saved, cost = cost - batch_cost, batch_cost
+        cost, batch_saved = self._cost(req, c, batch=batch)
         if self.budgets is not None and reservation.scopes:
             self.budgets.settle(reservation, cost, c.input_tokens + c.output_tokens)
         counters = self.stats.counters(req.stage, req.model)
         counters.sent += 1
         counters.spend += cost
-        self.recent[req.key] = CachedResponse(c.text, c.finish_reason, c.input_tokens, c.output_tokens,
-                                                   c.cached_tokens, cost)
+        self.recent[req.key] = memo_of(c, cost)
         response = (
             req.key, req.provider, req.call.model_id, req.call.canonical, c.text, dumps(c.raw),
-            c.finish_reason, c.input_tokens, c.output_tokens, c.cached_tokens, cost, latency, now(),
+            c.finish_reason, c.input_tokens, c.output_tokens, c.cached_tokens, cost, latency, now(), c.thinking,
+            c.reasoning_tokens,
         )
         ledger = (self.run_id, req.stage, req.model, req.key, "charge", cost, now()) if cost > 0 else None
         self._record(req, c.text, c.finish_reason, c.input_tokens, c.output_tokens, cost=cost, latency=latency,
                      cache_hit=False, attempts=attempts, response=response, ledger=ledger,
-                     cached_tokens=c.cached_tokens, release_id=reservation.ledger_id, batch_saved=batch_saved)
+                     cached_tokens=c.cached_tokens, release_id=reservation.ledger_id, batch_saved=batch_saved,
+                     thinking=c.thinking, reasoning_tokens=c.reasoning_tokens)
         if batch_saved:
             counters.batch_saved += batch_saved
 
-    def _finish_failed(self, req: Task, exc: ProviderError, attempts: int, release_id: int | None = None) -> None:
+    def _cost(self, req: Task, c: Completion, *, batch: bool = False) -> tuple[float, float | None]:
+        """(USD, what the Batch API's price saved or None) of an answer's usage at the run's prices."""
+        if not self._priced(req.model):
+            return 0.0, (0.0 if batch else None)
+        cost = self.pricing.cost(req.model, c.input_tokens, c.output_tokens, c.cached_tokens,
+                                 cache_write_tokens=c.cache_write_tokens)
+        if not batch:
+            return cost, None
+        rates = self.pricing.batch_rates(req.model)
+        batch_cost = rates.cost(c.input_tokens, c.output_tokens, c.cached_tokens, c.cache_write_tokens) \
+            if rates is not None else cost
+        return batch_cost, cost - batch_cost
+
+    def _finish_failed(self, req: Task, exc: ProviderError, attempts: int, release_id: int | None = None, *,
+                       reservation: Reservation | None = None, batch: bool = False) -> None:
+        """A task that got no answer. ``reservation``: its budget reservation, still held (given back, or settled
+        to what a refusal was billed; callers that pass none have given theirs back). A refusal the provider
+        billed (``exc.billed``) is charged once, priced as an answer (at the Batch API's price for a batch line):
+        in the ledger, the budgets and the task's cost and tokens; it is never scored."""
         if self.crew is not None:
             self.crew.release(req.key)
         counters = self.stats.counters(req.stage, req.model)
         counters.errors += 1
+        if exc.error_class == Refused.error_class:
+            counters.refused += 1
         counters.done += 1
         self.stats.errors_by_class[exc.error_class] = self.stats.errors_by_class.get(exc.error_class, 0) + 1
         self.stats.last_error[req.model] = f"{exc.error_class}: {exc}"
+        billed = billed_of(exc)
+        cost, tokens, ledger = 0.0, 0, None
+        if billed is not None:
+            exc.billed = None  # type: ignore[attr-defined]  # one bill: tasks sharing this error are not charged
+            cost = self._cost(req, billed, batch=batch)[0]
+            tokens = billed.input_tokens + billed.output_tokens
+            counters.spend += cost
+            counters.tokens_in += billed.input_tokens
+            counters.tokens_out += billed.output_tokens
+            counters.reasoning_tokens += billed.reasoning_tokens
+            if cost > 0:
+                ledger = (self.run_id, req.stage, req.model, req.key, "charge", cost, now())
+        if self.budgets is not None:
+            if reservation is not None and reservation.scopes:
+                if billed is not None:
+                    self.budgets.settle(reservation, cost, tokens)
+                else:
+                    self.budgets.release(reservation)
+            elif billed is not None:
+                self.budgets.spend(req.stage, req.model, cost, tokens)
         result = result_line(self.stages[req.stage], req, None, status="failed", cache_hit=False,
-                             notes=self.stats.notes)
+                             notes=self.stats.notes,
+                             reasoning_tokens=billed.reasoning_tokens if billed is not None else 0)
         result.update(error_class=exc.error_class, error=str(exc))
+        line = dumps(result)
         task = (
             self.run_id, req.stage, req.item, req.model, req.row_id, req.variant_json, req.key, "failed", 0,
-            attempts, exc.error_class, str(exc), 0, 0, 0.0, None, None, 0, dumps(result), 0, 0.0, None,
+            attempts, exc.error_class, str(exc), billed.input_tokens if billed else 0,
+            billed.output_tokens if billed else 0, cost, None, None, 0, line, billed.cached_tokens if billed else 0,
+            0.0, None,
         )
-        self.writer.put(Finished(task=task, result_line=dumps(result), stage=req.stage, release_id=release_id))
+        self.writer.put(Finished(task=task, ledger=ledger, result_line=line, stage=req.stage, release_id=release_id))
 
     def _record(
         self, req: Task, text: str, finish_reason: str | None, input_tokens: int, output_tokens: int, *,
         cost: float, latency: float | None, cache_hit: bool, attempts: int,
         response: tuple | None = None, ledger: tuple | None = None, cached_tokens: int = 0, saved: float = 0.0,
-        release_id: int | None = None, batch_saved: float | None = None,
+        release_id: int | None = None, batch_saved: float | None = None, thinking: str | None = None,
+        reasoning_tokens: int = 0,
     ) -> None:
         result = result_line(self.stages[req.stage], req, text, status="done", cache_hit=cache_hit,
-                             notes=self.stats.notes)
+                             notes=self.stats.notes, thinking=thinking, reasoning_tokens=reasoning_tokens)
         result["finish_reason"] = finish_reason
         counters = self.stats.counters(req.stage, req.model)
         counters.done += 1
-        counters.tokens_in += 0 if cache_hit else input_tokens
-        counters.tokens_out += 0 if cache_hit else output_tokens
+        if not cache_hit:
+            counters.tokens_in += input_tokens
+            counters.tokens_out += output_tokens
+            counters.reasoning_tokens += reasoning_tokens
         score = result.get("score")
         if score is not None:
             counters.scored += 1

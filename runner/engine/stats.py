@@ -18,9 +18,14 @@ class Counters:
     cache_hits: int = 0
     sent: int = 0
     retries: int = 0
+    #: tasks failed (refusals included)
     errors: int = 0
+    #: of those, tasks the model declined to answer (error class ``refused``): never scored as wrong
+    refused: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    #: output tokens spent thinking, counted in ``tokens_out`` too
+    reasoning_tokens: int = 0
     spend: float = 0.0
     #: what the cache hits would have cost
     saved: float = 0.0

@@ -1,7 +1,17 @@
 """A finished task's result line: the raw answer parsed by the stage's parser, mapped back from the shown order
 to the original options, and scored by the parse kind's scorer (:mod:`runner.evaluate.scorers`).
 
-The line is what the results file and the store's task row hold; the dispatcher only hands over the text.
+The line is what the results file and the store's task row hold; the dispatcher only hands over the text, and
+the model's thinking, which the line keeps (``thinking``, ``reasoning_tokens``) and no parser reads.
+
+``parse: json`` (:mod:`runner.evaluate.structured`): ``parsed`` is the answer's JSON value. With
+``answer_field:``, that field is read by the ``score_as`` parser exactly as a plain answer of that kind would
+be (a letter mapped back through the shown order, ``answer_letter`` as for letters) into ``answer``, which is
+scored against the gold; without ``score_as`` the field's value itself is compared with the gold. Without
+``answer_field:``, the parsed value is scored by equality with the gold when the row has one, and not scored
+otherwise (a structured answer without a gold is data, as ``parse: text`` is). Invalid JSON, a schema
+violation and a missing field make the answer invalid (``invalid_reason`` says why), scored wrong like any
+invalid answer.
 """
 
 from __future__ import annotations
@@ -10,6 +20,7 @@ from typing import Any
 
 from runner.evaluate.parse import parse_answer, parse_letter
 from runner.evaluate.scorers import score
+from runner.evaluate.structured import field_text, parse_json
 from runner.plan.choices import LETTERS, NONE_OF_THEM, inverse_partial
 from runner.plan.request import Task
 from runner.providers.base import parse_loglikelihoods
@@ -18,9 +29,10 @@ from runner.spec.job import Stage
 
 
 def result_line(stage: Stage, req: Task, text: str | None, *, status: str, cache_hit: bool,
-                notes: list[str]) -> dict[str, Any]:
+                notes: list[str], thinking: str | None = None, reasoning_tokens: int = 0) -> dict[str, Any]:
     """The result line of one finished task: the answer parsed, mapped back through the shown order and scored.
-    ``notes``: where a recipe parser's failure is told to the run (once per message)."""
+    ``notes``: where a recipe parser's failure is told to the run (once per message). ``thinking`` (the model's
+    thinking text) and ``reasoning_tokens`` are kept in the line when there are any; parsers read ``text`` only."""
     result: dict[str, Any] = {
         "id": req.row_id,
         "stage": req.stage,
@@ -30,13 +42,12 @@ def result_line(stage: Stage, req: Task, text: str | None, *, status: str, cache
         "permutation": req.perm,
         "inverse": inverse_partial(req.perm, req.n_options) if req.perm is not None else None,
         "response": text,
-        "parsed": None,
-        "gold": req.gold,
-        "score": None,
-        "status": status,
-        "cache_hit": cache_hit,
-        "cache_key": req.key,
     }
+    if thinking:
+        result["thinking"] = thinking
+    if reasoning_tokens > 0:
+        result["reasoning_tokens"] = reasoning_tokens
+    result.update(parsed=None, gold=req.gold, score=None, status=status, cache_hit=cache_hit, cache_key=req.key)
     if req.fields is not None:  # row fields the stage records for its reports
         result["fields"] = req.fields
     if stage.review:  # what a person (or a judge job) judging the answer needs
@@ -55,10 +66,19 @@ def result_line(stage: Stage, req: Task, text: str | None, *, status: str, cache
         return result
     if kind == "loglikelihood":
         return _loglikelihood(req, text, result)
+    if kind == "json":
+        return _structured(stage, req, text, result)
+    if stage.parses_list:  # a list of items (pipelines), never scored
+        return _items(req, stage, text, result, notes)
+    _read(stage, req, text, kind, result, "parsed")
+    return result if stage.review else _scored(req, kind, result)
+
+
+def _read(stage: Stage, req: Task, text: str, kind: str, result: dict[str, Any], into: str) -> None:
+    """Parse ``text`` as ``kind`` into ``result[into]`` (an option mapped back through the shown order), with
+    ``valid``, ``invalid_reason`` and ``answer_letter``."""
     if stage.scoring == "default" and kind == "letter" and req.options is not None:
         parsed = parse_letter(text, req.options, LETTERS, mode=stage.parse_mode)  # the common case, direct
-    elif stage.parses_list:  # a list of items (pipelines), never scored
-        return _items(req, stage, text, result, notes)
     else:
         parsed = parse_answer(text, kind, options=req.options or (), mode=stage.parse_mode, family=stage.answers,
                               scoring=stage.scoring)
@@ -68,14 +88,38 @@ def result_line(stage: Stage, req: Task, text: str | None, *, status: str, cache
     elif kind in ("letter", "label"):
         if kind == "letter" and parsed.value < len(LETTERS):
             result["answer_letter"] = LETTERS[parsed.value]
-        result["parsed"] = req.perm[parsed.value] if req.perm is not None else parsed.value
+        result[into] = req.perm[parsed.value] if req.perm is not None else parsed.value
     elif kind == "letters":
-        result["parsed"] = sorted(req.perm[i] for i in parsed.value) if req.perm is not None else list(parsed.value)
+        result[into] = sorted(req.perm[i] for i in parsed.value) if req.perm is not None else list(parsed.value)
     elif kind == "none_of_them":
-        result["parsed"] = NONE_OF_THEM if parsed.value else None
+        result[into] = NONE_OF_THEM if parsed.value else None
     else:
-        result["parsed"] = parsed.value
-    return result if stage.review else _scored(req, kind, result)
+        result[into] = parsed.value
+
+
+def _structured(stage: Stage, req: Task, text: str, result: dict[str, Any]) -> dict[str, Any]:
+    """A ``parse: json`` answer: the JSON value (checked against the stage's schema) in ``parsed``; with
+    ``answer_field:``, that field read by the ``score_as`` parser into ``answer`` and scored (module docstring)."""
+    schema = stage.schema_ if isinstance(stage.schema_, dict) else None
+    parsed = parse_json(text, schema)
+    result["valid"] = parsed.valid
+    result["parsed"] = parsed.value
+    field = stage.answer_field
+    if field is None:
+        if not parsed.valid:
+            result["invalid_reason"] = parsed.reason
+        return result if stage.review else _scored(req, "json", result)
+    result["answer"] = None
+    kind = stage.score_as or "json"
+    got = field_text(parsed.value, field) if parsed.valid else parsed
+    if not got.valid:
+        result.update(valid=False, invalid_reason=got.reason)
+    elif kind in ("json", "text"):  # the field's value itself
+        value = parsed.value[field]
+        result["answer"] = value.strip() if isinstance(value, str) else value
+    else:
+        _read(stage, req, got.value, kind, result, "answer")
+    return result if stage.review else _scored(req, kind, result, "answer")
 
 def _items(req: Task, stage: Stage, text: str, result: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     """A list answer (``lines`` or a recipe parser): its items, and the pieces rejected by rule."""
@@ -112,8 +156,9 @@ def _loglikelihood(req: Task, text: str, result: dict[str, Any]) -> dict[str, An
     return _scored(req, "loglikelihood", result)
 
 
-def _scored(req: Task, kind: str, result: dict[str, Any]) -> dict[str, Any]:
-    """The result with its score under the parse kind's scorer, when the task has a gold answer."""
+def _scored(req: Task, kind: str, result: dict[str, Any], field: str = "parsed") -> dict[str, Any]:
+    """The result with its score under the parse kind's scorer (of ``result[field]``), when the task has a gold
+    answer."""
     if req.gold is not None:
-        result["score"] = score(kind, result["parsed"], req.gold)
+        result["score"] = score(kind, result[field], req.gold)
     return result

@@ -28,7 +28,7 @@ from runner.store import Store
 MAX_SAMPLES = 5000
 #: characters of one message shown in a sample; the rest is cut with a note
 MAX_MESSAGE_CHARS = 20_000
-OUTCOMES = ("correct", "wrong", "invalid", "failed", "unscored")
+OUTCOMES = ("correct", "wrong", "invalid", "refused", "failed", "unscored")
 
 #: plot colours
 BLUE, ORANGE, GREEN, GREY, PURPLE = "#2563eb", "#f59e0b", "#16a34a", "#9ca3af", "#7c3aed"
@@ -92,9 +92,10 @@ def _samples(store: Store, run_id: str, stage: str, cap: int) -> list[dict[str, 
 
 
 def outcome(result: dict[str, Any]) -> str:
-    """correct, wrong (a valid answer scored below 1), invalid (unparsable), failed (no answer) or unscored."""
+    """correct, wrong (a valid answer scored below 1), invalid (unparsable), refused (the model declined: never
+    scored), failed (no answer) or unscored."""
     if result.get("status") == "failed":
-        return "failed"
+        return "refused" if result.get("error_class") == reports.REFUSED else "failed"
     if result.get("valid") is False:
         return "invalid"
     score = result.get("score")
@@ -195,12 +196,13 @@ def cost_plots(rows: list[dict[str, Any]]) -> str:
                             (r["batch_saved"], PURPLE, "saved by the Batch API")]) for r in rows]
     routes = [(_row_label(r), [(r["cache_hits"], GREEN, "cache hits"),
                                (max(r["sent"] - r["batched"], 0), BLUE, "sent online"),
-                               (r["batched"], PURPLE, "sent in a batch"), (r["failed"], GREY, "failed")])
+                               (r["batched"], PURPLE, "sent in a batch"), (r["refused"], ORANGE, "refused"),
+                               (r["failed"] - r["refused"], GREY, "failed")])
               for r in rows]
     money = stacked_plot("cost", "USD per stage and model: spent, saved by the cache, saved by the Batch API", usd,
                          "usd") or '<p class="note">Nothing was spent or saved (unpriced models).</p>'
-    return money + stacked_plot("requests", "requests per stage and model: cache hits, online, batch, failed", routes,
-                                "count")
+    return money + stacked_plot("requests", "requests per stage and model: cache hits, online, batch, refused, failed",
+                                routes, "count")
 
 
 def heatmap_plot(heatmap: dict[str, Any]) -> str:
@@ -250,15 +252,16 @@ def _table(headers: list[str], rows: list[list[str]], cls: str) -> str:
 def summary_table(data: dict[str, Any]) -> str:
     """The text report's table, cell for cell."""
     pct = reports._pct
-    headers = ["stage", "model", "requests", "cache hits", "sent", "batched", "tokens in (cached)", "tokens out",
-               "cost", "saved", "saved by batch", "errors", "p50", "p95", "invalid", "score (mean ± std over seeds)"]
+    headers = ["stage", "model", "requests", "cache hits", "sent", "batched", "tokens in (cached)",
+               reports.tokens_out_header(data), "cost", "saved", "saved by batch", "errors", "refused", "p50", "p95",
+               "invalid", "score (mean ± std over seeds)"]
     rows = [[r["stage"], r["model"], str(r["requests"]), f"{r['cache_hits']} ({pct(r['cache_hit_rate'])})",
              str(r["sent"]), str(r["batched"]), f"{r['input_tokens']} ({r['cached_input_tokens']})",
-             str(r["output_tokens"]),
+             reports.tokens_out_text(r),
              f"${r['cost']:.4f}" + (f" + ${r['possibly_billed']:.4f}?" if r["possibly_billed"] else ""),
-             f"${r['saved']:.4f}", f"${r['batch_saved']:.4f}",
-             ", ".join(f"{k} {v}" for k, v in r["errors"].items()) or "0", reports._seconds(r["latency_p50"]),
-             reports._seconds(r["latency_p95"]), str(r["invalid"]), reports.accuracy_text(r)]
+             f"${r['saved']:.4f}", f"${r['batch_saved']:.4f}", reports.errors_text(r), str(r["refused"]),
+             reports._seconds(r["latency_p50"]), reports._seconds(r["latency_p95"]), str(r["invalid"]),
+             reports.accuracy_text(r)]
             for r in data["rows"]]
     return _table(headers, rows, "summary")
 
@@ -327,10 +330,15 @@ def sample_html(result: dict[str, Any]) -> str:
     variant = result.get("variant") or {}
     head = " · ".join(str(x) for x in (result.get("stage"), result.get("model"), f"row {result.get('id')}",
                                        ", ".join(f"{k} {v}" for k, v in variant.items())) if x not in (None, ""))
-    answer = result.get("answer_letter") or result.get("parsed")
+    answer = next((result[k] for k in ("answer_letter", "answer", "parsed") if result.get(k) is not None), None)
     parsed = result.get("parsed")
-    fields = [("raw answer", result.get("response")),
+    thinking = result.get("thinking")
+    if thinking and len(thinking) > MAX_MESSAGE_CHARS:
+        thinking = thinking[:MAX_MESSAGE_CHARS] + f"\n… ({len(thinking) - MAX_MESSAGE_CHARS} more characters)"
+    fields = [("raw answer", result.get("response")), ("thinking", thinking),
+              ("reasoning tokens", result.get("reasoning_tokens")),
               ("parsed", "none" if parsed is None and result.get("status") == "done" else parsed),
+              ("answer field", result.get("answer")),
               ("answer letter", result.get("answer_letter")), ("gold", result.get("gold")),
               ("score", result.get("score")), ("invalid because", result.get("invalid_reason")),
               ("error", result.get("error")), ("cache hit", result.get("cache_hit"))]
@@ -380,7 +388,7 @@ pre{white-space:pre-wrap;word-break:break-word;background:#f9fafb;padding:4px 6p
 dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:4px 0}dd{margin:0}dd pre{margin:0}
 .tag{display:inline-block;min-width:64px;text-align:center;border-radius:3px;font-size:12px;color:#fff}
 .tag.correct{background:#16a34a}.tag.wrong{background:#dc2626}.tag.invalid{background:#f59e0b}
-.tag.failed{background:#6b7280}.tag.unscored{background:#9ca3af}
+.tag.failed{background:#6b7280}.tag.unscored{background:#9ca3af}.tag.refused{background:#7c3aed}
 """
 
 JS = """

@@ -117,9 +117,14 @@ def _figures(c: Counters, now: float) -> str:
     pct = 100.0 * c.finished / c.total if c.total else 100.0
     return (
         f"{c.finished}/{c.total} ({pct:.0f}%) {c.rate(now):.1f} req/s, "
-        f"cache hits {c.cache_hits}, retries {c.retries}, errors {c.errors}, "
+        f"cache hits {c.cache_hits}, retries {c.retries}, errors {_errors(c)}, "
         f"tokens {c.tokens_in} in / {c.tokens_out} out, spent {_money(c.spend)}"
     )
+
+
+def _errors(c: Counters) -> str:
+    """Failed tasks, with how many of them the model refused (never scored as wrong)."""
+    return f"{c.errors} ({c.refused} refused)" if c.refused else str(c.errors)
 
 
 def _line(c: Counters, now: float) -> str:
@@ -214,7 +219,7 @@ class LiveView:
             table.add_row(
                 c.stage, c.model, ProgressBar(total=max(c.total, 1), completed=c.finished, width=24),
                 f"{c.finished}/{c.total}", f"{c.rate(now):.1f}", str(c.cache_hits), str(c.retries),
-                Text(str(c.errors), style="red" if c.errors else ""), f"{c.tokens_in}/{c.tokens_out}",
+                Text(_errors(c), style="red" if c.errors else ""), f"{c.tokens_in}/{c.tokens_out}",
                 _money(c.spend),
             )
         width = self.console.width

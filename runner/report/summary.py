@@ -1,5 +1,10 @@
-"""Reports of a run, from the store: per stage and model, requests, cache hits, tokens, cost, errors by
-class, latency percentiles and the stage's score (per seed, and mean ± std over seeds)."""
+"""Reports of a run, from the store: per stage and model, requests, cache hits, tokens (reasoning tokens among
+the output ones), cost, errors by class, refusals, latency percentiles and the stage's score (per seed, and
+mean ± std over seeds).
+
+A refusal (a task failed with error class ``refused``: the model declined to answer) is counted apart and never
+scored: accuracy is over the answered items only (failed tasks have no score), and the refusals are shown beside
+it. Its cost, when the provider billed it, is in the stage and model's cost."""
 
 from __future__ import annotations
 
@@ -21,11 +26,15 @@ def pid_alive(pid: Any) -> bool:
     return alive(pid)
 
 FORMATS = ("text", "json", "csv", "md")
+#: the error class of a refusal (runner.errors.Refused)
+REFUSED = "refused"
+#: the footnote of the tokens out column
+REASONING_NOTE = "tokens out include reasoning tokens (shown apart), priced as output"
 
 COLUMNS = (
     "stage", "model", "requests", "done", "failed", "cache_hits", "cache_hit_rate", "sent", "input_tokens",
-    "cached_input_tokens", "output_tokens", "cost", "saved", "batched", "batch_saved", "possibly_billed", "errors",
-    "latency_p50",
+    "cached_input_tokens", "output_tokens", "reasoning_tokens", "cost", "saved", "batched", "batch_saved",
+    "possibly_billed", "errors", "refused", "latency_p50",
     "latency_p95", "scored", "invalid", "accuracy",
     "accuracy_by_seed", "accuracy_mean", "accuracy_std",
 )
@@ -72,6 +81,8 @@ def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any
             "input_tokens": tin,
             "cached_input_tokens": cached,
             "output_tokens": tout,
+            # thinking tokens of the requests sent: in output_tokens too, and priced as output
+            "reasoning_tokens": g.reasoning_tokens,
             "cost": round(cost, 10),
             "saved": round(saved, 10),
             "batched": g.batched,
@@ -79,6 +90,8 @@ def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any
             "possibly_billed": round(possibly.get((stage, model), (0.0, 0))[0], 10),
             "possibly_billed_requests": possibly.get((stage, model), (0.0, 0))[1],
             "errors": errors,
+            # the model declined: failed, never scored (also in errors, by its class)
+            "refused": errors.get(REFUSED, 0),
             "latency_p50": _percentile(latencies, 0.50),
             "latency_p95": _percentile(latencies, 0.95),
             "scored": scored,
@@ -93,11 +106,13 @@ def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any
         "requests": sum(r["requests"] for r in rows),
         "done": sum(r["done"] for r in rows),
         "failed": sum(r["failed"] for r in rows),
+        "refused": sum(r["refused"] for r in rows),
         "cache_hits": sum(r["cache_hits"] for r in rows),
         "sent": sum(r["sent"] for r in rows),
         "input_tokens": sum(r["input_tokens"] for r in rows),
         "cached_input_tokens": sum(r["cached_input_tokens"] for r in rows),
         "output_tokens": sum(r["output_tokens"] for r in rows),
+        "reasoning_tokens": sum(r["reasoning_tokens"] for r in rows),
         "cost": round(sum(r["cost"] for r in rows), 10),
         "saved": round(sum(r["saved"] for r in rows), 10),
         "batched": sum(r["batched"] for r in rows),
@@ -212,6 +227,25 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def tokens_out_header(data: dict[str, Any]) -> str:
+    return "tokens out (reasoning)" if data["totals"].get("reasoning_tokens") else "tokens out"
+
+
+def tokens_out_text(row: dict[str, Any]) -> str:
+    """Output tokens, with the reasoning tokens among them when there are any."""
+    reasoning = row.get("reasoning_tokens") or 0
+    return f"{row['output_tokens']} ({reasoning})" if reasoning else str(row["output_tokens"])
+
+
+def errors_text(row: dict[str, Any]) -> str:
+    """Failed tasks by error class, refusals left to their own column."""
+    return ", ".join(f"{k} {v}" for k, v in row["errors"].items() if k != REFUSED) or "0"
+
+
+def refused_text(counts: dict[str, Any]) -> str:
+    return f" ({counts['refused']} refused)" if counts.get("refused") else ""
+
+
 def accuracy_text(row: dict[str, Any]) -> str:
     if not row["scored"] and not row.get("judged_by"):
         return "-"
@@ -236,14 +270,13 @@ def render(data: dict[str, Any], fmt: str) -> str:
         for row in data["rows"]:
             writer.writerow(_flat(row))
         return buffer.getvalue()
-    headers = ["stage", "model", "requests", "cache hits", "sent", "tokens in (cached)", "tokens out", "cost",
-               "saved", "errors", "p50", "p95", "invalid", "score (mean ± std over seeds)"]
+    headers = ["stage", "model", "requests", "cache hits", "sent", "tokens in (cached)", tokens_out_header(data),
+               "cost", "saved", "errors", "refused", "p50", "p95", "invalid", "score (mean ± std over seeds)"]
     table = [
         [r["stage"], r["model"], str(r["requests"]), f"{r['cache_hits']} ({_pct(r['cache_hit_rate'])})",
-         str(r["sent"]), f"{r['input_tokens']} ({r['cached_input_tokens']})", str(r["output_tokens"]),
+         str(r["sent"]), f"{r['input_tokens']} ({r['cached_input_tokens']})", tokens_out_text(r),
          f"${r['cost']:.4f}" + (f" + ${r['possibly_billed']:.4f}?" if r["possibly_billed"] else ""),
-         f"${r['saved']:.4f}",
-         ", ".join(f"{k} {v}" for k, v in r["errors"].items()) or "0", _seconds(r["latency_p50"]),
+         f"${r['saved']:.4f}", errors_text(r), str(r["refused"]), _seconds(r["latency_p50"]),
          _seconds(r["latency_p95"]), str(r["invalid"]), accuracy_text(r)]
         for r in data["rows"]
     ]
@@ -259,7 +292,12 @@ def render(data: dict[str, Any], fmt: str) -> str:
         shuffles += "; answers read by the runner's parsers unless said otherwise"
     t = data["totals"]
     foot = (f"Total: {t['requests']} requests, {t['cache_hits']} cache hits ({_pct(t['cache_hit_rate'])}), "
-            f"{t['sent']} sent, {t['failed']} failed, cost ${t['cost']:.4f}, saved by the cache ${t['saved']:.4f}")
+            f"{t['sent']} sent, {t['failed']} failed{refused_text(t)}, cost ${t['cost']:.4f}, saved by the cache "
+            f"${t['saved']:.4f}")
+    if t["refused"]:
+        foot += "; refused items are not scored: scores are over the answered items"
+    if t["reasoning_tokens"]:
+        foot += f"; {REASONING_NOTE}"
     if t["batched"]:
         foot += (f"; {t['batched']} answered through a Batch API, which saved ${t['batch_saved']:.4f} against the "
                  "standard price")
@@ -324,13 +362,16 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
         if r["scored"]:
             seeds = data["shuffled_options"].get(r["stage"], {}).get("seeds")
             over = f" over seeds {seeds}" if seeds and len(r["accuracy_by_seed"]) > 1 else ""
+            refused = f", refused {r['refused']} (not scored)" if r["refused"] else ""
             lines.append(f"accuracy: {r['stage']} {r['model']}: {accuracy_text(r)}{over} "
-                         f"(n={r['scored']}, invalid {r['invalid']})")
+                         f"(n={r['scored']}, invalid {r['invalid']}{refused})")
     t = data["totals"]
     hits = f"{t['cache_hits']} cache hit{'' if t['cache_hits'] == 1 else 's'}"
     lines.append(f"cost: ${t['cost']:.4f} for {t['requests']} requests ({t['sent']} sent, {hits} = "
-                 f"{_pct(t['cache_hit_rate'])}, {t['failed']} failed); tokens {t['input_tokens']} in / "
-                 f"{t['output_tokens']} out; saved by the cache ${t['saved']:.4f}"
+                 f"{_pct(t['cache_hit_rate'])}, {t['failed']} failed{refused_text(t)}); tokens "
+                 f"{t['input_tokens']} in / {t['output_tokens']} out"
+                 + (f" ({t['reasoning_tokens']} reasoning, priced as output)" if t["reasoning_tokens"] else "")
+                 + f"; saved by the cache ${t['saved']:.4f}"
                  + (f", by the Batch API's price ${t['batch_saved']:.4f} ({t['batched']} batched)" if t["batched"]
                     else ""))
     lines += batch_lines(data)

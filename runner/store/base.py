@@ -6,7 +6,8 @@ class and nothing else changes. :mod:`runner.store.sqlite` is the embedded defau
 
 What is kept:
 
-    responses   the memo: one row per distinct request ever answered, under its cache key
+    responses   the memo: one row per distinct request ever answered, under its cache key (with the model's
+                thinking text and reasoning tokens, kept apart from the answer)
     runs        one row per run: its job as JSON, status, pid, totals
     tasks       one row per finished (done or failed) task of a run, with its result line
     ledger      money: reservations in flight, charges, and possibly billed amounts after a crash
@@ -37,7 +38,7 @@ TASK_COLUMNS = (
 )
 RESPONSE_COLUMNS = (
     "key", "provider", "model", "request_json", "response_text", "response_json", "finish_reason",
-    "input_tokens", "output_tokens", "cached_tokens", "cost", "latency", "created",
+    "input_tokens", "output_tokens", "cached_tokens", "cost", "latency", "created", "thinking", "reasoning_tokens",
 )
 LEDGER_COLUMNS = ("run_id", "stage", "model", "key", "kind", "amount", "created")
 #: the group of ledger and task rows whose run is gone, in ``runner costs --by job``
@@ -63,7 +64,8 @@ def default_path() -> str:
 
 @dataclass(slots=True)
 class CachedResponse:
-    """A memo row as the engine needs it: the answer and what it cost."""
+    """A memo row as the engine needs it: the answer, what it cost, and the model's thinking (kept apart from the
+    answer, so that a cache hit gives the result line a fresh answer gave)."""
 
     text: str
     finish_reason: str | None
@@ -71,6 +73,9 @@ class CachedResponse:
     output_tokens: int
     cached_tokens: int
     cost: float
+    thinking: str | None = None
+    #: output tokens spent thinking (counted in ``output_tokens`` too)
+    reasoning_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -107,6 +112,8 @@ class GroupSummary:
     #: tasks answered through a Batch API, and what its price saved against the standard one
     batched: int = 0
     batch_saved: float = 0.0
+    #: output tokens the requests sent spent thinking (in ``output_tokens`` too), from the memo
+    reasoning_tokens: int = 0
 
 
 class Store(ABC):

@@ -205,6 +205,15 @@ def m009_workers(db: sqlite_utils.Database) -> None:
                    " ON CONFLICT (run_id, scope) DO UPDATE SET usd = usd + excluded.usd,"
                    " inflight = inflight + excluded.inflight")
 
+
+@migration
+def m010_thinking(db: sqlite_utils.Database) -> None:
+    """Reasoning models: the memo keeps an answer's thinking text (apart from the answer the parsers read) and its
+    reasoning tokens (counted in output_tokens too), so a cache hit gives the result line a fresh answer gave."""
+    db["responses"].add_column("thinking", str)
+    db["responses"].add_column("reasoning_tokens", int)
+
+
 def migrate(db: sqlite_utils.Database) -> None:
     """Apply the migrations not yet applied, in one transaction that holds the write lock from its start: two
     processes opening a new store at once take turns (the second waits, then finds nothing to do) instead of one

@@ -143,6 +143,13 @@ def m009_workers(conn: psycopg.Connection) -> None:
                      " usd = budget_use.usd + excluded.usd, inflight = budget_use.inflight + excluded.inflight")
 
 
+@migration
+def m010_thinking(conn: psycopg.Connection) -> None:
+    """Reasoning models: the memo keeps an answer's thinking text and its reasoning tokens."""
+    conn.execute("ALTER TABLE responses ADD COLUMN thinking TEXT")
+    conn.execute("ALTER TABLE responses ADD COLUMN reasoning_tokens BIGINT")
+
+
 def migrate(conn: psycopg.Connection) -> None:
     """Apply the migrations not yet applied, in one transaction under an advisory lock: several processes opening a
     new database at once take turns (the later ones wait, then find nothing to do). ``conn`` is in autocommit mode."""

@@ -117,6 +117,9 @@ FROM tasks WHERE run_id = %(source)s AND stage = %(source_stage)s AND status = '
 
 #: the scored tasks of one stage and model
 _SCORED = " FROM tasks WHERE run_id = %s AND stage = %s AND model = %s AND score IS NOT NULL"
+#: a memo row's columns as :class:`CachedResponse` takes them (rows older than m010 have no reasoning tokens)
+_MEMO = ("response_text, finish_reason, input_tokens, output_tokens, cached_tokens, cost, thinking,"
+         " coalesce(reasoning_tokens, 0)")
 
 
 def _jx(value: str) -> str:
@@ -281,16 +284,14 @@ class PostgresStore(Store):
 
     # -- the memo ----------------------------------------------------------------------------------
     def lookup(self, key: str) -> CachedResponse | None:
-        row = self._one("SELECT response_text, finish_reason, input_tokens, output_tokens, cached_tokens, cost"
-                        " FROM responses WHERE key = %s", (key,))
+        row = self._one(f"SELECT {_MEMO} FROM responses WHERE key = %s", (key,))
         return CachedResponse(*row) if row else None
 
     def lookup_many(self, keys: list[str]) -> dict[str, CachedResponse]:
         found: dict[str, CachedResponse] = {}
         for start in range(0, len(keys), 500):
             for key, *values in self._all(
-                    "SELECT key, response_text, finish_reason, input_tokens, output_tokens, cached_tokens, cost"
-                    " FROM responses WHERE key = ANY(%s)", (keys[start:start + 500],)):
+                    f"SELECT key, {_MEMO} FROM responses WHERE key = ANY(%s)", (keys[start:start + 500],)):
                 found[key] = CachedResponse(*values)
         return found
 
@@ -443,8 +444,9 @@ class PostgresStore(Store):
             "SELECT stage, model, sum(amount) FROM ledger WHERE run_id = %s AND kind IN ('charge', 'possibly_billed')"
             " GROUP BY stage, model", (run_id,))}
         tokens = {(stage, model): n for stage, model, n in self._all(
+            # failed tasks count too: a refusal's tokens were billed
             "SELECT stage, model, sum(input_tokens + output_tokens)::bigint FROM tasks WHERE run_id = %s"
-            " AND status = 'done' AND cache_hit = 0 GROUP BY stage, model", (run_id,))}
+            " AND cache_hit = 0 GROUP BY stage, model", (run_id,))}
         return [(stage, model, money.get((stage, model), 0.0), int(tokens.get((stage, model)) or 0))
                 for stage, model in sorted(set(money) | set(tokens))]
 
@@ -681,16 +683,18 @@ class PostgresStore(Store):
 
     # -- the report's questions -------------------------------------------------------------------------
     def group_summaries(self, run_id: str) -> list[GroupSummary]:
+        # reasoning tokens of the requests sent come from their memo rows
         rows = self._all(
-            "SELECT stage, model, count(*), sum((status = 'done')::int), sum((status = 'failed')::int),"
-            " sum(cache_hit)::bigint, sum(CASE WHEN cache_hit = 0 THEN input_tokens ELSE 0 END)::bigint,"
-            " sum(CASE WHEN cache_hit = 0 THEN output_tokens ELSE 0 END)::bigint, sum(cost),"
-            " count(score), sum((status = 'done' AND valid = 0)::int), avg(score),"
-            " coalesce(sum(CASE WHEN cache_hit = 0 THEN cached_tokens ELSE 0 END), 0)::bigint,"
-            " sum(saved), count(batch_saved), sum(batch_saved)"
-            " FROM tasks WHERE run_id = %s GROUP BY stage, model ORDER BY min(seq)", (run_id,))
-        return [GroupSummary(*row[:8], _zero(row[8]), *row[9:13], _zero(row[13]), row[14], _zero(row[15]))
-                for row in rows]
+            "SELECT t.stage, t.model, count(*), sum((t.status = 'done')::int), sum((t.status = 'failed')::int),"
+            " sum(t.cache_hit)::bigint, sum(CASE WHEN t.cache_hit = 0 THEN t.input_tokens ELSE 0 END)::bigint,"
+            " sum(CASE WHEN t.cache_hit = 0 THEN t.output_tokens ELSE 0 END)::bigint, sum(t.cost),"
+            " count(t.score), sum((t.status = 'done' AND t.valid = 0)::int), avg(t.score),"
+            " coalesce(sum(CASE WHEN t.cache_hit = 0 THEN t.cached_tokens ELSE 0 END), 0)::bigint,"
+            " sum(t.saved), count(t.batch_saved), sum(t.batch_saved), coalesce(sum(r.reasoning_tokens), 0)::bigint"
+            " FROM tasks t LEFT JOIN responses r ON t.cache_hit = 0 AND t.status = 'done' AND r.key = t.key"
+            " WHERE t.run_id = %s GROUP BY t.stage, t.model ORDER BY min(t.seq)", (run_id,))
+        return [GroupSummary(*row[:8], _zero(row[8]), *row[9:13], _zero(row[13]), row[14], _zero(row[15]),
+                             int(row[16])) for row in rows]
 
     def error_counts(self, run_id: str, stage: str, model: str) -> dict[str, int]:
         return dict(self._all(

@@ -75,6 +75,9 @@ FROM tasks WHERE run_id = ?3 AND stage = ?4 AND status = 'done' ORDER BY rowid
 
 #: the scored tasks of one stage and model
 _SCORED = " FROM tasks WHERE run_id = ? AND stage = ? AND model = ? AND score IS NOT NULL"
+#: a memo row's columns as :class:`CachedResponse` takes them (rows older than m010 have no reasoning tokens)
+_MEMO = ("response_text, finish_reason, input_tokens, output_tokens, cached_tokens, cost, thinking,"
+         " coalesce(reasoning_tokens, 0)")
 
 
 class SQLiteStore(Store):
@@ -97,11 +100,7 @@ class SQLiteStore(Store):
 
     # -- the memo ----------------------------------------------------------------------------------
     def lookup(self, key: str) -> CachedResponse | None:
-        row = self.conn.execute(
-            "SELECT response_text, finish_reason, input_tokens, output_tokens, cached_tokens, cost "
-            "FROM responses WHERE key = ?",
-            (key,),
-        ).fetchone()
+        row = self.conn.execute(f"SELECT {_MEMO} FROM responses WHERE key = ?", (key,)).fetchone()
         return CachedResponse(*row) if row else None
 
     def lookup_many(self, keys: list[str]) -> dict[str, CachedResponse]:
@@ -110,8 +109,7 @@ class SQLiteStore(Store):
         for start in range(0, len(keys), 500):
             part = keys[start:start + 500]
             rows = self.conn.execute(
-                "SELECT key, response_text, finish_reason, input_tokens, output_tokens, cached_tokens, cost "
-                f"FROM responses WHERE key IN ({', '.join('?' * len(part))})",
+                f"SELECT key, {_MEMO} FROM responses WHERE key IN ({', '.join('?' * len(part))})",
                 part,
             )
             for key, *values in rows:
@@ -441,8 +439,9 @@ class SQLiteStore(Store):
             "SELECT stage, model, sum(amount) FROM ledger WHERE run_id = ? AND kind IN ('charge', 'possibly_billed')"
             " GROUP BY stage, model", (run_id,)))
         tokens = dict(((stage, model), n) for stage, model, n in self.conn.execute(
-            "SELECT stage, model, sum(input_tokens + output_tokens) FROM tasks WHERE run_id = ? AND status = 'done'"
-            " AND cache_hit = 0 GROUP BY stage, model", (run_id,)))
+            # failed tasks count too: a refusal's tokens were billed
+            "SELECT stage, model, sum(input_tokens + output_tokens) FROM tasks WHERE run_id = ? AND cache_hit = 0"
+            " GROUP BY stage, model", (run_id,)))
         return [(stage, model, money.get((stage, model), 0.0), int(tokens.get((stage, model)) or 0))
                 for stage, model in sorted(set(money) | set(tokens))]
 
@@ -541,14 +540,16 @@ class SQLiteStore(Store):
 
     # -- the report's questions -------------------------------------------------------------------------
     def group_summaries(self, run_id: str) -> list[GroupSummary]:
+        # reasoning tokens of the requests sent come from their memo rows (a primary-key lookup per sent task)
         rows = self.conn.execute(
-            "SELECT stage, model, count(*), sum(status = 'done'), sum(status = 'failed'), sum(cache_hit),"
-            " sum(CASE WHEN cache_hit = 0 THEN input_tokens ELSE 0 END),"
-            " sum(CASE WHEN cache_hit = 0 THEN output_tokens ELSE 0 END), coalesce(sum(cost), 0),"
-            " count(score), sum(status = 'done' AND valid = 0), avg(score),"
-            " coalesce(sum(CASE WHEN cache_hit = 0 THEN cached_tokens ELSE 0 END), 0), coalesce(sum(saved), 0),"
-            " count(batch_saved), coalesce(sum(batch_saved), 0)"
-            " FROM tasks WHERE run_id = ? GROUP BY stage, model ORDER BY min(rowid)", (run_id,)).fetchall()
+            "SELECT t.stage, t.model, count(*), sum(t.status = 'done'), sum(t.status = 'failed'), sum(t.cache_hit),"
+            " sum(CASE WHEN t.cache_hit = 0 THEN t.input_tokens ELSE 0 END),"
+            " sum(CASE WHEN t.cache_hit = 0 THEN t.output_tokens ELSE 0 END), coalesce(sum(t.cost), 0),"
+            " count(t.score), sum(t.status = 'done' AND t.valid = 0), avg(t.score),"
+            " coalesce(sum(CASE WHEN t.cache_hit = 0 THEN t.cached_tokens ELSE 0 END), 0), coalesce(sum(t.saved), 0),"
+            " count(t.batch_saved), coalesce(sum(t.batch_saved), 0), coalesce(sum(r.reasoning_tokens), 0)"
+            " FROM tasks t LEFT JOIN responses r ON t.cache_hit = 0 AND t.status = 'done' AND r.key = t.key"
+            " WHERE t.run_id = ? GROUP BY t.stage, t.model ORDER BY min(t.rowid)", (run_id,)).fetchall()
         return [GroupSummary(*row) for row in rows]
 
     def error_counts(self, run_id: str, stage: str, model: str) -> dict[str, int]:
