@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
 import os
 import time
@@ -11,8 +13,21 @@ from typing import Any
 
 from aiohttp import web
 
+from runner.providers.capabilities import capabilities
+
 from .buckets import Blocked, Bucket
-from .wire import Ask, Invalid, WireFormat, joined, positive_int, response, retry_headers, seconds_text, strings
+from .wire import (
+    Ask,
+    Invalid,
+    Thought,
+    WireFormat,
+    joined,
+    positive_int,
+    response,
+    retry_headers,
+    seconds_text,
+    strings,
+)
 
 __all__ = ["ANTHROPIC", "AnthropicFormat"]
 
@@ -54,7 +69,58 @@ def _parse_anthropic(body: Any, request: web.Request) -> Ask:
         raise Invalid("stop_sequences: Input should be a valid list of strings")
     if body.get("stream"):
         raise Invalid("stream: the simulated server does not support streaming")
-    return Ask(model, messages, body.get("temperature"), max_tokens, body.get("top_p"), stop or None, None)
+    ask = Ask(model, messages, body.get("temperature"), max_tokens, body.get("top_p"), stop or None, None)
+    _read_thinking(body, ask)
+    return ask
+
+
+#: model families (the runner's capability table) whose thinking display defaults to "omitted": Claude Opus 4.7
+#: and later, Sonnet 5, Haiku 5.5, Fable, Mythos (earlier Claude 4 models default to "summarized")
+_OMITTED_BY_DEFAULT = ("claude-fable", "claude-4.7+")
+
+
+def _read_thinking(body: dict[str, Any], ask: Ask) -> None:
+    """``thinking`` ({type: enabled, budget_tokens}, {type: adaptive} with ``output_config.effort``, or disabled;
+    a model that always thinks thinks without it), its ``display`` ("summarized" returns the thinking text,
+    "omitted" an empty one; the default is the model's), and ``output_config.format`` (or the beta's
+    ``output_format``) ``{type: json_schema, schema}``."""
+    caps = capabilities("anthropic", ask.model)
+    thinking = body.get("thinking")
+    output_config = body.get("output_config")
+    if output_config is not None and not isinstance(output_config, dict):
+        raise Invalid("output_config: Input should be a valid dictionary")
+    output_config = output_config or {}
+    if thinking is not None:
+        kind = thinking.get("type") if isinstance(thinking, dict) else None
+        if kind not in ("enabled", "adaptive", "disabled"):
+            raise Invalid("thinking: Input tag does not match any of the expected tags: 'enabled', 'adaptive', "
+                          "'disabled'")
+        if kind == "enabled" and not positive_int(thinking.get("budget_tokens")):
+            raise Invalid("thinking.enabled.budget_tokens: Field required")
+        display = thinking.get("display")
+        if display not in (None, "summarized", "omitted"):
+            raise Invalid(f"thinking.{kind}.display: Input should be 'summarized' or 'omitted'")
+        ask.thinking = kind != "disabled"
+        ask.budget = thinking.get("budget_tokens") if kind == "enabled" else None
+    else:
+        display = None
+        ask.thinking = caps is not None and caps.reasoning == "always"
+    effort = output_config.get("effort")
+    if effort is not None and effort not in ("low", "medium", "high", "xhigh", "max"):
+        raise Invalid("output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'")
+    ask.effort = effort
+    omitted = caps is not None and caps.family in _OMITTED_BY_DEFAULT
+    ask.show_thinking = ask.thinking and (display == "summarized" or (display is None and not omitted))
+    fmt = output_config.get("format", body.get("output_format"))
+    if fmt is not None:
+        if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+            raise Invalid("output_config.format: expected {\"type\": \"json_schema\", \"schema\": {...}}")
+        ask.schema = fmt["schema"]
+
+
+def _signature(ask: Ask, text: str) -> str:
+    """A thinking block's signature: opaque to the client; here base64 of a hash of the model and the thinking."""
+    return base64.b64encode(hashlib.sha256(f"{ask.model}\0{text}".encode()).digest()).decode()
 
 
 class AnthropicFormat(WireFormat):
@@ -113,24 +179,35 @@ class AnthropicFormat(WireFormat):
         return self.error(529, "overloaded_error", "Overloaded", headers)
 
     def answer(self, ask: Ask, text: str | None, finish: str, stop_hit: str | None, prompt_tokens: int,
-               completion_tokens: int) -> dict[str, Any]:
+               completion_tokens: int, thought: Thought | None = None, refusal: str | None = None) -> dict[str, Any]:
         if text is None:
             reason = "refusal"
         elif finish == "length":
             reason = "max_tokens"
         else:
             reason = "stop_sequence" if stop_hit is not None else "end_turn"
-        return {
+        content: list[dict[str, Any]] = []
+        if thought is not None and (text is not None or refusal is not None):
+            shown = thought.text if ask.show_thinking else ""  # display "omitted": an empty thinking, signed
+            content.append({"type": "thinking", "thinking": shown, "signature": _signature(ask, thought.text)})
+        if text is not None and (text or thought is None):  # thinking that filled the cap leaves no text block
+            content.append({"type": "text", "text": text})
+        body: dict[str, Any] = {
             "id": "msg_" + os.urandom(12).hex(),
             "type": "message",
             "role": "assistant",
             "model": ask.model,
-            "content": [] if text is None else [{"type": "text", "text": text}],
+            "content": content,
             "stop_reason": reason,
             "stop_sequence": stop_hit,
             "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens,
                       "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
         }
+        if refusal is not None:
+            body["stop_details"] = {"type": "refusal", "category": None, "explanation": None}
+        if thought is not None:  # output_tokens includes them; the breakdown says how many were thinking
+            body["usage"]["output_tokens_details"] = {"thinking_tokens": thought.tokens}
+        return body
 
 
 ANTHROPIC = AnthropicFormat()

@@ -29,6 +29,9 @@ class SimConfig:
     hang_seconds: float = 30.0
     fault_malformed: float = 0.0  #: fraction answered 200 with a truncated, invalid JSON body
     fault_filter: float = 0.0  #: fraction answered 200 with a content-filtered, empty answer
+    #: fraction of prompts the model declines (OpenAI message.refusal, Anthropic stop_reason refusal, Gemini
+    #: promptFeedback.blockReason), billed; drawn from the messages' digest, not the RNG (simserver.respond)
+    fault_refusal: float = 0.0
     seed: int = 0  #: seeds the fault RNG only; answers never depend on it
     require_key: bool = True  #: reject requests without a non-empty key in the format's own header
     api_key: str | None = field(default=None, repr=False)  #: when set, the only key accepted (missing -> error)

@@ -9,8 +9,21 @@ from typing import Any
 
 from aiohttp import web
 
+from runner.providers.capabilities import capabilities
+
 from .buckets import Blocked
-from .wire import Ask, Invalid, WireFormat, joined, positive_int, response, retry_headers, seconds_text, strings
+from .wire import (
+    Ask,
+    Invalid,
+    Thought,
+    WireFormat,
+    joined,
+    positive_int,
+    response,
+    retry_headers,
+    seconds_text,
+    strings,
+)
 
 __all__ = ["GEMINI", "GeminiFormat"]
 
@@ -60,8 +73,51 @@ def _parse_gemini(body: Any, request: web.Request) -> Ask:
     stop = option("stopSequences", "stop_sequences")
     if stop is not None and not strings(stop):
         raise Invalid("* GenerateContentRequest.generation_config.stop_sequences: must be a list of strings\n")
-    return Ask(request.match_info["model"], messages, config.get("temperature"), max_tokens,
-               option("topP", "top_p"), stop or None, config.get("seed"))
+    ask = Ask(request.match_info["model"], messages, config.get("temperature"), max_tokens,
+              option("topP", "top_p"), stop or None, config.get("seed"))
+    _read_thinking(option("thinkingConfig", "thinking_config"), ask)
+    mime = option("responseMimeType", "response_mime_type")
+    schema = option("responseJsonSchema", "response_json_schema")
+    if schema is None:
+        schema = option("responseSchema", "response_schema")
+    if schema is not None:
+        if not isinstance(schema, dict):
+            raise Invalid("* GenerateContentRequest.generation_config.response_schema: must be an object\n")
+        if mime != "application/json":
+            raise Invalid("* GenerateContentRequest.generation_config.response_mime_type: "
+                          "response_mime_type must be application/json when a response schema is set\n")
+        ask.schema = schema
+    elif mime == "application/json":
+        ask.json_object = True
+    return ask
+
+
+def _read_thinking(config: Any, ask: Ask) -> None:
+    """``thinkingConfig`` (``thinkingBudget``: 0 off, -1 dynamic; ``thinkingLevel``; ``includeThoughts``): a
+    request with one thinks, unless its budget is 0; without one, a model that thinks by default (the runner's
+    capability table: 2.5 Pro and Flash, 3) thinks. The thought summary comes back only with includeThoughts."""
+    caps = capabilities("gemini", ask.model)
+    ask.thinking = caps is not None and caps.reasoning in ("default", "always")
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise Invalid("* GenerateContentRequest.generation_config.thinking_config: must be an object\n")
+
+    def option(camel: str, snake: str) -> Any:
+        return config.get(camel, config.get(snake))
+
+    budget, level = option("thinkingBudget", "thinking_budget"), option("thinkingLevel", "thinking_level")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < -1):
+        raise Invalid("* GenerateContentRequest.generation_config.thinking_config.thinking_budget: must be an "
+                      "integer of at least -1\n")
+    if level is not None and str(level).lower() not in ("minimal", "low", "medium", "high"):
+        raise Invalid("* GenerateContentRequest.generation_config.thinking_config.thinking_level: "
+                      f"Invalid value {level!r}\n")
+    ask.thinking = budget != 0 and (ask.thinking or budget is not None or level is not None
+                                    or option("includeThoughts", "include_thoughts") is not None)
+    ask.budget = budget if budget is not None and budget > 0 else None
+    ask.effort = str(level).lower() if level is not None else None
+    ask.show_thinking = ask.thinking and option("includeThoughts", "include_thoughts") is True
 
 
 class GeminiFormat(WireFormat):
@@ -125,18 +181,39 @@ class GeminiFormat(WireFormat):
         return self.error(503, "UNAVAILABLE", "The model is overloaded. Please try again later.", headers)
 
     def answer(self, ask: Ask, text: str | None, finish: str, stop_hit: str | None, prompt_tokens: int,
-               completion_tokens: int) -> dict[str, Any]:
+               completion_tokens: int, thought: Thought | None = None, refusal: str | None = None) -> dict[str, Any]:
+        usage: dict[str, Any] = {"promptTokenCount": prompt_tokens}
+        if refusal is not None:  # the prompt is blocked: no candidate, nothing generated, the input billed
+            return {
+                "promptFeedback": {"blockReason": "SAFETY", "safetyRatings": [
+                    {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": True}]},
+                "usageMetadata": {**usage, "totalTokenCount": prompt_tokens,
+                                  "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt_tokens}]},
+                "modelVersion": ask.model,
+                "responseId": os.urandom(12).hex(),
+            }
+        thoughts = thought.tokens if thought is not None else 0
         if text is None:
             candidate: dict[str, Any] = {"finishReason": "SAFETY", "index": 0, "safetyRatings": [
                 {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": True}]}
         else:
-            candidate = {"content": {"role": "model", "parts": [{"text": text}]},
-                         "finishReason": "MAX_TOKENS" if finish == "length" else "STOP", "index": 0}
+            parts: list[dict[str, Any]] = []
+            if thought is not None and ask.show_thinking:
+                parts.append({"text": thought.text, "thought": True})
+            if text or thought is None:  # thinking that filled the cap leaves no answer part
+                parts.append({"text": text})
+            content: dict[str, Any] = {"role": "model", "parts": parts} if parts else {"role": "model"}
+            candidate = {"content": content, "finishReason": "MAX_TOKENS" if finish == "length" else "STOP",
+                         "index": 0}
+        # candidatesTokenCount is the answer's, thoughtsTokenCount the thinking's (both billed as output)
+        usage["candidatesTokenCount"] = completion_tokens - thoughts
+        if thoughts:
+            usage["thoughtsTokenCount"] = thoughts
+        usage["totalTokenCount"] = prompt_tokens + completion_tokens
+        usage["promptTokensDetails"] = [{"modality": "TEXT", "tokenCount": prompt_tokens}]
         return {
             "candidates": [candidate],
-            "usageMetadata": {"promptTokenCount": prompt_tokens, "candidatesTokenCount": completion_tokens,
-                              "totalTokenCount": prompt_tokens + completion_tokens,
-                              "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt_tokens}]},
+            "usageMetadata": usage,
             "modelVersion": ask.model,
             "responseId": os.urandom(12).hex(),
         }

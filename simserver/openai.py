@@ -9,8 +9,10 @@ from typing import Any
 
 from aiohttp import web
 
+from runner.providers.capabilities import capabilities
+
 from .buckets import PER_MINUTE, Blocked, Bucket
-from .wire import Ask, Invalid, WireFormat, positive_int, response, retry_headers, seconds_text, strings
+from .wire import Ask, Invalid, Thought, WireFormat, positive_int, response, retry_headers, seconds_text, strings
 
 __all__ = ["OPENAI", "OpenAIFormat"]
 
@@ -47,9 +49,50 @@ def _parse_openai(body: Any, request: web.Request) -> Ask:
     stop = body.get("stop")
     if stop is not None and not isinstance(stop, str) and not strings(stop):
         raise Invalid("Invalid 'stop': expected a string or a list of strings.", "stop")
-    return Ask(body["model"], messages, body.get("temperature"),
-               body.get("max_completion_tokens", body.get("max_tokens")), body.get("top_p"), stop,
-               body.get("seed"))
+    ask = Ask(body["model"], messages, body.get("temperature"),
+              body.get("max_completion_tokens", body.get("max_tokens")), body.get("top_p"), stop, body.get("seed"))
+    _read_reasoning(body, ask)
+    _read_response_format(body.get("response_format"), ask)
+    return ask
+
+
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def _read_reasoning(body: dict[str, Any], ask: Ask) -> None:
+    """A reasoning model (the runner's capability table: reasoning "default" or "always") thinks unless
+    ``reasoning_effort`` is "none"; any model thinks when given another effort. The Chat Completions API returns
+    no thinking text, only the reasoning tokens."""
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in _EFFORTS:
+        raise Invalid(f"Invalid value: '{effort}'. Supported values are: "
+                      + ", ".join(f"'{e}'" for e in _EFFORTS) + ".", "reasoning_effort")
+    caps = capabilities("openai", ask.model)
+    ask.effort = effort
+    ask.thinking = effort != "none" and (effort is not None
+                                         or (caps is not None and caps.reasoning in ("default", "always")))
+
+
+def _read_response_format(value: Any, ask: Ask) -> None:
+    """``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`` or ``{"type": "json_object"}``."""
+    if value is None:
+        return
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in ("text", "json_object", "json_schema"):
+        raise Invalid("Invalid value for 'response_format.type': expected one of 'text', 'json_object' or "
+                      "'json_schema'.", "response_format.type")
+    if kind == "json_object":
+        ask.json_object = True
+    elif kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"]:
+            raise Invalid("Missing required parameter: 'response_format.json_schema.name'.",
+                          "response_format.json_schema.name")
+        schema = spec.get("schema", {})
+        if not isinstance(schema, dict):
+            raise Invalid("Invalid type for 'response_format.json_schema.schema': expected an object.",
+                          "response_format.json_schema.schema")
+        ask.schema = schema
 
 
 class OpenAIFormat(WireFormat):
@@ -118,21 +161,27 @@ class OpenAIFormat(WireFormat):
         return self.error(503, "The server is overloaded or not ready yet.", "server_error", None, headers)
 
     def answer(self, ask: Ask, text: str | None, finish: str, stop_hit: str | None, prompt_tokens: int,
-               completion_tokens: int) -> dict[str, Any]:
+               completion_tokens: int, thought: Thought | None = None, refusal: str | None = None) -> dict[str, Any]:
+        # The thinking text never comes back (the Chat Completions API has none); a refusal is a message with no
+        # content and a finish reason "stop".
+        if refusal is not None:
+            finish = "stop"
+        elif text is None:
+            finish = "content_filter"
         return {
             "id": "chatcmpl-" + os.urandom(12).hex(),
             "object": "chat.completion",
             "created": int(time.time()),
             "model": ask.model,
             "system_fingerprint": _FINGERPRINT,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                         "logprobs": None, "finish_reason": finish if text is not None else "content_filter"}],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": refusal},
+                         "logprobs": None, "finish_reason": finish}],
             "usage": {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
                 "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-                "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                "completion_tokens_details": {"reasoning_tokens": thought.tokens if thought else 0, "audio_tokens": 0,
                                               "accepted_prediction_tokens": 0,
                                               "rejected_prediction_tokens": 0},
             },

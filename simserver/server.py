@@ -281,7 +281,8 @@ class SimServer:
             return self._finish(web.Response(status=499))
 
         messages_json = canonical(ask.messages)
-        body, text = answer_body(fmt, ask, entry, messages_json, prompt_tokens, bool(filtered and not malformed))
+        body, text = answer_body(fmt, ask, entry, messages_json, prompt_tokens, bool(filtered and not malformed),
+                                 cfg.fault_refusal)
         data = compact(body).encode()
         if malformed:
             data = data[:len(data) // 2]

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from .buckets import Blocked, Bucket
 
-__all__ = ["JSON_HEADERS", "Ask", "Invalid", "WireFormat", "compact", "joined", "positive_int", "response",
+__all__ = ["JSON_HEADERS", "Ask", "Invalid", "Thought", "WireFormat", "compact", "joined", "positive_int", "response",
            "retry_headers", "seconds_text", "strings"]
 
 # Built once: json.dumps() would build an encoder per call, and this is the hot path.
@@ -32,6 +32,28 @@ class Ask:
     stop: Any
     seed: Any
     extra: Any = None  #: what a format needs beyond these fields (legacy completions: its prompts and echo)
+    #: the answer thinks first: asked for (reasoning_effort, thinking, thinkingConfig) or the model's default
+    thinking: bool = False
+    #: the effort asked for, lower case (OpenAI reasoning_effort, Anthropic output_config.effort, Gemini thinkingLevel)
+    effort: str | None = None
+    #: the thinking budget in tokens (Anthropic budget_tokens, Gemini thinkingBudget; None: dynamic or none given)
+    budget: int | None = None
+    #: the thinking text comes back (Anthropic thinking.display and the model's default, Gemini includeThoughts)
+    show_thinking: bool = False
+    #: the response's schema (OpenAI json_schema, Anthropic output_config.format, Gemini responseJsonSchema or
+    #: responseSchema): the answer is a JSON instance of it
+    schema: Any = None
+    #: JSON without a schema (OpenAI json_object, Gemini responseMimeType application/json alone)
+    json_object: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Thought:
+    """What a thinking answer spent before answering: ``tokens`` (counted in the completion tokens, as all three
+    APIs count them against the output cap) and ``text`` (shown only where the format and the request say so)."""
+
+    tokens: int
+    text: str
 
 
 class Invalid(Exception):
@@ -68,8 +90,10 @@ class WireFormat(Protocol):
     def overloaded(self, headers: dict[str, str]) -> web.Response: ...
 
     def answer(self, ask: Ask, text: str | None, finish: str, stop_hit: str | None, prompt_tokens: int,
-               completion_tokens: int) -> dict[str, Any]:
-        """The 200 body; ``text`` None means content-filtered."""
+               completion_tokens: int, thought: Thought | None = None, refusal: str | None = None) -> dict[str, Any]:
+        """The 200 body; ``text`` None means content-filtered, ``refusal`` (with ``text`` None) that the model
+        declined with that message; ``thought`` is the thinking of a thinking answer (its tokens are in
+        ``completion_tokens``)."""
         raise NotImplementedError
 
 
