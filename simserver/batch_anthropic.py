@@ -77,6 +77,7 @@ class AnthropicBatches(BatchRoutes):
         if not isinstance(requests, list) or not requests:
             return _error(400, "invalid_request_error", "requests: at least one request is required")
         lines, seen = [], set()
+        version = {"anthropic-version": request.headers.get("anthropic-version", "")}  # strict mode checks by it
         for i, item in enumerate(requests):
             custom_id = item.get("custom_id") if isinstance(item, dict) else None
             if not isinstance(custom_id, str) or not _CUSTOM_ID.fullmatch(custom_id):
@@ -88,7 +89,7 @@ class AnthropicBatches(BatchRoutes):
             if not isinstance(item.get("params"), dict):
                 return _error(400, "invalid_request_error", f"requests.{i}.params: Field required")
             seen.add(custom_id)
-            lines.append(Line(custom_id, item["params"], ANTHROPIC))
+            lines.append(Line(custom_id, item["params"], ANTHROPIC, headers=version))
         batch = self.store.add(new_id("msgbatch_"), "anthropic", lines)
         return web.json_response(self._batch_json(batch, request))
 

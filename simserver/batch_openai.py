@@ -287,7 +287,7 @@ class OpenAIBatches(BatchRoutes):
             elif line.outcome == "errored" and line.error is not None:
                 e = line.error
                 kind = "server_error" if e.status >= 500 else "invalid_request_error"
-                body = {"error": {"message": e.message, "type": kind, "param": e.param, "code": None}}
+                body = {"error": {"message": e.message, "type": kind, "param": e.param, "code": e.code}}
                 err.append({**item, "response": {"status_code": e.status, "request_id": new_id("req_"),
                                                  "body": body}, "error": None})
             else:

@@ -13,7 +13,9 @@ Lines. A line whose custom id hashes (SHA-256 of ``"expire\\0" + id``, as a frac
 ``"error\\0" + id`` hash is below ``batch_line_errors`` gets a simulated 500. So the same custom ids always
 pick the same lines. Every other line is answered exactly as its online endpoint answers the same body
 (:func:`simserver.respond.answer_body`, usage included, response script applied), except that the random
-ids differ; a body the online endpoint would reject with a 400 is an errored line carrying that 400. Rate
+ids differ; a body the online endpoint would reject with a 400 is an errored line carrying that 400, strict
+mode's refusals (:mod:`simserver.strict`) included: an Anthropic line is checked under the ``anthropic-version``
+header of its batch-create request, a Gemini line as a v1beta request. Rate
 limits and the ``fault_*`` knobs do not apply to batch lines; ``POST /sim/batches/{id}/expire`` (or
 :meth:`BatchStore.expire`) ends a running batch as expired at once.
 
@@ -35,7 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from . import strict
 from .answers import canonical, count_prompt_tokens
+from .openai import OPENAI
 from .respond import answer_body
 from .wire import Invalid, WireFormat
 
@@ -67,6 +71,7 @@ class LineError:
     status: int
     message: str
     param: str | None = None
+    code: str | None = None  #: OpenAI's error code (strict mode's refusals carry one)
 
 
 @dataclass(slots=True)
@@ -76,6 +81,8 @@ class Line:
     fmt: WireFormat
     model: str = ""  #: Gemini: the model its URL names
     metadata: Any = None  #: Gemini: the request's metadata, echoed with its response
+    #: the batch-create request's headers a line is checked with (Anthropic: ``anthropic-version``)
+    headers: dict[str, str] | None = None
     outcome: str | None = None  #: one of OUTCOMES once the batch ended
     answer: dict[str, Any] | None = None
     error: LineError | None = None
@@ -116,6 +123,16 @@ class _Request:
 
     def __init__(self, model: str) -> None:
         self.match_info = {"model": model}
+
+
+def _line_path(line: Line) -> str:
+    """The online route a line's body stands for: Gemini's batch mode is v1beta; OpenAI's completions lines are
+    not checked by :mod:`simserver.strict`, its chat lines are."""
+    if line.fmt.name == "gemini":
+        return f"/v1beta/models/{line.model}:generateContent"
+    if line.fmt.name == "anthropic":
+        return "/v1/messages"
+    return "/v1/chat/completions" if line.fmt is OPENAI else "/v1/completions"
 
 
 class BatchStore:
@@ -227,6 +244,10 @@ class BatchStore:
             ask = line.fmt.parse(line.body, _Request(line.model))  # type: ignore[arg-type]
         except Invalid as exc:
             line.error = LineError(400, exc.message, exc.param)
+            return
+        if cfg.strict and (refused := strict.refusal(line.fmt.name, line.body, model=ask.model,
+                                                     headers=line.headers or {}, path=_line_path(line))) is not None:
+            line.error = LineError(refused.status, refused.message, refused.param, refused.code)
             return
         entry = None
         if server.script is not None and (entry := server.script.match(ask.model, ask.messages)) is None:

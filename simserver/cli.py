@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> None:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
         else:
             parser.add_argument(flag, type=FIELD_KINDS[f.name], default=f.default)
+    parser.add_argument("--lenient", dest="strict", action="store_false",
+                        help="take what the real APIs refuse (the same as --no-strict)")
     args = vars(parser.parse_args(argv))
     try:
         config = SimConfig(**{f.name: args[f.name] for f in dataclasses.fields(SimConfig)})

@@ -39,6 +39,8 @@ class SimConfig:
     batch_delay: float = 0.0  #: seconds from a batch's creation until it ends (0: done at the first look)
     batch_expire: float = 0.0  #: fraction of batch lines (by custom id hash) that expire instead of completing
     batch_line_errors: float = 0.0  #: fraction of batch lines (by custom id hash) answered with a 500 error
+    #: refuse what the real APIs refuse, as they do (simserver.strict); ``--lenient`` / ``strict: false`` turns it off
+    strict: bool = True
 
     def __post_init__(self) -> None:
         checked_updates(dataclasses.asdict(self))

@@ -25,7 +25,11 @@ Fault knobs (:class:`SimConfig`) are decided in this order, each drawing from a 
 by the server only when its fraction is non-zero (so adding a knob never shifts the others' dice):
     key check          missing / wrong key (``require_key``, ``api_key``); no draw.
     ``fault_401``      auth failure.
-    (body validation)  400.
+    (body validation)  400: what the format module cannot read, then (``strict``, on by default) what the real
+                       API refuses, checked against its published definition (:mod:`simserver.strict`: OpenAI's
+                       OpenAPI document, the anthropic SDK's request types and the version header, the Gemini
+                       protos of v1 and v1beta, and the capability table's rules per model), with the real
+                       status and error body. ``--lenient`` / ``strict: false`` leaves only the first.
     (response script)  the first matching entry is picked (:mod:`simserver.script`); with ``strict: true``
                        a request no entry matches is a 400 "no scripted response matches this request".
     ``fault_quota``    out of credit: OpenAI 429 ``insufficient_quota``, Anthropic 402 ``billing_error``, Gemini
@@ -62,6 +66,7 @@ from typing import Any, Self
 
 from aiohttp import web
 
+from . import strict
 from .answers import canonical, count_prompt_tokens
 from .anthropic import ANTHROPIC
 from .batch_anthropic import AnthropicBatches
@@ -249,6 +254,9 @@ class SimServer:
             ask = fmt.parse(body, request)
         except Invalid as exc:
             return self._finish(fmt.bad_request(exc.message, exc.param, headers))
+        if cfg.strict and (refused := strict.refusal(fmt.name, body, model=ask.model, headers=request.headers,
+                                                     path=request.path)) is not None:
+            return self._finish(strict.render(fmt, refused, headers))
         entry = None
         if self.script is not None and (entry := self.script.match(ask.model, ask.messages)) is None:
             self._unmatched += 1

@@ -191,7 +191,8 @@ async def test_strict_script_rejects_unmatched_requests_in_each_format(tmp_path:
     assert caught.value.body["message"] == "no scripted response matches this request"  # type: ignore[index]
     assert caught.value.body["type"] == "invalid_request_error"  # type: ignore[index]
     async with aiohttp.ClientSession() as session:
-        async with session.post(srv.root_url + "/v1/messages", headers={"x-api-key": "k"}, json={
+        async with session.post(srv.root_url + "/v1/messages", headers={"x-api-key": "k",
+                                                                        "anthropic-version": "2023-06-01"}, json={
                 "model": "sim-a", "max_tokens": 5, "messages": [{"role": "user", "content": "hello"}]}) as resp:
             assert resp.status == 400
             assert (await resp.json())["error"] == {"type": "invalid_request_error",
@@ -217,8 +218,8 @@ async def test_scripted_answer_through_each_sdk(srv: SimServer) -> None:
     openai_sdk = make_client(srv)
     claude = anthropic.AsyncAnthropic(base_url=srv.root_url, api_key="test-key", max_retries=0,
                                       http_client=anthropic.DefaultAioHttpClient())
-    gemini = genai.Client(api_key="test-key", http_options=genai_types.HttpOptions(
-        base_url=srv.root_url, retry_options=genai_types.HttpRetryOptions(attempts=1)))
+    gemini = genai.Client(api_key="test-key", http_options=genai_types.HttpOptions(  # v1 has no systemInstruction
+        base_url=srv.root_url, api_version="v1beta", retry_options=genai_types.HttpRetryOptions(attempts=1)))
     try:
         via_openai = await openai_sdk.chat.completions.create(
             model="gpt-4o-mini", messages=[system, *turns], max_tokens=50)  # type: ignore[list-item]

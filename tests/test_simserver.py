@@ -113,9 +113,13 @@ async def ask_gemini(gemini: genai.Client, text: str = "hi", model: str = "sim-a
 
 async def raw_post(srv: SimServer, path: str, payload: Any, headers: dict[str, str] | None = None
                    ) -> tuple[int, Mapping[str, str], str]:
-    """POST without an SDK: (status, headers (case-insensitive), body text)."""
+    """POST without an SDK: (status, headers (case-insensitive), body text). A Messages request gets the
+    ``anthropic-version`` header the real API requires (as the SDK sends it) unless ``headers`` name one."""
+    headers = dict(headers or {})
+    if path.startswith("/v1/messages"):
+        headers.setdefault("anthropic-version", "2023-06-01")
     async with aiohttp.ClientSession() as session, session.post(
-            srv.root_url + path, data=json.dumps(payload), headers=headers or {}) as resp:
+            srv.root_url + path, data=json.dumps(payload), headers=headers) as resp:
         return resp.status, resp.headers.copy(), await resp.text()
 
 
@@ -433,7 +437,9 @@ async def test_anthropic_answer_usage_and_stop_reasons(srv: SimServer, claude: a
 async def test_gemini_answer_and_usage(srv: SimServer, version: str) -> None:
     sdk = make_gemini(srv, version=version)
     try:
-        result = await ask_gemini(sdk, MC_PROMPT, system_instruction="Answer with one letter.", temperature=0)
+        # v1 has no systemInstruction (generativelanguage v1 proto); the real v1 refuses it, as strict mode does
+        system = {"system_instruction": "Answer with one letter."} if version == "v1beta" else {}
+        result = await ask_gemini(sdk, MC_PROMPT, temperature=0, **system)
         short = await ask_gemini(sdk, "Tell me about the weather.", max_output_tokens=2)
     finally:
         await sdk.aio.aclose()
@@ -457,7 +463,9 @@ async def test_one_conversation_gets_one_answer_and_digest_in_every_format(
     turns = [{"role": m["role"], "content": m["content"]} for m in CONVERSATION[1:]]
     # anthropic 2.x no longer takes temperature/top_p as arguments; the wire field still exists.
     via_claude = await claude.messages.create(model="sim-a", max_tokens=12, system="Be brief.", messages=turns,
-                                              stop_sequences=["zz"], extra_body={"temperature": 0, "top_p": 1})
+                                              stop_sequences=["zz"], extra_body={"temperature": 0, "top_p": 1},
+                                              # the SDK's default version (2026-10-21) refuses any temperature
+                                              extra_headers={"anthropic-version": "2023-06-01"})
     contents = [genai_types.Content(role="model" if m["role"] == "assistant" else "user",
                                     parts=[genai_types.Part(text=m["content"])]) for m in turns]
     via_gemini = await gemini.aio.models.generate_content(model="sim-a", contents=contents,  # type: ignore[arg-type]
