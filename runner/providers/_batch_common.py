@@ -8,6 +8,11 @@
 * A line is worth submitting again (``retry``) when its error is one the runner retries online (server
   errors, 429s, malformed answers) or when the provider never ran it (expired, cancelled: error classes
   ``batch_expired`` and ``batch_cancelled``). A bad request, an auth or a quota error is not.
+* A failed line keeps the provider's own words (:func:`described`): its status, error type and code, the
+  parameter it names and its message in full, as in ``400 invalid_request_error (param stop): 'stop' must have
+  at most 4 items``; the online mapping's message is the runner's own and says only the status.
+* A batch refused as a whole for some of its lines (OpenAI's input file validation) fails those lines with their
+  own error; its other lines come back with error class ``batch_refused`` to be submitted again, once.
 * Labels are names, never secrets: :func:`safe_label` masks the provider's key should a label hold it.
 """
 
@@ -17,7 +22,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from runner.errors import BadRequest, ProviderError, TransientError
+from runner.errors import AuthError, BadRequest, ProviderError, QuotaExceeded, TransientError
 
 from .base import Completion
 from .batching import ENDED, Batches, BatchLine, BatchResult
@@ -25,6 +30,8 @@ from .batching import ENDED, Batches, BatchLine, BatchResult
 #: error classes of lines the provider did not run
 EXPIRED = "batch_expired"
 CANCELLED = "batch_cancelled"
+#: error class of a line of a batch refused for its other lines: submitted again once, then failed
+REFUSED = "batch_refused"
 
 
 class MappingProvider(Protocol):
@@ -57,6 +64,33 @@ def stainless_error(client: Any, status: int, body: Any, path: str) -> Exception
     url = str(client.base_url).rstrip("/") + path
     response = httpx2.Response(status, json=body, request=httpx2.Request("POST", url))
     return client._make_status_error(f"Error code: {status}", body=body, response=response)
+
+
+def words(status: Any = None, kind: Any = None, code: Any = None, param: Any = None, message: Any = None) -> str:
+    """A provider's error in its own words: ``{status} {kind} {code} (param {param}): {message}``, the parts it
+    gave (each once), the message in full."""
+    parts: list[str] = []
+    for part in (status, kind, code):
+        if part not in (None, "") and str(part) not in parts:
+            parts.append(str(part))
+    head = " ".join(parts)
+    if param not in (None, ""):
+        head += f" (param {param})"
+    text = str(message or "").strip() or "no reason given"
+    return f"{head}: {text}" if head else text
+
+
+def described(error: ProviderError, where: str, status: Any = None, kind: Any = None, code: Any = None,
+              param: Any = None, message: Any = None) -> ProviderError:
+    """``error`` (the online mapping of a failed line's error, whose message is the runner's own) with the
+    provider's words (:func:`words`) as its message: ``{where}: {words}``. Its class, status and error class stay
+    the mapping's. An auth error keeps the runner's words alone (a provider's 401 text may quote part of the key);
+    a quota error keeps its advice and adds the provider's words."""
+    if isinstance(error, AuthError) or not str(message or "").strip():
+        return error
+    said = words(status, kind, code, param, message)
+    error.args = (f"{error}: {said}" if isinstance(error, QuotaExceeded) else f"{where}: {said}",)
+    return error
 
 
 def check_lines(where: str, lines: list[BatchLine]) -> None:

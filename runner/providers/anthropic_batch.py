@@ -1,15 +1,18 @@
 """Anthropic's Message Batches API through the official SDK (``client.messages.batches``).
 
 Submit: ``{"custom_id", "params"}`` per line, the params exactly as the online path builds them
-(``AnthropicProvider.request_of``: system prompt beside the conversation, ``max_tokens`` or the default cap,
-``stop_sequences``, and temperature / top_p as body fields). Custom ids must match ``^[a-zA-Z0-9_-]{1,64}$``
-(Anthropic refuses the whole batch otherwise, so they are checked before anything is sent). A Message Batch
+(``AnthropicProvider.request_of`` for the same model, so thinking takes the model's form: system prompt beside
+the conversation, ``max_tokens`` or the default cap, ``stop_sequences``, and temperature / top_p as body
+fields); the client is the online path's, so the pinned ``anthropic-version`` header goes with every call.
+Custom ids must match ``^[a-zA-Z0-9_-]{1,64}$`` (Anthropic refuses the whole batch otherwise, so they are
+checked before anything is sent). A Message Batch
 has no name or metadata: the label is not sent anywhere.
 
 Results: every request has a result, matched by custom id. ``succeeded`` is a completion built as online from
 the Message (``AnthropicProvider.completion_of``); ``errored`` is the online mapping of the error's type
 (``api_error`` 500 and ``overloaded_error`` 529 are transient and retried, ``invalid_request_error`` is a bad
-request); ``canceled`` and ``expired`` lines are retried.
+request), its message the provider's (``400 invalid_request_error: ...``); ``canceled`` and ``expired`` lines
+are retried.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ._batch_common import (
     SDKBatches,
     answered,
     check_lines,
+    described,
     failed,
     malformed,
     mapped,
@@ -54,7 +58,7 @@ class AnthropicBatches(SDKBatches):
 
     def params(self, model: str, line: BatchLine) -> dict[str, Any]:
         """A request's params: what ``messages.create`` sends online, sampling fields included."""
-        kwargs, sampling = self.provider.request_of(line.messages, line.params)
+        kwargs, sampling = self.provider.request_of(line.messages, line.params, model)
         return {"model": model, **kwargs, **sampling}
 
     async def submit(self, model: str, lines: list[BatchLine], *, label: str) -> str:
@@ -93,10 +97,12 @@ class AnthropicBatches(SDKBatches):
             return answered(custom_id, lambda: self.provider.completion_of(result.message.to_dict(mode="json")), raw)
         if result.type == "errored":
             body = result.error.to_dict(mode="json")  # {"type": "error", "error": {"type", "message"}}
-            kind = (body.get("error") or {}).get("type")
+            words = body.get("error") if isinstance(body.get("error"), dict) else {}
+            kind = words.get("type")
             status = _STATUS.get(str(kind), 500)  # a type this table does not know yet: a server error
             sdk_error = stainless_error(self.client, status, body, "/v1/messages")
-            return failed(custom_id, mapped(self.provider, sdk_error), raw)
+            return failed(custom_id, described(mapped(self.provider, sdk_error), self.where, status, kind,
+                                               message=words.get("message")), raw)
         return unfinished(custom_id, self.where, CANCELLED if result.type == "canceled" else EXPIRED, raw)
 
     async def _cancel(self, batch_id: str) -> None:
