@@ -17,10 +17,13 @@ or ``BATCH_STATE_CANCELLED``; the SDK shows them as ``JOB_STATE_*``. ``batchStat
 (int64 strings). Once ended, ``output.inlinedResponses.inlinedResponses`` has one entry per request, in request
 order (Gemini pairs them by position): ``{"response": <the generateContent answer>, "metadata"}`` or ``{"error":
 {"code", "message"}, "metadata"}`` with a ``google.rpc.Code``: 13 INTERNAL (``batch_line_errors``), 3
-INVALID_ARGUMENT (a request generateContent would reject), 4 DEADLINE_EXCEEDED (expired) or 1 CANCELLED
-(expired and canceled requests get an entry too, to keep the positions). A request's custom id, for the
-``batch_*`` hashes, is its ``metadata.key`` when it has one, else its position. File input (``inputConfig.
-fileName``) is not supported (a 400).
+INVALID_ARGUMENT (a request generateContent would reject, its message naming the field), 4 DEADLINE_EXCEEDED
+(expired) or 1 CANCELLED (expired and canceled requests get an entry too, to keep the positions); no
+``details``, which google-genai 3.x reads as a list of strings only (``JobError.details``). A create body
+over 20 MB (20971520 bytes: inline requests are for batches under 20 MB, batch mode docs) is refused with 400
+INVALID_ARGUMENT "Request payload size exceeds the limit: 20971520 bytes.", as Google's front end words it. A
+request's custom id, for the ``batch_*`` hashes, is its ``metadata.key`` when it has one, else its position.
+File input (``inputConfig.fileName``) is not supported (a 400).
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ _STATES = {"completed": "BATCH_STATE_SUCCEEDED", "expired": "BATCH_STATE_EXPIRED
            "cancelled": "BATCH_STATE_CANCELLED", "failed": "BATCH_STATE_FAILED"}
 _UNFINISHED = {"expired": {"code": 4, "message": "The batch expired before this request was processed."},
                "canceled": {"code": 1, "message": "The batch was cancelled before this request was processed."}}
+#: Gemini takes inline requests while a batch's total request size stays under 20 MB (ai.google.dev/gemini-api/
+#: docs/batch-mode, "Inline requests"); a larger body is refused as Google's front end refuses any request over it
+INLINE_LIMIT = 20 * 1024 * 1024
 _INTERNAL = ("An internal error has occurred. Please retry or report in "
              "https://developers.generativeai.google/guide/troubleshooting")
 
@@ -78,8 +84,11 @@ class GeminiBatches(BatchRoutes):
         add("POST", "/v1beta/batches/{batch_id}:cancel", self._keyed(self.cancel))
 
     async def create(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        if len(raw) > INLINE_LIMIT:
+            return _error(400, "INVALID_ARGUMENT", f"Request payload size exceeds the limit: {INLINE_LIMIT} bytes.")
         try:
-            body = json.loads(await request.read())
+            body = json.loads(raw)
         except ValueError:
             return _error(400, "INVALID_ARGUMENT", "Invalid JSON payload received.")
         batch_spec = body.get("batch") if isinstance(body, dict) else None

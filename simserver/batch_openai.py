@@ -14,7 +14,9 @@ Statuses: the create answer says ``validating``; then ``in_progress`` (``finaliz
 delay), and at the end ``completed``, or ``expired`` when a line expired (``batch_expire``) or the batch was
 expired by ``/sim/batches/{id}/expire``; a cancel answers ``cancelling`` and the next look says ``cancelled``.
 An input file that is not one JSON request per line (``custom_id`` unique, ``method`` POST, ``url`` the
-batch's endpoint, ``body`` an object) makes the batch ``failed`` with ``errors.data`` naming the lines.
+batch's endpoint, ``body`` an object naming the same ``model`` as the first valid line: OpenAI's batch guide,
+"each input file can only include requests to a single model") makes the batch ``failed`` with ``errors.data``
+naming the lines (``{code, message, param, line}``, line numbers from 1), as OpenAI's validation does.
 ``request_counts`` are ``{total, completed, failed}`` (0 until the end; expired and canceled lines are in
 neither), ``usage`` sums the answered lines' tokens. The output file (``output_file_id``) holds one line
 ``{id, custom_id, response: {status_code: 200, request_id, body}, error: null}`` per answered request, in
@@ -81,6 +83,7 @@ def _read_lines(data: bytes, endpoint: str) -> tuple[list[Line], list[dict[str, 
         fault("invalid_file_format", "The input file is not UTF-8 encoded JSONL.", None, None)
         return [], errors
     seen: set[str] = set()
+    model: Any = None  #: the model of the first valid line: every line must name the same
     for number, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
@@ -103,7 +106,14 @@ def _read_lines(data: bytes, endpoint: str) -> tuple[list[Line], list[dict[str, 
             fault("mismatched_url", f"The request's url must be the batch's endpoint, '{endpoint}'.", "url", number)
         elif not isinstance(item.get("body"), dict):
             fault("missing_required_parameter", "Missing required parameter: 'body'.", "body", number)
+        elif model is not None and item["body"].get("model") != model:
+            # "each input file can only include requests to a single model" (OpenAI's Batch API guide,
+            # platform.openai.com/docs/guides/batch); the code and words are ours, the rule is OpenAI's
+            fault("mismatched_model", f"The model '{item['body'].get('model')}' does not match the model of the "
+                  f"batch's first request, '{model}': a batch takes requests to a single model.", "body.model",
+                  number)
         else:
+            model = item["body"].get("model") if model is None else model
             seen.add(custom_id)
             lines.append(Line(custom_id, item["body"], _ENDPOINTS[endpoint]))
     if not lines and not errors:

@@ -359,3 +359,110 @@ async def test_a_batch_run_stopped_by_its_budget_resumes_with_new_batches(tmp_pa
     assert stats["batch_lines"] == n and all(c == 1 for c in stats["batch_completed_by_digest"].values())
     assert len(store.tasks(first.run_id, status="done")) == ROWS * 2
     assert not store.ledger(first.run_id, kind="reserved")
+
+
+# -- what a failed line says, a refused input file, Gemini's 20 MB --------------------------------------------
+
+
+def _patch_input_file(monkeypatch, change) -> list[int]:
+    """Make the OpenAI batch client's input files go through ``change(lines, submission)`` (the JSONL lines as
+    dicts, the submission's number from 0); returns the list of submissions made."""
+    from runner.providers.openai_batch import OpenAIBatches
+
+    original = OpenAIBatches.input_file
+    made: list[int] = []
+
+    def input_file(self, model, lines):
+        items = [json.loads(raw) for raw in original(self, model, lines).decode().splitlines()]
+        change(items, len(made))
+        made.append(len(items))
+        return "".join(json.dumps(item) + "\n" for item in items).encode()
+
+    monkeypatch.setattr(OpenAIBatches, "input_file", input_file)
+    return made
+
+
+async def test_a_failed_lines_message_and_parameter_reach_the_task_the_results_and_the_report(
+        tmp_path, server: SimServer, monkeypatch):
+    def bad_stop(items: list[dict], submission: int) -> None:
+        items[0]["body"]["stop"] = 5  # the online endpoint refuses it: a 400 line naming the parameter
+
+    _patch_input_file(monkeypatch, bad_stop)
+    store = open_store(tmp_path / "s.sqlite")
+    outcome = await execute(load_job(write_job(tmp_path, server.url, mode="batch")), store)
+    said = "400 invalid_request_error (param stop): Invalid 'stop': expected a string or a list of strings."
+    failed = store.tasks(outcome.run_id, status="failed")
+    assert failed and all(t["error_class"] == "bad_request" and t["error"].endswith(said) for t in failed)
+    results = [json.loads(line) for line in outcome.results["mc"].read_text().splitlines()]
+    errors = [r for r in results if r.get("error")]
+    assert len(errors) == len(failed) and all(r["error"].endswith(said) for r in errors)
+    [row] = report.build(store, outcome.run_id)["rows"]
+    assert row["errors"] == {"bad_request": len(failed)}
+
+
+async def test_a_refused_input_file_fails_the_named_lines_and_resubmits_the_others_once(
+        tmp_path, server: SimServer, monkeypatch):
+    def wrong_model_first_time(items: list[dict], submission: int) -> None:
+        if submission == 0:
+            items[-1]["body"]["model"] = "another-model"  # OpenAI: one model per input file
+
+    made = _patch_input_file(monkeypatch, wrong_model_first_time)
+    store = open_store(tmp_path / "s.sqlite")
+    path = write_job(tmp_path, server.url, mode="batch", batch={"poll_interval": 0.02, "max_resubmits": 0})
+    outcome = await execute(load_job(path), store)
+    n = distinct(path)
+    assert made == [n, n - 1], "the valid lines went again, in a batch of their own, even with max_resubmits 0"
+    stats = server.stats()
+    assert stats["batches"] == 2 and stats["batch_lines"] == n - 1, "the refused file ran nothing"
+    assert all(c == 1 for c in stats["batch_completed_by_digest"].values()), "each answered once"
+    failed = store.tasks(outcome.run_id, status="failed")
+    assert {t["key"] for t in failed} and len({t["key"] for t in failed}) == 1
+    assert all(t["error_class"] == "bad_request" and f"refused its input file at line {n}: mismatched_model "
+               "(param body.model): The model 'another-model'" in t["error"] for t in failed)
+    assert len(store.tasks(outcome.run_id, status="done")) == ROWS * 2 - len(failed)
+    totals = report.build(store, outcome.run_id)["totals"]
+    assert totals["ledger_charged"] == pytest.approx(totals["cost"]) and totals["batched"] == n - 1
+    assert not store.ledger(kind="reserved")
+    first, second = store.batches(outcome.run_id)
+    assert first["by_status"] == {"failed": 1, "retry": n - 1} and second["by_status"] == {"done": n - 1}
+
+
+async def test_lines_refused_a_second_time_fail(tmp_path, server: SimServer, monkeypatch):
+    def wrong_model_every_time(items: list[dict], submission: int) -> None:
+        items[-1]["body"]["model"] = "another-model"
+
+    made = _patch_input_file(monkeypatch, wrong_model_every_time)
+    store = open_store(tmp_path / "s.sqlite")
+    path = write_job(tmp_path, server.url, mode="batch")
+    outcome = await execute(load_job(path), store)
+    n = distinct(path)
+    assert made == [n, n - 1], "submitted again once only"
+    assert server.stats()["batch_lines"] == 0 and server.stats()["received"] == 0
+    failed = store.tasks(outcome.run_id, status="failed")
+    assert len(failed) == ROWS * 2
+    classes = {t["key"]: t["error_class"] for t in failed}
+    assert sorted(classes.values()).count("bad_request") == 2, "one line named by each refusal"
+    assert {c for c in classes.values() if c != "bad_request"} == {"batch_refused"}
+    assert not store.ledger(kind="reserved") and not store.ledger(kind="charge")
+
+
+async def test_a_gemini_stage_is_sent_as_several_inline_batches_each_under_the_size_limit(
+        tmp_path, server: SimServer, monkeypatch):
+    from runner.providers import gemini_batch
+
+    monkeypatch.setenv("GEMINI_API_KEY", "test-key")
+    monkeypatch.setattr(gemini_batch, "INLINE_BUDGET", 3000)  # a few lines a batch, to see the engine cut
+    model = "gemini:gemini-2.0-flash"
+    store = open_store(tmp_path / "s.sqlite")
+    path = write_job(tmp_path, server.root_url, mode="batch", models=[model],
+                     providers={"gemini": {"base_url": server.root_url, "timeout": 10}})
+    outcome = await execute(load_job(path), store)
+    assert outcome.status == "completed", outcome.message
+    n = distinct(path)
+    batches = list(server.batches.batches.values())
+    assert len(batches) > 2 and sum(len(b.lines) for b in batches) == n
+    for batch in batches:
+        size = sum(len(json.dumps({"request": line.body, "metadata": line.metadata})) for line in batch.lines)
+        assert size <= 3000 * 1.2, "each batch within the budget (its JSON measured on the server)"
+    assert len(store.tasks(outcome.run_id, status="done")) == ROWS * 2
+    assert {b["state"] for b in store.batches(outcome.run_id)} == {"collected"}

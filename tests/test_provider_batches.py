@@ -205,7 +205,7 @@ async def test_a_bad_line_fails_alone_without_retry(srv: SimServer, kind: str) -
 
 
 @pytest.mark.parametrize("kind", ["openai", "sim"])
-async def test_an_openai_batch_whose_input_file_failed_fails_every_line(srv: SimServer, kind: str) -> None:
+async def test_an_openai_batch_whose_input_file_failed_fails_the_line_it_names(srv: SimServer, kind: str) -> None:
     async with opened(kind, srv) as provider:
         good = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
                 "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}}
@@ -220,8 +220,9 @@ async def test_an_openai_batch_whose_input_file_failed_fails_every_line(srv: Sim
         assert (status.state, status.provider_state) == (ENDED, "failed")
         results = await batches.results(batch.id)
     assert [r.custom_id for r in results] == ["a", "b"]
-    for result in results:
-        assert isinstance(result.error, BadRequest) and not result.retry and "mismatched_url" in str(result.error)
+    good, bad = results
+    assert isinstance(bad.error, BadRequest) and not bad.retry and "mismatched_url (param url)" in str(bad.error)
+    assert good.retry and good.error is not None and good.error.error_class == "batch_refused"
 
 
 # -- cancel, a new process ------------------------------------------------------------------------------------
@@ -319,3 +320,133 @@ async def test_providers_without_a_batch_api_say_to_use_online_mode() -> None:
     for provider in (compatible, compatible._client("my-vllm/llama")):
         with pytest.raises(BadRequest, match=r"openai-compatible has no Batch API.*use mode: online"):
             provider.batches()
+
+
+# -- what a failed line says ---------------------------------------------------------------------------------
+
+#: per provider: a line the simulated server's online validation refuses, and the words its error must carry
+BAD_LINES = {
+    "openai": ({"stop": 5}, "400 invalid_request_error (param stop): Invalid 'stop': expected a string or a list "
+                            "of strings."),
+    "sim": ({"stop": 5}, "400 invalid_request_error (param stop): Invalid 'stop': expected a string or a list of "
+                         "strings."),
+    "anthropic": ({"stop": "x"}, "400 invalid_request_error: stop_sequences: Input should be a valid list of "
+                                 "strings"),
+    "gemini": ({"max_tokens": 0}, "400 INVALID_ARGUMENT (param generation_config.max_output_tokens): * "
+                                  "GenerateContentRequest.generation_config.max_output_tokens: must be a positive "
+                                  "integer"),
+}
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_a_failed_lines_error_carries_the_providers_message_and_parameter(srv: SimServer, kind: str) -> None:
+    params, said = BAD_LINES[kind]
+    lines = [*make_lines(1), BatchLine("bad", [{"role": "user", "content": "hello"}], params)]
+    async with opened(kind, srv) as provider:
+        batches = provider.batches()
+        batch_id = await batches.submit("sim-model", lines, label="run/stage")
+        await ended(batches, batch_id)
+        bad = {r.custom_id: r for r in await batches.results(batch_id)}["bad"]
+    assert isinstance(bad.error, BadRequest) and bad.error.error_class == "bad_request" and not bad.retry
+    assert str(bad.error) == f"{provider.where}: {said}"  # type: ignore[attr-defined]
+
+
+async def test_the_documented_error_lines_keep_message_code_and_parameter(srv: SimServer) -> None:
+    """Each provider's per-line error as its documentation shows it, read without the simulated server."""
+    from types import SimpleNamespace
+
+    from anthropic.types.messages import MessageBatchIndividualResponse
+
+    async with opened("openai", srv) as openai_provider, opened("anthropic", srv) as claude, \
+            opened("gemini", srv) as gemini_provider:
+        # OpenAI's error file (as openai/openai-openapi#302 shows one): the error in the response body
+        message = ("This model's maximum context length is 128000 tokens. However, you requested 1000024 tokens "
+                   "(24 in the messages, 1000000 in the completion). Please reduce the length of the messages or "
+                   "completion.")
+        line = {"id": "batch_req_1", "custom_id": "request-5", "error": None, "response": {
+            "status_code": 400, "request_id": "r", "body": {"error": {
+                "message": message, "type": "invalid_request_error", "param": "messages",
+                "code": "context_length_exceeded"}}}}
+        error = openai_provider.batches()._line(line).error  # type: ignore[attr-defined]
+        assert isinstance(error, BadRequest)
+        assert str(error) == (f"{openai_provider.where}: 400 invalid_request_error context_length_exceeded "  # type: ignore[attr-defined]
+                              f"(param messages): {message}")
+        # a line OpenAI could not run, without a response
+        line = {"id": "batch_req_2", "custom_id": "x", "response": None,
+                "error": {"code": "some_new_code", "message": "Something new went wrong."}}
+        error = openai_provider.batches()._line(line).error  # type: ignore[attr-defined]
+        assert isinstance(error, TransientError) and str(error).endswith("some_new_code: Something new went wrong.")
+        # Anthropic's errored result
+        item = MessageBatchIndividualResponse.model_validate({"custom_id": "c", "result": {
+            "type": "errored", "error": {"type": "error", "error": {
+                "type": "invalid_request_error", "message": "max_tokens: Field required"}}}})
+        result = claude.batches()._line(item)  # type: ignore[attr-defined]
+        assert isinstance(result.error, BadRequest) and not result.retry
+        assert str(result.error) == f"{claude.where}: 400 invalid_request_error: max_tokens: Field required"  # type: ignore[attr-defined]
+        # a google.rpc.Status with a BadRequest field violation in its details
+        status = SimpleNamespace(code=3, message="Invalid value at 'generation_config.temperature' (TYPE_FLOAT)",
+                                 details=[{"@type": "type.googleapis.com/google.rpc.BadRequest", "fieldViolations": [
+                                     {"field": "generation_config.temperature", "description": "Invalid value"}]}])
+        error = gemini_provider.batches()._error(status)  # type: ignore[attr-defined]
+        assert isinstance(error, BadRequest) and error.status == 400
+        assert str(error) == (f"{gemini_provider.where}: 400 INVALID_ARGUMENT (param generation_config.temperature): "  # type: ignore[attr-defined]
+                              "Invalid value at 'generation_config.temperature' (TYPE_FLOAT)")
+        # an auth error keeps the runner's words only (a provider's 401 text may quote part of the key)
+        line = {"custom_id": "k", "response": {"status_code": 401, "body": {"error": {
+            "message": "Incorrect API key provided: sk-abc***xyz.", "type": "invalid_request_error"}}}}
+        error = openai_provider.batches()._line(line).error  # type: ignore[attr-defined]
+        assert isinstance(error, AuthError) and "sk-abc" not in str(error)
+
+
+# -- an input file refused for some of its lines ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["openai", "sim"])
+async def test_a_refused_input_file_fails_the_lines_it_names_and_returns_the_others(srv: SimServer,
+                                                                                    kind: str) -> None:
+    async with opened(kind, srv) as provider:
+        batches: Any = provider.batches()
+        lines = make_lines(3)
+        data = batches.input_file("sim-model", lines).decode().splitlines()
+        second = json.loads(data[1])
+        second["body"]["model"] = "another-model"  # OpenAI: one model per input file
+        data[1] = json.dumps(second)
+        client: Any = provider.client  # type: ignore[attr-defined]
+        upload = await client.files.create(file=("in.jsonl", "\n".join(data).encode()), purpose="batch")
+        batch = await client.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions",
+                                            completion_window="24h")
+        assert (await batches.status(batch.id)).provider_state == "failed"
+        results = {r.custom_id: r for r in await batches.results(batch.id)}
+    assert list(results) == ["row-0", "row-1", "row-2"]
+    named = results["row-1"]
+    assert isinstance(named.error, BadRequest) and not named.retry and named.error.error_class == "bad_request"
+    assert str(named.error).startswith(f"{provider.where}: batch {batch.id} refused its input file at line 2: "  # type: ignore[attr-defined]
+                                       "mismatched_model (param body.model): The model 'another-model' does not")
+    for cid in ("row-0", "row-2"):
+        assert results[cid].retry and results[cid].error is not None
+        assert results[cid].error.error_class == "batch_refused"
+        assert "for other lines (2)" in str(results[cid].error)
+
+
+# -- Gemini: inline batches under 20 MB -----------------------------------------------------------------------------
+
+
+async def test_gemini_lines_over_20_mb_are_cut_into_batches_under_it(srv: SimServer) -> None:
+    from runner.providers import gemini_batch
+
+    big = "y" * (5 * 1024 * 1024)  # five lines of 5 MB: 25 MB in one batch
+    lines = [BatchLine(f"big-{i}", [{"role": "user", "content": f"{i} {big}"}], {"max_tokens": 3}) for i in range(5)]
+    async with opened("gemini", srv) as provider:
+        batches: Any = provider.batches()
+        with pytest.raises(BadRequest, match=r"400 INVALID_ARGUMENT: Request payload size exceeds the limit: "
+                                             r"20971520 bytes\."):
+            await batches.submit("sim-model", lines, label="run/stage")  # all at once: refused
+        parts = batches.chunks("sim-model", lines)
+        assert len(parts) == 2 and [line for part in parts for line in part] == lines
+        for part in parts:
+            assert sum(gemini_batch.inline_size(r) for r in batches.requests("sim-model", part)) \
+                <= gemini_batch.INLINE_BUDGET < gemini_batch.INLINE_LIMIT
+            batch_id = await batches.submit("sim-model", part, label="run/stage")  # each one taken
+            await ended(batches, batch_id)
+            assert all(r.completion for r in await batches.results(batch_id))
+        assert batches.chunks("sim-model", make_lines(3)) == [make_lines(3)]

@@ -190,7 +190,7 @@ async def test_openai_line_errors_and_expiry(srv: SimServer, oa: openai.AsyncOpe
 
 
 async def test_openai_invalid_line_body_is_an_errored_line(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
-    done = await oa.batches.retrieve((await openai_batch(oa, {"ok": chat_bodies(1)[0], "bad": {"model": "m"}})).id)
+    done = await oa.batches.retrieve((await openai_batch(oa, {"ok": chat_bodies(1)[0], "bad": {"model": "sim-a"}})).id)
     assert done.status == "completed" and done.request_counts and done.request_counts.failed == 1
     bad = (await jsonl(oa, done.error_file_id))["bad"]["response"]
     assert bad["status_code"] == 400 and bad["body"]["error"]["param"] == "messages"
@@ -468,3 +468,30 @@ async def test_batch_knobs_are_config_fields_and_flags(srv: SimServer, monkeypat
     monkeypatch.setattr(simserver_cli, "serve", lambda host, port, config: seen.append(config))
     simserver_cli.main(["--batch-delay", "1.5", "--batch-expire", "0.1", "--batch-line-errors", "0.2"])
     assert seen == [SimConfig(batch_delay=1.5, batch_expire=0.1, batch_line_errors=0.2)]
+
+
+async def test_openai_a_file_with_two_models_fails_naming_the_lines(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
+    """OpenAI's batch guide: "each input file can only include requests to a single model"; its validation fails
+    the batch, and ``errors.data`` names each line (from 1) that breaks the rule, with the parameter."""
+    other = {**chat_bodies(2)[1], "model": "sim-b"}
+    created = await openai_batch(oa, {"a": chat_bodies(1)[0], "b": other, "c": chat_bodies(3)[2]})
+    done = await oa.batches.retrieve(created.id)
+    assert done.status == "failed" and done.errors and done.errors.data
+    [error] = done.errors.data
+    assert (error.code, error.line, error.param) == ("mismatched_model", 2, "body.model")
+    assert "'sim-b'" in (error.message or "") and "'sim-a'" in (error.message or "")
+    assert "batches" in srv.stats() and srv.stats()["batch_lines"] == 0, "nothing of a refused file is run"
+
+
+async def test_gemini_an_inline_batch_over_20_mb_is_refused(srv: SimServer, gemini: genai.Client) -> None:
+    """Inline requests are for batches under 20 MB (Gemini batch mode docs); Google's front end refuses a larger
+    body with 400 INVALID_ARGUMENT, its limit in bytes."""
+    big = "x" * (7 * 1024 * 1024)
+    src: list[Any] = [{"contents": [{"role": "user", "parts": [{"text": f"{i} {big}"}]}]} for i in range(3)]
+    with pytest.raises(genai_errors.ClientError) as refused:
+        await gemini.aio.batches.create(model="sim-a", src=src)
+    assert refused.value.code == 400 and refused.value.status == "INVALID_ARGUMENT"
+    assert refused.value.message == "Request payload size exceeds the limit: 20971520 bytes."
+    assert srv.stats().get("batches", 0) == 0
+    job = await gemini.aio.batches.create(model="sim-a", src=src[:2])  # 14 MB: taken
+    assert job.name

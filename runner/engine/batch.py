@@ -27,6 +27,7 @@ from runner.engine.budget import LATER, Reservation
 from runner.engine.stats import BatchView
 from runner.errors import AuthError, ProviderError, QuotaExceeded, RunnerError
 from runner.plan.request import Task
+from runner.providers._batch_common import REFUSED
 from runner.providers.batching import ENDED, Batches, BatchLine
 from runner.store import CachedResponse
 
@@ -76,6 +77,8 @@ class Batcher:
         self.open: dict[str, OpenBatch] = {}
         #: per request key: how many times it was submitted again
         self.resubmits: dict[str, int] = {}
+        #: request keys submitted again after a batch was refused for other lines (a second refusal fails them)
+        self.refiled: set[str] = set()
         self.loaded: set[str] = set()
 
     # -- which tasks go through a batch ------------------------------------------------------------------
@@ -164,15 +167,28 @@ class Batcher:
         if not lines:
             return
         first = tasks[0]
-        round_ = max((self.resubmits.get(line.custom_id, 0) for line in lines), default=0)
         try:
             await self.d._start_provider(first.provider)
             client = self._client(first.provider)
+        except ProviderError as exc:
+            self._refuse(keys, exc)
+            return
+        # a provider may need several batches where the count alone allows one (Gemini: inline requests under 20 MB)
+        chunks = getattr(client, "chunks", None)
+        for part in chunks(first.model_name, lines) if chunks is not None else [lines]:
+            if self.d.stopping:  # a fatal error in an earlier part: these lines stay for a resume
+                self._refuse({line.custom_id: keys[line.custom_id] for line in part}, None)
+                continue
+            await self._send(client, stage, model, first, part, {line.custom_id: keys[line.custom_id] for line in part})
+
+    async def _send(self, client: Batches, stage: str, model: str, first: Task, lines: list[BatchLine],
+                    keys: dict[str, int | None]) -> None:
+        """Submit one batch of reserved lines and record it; a refusal fails its lines."""
+        round_ = max((self.resubmits.get(line.custom_id, 0) for line in lines), default=0)
+        try:
             provider_id = await client.submit(first.model_name, lines, label=f"{self.d.run_id}/{stage}")
         except ProviderError as exc:
-            self._fail_lines(keys, exc)
-            if isinstance(exc, AuthError | QuotaExceeded) and self.d.fatal is None:
-                self.d.fatal, self.d.stopping = exc, True
+            self._refuse(keys, exc)
             return
         # the run's id, the stage and a random part: a resumed process must not reuse an earlier process's ids
         batch = OpenBatch(f"{self.d.run_id}:{stage}:{secrets.token_hex(4)}", stage, model, first.provider, provider_id,
@@ -180,6 +196,22 @@ class Batcher:
         self.d.store.record_batch(batch.id, self.d.run_id, stage, model, provider_id, round_, list(keys.items()))
         self.open[batch.id] = batch
         self.d.stats.batches[batch.id] = BatchView(stage, model, provider_id, len(keys), round=round_)
+
+    def _refuse(self, keys: dict[str, int | None], exc: ProviderError | None) -> None:
+        """Lines not submitted: failed with ``exc`` (a fatal one stops the run), or with none, given back (their
+        reservations released) for a resume."""
+        if exc is None:
+            for key, ledger_id in keys.items():
+                reservation = self.reservations.pop(key, None)
+                if reservation is not None:
+                    self.d._release(reservation)
+                elif ledger_id is not None:
+                    self.d.store.release(ledger_id)
+                self.waiting.pop(key, None)
+            return
+        self._fail_lines(keys, exc)
+        if isinstance(exc, AuthError | QuotaExceeded) and self.d.fatal is None:
+            self.d.fatal, self.d.stopping = exc, True
 
     def _client(self, provider: str) -> Batches:
         return self.d.providers[provider].batches()  # type: ignore[attr-defined]
@@ -277,11 +309,17 @@ class Batcher:
             elif batch.keys[key] is not None:
                 self.d.store.release(batch.keys[key])  # type: ignore[arg-type]
             retry = result is None or result.retry
+            # a line refused with its batch for other lines is submitted again once, whatever max_resubmits says
+            refused = result is not None and result.error is not None and result.error.error_class == REFUSED
+            if refused and key in self.refiled:
+                retry = False
             if tasks and retry and late:
                 statuses[key] = "online"
                 online.extend(tasks)
-            elif tasks and retry and self.resubmits.get(key, 0) < self.settings.max_resubmits:
+            elif tasks and retry and (refused or self.resubmits.get(key, 0) < self.settings.max_resubmits):
                 statuses[key] = "retry"
+                if refused:
+                    self.refiled.add(key)
                 self.resubmits[key] = self.resubmits.get(key, 0) + 1
                 self.waiting[key] = tasks
                 self.pending.setdefault((batch.stage, batch.model), []).append(tasks[0])

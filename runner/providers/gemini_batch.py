@@ -3,9 +3,11 @@
 Submit: one ``InlinedRequest`` per line, its contents and config exactly as the online path builds them
 (``GeminiProvider.request_of``: system instruction, generation config), and its custom id in the request's
 ``metadata`` as ``{"key": custom_id}``, which the SDK sends and Gemini hands back with each response; the
-batch's ``display_name`` is the label. The batch id is the job's name, ``batches/...``. Batch mode is served
-under ``v1beta`` only, while google-genai 3.x talks ``v1`` by default: every batch call here asks for
-``v1beta`` in its own ``http_options`` (the client's timeout and retry settings stay as they are).
+batch's ``display_name`` is the label. Inline requests must stay under 20 MB a batch: the engine asks
+:meth:`GeminiBatches.chunks` how to cut its lines, by their JSON size. The batch id is the job's name,
+``batches/...``. Batch mode is served under ``v1beta`` only, while google-genai 3.x talks ``v1`` by default:
+every batch call here asks for ``v1beta`` in its own ``http_options`` (the client's timeout and retry settings
+stay as they are).
 
 Results: ``dest.inlined_responses``, one per request in request order. The custom id is the response's
 ``metadata["key"]``; should a response come back without it (users have reported Gemini not echoing
@@ -19,9 +21,11 @@ not). This SDK reads no request counts for Gemini batches: ``status`` counts the
 
 from __future__ import annotations
 
+import json
+import re
 from typing import TYPE_CHECKING, Any
 
-from runner.errors import ProviderError
+from runner.errors import BadRequest, ProviderError
 
 from ._batch_common import (
     CANCELLED,
@@ -29,6 +33,7 @@ from ._batch_common import (
     SDKBatches,
     answered,
     check_lines,
+    described,
     failed,
     malformed,
     mapped,
@@ -50,9 +55,37 @@ _RPC = {2: (500, "UNKNOWN"), 3: (400, "INVALID_ARGUMENT"), 5: (404, "NOT_FOUND")
         10: (409, "ABORTED"), 11: (400, "OUT_OF_RANGE"), 12: (501, "UNIMPLEMENTED"), 13: (500, "INTERNAL"),
         14: (503, "UNAVAILABLE"), 15: (500, "DATA_LOSS"), 16: (401, "UNAUTHENTICATED")}
 _DISPLAY_NAME = 128
+#: a generateContent validation message naming its field: "* GenerateContentRequest.contents[0].role: ..."
+_FIELD = re.compile(r"\s*\*\s*GenerateContentRequest\.([\w.\[\]]+):")
+#: Gemini takes inline requests while a batch's total request size stays under 20 MB; a larger one must go
+#: through the File API (ai.google.dev/gemini-api/docs/batch-mode, "Inline requests"); above it
+#: batchGenerateContent answers 400 INVALID_ARGUMENT "Request payload size exceeds the limit: 20971520 bytes."
+INLINE_LIMIT = 20 * 1024 * 1024
+#: what one inline batch may hold, by the JSON bytes of its requests: the limit less a tenth, for the envelope
+#: around them and the difference between this measure and the SDK's own encoding of the body
+INLINE_BUDGET = INLINE_LIMIT * 9 // 10
 #: the API version that serves batch mode, as a call's config
 _API_VERSION = "v1beta"
 _V1BETA: dict[str, Any] = {"http_options": {"api_version": _API_VERSION}}
+
+
+def _field(message: str, details: list[Any]) -> str | None:
+    """The parameter a ``google.rpc.Status`` names: the first field violation of a ``google.rpc.BadRequest`` in
+    its details (``{"@type": "type.googleapis.com/google.rpc.BadRequest", "fieldViolations": [{"field"}]}``),
+    else the field its message starts with (``* GenerateContentRequest.generation_config.max_output_tokens: ...``)."""
+    for detail in details:
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.BadRequest"):
+            for violation in detail.get("fieldViolations") or detail.get("field_violations") or []:
+                if isinstance(violation, dict) and violation.get("field"):
+                    return str(violation["field"])
+    found = _FIELD.match(message)
+    return found.group(1) if found is not None else None
+
+
+def inline_size(request: Any) -> int:
+    """The bytes of JSON an ``InlinedRequest`` takes in a batch's body (as the SDK encodes a body: ``json.dumps``,
+    ASCII only), by its wire names."""
+    return len(json.dumps(request.model_dump(mode="json", exclude_none=True, by_alias=True)).encode())
 
 
 def _state(job: Any) -> str:
@@ -67,14 +100,32 @@ class GeminiBatches(SDKBatches):
     def __init__(self, provider: GeminiProvider) -> None:
         super().__init__(provider)
 
-    def requests(self, lines: list[BatchLine]) -> list[Any]:
+    def requests(self, model: str, lines: list[BatchLine]) -> list[Any]:
+        """The lines as inline requests, each built as the online request for ``model`` is."""
         from google.genai import types
 
         requests = []
         for line in lines:
-            contents, config = self.provider.request_of(line.messages, line.params)
+            contents, config = self.provider.request_of(line.messages, line.params, model)
             requests.append(types.InlinedRequest(contents=contents, config=config, metadata={"key": line.custom_id}))
         return requests
+
+    def chunks(self, model: str, lines: list[BatchLine]) -> list[list[BatchLine]]:
+        """``lines`` in order, cut into batches whose inline requests stay within :data:`INLINE_BUDGET` bytes of
+        JSON (a single line larger than that goes alone, for Gemini to refuse with its own error)."""
+        parts: list[list[BatchLine]] = []
+        part: list[BatchLine] = []
+        size = 0
+        for line, request in zip(lines, self.requests(model, lines), strict=True):
+            n = inline_size(request)
+            if part and size + n > INLINE_BUDGET:
+                parts.append(part)
+                part, size = [], 0
+            part.append(line)
+            size += n
+        if part:
+            parts.append(part)
+        return parts
 
     async def submit(self, model: str, lines: list[BatchLine], *, label: str) -> str:
         from google.genai import types
@@ -82,8 +133,14 @@ class GeminiBatches(SDKBatches):
         check_lines(self.where, lines)
         config = types.CreateBatchJobConfig(display_name=safe_label(label, self.provider, _DISPLAY_NAME),
                                             http_options=types.HttpOptions(api_version=_API_VERSION))
-        with self.errors():
-            job = await self.client.aio.batches.create(model=model, src=self.requests(lines), config=config)
+        try:
+            with self.errors():
+                job = await self.client.aio.batches.create(model=model, src=self.requests(model, lines),
+                                                           config=config)
+        except BadRequest as exc:  # why Gemini refused the batch (its size, a field) is worth keeping
+            cause = exc.__cause__
+            raise described(exc, self.where, getattr(cause, "code", None), getattr(cause, "status", None),
+                            message=getattr(cause, "message", None)) from cause
         return str(job.name)
 
     async def _get(self, batch_id: str) -> Any:
@@ -126,10 +183,12 @@ class GeminiBatches(SDKBatches):
 
         code = getattr(error, "code", None)
         status, name = _RPC.get(code if isinstance(code, int) else 2, (500, "UNKNOWN"))
-        body = {"error": {"code": status, "message": str(getattr(error, "message", "") or ""), "status": name,
-                          "details": list(getattr(error, "details", None) or [])}}
+        message = str(getattr(error, "message", "") or "")
+        details = list(getattr(error, "details", None) or [])
+        body = {"error": {"code": status, "message": message, "status": name, "details": details}}
         sdk_error = errors.ClientError(status, body) if status < 500 else errors.ServerError(status, body)
-        return mapped(self.provider, sdk_error)
+        return described(mapped(self.provider, sdk_error), self.where, status, name, param=_field(message, details),
+                         message=message)
 
     async def _cancel(self, batch_id: str) -> None:
         with self.errors():

@@ -9,8 +9,11 @@ label}``. The input file is kept: it is how a later process learns which custom 
 Results: the output file's lines (``response.status_code`` 200) become completions exactly as online
 (``OpenAIChatProvider.completion_of`` on ``response.body``); the error file's lines are errors: with a
 ``response`` they are the online mapping of that status and body (a 500 is a ``TransientError``, a 400 a
-``BadRequest``), without one they are ``batch_expired`` / ``batch_cancelled`` (retry). A line in neither file
-expired. A batch that ended ``failed`` refused its input file: every line is a ``BadRequest``, not retried.
+``BadRequest``), their message the provider's own (``400 invalid_request_error (param stop): ...``); without
+one they are ``batch_expired`` / ``batch_cancelled`` (retry). A line in neither file expired. A batch that
+ended ``failed`` refused its input file (OpenAI validates it first, naming the bad lines in ``errors.data``):
+the lines named fail with their error, not retried; the others come back ``batch_refused``, to be submitted
+again in a batch without the bad lines (once: see :mod:`runner.engine.batch`).
 OpenAI-compatible servers (vLLM, llama.cpp) have no Batch API in general, so ``openai-compatible`` has none.
 """
 
@@ -24,9 +27,11 @@ from runner.errors import BadRequest, TransientError
 from ._batch_common import (
     CANCELLED,
     EXPIRED,
+    REFUSED,
     SDKBatches,
     answered,
     check_lines,
+    described,
     failed,
     malformed,
     mapped,
@@ -34,6 +39,7 @@ from ._batch_common import (
     safe_label,
     stainless_error,
     unfinished,
+    words,
 )
 from .batching import ENDED, RUNNING, BatchLine, BatchResult, BatchStatus
 
@@ -99,29 +105,33 @@ class OpenAIBatches(SDKBatches):
         with malformed(self.where):
             return _jsonl(content.text)
 
-    async def _custom_ids(self, file_id: str) -> list[str]:
-        """The custom ids of the batch's input file, in order (lines that cannot be read are skipped: a batch
-        with such lines failed, and its readable lines are what can be reported)."""
+    async def _custom_ids(self, file_id: str) -> dict[int, str]:
+        """The custom ids of the batch's input file by line number (from 1, as OpenAI counts the lines its
+        validation errors name), in order and each once; lines that cannot be read are skipped (a batch with such
+        lines failed, and its readable lines are what can be reported)."""
         with self.errors():
             content = await self.client.files.content(file_id)
-        ids: dict[str, None] = {}  # ordered, without repeats
-        for raw in content.text.splitlines():
+        ids: dict[int, str] = {}
+        seen: set[str] = set()
+        for number, raw in enumerate(content.text.splitlines(), 1):
             try:
                 custom_id = json.loads(raw).get("custom_id")
             except (ValueError, AttributeError):
                 continue
-            if isinstance(custom_id, str):
-                ids[custom_id] = None
-        return list(ids)
+            if isinstance(custom_id, str) and custom_id not in seen:
+                ids[number] = custom_id
+                seen.add(custom_id)
+        return ids
 
     async def results(self, batch_id: str) -> list[BatchResult]:
         with self.errors():
             batch = await self.client.batches.retrieve(batch_id)
         if batch.status not in _ENDED:
             raise not_ended(self.where, batch_id, str(batch.status))
-        submitted = await self._custom_ids(batch.input_file_id)
+        by_line = await self._custom_ids(batch.input_file_id)
+        submitted = list(by_line.values())
         if batch.status == "failed":
-            return self._refused(batch, submitted)
+            return self._refused(batch, by_line)
         found: dict[str, BatchResult] = {}
         for item in [*await self._download(batch.output_file_id), *await self._download(batch.error_file_id)]:
             if isinstance(item.get("custom_id"), str):
@@ -130,13 +140,37 @@ class OpenAIBatches(SDKBatches):
         results = [found.pop(cid, None) or unfinished(cid, self.where, missing) for cid in submitted]
         return results + list(found.values())
 
-    def _refused(self, batch: Any, submitted: list[str]) -> list[BatchResult]:
-        """Every line of a batch whose input file was refused: the file's fault, so no line is retried."""
+    def _refused(self, batch: Any, by_line: dict[int, str]) -> list[BatchResult]:
+        """The lines of a batch whose input file OpenAI's validation refused (``status: "failed"``, ``errors.data``
+        a list of ``{code, message, param, line}``). A line an error names fails with that error, not retried.
+        The others were refused only for those lines: they come back as ``batch_refused``, to be submitted again
+        (the engine does so once). An error naming no line (or a line that is not one of ours) is about the whole
+        file: every line fails with it."""
         problems = list(getattr(batch.errors, "data", None) or [])
-        codes = sorted({str(problem.code) for problem in problems if getattr(problem, "code", None)})
-        reason = ", ".join(codes) or "no reason given"
-        return [BatchResult(cid, error=BadRequest(f"{self.where}: batch {batch.id} failed: its input file was "
-                                                  f"refused ({reason})"), retry=False) for cid in submitted]
+        prefix = f"{self.where}: batch {batch.id} refused its input file"
+        named: dict[str, BadRequest] = {}
+        whole: list[str] = []
+        for problem in problems:
+            line = getattr(problem, "line", None)
+            said = words(None, getattr(problem, "code", None), None, getattr(problem, "param", None),
+                         getattr(problem, "message", None))
+            if isinstance(line, int) and line in by_line:
+                named.setdefault(by_line[line], BadRequest(f"{prefix} at line {line}: {said}", status=400))
+            else:
+                whole.append(said)
+        results: list[BatchResult] = []
+        for cid in by_line.values():
+            if whole or not named:
+                error = BadRequest(f"{prefix}: {'; '.join(whole) or 'no reason given'}", status=400)
+                results.append(BatchResult(cid, error=error, retry=False))
+            elif cid in named:
+                results.append(BatchResult(cid, error=named[cid], retry=False))
+            else:
+                lines = ", ".join(str(n) for n, other in by_line.items() if other in named)
+                error = BadRequest(f"{prefix} for other lines ({lines}); this line was not run", status=400,
+                                   error_class=REFUSED)
+                results.append(BatchResult(cid, error=error, retry=True))
+        return results
 
     def _line(self, item: dict[str, Any]) -> BatchResult:
         """One line of the output or the error file."""
@@ -145,13 +179,20 @@ class OpenAIBatches(SDKBatches):
         if status == 200:
             return answered(custom_id, lambda: self.provider.completion_of(response.get("body")), item)
         if isinstance(status, int):
-            sdk_error = stainless_error(self.client, status, response.get("body"), ENDPOINT.removeprefix("/v1"))
-            return failed(custom_id, mapped(self.provider, sdk_error), item)
-        code = error.get("code") if isinstance(error, dict) else None
+            body = response.get("body")
+            sdk_error = stainless_error(self.client, status, body, ENDPOINT.removeprefix("/v1"))
+            said = body.get("error") if isinstance(body, dict) else None
+            said = said if isinstance(said, dict) else {}
+            return failed(custom_id, described(mapped(self.provider, sdk_error), self.where, status, said.get("type"),
+                                               said.get("code"), said.get("param"), said.get("message")), item)
+        error = error if isinstance(error, dict) else {}
+        code = error.get("code")
         if code in (EXPIRED, CANCELLED):
             return unfinished(custom_id, self.where, code, item)
-        return failed(custom_id, TransientError(f"{self.where}: the batch line failed ({code or 'no reason given'})",
-                                                error_class="batch_error"), item)
+        lost = TransientError(f"{self.where}: the batch line failed ({code or 'no reason given'})",
+                              error_class="batch_error")
+        return failed(custom_id, described(lost, self.where, code=code, param=error.get("param"),
+                                           message=error.get("message")), item)
 
     async def _cancel(self, batch_id: str) -> None:
         with self.errors():
