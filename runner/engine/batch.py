@@ -8,7 +8,10 @@ not submitted. The provider's batch id is written to the store with the lines' k
 the provider accepts it, so a process killed at any point leaves a record that ``runner resume`` reads: it polls
 the batches an earlier process submitted instead of submitting them again. Lines the provider expired, cancelled
 or failed with a server error are submitted again (only those, at most ``batch.max_resubmits`` times); the others
-fail with their error class, as online.
+fail with their error class, as online. A batch the provider refused for some of its lines (OpenAI's input file
+validation) fails those lines; its other lines (``batch_refused``) are submitted again once, whatever
+``max_resubmits`` says, and fail if refused again. A provider may cut a group into several batches (its client's
+``chunks``: Gemini keeps each inline batch under 20 MB).
 
 ``mode: auto`` batches while the run's deadline allows: a batch is submitted only while ``batch.min_window``
 seconds are left, and at the deadline the batches still running are cancelled, their finished lines kept, and
