@@ -162,10 +162,12 @@ def thinking_text(messages: list[Any], answer: str) -> str:
             "look the answer is another one, so I will settle on it.")
 
 
-def structured_text(schema: Any, plain: str, digest: str) -> str:
+def structured_text(schema: Any, plain: str, digest: str, bare: bool = False) -> str:
     """A JSON answer: an instance of ``schema`` (None: an object ``{"answer": plain}``), compact as OpenAI writes
-    it. See :func:`schema_instance`."""
+    it; ``bare``: a string instance as it is (Gemini's text/x.enum). See :func:`schema_instance`."""
     value = {"answer": plain} if schema is None else schema_instance(schema, plain, digest)
+    if bare and isinstance(value, str):
+        return value
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -83,10 +83,12 @@ def _parse_gemini(body: Any, request: web.Request) -> Ask:
     if schema is not None:
         if not isinstance(schema, dict):
             raise Invalid("* GenerateContentRequest.generation_config.response_schema: must be an object\n")
-        if mime != "application/json":
+        if mime not in ("application/json", "text/x.enum"):
             raise Invalid("* GenerateContentRequest.generation_config.response_mime_type: "
-                          "response_mime_type must be application/json when a response schema is set\n")
+                          "response_mime_type must be application/json or text/x.enum when a response schema is "
+                          "set\n")
         ask.schema = schema
+        ask.enum_text = mime == "text/x.enum"
     elif mime == "application/json":
         ask.json_object = True
     return ask

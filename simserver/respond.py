@@ -74,7 +74,7 @@ def answer_body(fmt: WireFormat, ask: Ask, entry: Entry | None, messages_json: s
                           thought, REFUSAL), None
     full = plain
     if entry is None and (ask.schema is not None or ask.json_object):
-        full = structured_text(ask.schema, plain, digest)
+        full = structured_text(ask.schema, plain, digest, ask.enum_text)
     if thought is not None and cap is not None and spent >= cap:  # thinking filled the cap: no room to answer
         return fmt.answer(ask, "", "length", None, prompt_tokens, cap, Thought(cap, thought.text)), ""
     room = cap - spent if cap is not None else None

@@ -45,6 +45,8 @@ class Ask:
     schema: Any = None
     #: JSON without a schema (OpenAI json_object, Gemini responseMimeType application/json alone)
     json_object: bool = False
+    #: Gemini's responseMimeType text/x.enum: the answer is the schema's enum value, bare (not JSON)
+    enum_text: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -361,6 +361,9 @@ async def test_gemini_response_json_schema_and_response_schema(srv: SimServer, g
     assert list(value) == ["n", "answer"] and value["answer"] == plain.text
     mode = await ask_gemini(gemini, "gemini-2.0-flash", FREE, response_mime_type="application/json")
     assert isinstance(json.loads(mode.text or ""), dict)
+    enum = await ask_gemini(gemini, "gemini-2.0-flash", response_mime_type="text/x.enum",
+                            response_schema={"type": "STRING", "format": "enum", "enum": ["A", "B", "C", "D"]})
+    assert enum.text == plain.text
 
 
 async def test_structured_answer_with_thinking_and_a_scripted_text_wins(tmp_path: Path, srv: SimServer,
