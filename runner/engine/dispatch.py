@@ -33,7 +33,7 @@ from runner.plan.request import Task
 from runner.plan.stage import StagePlan
 from runner.providers.base import Completion, Provider
 from runner.providers.pricing import Pricing
-from runner.providers.tokens import count_call_tokens
+from runner.providers.tokens import bound_call_tokens, count_call_tokens
 from runner.spec.job import Job
 from runner.store import CachedResponse, Finished, Store, Writer, dumps, now
 
@@ -393,10 +393,13 @@ class Dispatcher:
             await asyncio.sleep(POLL)  # another process's reservations may settle below their worst case
 
     def worst_case(self, req: Task, *, batch: bool = False) -> tuple[float, int]:
-        """(USD, tokens) the request can cost at most: its counted input tokens and ``max_tokens``, in USD at the
-        model's prices (the Batch API's for a batch line, where the model has them)."""
+        """(USD, tokens) the request can cost at most: its input tokens (exact, or a true upper bound where the
+        provider's tokenizer is not available: ``bound_call_tokens``) and ``max_tokens``, in USD at the model's
+        prices (the Batch API's for a batch line, where the model has them)."""
         max_tokens = req.call.params.get("max_tokens") or 0
-        input_tokens = self._input_tokens(req)
+        call = req.call
+        input_tokens = bound_call_tokens(call.provider, call.model_name, call.messages, call.pairs,
+                                         counted=self._input_tokens(req))
         rates = self.pricing.batch_rates(req.model) if batch else None
         usd = rates.worst_case(input_tokens, max_tokens) if rates is not None else \
             self.pricing.worst_case(req.model, input_tokens, max_tokens)
@@ -404,7 +407,8 @@ class Dispatcher:
 
     @staticmethod
     def _input_tokens(req: Task) -> int:
-        """The request's input tokens, counted once for both its budget reservation and the token buckets."""
+        """The request's input tokens (exact or expected), counted once: the token buckets take them, and the budget
+        reservation starts from them (``worst_case``)."""
         call = req.call
         if call.input_tokens is None:
             call.input_tokens = count_call_tokens(call.provider, call.model_name, call.messages, call.pairs)

@@ -4,9 +4,18 @@ Each provider class counts its own requests (``Provider.count_input_tokens`` and
 :func:`count_input_tokens` and :func:`exact` look the provider up by name and ask it. This module holds what
 they share: the tiktoken encodings, OpenAI's chat framing constants, and the estimate. OpenAI models are counted
 with tiktoken, exactly as the Chat Completions API counts them for plain text messages. Anthropic's and Google's
-tokenizers are not public, so their counts (and those of user servers, whose tokenizer is unknown) are estimates
-built to come out above the real count: a reservation that is too high is given back when the response arrives,
-one that is too low could let a request overshoot a budget.
+tokenizers are not public, and neither is a user server's, so two figures are kept for those:
+
+- the *expected* count (:func:`estimate_input_tokens`, the provider's ``count_input_tokens`` by default): a
+  heuristic from the o200k count, usually near or somewhat above the real count, but not a bound: 4,000 repeats
+  of one character are 111 expected tokens where a tokenizer that does not merge that run spends up to 4,000;
+- the *bound* (:func:`bound_input_tokens`, :func:`bound_call_tokens`): counted from UTF-8 bytes, which no
+  tokenizer these providers use can exceed (the reasoning is beside the constants below). Budgets reserve the
+  bound wherever the count is not exact: a reservation that is too high is given back when the response
+  arrives, one that is too low could let a request overshoot a budget.
+
+Estimates show both (``runner estimate``); the token buckets of rate limits take the expected count, since the
+providers' own limits count real tokens and a bound 4x too high for English would cut throughput by as much.
 
 tiktoken fetches its vocabulary files from the internet on first use, which this project cannot rely on. The
 two files the OpenAI chat models use ship in ``runner/providers/data/tiktoken/`` under the names tiktoken's cache gives
@@ -22,6 +31,7 @@ import hashlib
 import math
 import os
 import threading
+import unicodedata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,8 +43,9 @@ from .base import provider_class
 if TYPE_CHECKING:
     from .base import Provider
 
-__all__ = ["count_input_tokens", "count_text_tokens", "encoding", "estimate_input_tokens", "estimate_text_tokens",
-           "exact", "message_text", "model_encoding"]
+__all__ = ["bound_call_tokens", "bound_input_tokens", "bound_text_tokens", "count_call_tokens", "count_input_tokens",
+           "count_text_tokens", "encoding", "estimate_input_tokens", "estimate_text_tokens", "exact", "message_text",
+           "model_encoding"]
 
 #: where the shipped vocabulary files live, named as tiktoken's cache names them
 DATA_DIR = Path(__file__).parent / "data" / "tiktoken"
@@ -58,7 +69,8 @@ TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
 REPLY_PRIMING = 3
 
-# The estimate for tokenizers that are not public (Anthropic, Gemini, user servers). Per text:
+# The expected count for tokenizers that are not public (Anthropic, Gemini, user servers): a heuristic, NOT an
+# upper bound (a long run of one character, which o200k merges into few tokens, can cost far more). Per text:
 #
 #     min(UTF-8 bytes + 1, ceil(ESTIMATE_FACTOR * o200k tokens) + UTF-8 bytes outside ASCII + ASCII digits)
 #
@@ -77,6 +89,27 @@ REPLY_PRIMING = 3
 ESTIMATE_FACTOR = 1.5
 ESTIMATE_PER_MESSAGE = 8
 ESTIMATE_PER_REQUEST = 8
+
+# The upper bound for tokenizers that are not available here: what budgets reserve (bound_input_tokens).
+#
+# - One token per UTF-8 byte of text at most. A byte-level BPE (Claude's, GPT-2 style) starts from one token per
+#   byte and every merge only joins tokens; a SentencePiece model with byte fallback (Gemini's, like Gemma's and
+#   Llama 2's) gives a character in its vocabulary one piece and one outside it one token per UTF-8 byte, and a
+#   piece of several characters covers at least as many bytes as characters. So a text's own tokens are at most
+#   its bytes, however repetitive or exotic it is (4,000 repeats of "a": at most 4,000, where the expected count
+#   says 111).
+# - Normalisation: SentencePiece may apply NFKC before cutting, and NFKC can lengthen a text (U+FDFA, 3 bytes,
+#   becomes 18 Arabic letters, 33 bytes); the bound takes the longer of the text's bytes and its NFKC form's.
+#   ASCII is its own NFKC form, so ASCII text costs nothing extra to bound.
+# - Framing: the text of each message is wrapped in role and turn markers the API adds, and each request gets a
+#   few more (a BOS token, the primer of the reply, SentencePiece's dummy-prefix space before a text). Anthropic
+#   and Google do not publish theirs; the published templates of their relatives spend a handful: OpenAI's chat
+#   format 3 per message and 3 per request, Gemma's "<start_of_turn>user\n ... <end_of_turn>\n" 5 per turn
+#   plus "<bos>" and "<start_of_turn>model\n". BOUND_PER_MESSAGE and BOUND_PER_REQUEST take several times those,
+#   and every byte of the role and of a ``name`` is counted on top.
+# What the bound does not cover: images, tools and response schemas (not counted at all here, as before).
+BOUND_PER_MESSAGE = 16
+BOUND_PER_REQUEST = 64
 
 _DIGITS = "0123456789"
 _load_lock = threading.Lock()
@@ -139,14 +172,16 @@ def exact(provider: str, model: str) -> bool:
 
 def count_input_tokens(provider: str, model: str, messages: Iterable[Mapping[str, Any]]) -> int:
     """Input tokens of a chat request, as the provider counts them (``Provider.count_input_tokens``): exact for
-    OpenAI models tiktoken knows and for the simulated server, an upper-leaning estimate otherwise (see ``exact``).
-    Images, tools and response schemas are not counted."""
+    OpenAI models tiktoken knows and for the simulated server, the expected count otherwise (see ``exact``), which
+    is not a bound: budgets reserve :func:`bound_call_tokens`. Images, tools and response schemas are not
+    counted."""
     cls = _provider(provider)
     return cls.count_input_tokens(model, messages) if cls is not None else estimate_input_tokens(messages)
 
 
 def estimate_input_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
-    """Upper-leaning input tokens of a chat request for a tokenizer that is not public (the rule is above)."""
+    """Expected input tokens of a chat request for a tokenizer that is not public (the rule is above); usually at
+    or above the real count, but not a bound (:func:`bound_input_tokens` is one)."""
     total = ESTIMATE_PER_REQUEST
     for message in messages:
         total += ESTIMATE_PER_MESSAGE + estimate_text_tokens(str(message.get("role", "")))
@@ -160,7 +195,7 @@ def count_text_tokens(text: str, model: str = "gpt-4o") -> int:
 
 
 def estimate_text_tokens(text: str) -> int:
-    """Upper-leaning token count of a text for a tokenizer that is not public (the rule is above)."""
+    """Expected token count of a text for a tokenizer that is not public (the rule is above); not a bound."""
     if not text:
         return 0
     tokens = math.ceil(ESTIMATE_FACTOR * len(encoding(FALLBACK_ENCODING).encode_ordinary(text)))
@@ -187,7 +222,50 @@ def message_text(content: Any) -> str:
 def count_call_tokens(provider: str, model: str, messages: Iterable[Mapping[str, Any]],
                       pairs: Iterable[tuple[str, str]] | None = None) -> int:
     """Input tokens of a call: its messages, or for a log-likelihood call every context and continuation it has
-    read (an upper-leaning estimate: the server's tokenizer is not known here)."""
+    read (the expected count: the server's tokenizer is not known here)."""
     if pairs is not None:
         return sum(estimate_text_tokens(context) + estimate_text_tokens(rest) for context, rest in pairs)
     return count_input_tokens(provider, model, messages)
+
+
+def bound_text_tokens(text: str) -> int:
+    """At most how many tokens a text is for a byte-level BPE or a SentencePiece model with byte fallback: its
+    UTF-8 bytes, or those of its NFKC form when longer (the reasoning is above ``BOUND_PER_MESSAGE``)."""
+    if not text:
+        return 0
+    if text.isascii():
+        return len(text)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    normal = unicodedata.normalize("NFKC", text)
+    return size if normal == text else max(size, len(normal.encode("utf-8", "surrogatepass")))
+
+
+def bound_input_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
+    """A true upper bound on the input tokens of a chat request for any provider whose tokenizer spends at most
+    one token per byte (every one the runner speaks to): bytes of every text, role and name, plus
+    ``BOUND_PER_MESSAGE`` per message and ``BOUND_PER_REQUEST``. Images, tools and schemas are not counted."""
+    total = BOUND_PER_REQUEST
+    for message in messages:
+        total += BOUND_PER_MESSAGE + bound_text_tokens(str(message.get("role", "")))
+        total += bound_text_tokens(message_text(message.get("content")))
+        name = message.get("name")
+        if name:
+            total += BOUND_PER_MESSAGE + bound_text_tokens(str(name))
+    return total
+
+
+def bound_call_tokens(provider: str, model: str, messages: Iterable[Mapping[str, Any]],
+                      pairs: Iterable[tuple[str, str]] | None = None, counted: int | None = None) -> int:
+    """The input tokens a budget reserves for a call: the provider's own count where it is exact (``exact``), else
+    a true upper bound, never below the expected count. ``counted``: :func:`count_call_tokens` of the call when the
+    caller has it already (it is not counted again)."""
+    if pairs is not None:  # a log-likelihood call: the server's tokenizer is not known here
+        bound = BOUND_PER_REQUEST + sum(2 * BOUND_PER_MESSAGE + bound_text_tokens(context) + bound_text_tokens(rest)
+                                        for context, rest in pairs)
+        return max(bound, counted or 0)
+    if counted is None:
+        messages = list(messages)
+        counted = count_input_tokens(provider, model, messages)
+    if exact(provider, model):
+        return counted
+    return max(counted, bound_input_tokens(messages))
