@@ -123,7 +123,7 @@ MALFORMED = [
     ),
     pytest.param(
         "  max_tokens: 16\n", "  max_tokens: 0\n",
-        6, "params.max_tokens", "greater than 0", id="max-tokens-zero",
+        6, "params.max_tokens", "must be from 1 to 1,000,000 (got 0)", id="max-tokens-zero",
     ),
     pytest.param(
         "  temperature: 0\n", "  temperature: 3\n",
@@ -168,7 +168,7 @@ MALFORMED = [
     ),
     pytest.param(
         "    parse: letter\n", "    parse: letter\n    samples: 0\n",
-        20, "stages[0].samples", "greater than or equal to 1", id="samples-zero",
+        20, "stages[0].samples", "must be from 1 to 1,000 (got 0)", id="samples-zero",
     ),
     pytest.param(
         "  - name: mc\n", "  - name: 'has space'\n",
@@ -424,7 +424,7 @@ def test_cli_validate_lists_every_schema_problem(
     problems = _problem_lines(err, path, 3)
     assert [(line, key) for line, key, _ in problems] == [
         (2, "colour"), (6, "params.temperature"), (7, "params.max_tokens")]
-    assert "unknown key 'colour'" in problems[0][2] and "greater than 0" in problems[2][2]
+    assert "unknown key 'colour'" in problems[0][2] and "must be from 1 to 1,000,000" in problems[2][2]
     # submit lists them the same way
     code, _, submitted = run_cli(monkeypatch, capsys, "submit", str(path))
     assert code == 2 and submitted == err

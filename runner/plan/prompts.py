@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jinja2
-import yaml
 from jinja2 import meta
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 from pydantic import ValidationError
@@ -157,13 +156,15 @@ def load_prompt(job: Job, prompt: str | InlinePrompt) -> Prompt:
 
 @lru_cache(maxsize=64)
 def _load_file(path: str, name: str, mtime_ns: int = 0) -> Prompt:
+    from runner.errors import JobFileError
     from runner.spec.job import InlinePrompt
+    from runner.spec.yamlfile import load_yaml_bounded
 
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = load_yaml_bounded(Path(path), "prompt template")  # within the job file's bounds (no alias bomb)
         spec = InlinePrompt.model_validate(data)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise PromptError(f"prompt template {path} cannot be read: {exc}") from None
+    except JobFileError as exc:
+        raise PromptError(f"prompt template {exc}") from None
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         raise PromptError(f"prompt template {path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None

@@ -15,18 +15,60 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runner.errors import JobFileError
 from runner.providers.base import ProviderSettings, provider_names, split_model
 from runner.providers.capabilities import ANTHROPIC_VERSIONS, Shaped, shape
-from runner.spec.yamlfile import Loc, dotted, line_of, load_with_lines
+from runner.spec.yamlfile import Loc, dotted, line_of, load_with_lines, load_yaml_bounded
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 BUILTIN_PARSES = ("letter", "letters", "yes_no", "scale", "label", "none_of_them", "text", "lines", "loglikelihood",
                   "json")
+
+# Bounds of the integers that size a job's work or go into a request: beyond them a value is a typo, a job that
+# would never finish planning, or a number no API, SQLite column or clock takes. Said as "must be from A to B".
+#: output tokens of one answer (no model in the capability table writes more than 272,000)
+MAX_TOKENS = 1_000_000
+#: rows a stage (or the job) may be limited to
+MAX_ROWS = 1_000_000_000
+#: samples of one prompt
+MAX_SAMPLES = 1_000
+#: choice seeds of a stage
+MAX_SEEDS = 1_000
+#: requests per row and model: choice seeds x samples x every variants: axis
+MAX_VARIANTS = 10_000
+#: counts of the data steps (sample n, top_k k, max_items, sample_offset)
+MAX_COUNT = 1_000_000_000
+#: a seed: what a 64-bit integer holds (OpenAI's seed, SQLite's INTEGER)
+SEED_RANGE = (-(2**63), 2**63 - 1)
+#: a budget in tokens
+MAX_BUDGET_TOKENS = 10**15
+#: a deadline, in seconds (a year)
+MAX_DEADLINE = 366 * 86400.0
+
+
+def _within(low: int, high: int) -> AfterValidator:
+    """An integer field's range, said in one sentence ("must be from 1 to 1,000") instead of pydantic's two."""
+    def check(value: int | None) -> int | None:
+        if value is not None and not low <= value <= high:
+            raise ValueError(f"must be from {low:,} to {high:,}")
+        return value
+    return AfterValidator(check)
+
+
+def _seeds_within(value: list[int]) -> list[int]:
+    if not 1 <= len(value) <= MAX_SEEDS:
+        raise ValueError(f"must list from 1 to {MAX_SEEDS:,} seeds, not {len(value):,}")
+    for seed in value:
+        if not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+            raise ValueError(f"seed {seed} is not from {SEED_RANGE[0]:,} to {SEED_RANGE[1]:,}")
+    return value
+
+
+Seed = Annotated[int, _within(*SEED_RANGE)]
 
 
 class Strict(BaseModel):
@@ -39,7 +81,7 @@ class Reasoning(Strict):
     the thinking allowance added to the output cap). Mapped per API by ``runner.providers.capabilities``."""
 
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
-    budget_tokens: int | None = Field(default=None, ge=0)
+    budget_tokens: Annotated[int | None, _within(0, MAX_TOKENS)] = None
 
     @model_validator(mode="after")
     def _something(self) -> Reasoning:
@@ -53,10 +95,10 @@ class Params(Strict):
     ``runner.providers.capabilities.shape``: the key holds what is sent)."""
 
     temperature: float | None = Field(default=None, ge=0, le=2)
-    max_tokens: int | None = Field(default=None, gt=0)
+    max_tokens: Annotated[int | None, _within(1, MAX_TOKENS)] = None
     top_p: float | None = Field(default=None, gt=0, le=1)
     stop: list[str] | None = None
-    seed: int | None = None
+    seed: Seed | None = None
     response_format: dict[str, Any] | None = None
     logprobs: bool | None = None
     #: thinking of reasoning models: {effort: low|medium|high|...} or {budget_tokens: N}
@@ -118,7 +160,7 @@ class BudgetLimit(Strict):
     """A spending limit: USD and/or tokens (input + output)."""
 
     usd: float | None = Field(default=None, gt=0)
-    tokens: int | None = Field(default=None, gt=0)
+    tokens: Annotated[int | None, _within(1, MAX_BUDGET_TOKENS)] = None
 
 
 class JobBudget(BudgetLimit):
@@ -130,7 +172,7 @@ class JobBudget(BudgetLimit):
 class Dataset(Strict):
     path: str
     #: read only the first N rows (items, after ``explode``)
-    limit: int | None = Field(default=None, gt=0)
+    limit: Annotated[int | None, _within(1, MAX_ROWS)] = None
     #: the field holding each row's id; by default the row's line number
     id: str | None = None
     #: a field holding a list of objects (e.g. MC-Test's ``question_list``): each becomes a row of its own,
@@ -178,7 +220,7 @@ class Choices(Strict):
     options_file: str | None = None
     #: the row field holding the gold answer: the option's index, or its text
     gold: str | None = "gold"
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
+    seeds: Annotated[list[int], AfterValidator(_seeds_within)] = Field(default_factory=lambda: [0, 1, 2])
     shuffle: bool = True
     #: Know-No's prompts without the gold: the gold option is removed before shuffling, and the right answer
     #: is to say none fits
@@ -233,16 +275,16 @@ class DedupeStep(KeyedStep):
 
 
 class SampleStep(KeyedStep):
-    n: int = Field(gt=0)
-    seed: int | None = None
+    n: Annotated[int, _within(1, MAX_COUNT)]
+    seed: Seed | None = None
 
 
 class ShuffleStep(Strict):
-    seed: int | None = None
+    seed: Seed | None = None
 
 
 class TopKStep(KeyedStep):
-    k: int = Field(gt=0)
+    k: Annotated[int, _within(1, MAX_COUNT)]
     #: the numeric field ranked (rows without it rank last)
     score: str
     order: Literal["desc", "asc"] = "desc"
@@ -275,7 +317,7 @@ class Stage(Strict):
     prompt: str | InlinePrompt | None = None
     choices: Choices | None = None
     variants: dict[str, list[Any]] = Field(default_factory=dict)
-    samples: int = Field(default=1, ge=1)
+    samples: Annotated[int, _within(1, MAX_SAMPLES)] = 1
     params: Params = Field(default_factory=Params)
     #: the row field holding the gold answer when the stage has no choices (CSJ's true/false); with choices,
     #: ``choices.gold`` names it
@@ -315,15 +357,15 @@ class Stage(Strict):
     #: arguments of a recipe parser (``parse: newterm.term_sentences``)
     parse_args: dict[str, Any] = Field(default_factory=dict)
     #: a list answer needs at least this many distinct valid items, else the row is asked again
-    min_items: int = Field(default=1, ge=0)
+    min_items: Annotated[int, _within(0, MAX_COUNT)] = 1
     #: keep at most this many items of a list answer
-    max_items: int | None = Field(default=None, gt=0)
+    max_items: Annotated[int | None, _within(1, MAX_COUNT)] = None
     #: how many times a row whose answer cannot be parsed (or has too few items) is asked, each time with a
     #: new sample index so the cache does not return the same answer
     max_rounds: int = Field(default=1, ge=1, le=20)
     #: added to every request's sample index: a stage that sends the very prompt another stage sends gets its
     #: own answers (NewTerm's COST and CSJ sentences share a prompt but not their samples)
-    sample_offset: int = Field(default=0, ge=0)
+    sample_offset: Annotated[int, _within(0, MAX_COUNT)] = 0
 
     # -- pipelines: data operations (exactly one, instead of a prompt)
     join: JoinStep | None = None
@@ -435,13 +477,13 @@ class Job(Strict):
         parse_duration(str(value))  # raises a ValueError pydantic reports at the key's line
         return str(value)
     #: read only the first N items of every stage's dataset (``runner submit --limit N`` sets it too)
-    limit: int | None = Field(default=None, gt=0)
+    limit: Annotated[int | None, _within(1, MAX_ROWS)] = None
     report: ReportLayout | None = None
     output_dir: str = "results"
     #: values for ``${name}`` in the file's strings (``--var name=value`` overrides them)
     vars: dict[str, str] = Field(default_factory=dict)
     #: the seed of the data steps' random choices (sample, shuffle, recipes) unless a step sets its own
-    seed: int = 0
+    seed: Seed = 0
     #: text similarity for the steps that need it: all-MiniLM-L6-v2 (the [embed] extra), a lexical measure,
     #: or auto (the model when installed)
     embeddings: Literal["auto", "minilm", "lexical"] = "auto"
@@ -532,7 +574,10 @@ def parse_duration(text: str) -> float:
     found = _DURATION.match(str(text))
     if not found:
         raise ValueError(f"{text!r} is not a duration: write seconds, or a number with s, m, h or d (e.g. 6h)")
-    return float(found.group(1)) * _UNIT_SECONDS[found.group(2) or "s"]
+    seconds = float(found.group(1)) * _UNIT_SECONDS[found.group(2) or "s"]
+    if seconds > MAX_DEADLINE:
+        raise ValueError("more than a year: a duration must be at most 366d")
+    return seconds
 
 
 def load_job(path: str | Path, overrides: dict[str, str] | None = None) -> Job:
@@ -578,10 +623,14 @@ def _validated(data: dict[str, Any], path: Path, lines: dict[Loc, int], override
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: characters ``${name}`` substitution may add to a job (a var used many times, vars built from vars): beyond,
+#: the file is refused rather than expanded without end
+MAX_SUBSTITUTED_CHARS = 10_000_000
 
 
 def _substitute_vars(path: Path, lines: dict[Loc, int], data: dict[str, Any], overrides: dict[str, str]) -> dict:
-    """Replace ``${name}`` in every string of the file by the job's ``vars:``, overridden by ``--var``."""
+    """Replace ``${name}`` in every string of the file by the job's ``vars:``, overridden by ``--var``. A var may
+    use others (``out: "${root}/out"``); one that refers to itself, directly or through others, is refused."""
     declared = data.get("vars") or {}
     if not isinstance(declared, dict) or not all(isinstance(v, str | int | float) for v in declared.values()):
         _fail(path, lines, ("vars",), "vars: must map names to strings")
@@ -591,15 +640,46 @@ def _substitute_vars(path: Path, lines: dict[Loc, int], data: dict[str, Any], ov
         hint = f" (the job's vars: {', '.join(sorted(values))})" if values else " (the job declares no vars:)"
         raise JobFileError(f"{path}: --var {unknown[0]}: the job has no variable {unknown[0]!r}{hint}")
     values.update(overrides)
+    added = [0]  # characters substitution has added so far, against MAX_SUBSTITUTED_CHARS
+
+    def substitute(text: str, loc: Loc, lookup: Any) -> str:
+        def one(match: re.Match[str]) -> str:
+            if match[1] not in values:
+                _fail(path, lines, loc, f"${{{match[1]}}} is not defined: add it to vars: or pass --var "
+                                        f"{match[1]}=VALUE")
+            value = lookup(match[1])
+            added[0] += len(value)
+            if added[0] > MAX_SUBSTITUTED_CHARS:
+                _fail(path, lines, loc, f"${{{match[1]}}}: the vars substituted add more than "
+                                        f"{MAX_SUBSTITUTED_CHARS:,} characters to the job")
+            return value
+        return _VAR.sub(one, text)
+
+    resolved: dict[str, str] = {}
+
+    def resolve(name: str, chain: list[str]) -> str:
+        """A var's value with the vars it uses filled in; ``chain``: the vars being resolved, outermost first."""
+        if name in resolved:
+            return resolved[name]
+        if name in chain:
+            cycle = chain[chain.index(name):]
+            where = ("vars", cycle[0]) if cycle[0] in declared and cycle[0] not in overrides else ("vars",)
+            if len(cycle) == 1:
+                _fail(path, lines, where, f"${{{name}}} refers to itself: give {name!r} a value that does not "
+                                          "use it")
+            loop = " -> ".join(f"${{{n}}}" for n in [*cycle, name])
+            _fail(path, lines, where, f"vars {', '.join(repr(n) for n in cycle)} refer to each other in a circle "
+                                      f"({loop}): give one of them a value of its own")
+        loc: Loc = ("vars", name) if name in declared and name not in overrides else ("vars",)
+        resolved[name] = substitute(values[name], loc, lambda other: resolve(other, [*chain, name]))
+        return resolved[name]
+
+    for name in values:
+        resolve(name, [])
 
     def walk(value: Any, loc: Loc) -> Any:
         if isinstance(value, str):
-            def one(match: re.Match[str]) -> str:
-                if match[1] not in values:
-                    _fail(path, lines, loc, f"${{{match[1]}}} is not defined: add it to vars: or pass --var "
-                                            f"{match[1]}=VALUE")
-                return values[match[1]]
-            return _VAR.sub(one, value)
+            return substitute(value, loc, resolved.__getitem__)
         if isinstance(value, dict):
             return {k: (v if loc == () and k == "vars" else walk(v, loc + (k,))) for k, v in value.items()}
         if isinstance(value, list):
@@ -608,7 +688,7 @@ def _substitute_vars(path: Path, lines: dict[Loc, int], data: dict[str, Any], ov
 
     out = walk(data, ())
     if "vars" in out or overrides:
-        out["vars"] = values
+        out["vars"] = {name: resolved[name] for name in values}
     return out
 
 
@@ -668,6 +748,8 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
                 stage.dataset.path = str(found)
         if not stage.is_llm:
             continue
+        with problems:
+            _check_variants(path, lines, loc, stage)
         if stage.models is None and not job.models:
             with problems:
                 _fail(path, lines, loc, "no models: set models: at the top of the job or in this stage")
@@ -754,11 +836,9 @@ def _load_schema(job: Job, path: Path, lines: dict[Loc, int], loc: Loc, schema: 
         if found is None:
             _fail(path, lines, loc, f"schema file {schema!r} does not exist")
         try:
-            import yaml
-
-            schema = yaml.safe_load(found.read_text(encoding="utf-8"))  # JSON is YAML
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            _fail(path, lines, loc, f"schema file {str(found)!r} cannot be read: {type(exc).__name__}")
+            schema = load_yaml_bounded(found, "schema file")  # JSON is YAML; read within the job file's bounds
+        except JobFileError as exc:
+            _fail(path, lines, loc, f"schema file {exc}")
         if not isinstance(schema, dict):
             _fail(path, lines, loc, f"schema file {str(found)!r} does not hold a JSON object")
     try:
@@ -789,6 +869,21 @@ def sent_with(job: Job) -> dict[str, Any]:
     if "gemini" in providers:
         out["gemini_api_version"] = GEMINI_API_VERSION
     return out
+
+
+def _check_variants(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:
+    """Requests per row and model (choice seeds x samples x each variants: axis) within MAX_VARIANTS: a stage
+    plans its variants up front, so a product in the billions would never finish planning."""
+    axes = {"choices.seeds": len(stage.choices.seeds) if stage.choices is not None else 1, "samples": stage.samples,
+            **{f"variants.{name}": len(values) for name, values in stage.variants.items()}}
+    product = 1
+    for size in axes.values():
+        product *= max(size, 1)
+    if product > MAX_VARIANTS:
+        sizes = " x ".join(f"{size:,} {name}" for name, size in axes.items() if size > 1)
+        key = "variants" if stage.variants else "samples"
+        _fail(path, lines, loc + (key,), f"{sizes} make {product:,} requests per row and model; at most "
+                                         f"{MAX_VARIANTS:,}: use fewer seeds, samples or variant values")
 
 
 def _check_data_op(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:
