@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from runner.errors import AuthError, BadRequest, ProviderError, QuotaExceeded, TransientError
 
-from .base import Completion
+from .base import Completion, words
 from .batching import ENDED, Batches, BatchLine, BatchResult
 
 #: error classes of lines the provider did not run
@@ -64,20 +64,6 @@ def stainless_error(client: Any, status: int, body: Any, path: str) -> Exception
     url = str(client.base_url).rstrip("/") + path
     response = httpx2.Response(status, json=body, request=httpx2.Request("POST", url))
     return client._make_status_error(f"Error code: {status}", body=body, response=response)
-
-
-def words(status: Any = None, kind: Any = None, code: Any = None, param: Any = None, message: Any = None) -> str:
-    """A provider's error in its own words: ``{status} {kind} {code} (param {param}): {message}``, the parts it
-    gave (each once), the message in full."""
-    parts: list[str] = []
-    for part in (status, kind, code):
-        if part not in (None, "") and str(part) not in parts:
-            parts.append(str(part))
-    head = " ".join(parts)
-    if param not in (None, ""):
-        head += f" (param {param})"
-    text = str(message or "").strip() or "no reason given"
-    return f"{head}: {text}" if head else text
 
 
 def described(error: ProviderError, where: str, status: Any = None, kind: Any = None, code: Any = None,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, Refused, TransientError
 
 from . import capabilities
-from .base import Completion, Provider, ProviderSettings, RateWindow, register
+from .base import Completion, Provider, ProviderSettings, RateWindow, register, words
 from .openai_chat import _quoted, retry_after_seconds
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
@@ -138,8 +138,12 @@ class AnthropicProvider(Provider):
             schema = (response_format.get("json_schema") or {}).get("schema") or {}
             output_config["format"] = {"type": "json_schema", "schema": schema}
         reasoning = params.get("reasoning")
+        caps = capabilities.capabilities(self.name, model, self.api_version)
+        if not reasoning and caps is not None and caps.reasoning == "always" and caps.efforts:
+            # a model that always thinks adaptively omits its thinking text unless asked for a summary: ask, so
+            # the result line keeps it (the depth stays the model's default)
+            kwargs["thinking"] = {"type": "adaptive", "display": "summarized"}
         if reasoning:
-            caps = capabilities.capabilities(self.name, model, self.api_version)
             thinking, effort = _thinking(caps, reasoning)
             if thinking is not None:
                 kwargs["thinking"] = thinking
@@ -185,7 +189,8 @@ class AnthropicProvider(Provider):
         stop_reason = body.get("stop_reason")
         cache_read = usage.get("cache_read_input_tokens") or 0
         cache_write = usage.get("cache_creation_input_tokens") or 0
-        thoughts = [b.get("thinking") or "" for b in blocks if b.get("type") == "thinking"]
+        # an omitted thinking block (display "omitted", the default on the newest models) has empty text: no thinking
+        thoughts = [b["thinking"] for b in blocks if b.get("type") == "thinking" and b.get("thinking")]
         thoughts += ["[redacted thinking]" for b in blocks if b.get("type") == "redacted_thinking"]
         completion = Completion(
             text="".join(b.get("text", "") for b in blocks if b.get("type") == "text"),
@@ -201,7 +206,8 @@ class AnthropicProvider(Provider):
             reasoning_tokens=(usage.get("output_tokens_details") or {}).get("thinking_tokens") or 0,
         )
         if stop_reason == "refusal":
-            detail = (body.get("stop_details") or {}).get("explanation") or (body.get("stop_details") or {}).get("type")
+            details = body.get("stop_details") or {}
+            detail = details.get("explanation") or (details.get("type") if details.get("type") != "refusal" else None)
             raise Refused(f"{self.where}: the model refused (stop_reason refusal"
                           + (f": {_quoted(detail)})" if detail else ")"), billed=completion)
         return completion
@@ -235,7 +241,9 @@ class AnthropicProvider(Provider):
                                     "change the key") from exc
             if status >= 500 or status in (408, 409):  # 529 is overloaded_error
                 raise TransientError(f"{where}: server error {status} {kind}".rstrip(), status=status) from exc
-            raise BadRequest(f"{where}: request rejected ({status} {kind or 'bad request'})", status=status) from exc
+            # the provider's words: what to fix is in the message ("temperature: ... not supported ...")
+            raise BadRequest(f"{where}: request rejected ({words(status, kind, None, None, message)})",
+                             status=status) from exc
         except anthropic.APIResponseValidationError as exc:
             raise TransientError(f"{where}: the response was not valid JSON",
                                  error_class="malformed_response") from exc

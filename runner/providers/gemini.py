@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, Refused, TransientError
 
 from . import capabilities
-from .base import Completion, Provider, ProviderSettings, register
+from .base import Completion, Provider, ProviderSettings, register, words
 from .openai_chat import _quoted
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
@@ -211,7 +211,9 @@ class GeminiProvider(Provider):
                                 f"{' or '.join(self.key_variables())}", status=code) from exc
             if code in (408, 409):
                 raise TransientError(f"{where}: {code} {exc.status}", status=code) from exc
-            raise BadRequest(f"{where}: request rejected ({code} {exc.status})", status=code) from exc
+            # the provider's words: what to fix is in the message ("Unknown name \"systemInstruction\" ...")
+            raise BadRequest(f"{where}: request rejected ({words(code, exc.status, None, None, exc.message)})",
+                             status=code) from exc
         except errors.ServerError as exc:
             raise TransientError(f"{where}: server error {exc.code} {exc.status}", status=exc.code) from exc
         except errors.APIError as exc:

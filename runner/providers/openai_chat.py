@@ -38,6 +38,7 @@ from .base import (
     RateWindow,
     loglikelihood_completion,
     register,
+    words,
 )
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
@@ -151,6 +152,15 @@ def _error_code(exc: openai.APIStatusError) -> str:
     body = exc.body if isinstance(exc.body, dict) else {}
     inner = body.get("error", body) if isinstance(body.get("error", body), dict) else {}
     return str(inner.get("code") or inner.get("type") or "")
+
+
+def _said(exc: openai.APIStatusError, status: int) -> str:
+    """A refused request's error in the provider's words (status, type, code, parameter, message): what to fix is
+    in the message ("Unsupported parameter: 'top_p' ..."). Only for 4xx answers other than 401/403, whose text
+    may quote part of the key."""
+    body = exc.body if isinstance(exc.body, dict) else {}
+    inner = body.get("error", body) if isinstance(body.get("error", body), dict) else {}
+    return words(status, inner.get("type"), inner.get("code"), inner.get("param"), inner.get("message"))
 
 
 @register
@@ -389,7 +399,7 @@ class OpenAIChatProvider(Provider):
             if code == "content_filter" or code == "content_policy_violation":
                 raise BadRequest(f"{where}: the request was blocked by the content filter ({status})",
                                  status=status, error_class="content_filtered") from exc
-            raise BadRequest(f"{where}: request rejected ({status} {code or 'bad request'})", status=status) from exc
+            raise BadRequest(f"{where}: request rejected ({_said(exc, status)})", status=status) from exc
         except openai.APIResponseValidationError as exc:
             raise TransientError(f"{where}: the response was not valid JSON",
                                  error_class="malformed_response") from exc
