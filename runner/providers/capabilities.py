@@ -97,7 +97,7 @@ class Rule:
     max_output: int | None = None
 
 
-_OPENAI_DOC = "OpenAI OpenAPI document, CreateChatCompletionRequest (tests/data/published/openai)"
+_OPENAI_DOC = "OpenAI OpenAPI document, CreateChatCompletionRequest (extract kept in simserver/published/)"
 _OPENAI_REASONING = ("OpenAI reasoning guide (platform.openai.com/docs/guides/reasoning): reasoning models take "
                      "reasoning_effort, count reasoning tokens in max_completion_tokens, and refuse temperature "
                      "other than 1, top_p, logprobs and (but gpt-5.5 and later) stop: 400 unsupported_parameter")
