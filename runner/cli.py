@@ -3,6 +3,10 @@
 Every error a user can cause ends in ``Error: <one sentence>`` on stderr and a non-zero exit (2 for a job
 file that does not validate or a submit whose worst case exceeds its budget, 1 otherwise), never a traceback.
 ``RUNNER_RAISE_ERRORS=1`` shows tracebacks of unexpected errors, for bug reports.
+
+Every line printed here goes through :func:`_say`, which drops terminal control sequences
+(:mod:`runner.report.terminal`): an error or a run's message can quote a provider's error body, and a job's names
+and dataset fields reach warnings. Reports printed whole in text or md are cleaned the same way (``_emit``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from runner.report import estimate as estimates
 from runner.report import runs as run_list
 from runner.report import summary as reports
 from runner.report.progress import make_view
+from runner.report.terminal import clean
 from runner.spec.job import Job, load_job
 from runner.store import Store, open_store
 
@@ -48,24 +53,29 @@ DbOption = Annotated[
 EXIT_INTERRUPTED = 130
 
 
+def _say(message: object, *, err: bool = False) -> None:
+    """Print one message (to stderr with ``err``) without the control sequences text from outside may carry."""
+    typer.echo(clean(message, newlines=True), err=err)
+
+
 def _run(job: Job, store: Store, run_id: str | None = None, reuse: bool = True) -> None:
     """Run (or resume) with the live view, then print the summary and exit with the run's status."""
-    started = (lambda rid: typer.echo(f"run {rid}: started job {job.name}")) if run_id is None else None
+    started = (lambda rid: _say(f"run {rid}: started job {job.name}")) if run_id is None else None
     outcome = asyncio.run(execute(job, store, run_id=run_id, view=make_view(), on_run_id=started, reuse=reuse))
     run_id, status, message, results = outcome.run_id, outcome.status, outcome.message, outcome.results
     data = reports.build(store, run_id)
     for line in reports.summary_lines(data):
-        typer.echo(line)
+        _say(line)
     for stage, path in (results or {}).items():
-        typer.echo(f"results: {stage} -> {path}")
-    typer.echo(f"run {run_id}: {status}" + (f" ({message})" if message else ""))
+        _say(f"results: {stage} -> {path}")
+    _say(f"run {run_id}: {status}" + (f" ({message})" if message else ""))
     if status == "interrupted":
         raise typer.Exit(EXIT_INTERRUPTED)
     if status == "budget_exhausted":
-        typer.echo(f"Error: run {run_id} stopped: {message}", err=True)
+        _say(f"Error: run {run_id} stopped: {message}", err=True)
         raise typer.Exit(3)
     if status != "completed":
-        typer.echo(f"Error: run {run_id} {status}: {message}; `runner resume {run_id}` continues it once "
+        _say(f"Error: run {run_id} {status}: {message}; `runner resume {run_id}` continues it once "
                    "that is fixed", err=True)
         raise typer.Exit(1)
 
@@ -99,7 +109,7 @@ def _load(job_file: Path, var: list[str] | None) -> Job:
 
     path, bundled = locate_job(job_file)
     if bundled:
-        typer.echo(f"using the bundled {job_file} ({path})", err=True)
+        _say(f"using the bundled {job_file} ({path})", err=True)
     return load_job(path, _vars(var))
 
 
@@ -144,16 +154,16 @@ def submit(
     store = open_store(db)
     est = estimates.estimate(job, store, count_free=False)
     for line in estimates.summary_lines(est):
-        typer.echo(line)
+        _say(line)
     limit = job.budget.usd if job.budget is not None else None
     refusal = estimates.over_budget(est, limit)
     if refusal is not None:
         if not allow_partial:
             raise estimates.OverBudget(refusal)
-        typer.echo(f"--allow-partial: the budget ${limit:,.4f} covers part of the worst case; the run stops when "
+        _say(f"--allow-partial: the budget ${limit:,.4f} covers part of the worst case; the run stops when "
                    "it is spent", err=True)
     for line in [*dataset_warnings(job), *budget_warnings(job)]:
-        typer.echo(line, err=True)
+        _say(line, err=True)
     _run(job, store, reuse=not replan)
 
 
@@ -174,7 +184,7 @@ def estimate(
     if limit is not None:
         job.limit = _check_limit(limit)
     text = estimates.render(estimates.estimate(job, open_store(db)), fmt)
-    _emit(text, output)
+    _emit(text, output, fmt)
 
 
 @app.command()
@@ -191,24 +201,30 @@ def costs(
     if fmt not in cost_sums.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(cost_sums.FORMATS)}, not {fmt!r}")
     data = cost_sums.build(open_store(db), by=by, since=since)
-    _emit(cost_sums.render(data, fmt), output)
+    _emit(cost_sums.render(data, fmt), output, fmt)
 
 
-def _emit(text: str, output: Path | None) -> None:
+def _emit(text: str, output: Path | None, fmt: str = "text") -> None:
+    """A rendered report to ``output``, or to stdout: text and md without control sequences (JSON and CSV keep
+    their own escaping)."""
     if output:
         output.write_text(text, encoding="utf-8")
-        typer.echo(f"wrote {output}")
+        _say(f"wrote {output}")
     else:
-        typer.echo(text, nl=False)
+        typer.echo(clean(text, newlines=True) if fmt in ("text", "md") else text, nl=False)
 
 
 @app.command()
 def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML file.")], var: VarOption = None) -> None:
-    """Only validate a job file (exit 2 with file:line and the key when it is wrong)."""
+    """Only validate a job file (exit 2 with file:line and the key when it is wrong) and the rows of its datasets
+    (exit 1 with the dataset's file:line: a repeated id, a gold answer that is not one of the options)."""
+    from runner.plan.stage import check_datasets
+
     job = _load(job_file, var)
+    check_datasets(job)
     stages = ", ".join(f"{s.name} ({len(job.stage_models(s))} model(s))" if s.is_llm else f"{s.name} "
                        f"({s.data_ops()[0]})" for s in job.stages)
-    typer.echo(f"{job_file}: valid job {job.name!r}: {stages}")
+    _say(f"{job_file}: valid job {job.name!r}: {stages}")
 
 
 @app.command()
@@ -225,7 +241,7 @@ def resume(
         set_budget(job, budget)
     if run["status"] == "running" and pid_alive(run["pid"]) and run["pid"] != os.getpid():
         raise RunnerError(f"run {run['id']} is still running (process {run['pid']}); stop it first")
-    typer.echo(f"run {run['id']}: resuming job {job.name}")
+    _say(f"run {run['id']}: resuming job {job.name}")
     _run(job, store, run_id=run["id"])
 
 
@@ -239,19 +255,19 @@ def work(
     stopped. Requests are never sent twice across workers, and the run's budget holds across all of them."""
     store = open_store(db)
     run, job = load_run_job(store, run_id)
-    typer.echo(f"run {run['id']}: joining job {job.name} as a worker")
+    _say(f"run {run['id']}: joining job {job.name} as a worker")
     outcome = asyncio.run(execute(job, store, run_id=run["id"], view=make_view(), join=True))
     totals = outcome.stats.totals()
-    typer.echo(f"this worker: {totals.sent} sent, {totals.cache_hits} cache hits, {totals.errors} failed, "
+    _say(f"this worker: {totals.sent} sent, {totals.cache_hits} cache hits, {totals.errors} failed, "
                f"{totals.elsewhere} done by other workers; ${totals.spend:,.4f}")
-    typer.echo(f"run {outcome.run_id}: {outcome.status}" + (f" ({outcome.message})" if outcome.message else ""))
+    _say(f"run {outcome.run_id}: {outcome.status}" + (f" ({outcome.message})" if outcome.message else ""))
     if outcome.status == "interrupted":
         raise typer.Exit(EXIT_INTERRUPTED)
     if outcome.status == "budget_exhausted":
-        typer.echo(f"Error: run {outcome.run_id} stopped: {outcome.message}", err=True)
+        _say(f"Error: run {outcome.run_id} stopped: {outcome.message}", err=True)
         raise typer.Exit(3)
     if outcome.status != "completed":
-        typer.echo(f"Error: run {outcome.run_id} {outcome.status}: {outcome.message}", err=True)
+        _say(f"Error: run {outcome.run_id} {outcome.status}: {outcome.message}", err=True)
         raise typer.Exit(1)
 
 
@@ -265,7 +281,7 @@ def runs(
     """List runs: id, job, status (crashed: killed while running), progress, spend, started."""
     if fmt not in run_list.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(run_list.FORMATS)}, not {fmt!r}")
-    _emit(run_list.render(run_list.build(open_store(db), _check_limit(limit)), fmt), output)
+    _emit(run_list.render(run_list.build(open_store(db), _check_limit(limit)), fmt), output, fmt)
 
 
 @app.command()
@@ -287,12 +303,12 @@ def report(
         from runner.report import html as html_report  # only the html format needs it
 
         html_report.write(open_store(db), run_id, output, judged=judged)
-        typer.echo(f"wrote {output}")
+        _say(f"wrote {output}")
         return
     if fmt not in reports.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(reports.FORMATS)}, not {fmt!r}")
     store = open_store(db)
-    _emit(reports.render(reports.build(store, run_id, judged=judged), fmt), output)
+    _emit(reports.render(reports.build(store, run_id, judged=judged), fmt), output, fmt)
 
 
 @app.command()
@@ -336,30 +352,30 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except click_errors.UsageError as exc:
         command = exc.ctx.command_path if exc.ctx is not None else "runner"
-        typer.echo(f"Error: {exc.format_message()} (`{command} --help` lists the options)", err=True)
+        _say(f"Error: {exc.format_message()} (`{command} --help` lists the options)", err=True)
         sys.exit(exc.exit_code)
     except click_errors.ClickException as exc:
-        typer.echo(f"Error: {exc.format_message()}", err=True)
+        _say(f"Error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     except Abort:
-        typer.echo("Error: interrupted", err=True)
+        _say("Error: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except RunnerError as exc:
         problems = getattr(exc, "problems", None)
         if problems and len(problems) > 1:  # a job file with several problems: each on its own line first
             for problem in problems:
-                typer.echo(problem, err=True)
-            typer.echo(f"Error: {exc.summary}", err=True)  # type: ignore[attr-defined]
+                _say(problem, err=True)
+            _say(f"Error: {exc.summary}", err=True)  # type: ignore[attr-defined]
         else:
-            typer.echo(f"Error: {exc}", err=True)
+            _say(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        typer.echo("Error: interrupted", err=True)
+        _say("Error: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:  # a bug: still one line, unless asked for the traceback
         if os.environ.get("RUNNER_RAISE_ERRORS") or "pytest" in sys.modules:
             raise
-        typer.echo(f"Error: unexpected {type(exc).__name__}: {exc} (set RUNNER_RAISE_ERRORS=1 for the "
+        _say(f"Error: unexpected {type(exc).__name__}: {exc} (set RUNNER_RAISE_ERRORS=1 for the "
                    "traceback, and please report it)", err=True)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)

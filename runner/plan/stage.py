@@ -28,7 +28,7 @@ from runner.plan.request import (
     key_of,
 )
 from runner.providers.base import provider_class, split_model
-from runner.spec.job import Job, Stage
+from runner.spec.job import Choices, Job, Stage
 
 
 def iter_rows(path: str | Path, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -101,8 +101,16 @@ def dataset_rows(job: Job, stage: Stage) -> Iterator[tuple[int, str, dict[str, A
     assert dataset is not None
     limit = job.stage_limit(stage)
     count = 0
+    # Ids named by a field must be unique (line numbers are, and so are ``<id>.<n>`` of unique ids): two rows with
+    # one id would be paid for twice and kept as one task. Only a hash of each id is kept, so memory stays small.
+    seen: set[int] | None = set() if dataset.id is not None else None
     for line_no, row in iter_rows(dataset.path, None if dataset.explode else limit):
         row_id = dataset_row_id(stage, line_no, row)
+        if seen is not None:
+            digest = hash(row_id)
+            if digest in seen:
+                _refuse_repeated_id(stage, row_id, line_no)
+            seen.add(digest)
         if dataset.explode is None:
             yield line_no, row_id, row
             continue
@@ -117,6 +125,19 @@ def dataset_rows(job: Job, stage: Stage) -> Iterator[tuple[int, str, dict[str, A
             yield line_no, f"{row_id}.{n}", {**parent, **element}
 
 
+def _refuse_repeated_id(stage: Stage, row_id: str, line_no: int) -> None:
+    """Raise naming both lines when an earlier row has ``row_id`` (a hash seen before may be another id's)."""
+    assert stage.dataset is not None
+    path = stage.dataset.path
+    for first, row in iter_rows(path):
+        if first >= line_no:
+            return
+        if dataset_row_id(stage, first, row) == row_id:
+            raise RunnerError(f"{path}:{line_no}: id {row_id!r} (field {stage.dataset.id!r}) is also the id of "
+                              f"{path}:{first}; each row's id must be unique: fix the rows, name another id field, or "
+                              "leave out dataset.id to number rows by line")
+
+
 def dataset_row_id(stage: Stage, line_no: int, row: dict[str, Any]) -> str:
     assert stage.dataset is not None
     id_field = stage.dataset.id
@@ -125,6 +146,39 @@ def dataset_row_id(stage: Stage, line_no: int, row: dict[str, Any]) -> str:
     if id_field not in row:
         raise RunnerError(f"{stage.dataset.path}:{line_no}: the row has no id field {id_field!r}")
     return str(row[id_field])
+
+
+def gold_index(where: str, line_no: int, row: dict[str, Any], choices: Choices, options: list[Any]) -> Any:
+    """A multiple-choice row's gold answer as an option's index: given by its text, or an index that must be one
+    of the options' (a gold of 7 among 4 options would score every answer wrong without a word)."""
+    gold = row.get(choices.gold) if choices.gold else None
+    if isinstance(gold, str):  # the gold option given by its text: its index among the options
+        try:
+            return [str(o) for o in options].index(gold)
+        except ValueError:
+            raise RunnerError(f"{where}:{line_no}: the gold answer {gold!r} is not one of the options") from None
+    if isinstance(gold, int) and not isinstance(gold, bool) and not 0 <= gold < len(options):
+        raise RunnerError(f"{where}:{line_no}: gold {gold} (field {choices.gold!r}) is not an option's index: the row "
+                          f"has {len(options)} options, numbered 0 to {len(options) - 1}")
+    return gold
+
+
+def check_datasets(job: Job) -> None:
+    """Read every dataset a stage reads, streamed, for what only its rows can say: JSON objects, ids unique (with
+    ``dataset.id``), each multiple-choice row's options a list and its gold one of them. Raises RunnerError naming
+    the file and line. ``runner validate`` runs it; a run finds the same while it plans."""
+    for stage in job.stages:
+        if stage.dataset is None:
+            continue
+        choices = stage.choices if stage.is_llm else None
+        shared = _options_file(choices.options_file) if choices is not None and choices.options_file else None
+        for line_no, _, row in dataset_rows(job, stage):
+            if choices is None:
+                continue
+            options = shared if shared is not None else row.get(choices.field)
+            if not isinstance(options, list) or not options:
+                raise RunnerError(f"{stage.dataset.path}:{line_no}: field {choices.field!r} must be a non-empty list")
+            gold_index(stage.dataset.path, line_no, row, choices, options)
 
 
 class StagePlan:
@@ -217,13 +271,7 @@ class StagePlan:
                 raise RunnerError(
                     f"{self.where}:{line_no}: field {choices.field!r} must be a non-empty list"
                 )
-            gold = row.get(choices.gold) if choices.gold else None
-            if isinstance(gold, str):  # the gold option given by its text: its index among the options
-                try:
-                    gold = [str(o) for o in original].index(gold)
-                except ValueError:
-                    raise RunnerError(f"{self.where}:{line_no}: the gold answer {gold!r} is not "
-                                      "one of the options") from None
+            gold = gold_index(self.where, line_no, row, choices, original)
         gold_text = (str(original[gold]) if self.stage.review and choices is not None and choices.drop_gold
                      and original is not None and isinstance(gold, int) and 0 <= gold < len(original) else None)
         only = self.only

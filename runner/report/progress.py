@@ -1,6 +1,8 @@
 """The live view: a rich table per stage and model on a terminal, periodic plain log lines elsewhere.
 
-It only reads :class:`runner.stats.RunStats`; the engine does not know it exists.
+It only reads :class:`runner.stats.RunStats`; the engine does not know it exists. Every text in it that comes
+from outside (provider errors, batch states, notes, names from the job) is passed through
+:func:`runner.report.terminal.clean` first: an error body's escape sequences must not reach the terminal.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rich.text import Text
 
 from runner.engine.budget import Budgets
 from runner.engine.stats import Counters, RunStats
+from runner.report.terminal import clean
 
 
 def make_view(stream: IO[str] | None = None, interval: float | None = None) -> LiveView | PlainView:
@@ -99,17 +102,18 @@ def error_lines(stats: RunStats, width: int) -> list[str]:
     """The last error of each model that had one, on one line each, cut to ``width`` columns."""
     out = []
     for model, message in list(stats.last_error.items()):
+        model = clean(model)
         name = model if len(model) <= width // 2 else model[: width // 2 - 1] + "…"  # leave room for the message
-        line = f"last error {name}: {' '.join(message.split())}"
+        line = f"last error {name}: {' '.join(clean(message).split())}"
         out.append(line if len(line) <= width else line[: width - 1] + "…")
     return out
 
 
 def batch_view_lines(stats: RunStats) -> list[str]:
     """One line per Batch API batch not yet collected: stage, model, the provider's id and state, progress."""
-    return [f"batch {b.provider_batch_id}: {b.stage} {b.model}, {b.lines} requests, {b.provider_state}"
-            + (f", {b.succeeded} answered, {b.failed} failed" if b.succeeded or b.failed else "")
-            + (f" (resubmission {b.round})" if b.round else "")
+    return [clean(f"batch {b.provider_batch_id}: {b.stage} {b.model}, {b.lines} requests, {b.provider_state}"
+                  + (f", {b.succeeded} answered, {b.failed} failed" if b.succeeded or b.failed else "")
+                  + (f" (resubmission {b.round})" if b.round else ""))
             for b in list(stats.batches.values()) if b.state != "collected"]
 
 
@@ -128,7 +132,7 @@ def _errors(c: Counters) -> str:
 
 
 def _line(c: Counters, now: float) -> str:
-    return f"{c.stage} {c.model}: {_figures(c, now)}"
+    return f"{clean(c.stage)} {clean(c.model)}: {_figures(c, now)}"
 
 
 class PlainView:
@@ -142,7 +146,7 @@ class PlainView:
 
     def start(self, stats: RunStats, title: str) -> None:
         self.stats = stats
-        print(f"[runner] {title}", file=self.stream, flush=True)
+        self._print(title)
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def _loop(self) -> None:
@@ -155,20 +159,24 @@ class PlainView:
             return
         now = time.monotonic()
         for counters in list(self.stats.by_key.values()):
-            print(f"[runner] {_line(counters, now)}", file=self.stream, flush=True)
+            self._print(_line(counters, now))
         for line in batch_view_lines(self.stats):
-            print(f"[runner] {line}", file=self.stream, flush=True)
+            self._print(line)
         money = budget_line(self.stats)
         if money:
-            print(f"[runner] {money}", file=self.stream, flush=True)
-        print(f"[runner] {time_line(self.stats, now)}", file=self.stream, flush=True)
+            self._print(money)
+        self._print(time_line(self.stats, now))
         for line in error_lines(self.stats, ERROR_WIDTH):
-            print(f"[runner] {line}", file=self.stream, flush=True)
+            self._print(line)
         while self.stats.notes:
-            print(f"[runner] {self.stats.notes.pop(0)}", file=self.stream, flush=True)
+            self._print(self.stats.notes.pop(0))
 
     def note(self, message: str) -> None:
-        print(f"[runner] {message}", file=self.stream, flush=True)
+        self._print(message)
+
+    def _print(self, line: str) -> None:
+        """One log line, cleaned of control sequences whatever its source (a multi-line note keeps its lines)."""
+        print(f"[runner] {clean(line, newlines=True)}", file=self.stream, flush=True)
 
     def stop(self) -> None:
         if self._task is not None:
@@ -210,14 +218,15 @@ class LiveView:
         now = time.monotonic()
         assert self.stats is not None
         counters = list(self.stats.by_key.values())
-        table = Table(title=self.title, title_justify="left", expand=False)
+        table = Table(title=Text(clean(self.title)), title_justify="left", expand=False)
         for name, justify in (("stage", "left"), ("model", "left"), ("progress", "left"), ("done", "right"),
                               ("req/s", "right"), ("cache hits", "right"), ("retries", "right"),
                               ("errors", "right"), ("tokens in/out", "right"), ("spent", "right")):
             table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
         for c in counters:
             table.add_row(
-                c.stage, c.model, ProgressBar(total=max(c.total, 1), completed=c.finished, width=24),
+                Text(clean(c.stage)), Text(clean(c.model)),
+                ProgressBar(total=max(c.total, 1), completed=c.finished, width=24),
                 f"{c.finished}/{c.total}", f"{c.rate(now):.1f}", str(c.cache_hits), str(c.retries),
                 Text(_errors(c), style="red" if c.errors else ""), f"{c.tokens_in}/{c.tokens_out}",
                 _money(c.spend),
@@ -227,9 +236,9 @@ class LiveView:
         if Measurement.get(self.console, self.console.options.update(max_width=10_000), table).maximum > width:
             # a terminal too narrow for the table (a long model name): two lines per stage and model, each
             # wrapped to the width, instead of a table whose cells rich would cut to nothing
-            body = [Text(self.title, style="italic", overflow="fold")]
+            body = [Text(clean(self.title), style="italic", overflow="fold")]
             for c in counters:
-                body.append(Text(f"{c.stage} · {c.model}", style="bold", overflow="fold"))
+                body.append(Text(f"{clean(c.stage)} · {clean(c.model)}", style="bold", overflow="fold"))
                 row = Table.grid(padding=(0, 1))
                 row.add_column(no_wrap=True)
                 row.add_column(overflow="fold")
@@ -251,4 +260,4 @@ class LiveView:
         extra.append(Text(time_line(self.stats, now)))
         extra.extend(Text(line, style="red") for line in error_lines(self.stats, width))
         notes = self.notes + self.stats.notes
-        return Group(*body, *extra, *(Text(n, style="yellow") for n in notes[-3:]))
+        return Group(*body, *extra, *(Text(clean(n, newlines=True), style="yellow") for n in notes[-3:]))

@@ -17,6 +17,7 @@ from typing import Any
 
 from runner.plan.choices import LETTERS
 from runner.report import funnel, layouts
+from runner.report.terminal import clean, clean_lines
 from runner.store import Store
 
 
@@ -280,8 +281,10 @@ def render(data: dict[str, Any], fmt: str) -> str:
          _seconds(r["latency_p95"]), str(r["invalid"]), accuracy_text(r)]
         for r in data["rows"]
     ]
+    # the text and md forms are read on a terminal: names, batch states and variant values lose control sequences
+    table = [[clean(cell) for cell in row] for row in table]
     run = data["run"]
-    head = f"Run {run['id']} · job {run['job_name']} · {run['status']}"
+    head = clean(f"Run {run['id']} · job {run['job_name']} · {run['status']}")
     shuffles = "; ".join(
         f"{stage}: " + ("" if s["seeds"] is None else
                         f"options {'shuffled under seeds ' + str(s['seeds']) if s['shuffle'] else 'in original order'}")
@@ -315,7 +318,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
             lines += ["", *layouts.render_text(data["layout"], markdown=True)]
         if data.get("pipeline"):
             lines += ["", *funnel.render(data["pipeline"], markdown=True)]
-        return "\n".join(lines) + "\n"
+        return "\n".join(clean_lines(lines)) + "\n"
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(headers)]
     lines = [head, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in table]
@@ -326,7 +329,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
         lines += ["", *layouts.render_text(data["layout"])]
     if data.get("pipeline"):
         lines += ["", *funnel.render(data["pipeline"])]
-    return "\n".join(lines) + "\n"
+    return "\n".join(clean_lines(lines)) + "\n"
 
 
 def batch_lines(data: dict[str, Any]) -> list[str]:
