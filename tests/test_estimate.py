@@ -242,3 +242,49 @@ def test_newterm_2023_gpt4o_job_priced_from_counted_tokens(monkeypatch, capsys, 
         r"^estimate: .*; cost \$([\d,.]+) – \$([\d,.]+)", out, re.M).groups()]
     assert low - 5e-5 <= printed[0] <= printed[1] <= high + 5e-5
     assert printed == [round(low, 4), round(high, 4)]
+
+
+def test_counts_without_a_tokenizer_show_the_expected_figure_and_the_bound_reserved(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    """Claude and Gemini have no tokenizer here: the input is shown as expected (the heuristic) and as the upper
+    bound a budget reserves (UTF-8 bytes plus framing), labelled; the low end uses the first, the worst case the
+    second. 4,000 repeats of "=" are 111 tokens expected and 4,084 at most."""
+    from runner.providers.tokens import bound_call_tokens
+
+    rows = [{"question": "=" * 4000}, {"question": "新しい言葉" * 50}]
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    models = ["anthropic:claude-sonnet-4-5", "gemini:gemini-2.0-flash", "openai:gpt-4o-2024-08-06"]
+    price = {"input": 100.0, "output": 100.0}
+    job = {"name": "bound", "output_dir": str(tmp_path / "results"), "models": models,
+           "params": {"max_tokens": 10}, "prices": {m: price for m in models},
+           "stages": [{"name": "ask", "dataset": {"path": str(dataset)}, "prompt": {"user": "{{ question }}"}}]}
+    path = tmp_path / "job.yaml"
+    path.write_text(json.dumps(job), encoding="utf-8")
+    code, out, err = run_cli(monkeypatch, capsys, "estimate", str(path), "--format", "json")
+    assert code == 0, err
+    groups = {g["model"]: g for g in json.loads(out)["groups"]}
+    messages = [[{"role": "user", "content": row["question"]}] for row in rows]
+    for model in models:
+        provider, name = model.split(":", 1)
+        g = groups[model]
+        expected = [count_input_tokens(provider, name, m) for m in messages]
+        bound = [bound_call_tokens(provider, name, m) for m in messages]
+        assert g["input_tokens"] == sum(expected) and g["input_tokens_bound"] == sum(bound)
+        assert g["cost_low"] == pytest.approx(sum(expected) * 100 / 1e6)
+        assert g["cost_high"] == pytest.approx((sum(bound) + 2 * 10) * 100 / 1e6)
+        if provider == "openai":
+            assert g["input_exact"] and bound == expected
+        else:
+            assert not g["input_exact"] and bound[0] == 4084 and expected[0] == 111
+    code, out, err = run_cli(monkeypatch, capsys, "estimate", str(path))
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if "claude-sonnet-4-5" in x)
+    assert f"{groups['anthropic:claude-sonnet-4-5']['input_tokens']:,} expected, ≤ " \
+           f"{groups['anthropic:claude-sonnet-4-5']['input_tokens_bound']:,} (bound)" in line
+    assert "(exact)" in next(x for x in out.splitlines() if "gpt-4o" in x)
+    assert "upper bound a budget reserves" in out
+    code, out, err = run_cli(monkeypatch, capsys, "estimate", str(path), "--format", "csv")
+    assert code == 0, err
+    assert out.startswith("stage,model,requests,cached,repeats,to_send,input_tokens,input_exact,input_tokens_bound,")

@@ -138,7 +138,9 @@ class Capture:
 
 
 async def test_a_resumed_run_counts_earlier_tasks_and_spend_from_its_start(tmp_path, fake_provider) -> None:
-    job = _priced_job(tmp_path, rows=30, usd=0.2)
+    # the fake provider has no tokenizer: each request reserves the byte bound of its input (~230 tokens, $0.23)
+    # and is charged for the 11 tokens it reports, so the budget ends after a dozen or so requests
+    job = _priced_job(tmp_path, rows=30, usd=0.4)
     store = open_store(tmp_path / "s.sqlite")
     first = await execute(job, store)
     assert first.status == "budget_exhausted"

@@ -4,16 +4,18 @@ Per stage and model the plan is streamed (never held whole) and looked up in the
 
 - **requests**, those already **in the cache** (free: a cache hit costs nothing), and **repeats** (a request
   identical to an earlier one of the job: the runner sends it once and shares the answer); the rest are **to send**;
-- **input tokens** of the requests to send, counted by ``runner.tokens`` (exact for OpenAI models and the
-  simulated server, an upper-leaning estimate otherwise: the output says which);
+- **input tokens** of the requests to send, counted by ``runner.providers.tokens``: exact where the provider's
+  tokenizer is here (OpenAI models tiktoken knows, the simulated server); elsewhere two figures, labelled: the
+  expected count (a heuristic, not a bound) and the upper bound a budget reserves (UTF-8 bytes plus framing);
 - **output tokens**: at most ``max_tokens`` per request to send, and an expected figure from history: the mean
   output tokens of this stage and model's requests already in the cache (the most similar requests there are), or
   else of stored responses of the same provider and model (up to ``HISTORY_SAMPLE`` of them), each capped at
   ``max_tokens``; "no history" when neither exists;
-- **cost** of the requests to send, as a range: *low* is the input at the input price plus the expected output
-  (none without history), *high* the worst case a budget reserves (every input token at the dearest input
-  price, ``max_tokens`` output tokens), summed request by request since context-length tiers price each request
-  by its own size; and the same range at the Batch API's prices where genai-prices has them.
+- **cost** of the requests to send, as a range: *low* is the expected input at the input price plus the
+  expected output (none without history), *high* the worst case a budget reserves (the exact or upper-bound input
+  tokens at the dearest input price, ``max_tokens`` output tokens), summed request by request since
+  context-length tiers price each request by its own size; and the same range at the Batch API's prices where
+  genai-prices has them.
 
 A model without a price shows "unknown price" and the ``prices:`` key to add; without ``max_tokens`` the high end
 is unbounded. Nothing here needs an API key or touches the network.
@@ -39,7 +41,8 @@ from runner.plan.request import Task
 from runner.plan.stage import StagePlan
 from runner.providers.base import provider_class, split_model
 from runner.providers.pricing import PER, Pricing, Rates
-from runner.providers.tokens import count_call_tokens, exact
+from runner.providers.tokens import bound_call_tokens, count_call_tokens, exact
+from runner.report.terminal import clean, clean_lines
 from runner.spec.job import Job
 from runner.store import Store
 
@@ -52,7 +55,8 @@ CHUNK = 1000
 HISTORY_SAMPLE = 10_000
 
 CSV_COLUMNS = (
-    "stage", "model", "requests", "cached", "repeats", "to_send", "input_tokens", "input_exact", "max_tokens",
+    "stage", "model", "requests", "cached", "repeats", "to_send", "input_tokens", "input_exact", "input_tokens_bound",
+    "max_tokens",
     "output_tokens_max", "output_tokens_expected", "history", "history_source", "price", "cost_low", "cost_high",
     "batch_low", "batch_high", "batch_price",
 )
@@ -73,11 +77,12 @@ class _Sums:
     output_rate: float = 0.0
     high: float = 0.0
 
-    def add(self, rates: Rates, input_tokens: int, max_tokens: int) -> None:
+    def add(self, rates: Rates, input_tokens: int, bound: int, max_tokens: int) -> None:
+        """``input_tokens``: the expected (or exact) count; ``bound``: what a budget reserves for them."""
         tier = rates.at(input_tokens)
         self.input_usd += input_tokens * tier.input / PER
         self.output_rate += tier.output / PER
-        self.high += rates.worst_case(input_tokens, max_tokens)
+        self.high += rates.worst_case(bound, max_tokens)
 
 
 @dataclass(slots=True)
@@ -88,7 +93,8 @@ class Group:
     model: str
     #: ``params.max_tokens`` of the stage (None: the output, hence the high end, is unbounded)
     max_tokens: int | None
-    #: whether ``input_tokens`` is the provider's own count (else an estimate meant to lie above it)
+    #: whether ``input_tokens`` is the provider's own count (else the expected count, and ``input_tokens_bound``
+    #: the upper bound a budget reserves)
     input_exact: bool
     #: where the price comes from, ``"unknown price"`` when there is none
     price: str
@@ -101,8 +107,11 @@ class Group:
     cached: int = 0
     repeats: int = 0
     to_send: int = 0
-    #: input tokens of the requests to send (None: not counted, for a free model in ``runner submit``)
+    #: input tokens of the requests to send, exact or expected (None: not counted, for a free model in ``runner
+    #: submit``)
     input_tokens: int | None = 0
+    #: input tokens a budget reserves for them: ``input_tokens`` when exact, else a true upper bound
+    input_tokens_bound: int | None = 0
     output_tokens_max: int | None = None
     output_tokens_expected: float | None = None
     #: how many responses ``output_tokens_expected`` is the mean of (0: no history)
@@ -156,12 +165,14 @@ class _Builder:
         if not self.count:
             return
         tokens = count_call_tokens(req.provider, req.model_name, req.messages, req.call.pairs)
+        bound = bound_call_tokens(req.provider, req.model_name, req.messages, req.call.pairs, counted=tokens)
         g.input_tokens = (g.input_tokens or 0) + tokens
+        g.input_tokens_bound = (g.input_tokens_bound or 0) + bound
         max_tokens = g.max_tokens or 0
         if self.sums is not None and self.rates is not None:
-            self.sums.add(self.rates, tokens, max_tokens)
+            self.sums.add(self.rates, tokens, bound, max_tokens)
         if self.batch_sums is not None and self.batch is not None:
-            self.batch_sums.add(self.batch, tokens, max_tokens)
+            self.batch_sums.add(self.batch, tokens, bound, max_tokens)
 
     def finish(self, store: Store, provider: str, model_id: str) -> Group:
         g = self.group
@@ -240,7 +251,7 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
                 group.add_price = model
             count = count_free or rates is None or not rates.is_free
             if not count:
-                group.input_tokens = None
+                group.input_tokens = group.input_tokens_bound = None
             builders[model] = _Builder(group, rates, batch, count)
         replayed = replayable_tasks(store, stage_address(job, stage, plan), stage.name)
         if replayed is not None:  # unchanged since a run that finished it: all cache hits, nothing to plan
@@ -293,6 +304,7 @@ def _totals(groups: list[Group]) -> dict[str, Any]:
     }
     counted = [g.input_tokens for g in groups if g.input_tokens is not None]
     totals["input_tokens"] = sum(counted)
+    totals["input_tokens_bound"] = sum(g.input_tokens_bound for g in groups if g.input_tokens_bound is not None)
     totals["input_exact"] = all(g.input_exact for g in groups if g.to_send)
     totals["output_tokens_max"] = _sum([g.output_tokens_max for g in groups if g.to_send])
     for key in ("cost_low", "cost_high"):
@@ -327,12 +339,17 @@ def _tokens(value: float | int | None) -> str:
     return f"{value:,.0f}" if isinstance(value, float) else f"{value:,}"
 
 
+def _input(tokens: int | None, bound: int | None, is_exact: bool) -> str:
+    """Input tokens as shown: "N (exact)", or "N expected, ≤ M (bound)" where the tokenizer is not here."""
+    if tokens is None:
+        return "not counted (free)"
+    if is_exact or bound is None:
+        return f"{tokens:,} (exact)" if is_exact else f"{tokens:,} (expected)"
+    return f"{tokens:,} expected, ≤ {bound:,} (bound)"
+
+
 def _row(g: Group) -> list[str]:
-    exactness = "exact" if g.input_exact else "estimate"
-    if g.input_tokens is None:
-        tokens = "not counted (free)"
-    else:
-        tokens = f"{g.input_tokens:,} ({exactness})"
+    tokens = _input(g.input_tokens, g.input_tokens_bound, g.input_exact)
     expected = "no history" if not g.history else f"{_tokens(g.output_tokens_expected)} (n={g.history})"
     bounded = g.max_tokens is not None
     batch = _range(g.batch_low, g.batch_high, bounded=bounded) if g.batch_price else "-"
@@ -385,20 +402,22 @@ def render(est: Estimate, fmt: str) -> str:
             writer.writerow(asdict(g))
         writer.writerow({"stage": "total", "model": "", **{k: v for k, v in est.totals.items() if k in CSV_COLUMNS}})
         return buffer.getvalue()
-    table = [_row(g) for g in est.groups]
-    head = f"Estimate · job {est.job} · {est.path}"
+    table = [[clean(cell) for cell in _row(g)] for g in est.groups]
+    head = clean(f"Estimate · job {est.job} · {est.path}")
     notes = summary_lines(est)
     notes.append("in cache: answered before, free; to send: the rest, less repeats of an identical request (sent "
-                 "once); output expected: mean output tokens of similar stored responses × requests to send; worst: "
-                 "every input token at the dearest input price and max_tokens output tokens per request")
+                 "once); input tokens: exact where the provider's tokenizer is here (OpenAI models tiktoken knows, "
+                 "sim:), else the expected count and the upper bound a budget reserves (UTF-8 bytes plus framing); "
+                 "output expected: mean output tokens of similar stored responses × requests to send; worst: every "
+                 "input token (exact or bound) at the dearest input price and max_tokens output tokens per request")
     if fmt == "md":
         lines = [f"**{head}**", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
         lines += ["| " + " | ".join(row) + " |" for row in table]
-        return "\n".join(lines + [""] + notes) + "\n"
+        return "\n".join(clean_lines(lines + [""] + notes)) + "\n"
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(HEADERS)]
     lines = [head, "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
-    return "\n".join(lines + notes) + "\n"
+    return "\n".join(clean_lines(lines + notes)) + "\n"
 
 
 def over_budget(est: Estimate, budget_usd: float | None) -> str | None:
