@@ -52,16 +52,17 @@ def test_a_repeated_id_is_refused_naming_both_lines(tmp_path: Path, monkeypatch,
     monkeypatch.setenv("RUNNER_DB", str(tmp_path / "db.sqlite"))
     code, out, err = run_cli(monkeypatch, capsys, command, str(job))
     assert code == 1
-    assert one_error(err) == (f"Error: {dataset}:4: id 'b' (field 'id') is also the id of {dataset}:2; each row's id "
-                              "must be unique: fix the rows, name another id field, or leave out dataset.id to "
-                              "number rows by line")
+    assert one_error(err) == (f"Error: {dataset}:4: id 'b' (field 'id') was already used on line 2 ({dataset}:2); "
+                              "each row's id must be unique: fix the rows, name another id field, or leave out "
+                              "dataset.id to number rows by line")
     assert "started" not in out  # submit refused before a run began
 
 
 def test_ids_equal_as_text_are_one_id(tmp_path: Path) -> None:
     """A row id is text: 7 and "7" name one row."""
     job, dataset = job_with(tmp_path, [mc(0, id=7), mc(1, id=8), mc(2, id="7")], "id: id")
-    with pytest.raises(RunnerError, match=rf"^{dataset}:3: id '7' \(field 'id'\) is also the id of {dataset}:1;"):
+    with pytest.raises(RunnerError, match=rf"^{dataset}:3: id '7' \(field 'id'\) was already used on line 1 "
+                                          rf"\({dataset}:1\);"):
         check_datasets(load_job(job))
 
 
@@ -69,7 +70,7 @@ def test_a_repeated_parent_id_of_exploded_rows(tmp_path: Path) -> None:
     parent = {"story": "s", "question_list": [{"question": "q", "choices": ["a", "b"], "gold": 0}]}
     job, dataset = job_with(tmp_path, [{**parent, "id": "x"}, {**parent, "id": "y"}, {**parent, "id": "x"}],
                             "id: id, explode: question_list")
-    with pytest.raises(RunnerError, match=rf"^{dataset}:3: id 'x' .* also the id of {dataset}:1;"):
+    with pytest.raises(RunnerError, match=rf"^{dataset}:3: id 'x' .* already used on line 1 \({dataset}:1\);"):
         list(StagePlan(load_job(job), load_job(job).stages[0]))
 
 

@@ -133,9 +133,9 @@ def _refuse_repeated_id(stage: Stage, row_id: str, line_no: int) -> None:
         if first >= line_no:
             return
         if dataset_row_id(stage, first, row) == row_id:
-            raise RunnerError(f"{path}:{line_no}: id {row_id!r} (field {stage.dataset.id!r}) is also the id of "
-                              f"{path}:{first}; each row's id must be unique: fix the rows, name another id field, or "
-                              "leave out dataset.id to number rows by line")
+            raise RunnerError(f"{path}:{line_no}: id {row_id!r} (field {stage.dataset.id!r}) was already used on line "
+                              f"{first} ({path}:{first}); each row's id must be unique: fix the rows, name another id "
+                              "field, or leave out dataset.id to number rows by line")
 
 
 def dataset_row_id(stage: Stage, line_no: int, row: dict[str, Any]) -> str:
