@@ -303,7 +303,9 @@ async def test_a_pipeline_stopped_by_its_budget_resumes_where_it_stopped(tmp_pat
     priced = "models: [fake:m]\nprices: {fake:m: {input: 1000, output: 1000}}"
     path.write_text(path.read_text().replace("models: [fake:m]", priced))
     job = load_job(path)
-    set_budget(job, 0.06)  # a request's worst case is 20 output tokens + its input at $1000/M: about $0.03
+    # a request's worst case is 20 output tokens + the byte bound of its input (the fake provider has no
+    # tokenizer) at $1000/M: about $0.1, so one request fits at a time and the budget ends part way
+    set_budget(job, 0.15)
     store = open_store(tmp_path / "s.sqlite")
     first = await execute(job, store)
     assert first.status == "budget_exhausted"
