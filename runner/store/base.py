@@ -256,10 +256,13 @@ class Store(ABC):
 
     # -- Batch API requests (runner/engine/batch.py) --------------------------------------------------------
     @abstractmethod
-    def record_batch(self, batch_id: str, run_id: str, stage: str, model: str, provider_batch_id: str,
-                     round: int, lines: list[tuple[str, int | None]]) -> None:
+    def record_batch(self, batch_id: str, run_id: str, stage: str, model: str, provider_batch_id: str | None,
+                     round: int, lines: list[tuple[str, int | None]], *, state: str = "running") -> None:
         """A batch just submitted: its provider id and its lines (request key, ledger reservation id), in one
-        transaction, so a later process polls it instead of submitting it again."""
+        transaction, so a later process polls it instead of submitting it again. With ``state`` "submitting" and
+        no provider id, the intent to submit it, written before the provider is asked: a process killed before
+        the id is written (:meth:`update_batch` ``provider_batch_id``, state "running") leaves this record, and the
+        next one looks the batch up by its label instead of submitting its lines again."""
 
     @abstractmethod
     def open_batches(self, run_id: str, stage: str) -> list[dict[str, Any]]:
@@ -272,6 +275,11 @@ class Store(ABC):
     @abstractmethod
     def finish_batch(self, batch_id: str, statuses: dict[str, str]) -> None:
         """A batch's results were taken: each line's status (done, retry, failed) and the batch ``collected``."""
+
+    @abstractmethod
+    def drop_batch(self, batch_id: str) -> None:
+        """Forget a batch's intent and its lines: the provider never accepted the batch (its lines' reservations
+        are released by the engine first)."""
 
     @abstractmethod
     def batches(self, run_id: str) -> list[dict[str, Any]]:

@@ -481,13 +481,13 @@ class PostgresStore(Store):
             f" WHERE t.cache_hit = 1 AND t.saved > 0 {where} GROUP BY 1, 2", params), 2)
 
     # -- Batch API requests ----------------------------------------------------------------------------
-    def record_batch(self, batch_id: str, run_id: str, stage: str, model: str, provider_batch_id: str,
-                     round: int, lines: list[tuple[str, int | None]]) -> None:
+    def record_batch(self, batch_id: str, run_id: str, stage: str, model: str, provider_batch_id: str | None,
+                     round: int, lines: list[tuple[str, int | None]], *, state: str = "running") -> None:
         with self._tx() as conn:
             conn.execute("INSERT INTO batches (id, run_id, stage, model, provider_batch_id, round, state,"
-                         " provider_state, lines, created, updated) VALUES (%s, %s, %s, %s, %s, %s, 'running',"
-                         " 'submitted', %s, %s, %s)",
-                         (batch_id, run_id, stage, model, provider_batch_id, round, len(lines), now(), now()))
+                         " provider_state, lines, created, updated) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+                         " %s)", (batch_id, run_id, stage, model, provider_batch_id, round, state,
+                                  "submitted" if state == "running" else state, len(lines), now(), now()))
             conn.cursor().executemany(
                 "INSERT INTO batch_lines (batch_id, key, ledger_id, status) VALUES (%s, %s, %s, 'pending')"
                 " ON CONFLICT (batch_id, key) DO UPDATE SET ledger_id = excluded.ledger_id, status = 'pending'",
@@ -512,6 +512,11 @@ class PostgresStore(Store):
             conn.cursor().executemany("UPDATE batch_lines SET status = %s WHERE batch_id = %s AND key = %s",
                                       [(status, batch_id, key) for key, status in statuses.items()])
             conn.execute("UPDATE batches SET state = 'collected', updated = %s WHERE id = %s", (now(), batch_id))
+
+    def drop_batch(self, batch_id: str) -> None:
+        with self._tx() as conn:
+            conn.execute("DELETE FROM batch_lines WHERE batch_id = %s", (batch_id,))
+            conn.execute("DELETE FROM batches WHERE id = %s", (batch_id,))
 
     def batches(self, run_id: str) -> list[dict[str, Any]]:
         found = self._dicts(f"SELECT * FROM batches WHERE run_id = %s ORDER BY created {_C} NULLS FIRST, id {_C}",

@@ -621,15 +621,15 @@ class SQLiteStore(Store):
             (judge_id, judge_stage, suffix, run_id, stage)).fetchall()
 
     # -- Batch API requests ----------------------------------------------------------------------------
-    def record_batch(self, batch_id: str, run_id: str, stage: str, model: str, provider_batch_id: str,
-                     round: int, lines: list[tuple[str, int | None]]) -> None:
+    def record_batch(self, batch_id: str, run_id: str, stage: str, model: str, provider_batch_id: str | None,
+                     round: int, lines: list[tuple[str, int | None]], *, state: str = "running") -> None:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute("INSERT INTO batches (id, run_id, stage, model, provider_batch_id, round, state,"
-                         " provider_state, lines, created, updated) VALUES (?, ?, ?, ?, ?, ?, 'running', 'submitted',"
-                         " ?, ?, ?)", (batch_id, run_id, stage, model, provider_batch_id, round, len(lines), now(),
-                                       now()))
+                         " provider_state, lines, created, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         (batch_id, run_id, stage, model, provider_batch_id, round, state,
+                          "submitted" if state == "running" else state, len(lines), now(), now()))
             conn.executemany("INSERT OR REPLACE INTO batch_lines (batch_id, key, ledger_id, status)"
                              " VALUES (?, ?, ?, 'pending')", [(batch_id, key, ledger) for key, ledger in lines])
             conn.execute("COMMIT")
@@ -657,6 +657,17 @@ class SQLiteStore(Store):
             conn.executemany("UPDATE batch_lines SET status = ? WHERE batch_id = ? AND key = ?",
                              [(status, batch_id, key) for key, status in statuses.items()])
             conn.execute("UPDATE batches SET state = 'collected', updated = ? WHERE id = ?", (now(), batch_id))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def drop_batch(self, batch_id: str) -> None:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch_id,))
+            conn.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
