@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from runner.errors import AuthError, BadRequest, RateLimited, TransientError
+from runner.providers import anthropic_batch, gemini_batch, openai_batch
 from runner.providers.anthropic_messages import AnthropicProvider
 from runner.providers.base import Provider, ProviderSettings
-from runner.providers.batching import ENDED, RUNNING, Batches, BatchLine, BatchStatus
+from runner.providers.batching import CLOCK_SKEW, ENDED, RUNNING, Batches, BatchLine, BatchStatus, Lookup, batch_label
 from runner.providers.gemini import GeminiProvider
 from runner.providers.local import LocalProvider
 from runner.providers.openai_chat import OpenAIChatProvider, OpenAICompatibleProvider, SimProvider
@@ -302,6 +303,66 @@ async def test_labels_never_carry_the_key(srv: SimServer) -> None:
         ge_id = await gemini_provider.batches().submit("m", make_lines(1), label=f"run/{gemini_key}/x")
     assert sim_batch(srv, oa_id).info["metadata"] == {"runner": "run/***/x"}
     assert sim_batch(srv, ge_id).info["displayName"] == "run/***/x"
+
+
+# -- finding a batch the store never recorded (by its label, or Anthropic's custom ids) ---------------------------
+
+
+PAGED = {"openai": openai_batch, "sim": openai_batch, "anthropic": anthropic_batch, "gemini": gemini_batch}
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_find_names_the_batch_of_a_label_and_its_lines_across_pages(srv: SimServer, kind: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five batches, two to a list page: each is found by its label (and lines), the oldest three pages back;
+    one the store knows, one never submitted and one from before the intent are not found."""
+    srv.configure(batch_delay=0.0)
+    monkeypatch.setattr(PAGED[kind], "PAGE", 2)
+    since = time.time()
+    submitted: list[tuple[str, str, list[str]]] = []
+    async with opened(kind, srv) as provider:
+        batches = provider.batches()
+        for i in range(5):
+            lines = make_lines(3, prefix=f"b{i}")
+            ids = [line.custom_id for line in lines]
+            label = batch_label("20261124-101010-ab12", "stage" * 40, f"{kind}:sim-model", 0, ids)  # cut to fit
+            submitted.append((await batches.submit("sim-model", lines, label=label), label, ids))
+        for batch_id, label, ids in submitted:
+            assert await batches.find(label, ids, since=since) == Lookup(batch_id)
+        oldest, label, ids = submitted[0]
+        assert await batches.find(label, ids, since=since, known={oldest}) == Lookup(None)
+        never = [line.custom_id for line in make_lines(3, prefix="never")]
+        assert await batches.find(batch_label("r", "s", "m", 0, never), never, since=since) == Lookup(None)
+        assert await batches.find(label, ids, since=since + 2 * CLOCK_SKEW) == Lookup(None)
+
+
+async def test_a_label_cut_to_the_providers_limit_keeps_its_digest(srv: SimServer) -> None:
+    label = batch_label("run", "s" * 700, "sim:m", 2, ["a", "b"])
+    async with opened("openai", srv) as openai_provider, opened("gemini", srv) as gemini_provider:
+        oa_id = await openai_provider.batches().submit("m", make_lines(1), label=label)
+        ge_id = await gemini_provider.batches().submit("m", make_lines(1), label=label)
+    sent = [sim_batch(srv, oa_id).info["metadata"]["runner"], sim_batch(srv, ge_id).info["displayName"]]
+    assert [len(one) for one in sent] == [512, 128]
+    assert all(one.startswith("run/sss") and one.endswith(label[-34:]) for one in sent)
+
+
+async def test_anthropic_finds_a_running_batch_once_its_custom_ids_can_be_read(srv: SimServer) -> None:
+    """A Message Batch has no label: one of the right size made since the intent is undecided while it runs, and
+    it is the batch once its results carry exactly the lines' custom ids."""
+    srv.configure(batch_delay=60.0)
+    since = time.time()
+    async with opened("anthropic", srv) as provider:
+        batches = provider.batches()
+        ours = make_lines(3, prefix="ours")
+        ids = [line.custom_id for line in ours]
+        label = batch_label("run", "stage", "anthropic:m", 0, ids)
+        other = await batches.submit("sim-model", make_lines(3, prefix="theirs"), label="another run")
+        bigger = await batches.submit("sim-model", make_lines(4, prefix="ours"), label="another run")
+        batch_id = await batches.submit("sim-model", ours, label=label)
+        assert await batches.find(label, ids, since=since) == Lookup(None, undecided=2), "same size, running"
+        assert srv.expire_batch(batch_id) and srv.expire_batch(other) and srv.expire_batch(bigger)
+        assert await batches.find(label, ids, since=since) == Lookup(batch_id)
+        assert await batches.find(label, ids[:2] + ["not-ours"], since=since) == Lookup(None)
 
 
 async def test_anthropic_custom_ids_are_checked_before_sending(srv: SimServer) -> None:

@@ -14,6 +14,9 @@
 * A batch refused as a whole for some of its lines (OpenAI's input file validation) fails those lines with their
   own error; its other lines come back with error class ``batch_refused`` to be submitted again, once.
 * Labels are names, never secrets: :func:`safe_label` masks the provider's key should a label hold it.
+* A batch is found again by its label (OpenAI's ``metadata``, Gemini's ``display_name``) or, where the provider
+  keeps none (Anthropic), by its lines' custom ids: each client's ``find`` pages through the provider's list for
+  batches made since the batch's intent (less :data:`~runner.providers.batching.CLOCK_SKEW`).
 """
 
 from __future__ import annotations
@@ -91,10 +94,15 @@ def check_lines(where: str, lines: list[BatchLine]) -> None:
 
 
 def safe_label(label: str, provider: MappingProvider, limit: int, default: str = "runner batch") -> str:
-    """``label`` as it may be sent: the provider's key masked if it ever appears in it, cut to ``limit``."""
+    """``label`` as it may be sent: the provider's key masked if it ever appears in it, cut to ``limit``. A label
+    ending in `` #digest`` (:func:`~runner.providers.batching.batch_label`) keeps its digest whole, its readable
+    part cut instead: the digest is what finds the batch again."""
     key = provider.api_key()
     if len(key) >= 8:
         label = label.replace(key, "***")
+    head, mark, digest = label.rpartition(" #")
+    if mark and len(mark + digest) <= limit:
+        return head[:limit - len(mark + digest)] + mark + digest
     return label[:limit] or default
 
 

@@ -8,6 +8,14 @@ Custom ids must match ``^[a-zA-Z0-9_-]{1,64}$`` (Anthropic refuses the whole bat
 checked before anything is sent). A Message Batch
 has no name or metadata: the label is not sent anywhere.
 
+Find (a batch the provider accepted but the store never recorded): with no label to look for, a batch is known by
+its requests' custom ids, which the API gives back only in an ended batch's results. ``messages.batches.list``
+pages through the workspace's batches, most recent first (``limit`` 100, ``after_id``), back to the intent's time;
+a candidate was created within :data:`SUBMIT_WINDOW` of the intent, is not one the store knows, and holds as many
+requests (``request_counts``) as the batch had lines. An ended candidate is the batch when its results carry
+exactly those custom ids; a candidate still running leaves the answer ``undecided`` (the engine looks again at its
+next poll), so a batch that was never accepted is submitted again only once no running candidate may be it.
+
 Results: every request has a result, matched by custom id. ``succeeded`` is a completion built as online from
 the Message (``AnthropicProvider.completion_of``); ``errored`` is the online mapping of the error's type
 (``api_error`` 500 and ``overloaded_error`` 529 are transient and retried, ``invalid_request_error`` is a bad
@@ -18,6 +26,7 @@ are retried.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import BadRequest
@@ -36,12 +45,16 @@ from ._batch_common import (
     stainless_error,
     unfinished,
 )
-from .batching import ENDED, RUNNING, BatchLine, BatchResult, BatchStatus
+from .batching import CLOCK_SKEW, ENDED, RUNNING, BatchLine, BatchResult, BatchStatus, Lookup
 
 if TYPE_CHECKING:
     from .anthropic_messages import AnthropicProvider
 
 _CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+#: batches a list page holds in ``find``
+PAGE = 100
+#: seconds after its intent a batch can have been created: the submit call started then and ends within its timeout
+SUBMIT_WINDOW = 3600.0
 #: an errored result's error type -> the HTTP status the Messages API answers it with online
 _STATUS = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
            "permission_error": 403, "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429,
@@ -71,6 +84,27 @@ class AnthropicBatches(SDKBatches):
         with self.errors():
             batch = await self.client.messages.batches.create(requests=requests)
         return str(batch.id)
+
+    async def find(self, label: str, custom_ids: Collection[str], *, since: float,
+                   known: Collection[str] = ()) -> Lookup:
+        wanted = set(custom_ids)
+        undecided = 0
+        with self.errors():
+            async for batch in self.client.messages.batches.list(limit=PAGE):
+                created = batch.created_at.timestamp()
+                if created < since - CLOCK_SKEW:
+                    break  # most recent first: the rest are older still
+                counts = batch.request_counts
+                total = counts.processing + counts.succeeded + counts.errored + counts.canceled + counts.expired
+                if batch.id in known or total != len(wanted) or created > since + SUBMIT_WINDOW + CLOCK_SKEW:
+                    continue
+                if batch.processing_status != "ended":
+                    undecided += 1
+                    continue
+                found = {str(item.custom_id) async for item in await self.client.messages.batches.results(batch.id)}
+                if found == wanted:
+                    return Lookup(str(batch.id))
+        return Lookup(undecided=undecided)
 
     async def status(self, batch_id: str) -> BatchStatus:
         with self.errors():

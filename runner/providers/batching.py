@@ -7,12 +7,17 @@ reads :meth:`Batches.results`: one :class:`BatchResult` per line it submitted, t
 server error are marked ``retry`` so the engine submits only those again.
 
 Batch ids are the provider's; the engine keeps them in its store, so a later process (``runner resume``) asks
-for a batch submitted by an earlier one instead of submitting it again.
+for a batch submitted by an earlier one instead of submitting it again. Before it submits, the engine records
+its intent (the lines and their :func:`batch_label`); a process killed after the provider accepted a batch and
+before its id was written leaves only that intent, and the next process asks :meth:`Batches.find` for the batch
+by its label (and lines) and adopts it instead of submitting the lines again.
 """
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +64,29 @@ class BatchResult:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class Lookup:
+    """What :meth:`Batches.find` found: the provider's id of the batch, or None; ``undecided`` counts batches that
+    may be it but cannot be told apart yet (a Message Batch's custom ids can be read only once it ended)."""
+
+    batch_id: str | None = None
+    undecided: int = 0
+
+
+#: seconds a provider's clock may be behind the runner's: a batch is looked for from its intent's time less this
+CLOCK_SKEW = 600.0
+
+
+def batch_label(run_id: str, stage: str, model: str, round: int, custom_ids: Collection[str]) -> str:
+    """The label a batch is submitted under: readable (the run, the stage, the model, the round) and, after ``#``,
+    a digest of all of these and every line's custom id, which names the batch exactly. A later process computes
+    the same label from the lines its store recorded and finds the batch by it. A provider that must shorten a
+    label shortens the readable part and keeps the digest (``_batch_common.safe_label``)."""
+    parts = [run_id, stage, model, str(round), *sorted(custom_ids)]
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+    return f"{run_id}/{stage}/{model} r{round} #{digest}"
+
+
 class Batches(ABC):
     """A provider's Batch API for one model, through the provider's official SDK."""
 
@@ -66,6 +94,13 @@ class Batches(ABC):
     async def submit(self, model: str, lines: list[BatchLine], *, label: str) -> str:
         """Submit the lines as one batch; returns the provider's batch id. ``label`` names the run and stage
         in the batch's metadata, where the provider keeps any."""
+
+    @abstractmethod
+    async def find(self, label: str, custom_ids: Collection[str], *, since: float,
+                   known: Collection[str] = ()) -> Lookup:
+        """The batch of exactly these lines submitted under ``label`` at ``since`` (epoch seconds: when the engine
+        recorded its intent to submit it) or after, if the provider accepted one; batches whose ids are in
+        ``known`` (those the store has) are not it."""
 
     @abstractmethod
     async def status(self, batch_id: str) -> BatchStatus:

@@ -17,12 +17,18 @@ results are then reported missing by it). A job that failed as a whole with no r
 ``google.rpc`` code: 4 DEADLINE_EXCEEDED (expired) and 1 CANCELLED are retried as not run, the others go
 through the online mapping of their HTTP equivalent (13 INTERNAL -> 500, retried; 3 INVALID_ARGUMENT -> 400,
 not). This SDK reads no request counts for Gemini batches: ``status`` counts the responses once it ended.
+
+Find (a batch the provider accepted but the store never recorded): ``batches.list`` (``pageSize`` 100,
+``pageToken``) and the job whose ``display_name`` is the batch's label (which ends in a digest of the run, stage,
+model, round and custom ids) and that was created no earlier than the intent. The Gemini Developer API takes no
+list filter (google-genai refuses ``filter`` outside Vertex) and documents no order, so every page is read.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import BadRequest, ProviderError
@@ -41,7 +47,7 @@ from ._batch_common import (
     safe_label,
     unfinished,
 )
-from .batching import ENDED, RUNNING, BatchLine, BatchResult, BatchStatus
+from .batching import CLOCK_SKEW, ENDED, RUNNING, BatchLine, BatchResult, BatchStatus, Lookup
 
 if TYPE_CHECKING:
     from .gemini import GeminiProvider
@@ -55,6 +61,8 @@ _RPC = {2: (500, "UNKNOWN"), 3: (400, "INVALID_ARGUMENT"), 5: (404, "NOT_FOUND")
         10: (409, "ABORTED"), 11: (400, "OUT_OF_RANGE"), 12: (501, "UNIMPLEMENTED"), 13: (500, "INTERNAL"),
         14: (503, "UNAVAILABLE"), 15: (500, "DATA_LOSS"), 16: (401, "UNAUTHENTICATED")}
 _DISPLAY_NAME = 128
+#: jobs a list page holds in ``find``
+PAGE = 100
 #: a generateContent validation message naming its field: "* GenerateContentRequest.contents[0].role: ..."
 _FIELD = re.compile(r"\s*\*\s*GenerateContentRequest\.([\w.\[\]]+):")
 #: Gemini takes inline requests while a batch's total request size stays under 20 MB; a larger one must go
@@ -142,6 +150,17 @@ class GeminiBatches(SDKBatches):
             raise described(exc, self.where, getattr(cause, "code", None), getattr(cause, "status", None),
                             message=getattr(cause, "message", None)) from cause
         return str(job.name)
+
+    async def find(self, label: str, custom_ids: Collection[str], *, since: float,
+                   known: Collection[str] = ()) -> Lookup:
+        wanted = safe_label(label, self.provider, _DISPLAY_NAME)
+        config = {"page_size": PAGE, "http_options": {"api_version": _API_VERSION}}
+        with self.errors():
+            async for job in await self.client.aio.batches.list(config=config):
+                created = job.create_time.timestamp() if job.create_time is not None else since
+                if job.display_name == wanted and created >= since - CLOCK_SKEW and job.name not in known:
+                    return Lookup(str(job.name))
+        return Lookup()
 
     async def _get(self, batch_id: str) -> Any:
         with self.errors():

@@ -6,6 +6,12 @@ messages, temperature, ``max_completion_tokens`` or ``max_tokens``, top_p, stop,
 with ``purpose="batch"``; then a batch over it with ``completion_window="24h"`` and ``metadata={"runner":
 label}``. The input file is kept: it is how a later process learns which custom ids a batch holds.
 
+Find (a batch the provider accepted but the store never recorded): ``batches.list`` pages through the
+organization's batches, newest first (``limit`` 100, ``after`` the last id), back to the intent's time; the batch
+is the one whose ``metadata["runner"]`` is its label (:func:`~runner.providers.batching.batch_label`, which ends
+in a digest of the run, stage, model, round and custom ids). The list has no filter by metadata, so it is read
+page by page until a page's worth of batches in a row is older than the intent.
+
 Results: the output file's lines (``response.status_code`` 200) become completions exactly as online
 (``OpenAIChatProvider.completion_of`` on ``response.body``); the error file's lines are errors: with a
 ``response`` they are the online mapping of that status and body (a 500 is a ``TransientError``, a 400 a
@@ -20,6 +26,7 @@ OpenAI-compatible servers (vLLM, llama.cpp) have no Batch API in general, so ``o
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import BadRequest, TransientError
@@ -41,7 +48,7 @@ from ._batch_common import (
     unfinished,
     words,
 )
-from .batching import ENDED, RUNNING, BatchLine, BatchResult, BatchStatus
+from .batching import CLOCK_SKEW, ENDED, RUNNING, BatchLine, BatchResult, BatchStatus, Lookup
 
 if TYPE_CHECKING:
     from .openai_chat import OpenAIChatProvider
@@ -51,6 +58,8 @@ ENDPOINT = "/v1/chat/completions"
 _ENDED = frozenset({"completed", "expired", "cancelled", "failed"})
 #: the longest metadata value OpenAI takes
 _METADATA_VALUE = 512
+#: batches a list page holds (OpenAI's most); ``find`` stops after this many older than its batch in a row
+PAGE = 100
 
 
 def _jsonl(text: str) -> list[dict[str, Any]]:
@@ -84,6 +93,22 @@ class OpenAIBatches(SDKBatches):
             batch = await self.client.batches.create(input_file_id=upload.id, endpoint=ENDPOINT,
                                                      completion_window="24h", metadata=metadata)
         return str(batch.id)
+
+    async def find(self, label: str, custom_ids: Collection[str], *, since: float,
+                   known: Collection[str] = ()) -> Lookup:
+        wanted = safe_label(label, self.provider, _METADATA_VALUE)
+        older = 0
+        with self.errors():
+            async for batch in self.client.batches.list(limit=PAGE):
+                if batch.created_at < since - CLOCK_SKEW:
+                    older += 1
+                    if older >= PAGE:
+                        break
+                    continue
+                older = 0
+                if batch.id not in known and (batch.metadata or {}).get("runner") == wanted:
+                    return Lookup(str(batch.id))
+        return Lookup()
 
     async def status(self, batch_id: str) -> BatchStatus:
         with self.errors():
