@@ -156,3 +156,12 @@ def now(srv: SimServer) -> list[float]:
     clock = [1000.0]
     srv.clock = lambda: clock[0]
     return clock
+
+
+@pytest.fixture
+def provider_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cloud providers' key variables set to a test key (the simulated server takes any key), and
+    GOOGLE_API_KEY unset (google-genai would prefer it to GEMINI_API_KEY)."""
+    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.setenv(variable, "test-key")
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)

@@ -14,12 +14,7 @@ from runner.providers.batching import BatchLine
 from runner.providers.capabilities import ANTHROPIC_DEFAULT_VERSION, shape
 from tests.test_request_shaping import ANTHROPIC_ANSWER, GEMINI_ANSWER, MESSAGES, Capture, camel
 
-
-@pytest.fixture(autouse=True)
-def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for variable in ("ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
-        monkeypatch.setenv(variable, "test-key")
-    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+pytestmark = pytest.mark.usefixtures("provider_keys")
 
 
 async def online_and_batch(provider: str, model: str, params: dict[str, Any], answer: dict[str, Any]

@@ -37,11 +37,7 @@ MODELS = {
 MATRIX = [f"{provider}:{model}" for provider, models in MODELS.items() for model in models]
 
 
-@pytest.fixture(autouse=True)
-def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
-        monkeypatch.setenv(variable, "test-key")
-    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+pytestmark = pytest.mark.usefixtures("provider_keys")
 
 
 @pytest.fixture(scope="module")

@@ -42,11 +42,7 @@ SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "enum": 
           "required": ["answer"], "additionalProperties": False}
 
 
-@pytest.fixture(autouse=True)
-def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
-        monkeypatch.setenv(variable, "test-key")
-    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+pytestmark = pytest.mark.usefixtures("provider_keys")
 
 
 def _base(srv: Any, model: str) -> str:

@@ -80,11 +80,7 @@ def camel(value: Any) -> Any:
 MESSAGES = [{"role": "system", "content": "Answer with a letter."}, {"role": "user", "content": "A. x\nB. y"}]
 
 
-@pytest.fixture(autouse=True)
-def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
-        monkeypatch.setenv(variable, "test-key")
-    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+pytestmark = pytest.mark.usefixtures("provider_keys")
 
 
 async def send(provider: str, model: str, params: dict[str, Any], answer: dict[str, Any], **settings: Any

@@ -25,11 +25,7 @@ UNAVAILABLE = [("anthropic", "claude-sonnet-4-5"), ("gemini", "gemini-2.0-flash"
                ("openai-compatible", "any-model"), ("local", "smollm2")]
 
 
-@pytest.fixture(autouse=True)
-def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
-        monkeypatch.setenv(variable, "test-key")
-    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+pytestmark = pytest.mark.usefixtures("provider_keys")
 
 
 def charged(store: Store, run_id: str) -> float:
