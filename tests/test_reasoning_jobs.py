@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from runner.engine.run import execute
+from runner.errors import JobFileError
 from runner.evaluate.parse import parse_letter
 from runner.plan.choices import LETTERS
 from runner.providers.capabilities import shape
@@ -208,3 +209,26 @@ async def test_refusals_are_counted_charged_and_never_scored(model, tmp_path):
     assert "refused" in summary.render(data, "text")
     # a refusal the provider billed is charged once, as the answers are
     assert _cost(store, outcome.run_id) == pytest.approx(row["cost"])
+
+
+async def test_the_report_says_what_was_left_out_and_which_versions_were_sent(tmp_path):
+    """A temperature-0 job on o3 is refused by validation; with drop_unsupported the temperature is left out, and
+    the report (and the lines printed at the end of a run) say so. The versions the requests went out with are
+    recorded with the run and shown."""
+    params = {"temperature": 0, "max_tokens": 8}
+    async with await start_server(SimConfig()) as srv:
+        with pytest.raises(JobFileError, match="openai:o3 takes no temperature"):
+            _job(tmp_path, srv, "openai:o3", 3, params=params, name="refused")
+        job = _job(tmp_path, srv, "openai:o3", 3, params=params, name="dropped", stage={"drop_unsupported": True})
+        store = open_store(tmp_path / "s.sqlite")
+        outcome = await execute(job, store)
+        claude = _job(tmp_path, srv, "anthropic:claude-3-5-haiku-20241022", 3, params=params, name="claude")
+        other = await execute(claude, store)
+    assert outcome.status == other.status == "completed"
+    data = summary.build(store, outcome.run_id)
+    text = summary.render(data, "text")
+    assert "left out (drop_unsupported): mc openai:o3: temperature (takes no temperature)" in text
+    assert "left out (drop_unsupported): mc openai:o3: temperature" in "\n".join(summary.summary_lines(data))
+    assert "sent with: SDKs openai " in text and "capability table of " in text
+    claude_text = summary.render(summary.build(store, other.run_id), "md")
+    assert "anthropic-version 2023-06-01" in claude_text and "left out" not in claude_text

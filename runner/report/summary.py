@@ -130,6 +130,8 @@ def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any
         "run": {k: run[k] for k in ("id", "job_name", "job_path", "status", "total", "created", "finished",
                                     "message")},
         "shuffled_options": _shuffle_note(run),
+        # the API and SDK versions the requests went out with, and what drop_unsupported left out
+        "sent_with": json.loads(run["job_json"]).get("sent_with") or {},
         "rows": rows,
         "totals": totals,
         "layout": layout,
@@ -313,7 +315,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
         lines.append("| " + " | ".join(headers) + " |")
         lines.append("|" + "---|" * len(headers))
         lines += ["| " + " | ".join(row) + " |" for row in table]
-        lines += ["", foot] + ([shuffles] if shuffles else [])
+        lines += ["", foot] + ([shuffles] if shuffles else []) + sent_with_lines(data)
         if data.get("layout"):
             lines += ["", *layouts.render_text(data["layout"], markdown=True)]
         if data.get("pipeline"):
@@ -322,7 +324,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(headers)]
     lines = [head, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in table]
-    lines += [foot] + ([shuffles] if shuffles else [])
+    lines += [foot] + ([shuffles] if shuffles else []) + sent_with_lines(data)
     lines += batch_lines(data)
     lines += details_lines(data)
     if data.get("layout"):
@@ -330,6 +332,28 @@ def render(data: dict[str, Any], fmt: str) -> str:
     if data.get("pipeline"):
         lines += ["", *funnel.render(data["pipeline"])]
     return "\n".join(clean_lines(lines)) + "\n"
+
+
+def sent_with_lines(data: dict[str, Any]) -> list[str]:
+    """What the run's requests went out with: one line for the API and SDK versions and the capability table they
+    were shaped by, one per stage and model for the settings ``drop_unsupported`` left out."""
+    sent = data.get("sent_with") or {}
+    parts = []
+    if sent.get("anthropic_version"):
+        parts.append(f"anthropic-version {sent['anthropic_version']}")
+    if sent.get("gemini_api_version"):
+        parts.append(f"Gemini API {sent['gemini_api_version']}")
+    if sent.get("sdk"):
+        parts.append("SDKs " + ", ".join(f"{name} {version}" for name, version in sorted(sent["sdk"].items())))
+    if sent.get("capabilities"):
+        parts.append(f"capability table of {sent['capabilities']}"
+                     + (f" with models.dev {sent['models_dev']}" if sent.get("models_dev") else ""))
+    lines = [f"sent with: {'; '.join(parts)}"] if parts else []
+    for stage, models in sorted((sent.get("dropped") or {}).items()):
+        for model, dropped in sorted(models.items()):
+            if dropped:
+                lines.append(f"left out (drop_unsupported): {stage} {model}: {', '.join(dropped)}")
+    return lines
 
 
 def batch_lines(data: dict[str, Any]) -> list[str]:
@@ -377,6 +401,7 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
                  + f"; saved by the cache ${t['saved']:.4f}"
                  + (f", by the Batch API's price ${t['batch_saved']:.4f} ({t['batched']} batched)" if t["batched"]
                     else ""))
+    lines += [line for line in sent_with_lines(data) if line.startswith("left out")]
     lines += batch_lines(data)
     if data.get("pipeline"):
         lines.append(funnel.summary(data["pipeline"]))
