@@ -4,9 +4,15 @@ batches, at the Batch API's price, into the same memo and ledger as online reque
 For each stage and model, the requests the memo cannot answer are grouped (identical requests once: a line's
 custom id is the request's cache key) into batches of at most ``batch.max_requests``. Before a batch is submitted,
 every line's worst case is reserved against the budgets and in the ledger, as online; a line that does not fit is
-not submitted. The provider's batch id is written to the store with the lines' keys and reservations the moment
-the provider accepts it, so a process killed at any point leaves a record that ``runner resume`` reads: it polls
-the batches an earlier process submitted instead of submitting them again. Lines the provider expired, cancelled
+not submitted. Before the provider is asked, the batch's intent (its lines' keys and reservations, state
+``submitting``) is written to the store, and its label names it exactly (:func:`batch_label`: the run, stage, model,
+round and a digest of its custom ids); the provider's batch id is written the moment the provider accepts it. So a
+process killed at any point leaves a record that ``runner resume`` reads: it polls the batches an earlier process
+submitted instead of submitting them again, and an intent with no id (killed between the provider's answer and the
+store's write) is looked up at the provider by its label (``Batches.find``) and adopted, its lines polled and
+collected as if this process had submitted them; only a batch the provider does not have is submitted again. A
+submit that failed with an error that may hide an accepted batch (a timeout, a server error) is looked up the same
+way before its lines go again (at most ``batch.max_resubmits`` times). Lines the provider expired, cancelled
 or failed with a server error are submitted again (only those, at most ``batch.max_resubmits`` times); the others
 fail with their error class, as online. A batch the provider refused for some of its lines (OpenAI's input file
 validation) fails those lines; its other lines (``batch_refused``) are submitted again once, whatever
@@ -21,6 +27,7 @@ everything else is sent online.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -31,7 +38,7 @@ from runner.engine.stats import BatchView
 from runner.errors import AuthError, ProviderError, QuotaExceeded, RunnerError
 from runner.plan.request import Task
 from runner.providers._batch_common import REFUSED
-from runner.providers.batching import ENDED, Batches, BatchLine
+from runner.providers.batching import ENDED, Batches, BatchLine, batch_label
 from runner.store import CachedResponse
 
 if TYPE_CHECKING:
@@ -41,6 +48,10 @@ if TYPE_CHECKING:
 
 #: seconds between looks at batches being cancelled at a deadline
 CANCEL_POLL = 1.0
+#: a batch's state in the store from the intent to submit it until the provider's id is written
+SUBMITTING = "submitting"
+#: what the live view shows for a batch's provider id while it is being looked up
+LOOKING_UP = "(looking it up)"
 
 
 @dataclass
@@ -56,6 +67,16 @@ class OpenBatch:
     #: request key -> ledger reservation id
     keys: dict[str, int | None] = field(default_factory=dict)
     cancelled: bool = False
+    #: what it was submitted under (:func:`batch_label`), and when its intent was recorded (epoch seconds)
+    label: str = ""
+    since: float = 0.0
+    #: why the submit failed, when it failed in a way that may hide an accepted batch
+    error: ProviderError | None = None
+
+    @property
+    def unknown(self) -> bool:
+        """Whether the provider's id is not known yet (an intent, or a submit whose answer was lost)."""
+        return not self.provider_batch_id
 
 
 class BatchModeError(RunnerError):
@@ -112,12 +133,16 @@ class Batcher:
             return
         self.loaded.add(stage)
         for row in self.d.store.open_batches(self.d.run_id, stage):
-            batch = OpenBatch(row["id"], stage, row["model"], row["model"].partition(":")[0], row["provider_batch_id"],
-                              row["round"], {key: ledger for key, (ledger, status) in row["lines"].items()
-                                             if status == "pending"})
+            batch = OpenBatch(row["id"], stage, row["model"], row["model"].partition(":")[0],
+                              row["provider_batch_id"] or "", row["round"],
+                              {key: ledger for key, (ledger, status) in row["lines"].items() if status == "pending"})
+            if batch.unknown:  # an intent: the provider may have accepted it; ``finish`` looks it up first
+                batch.label = batch_label(self.d.run_id, stage, batch.model, batch.round, batch.keys)
+                batch.since = _epoch(row["created"])
             self.open[batch.id] = batch
-            self.d.stats.batches[batch.id] = BatchView(stage, batch.model, batch.provider_batch_id, len(batch.keys),
-                                                       provider_state=row["provider_state"] or "", round=batch.round)
+            self.d.stats.batches[batch.id] = BatchView(stage, batch.model, batch.provider_batch_id or LOOKING_UP,
+                                                       len(batch.keys), provider_state=row["provider_state"] or "",
+                                                       round=batch.round)
             for key in batch.keys:
                 self.resumed[key] = batch
 
@@ -186,19 +211,96 @@ class Batcher:
 
     async def _send(self, client: Batches, stage: str, model: str, first: Task, lines: list[BatchLine],
                     keys: dict[str, int | None]) -> None:
-        """Submit one batch of reserved lines and record it; a refusal fails its lines."""
+        """Record the intent to submit one batch of reserved lines, submit it and record its id; a refusal fails
+        its lines, an error that may hide an accepted batch leaves it to be looked up (:meth:`_resolve`)."""
         round_ = max((self.resubmits.get(line.custom_id, 0) for line in lines), default=0)
-        try:
-            provider_id = await client.submit(first.model_name, lines, label=f"{self.d.run_id}/{stage}")
-        except ProviderError as exc:
-            self._refuse(keys, exc)
-            return
         # the run's id, the stage and a random part: a resumed process must not reuse an earlier process's ids
-        batch = OpenBatch(f"{self.d.run_id}:{stage}:{secrets.token_hex(4)}", stage, model, first.provider, provider_id,
-                          round_, keys)
-        self.d.store.record_batch(batch.id, self.d.run_id, stage, model, provider_id, round_, list(keys.items()))
+        batch = OpenBatch(f"{self.d.run_id}:{stage}:{secrets.token_hex(4)}", stage, model, first.provider, "",
+                          round_, keys, label=batch_label(self.d.run_id, stage, model, round_, keys),
+                          since=time.time())
+        self.d.store.record_batch(batch.id, self.d.run_id, stage, model, None, round_, list(keys.items()),
+                                  state=SUBMITTING)
+        try:
+            provider_id = await client.submit(first.model_name, lines, label=batch.label)
+        except ProviderError as exc:
+            if not exc.retryable:  # refused: the provider has no such batch
+                self.d.store.drop_batch(batch.id)
+                self._refuse(keys, exc)
+                return
+            batch.error = exc  # a timeout or a server error: the batch may have been accepted all the same
+            self._track(batch)
+            return
+        self._track(batch)
+        self._adopt(batch, provider_id)
+
+    def _track(self, batch: OpenBatch) -> None:
         self.open[batch.id] = batch
-        self.d.stats.batches[batch.id] = BatchView(stage, model, provider_id, len(keys), round=round_)
+        self.d.stats.batches[batch.id] = BatchView(batch.stage, batch.model, batch.provider_batch_id or LOOKING_UP,
+                                                   len(batch.keys), provider_state=SUBMITTING, round=batch.round)
+
+    def _adopt(self, batch: OpenBatch, provider_id: str) -> None:
+        """The provider has the batch: its id goes into the store (the intent becomes a running batch)."""
+        batch.provider_batch_id, batch.error = provider_id, None
+        self.d.store.update_batch(batch.id, provider_batch_id=provider_id, state="running", provider_state="submitted")
+        view = self.d.stats.batches.get(batch.id)
+        if view is not None:
+            view.provider_batch_id, view.provider_state = provider_id, "submitted"
+
+    async def _resolve(self, batch: OpenBatch) -> None:
+        """A batch whose provider id is not known: ask the provider for it by its label (and lines). Found, it is
+        adopted and polled; not there, its lines go back to be submitted; undecided, it is asked again next poll."""
+        try:
+            await self.d._start_provider(batch.provider)
+            known = {b["provider_batch_id"] for b in self.d.store.batches(self.d.run_id) if b["provider_batch_id"]}
+            found = await self._client(batch.provider).find(batch.label, list(batch.keys), since=batch.since,
+                                                            known=known)
+        except ProviderError as exc:
+            if not exc.retryable:
+                raise
+            return  # a passing failure of a look: look again at the next poll
+        if found.batch_id is not None:
+            self._adopt(batch, found.batch_id)
+            self.d.stats.notes.append(f"batch {found.batch_id} ({batch.stage} {batch.model}, {len(batch.keys)} "
+                                      "requests) was accepted but not recorded before: found by its label, adopted")
+        elif not found.undecided:
+            await self._unsent(batch)
+
+    async def _unsent(self, batch: OpenBatch) -> None:
+        """The provider never accepted the batch: its lines' reservations are released and the lines submitted
+        again (a submit that failed counts as a resubmission, bounded by ``max_resubmits``), or sent online past an
+        auto stage's deadline."""
+        online: list[Task] = []
+        late = self._auto(batch.stage) and self.past_deadline()
+        for key, ledger_id in batch.keys.items():
+            self.resumed.pop(key, None)
+            reservation = self.reservations.pop(key, None)
+            if reservation is not None:
+                self.d._release(reservation)
+            elif ledger_id is not None:
+                self.d.store.release(ledger_id)
+            tasks = self.waiting.get(key)
+            if not tasks:
+                self.waiting.pop(key, None)
+                continue
+            if late:
+                del self.waiting[key]
+                online.extend(tasks)
+            elif batch.error is not None and self.resubmits.get(key, 0) >= self.settings.max_resubmits:
+                del self.waiting[key]
+                for task in tasks:
+                    self.d._finish_failed(task, batch.error, attempts=1 + self.resubmits.get(key, 0), batch=True)
+            else:
+                if batch.error is not None:
+                    self.resubmits[key] = self.resubmits.get(key, 0) + 1
+                self.pending.setdefault((batch.stage, batch.model), []).append(tasks[0])
+        self.d.store.drop_batch(batch.id)
+        self.open.pop(batch.id, None)
+        self.d.stats.batches.pop(batch.id, None)
+        if online:
+            loop = asyncio.get_running_loop()
+            for task in online:
+                if not await self.d._dispatch(task, loop):
+                    break
 
     def _refuse(self, keys: dict[str, int | None], exc: ProviderError | None) -> None:
         """Lines not submitted: failed with ``exc`` (a fatal one stops the run), or with none, given back (their
@@ -227,18 +329,23 @@ class Batcher:
         for stage in stages:
             self._load(stage)
         while True:
+            # batches whose id is not known are looked up before anything of theirs is submitted again
+            for batch in [b for b in self.open.values() if b.stage in stages and b.unknown]:
+                if self.d.stopping:
+                    return
+                await self._resolve(batch)
             for stage in stages:
                 await self.submit_pending(stage)
             mine = [b for b in self.open.values() if b.stage in stages]
             if not mine or self.d.stopping:
                 return
             for batch in mine:
-                if self._auto(batch.stage) and self.past_deadline():
+                if self._auto(batch.stage) and self.past_deadline() and not batch.unknown:
                     await self._cancel(batch)
             for batch in mine:
                 if self.d.stopping:
                     return
-                if await self._ended(batch):
+                if not batch.unknown and await self._ended(batch):
                     await self._collect(batch)
             if any(b.stage in stages for b in self.open.values()):
                 await self._nap(CANCEL_POLL if any(b.cancelled for b in mine) else self.settings.poll_interval)
@@ -361,6 +468,14 @@ class Batcher:
             for task in self.waiting.pop(key, []):
                 self.d._finish_failed(task, exc, attempts=1, release_id=keys[key])
                 keys[key] = None  # the first failure removes the reservation row
+
+
+def _epoch(stamp: str | None) -> float:
+    """A store timestamp (ISO 8601, UTC) in epoch seconds; now when there is none."""
+    if not stamp:
+        return time.time()
+    when = dt.datetime.fromisoformat(stamp)
+    return (when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)).timestamp()
 
 
 def check_batch_modes(job: Job, providers: dict[str, Provider]) -> None:
