@@ -5,6 +5,8 @@
     RunnerError                  an error a user can cause; printed as one sentence, never a traceback
     ├── JobFileError             the job file does not validate (exit code 2); names file:line and the key
     ├── StoreError               the SQLite store cannot be opened or a run id is unknown
+    │   └── StoreFailed          the store failed during a run: full disk, corrupt file, server gone
+    ├── OutputError              a results file or the output folder cannot be written (full disk, read-only)
     ├── ModelSetupError          a provider cannot be set up (missing key variable, model file not found)
     └── ProviderError            one request failed; carries the error class recorded for the task
         ├── RateLimited          429: pause the whole endpoint for ``retry_after`` seconds, then retry
@@ -28,12 +30,14 @@ __all__ = [
     "BadRequest",
     "JobFileError",
     "ModelSetupError",
+    "OutputError",
     "ProviderError",
     "QuotaExceeded",
     "RateLimited",
     "Refused",
     "RunnerError",
     "StoreError",
+    "StoreFailed",
     "TransientError",
 ]
 
@@ -52,6 +56,21 @@ class JobFileError(RunnerError):
 
 class StoreError(RunnerError):
     """The store cannot be opened, or it does not hold what was asked for (an unknown run id)."""
+
+
+class StoreFailed(StoreError):
+    """The store stopped working during a run: the disk holding it is full, its file is corrupt, its database
+    server went away. The message names the file (or URL), says what was kept of the answers received, and how
+    to go on (free space, recover the file, or wait for the server, then ``runner resume RUN_ID``)."""
+
+
+class OutputError(RunnerError):
+    """A results file, or the folder it goes in, cannot be written: a full disk, a read-only or missing folder.
+    ``path`` is the file or folder."""
+
+    def __init__(self, message: str, path: object = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class ModelSetupError(RunnerError):

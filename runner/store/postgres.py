@@ -241,6 +241,22 @@ class PostgresStore(Store):
         with self._lock:
             self.conn.close()
 
+    def failure(self, exc: BaseException, run_id: str | None = None) -> str | None:
+        """The sentence for an error that is about the server rather than a statement: the connection is lost (a
+        restart, a terminated backend) or its disk is full; with how to go on (``runner resume RUN_ID`` when
+        ``run_id`` is given); None for any other error."""
+        if not isinstance(exc, psycopg.Error):
+            return None
+        resume = (f"`runner resume {run_id}` (with the same --db or RUNNER_DB) continues the run" if run_id
+                  else "try again")
+        reason = _reason(exc, "")
+        if isinstance(exc, psycopg.errors.DiskFull):
+            return (f"the disk of the PostgreSQL server of {self.path} is full ({reason}): free space there, "
+                    f"then {resume}")
+        if isinstance(exc, psycopg.OperationalError) or self.conn.broken or self.conn.closed:
+            return f"the PostgreSQL store {self.path} went away ({reason}): once the server is back, {resume}"
+        return None
+
     # -- plumbing -------------------------------------------------------------------------------------------
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection]:

@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import os
 import secrets
+import shlex
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -80,6 +81,34 @@ _MEMO = ("response_text, finish_reason, input_tokens, output_tokens, cached_toke
          " coalesce(reasoning_tokens, 0)")
 
 
+_FULL = {sqlite3.SQLITE_FULL}
+_CORRUPT = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
+
+
+def explain(exc: BaseException, path: str, run_id: str | None = None) -> str | None:
+    """One sentence for a SQLite error that is about the store's file (its disk is full, it is corrupt, it cannot be
+    read or written), naming the file and how to go on; None for any other error."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    text = str(exc)
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    where = shlex.quote(path)
+    resume = f"`runner resume {run_id}`" if run_id else "try again"
+    if primary in _FULL or "disk is full" in text:
+        return f"the disk holding the store {path} is full ({text}): free space, then {resume}"
+    if primary in _CORRUPT or "malformed" in text or "not a database" in text:
+        then = f"`runner resume {run_id} --db NEW.sqlite`" if run_id else "use --db NEW.sqlite"
+        return (f"the store {path} is corrupt ({text}): recover what it holds with `sqlite3 {where} .recover | "
+                f"sqlite3 NEW.sqlite`, then {then}; or start a new store with --db NEW.sqlite (it is a cache: only "
+                "the answers and runs kept in it are lost)")
+    if primary == sqlite3.SQLITE_IOERR or "disk I/O error" in text:
+        return f"the store {path} cannot be read or written ({text}): check its disk, then {resume}"
+    if primary == sqlite3.SQLITE_READONLY or "readonly" in text:
+        return f"the store {path} cannot be written ({text}): make it writable, then {resume}"
+    return None
+
+
 class SQLiteStore(Store):
     """The embedded store: one SQLite file in WAL mode, one connection per process."""
 
@@ -93,10 +122,18 @@ class SQLiteStore(Store):
             self.db = sqlite_utils.Database(self.conn)
             migrate(self.db)
         except sqlite3.DatabaseError as exc:
+            found = explain(exc, self.path)
+            if found is not None and getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_NOTADB:
+                raise StoreError(found) from None
             raise StoreError(f"the store {self.path} cannot be opened ({exc}); set --db or RUNNER_DB") from None
 
     def close(self) -> None:
         self.conn.close()
+
+    def failure(self, exc: BaseException, run_id: str | None = None) -> str | None:
+        """The sentence for an error of this store (a full disk, a corrupt file), with how to go on: ``runner resume
+        RUN_ID`` when ``run_id`` is given; None when ``exc`` is not about the store's file."""
+        return explain(exc, self.path, run_id)
 
     # -- the memo ----------------------------------------------------------------------------------
     def lookup(self, key: str) -> CachedResponse | None:
@@ -214,7 +251,9 @@ class SQLiteStore(Store):
                 conn.executemany("DELETE FROM claims WHERE key = ?", ((row[0],) for row in responses))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            # a COMMIT that failed (a full disk) may have rolled back already: a ROLLBACK then would hide its error
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
 
     # -- the ledger's reservations (runner/engine/budget.py) -------------------------------------------------------
@@ -454,7 +493,8 @@ class SQLiteStore(Store):
             counts = [conn.execute(sql, args).rowcount for sql, args in statements]
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # as in write_batch: keep the COMMIT's own error
+                conn.execute("ROLLBACK")
             raise
         return counts
 
