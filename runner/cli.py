@@ -58,6 +58,34 @@ def _say(message: object, *, err: bool = False) -> None:
     typer.echo(clean(message, newlines=True), err=err)
 
 
+#: the store this command opened, so that an error of it outside a run is said as the store says it (main)
+_opened: list[Store] = []
+
+
+def _store(db: str | None) -> Store:
+    """The store ``--db`` names (or RUNNER_DB, or cache.sqlite). A password in ``--db`` can be read by anyone on
+    the machine (in `ps`, and in the shell's history): said once, without the password."""
+    if db and _has_password(db) and not _opened:
+        _say("warning: --db carries a password, which other users of this machine can see in `ps`: put the URL in "
+             "RUNNER_DB instead (export RUNNER_DB=postgresql://...), or use a ~/.pgpass file", err=True)
+    store = open_store(db)
+    _opened.append(store)
+    return store
+
+
+def _has_password(db: str) -> bool:
+    """Whether a store URL carries a password (``user:password@`` or a ``password=`` parameter)."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    if "://" not in db:
+        return False
+    try:
+        parts = urlsplit(db)
+        return bool(parts.password) or any(k == "password" and v for k, v in parse_qsl(parts.query))
+    except ValueError:
+        return "@" in db and ":" in db.split("://", 1)[1].split("@", 1)[0]
+
+
 def _run(job: Job, store: Store, run_id: str | None = None, reuse: bool = True) -> None:
     """Run (or resume) with the live view, then print the summary and exit with the run's status."""
     started = (lambda rid: _say(f"run {rid}: started job {job.name}")) if run_id is None else None
@@ -151,7 +179,7 @@ def submit(
         set_budget(job, budget)
     if limit is not None:
         job.limit = _check_limit(limit)
-    store = open_store(db)
+    store = _store(db)
     est = estimates.estimate(job, store, count_free=False)
     for line in estimates.summary_lines(est):
         _say(line)
@@ -183,7 +211,7 @@ def estimate(
     job = _load(job_file, var)
     if limit is not None:
         job.limit = _check_limit(limit)
-    text = estimates.render(estimates.estimate(job, open_store(db)), fmt)
+    text = estimates.render(estimates.estimate(job, _store(db)), fmt)
     _emit(text, output, fmt)
 
 
@@ -200,7 +228,7 @@ def costs(
     possibly billed (requests in flight when a run was killed) and the money saved by cache hits."""
     if fmt not in cost_sums.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(cost_sums.FORMATS)}, not {fmt!r}")
-    data = cost_sums.build(open_store(db), by=by, since=since)
+    data = cost_sums.build(_store(db), by=by, since=since)
     _emit(cost_sums.render(data, fmt), output, fmt)
 
 
@@ -235,7 +263,7 @@ def resume(
 ) -> None:
     """Finish an interrupted, crashed or budget-exhausted run: completed requests come from the store, the rest
     are sent."""
-    store = open_store(db)
+    store = _store(db)
     run, job = load_run_job(store, run_id)
     if budget is not None:
         set_budget(job, budget)
@@ -253,7 +281,7 @@ def work(
     """Join a run from another process or machine that shares its store (a postgresql:// URL, or the same SQLite
     file): take the chunks of its stages no live worker holds, send them, and take over those of workers that
     stopped. Requests are never sent twice across workers, and the run's budget holds across all of them."""
-    store = open_store(db)
+    store = _store(db)
     run, job = load_run_job(store, run_id)
     _say(f"run {run['id']}: joining job {job.name} as a worker")
     outcome = asyncio.run(execute(job, store, run_id=run["id"], view=make_view(), join=True))
@@ -281,7 +309,7 @@ def runs(
     """List runs: id, job, status (crashed: killed while running), progress, spend, started."""
     if fmt not in run_list.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(run_list.FORMATS)}, not {fmt!r}")
-    _emit(run_list.render(run_list.build(open_store(db), _check_limit(limit)), fmt), output, fmt)
+    _emit(run_list.render(run_list.build(_store(db), _check_limit(limit)), fmt), output, fmt)
 
 
 @app.command()
@@ -302,12 +330,12 @@ def report(
             raise RunnerError("--format html writes a file: name it with -o/--output (e.g. -o report.html)")
         from runner.report import html as html_report  # only the html format needs it
 
-        html_report.write(open_store(db), run_id, output, judged=judged)
+        html_report.write(_store(db), run_id, output, judged=judged)
         _say(f"wrote {output}")
         return
     if fmt not in reports.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(reports.FORMATS)}, not {fmt!r}")
-    store = open_store(db)
+    store = _store(db)
     _emit(reports.render(reports.build(store, run_id, judged=judged), fmt), output, fmt)
 
 
@@ -344,6 +372,7 @@ def sim(
 
 
 def main() -> None:
+    _opened.clear()
     try:
         # not standalone: click's usage errors come here, to be said in one line instead of a box
         code = app(standalone_mode=False)
@@ -373,6 +402,10 @@ def main() -> None:
         _say("Error: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:  # a bug: still one line, unless asked for the traceback
+        said = _opened[-1].failure(exc) if _opened and hasattr(_opened[-1], "failure") else None
+        if said is not None:  # the store failed outside a run (a full disk, a corrupt page, the server gone)
+            _say(f"Error: {said}", err=True)
+            sys.exit(1)
         if os.environ.get("RUNNER_RAISE_ERRORS") or "pytest" in sys.modules:
             raise
         _say(f"Error: unexpected {type(exc).__name__}: {exc} (set RUNNER_RAISE_ERRORS=1 for the "

@@ -4,11 +4,14 @@ handle Ctrl-C, and leave the run's status in the store."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
+import errno
 import gc
 import os
 import signal
 import socket
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +23,12 @@ from runner.engine.pipeline import Pipeline
 from runner.engine.replay import record_if_complete, replay, stage_address
 from runner.engine.stats import RunStats
 from runner.engine.workers import Crew
-from runner.errors import RunnerError, StoreError
+from runner.errors import OutputError, RunnerError, StoreError, StoreFailed
 from runner.plan.stage import StagePlan
 from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
 from runner.spec.job import Job
 from runner.store import Finished, Store, Writer, now
+from runner.store.writer import save_unstored, store_unstored
 
 
 class View(Protocol):
@@ -56,7 +60,11 @@ class Outcome:
 class Results:
     """Per-stage JSONL files, appended as batches are committed. After a crash the file may lack lines the
     store has (killed between commit and write), so a resume rewrites it from the store at both ends: each
-    finished task appears exactly once."""
+    finished task appears exactly once.
+
+    A file that cannot be written (a full disk) ends the writing of every file, not the run's storing: the first
+    error is kept in :attr:`failure` and ``on_failure`` stops the dispatching; the store keeps every answer, and the
+    resume rewrites the files from it."""
 
     def __init__(self, job: Job, run_id: str, store: Store) -> None:
         self.run_id = run_id
@@ -64,44 +72,119 @@ class Results:
         self.paths = {stage.name: job.results_path(stage, run_id) for stage in job.llm_stages()}
         self.handles: dict[str, IO[str]] = {}
         self.opened = False
+        #: the error that stopped the writing of the files, when one did
+        self.failure: OutputError | None = None
+        self.on_failure: Callable[[BaseException], None] | None = None
+
+    def failed(self, exc: OSError, path: Path | str) -> OutputError:
+        """The sentence for a results file that cannot be written (kept as :attr:`failure` when it is the first)."""
+        error = output_error(exc, path, self.run_id)
+        if self.failure is None:
+            self.failure = error
+        return error
 
     def open(self, rewrite: bool) -> None:
         """Start each file: from the store's finished tasks when resuming, empty otherwise."""
         for stage, path in self.paths.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if rewrite:
-                self._rewrite(stage, path)
-            else:
-                path.write_text("", encoding="utf-8")
-            self.handles[stage] = open(path, "a", encoding="utf-8")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if rewrite:
+                    self._rewrite(stage, path)
+                else:
+                    path.write_text("", encoding="utf-8")
+                self.handles[stage] = open(path, "a", encoding="utf-8")
+            except OSError as exc:
+                raise self.failed(exc, path) from None
         self.opened = True
 
     def on_commit(self, batch: list[Finished]) -> None:
-        if not self.handles:  # a joining worker writes no live file
+        if not self.handles or self.failure is not None:  # a joining worker writes no live file
             return
-        touched = set()
-        for item in batch:
-            self.handles[item.stage].write(item.result_line + "\n")
-            touched.add(item.stage)
-        for stage in touched:
-            self.handles[stage].flush()
+        touched: set[str] = set()
+        stage = batch[0].stage if batch else ""
+        try:
+            for item in batch:
+                stage = item.stage
+                self.handles[stage].write(item.result_line + "\n")
+                touched.add(stage)
+            for stage in touched:
+                self.handles[stage].flush()
+        except OSError as exc:
+            error = self.failed(exc, self.paths.get(stage, stage))
+            self._drop()
+            if self.on_failure is not None:
+                self.on_failure(error)
+
+    def _drop(self) -> None:
+        """Close the files after a write failed: what they still buffer cannot be written either."""
+        for handle in self.handles.values():
+            try:
+                handle.close()
+            except OSError:
+                pass
+        self.handles.clear()
 
     def close(self, rewrite: bool) -> None:
         """Close the files. A resumed run rewrites them from the store: a task that failed before and was
         sent again has two lines in the live file, and the store has the last one."""
-        for handle in self.handles.values():
-            handle.close()
-        self.handles.clear()
-        if rewrite:
+        try:
+            for handle in self.handles.values():
+                handle.close()
+        except OSError as exc:
+            self.failed(exc, next(iter(self.paths.values())))
+        self._drop()
+        if rewrite and self.failure is None:
             for stage, path in self.paths.items():
-                self._rewrite(stage, path)
+                try:
+                    self._rewrite(stage, path)
+                except OSError as exc:
+                    self.failed(exc, path)
+                    break
 
     def _rewrite(self, stage: str, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f"{path.name}.{os.getpid()}.part")  # several workers may rewrite at once
-        with open(partial, "w", encoding="utf-8") as out:
-            out.writelines(line + "\n" for line in self.store.iter_results(self.run_id, stage))
-        partial.replace(path)
+        try:
+            with open(partial, "w", encoding="utf-8") as out:
+                out.writelines(line + "\n" for line in self.store.iter_results(self.run_id, stage))
+            partial.replace(path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)  # a full disk gets its space back
+            raise
+
+
+#: errors of a file or folder that a user fixes (space, permissions, a read-only or missing folder)
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EIO,
+                  errno.EEXIST, errno.ENOENT, errno.EISDIR, errno.EFBIG}
+
+
+def output_error(exc: OSError, path: Path | str, run_id: str | None) -> OutputError:
+    """One sentence for a results file or folder that cannot be written, with how to go on."""
+    then = f", then `runner resume {run_id}`" if run_id else ", then run it again"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OutputError(f"the disk holding {path} is full: free space{then}", path)
+    return OutputError(f"{path} cannot be written ({exc.strerror or exc}): fix that{then}", path)
+
+
+def check_output(job: Job) -> None:
+    """Before a run is made: each folder its results go to can be created and written, or one sentence names it."""
+    folders = {Path(job.output_dir) / job.name}
+    folders.update(Path(stage.output).parent for stage in job.llm_stages() if stage.output)
+    for folder in sorted(folders):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"the output folder {folder} cannot be created ({exc.strerror or exc}): set output_dir"
+                              f" (or the stage's output:) in {job.path or 'the job file'} to a folder that can be",
+                              folder) from None
+        try:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as exc:
+            raise OutputError(f"the output folder {folder} cannot be written ({exc.strerror or exc}): make it "
+                              f"writable, or set output_dir (or the stage's output:) in {job.path or 'the job file'}"
+                              " to another folder", folder) from None
 
 
 def job_models(job: Job) -> list[str]:
@@ -157,6 +240,7 @@ async def execute(
     check_prices(job)
     check_batch_modes(job, providers)
     check_loglikelihood(job, providers)
+    check_output(job)  # before the run is made: a folder that cannot take the results is said now
     resume = run_id is not None and not join
     if join:
         assert run_id is not None
@@ -173,6 +257,9 @@ async def execute(
     if on_run_id:
         on_run_id(run_id)
     if resume:
+        for path in unstored_paths(job, store, run_id):  # what the run kept aside when its store failed
+            if path.exists():
+                view.note(f"stored {store_unstored(store, path)} answers kept in {path} when the store failed")
         settled, possibly = store.resolve_reservations(run_id)
         # the crashed processes of this run on this machine: their request claims go now, not when they expire
         for worker in store.workers(run_id):
@@ -190,9 +277,19 @@ async def execute(
 
     results = Results(job, run_id, store)
     committed: list[Callable[[list[Finished]], None]] = [results.on_commit]
-    writer = Writer(store, lambda batch: [callback(batch) for callback in committed])
-    status, message = "failed", None
     dispatcher: Dispatcher | None = None
+
+    def halt(_: BaseException) -> None:
+        """The store or a results file failed: nothing more is sent; the answers on their way still come in."""
+        if dispatcher is not None:
+            dispatcher.request_stop()
+
+    results.on_failure = halt
+    writer = Writer(store, lambda batch: [callback(batch) for callback in committed], on_failure=halt)
+    status, message = "failed", None
+    #: an error of the store or of the files that ended the run (said once everything queued is committed)
+    cause: BaseException | None = None
+    stopped: RunnerError | None = None
     crew = Crew(store, run_id, note=view.note)
     loop = asyncio.get_running_loop()
     interrupts = [0]
@@ -234,7 +331,10 @@ async def execute(
             address = stage_address(job, plan.stage, plan) if reuse else None
             # a stage this run has begun (a resume) is finished request by request
             if address is not None and not (resume and store.has_tasks(run_id, plan.stage.name)):
-                source = replay(store, run_id, plan, address, stats, results.handles.get(plan.stage.name))
+                try:
+                    source = replay(store, run_id, plan, address, stats, results.handles.get(plan.stage.name))
+                except OSError as exc:  # its results file
+                    raise results.failed(exc, results.paths[plan.stage.name]) from None
                 if source is not None:
                     view.note(f"stage {plan.stage.name}: unchanged since run {source}; its answers are reused "
                               "from the store without planning each request (--replan plans them)")
@@ -276,21 +376,95 @@ async def execute(
     except asyncio.CancelledError:
         status = "interrupted"
         raise
+    except Exception as exc:
+        # the store failed (a full disk, a corrupt page, the server gone) or a file could not be written: the
+        # answers on their way are let in, then the cause is said in one sentence
+        if store_failure(store, exc, run_id) is None and not _output_errno(exc):
+            raise
+        cause = exc
+        if dispatcher is not None:
+            dispatcher.request_stop()
+            with contextlib.suppress(Exception):
+                await dispatcher.drain()
     finally:
         gc.unfreeze()  # a process that runs several jobs (tests, notebooks) must get its garbage back
         _uninstall(loop)
         view.stop()
         await writer.close()
-        await crew.leave()
-        shared = crew.others() > 0
-        last = not any(w["state"] == "live" for w in store.workers(run_id))
+        shared, last = False, True
+        try:
+            await crew.leave()
+            shared = crew.others() > 0
+            last = not any(w["state"] == "live" for w in store.workers(run_id))
+        except Exception as exc:
+            if store_failure(store, exc, run_id) is None:
+                raise
+            cause = cause or exc
+        broken = writer.failure is not None or (cause is not None and store_failure(store, cause, run_id))
         # with several workers the live file has this process's lines only: it is rewritten from the store
-        results.close(rewrite=resume or (shared and (not join or status == "completed")))
+        results.close(rewrite=not broken and (resume or (shared and (not join or status == "completed"))))
         for provider in providers.values():
             await provider.aclose()
+        stopped = stop_error(job, store, run_id, writer, results, cause)
+        if stopped is not None:
+            status, message = "failed", str(stopped)
         if not join or (last and status == "completed"):
-            store.set_run(run_id, status=status, message=message, finished=now(), pid=None)
+            try:
+                store.set_run(run_id, status=status, message=message, finished=now(), pid=None)
+            except Exception as exc:  # the run shows as crashed in `runner runs`, and resumes as such
+                if store_failure(store, exc, run_id) is None:
+                    raise
+                if stopped is None:
+                    stopped = stop_error(job, store, run_id, writer, results, exc)
+    if stopped is not None:
+        raise stopped
     return Outcome(run_id=run_id, status=status, stats=stats, message=message, results=results.paths)
+
+
+def store_failure(store: Store, exc: BaseException, run_id: str | None = None) -> str | None:
+    """The store's sentence for ``exc`` when it is about the store itself (runner/store/sqlite.py, postgres.py)."""
+    explain = getattr(store, "failure", None)
+    return explain(exc, run_id) if explain is not None else None
+
+
+def _output_errno(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _OUTPUT_ERRNOS
+
+
+def unstored_paths(job: Job, store: Store, run_id: str) -> list[Path]:
+    """Where a run keeps the answers its store could not take, first choice first: its results folder, beside the
+    store's file, the temporary folder (the first that is not on the full disk)."""
+    name = f"unstored-{run_id}.jsonl"
+    paths = [Path(job.output_dir) / job.name / run_id / name]
+    if "://" not in store.path:
+        paths.append(Path(store.path).resolve().parent / name)
+    paths.append(Path(tempfile.gettempdir()) / f"runner-{name}")
+    return list(dict.fromkeys(paths))
+
+
+def stop_error(job: Job, store: Store, run_id: str, writer: Writer, results: Results,
+               cause: BaseException | None) -> RunnerError | None:
+    """The one sentence a run that the store or a results file stopped ends with: the cause, what was kept of the
+    answers received, and how to go on; None when neither failed."""
+    failed = writer.failure or cause
+    said = store_failure(store, failed, run_id) if failed is not None else None
+    if said is not None:
+        answers = sum(1 for item in writer.unstored if item.response is not None)
+        if not writer.unstored:
+            kept = "every answer received is in the store"
+        elif (path := save_unstored(writer.unstored, unstored_paths(job, store, run_id))) is not None:
+            kept = (f"the {answers} answers received and not stored are kept in {path}, and the resume stores them, "
+                    "so none is paid again")
+        else:
+            kept = (f"{answers} answers received could not be stored or kept (no disk took them): they count as "
+                    "possibly billed, and the resume sends them again")
+        return StoreFailed(f"{said}; {kept}")
+    if results.failure is None and isinstance(cause, OSError):
+        results.failed(cause, getattr(cause, "filename", None) or Path(job.output_dir) / job.name / run_id)
+    if results.failure is not None:
+        return OutputError(f"{results.failure}; every answer received is in the store {store.path}, so none is sent "
+                           "again", results.failure.path)
+    return None
 
 
 class NotJoinable(RunnerError):

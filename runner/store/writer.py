@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
-from runner.store.base import Finished, Store
+from runner.store.base import TASK_COLUMNS, Finished, Store
+
+#: where a task row keeps its result line
+_RESULT = TASK_COLUMNS.index("result_json")
 
 
 class Writer:
@@ -13,6 +18,12 @@ class Writer:
 
     ``on_commit`` is called with each committed batch (to append result lines to the JSONL files), so
     nothing is written to a results file before it is in the store.
+
+    A write that fails does not end the task: the first error is kept in :attr:`failure` and ``on_failure`` is
+    called with it (the engine stops dispatching at once), and the queue is still taken. Once the store has failed,
+    the items it could not take are kept in :attr:`unstored` (answers that may have been paid for, saved aside by
+    :func:`save_unstored` for the resume); an error of ``on_commit`` (a results file on a full disk) leaves the
+    store working, so everything answered is still committed.
     """
 
     def __init__(
@@ -20,12 +31,18 @@ class Writer:
         store: Store,
         on_commit: Callable[[list[Finished]], None],
         batch_size: int = 512,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.store = store
         self.on_commit = on_commit
         self.batch_size = batch_size
+        self.on_failure = on_failure
         self.queue: asyncio.Queue[Finished | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        #: the store's error that stopped committing, when one did
+        self.failure: BaseException | None = None
+        #: what was queued after the store failed (or in the batch that failed), in order
+        self.unstored: list[Finished] = []
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="store-writer")
@@ -70,10 +87,73 @@ class Writer:
             await self.queue.join()
 
     def _commit(self, batch: list[Finished]) -> None:
-        self.store.write_batch(
-            [f.task for f in batch],
-            [f.response for f in batch if f.response is not None],
-            [f.ledger for f in batch if f.ledger is not None],
-            [(f.release_id,) for f in batch if f.release_id is not None],
-        )
-        self.on_commit(batch)
+        if self.failure is not None:  # the store failed: nothing more goes to it
+            self.unstored.extend(batch)
+            return
+        try:
+            self.store.write_batch(
+                [f.task for f in batch],
+                [f.response for f in batch if f.response is not None],
+                [f.ledger for f in batch if f.ledger is not None],
+                [(f.release_id,) for f in batch if f.release_id is not None],
+            )
+        except Exception as exc:
+            self.failure = exc
+            self.unstored.extend(batch)
+            if self.on_failure is not None:
+                self.on_failure(exc)
+            return
+        self.on_commit(batch)  # the results files keep their own errors (runner.engine.run.Results)
+
+
+def save_unstored(items: list[Finished], paths: list[Path]) -> Path | None:
+    """Write what the store could not take to the first of ``paths`` that takes it (a resume stores it:
+    :func:`load_unstored`); None when none does (a full disk everywhere)."""
+    for path in paths:
+        partial = path.with_name(path.name + ".part")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(partial, "w", encoding="utf-8") as out:
+                for item in items:
+                    out.write(json.dumps({"stage": item.stage, "task": item.task, "response": item.response,
+                                          "ledger": item.ledger, "release_id": item.release_id},
+                                         separators=(",", ":")) + "\n")
+            partial.replace(path)
+            return path
+        except OSError:
+            try:
+                partial.unlink(missing_ok=True)
+            except OSError:
+                pass
+    return None
+
+
+def load_unstored(path: Path) -> Iterator[list[Finished]]:
+    """The items :func:`save_unstored` kept, in batches of 512, as the writer would have committed them."""
+    batch: list[Finished] = []
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            task = tuple(row["task"])
+            batch.append(Finished(task=task, response=tuple(row["response"]) if row["response"] else None,
+                                  ledger=tuple(row["ledger"]) if row["ledger"] else None,
+                                  result_line=task[_RESULT], stage=row["stage"], release_id=row["release_id"]))
+            if len(batch) == 512:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+def store_unstored(store: Store, path: Path) -> int:
+    """Commit what a run kept at ``path`` when its store failed, then remove the file; returns how many tasks."""
+    count = 0
+    for batch in load_unstored(path):
+        store.write_batch([f.task for f in batch], [f.response for f in batch if f.response is not None],
+                          [f.ledger for f in batch if f.ledger is not None],
+                          [(f.release_id,) for f in batch if f.release_id is not None])
+        count += len(batch)
+    path.unlink()
+    return count
