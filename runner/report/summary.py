@@ -358,7 +358,8 @@ def sent_with_lines(data: dict[str, Any]) -> list[str]:
 
 def batch_lines(data: dict[str, Any]) -> list[str]:
     """One line per Batch API batch of the run: its provider id, state and lines by outcome."""
-    return [f"batch: {b['stage']} {b['model']} {b['provider_batch_id']} (round {b['round']}): {b['lines']} requests, "
+    return [f"batch: {b['stage']} {b['model']} {b['provider_batch_id'] or '(being submitted: no provider id yet)'} "
+            f"(round {b['round']}): {b['lines']} requests, "
             f"{b['state']} ({b['provider_state']}); lines "
             + ", ".join(f"{status} {n}" for status, n in sorted(b["by_status"].items()))
             for b in data.get("batches") or []]
