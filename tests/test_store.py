@@ -63,13 +63,14 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
     "batch_lines": ({"batch_id": str, "key": str, "ledger_id": int, "status": str}, ["batch_id", "key"]),
     "workers": ({"id": str, "run_id": str, "host": str, "pid": int, "started": str, "seen": float, "state": str},
                 ["id"]),
-    "leases": ({"run_id": str, "stage": str, "chunk": int, "worker": str, "expires": float, "done": int},
+    "leases": ({"run_id": str, "stage": str, "chunk": int, "worker": str, "expires": float, "done": int, "token": int},
                ["run_id", "stage", "chunk"]),
     "claims": ({"key": str, "worker": str, "expires": float}, ["key"]),
     "budget_use": ({"run_id": str, "scope": str, "usd": float, "inflight": int}, ["run_id", "scope"]),
 }
 MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs", "m006_pipelines",
-                   "m007_stage_replays", "m008_batches", "m009_workers", "m010_thinking"]
+                   "m007_stage_replays", "m008_batches", "m009_workers", "m010_thinking",
+                   "m011_fencing"]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -67,3 +67,40 @@ def test_budget_sums_follow_the_ledger_and_bound_every_process(store):
     store.release(second)
     assert store.reserve_within(run_id, "other", "sim:m", "k3", 0.95, {"run": 1.0}, "w2") == (None, "run", 0)
     assert store.reserve_within(run_id, "other", "sim:m", "k3", 0.9, {"run": 1.0}, "w2")[0] is not None
+
+
+def test_writes_of_a_worker_that_lost_its_lease_are_refused(store):
+    """Fencing: a lease taken over gets a new token; the old holder's task rows, charges, reservations and lease
+    completion are refused, its answer still goes to the memo, and its reservation becomes possibly billed."""
+    from runner.store.base import Fence, Fenced, Finished
+
+    run_id = _run(store)
+    store.join_run(run_id, "w1", "host", 1, 30)
+    store.join_run(run_id, "w2", "host", 2, 30)
+    assert store.lease_chunks(run_id, "mc", [0], "w1", -1) == {0: ("new", 1)}  # expired at once: w1 stalled
+    old = Fence("w1", run_id, "mc", 0, 1)
+    reserved = store.reserve_within(run_id, "mc", "sim:m", "k1", 0.5, {"run": 10.0}, "w1", fence=old)[0]
+    assert store.take_expired_lease(run_id, "mc", "w2", 30) == (0, 2)
+    assert store.heartbeat("w1", 30) == []  # still live, but the lease is w2's now
+    task = (run_id, "mc", "i1", "sim:m", "r1", "{}", "k1", "done", 0, 1, None, None, 1, 1, 0.25, 0.1, None, 1, "{}",
+            0, 0.0, None)
+    response = ("k1", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.25, 0.1, "x", None, 0)
+    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.25, "2026-01-01T00:00:00")
+    late = Finished(task=task, response=response, ledger=charge, stage="mc", release_id=reserved, fence=old)
+    assert store.write_finished([late]) == []
+    assert store.tasks(run_id) == [] and store.lookup("k1") is not None
+    assert [(row["kind"], row["amount"]) for row in store.ledger(run_id)] == [("possibly_billed", 0.5)]
+    with pytest.raises(Fenced):
+        store.reserve_within(run_id, "mc", "sim:m", "k2", 0.5, {"run": 10.0}, "w1", fence=old)
+    store.finish_chunks(run_id, "mc", "w1", [0], [1])
+    assert store.open_chunks(run_id, "mc") == 1
+    # the new holder's writes go through, and its lease completes
+    new = Fence("w2", run_id, "mc", 0, 2)
+    assert store.write_finished([Finished(task=task, stage="mc", fence=new)]) != []
+    assert [t["status"] for t in store.tasks(run_id)] == ["done"]
+    store.finish_chunks(run_id, "mc", "w2", [0], [2])
+    assert store.open_chunks(run_id, "mc") == 0
+    # a worker declared dead hears it at its next heartbeat and can write nothing
+    store.resolve_worker(run_id, "w2")
+    assert store.heartbeat("w2", 30) is None
+    assert store.write_finished([Finished(task=task, stage="mc", fence=new)]) == []

@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from runner.errors import StoreError
+
 DEFAULT_DB = "cache.sqlite"
 
 TASK_COLUMNS = (
@@ -49,6 +51,14 @@ LEFT_RESERVATIONS_SQL = (
     "UPDATE ledger SET kind = 'possibly_billed' WHERE worker = ? AND kind = 'reserved' AND id NOT IN"
     " (SELECT l.ledger_id FROM batch_lines l JOIN batches b ON b.id = l.batch_id WHERE b.state != 'collected'"
     " AND l.status = 'pending' AND l.ledger_id IS NOT NULL)")
+
+#: the lease's worker has not been declared dead nor left (a worker without a row counts as live: the store's tests)
+LIVE_SQL = "NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = leases.worker AND w.state != 'live')"
+#: a fence holds: its lease (run, stage, chunk) is still its worker's with its token, and that worker is live
+HELD_SQL = ("SELECT 1 FROM leases WHERE run_id = ? AND stage = ? AND chunk = ? AND worker = ? AND token = ?"
+            f" AND {LIVE_SQL}")
+#: the reservation of a request whose worker lost its lease: it may have been sent, so it may have been billed
+FENCED_RESERVATION_SQL = "UPDATE ledger SET kind = 'possibly_billed' WHERE id = ? AND kind = 'reserved'"
 
 #: compact JSON for result lines and stored columns
 dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -78,10 +88,28 @@ class CachedResponse:
     reasoning_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A chunk lease as its holder knows it (runner/engine/workers.py). Writes made on behalf of the lease carry it,
+    and the store accepts them only while ``worker`` is live and the lease is still its with this ``token``: the
+    token grows by one whenever the lease is taken over, so a worker that stalled past its lease and lost it (or was
+    declared dead) cannot write for it any more, even if it got the chunk back later."""
+
+    worker: str
+    run_id: str
+    stage: str
+    chunk: int
+    token: int
+
+
+class Fenced(StoreError):
+    """A write refused because its worker lost the lease it was made for, or was declared dead."""
+
+
 @dataclass(slots=True)
 class Finished:
     """One finished task on its way to the store: its row, the memo and ledger rows it brings, and the
-    reservation its ledger charge settles."""
+    reservation its ledger charge settles. ``fence``: the lease the task was dispatched under, if any."""
 
     task: tuple
     response: tuple | None = None
@@ -89,6 +117,7 @@ class Finished:
     result_line: str = ""
     stage: str = ""
     release_id: int | None = None
+    fence: Fence | None = None
 
 
 @dataclass(slots=True)
@@ -199,9 +228,26 @@ class Store(ABC):
 
     @abstractmethod
     def write_batch(self, tasks: list[tuple], responses: list[tuple], ledger: list[tuple],
-                    released: list[tuple[int]] | None = None) -> None:
+                    released: list[tuple[int]] | None = None, fenced: list[Finished] | None = None
+                    ) -> list[Finished]:
         """One transaction: the responses, the tasks they finish, their ledger charges, and the removal of the
-        reservations those charges settle."""
+        reservations those charges settle. ``fenced``: finished tasks written only if their lease still holds
+        (:class:`Fence`; their responses are among ``responses``, which are always written: the memo is
+        content-addressed). A refused one's task row and charge are not written and its reservation becomes
+        possibly billed (or is removed when the request failed unbilled). Returns the refused ones."""
+
+    def write_finished(self, batch: list[Finished]) -> list[Finished]:
+        """Commit finished tasks in one transaction (:meth:`write_batch`); returns those written (a task whose lease
+        was lost is not: its answer goes to the memo only)."""
+        plain = [f for f in batch if f.fence is None]
+        fenced = [f for f in batch if f.fence is not None]
+        refused = self.write_batch([f.task for f in plain], [f.response for f in batch if f.response is not None],
+                                   [f.ledger for f in plain if f.ledger is not None],
+                                   [(f.release_id,) for f in plain if f.release_id is not None], fenced or None)
+        if not refused:
+            return batch
+        dropped = {id(f) for f in refused}
+        return [f for f in batch if id(f) not in dropped]
 
     @abstractmethod
     def copy_tasks(self, source: str, source_stage: str, run_id: str, stage: str) -> list[tuple[str, int, int, float,
@@ -216,9 +262,10 @@ class Store(ABC):
 
     # -- the ledger ----------------------------------------------------------------------------------
     @abstractmethod
-    def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float, worker: str | None = None) -> int:
+    def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float, worker: str | None = None, *,
+                fence: Fence | None = None) -> int:
         """Record a request's worst-case cost before it is sent, committed at once so a crash leaves it;
-        returns the reservation's id."""
+        returns the reservation's id. With a ``fence``, :class:`Fenced` when that lease does not hold."""
 
     @abstractmethod
     def release(self, ledger_id: int) -> None:
@@ -292,8 +339,11 @@ class Store(ABC):
         """Register a process working on a run; it stays live while its heartbeats come within ``ttl``."""
 
     @abstractmethod
-    def heartbeat(self, worker: str, ttl: float) -> None:
-        """The worker is alive: extend its registration, its chunk leases and its request claims by ``ttl``."""
+    def heartbeat(self, worker: str, ttl: float) -> list[tuple[str, int, int]] | None:
+        """The worker is alive: extend its registration, its chunk leases and its request claims by ``ttl``, and
+        return the leases it still holds, (stage, chunk, token), not done. None when the worker is not live any
+        more (declared dead, or left): nothing is extended. A late heartbeat of a worker nobody declared dead yet
+        keeps it live; the leases others took over meanwhile are not in the answer."""
 
     @abstractmethod
     def leave_run(self, worker: str) -> None:
@@ -306,24 +356,38 @@ class Store(ABC):
         """The processes that joined a run: id, host, pid, started, state (live, left or dead)."""
 
     @abstractmethod
+    def lease_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float
+                     ) -> dict[int, tuple[str, int] | None]:
+        """Lease chunks of a stage's planned tasks, in one transaction; per chunk (``"new"``, token) when nobody
+        had it, (``"taken"``, token) when it was this worker's already or taken over from a worker whose lease
+        expired (some of its tasks may be done; the token grows unless it was this worker's and live), None when
+        another live worker holds it or it is done."""
+
     def claim_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float
                      ) -> dict[int, str | None]:
-        """Lease chunks of a stage's planned tasks, in one transaction; per chunk ``"new"`` when nobody had it,
-        ``"taken"`` when it was this worker's already or taken over from a worker whose lease expired (some of
-        its tasks may be done), None when another live worker holds it or it is done."""
+        """:meth:`lease_chunks` without the tokens."""
+        return {chunk: got and got[0] for chunk, got in self.lease_chunks(run_id, stage, chunks, worker, ttl).items()}
 
     def claim_chunk(self, run_id: str, stage: str, chunk: int, worker: str, ttl: float) -> str | None:
         """:meth:`claim_chunks` of one chunk."""
         return self.claim_chunks(run_id, stage, [chunk], worker, ttl)[chunk]
 
     @abstractmethod
+    def take_expired_lease(self, run_id: str, stage: str, worker: str, ttl: float) -> tuple[int, int] | None:
+        """Take over one chunk not done whose lease expired (its worker died or stalled): (chunk, new token), or
+        None."""
+
     def take_expired_chunk(self, run_id: str, stage: str, worker: str, ttl: float) -> int | None:
-        """Take over one chunk not done whose lease expired (its worker died), or None."""
+        """:meth:`take_expired_lease` without the token."""
+        got = self.take_expired_lease(run_id, stage, worker, ttl)
+        return None if got is None else got[0]
 
     @abstractmethod
-    def finish_chunks(self, run_id: str, stage: str, worker: str, chunks: list[int] | None = None) -> None:
-        """These chunks of the stage this worker holds (all of them by default) are done: their tasks are
-        committed."""
+    def finish_chunks(self, run_id: str, stage: str, worker: str, chunks: list[int] | None = None,
+                      tokens: list[int] | None = None) -> None:
+        """These chunks of the stage this worker holds (all of them by default; with ``tokens``, only where the
+        lease still has that token) are done: their tasks are committed. Nothing is done for a worker that is not
+        live."""
 
     @abstractmethod
     def open_chunks(self, run_id: str, stage: str) -> int:
@@ -355,11 +419,12 @@ class Store(ABC):
 
     @abstractmethod
     def reserve_within(self, run_id: str, stage: str, model: str, key: str, usd: float,
-                       limits: dict[str, float], worker: str | None = None) -> tuple[int | None, str | None, int]:
+                       limits: dict[str, float], worker: str | None = None, *, fence: Fence | None = None
+                       ) -> tuple[int | None, str | None, int]:
         """Reserve a request's worst case in the ledger only if it fits every budget in ``limits`` (USD by scope:
         ``run``, ``stage:NAME``, ``model:NAME``) counting every process's charges and reservations, in one
         transaction. Returns (ledger id, None, 0), or (None, the scope without room, reservations in flight in
-        it)."""
+        it). With a ``fence``, :class:`Fenced` when that lease does not hold."""
 
     # -- evaluation stages finished whole (runner/engine/replay.py) -----------------------------------------
     @abstractmethod

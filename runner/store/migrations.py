@@ -214,6 +214,13 @@ def m010_thinking(db: sqlite_utils.Database) -> None:
     db["responses"].add_column("reasoning_tokens", int)
 
 
+@migration
+def m011_fencing(db: sqlite_utils.Database) -> None:
+    """Fencing (runner/engine/workers.py): each chunk lease carries a token that grows whenever the lease is taken
+    over; a worker's writes for the lease carry the token it got, and the store refuses them once it changed."""
+    db.execute("ALTER TABLE leases ADD COLUMN token INTEGER NOT NULL DEFAULT 1")
+
+
 def migrate(db: sqlite_utils.Database) -> None:
     """Apply the migrations not yet applied, in one transaction that holds the write lock from its start: two
     processes opening a new store at once take turns (the second waits, then finds nothing to do) instead of one

@@ -150,6 +150,12 @@ def m010_thinking(conn: psycopg.Connection) -> None:
     conn.execute("ALTER TABLE responses ADD COLUMN reasoning_tokens BIGINT")
 
 
+@migration
+def m011_fencing(conn: psycopg.Connection) -> None:
+    """Fencing: each chunk lease carries a token that grows whenever the lease is taken over."""
+    conn.execute("ALTER TABLE leases ADD COLUMN token BIGINT NOT NULL DEFAULT 1")
+
+
 def migrate(conn: psycopg.Connection) -> None:
     """Apply the migrations not yet applied, in one transaction under an advisory lock: several processes opening a
     new database at once take turns (the later ones wait, then find nothing to do). ``conn`` is in autocommit mode."""

@@ -37,12 +37,18 @@ from psycopg.types.json import Jsonb
 
 from runner.errors import StoreError
 from runner.store.base import (
+    FENCED_RESERVATION_SQL,
+    HELD_SQL,
     LEDGER_COLUMNS,
     LEFT_RESERVATIONS_SQL,
+    LIVE_SQL,
     RESPONSE_COLUMNS,
     TASK_COLUMNS,
     UNKNOWN_JOB,
     CachedResponse,
+    Fence,
+    Fenced,
+    Finished,
     GroupSummary,
     Store,
     dumps,
@@ -83,6 +89,11 @@ _GROUP_SQL = {
     "job": (f"coalesce(r.job_name, '{UNKNOWN_JOB}')", f"coalesce(r.job_name, '{UNKNOWN_JOB}')"),
     "day": ("substr(l.created, 1, 10)", "substr(t.updated, 1, 10)"),
 }
+
+
+#: a fence holds (base.HELD_SQL), its lease row locked against a takeover until the write commits
+_HELD_SQL = HELD_SQL.replace("?", "%s") + " FOR SHARE"
+_FENCED_RESERVATION_SQL = FENCED_RESERVATION_SQL.replace("?", "%s")
 
 
 def _values(columns: tuple[str, ...]) -> str:
@@ -405,11 +416,30 @@ class PostgresStore(Store):
 
     @_deadlock_retried
     def write_batch(self, tasks: list[tuple], responses: list[tuple], ledger: list[tuple],
-                    released: list[tuple[int]] | None = None) -> None:
+                    released: list[tuple[int]] | None = None, fenced: list[Finished] | None = None
+                    ) -> list[Finished]:
+        refused: list[Finished] = []
         with self._tx() as conn:
             cursor = conn.cursor()
             if responses:
                 cursor.executemany(_RESPONSE_SQL, responses)
+            if fenced:
+                held: dict[Fence, bool] = {}
+                for item in fenced:
+                    fence = item.fence
+                    assert fence is not None
+                    if fence not in held:
+                        held[fence] = self._holds(conn, fence)
+                    if held[fence]:
+                        tasks = [*tasks, item.task]
+                        if item.ledger is not None:
+                            ledger = [*ledger, item.ledger]
+                        if item.release_id is not None:
+                            released = [*(released or []), (item.release_id,)]
+                    else:
+                        refused.append(item)
+                        if item.release_id is not None:
+                            conn.execute(_FENCED_RESERVATION_SQL, (item.release_id,))
             if tasks:
                 cursor.executemany(_TASK_SQL, tasks)
             if ledger:
@@ -418,6 +448,14 @@ class PostgresStore(Store):
                 cursor.executemany("DELETE FROM ledger WHERE id = %s", released)
             if responses:  # an answered request's claim ends with the commit of its answer
                 cursor.execute("DELETE FROM claims WHERE key = ANY(%s)", (sorted(row[0] for row in responses),))
+        return refused
+
+    @staticmethod
+    def _holds(conn: psycopg.Connection, fence: Fence) -> bool:
+        """Whether the lease is still the fence's worker's, with its token, and that worker live. The lease row is
+        locked (FOR SHARE) until the transaction ends, so it cannot be taken over while the write commits."""
+        return conn.execute(_HELD_SQL, (fence.run_id, fence.stage, fence.chunk, fence.worker,
+                                        fence.token)).fetchone() is not None
 
     def copy_tasks(self, source: str, source_stage: str, run_id: str, stage: str) -> list[tuple[str, int, int, float,
                                                                                                    float]]:
@@ -435,7 +473,10 @@ class PostgresStore(Store):
         return {model: (n, int(out)) for model, n, out in _sorted(rows, 1)}
 
     # -- the ledger ----------------------------------------------------------------------------------
-    def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float, worker: str | None = None) -> int:
+    def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float, worker: str | None = None, *,
+                fence: Fence | None = None) -> int:
+        if fence is not None:
+            return int(self.reserve_within(run_id, stage, model, key, usd, {}, worker, fence=fence)[0] or 0)
         row = self._one(_RESERVE_SQL, (run_id, stage, model, key, "reserved", usd, now(), worker))
         return int(row[0]) if row else 0
 
@@ -550,12 +591,16 @@ class PostgresStore(Store):
                   " seen = excluded.seen, state = excluded.state", (worker, run_id, host, pid, now(), ttl))
 
     @_deadlock_retried
-    def heartbeat(self, worker: str, ttl: float) -> None:
+    def heartbeat(self, worker: str, ttl: float) -> list[tuple[str, int, int]] | None:
         with self._tx() as conn:
             (until,) = conn.execute(f"SELECT {_CLOCK} + %s", (ttl,)).fetchone()
-            conn.execute("UPDATE workers SET seen = %s WHERE id = %s AND state = 'live'", (until, worker))
-            conn.execute("UPDATE leases SET expires = %s WHERE worker = %s AND done = 0", (until, worker))
+            if not conn.execute("UPDATE workers SET seen = %s WHERE id = %s AND state = 'live'",
+                                (until, worker)).rowcount:
+                return None  # declared dead (or gone): nothing of it is extended
+            held = conn.execute("UPDATE leases SET expires = %s WHERE worker = %s AND done = 0 RETURNING stage, chunk,"
+                                " token", (until, worker)).fetchall()
             conn.execute("UPDATE claims SET expires = %s WHERE worker = %s", (until, worker))
+        return sorted((stage, int(chunk), int(token)) for stage, chunk, token in held)
 
     @_deadlock_retried
     def leave_run(self, worker: str) -> None:
@@ -573,38 +618,48 @@ class PostgresStore(Store):
                 row["state"] = "dead"
         return rows
 
-    def claim_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float
-                     ) -> dict[int, str | None]:
-        # xmax is 0 in a row this statement inserted and set in a row it updated (taken over)
+    def lease_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float
+                     ) -> dict[int, tuple[str, int] | None]:
+        # xmax is 0 in a row this statement inserted and set in a row it updated (taken over); the token grows
+        # unless the lease was this worker's and live
         rows = self._all(
-            f"INSERT INTO leases (run_id, stage, chunk, worker, expires) SELECT %s, %s, c, %s, {_CLOCK} + %s"
+            f"INSERT INTO leases (run_id, stage, chunk, worker, expires, token) SELECT %s, %s, c, %s, {_CLOCK} + %s, 1"
             " FROM unnest(%s::bigint[]) AS c"
-            " ON CONFLICT (run_id, stage, chunk) DO UPDATE SET worker = excluded.worker, expires = excluded.expires"
+            " ON CONFLICT (run_id, stage, chunk) DO UPDATE SET worker = excluded.worker, expires = excluded.expires,"
+            " token = leases.token + CASE WHEN leases.worker = excluded.worker AND leases.expires >= excluded.expires"
+            " - %s THEN 0 ELSE 1 END"
             " WHERE leases.done = 0 AND (leases.expires < excluded.expires - %s OR leases.worker = excluded.worker)"
-            " RETURNING chunk, xmax = 0", (run_id, stage, worker, ttl, list(dict.fromkeys(chunks)), ttl))
-        got: dict[int, str | None] = dict.fromkeys(chunks)
-        for chunk, inserted in rows:
-            got[int(chunk)] = "new" if inserted else "taken"
+            " RETURNING chunk, xmax = 0, token", (run_id, stage, worker, ttl, list(dict.fromkeys(chunks)), ttl, ttl))
+        got: dict[int, tuple[str, int] | None] = dict.fromkeys(chunks)
+        for chunk, inserted, token in rows:
+            got[int(chunk)] = ("new" if inserted else "taken", int(token))
         return got
 
-    def take_expired_chunk(self, run_id: str, stage: str, worker: str, ttl: float) -> int | None:
+    def take_expired_lease(self, run_id: str, stage: str, worker: str, ttl: float) -> tuple[int, int] | None:
         with self._tx() as conn:
             row = conn.execute(
                 f"SELECT chunk FROM leases WHERE run_id = %s AND stage = %s AND done = 0 AND expires < {_CLOCK}"
                 " ORDER BY chunk LIMIT 1 FOR UPDATE SKIP LOCKED", (run_id, stage)).fetchone()
             if row is None:
                 return None
-            conn.execute(f"UPDATE leases SET worker = %s, expires = {_CLOCK} + %s WHERE run_id = %s AND stage = %s"
-                         " AND chunk = %s", (worker, ttl, run_id, stage, row[0]))
-        return int(row[0])
+            (token,) = conn.execute(f"UPDATE leases SET worker = %s, expires = {_CLOCK} + %s, token = token + 1"
+                                    " WHERE run_id = %s AND stage = %s AND chunk = %s RETURNING token",
+                                    (worker, ttl, run_id, stage, row[0])).fetchone()
+        return int(row[0]), int(token)
 
-    def finish_chunks(self, run_id: str, stage: str, worker: str, chunks: list[int] | None = None) -> None:
+    def finish_chunks(self, run_id: str, stage: str, worker: str, chunks: list[int] | None = None,
+                      tokens: list[int] | None = None) -> None:
         if chunks is None:
-            self._run("UPDATE leases SET done = 1 WHERE run_id = %s AND stage = %s AND worker = %s AND done = 0",
-                      (run_id, stage, worker))
-        else:
+            self._run("UPDATE leases SET done = 1 WHERE run_id = %s AND stage = %s AND worker = %s AND done = 0"
+                      f" AND {LIVE_SQL}", (run_id, stage, worker))
+        elif tokens is None:
             self._run("UPDATE leases SET done = 1 WHERE run_id = %s AND stage = %s AND worker = %s"
-                      " AND chunk = ANY(%s::bigint[])", (run_id, stage, worker, sorted(chunks)))
+                      f" AND chunk = ANY(%s::bigint[]) AND {LIVE_SQL}", (run_id, stage, worker, sorted(chunks)))
+        else:
+            self._run("UPDATE leases SET done = 1 FROM unnest(%s::bigint[], %s::bigint[]) AS f(chunk, token)"
+                      " WHERE leases.run_id = %s AND leases.stage = %s AND leases.worker = %s"
+                      f" AND leases.chunk = f.chunk AND leases.token = f.token AND {LIVE_SQL}",
+                      (list(chunks), list(tokens), run_id, stage, worker))
 
     def open_chunks(self, run_id: str, stage: str) -> int:
         return int(self._one("SELECT count(*) FROM leases WHERE run_id = %s AND stage = %s AND done = 0",
@@ -641,8 +696,11 @@ class PostgresStore(Store):
         return possibly
 
     def reserve_within(self, run_id: str, stage: str, model: str, key: str, usd: float,
-                       limits: dict[str, float], worker: str | None = None) -> tuple[int | None, str | None, int]:
+                       limits: dict[str, float], worker: str | None = None, *, fence: Fence | None = None
+                       ) -> tuple[int | None, str | None, int]:
         with self._tx() as conn:
+            if fence is not None and not self._holds(conn, fence):
+                raise Fenced(f"worker {fence.worker} lost its lease of chunk {fence.chunk} of stage {fence.stage}")
             # the run's lock first: no other process reserves in this run between the check and the insert
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,))
             used = {scope: (usd_, inflight) for scope, usd_, inflight in conn.execute(

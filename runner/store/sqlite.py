@@ -22,12 +22,18 @@ from typing import Any
 from runner.errors import StoreError
 from runner.store._sqlite_utils import sqlite_utils
 from runner.store.base import (
+    FENCED_RESERVATION_SQL,
+    HELD_SQL,
     LEDGER_COLUMNS,
     LEFT_RESERVATIONS_SQL,
+    LIVE_SQL,
     RESPONSE_COLUMNS,
     TASK_COLUMNS,
     UNKNOWN_JOB,
     CachedResponse,
+    Fence,
+    Fenced,
+    Finished,
     GroupSummary,
     Store,
     default_path,
@@ -233,14 +239,33 @@ class SQLiteStore(Store):
             yield line
 
     def write_batch(self, tasks: list[tuple], responses: list[tuple], ledger: list[tuple],
-                    released: list[tuple[int]] | None = None) -> None:
+                    released: list[tuple[int]] | None = None, fenced: list[Finished] | None = None
+                    ) -> list[Finished]:
         """One transaction: the responses, the tasks they finish, their ledger charges, and the removal of the
-        reservations those charges settle."""
+        reservations those charges settle; ``fenced`` tasks only where their lease holds."""
         conn = self.conn
+        refused: list[Finished] = []
         conn.execute("BEGIN IMMEDIATE")
         try:
             if responses:
                 conn.executemany(_RESPONSE_SQL, responses)
+            if fenced:
+                held: dict[Fence, bool] = {}
+                for item in fenced:
+                    fence = item.fence
+                    assert fence is not None
+                    if fence not in held:
+                        held[fence] = self._holds(fence)
+                    if held[fence]:
+                        tasks = [*tasks, item.task]
+                        if item.ledger is not None:
+                            ledger = [*ledger, item.ledger]
+                        if item.release_id is not None:
+                            released = [*(released or []), (item.release_id,)]
+                    else:
+                        refused.append(item)
+                        if item.release_id is not None:
+                            conn.execute(FENCED_RESERVATION_SQL, (item.release_id,))
             if tasks:
                 conn.executemany(_TASK_SQL, tasks)
             if ledger:
@@ -255,18 +280,31 @@ class SQLiteStore(Store):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        return refused
+
+    def _holds(self, fence: Fence) -> bool:
+        """Whether the lease is still the fence's worker's, with its token, and that worker live (in a transaction)."""
+        return self.conn.execute(HELD_SQL, (fence.run_id, fence.stage, fence.chunk, fence.worker,
+                                            fence.token)).fetchone() is not None
 
     # -- the ledger's reservations (runner/engine/budget.py) -------------------------------------------------------
-    def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float, worker: str | None = None) -> int:
+    def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float, worker: str | None = None, *,
+                fence: Fence | None = None) -> int:
         """Record a request's worst-case cost before it is sent; committed at once, so a crash leaves it."""
-        cursor = self.conn.execute(_RESERVE_SQL, (run_id, stage, model, key, "reserved", usd, now(), worker))
-        return int(cursor.lastrowid or 0)
+        if fence is None:
+            cursor = self.conn.execute(_RESERVE_SQL, (run_id, stage, model, key, "reserved", usd, now(), worker))
+            return int(cursor.lastrowid or 0)
+        got = self.reserve_within(run_id, stage, model, key, usd, {}, worker, fence=fence)
+        return int(got[0] or 0)
 
     def reserve_within(self, run_id: str, stage: str, model: str, key: str, usd: float,
-                       limits: dict[str, float], worker: str | None = None) -> tuple[int | None, str | None, int]:
+                       limits: dict[str, float], worker: str | None = None, *, fence: Fence | None = None
+                       ) -> tuple[int | None, str | None, int]:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")  # the write lock first: no other process reserves between check and insert
         try:
+            if fence is not None and not self._holds(fence):
+                raise Fenced(f"worker {fence.worker} lost its lease of chunk {fence.chunk} of stage {fence.stage}")
             scopes = list(limits)
             used = {scope: (usd_, inflight) for scope, usd_, inflight in conn.execute(
                 f"SELECT scope, usd, inflight FROM budget_use WHERE run_id = ? AND scope IN"
@@ -289,13 +327,26 @@ class SQLiteStore(Store):
         self.conn.execute("INSERT OR REPLACE INTO workers (id, run_id, host, pid, started, seen, state)"
                           " VALUES (?, ?, ?, ?, ?, ?, 'live')", (worker, run_id, host, pid, now(), time.time() + ttl))
 
-    def heartbeat(self, worker: str, ttl: float) -> None:
+    def heartbeat(self, worker: str, ttl: float) -> list[tuple[str, int, int]] | None:
         until = time.time() + ttl
-        self._transaction([
-            ("UPDATE workers SET seen = ? WHERE id = ? AND state = 'live'", (until, worker)),
-            ("UPDATE leases SET expires = ? WHERE worker = ? AND done = 0", (until, worker)),
-            ("UPDATE claims SET expires = ? WHERE worker = ?", (until, worker)),
-        ])
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            beat = conn.execute("UPDATE workers SET seen = ? WHERE id = ? AND state = 'live'", (until, worker))
+            if not beat.rowcount:
+                conn.execute("COMMIT")
+                return None  # declared dead (or gone): nothing of it is extended
+            conn.execute("UPDATE leases SET expires = ? WHERE worker = ? AND done = 0", (until, worker))
+            conn.execute("UPDATE claims SET expires = ? WHERE worker = ?", (until, worker))
+            held = [(stage, int(chunk), int(token)) for stage, chunk, token in conn.execute(
+                "SELECT stage, chunk, token FROM leases WHERE worker = ? AND done = 0 ORDER BY stage, chunk",
+                (worker,))]
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return held
 
     def leave_run(self, worker: str) -> None:
         self._transaction([
@@ -315,50 +366,57 @@ class SQLiteStore(Store):
             del row["seen"]
         return rows
 
-    def claim_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float
-                     ) -> dict[int, str | None]:
+    def lease_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float
+                     ) -> dict[int, tuple[str, int] | None]:
         clock = time.time()
         conn = self.conn
-        got: dict[int, str | None] = {}
+        got: dict[int, tuple[str, int] | None] = {}
         conn.execute("BEGIN IMMEDIATE")
         try:
-            held = {chunk: (holder, expires, done) for chunk, holder, expires, done in conn.execute(
-                "SELECT chunk, worker, expires, done FROM leases WHERE run_id = ? AND stage = ? AND chunk BETWEEN ?"
-                " AND ?", (run_id, stage, min(chunks), max(chunks)))}
+            held = {chunk: (holder, expires, done, token) for chunk, holder, expires, done, token in conn.execute(
+                "SELECT chunk, worker, expires, done, token FROM leases WHERE run_id = ? AND stage = ? AND chunk"
+                " BETWEEN ? AND ?", (run_id, stage, min(chunks), max(chunks)))}
             for chunk in chunks:
                 row = held.get(chunk)
                 if row is None:
-                    got[chunk] = "new"
-                    conn.execute("INSERT INTO leases (run_id, stage, chunk, worker, expires) VALUES (?, ?, ?, ?, ?)",
-                                 (run_id, stage, chunk, worker, clock + ttl))
+                    got[chunk] = ("new", 1)
+                    conn.execute("INSERT INTO leases (run_id, stage, chunk, worker, expires, token) VALUES"
+                                 " (?, ?, ?, ?, ?, 1)", (run_id, stage, chunk, worker, clock + ttl))
                 elif row[2] or (row[0] != worker and row[1] >= clock):
                     got[chunk] = None
-                else:
-                    got[chunk] = "taken"
-                    conn.execute("UPDATE leases SET worker = ?, expires = ? WHERE run_id = ? AND stage = ? AND"
-                                 " chunk = ?", (worker, clock + ttl, run_id, stage, chunk))
+                else:  # a new token unless it is this worker's lease, still live
+                    token = row[3] + (0 if row[0] == worker and row[1] >= clock else 1)
+                    got[chunk] = ("taken", token)
+                    conn.execute("UPDATE leases SET worker = ?, expires = ?, token = ? WHERE run_id = ? AND stage = ?"
+                                 " AND chunk = ?", (worker, clock + ttl, token, run_id, stage, chunk))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         return got
 
-    def take_expired_chunk(self, run_id: str, stage: str, worker: str, ttl: float) -> int | None:
+    def take_expired_lease(self, run_id: str, stage: str, worker: str, ttl: float) -> tuple[int, int] | None:
         clock = time.time()
         row = self.conn.execute(
-            "UPDATE leases SET worker = ?, expires = ? WHERE run_id = ? AND stage = ? AND chunk = (SELECT chunk FROM"
-            " leases WHERE run_id = ? AND stage = ? AND done = 0 AND expires < ? ORDER BY chunk LIMIT 1)"
-            " RETURNING chunk",
+            "UPDATE leases SET worker = ?, expires = ?, token = token + 1 WHERE run_id = ? AND stage = ? AND chunk ="
+            " (SELECT chunk FROM leases WHERE run_id = ? AND stage = ? AND done = 0 AND expires < ? ORDER BY chunk"
+            " LIMIT 1) RETURNING chunk, token",
             (worker, clock + ttl, run_id, stage, run_id, stage, clock)).fetchone()
-        return None if row is None else int(row[0])
+        return None if row is None else (int(row[0]), int(row[1]))
 
-    def finish_chunks(self, run_id: str, stage: str, worker: str, chunks: list[int] | None = None) -> None:
+    def finish_chunks(self, run_id: str, stage: str, worker: str, chunks: list[int] | None = None,
+                      tokens: list[int] | None = None) -> None:
+        live = f" AND {LIVE_SQL}"
         if chunks is None:
-            self.conn.execute("UPDATE leases SET done = 1 WHERE run_id = ? AND stage = ? AND worker = ? AND done = 0",
-                              (run_id, stage, worker))
+            self.conn.execute("UPDATE leases SET done = 1 WHERE run_id = ? AND stage = ? AND worker = ? AND done = 0"
+                              + live, (run_id, stage, worker))
+        elif tokens is None:
+            self._transaction([("UPDATE leases SET done = 1 WHERE run_id = ? AND stage = ? AND chunk = ? AND"
+                                " worker = ?" + live, (run_id, stage, chunk, worker)) for chunk in chunks])
         else:
             self._transaction([("UPDATE leases SET done = 1 WHERE run_id = ? AND stage = ? AND chunk = ? AND"
-                                " worker = ?", (run_id, stage, chunk, worker)) for chunk in chunks])
+                                " worker = ? AND token = ?" + live, (run_id, stage, chunk, worker, token))
+                               for chunk, token in zip(chunks, tokens, strict=True)])
 
     def open_chunks(self, run_id: str, stage: str) -> int:
         return int(self.conn.execute("SELECT count(*) FROM leases WHERE run_id = ? AND stage = ? AND done = 0",
