@@ -210,3 +210,77 @@ def test_work_refuses_a_pipeline_job(tmp_path, db):
                           timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("Error: job pipe is a pipeline")
+
+
+def _victim_leases(db: str, pid: int) -> int:
+    """Chunk leases not done that the process ``pid`` holds (its worker ids are host:pid:hex)."""
+    store = open_store(db)
+    try:
+        rows = store.conn.execute("SELECT worker FROM leases WHERE done = 0").fetchall()
+        return sum(1 for (worker,) in rows if worker.split(":")[-2] == str(pid))
+    finally:
+        store.close()
+
+
+def _dead(db: str, run_id: str, pid: int) -> bool:
+    """Whether the process ``pid``'s worker of the run is dead (its heartbeats stopped past its lease)."""
+    store = open_store(db)
+    try:
+        return any(w["state"] == "dead" for w in store.workers(run_id) if w["pid"] == pid)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("budget", ["ample", "tight"])
+@pytest.mark.parametrize("sim_server", [0.05], indirect=True)
+def test_a_stopped_worker_declared_dead_is_fenced_out(tmp_path, sim_server, db, monkeypatch, budget):
+    """A worker stopped (SIGSTOP) past its lease while another takes its chunks over, then continued (SIGCONT): the
+    store refuses its writes for the chunks it lost, so nothing is charged twice, no finished task is rewritten, no
+    reservation stays open, and a budget that runs out ends the run (exit 3) instead of waiting for ever."""
+    _env(monkeypatch)
+    # each request's worst case is about $0.08: $20 pays ~250 of the 600
+    usd = 1000000 if budget == "ample" else 20
+    job = _job(tmp_path, sim_server, rows=600, concurrency=2, extra=f"{PRICES}\nbudget: {{usd: {usd}}}")
+    args = ["--allow-partial"] if budget == "tight" else []
+    owner = _start(["submit", str(job), "--db", db, *args], tmp_path)
+    run_id = _run_id(owner)
+    victim = _start(["work", run_id, "--db", db], tmp_path)
+    _wait_for(lambda: _done(db) >= 40 and _victim_leases(db, victim.pid) > 0, 60, "the victim holding a lease")
+    victim.send_signal(signal.SIGSTOP)
+    try:
+        # its leases expire (8 s) and the owner, at the end of the stage, takes them over; or the owner runs out of
+        # budget first and leaves, declaring the victim dead on its way out
+        _wait_for(lambda: _victim_leases(db, victim.pid) == 0 or owner.poll() is not None, 60,
+                  "the victim's chunks taken over")
+        _wait_for(lambda: _dead(db, run_id, victim.pid), 30, "the victim declared dead")
+        time.sleep(1)
+    finally:
+        victim.send_signal(signal.SIGCONT)
+    outcomes = [_wait(proc, timeout=90) for proc in (owner, victim)]
+    code, out, err = outcomes[0]
+    if budget == "ample":
+        assert code == 0, err
+        assert f"run {run_id}: completed" in out
+    else:
+        assert code == 3, err
+    assert outcomes[1][0] in (0, 3), outcomes[1][2]
+
+    store = open_store(db)
+    tasks = store.tasks(run_id)
+    assert {t["status"] for t in tasks} == {"done"}, "a finished task was rewritten"
+    if budget == "ample":
+        assert len(tasks) == 600
+        assert store.get_run(run_id)["status"] == "completed"
+    charges = Counter(row["key"] for row in store.ledger(run_id, kind="charge"))
+    assert set(charges.values()) == {1}, "a request was charged twice"
+    assert len(charges) == sum(1 for t in tasks if not t["cache_hit"])
+    assert not store.ledger(run_id, kind="reserved"), "a reservation stays open"
+    possibly = store.ledger(run_id, kind="possibly_billed")
+    if budget == "tight":
+        spent = sum(row["amount"] for row in store.ledger(run_id) if row["kind"] in ("charge", "possibly_billed"))
+        assert spent <= usd + 1e-9
+    # sent twice: only what the stopped worker had in flight when it lost its chunks, each kept as possibly billed
+    completed = sim_stats(sim_server)["completed_by_digest"]
+    twice = sum(n - 1 for n in completed.values())
+    assert twice <= len(possibly), (twice, len(possibly))
+    store.close()

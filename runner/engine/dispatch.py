@@ -36,6 +36,7 @@ from runner.providers.pricing import Pricing
 from runner.providers.tokens import bound_call_tokens, count_call_tokens
 from runner.spec.job import Job
 from runner.store import CachedResponse, Finished, Store, Writer, dumps, now
+from runner.store.base import Fence, Fenced
 
 #: results queued for the writer before the dispatch loop waits for it to catch up
 WRITER_BACKLOG = 4096
@@ -62,6 +63,10 @@ _LOAD_ERRORS = frozenset({"server_error", "timeout", "connection"})
 FREE = Reservation([], 0.0, 0)
 #: what tasks following an identical request get when it was not sent after all
 NOT_SENT: Any = object()
+
+
+class LeaseLost(Exception):
+    """The task's chunk lease was taken over (its worker stalled past it): the request is not sent."""
 
 
 def memo_of(c: Completion, cost: float = 0.0) -> CachedResponse:
@@ -143,12 +148,45 @@ class Dispatcher:
         self._starting: dict[str, asyncio.Future[None]] = {}
         self._retrying = retrying(job.retry, on_retry=self._count_retry, sleep=sleep)
         #: this process's membership of the run (leases, claims, shared budgets), set by the engine
-        self.crew: Crew | None = None
+        self._crew: Crew | None = None
+        #: the lease each task dispatched under one was dispatched under, by id() of the task (its writes carry it)
+        self.fence_of: dict[int, Fence] = {}
         #: joined a run another process started (``runner work``): every chunk is checked for done tasks
         self.joined = False
         #: (stage, item) of tasks dispatched under a lease -> (stage, lease), and per lease the tasks not committed
         self.lease_of: dict[tuple[str, str], tuple[str, int]] = {}
         self.lease_left: dict[tuple[str, int], int] = {}
+
+    @property
+    def crew(self) -> Crew | None:
+        return self._crew
+
+    @crew.setter
+    def crew(self, crew: Crew | None) -> None:
+        self._crew = crew
+        if crew is not None:
+            crew.on_lost = self.lost_leases
+
+    def lost_leases(self, leases: list[tuple[str, int]]) -> None:
+        """Crew callback: these leases were taken over; their tasks still to send are not sent (:meth:`_lost`), and
+        their writes are refused by the store."""
+        for lease in leases:
+            self.lease_left.pop(lease, None)
+        self.stats.notes.append(f"{len(leases)} leases of this worker were taken over by others after its "
+                                "heartbeats came late: it stopped them")
+
+    def _lost(self, req: Task) -> bool:
+        """Whether the task was dispatched under a lease this worker no longer holds. A worker whose last heartbeat
+        is older than half its lease (it may have stalled) beats first, so it learns what it lost before sending."""
+        fence = self.fence_of.get(id(req))
+        if fence is None or self.crew is None:
+            return False
+        if self.crew.stale():
+            try:
+                self.crew.beat()
+            except Exception as exc:  # the store does not answer: the write will be fenced if the lease is gone
+                self.stats.notes.append(f"heartbeat failed ({type(exc).__name__}: {exc})")
+        return not self.crew.holds(fence)
 
     # -- endpoints -------------------------------------------------------------------------------------
     def endpoint(self, req: Task) -> Endpoint:
@@ -226,10 +264,14 @@ class Dispatcher:
         stage = chunk[0].stage
         done = self.store.done_items(self.run_id, stage, [r.item for r in chunk]) if check_done else ()
         if lease_of is not None:
+            assert self.crew is not None
             for req in chunk:
                 if req.item not in done:
                     lease = self.lease_of[(stage, req.item)] = (stage, lease_of[req.item])
                     self.lease_left[lease] = self.lease_left.get(lease, 0) + 1
+                    fence = self.crew.fence(stage, lease_of[req.item])
+                    if fence is not None:
+                        self.fence_of[id(req)] = fence
         memo = self.store.lookup_many([r.key for r in chunk])
         # What was committed before that query is in ``memo`` or will be in the next chunk's: forget it.
         for key in self.committed_keys:
@@ -290,7 +332,8 @@ class Dispatcher:
                 # the plan is walked once for all of them, up to the last one
                 for index, part in enumerate(_chunks(itertools.islice(plan, (last + 1) * LEASE), LEASE)):
                     if index in wanted and not self.stopping:
-                        await self._dispatch_chunk(part, loop, check_done=True)
+                        await self._dispatch_chunk(part, loop, check_done=True,
+                                                   lease_of=dict.fromkeys((req.item for req in part), index))
                 await self.drain()
                 continue
             if self.crew.open_chunks(stage) == 0:
@@ -312,11 +355,19 @@ class Dispatcher:
             return True
         if req.stage in self.closed_stages or (req.stage, req.model) in self.closed_models:
             self.stats.counters(req.stage, req.model).over_budget += 1
+            self.fence_of.pop(id(req), None)
             self._unclaim(req.key)
             return True
         if self.batcher is not None and self.batcher.wants(req):
+            # a Batch API stage runs in the process that started it; its lines are recorded whenever they come back
+            self.fence_of.pop(id(req), None)
             await self.batcher.add(req)
             return not self.stopping
+        if self._lost(req):  # its lease was taken over: another worker does it
+            self.fence_of.pop(id(req), None)
+            self.stats.counters(req.stage, req.model).elsewhere += 1
+            self._unclaim(req.key)
+            return True
         # On its way from here: an identical task dispatched meanwhile follows this one instead of sending it too.
         self.inflight[req.key] = loop.create_future()
         if self.budgets is None and not self._priced(req.model):
@@ -354,8 +405,9 @@ class Dispatcher:
         A batch line is priced at the Batch API's price and never waits: it gets ``LATER`` while the budget has
         reservations in flight (a batch's settle only when the whole batch has ended)."""
         usd, tokens = self.worst_case(req, batch=batch)
-        worker = self.crew.worker if self.crew is not None else None
+        fence = None if batch else self.fence_of.get(id(req))
         while True:
+            worker = self.crew.worker if self.crew is not None else None
             if self.budgets is None:
                 reservation = Reservation([], usd, tokens)
             else:
@@ -372,12 +424,23 @@ class Dispatcher:
             limits = self.budgets.usd_limits(req.stage, req.model) if self.budgets is not None else {}
             if usd <= 0:
                 return reservation
-            if not limits:
-                reservation.ledger_id = self.store.reserve(self.run_id, req.stage, req.model, req.key, usd, worker)
-                return reservation
-            # The store has the last word: it counts what every process working on the run spent and reserved.
-            ledger_id, blocked, inflight = self.store.reserve_within(self.run_id, req.stage, req.model, req.key,
-                                                                     usd, limits, worker)
+            try:
+                if not limits:
+                    reservation.ledger_id = self.store.reserve(self.run_id, req.stage, req.model, req.key, usd, worker,
+                                                               fence=fence)
+                    return reservation
+                # The store has the last word: it counts what every process working on the run spent and reserved.
+                ledger_id, blocked, inflight = self.store.reserve_within(self.run_id, req.stage, req.model, req.key,
+                                                                         usd, limits, worker, fence=fence)
+            except Fenced:  # its lease was taken over: not sent (the caller drops it)
+                if self.budgets is not None and reservation.scopes:
+                    self.budgets.release(reservation)
+                if self.crew is not None and fence is not None:  # learnt at this write: stop the lease now
+                    self.crew.leases.pop((fence.stage, fence.chunk), None)
+                    self.lease_left.pop((fence.stage, fence.chunk), None)
+                self.fence_of.pop(id(req), None)
+                self.stats.counters(req.stage, req.model).elsewhere += 1
+                return None
             if ledger_id is not None:
                 reservation.ledger_id = ledger_id
                 return reservation
@@ -448,7 +511,7 @@ class Dispatcher:
             finished: dict[str, list[int]] = {}
             for item in batch:
                 lease = self.lease_of.pop((item.stage, item.task[2]), None)
-                if lease is not None:
+                if lease is not None and lease in self.lease_left:  # (not one this worker lost)
                     self.lease_left[lease] -= 1
                     if not self.lease_left[lease]:
                         del self.lease_left[lease]
@@ -505,6 +568,13 @@ class Dispatcher:
         try:
             await self._start_provider(req.provider)
             completion, latency = await self._retrying(self._attempt, req, endpoint, tries)
+        except LeaseLost:  # taken over before it was sent (again): another worker does it
+            self._release(reservation)
+            self.fence_of.pop(id(req), None)
+            self.stats.counters(req.stage, req.model).elsewhere += 1
+            future.set_result(NOT_SENT)
+            if self.crew is not None:
+                self.crew.release(req.key)
         except ModelSetupError as exc:  # nothing was sent; the run cannot go on without this provider
             self._release(reservation)
             future.set_result(None)
@@ -539,6 +609,8 @@ class Dispatcher:
             await endpoint.ready(self._input_tokens(req), req.call.params.get("max_tokens") or 0)
         else:
             await endpoint.ready()
+        if self._lost(req):  # checked last before each attempt: after a stall, the lease may be another's
+            raise LeaseLost(req.item)
         tries.sent += 1
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -674,7 +746,8 @@ class Dispatcher:
             billed.output_tokens if billed else 0, cost, None, None, 0, line, billed.cached_tokens if billed else 0,
             0.0, None,
         )
-        self.writer.put(Finished(task=task, ledger=ledger, result_line=line, stage=req.stage, release_id=release_id))
+        self.writer.put(Finished(task=task, ledger=ledger, result_line=line, stage=req.stage, release_id=release_id,
+                                 fence=self.fence_of.pop(id(req), None)))
 
     def _record(
         self, req: Task, text: str, finish_reason: str | None, input_tokens: int, output_tokens: int, *,
@@ -703,4 +776,4 @@ class Dispatcher:
             int(result.get("valid", True)), line, cached_tokens, saved, batch_saved,
         )
         self.writer.put(Finished(task=task, response=response, ledger=ledger, result_line=line, stage=req.stage,
-                                 release_id=release_id))
+                                 release_id=release_id, fence=self.fence_of.pop(id(req), None)))

@@ -12,6 +12,27 @@ Before a request that is not in the memo is sent, its cache key is claimed in th
 claimed by another live process (another worker of the run, or another run of the same job started at the
 same time) is not sent again: the task waits for the answer to appear in the memo and records it as a cache
 hit. A claim ends when the answer is committed, when the request fails, or when its worker's heartbeats stop.
+
+Fencing. A worker can stall longer than its lease (a stopped process, a machine too loaded to run its event loop)
+and wake up to find its chunks taken over. Every lease carries a token that grows whenever it is taken over
+(:class:`runner.store.base.Fence`), and every write a worker makes on behalf of a lease carries the token it got:
+its finished tasks (their rows, their ledger charges and the removal of their reservations, in the writer's
+transaction), its reservations, and the completion of the lease. The store refuses them once the lease changed
+hands or the worker was declared dead. What a refused task brings is handled so that nothing is counted twice:
+its answer still goes to the memo (content-addressed: keeping it is never wrong, and it may spare the new holder a
+request), its task row and charge are not written, and its reservation becomes possibly billed (it was sent).
+Request claims are fenced by their holder's id: a claim that expired is taken under the new holder's id, and
+a release or an answer of the old holder no longer matches it.
+
+The worker learns it at its next heartbeat (which returns the leases it still holds) or write. It then stops the
+chunks it lost at once: nothing more is sent for them (a request waiting for its endpoint, its budget or a retry is
+dropped, its reservation given back). Before sending, a worker whose last heartbeat is older than half its lease
+beats first, so one that just woke from a stall does not send for a chunk it lost. A worker whose heartbeat finds
+it declared dead (its heartbeats stopped for longer than its lease and another worker noticed) has lost all its
+leases: it leaves under its old id (its reservations still open become possibly billed, as a dead worker's are,
+and its claims go) and joins the run again under a new one, so the process finishes its work like any other
+worker. Heartbeats that come late widen the lease (up to :data:`MAX_WIDEN` times the configured one), so a
+loaded machine keeps its leases instead of losing them over and over.
 """
 
 from __future__ import annotations
@@ -24,20 +45,36 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from runner.errors import RunnerError
 from runner.store import CachedResponse, Store
+from runner.store.base import Fence
 
 #: seconds a lease or claim outlives its worker's last heartbeat (RUNNER_LEASE_TTL overrides)
 DEFAULT_TTL = 30.0
+#: the shortest lease RUNNER_LEASE_TTL may ask for: a worker beats every quarter of its lease, and an event loop busy
+#: for a second (a provider's first import, planning a chunk) would make shorter leases expire under load alone
+MIN_TTL = 4.0
+#: how far late heartbeats widen a worker's lease, as a multiple of the configured one
+MAX_WIDEN = 4.0
 #: seconds between polls of the memo for answers another process is fetching, and of chunks others hold
 POLL = 0.2
 
 
 def lease_ttl() -> float:
+    """RUNNER_LEASE_TTL's seconds, or :data:`DEFAULT_TTL`; a value that is no number or too short is refused."""
     value = os.environ.get("RUNNER_LEASE_TTL")
-    try:
-        return max(0.5, float(value)) if value else DEFAULT_TTL
-    except ValueError:
+    if not value:
         return DEFAULT_TTL
+    try:
+        ttl = float(value)
+    except ValueError:
+        raise RunnerError(f"RUNNER_LEASE_TTL={value!r} is not a number of seconds (the default is "
+                          f"{DEFAULT_TTL:g})") from None
+    if not ttl >= MIN_TTL:
+        raise RunnerError(f"RUNNER_LEASE_TTL={value} is too short: a worker whose heartbeat is that late is declared "
+                          f"dead, and a busy machine is that late; use at least {MIN_TTL:g} seconds (the default is "
+                          f"{DEFAULT_TTL:g})")
+    return ttl
 
 
 class Crew:
@@ -47,8 +84,17 @@ class Crew:
                  = None) -> None:
         self.store = store
         self.run_id = run_id
-        self.ttl = ttl or lease_ttl()
-        self.worker = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        #: the lease asked for, and the one in force (widened when heartbeats come late)
+        self.configured_ttl = self.ttl = ttl or lease_ttl()
+        self.worker = self._new_id()
+        #: the chunk leases this worker holds, (stage, chunk) -> token, as of its last heartbeat or claim
+        self.leases: dict[tuple[str, int], int] = {}
+        #: called with the leases this worker lost (taken over, or all of them when it was declared dead)
+        self.on_lost: Callable[[list[tuple[str, int]]], Any] | None = None
+        #: time.monotonic() of the last heartbeat the store took
+        self.last_beat = time.monotonic()
+        #: times this process joined the run again after it was declared dead
+        self.rejoined = 0
         self.note = note or (lambda message: None)
         self._beat: asyncio.Task[None] | None = None
         #: live processes working on the run (this one included), counted by the heartbeat thread: each takes
@@ -61,8 +107,13 @@ class Crew:
         self._poller: asyncio.Task[None] | None = None
 
     # -- membership ---------------------------------------------------------------------------------
+    @staticmethod
+    def _new_id() -> str:
+        return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
     def join(self) -> None:
         self.store.join_run(self.run_id, self.worker, socket.gethostname(), os.getpid(), self.ttl)
+        self.last_beat = time.monotonic()
         self.live = self._count_live()
         self._beat = asyncio.ensure_future(self._heartbeats())
 
@@ -87,23 +138,67 @@ class Crew:
     async def _heartbeats(self) -> None:
         # A heartbeat every quarter of the lease, so three can be late (an event loop busy with a provider's first
         # import or a long planning step) before the lease expires; the live count is read every second.
-        beat = self.ttl / 4
-        last = time.monotonic()
         while True:
-            await asyncio.sleep(min(1.0, beat))
+            await asyncio.sleep(min(1.0, self.ttl / 4))
             try:
                 live = self._count_live()
                 if live != self.live:
                     self.live = live
                     if self.on_live is not None:
                         self.on_live(live)
-                if time.monotonic() - last < beat:
+                if time.monotonic() - self.last_beat < self.ttl / 4:
                     continue
-                last = time.monotonic()
-                self.store.heartbeat(self.worker, self.ttl)
+                self.beat()
                 self.resolve_dead()
             except Exception as exc:  # a store that does not answer for a moment: beat again next time
                 self.note(f"heartbeat failed ({type(exc).__name__}: {exc}); trying again")
+
+    def beat(self) -> None:
+        """One heartbeat: extend this worker's leases and claims, and learn which leases it lost (or that it was
+        declared dead: then it joins the run again under a new id)."""
+        started = time.monotonic()
+        gap = started - self.last_beat
+        if gap > self.ttl / 2 and self.ttl < self.configured_ttl * MAX_WIDEN:
+            # two beats were missed: the machine (or the store) is slower than the lease allows for
+            widened = min(self.configured_ttl * MAX_WIDEN, max(self.ttl * 1.5, 2 * gap))
+            self.note(f"a heartbeat came {gap:.1f} s after the previous one, for a lease of {self.ttl:g} s: this "
+                      f"worker's leases now last {widened:g} s")
+            self.ttl = widened
+        held = self.store.heartbeat(self.worker, self.ttl)
+        if held is None:
+            self._declared_dead(gap)
+            return
+        self.last_beat = started
+        mine = {(stage, chunk): token for stage, chunk, token in held}
+        lost = [lease for lease, token in self.leases.items() if mine.get(lease) != token]
+        if lost:
+            for lease in lost:
+                del self.leases[lease]
+            self.note(f"this worker lost {len(lost)} leases to other workers while its heartbeats were late: it "
+                      "stops them (nothing more is sent or recorded for them)")
+            if self.on_lost is not None:
+                self.on_lost(lost)
+
+    def stale(self) -> bool:
+        """Whether this worker's last heartbeat is older than half its lease (it may have stalled, and lost leases)."""
+        return time.monotonic() - self.last_beat > self.ttl / 2
+
+    def _declared_dead(self, gap: float) -> None:
+        """The store says this worker is dead: another worker noticed its heartbeats stop and takes its leases over.
+        Its work under the old id stops; its reservations still open become possibly billed (as any dead worker's),
+        its leases and claims go at once, and it joins the run again under a new id."""
+        old, lost = self.worker, list(self.leases)
+        self.leases.clear()
+        self.store.leave_run(old)
+        self.worker = self._new_id()
+        self.store.join_run(self.run_id, self.worker, socket.gethostname(), os.getpid(), self.ttl)
+        self.last_beat = time.monotonic()
+        self.rejoined += 1
+        self.note(f"worker {old} was declared dead (its heartbeat came {gap:.1f} s after the previous one, past its "
+                  f"lease): its {len(lost)} leases are others' now and nothing more is recorded for them; it joins the "
+                  f"run again as {self.worker}")
+        if self.on_lost is not None:
+            self.on_lost(lost)
 
     def others(self) -> int:
         """Other workers that joined this run (live or not)."""
@@ -111,14 +206,39 @@ class Crew:
 
     # -- chunk leases -------------------------------------------------------------------------------
     def claim_chunks(self, stage: str, chunks: list[int]) -> dict[int, str | None]:
-        return self.store.claim_chunks(self.run_id, stage, chunks, self.worker, self.ttl)
+        got = self.store.lease_chunks(self.run_id, stage, chunks, self.worker, self.ttl)
+        for chunk, lease in got.items():
+            if lease is not None:
+                self.leases[(stage, chunk)] = lease[1]
+        return {chunk: lease and lease[0] for chunk, lease in got.items()}
 
     def take_expired(self, stage: str) -> int | None:
-        return self.store.take_expired_chunk(self.run_id, stage, self.worker, self.ttl)
+        got = self.store.take_expired_lease(self.run_id, stage, self.worker, self.ttl)
+        if got is None:
+            return None
+        self.leases[(stage, got[0])] = got[1]
+        return got[0]
+
+    def fence(self, stage: str, chunk: int) -> Fence | None:
+        """The fence of a lease this worker holds (None when it does not hold it)."""
+        token = self.leases.get((stage, chunk))
+        return None if token is None else Fence(self.worker, self.run_id, stage, chunk, token)
+
+    def holds(self, fence: Fence) -> bool:
+        """Whether this worker still holds the lease as the fence has it (as of its last heartbeat)."""
+        return fence.worker == self.worker and self.leases.get((fence.stage, fence.chunk)) == fence.token
 
     def finish(self, stage: str, chunks: list[int] | None = None) -> None:
         """These leases of the stage (all this worker holds, by default) are done: their tasks are committed."""
-        self.store.finish_chunks(self.run_id, stage, self.worker, chunks)
+        if chunks is None:
+            self.store.finish_chunks(self.run_id, stage, self.worker)
+            for lease in [lease for lease in self.leases if lease[0] == stage]:
+                del self.leases[lease]
+            return
+        held = [chunk for chunk in chunks if (stage, chunk) in self.leases]
+        if held:
+            self.store.finish_chunks(self.run_id, stage, self.worker, held,
+                                     [self.leases.pop((stage, chunk)) for chunk in held])
 
     def open_chunks(self, stage: str) -> int:
         return self.store.open_chunks(self.run_id, stage)

@@ -91,12 +91,8 @@ class Writer:
             self.unstored.extend(batch)
             return
         try:
-            self.store.write_batch(
-                [f.task for f in batch],
-                [f.response for f in batch if f.response is not None],
-                [f.ledger for f in batch if f.ledger is not None],
-                [(f.release_id,) for f in batch if f.release_id is not None],
-            )
+            # a task whose worker lost its lease is not written (its answer goes to the memo only): not passed on
+            batch = self.store.write_finished(batch)
         except Exception as exc:
             self.failure = exc
             self.unstored.extend(batch)
