@@ -166,7 +166,7 @@ async def test_enospc_on_the_results_file_stops_dispatching_and_keeps_every_answ
     store.close()
 
 
-# -- defect 2: causes hidden --------------------------------------------------------------------------------------------
+# -- defect 2: causes hidden ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("sim_server", [0.01], indirect=True)
 def test_a_full_disk_under_the_sqlite_store_is_said_and_resumes_paying_nothing_twice(tmp_path, sim_server, tmpfs):
     disk = tmpfs("store", "32m")
