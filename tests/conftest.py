@@ -141,6 +141,13 @@ async def shared_srv() -> AsyncIterator[SimServer]:
         yield server
 
 
+@pytest.fixture
+def srv(shared_srv: SimServer) -> SimServer:
+    """The module's server with the default config, the real clock, no batches and zeroed counters (a module that
+    needs more, a script or a key, defines its own)."""
+    return fresh(shared_srv)
+
+
 def fresh(server: SimServer, **config: Any) -> SimServer:
     """A shared simulated server as new: the default config (with ``config`` over it), the real clock, no
     batches or files, counters zeroed."""

@@ -133,11 +133,6 @@ async def test_run_job_inside_a_running_event_loop(workdir: Path, sim_server: st
         run_job({"name": "x"}, db=workdir / "nb.sqlite")
 
 
-@pytest.fixture
-def srv(shared_srv: SimServer) -> SimServer:
-    return fresh(shared_srv)
-
-
 @pytest.mark.asyncio(loop_scope="module")
 async def test_arun_job_runs_on_the_callers_loop(workdir: Path, srv: SimServer) -> None:
     result = await arun_job(_job(srv.url), db=workdir / "a.sqlite")

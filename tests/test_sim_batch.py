@@ -20,7 +20,6 @@ from google.genai import types as genai_types
 
 from simserver import SimConfig, SimServer
 from simserver import cli as simserver_cli
-from tests.conftest import fresh
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 MC = "Which is a fruit?\nA. carrot\nB. apple\nC. potato\nAnswer:"
@@ -39,13 +38,6 @@ def make_claude(srv: SimServer) -> anthropic.AsyncAnthropic:
 def make_gemini(srv: SimServer) -> genai.Client:
     return genai.Client(api_key="test-key", http_options=genai_types.HttpOptions(
         base_url=srv.root_url, api_version="v1beta", retry_options=genai_types.HttpRetryOptions(attempts=1)))
-
-
-@pytest.fixture
-def srv(shared_srv: SimServer) -> SimServer:
-    """The module's server with the default config, the real clock, no batches and zeroed counters."""
-    fresh(shared_srv)
-    return shared_srv
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")

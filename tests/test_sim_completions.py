@@ -14,15 +14,8 @@ import pytest_asyncio
 
 from simserver import SimServer
 from simserver.completions import token_logprobs, tokens
-from tests.conftest import fresh
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-
-@pytest.fixture
-def srv(shared_srv: SimServer) -> SimServer:
-    fresh(shared_srv)
-    return shared_srv
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")

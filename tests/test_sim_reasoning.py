@@ -23,7 +23,6 @@ from runner.providers.base import ProviderSettings, provider_class
 from runner.providers.capabilities import shape
 from simserver import SimServer, simulated_reply
 from simserver.answers import REFUSAL, THINKING_TOKENS, count_tokens, schema_instance
-from tests.conftest import fresh
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 MC = "Which is a fruit?\nA. carrot\nB. apple\nC. potato\nD. onion\nAnswer:"
@@ -79,12 +78,6 @@ def validate(schema: dict[str, Any], text: str) -> Any:
     value = json.loads(text)
     jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(value)
     return value
-
-
-@pytest.fixture
-def srv(shared_srv: SimServer) -> SimServer:
-    fresh(shared_srv)
-    return shared_srv
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")

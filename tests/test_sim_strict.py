@@ -17,17 +17,10 @@ from google.genai import types as genai_types
 
 from simserver import SimServer, strict
 from simserver.cli import main as simserver_main
-from tests.conftest import fresh
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 HI = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture
-def srv(shared_srv: SimServer) -> SimServer:
-    fresh(shared_srv)
-    return shared_srv
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")

@@ -27,7 +27,6 @@ from openai.types.chat import ChatCompletion
 
 from simserver import SimConfig, SimServer, simulated_reply, start_server
 from simserver import cli as simserver_cli
-from tests.conftest import fresh
 
 REPO = Path(__file__).resolve().parents[1]
 MC_PROMPT = "Which is a fruit?\nA. carrot\nB. apple\nC. potato\nD. onion\nAnswer:"
@@ -51,13 +50,6 @@ def make_client(srv: SimServer, **kwargs: Any) -> openai.AsyncOpenAI:
 # One server and one client per SDK serve the whole module (each SDK client loads certificate bundles when
 # built, ~50 ms apiece); every test starts from the server as new. Tests that close it start their own.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-
-@pytest.fixture
-def srv(shared_srv: SimServer) -> SimServer:
-    """The module's server with the default config, the real clock and zeroed counters."""
-    fresh(shared_srv)
-    return shared_srv
 
 
 @pytest_asyncio.fixture(loop_scope="module")
