@@ -269,7 +269,7 @@ async def test_lenient_takes_what_strict_refuses(srv: SimServer, oa: openai.Asyn
     assert answer.choices[0].finish_reason in ("stop", "length")
 
 
-def test_lenient_flag_and_config_field(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_lenient_flag_and_config_field(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Any] = []
     monkeypatch.setattr("simserver.cli.serve", lambda host, port, config: seen.append(config))
     simserver_main(["--port", "0"])
@@ -277,7 +277,7 @@ def test_lenient_flag_and_config_field(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [c.strict for c in seen] == [True, False]
 
 
-def test_extracts_name_their_origin() -> None:
+async def test_extracts_name_their_origin() -> None:
     from importlib.resources import files
 
     for name in ("openai_chat_request.json", "gemini_fields.json"):
