@@ -148,9 +148,15 @@ def _quoted(text: Any, limit: int = 200) -> str:
     return repr(clean[:limit] + ("…" if len(clean) > limit else ""))
 
 
-def _error_code(exc: openai.APIStatusError) -> str:
+def _error_body(exc: openai.APIStatusError) -> dict[str, Any]:
+    """The error object of an error answer (``{"error": {...}}`` or the object itself), empty when there is none."""
     body = exc.body if isinstance(exc.body, dict) else {}
-    inner = body.get("error", body) if isinstance(body.get("error", body), dict) else {}
+    inner = body.get("error", body)
+    return inner if isinstance(inner, dict) else {}
+
+
+def _error_code(exc: openai.APIStatusError) -> str:
+    inner = _error_body(exc)
     return str(inner.get("code") or inner.get("type") or "")
 
 
@@ -158,8 +164,7 @@ def _said(exc: openai.APIStatusError, status: int) -> str:
     """A refused request's error in the provider's words (status, type, code, parameter, message): what to fix is
     in the message ("Unsupported parameter: 'top_p' ..."). Only for 4xx answers other than 401/403, whose text
     may quote part of the key."""
-    body = exc.body if isinstance(exc.body, dict) else {}
-    inner = body.get("error", body) if isinstance(body.get("error", body), dict) else {}
+    inner = _error_body(exc)
     return words(status, inner.get("type"), inner.get("code"), inner.get("param"), inner.get("message"))
 
 
