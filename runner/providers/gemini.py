@@ -136,7 +136,8 @@ class GeminiProvider(Provider):
         config: dict[str, Any] = {"system_instruction": system, "candidate_count": 1}
         for ours, theirs in (("temperature", "temperature"), ("max_tokens", "max_output_tokens"),
                              ("top_p", "top_p"), ("stop", "stop_sequences"), ("seed", "seed"),
-                             ("logprobs", "response_logprobs")):
+                             ("logprobs", "response_logprobs"), ("presence_penalty", "presence_penalty"),
+                             ("frequency_penalty", "frequency_penalty")):
             if params.get(ours) is not None:
                 config[theirs] = params[ours]
         response_format = params.get("response_format") or {}

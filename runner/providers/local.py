@@ -421,6 +421,8 @@ class LocalProvider(Provider):
             top_p=params.get("top_p", 1.0),
             stop=params.get("stop") or [],
             seed=params.get("seed", 0),
+            presence_penalty=params.get("presence_penalty", 0.0),
+            frequency_penalty=params.get("frequency_penalty", 0.0),
         )
 
     async def _in_worker(self, function: Callable[..., Any], *args: Any) -> Any:

@@ -46,7 +46,8 @@ if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the provi
 
     from .batching import Batches
 
-_PARAMS = ("temperature", "top_p", "stop", "seed", "response_format", "logprobs")
+_PARAMS = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "stop", "seed", "response_format",
+           "logprobs")
 #: an open model's thinking at the start of its answer, as reasoning models on vLLM, llama.cpp and Ollama write it
 #: when the server does not split it out (DeepSeek-R1, Qwen3, gpt-oss chat templates)
 _THINK = re.compile(r"\A\s*<think>(.*?)(?:</think>|\Z)\s*", re.DOTALL)

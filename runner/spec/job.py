@@ -102,6 +102,11 @@ class Params(Strict):
     seed: Seed | None = None
     response_format: dict[str, Any] | None = None
     logprobs: bool | None = None
+    #: penalties on tokens already in the answer, -2 to 2 as OpenAI's CreateChatCompletionRequest bounds them; sent
+    #: as OpenAI's presence_penalty/frequency_penalty, Gemini's presencePenalty/frequencyPenalty and llama.cpp's
+    #: own arguments; Anthropic and reasoning models take none (runner/providers/capabilities.py)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     #: thinking of reasoning models: {effort: low|medium|high|...} or {budget_tokens: N}
     reasoning: Reasoning | None = None
 
