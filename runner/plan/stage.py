@@ -1,20 +1,22 @@
 """Expand a stage lazily into Tasks, each with its provider Call: rows × models × variants (seed, sample, user
 variables).
 
-Nothing here holds more than one row at a time: rows are streamed from the JSONL file and each Task is
-built when the dispatcher asks for the next one.
+Nothing here holds more than one row at a time: rows are streamed from the dataset (runner/plan/datasets.py
+reads each format) and each Task is built when the dispatcher asks for the next one.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from runner.errors import RunnerError
 from runner.plan.choices import LETTERS, NONE_OF_THEM, append_none_of_them, drop_option, options_block, permutation
+from runner.plan.datasets import count_dataset, read_dataset
 from runner.plan.prompts import Prompt, load_prompt
 from runner.plan.request import (
     LOGLIKELIHOOD,
@@ -28,54 +30,18 @@ from runner.plan.request import (
     key_of,
 )
 from runner.providers.base import provider_class, split_model
-from runner.spec.job import Choices, Job, Stage
+from runner.spec.job import Choices, Dataset, Job, Stage
 
 
-def iter_rows(path: str | Path, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, row) for each non-blank line of a JSONL file, streamed."""
-    count = 0
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                if limit is not None and count >= limit:
-                    return
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise RunnerError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from None
-                if not isinstance(row, dict):
-                    raise RunnerError(f"{path}:{line_no}: each line must be a JSON object")
-                count += 1
-                yield line_no, row
-    except UnicodeDecodeError as exc:
-        raise RunnerError(f"{path}:{_undecodable_line(path)}: a dataset file must be UTF-8, and this line is not "
-                          f"(byte 0x{exc.object[exc.start]:02x}); convert the file, e.g. with "
-                          "iconv -f latin1 -t utf-8") from None
+def iter_rows(source: str | Path | Dataset, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, row) of each row of a dataset (a ``dataset:`` setting, or a file named by its path), streamed:
+    a JSONL file's non-blank lines, or the rows of any format runner/plan/datasets.py reads."""
+    for line_no, _, row in read_dataset(source, limit):
+        yield line_no, row
 
 
-def _undecodable_line(path: str | Path) -> int:
-    """The number of the first line of a file that is not valid UTF-8 (a decoder reads ahead by blocks, so the
-    line being parsed when it fails is not necessarily the culprit)."""
-    with open(path, "rb") as handle:
-        for line_no, raw in enumerate(handle, start=1):
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError:
-                return line_no
-    return 1
-
-
-def count_rows(path: str | Path, limit: int | None = None) -> int:
-    count = 0
-    with open(path, "rb") as handle:
-        for line in handle:
-            if line.strip():
-                count += 1
-                if limit is not None and count >= limit:
-                    break
-    return count
+def count_rows(source: str | Path | Dataset, limit: int | None = None) -> int:
+    return count_dataset(source, limit)
 
 
 def _options_file(path: str) -> list[Any]:
@@ -88,9 +54,16 @@ def _options_file(path: str) -> list[Any]:
     return options
 
 
-def model_key(model: str, endpoints: dict[str, Any]) -> tuple[str, str, str]:
-    """(provider, model name, the model id in cache keys: aliases and endpoints resolved)."""
+def model_key(model: str, endpoints: dict[str, Any], job: Job | None = None) -> tuple[str, str, str]:
+    """(provider, model name as the provider is asked for it, the model id in cache keys: aliases and endpoints
+    resolved). With ``job``, a local model's weights are found as the job names them (a GGUF path from its folder,
+    ``providers.local.model_path``): its name is then the file's absolute path and its id the file's content."""
     provider, name = split_model(model)
+    if job is not None and provider == "local":
+        from runner.providers.local import local_model
+
+        found = local_model(name, job)
+        return provider, found.name, found.model_id
     return provider, name, provider_class(provider).model_id(name, endpoints)
 
 
@@ -101,11 +74,11 @@ def dataset_rows(job: Job, stage: Stage) -> Iterator[tuple[int, str, dict[str, A
     assert dataset is not None
     limit = job.stage_limit(stage)
     count = 0
-    # Ids named by a field must be unique (line numbers are, and so are ``<id>.<n>`` of unique ids): two rows with
+    # Ids named by a field must be unique (row numbers are, and so are ``<id>.<n>`` of unique ids): two rows with
     # one id would be paid for twice and kept as one task. Only a hash of each id is kept, so memory stays small.
     seen: set[int] | None = set() if dataset.id is not None else None
-    for line_no, row in iter_rows(dataset.path, None if dataset.explode else limit):
-        row_id = dataset_row_id(stage, line_no, row)
+    for line_no, number, row in read_dataset(dataset, None if dataset.explode else limit):
+        row_id = dataset_row_id(stage, line_no, row, number)
         if seen is not None:
             digest = hash(row_id)
             if digest in seen:
@@ -129,34 +102,68 @@ def _refuse_repeated_id(stage: Stage, row_id: str, line_no: int) -> None:
     """Raise naming both lines when an earlier row has ``row_id`` (a hash seen before may be another id's)."""
     assert stage.dataset is not None
     path = stage.dataset.path
-    for first, row in iter_rows(path):
+    for first, number, row in read_dataset(stage.dataset):
         if first >= line_no:
             return
-        if dataset_row_id(stage, first, row) == row_id:
+        if dataset_row_id(stage, first, row, number) == row_id:
             raise RunnerError(f"{path}:{line_no}: id {row_id!r} (field {stage.dataset.id!r}) was already used on line "
                               f"{first} ({path}:{first}); each row's id must be unique: fix the rows, name another id "
                               "field, or leave out dataset.id to number rows by line")
 
 
-def dataset_row_id(stage: Stage, line_no: int, row: dict[str, Any]) -> str:
+def dataset_row_id(stage: Stage, line_no: int, row: dict[str, Any], number: int | None = None) -> str:
+    """The row's id: its ``dataset.id`` field, else its number among the rows (``line_no`` when not given)."""
     assert stage.dataset is not None
     id_field = stage.dataset.id
     if id_field is None:
-        return str(line_no)
+        return str(line_no if number is None else number)
     if id_field not in row:
         raise RunnerError(f"{stage.dataset.path}:{line_no}: the row has no id field {id_field!r}")
     return str(row[id_field])
 
 
+def row_options(where: str, line_no: int, row: dict[str, Any], choices: Choices,
+                shared: list[Any] | None) -> list[Any]:
+    """A multiple-choice row's options in their original order: the options file's, the values of
+    ``choices.fields`` (one column each), or the list in ``choices.field``."""
+    if shared is not None:
+        return shared
+    if choices.fields is not None:
+        for name in choices.fields:
+            if row.get(name) is None:
+                raise RunnerError(f"{where}:{line_no}: the row has no value in field {name!r}, one of choices.fields "
+                                  f"{choices.fields}")
+        return [row[name] for name in choices.fields]
+    options = row.get(choices.field)
+    if not isinstance(options, list) or not options:
+        raise RunnerError(f"{where}:{line_no}: field {choices.field!r} must be a non-empty list")
+    return options
+
+
+#: a gold answer given as a letter: "B", "b", "(B)", "B." or "B)"
+_GOLD_LETTER = re.compile(r"\(([A-Za-z])\)|([A-Za-z])[.)]?")
+
+
 def gold_index(where: str, line_no: int, row: dict[str, Any], choices: Choices, options: list[Any]) -> Any:
-    """A multiple-choice row's gold answer as an option's index: given by its text, or an index that must be one
-    of the options' (a gold of 7 among 4 options would score every answer wrong without a word)."""
+    """A multiple-choice row's gold answer as an option's index, in the order ``Choices.gold`` says: an option's
+    text, an index, a letter, a string of digits. An index must be one of the options' (a gold of 7 among 4
+    options would score every answer wrong without a word)."""
     gold = row.get(choices.gold) if choices.gold else None
-    if isinstance(gold, str):  # the gold option given by its text: its index among the options
-        try:
-            return [str(o) for o in options].index(gold)
-        except ValueError:
-            raise RunnerError(f"{where}:{line_no}: the gold answer {gold!r} is not one of the options") from None
+    if isinstance(gold, str):
+        texts = [str(o) for o in options]
+        if gold in texts:  # the gold option given by its text: its index among the options
+            return texts.index(gold)
+        answer = gold.strip()
+        letter = _GOLD_LETTER.fullmatch(answer)
+        if letter is not None:
+            index = LETTERS.index((letter[1] or letter[2]).upper())
+            if index < len(options):
+                return index
+            raise RunnerError(f"{where}:{line_no}: the gold answer {gold!r} is not one of the options, nor a letter "
+                              f"among A to {LETTERS[min(len(options), len(LETTERS)) - 1]}")
+        if not (answer.isascii() and answer.isdigit()):
+            raise RunnerError(f"{where}:{line_no}: the gold answer {gold!r} is not one of the options")
+        gold = int(answer)  # an index written as text, as a CSV cell holds it
     if isinstance(gold, int) and not isinstance(gold, bool) and not 0 <= gold < len(options):
         raise RunnerError(f"{where}:{line_no}: gold {gold} (field {choices.gold!r}) is not an option's index: the row "
                           f"has {len(options)} options, numbered 0 to {len(options) - 1}")
@@ -164,9 +171,9 @@ def gold_index(where: str, line_no: int, row: dict[str, Any], choices: Choices, 
 
 
 def check_datasets(job: Job) -> None:
-    """Read every dataset a stage reads, streamed, for what only its rows can say: JSON objects, ids unique (with
-    ``dataset.id``), each multiple-choice row's options a list and its gold one of them. Raises RunnerError naming
-    the file and line. ``runner validate`` runs it; a run finds the same while it plans."""
+    """Read every dataset a stage reads, streamed, for what only its rows can say: rows readable in their format,
+    ids unique (with ``dataset.id``), each multiple-choice row's options present and its gold one of them. Raises
+    RunnerError naming the file and line. ``runner validate`` runs it; a run finds the same while it plans."""
     for stage in job.stages:
         if stage.dataset is None:
             continue
@@ -175,9 +182,7 @@ def check_datasets(job: Job) -> None:
         for line_no, _, row in dataset_rows(job, stage):
             if choices is None:
                 continue
-            options = shared if shared is not None else row.get(choices.field)
-            if not isinstance(options, list) or not options:
-                raise RunnerError(f"{stage.dataset.path}:{line_no}: field {choices.field!r} must be a non-empty list")
+            options = row_options(stage.dataset.path, line_no, row, choices, shared)
             gold_index(stage.dataset.path, line_no, row, choices, options)
 
 
@@ -195,13 +200,17 @@ class StagePlan:
         self.round = round
         self.only = only
         #: recipe parsers read the row an answer belongs to
-        self.keep_row = stage.parse_recipe
+        self.keep_row = stage.parse_recipe or stage.parse_plugin
+        if stage.parse_plugin or stage.scorer is not None:  # one's own parser or scorer, from the job's folder
+            from runner.evaluate.plugins import load_stage_plugins
+
+            load_stage_plugins(stage, job.base_dir)
         self.models = job.stage_models(stage)
         self.params = job.stage_params(stage).model_dump()
         #: per model, the parameters as that model is sent them (capabilities.shape): what the cache key holds
         self.model_params = {m: job.model_params(stage, m) for m in self.models}
         self.prompt: Prompt = load_prompt(job, stage.prompt)
-        self._model_ids = {m: model_key(m, job.endpoints) for m in self.models}
+        self._model_ids = {m: model_key(m, job.endpoints, job) for m in self.models}
         self._params = {m: canonical_params(p) for m, p in self.model_params.items()}
         axes: dict[str, list[Any]] = {}
         if stage.choices is not None:
@@ -240,7 +249,7 @@ class StagePlan:
         elif self.stage.dataset is not None and self.stage.dataset.explode:
             rows = sum(1 for _ in self.rows())
         else:
-            rows = count_rows(self.stage.dataset.path, self.job.stage_limit(self.stage))
+            rows = count_rows(self.stage.dataset, self.job.stage_limit(self.stage))
         return rows * len(self.models) * len(self.variants)
 
     def __iter__(self) -> Iterator[Task]:
@@ -266,11 +275,7 @@ class StagePlan:
         original: list[str] | None = None
         gold = row.get(self.stage.gold) if choices is None and self.stage.gold else None
         if choices is not None:
-            original = self.shared_options if choices.options_file else row.get(choices.field)
-            if not isinstance(original, list) or not original:
-                raise RunnerError(
-                    f"{self.where}:{line_no}: field {choices.field!r} must be a non-empty list"
-                )
+            original = row_options(self.where, line_no, row, choices, self.shared_options)
             gold = gold_index(self.where, line_no, row, choices, original)
         gold_text = (str(original[gold]) if self.stage.review and choices is not None and choices.drop_gold
                      and original is not None and isinstance(gold, int) and 0 <= gold < len(original) else None)

@@ -176,14 +176,33 @@ class JobBudget(BudgetLimit):
 
 
 class Dataset(Strict):
+    """A stage's rows, read by runner/plan/datasets.py."""
+
+    #: a file, or a folder written by Hugging Face ``datasets``' ``save_to_disk``
     path: str
+    #: how to read it; by default from its name: .jsonl/.ndjson, .json (one array of objects), .csv, .tsv,
+    #: .parquet, a folder is ``hf``, anything else JSONL
+    format: Literal["jsonl", "json", "csv", "tsv", "parquet", "hf"] | None = None
+    #: the split to read of a Hugging Face DatasetDict folder (``test``)
+    split: str | None = None
     #: read only the first N rows (items, after ``explode``)
     limit: Annotated[int | None, _within(1, MAX_ROWS)] = None
-    #: the field holding each row's id; by default the row's line number
+    #: the field holding each row's id; by default the row's number: its line in a JSONL file, its place from 1
+    #: (the header not counted) in the other formats
     id: str | None = None
     #: a field holding a list of objects (e.g. MC-Test's ``question_list``): each becomes a row of its own,
     #: with the parent row's fields and its own, and the id ``<parent id>.<n>``
     explode: str | None = None
+
+    @model_validator(mode="after")
+    def _split_of_a_folder(self) -> Dataset:
+        from runner.plan.datasets import format_of_name
+
+        fmt = self.format or format_of_name(self.path)
+        if self.split is not None and fmt not in (None, "hf"):
+            raise ValueError(f"split: is only for a Hugging Face dataset folder (format: hf), and this dataset is "
+                             f"read as {fmt}")
+        return self
 
 
 class Turn(Strict):
@@ -220,11 +239,16 @@ class InlinePrompt(Strict):
 class Choices(Strict):
     """Multiple choice: the options are shuffled per (row, seed) and the answer mapped back."""
 
-    #: the row field holding the options
+    #: the row field holding the options (a list)
     field: str = "choices"
+    #: or the row fields holding one option each, in order (MMLU's columns ``[A, B, C, D]``)
+    fields: list[str] | None = Field(default=None, min_length=1)
     #: or a JSON file holding one list of options shared by every row (e.g. Bank-77's 77 intent names)
     options_file: str | None = None
-    #: the row field holding the gold answer: the option's index, or its text
+    #: the row field holding the gold answer, read in this order: an option's exact text; an integer, the option's
+    #: index from 0; a single letter within the options' count, the option's place ("B", "b", "(B)", "B." -> 1);
+    #: a string of decimal digits (a CSV's "2"), the index it spells. An option's text wins over a letter or digits
+    #: that equal it; anything else, or an index out of range, is an error naming the file and line.
     gold: str | None = "gold"
     seeds: Annotated[list[int], AfterValidator(_seeds_within)] = Field(default_factory=lambda: [0, 1, 2])
     shuffle: bool = True
@@ -233,6 +257,15 @@ class Choices(Strict):
     drop_gold: bool = False
     #: append this label ("none-of-them") as the fixed last option, after the shuffle
     none_option: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source_of_options(self) -> Choices:
+        given = [name for name, on in (("field", self.field != "choices"), ("fields", self.fields is not None),
+                                       ("options_file", self.options_file is not None)) if on]
+        if len(given) > 1:
+            raise ValueError(f"the options come from one of field:, fields: and options_file:, and this names "
+                             f"{' and '.join(given)}")
+        return self
 
 
 class JoinStep(Strict):
@@ -330,8 +363,12 @@ class Stage(Strict):
     gold: str | None = "gold"
     #: how answers are read: a letter, letters ("A, C"), yes_no (gold true/false), a 0-10 scale, a label
     #: (an option's text), none_of_them (says none fits: Know-No's hint in the instruction), plain text, lines
-    #: (one item per non-empty line), or a recipe parser's name (``newterm.coma_paragraphs``)
+    #: (one item per non-empty line), a recipe parser's name (``newterm.coma_paragraphs``), or one's own parser
+    #: by import path (``mypackage.answers:read_answer``) or entry point (runner.evaluate.plugins)
     parse: str = "text"
+    #: how a parsed answer is compared with the gold: the parse kind's own scorer when unset, else one's own by
+    #: import path (``mypackage.answers:close``) or entry-point name (runner.evaluate.plugins)
+    scorer: str | None = None
     #: letter parsing: lenient (first standalone letter, then a unique option text) or strict (only a letter)
     parse_mode: Literal["lenient", "strict"] = "lenient"
     #: yes_no: one answer family ("yes/no", "correct/incorrect", "acceptable/unacceptable", "true/false")
@@ -430,7 +467,15 @@ class Stage(Strict):
     @property
     def parse_recipe(self) -> bool:
         """Whether answers are read by a recipe parser (which needs the row the answer belongs to)."""
-        return self.parse not in BUILTIN_PARSES
+        return self.parse not in BUILTIN_PARSES and not self.parse_plugin
+
+    @property
+    def parse_plugin(self) -> bool:
+        """Whether answers are read by one's own parser: an import path, or an installed entry point's name."""
+        from runner.evaluate.plugins import PARSER_GROUP, entry_point_names, is_import_path
+
+        return self.parse not in BUILTIN_PARSES and (is_import_path(self.parse)
+                                                      or self.parse in entry_point_names(PARSER_GROUP))
 
     @property
     def parses_list(self) -> bool:
@@ -714,6 +759,21 @@ def resolve_file(job: Job, relative: str) -> Path | None:
     return bundled_file(candidate)
 
 
+def _check_plugins(job: Job, path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:
+    """One's own parser and scorer load (runner.evaluate.plugins): a missing module or function is the job's
+    problem, named at its key."""
+    from runner.evaluate.plugins import PARSER_GROUP, SCORER_GROUP, PluginError, load
+
+    named = [("parse", stage.parse, PARSER_GROUP)] if stage.parse_plugin else []
+    if stage.scorer is not None:
+        named.append(("scorer", stage.scorer, SCORER_GROUP))
+    for key, name, group in named:
+        try:
+            load(name, group, job.base_dir or None)
+        except PluginError as exc:
+            _fail(path, lines, loc + (key,), str(exc))
+
+
 def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
     """Checks that need more than one field: providers known, files present, names unique. Every problem is
     reported (each check goes on after one fails), together."""
@@ -762,7 +822,10 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
         for index, model in enumerate(stage.models or []):
             with problems:
                 _check_model(path, lines, loc + ("models", index), model, known, job.endpoints)
-        if stage.parse not in BUILTIN_PARSES:
+        if stage.parse_plugin or stage.scorer is not None:
+            with problems:
+                _check_plugins(job, path, lines, loc, stage)
+        elif stage.parse not in BUILTIN_PARSES:
             from runner.recipes import get_parser, parser_names
 
             if get_parser(stage.parse) is None:
