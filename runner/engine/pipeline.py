@@ -127,6 +127,14 @@ class Pipeline:
                 body["options"] = file_digest(stage.choices.options_file)
             if stage.parse_recipe:
                 body["parser"] = source_of(get_parser(stage.parse))  # type: ignore[arg-type]
+            if stage.parse_plugin or stage.scorer is not None:  # one's own: an edit of its module re-reads answers
+                from runner.evaluate import plugins
+
+                plugins.load_stage_plugins(stage, self.job.base_dir)
+                if stage.parse_plugin:
+                    body["parser"] = source_of(plugins.load(stage.parse, plugins.PARSER_GROUP))
+                if stage.scorer is not None:
+                    body["scorer"] = source_of(plugins.load(stage.scorer, plugins.SCORER_GROUP))
         else:
             body["seed"] = self.job.seed
             if stage.recipe is not None:

@@ -12,12 +12,20 @@ scored against the gold; without ``score_as`` the field's value itself is compar
 otherwise (a structured answer without a gold is data, as ``parse: text`` is). Invalid JSON, a schema
 violation and a missing field make the answer invalid (``invalid_reason`` says why), scored wrong like any
 invalid answer.
+
+Every line carries its ``provenance`` (:func:`line_provenance`): the run, the job's fingerprint, the prompt
+template (name, file and SHA-256), the model id that keys the cache (for a local model, its weights' content), the
+parameters sent and the runner's version. It is the same for every task of a stage and model, so the dispatcher
+builds it once per pair and hands the same object to each line.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib.metadata
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
+from runner.evaluate import plugins
 from runner.evaluate.parse import parse_answer, parse_letter
 from runner.evaluate.scorers import score
 from runner.evaluate.structured import field_text, parse_json
@@ -27,12 +35,44 @@ from runner.providers.base import parse_loglikelihoods
 from runner.recipes import parse_items
 from runner.spec.job import Stage
 
+if TYPE_CHECKING:
+    from runner.plan.prompts import Prompt
+
+#: the distribution whose version a result line names
+DISTRIBUTION = "llm-job-runner"
+
+
+@cache
+def runner_version() -> str:
+    """The installed runner's version, as importlib.metadata reads it (an editable install of a git checkout: the
+    version pyproject.toml had when it was installed)."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+        return "unknown"
+
+
+def line_provenance(*, run_id: str, job_hash: str, prompt: Prompt, model_id: str,
+                    params: dict[str, Any]) -> dict[str, Any]:
+    """What produced the lines of one stage and model: ``params`` as they are sent (the cache key's; no key or
+    header is ever among them)."""
+    return {
+        "run_id": run_id,
+        "job_hash": job_hash,
+        "prompt": {"name": prompt.name, "path": prompt.path, "sha256": prompt.sha256},
+        "model_id": model_id,
+        "params": params,
+        "runner_version": runner_version(),
+    }
+
 
 def result_line(stage: Stage, req: Task, text: str | None, *, status: str, cache_hit: bool,
-                notes: list[str], thinking: str | None = None, reasoning_tokens: int = 0) -> dict[str, Any]:
+                notes: list[str], thinking: str | None = None, reasoning_tokens: int = 0,
+                provenance: dict[str, Any] | None = None) -> dict[str, Any]:
     """The result line of one finished task: the answer parsed, mapped back through the shown order and scored.
     ``notes``: where a recipe parser's failure is told to the run (once per message). ``thinking`` (the model's
-    thinking text) and ``reasoning_tokens`` are kept in the line when there are any; parsers read ``text`` only."""
+    thinking text) and ``reasoning_tokens`` are kept in the line when there are any; parsers read ``text`` only.
+    ``provenance``: :func:`line_provenance` of the task's stage and model."""
     result: dict[str, Any] = {
         "id": req.row_id,
         "stage": req.stage,
@@ -48,6 +88,8 @@ def result_line(stage: Stage, req: Task, text: str | None, *, status: str, cache
     if reasoning_tokens > 0:
         result["reasoning_tokens"] = reasoning_tokens
     result.update(parsed=None, gold=req.gold, score=None, status=status, cache_hit=cache_hit, cache_key=req.key)
+    if provenance is not None:
+        result["provenance"] = provenance
     if req.fields is not None:  # row fields the stage records for its reports
         result["fields"] = req.fields
     if stage.review:  # what a person (or a judge job) judging the answer needs
@@ -60,6 +102,14 @@ def result_line(stage: Stage, req: Task, text: str | None, *, status: str, cache
             result["gold_text"] = req.gold_text
     if text is None:
         return result
+    _answer(stage, req, text, result, notes)
+    if stage.scorer is not None and not stage.review:
+        _own_score(stage, req, result, notes)
+    return result
+
+
+def _answer(stage: Stage, req: Task, text: str, result: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """``result`` with the answer read by the stage's parser and scored by its kind's scorer."""
     kind = stage.parse
     if kind == "text":
         result["parsed"] = text.strip()
@@ -68,10 +118,64 @@ def result_line(stage: Stage, req: Task, text: str | None, *, status: str, cache
         return _loglikelihood(req, text, result)
     if kind == "json":
         return _structured(stage, req, text, result)
+    if stage.parse_plugin:
+        return _own_parser(stage, req, text, result, notes)
     if stage.parses_list:  # a list of items (pipelines), never scored
         return _items(req, stage, text, result, notes)
     _read(stage, req, text, kind, result, "parsed")
     return result if stage.review else _scored(req, kind, result)
+
+
+def _tell_once(notes: list[str], message: str) -> None:
+    if message not in notes:
+        notes.append(message)
+
+
+def _own_parser(stage: Stage, req: Task, text: str, result: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """An answer read by one's own parser (:mod:`runner.evaluate.plugins`): with choices, the index it returns
+    is of the shown order and is mapped back to the original one."""
+    fn = plugins.load(stage.parse, plugins.PARSER_GROUP)
+    options = [str(option) for option in req.options or ()]
+    try:
+        value, why = plugins.call_parser(fn, text, options, req.extra.get("row") or {})
+    except Exception as exc:  # the parser's bug: the paid answer is kept, marked (not scored), the run told once
+        reason = f"parser {stage.parse} failed: {type(exc).__name__}: {exc}"
+        _tell_once(notes, reason)
+        result.update(valid=False, invalid_reason=reason)
+        return result
+    if why is None and req.options is not None:
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < len(req.options):
+            # the parser broke its contract: not the model's fault, so not scored, and the run told once
+            reason = f"the parser {stage.parse} returned {value!r}, not the index of one of the " \
+                     f"{len(req.options)} options shown"
+            _tell_once(notes, reason)
+            result.update(valid=False, invalid_reason=reason)
+            return result
+        if value < len(LETTERS):
+            result["answer_letter"] = LETTERS[value]
+        value = req.perm[value] if req.perm is not None else value
+    result["valid"] = why is None
+    if why is not None:
+        result["invalid_reason"] = why
+        return result if stage.review else _scored(req, "exact", result)
+    result["parsed"] = value
+    return result if stage.review else _scored(req, "exact", result)
+
+
+def _own_score(stage: Stage, req: Task, result: dict[str, Any], notes: list[str]) -> None:
+    """The score under one's own scorer, for a valid answer of a task with a gold (an invalid one scores 0)."""
+    if req.gold is None:
+        return
+    field = "answer" if stage.parse == "json" and stage.answer_field is not None else "parsed"
+    if result.get("valid") is False:
+        result["score"] = 0.0
+        return
+    fn = plugins.load(stage.scorer, plugins.SCORER_GROUP)
+    try:
+        result["score"] = plugins.call_scorer(fn, result.get(field), req.gold)
+    except Exception as exc:  # the scorer's bug: the answer is kept unscored, and the run told once
+        result["score"] = None
+        _tell_once(notes, f"scorer {stage.scorer} failed: {type(exc).__name__}: {exc}")
 
 
 def _read(stage: Stage, req: Task, text: str, kind: str, result: dict[str, Any], into: str) -> None:
