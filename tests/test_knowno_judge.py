@@ -154,10 +154,15 @@ async def test_the_judged_column_e_and_omniaccuracy(judged):
         assert row["no_hint"]["mean"] == pytest.approx(want["mean"])
         assert row["no_hint"]["std"] == pytest.approx(want["std"])
         assert row["no_hint"]["n"] == 3 * 3 and row["no_hint"]["seeds"] == 3
-        # without --judged nothing changes: the no-hint column is empty and E averages the two scored styles
+        # without --judged the no-hint column is empty, and E[A w/o] and OmniAccuracy are not the paper's figures:
+        # their cells say why; the mean of the two scored styles is kept under its own name
         assert before["no_hint"] is None
-        assert before["E[A w/o]"]["mean"] == pytest.approx(
+        not_judged = {"not_comparable": f"n/a: no-hint not judged (runner report {run_id} --judged JUDGE_RUN)"}
+        assert before["E[A w/o]"] == before["OmniAccuracy"] == not_judged
+        assert before["scored_no_gold_mean"]["styles"] == ["hint_option", "hint_instruction"]
+        assert before["scored_no_gold_mean"]["mean"] == pytest.approx(
             (row["hint_option"]["mean"] + row["hint_instruction"]["mean"]) / 2)
+        assert "scored_no_gold_mean" not in row
         e = (row["hint_option"]["mean"] + row["hint_instruction"]["mean"] + want["mean"]) / 3
         assert row["E[A w/o]"]["mean"] == pytest.approx(e)
         assert row["OmniAccuracy"]["mean"] == pytest.approx((row["with_gold"]["mean"] + e) / 2)
@@ -202,6 +207,31 @@ async def test_the_judge_model_is_named_in_every_format(judged, monkeypatch, cap
     # without --judged the csv keeps its columns
     code, out, _ = run_cli(monkeypatch, capsys, "report", run_id, "--db", db, "--format", "csv")
     assert code == 0 and "judged_by" not in out.splitlines()[0]
+
+
+async def test_without_judged_answers_e_and_omniaccuracy_say_why_in_every_format(judged, monkeypatch, capsys,
+                                                                                   tmp_path):
+    """The two-style mean printed under the paper's names read as Table 3's figures (80.28 / 89.47 for the paper's
+    own GPT-4 inputs, where the paper has 67.29 / 82.98): every format says n/a and how to fill them instead."""
+    db, run_id = str(judged["store"].path), judged["run"].run_id
+    why = f"n/a: no-hint not judged (runner report {run_id} --judged JUDGE_RUN)"
+    outputs = {}
+    for fmt in ("text", "md", "json"):
+        code, out, err = run_cli(monkeypatch, capsys, "report", run_id, "--db", db, "--format", fmt)
+        assert code == 0, err
+        outputs[fmt] = out
+    page = tmp_path / "report.html"
+    code, _, err = run_cli(monkeypatch, capsys, "report", run_id, "--db", db, "--format", "html", "-o", str(page))
+    assert code == 0, err
+    outputs["html"] = page.read_text(encoding="utf-8")
+    for fmt in ("text", "md"):
+        rows = [line for line in outputs[fmt].splitlines() if line.lstrip("| ").startswith("sim:")]
+        table_rows = [line for line in rows if why in line]
+        assert len(table_rows) == 2 and all(line.count(why) == 2 for line in table_rows), (fmt, rows)
+    assert outputs["html"].count(why) == 4  # two cells of each of the two models
+    layout = json.loads(outputs["json"])["layout"]
+    assert all(row["E[A w/o]"] == row["OmniAccuracy"] == {"not_comparable": why} for row in layout["rows"])
+    assert all(set(row["scored_no_gold_mean"]) >= {"mean", "styles"} for row in layout["rows"])
 
 
 async def test_a_judge_run_of_other_answers_is_one_error_sentence(judged, monkeypatch, capsys):

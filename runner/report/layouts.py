@@ -5,10 +5,12 @@ average in the Gold setting. A task's score averages its items × prompt templat
 standard deviation over the option-shuffle seeds.
 
 ``knowno``: Know-No's Table 3 per model: accuracy with the gold option, without it under each hint style, the
-expected accuracy without gold E[A w/o] (the mean over the no-gold styles that were scored) and OmniAccuracy =
+expected accuracy without gold E[A w/o] (the mean over the three no-gold styles) and OmniAccuracy =
 ½ (A with gold + E[A w/o]). The no-hint answers are not scored by the run (the paper judged them by hand); with
 ``runner report RUN --judged JUDGE_RUN`` the column is filled from a judge run (``jobs/knowno-judge.yaml``) over
-the run's exported no-hint answers: right when the judge said YES, labelled with the judge's model.
+the run's exported no-hint answers: right when the judge said YES, labelled with the judge's model. Until then
+E[A w/o] and OmniAccuracy are not the paper's figures: their cells say so (``{"not_comparable": "n/a: ..."}``),
+and the mean of the styles that were scored is kept apart as ``scored_no_gold_mean``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from runner.store import Store
 
 NEWTERM_TASKS = ("COMA", "COST", "CSJ")
 KNOWNO_STYLES = ("with_gold", "hint_option", "hint_instruction", "no_hint")
+#: the styles without the gold option, whose mean is E[A w/o]
+KNOWNO_NO_GOLD = KNOWNO_STYLES[1:]
 
 
 def _seed_scores(store: Store, run_id: str, stage: str, variant: dict[str, Any] | None = None) -> dict[str, dict]:
@@ -129,6 +133,34 @@ def judged_no_hint(store: Store, run_id: str, stage: str, judge_run_id: str) -> 
             "per_model": dict(per_model)}
 
 
+def _not_judged(run_id: str) -> str:
+    return f"no-hint not judged (runner report {run_id} --judged JUDGE_RUN)"
+
+
+def knowno_row(model: str, cells: dict[str, Any], why_missing: dict[str, str]) -> dict[str, Any]:
+    """One model's row of Table 3 from its figures per style. E[A w/o] is the mean over the three no-gold styles
+    and OmniAccuracy = ½ (A w/ gold + E[A w/o]), as the paper defines them (§3.3): with a style missing (no-hint
+    answers not judged) neither is the paper's figure, so both cells say why (``why_missing[style]``) instead of
+    printing a mean of fewer styles under the paper's names; that mean is kept as ``scored_no_gold_mean``, with the
+    styles it covers."""
+    row: dict[str, Any] = {"model": model, **{style: cells.get(style) for style in KNOWNO_STYLES}}
+    without = {style: cells.get(style) for style in KNOWNO_NO_GOLD}
+    scored = [style for style, figure in without.items() if figure is not None]
+    if len(scored) < len(KNOWNO_NO_GOLD):
+        reasons = [why_missing.get(style, f"{style} not scored") for style in KNOWNO_NO_GOLD if style not in scored]
+        not_comparable = {"not_comparable": "n/a: " + "; ".join(reasons)}
+        row["E[A w/o]"], row["OmniAccuracy"] = not_comparable, dict(not_comparable)
+        if scored:
+            row["scored_no_gold_mean"] = {**_combine([without[style] for style in scored]), "styles": scored}
+        return row
+    expected = _combine(list(without.values()))
+    with_gold = cells.get("with_gold")
+    row["E[A w/o]"] = expected
+    row["OmniAccuracy"] = None if with_gold is None or expected is None else {
+        "mean": (with_gold["mean"] + expected["mean"]) / 2, "std": None, "seeds": None, "n": None}
+    return row
+
+
 def knowno(store: Store, run_id: str, spec: dict[str, Any], judged: dict[str, Any] | None = None) -> dict[str, Any]:
     styles: dict[str, str] = spec.get("styles") or {}
     rows: dict[str, dict[str, Any]] = defaultdict(dict)
@@ -141,20 +173,17 @@ def knowno(store: Store, run_id: str, spec: dict[str, Any], judged: dict[str, An
     if judged is not None:  # the no-hint answers, right when the judge said YES
         for model, per_seed in judged["per_model"].items():
             rows[model]["no_hint"] = _summary(per_seed)
-    table = []
-    for model, cells in rows.items():
-        without = [cells[s] for s in KNOWNO_STYLES[1:] if cells.get(s) is not None]
-        expected = _combine(without) if without else None
-        with_gold = cells.get("with_gold")
-        omni = None
-        if with_gold is not None and expected is not None:
-            omni = {"mean": (with_gold["mean"] + expected["mean"]) / 2, "std": None, "seeds": None, "n": None}
-        table.append({"model": model, **{s: cells.get(s) for s in KNOWNO_STYLES}, "E[A w/o]": expected,
-                      "OmniAccuracy": omni})
+    why_missing = {style: f"{style} not in the job's report.styles" for style in KNOWNO_STYLES if style not in styles}
+    if "no_hint" in styles and judged is None:
+        why_missing["no_hint"] = _not_judged(run_id)
+    table = [knowno_row(model, cells, why_missing) for model, cells in rows.items()]
     data = {"layout": "knowno", "columns": [*KNOWNO_STYLES, "E[A w/o]", "OmniAccuracy"], "rows": table,
             "note": "w/ gold, then without the gold option: hint as option, hint in instruction, no hint (scored "
-                    "only when judged; otherwise exported for human review). E[A w/o] averages the scored no-gold "
-                    "styles; OmniAccuracy = ½ (A w/ gold + E[A w/o]) (Know-No Table 3). Mean ± std over seeds."}
+                    "only when judged; otherwise exported for human review). E[A w/o] is the mean over the three "
+                    "no-gold styles and OmniAccuracy = ½ (A w/ gold + E[A w/o]) (Know-No Table 3, §3.3): until the "
+                    f"no-hint answers are judged (`runner report {run_id} --judged JUDGE_RUN`, a run of "
+                    "jobs/knowno-judge.yaml) both say n/a, since a mean of the two hint styles is not the paper's "
+                    "figure (the JSON keeps it as scored_no_gold_mean). Mean ± std over seeds."}
     if judged is not None:
         label = f"no_hint (judged by {judged['model']})"
         unreadable = (f", {judged['unreadable']} verdict{'s' if judged['unreadable'] != 1 else ''} the yes/no "
@@ -245,8 +274,11 @@ def build(store: Store, run_id: str, job_json: str, judged: str | None = None) -
 
 
 def cell(figure: dict[str, Any] | None) -> str:
+    """A figure as printed: mean ± std in percent, "-" when there is none, or why it is not comparable."""
     if figure is None:
         return "-"
+    if "not_comparable" in figure:
+        return str(figure["not_comparable"])
     text = f"{100 * figure['mean']:.2f}"
     if figure.get("std") is not None:
         text += f" ± {100 * figure['std']:.2f}"
