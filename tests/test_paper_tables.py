@@ -3,11 +3,18 @@ and settings: Know-No's E[A w/o] and OmniAccuracy (Table 3) and WinoDict's Origi
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from runner.plan.stage import StagePlan
+from runner.recipes import Context
+from runner.recipes import winodict as wd
 from runner.report import layouts
+from runner.spec.job import load_job
+from tests.conftest import ROOT
 
 # -- Know-No Table 3 ------------------------------------------------------------------------------------------------
 
@@ -67,3 +74,58 @@ def test_every_text_format_prints_the_reason() -> None:
     assert layouts.render_text(data)[1].count(text) == 2
     assert layouts.render_text(data, markdown=True)[2].count(text) == 2
     assert "98.67" in layouts.render_text(data)[1] and "80.2" not in layouts.render_text(data)[1]
+
+
+# -- WinoDict Tables 2 and 3 ------------------------------------------------------------------------------------------
+
+#: the strings each of the paper's definition sentences holds (appendix B), by part of speech
+DEFINITION_MARKS = ("The verb to ", "The word ", "The meaning of ")
+
+
+def test_the_papers_setting_names() -> None:
+    """WinoDict Table 3's rows: word type (Synthetic, Original) × prompt (Def Prefix, Def Suffix, Syn Prefix, Syn
+    Suffix, Empty); Table 2's columns are Synthetic / Def Suffix ("WinoDict") and Original / Empty ("Original")."""
+    assert layouts.winodict_setting("prob3_of_5", "definition_last") == (0, "WinoDict")
+    assert layouts.winodict_setting("unchanged", "none") == (2, "Original")
+    assert layouts.winodict_setting("unchanged", "definition_last") == (3, "Original Def Suffix")
+    assert layouts.winodict_setting("unchanged", "definition_first")[1] == "Original Def Prefix"
+    assert layouts.winodict_setting("prob1_of_5", "none")[1] == "WinoDict Empty"
+    assert layouts.winodict_setting("prob1_of_5", "synonym_last")[1] == "WinoDict Syn Suffix"
+    assert layouts.winodict_setting("unchanged", None)[1] == "Original (prompt not recorded)"
+    assert set(layouts.WINODICT_PROMPTS) == set(wd.STRATEGIES)
+
+
+@pytest.fixture
+def eval_plans(tmp_path: Path) -> dict[str, list[Any]]:
+    """The requests jobs/winodict-eval.yaml plans for the items the build recipe makes of four concept rows (two
+    schemas), by stage."""
+    with open(ROOT / "data" / "winodict" / "concepts.jsonl", encoding="utf-8") as lines:
+        rows = [{**json.loads(line), "_id": json.loads(line)["id"]} for line in list(lines)[:4]]
+    items = wd.items(rows, {}, Context(similarity=None, seed=0)).rows
+    path = tmp_path / "winodict.jsonl"
+    path.write_text("".join(json.dumps({k: v for k, v in item.items() if not k.startswith("_")}) + "\n"
+                            for item in items), encoding="utf-8")
+    job = load_job(ROOT / "jobs" / "winodict-eval.yaml", {"items": str(path), "model": "sim:lm",
+                                                            "chat_model": "sim:chat"})
+    return {"items": items, **{stage.name: list(StagePlan(job, stage)) for stage in job.stages}}
+
+
+def test_the_original_without_a_definition_is_sent_without_one(eval_plans: dict[str, list[Any]]) -> None:
+    items = {item["id"]: item for item in eval_plans["items"]}
+    plain = [task for task in eval_plans["loglikelihood"] if task.row_id.endswith("-unchanged-none")]
+    defined = [task for task in eval_plans["loglikelihood"] if task.row_id.endswith("-unchanged")]
+    assert len(plain) == len(defined) == 4 * 3  # 4 twins x 0, 1 and 5 shots
+    for task in plain:
+        item = items[task.row_id]
+        text = "".join(context + continuation for context, continuation in task.call.pairs or [])
+        assert item["definition_sentence"] not in text
+        assert not any(mark in text for mark in DEFINITION_MARKS), text
+    for task in defined:  # the same twin, its definition scored after the sentence (Def Suffix)
+        item = items[task.row_id]
+        assert all(continuation.endswith(" " + item["definition_sentence"])
+                   for _, continuation in task.call.pairs or [])
+    chat = {task.row_id: task.call.messages[-1]["content"] for task in eval_plans["prompt_form"]}
+    for row_id, prompt in chat.items():
+        item = items[row_id]
+        assert (item["definition_sentence"] in prompt) is (item["strategy"] != "none"), prompt
+        assert item["sentence"] in prompt

@@ -137,7 +137,9 @@ def test_recipe_is_registered() -> None:
 
 
 def test_items_per_bucket_and_their_words(all_items: list[dict[str, Any]]) -> None:
-    assert Counter(item["bucket"] for item in all_items) == {bucket: 184 for bucket in wd.BUCKETS}
+    # the original words twice: in the chosen form (definition_last) and without a definition (Table 2's Original)
+    assert Counter((item["bucket"], item["strategy"]) for item in all_items) == {
+        **{(bucket, "definition_last"): 184 for bucket in wd.BUCKETS}, ("unchanged", "none"): 184}
     words = wd.load_words(DATA / "original_words.tsv", DATA / "wordnet_known.txt")
     known = set((DATA / "wordnet_known.txt").read_text(encoding="utf-8").split())
     forms = {word.root: word for bucket in words.values() for word in bucket}
@@ -167,7 +169,11 @@ def test_same_seed_same_items_other_seed_other_words(all_items: list[dict[str, A
 
 @pytest.mark.parametrize("strategy", wd.STRATEGIES)
 def test_contexts_and_continuation_rebuild_the_sentence(strategy: str) -> None:
-    for item in build(concepts()[:40], strategy=strategy):
+    items = build(concepts()[:40], strategy=strategy)
+    assert {item["strategy"] for item in items} == {strategy, "none"}
+    assert all(item["strategy"] == strategy or item["bucket"] == "unchanged" for item in items)
+    for item in items:
+        strategy = item["strategy"]
         before, after = item["sentence"].split("_")
         prefix, suffix = "", ""
         info = {"definition": item["definition_sentence"], "synonym": item["synonym_sentence"],
@@ -184,12 +190,33 @@ def test_contexts_and_continuation_rebuild_the_sentence(strategy: str) -> None:
 
 
 def test_examples_come_from_other_schemas(all_items: list[dict[str, Any]]) -> None:
-    solved = {(item["bucket"], item["contexts"][item["label"]] + item["continuation"]): item["schema"]
-              for item in all_items}
+    solved = {(item["bucket"], item["strategy"], item["contexts"][item["label"]] + item["continuation"]):
+              item["schema"] for item in all_items}
     for item in all_items:
         assert len(item["examples"]) == 5 and len(set(item["examples"])) == 5
-        for text in item["examples"]:
-            assert solved[(item["bucket"], text)] != item["schema"]
+        for text in item["examples"]:  # of the same setting: no definition in the Original items' examples
+            assert solved[(item["bucket"], item["strategy"], text)] != item["schema"]
+
+
+def test_the_original_words_without_a_definition_are_their_own_items(all_items: list[dict[str, Any]]) -> None:
+    """Table 2's Original is the original task: the original word, no definition anywhere in the scored text or its
+    examples; the same twin with its definition as suffix is Table 3's Original / Def Suffix."""
+    by_id = {item["id"]: item for item in all_items}
+    plain = [item for item in all_items if item["strategy"] == "none"]
+    assert len(plain) == 184 and all(item["id"].endswith("-unchanged-none") for item in plain)
+    for item in plain:
+        defined = by_id[item["id"].removesuffix("-none")]
+        assert (defined["strategy"], defined["bucket"]) == ("definition_last", "unchanged")
+        assert item["sentence"] == defined["sentence"] and item["word"] == item["original_word"]
+        assert item["contexts"] == defined["contexts"]
+        assert defined["continuation"] == item["continuation"] + " " + item["definition_sentence"]
+        texts = [*item["contexts"], item["continuation"], *item["examples"]]
+        assert not any("means to " in text or " refers to " in text or "The meaning of " in text for text in texts)
+        # the same solved examples, each without the definition sentence its defined twin ends with
+        for example, defined_example in zip(item["examples"], defined["examples"], strict=True):
+            assert defined_example.startswith(example + " ") and len(defined_example) > len(example) + 10
+    assert len(build(concepts()[:4], original_without_definition=False)) == 4 * len(wd.BUCKETS)
+    assert len(build(concepts()[:4], strategy="none")) == 4 * len(wd.BUCKETS)  # already without one
 
 
 def test_bad_arguments_fail_clearly() -> None:
@@ -210,10 +237,10 @@ def test_build_job_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     code, out, err = run_cli(monkeypatch, capsys, "submit", str(ROOT / "jobs" / "winodict-build.yaml"),
                              "--limit", "20", "--var", f"out={tmp_path / 'built'}", "--db", str(tmp_path / "db"))
     assert code == 0, err
-    assert "120 items" in out
+    assert "140 items" in out
     with open(tmp_path / "built" / "winodict.jsonl", encoding="utf-8") as lines:
         items = [json.loads(line) for line in lines]
-    assert len(items) == 120 and not any(key.startswith("_") for key in items[0])
-    assert Counter(item["bucket"] for item in items) == {bucket: 20 for bucket in wd.BUCKETS}
-    assert {item["strategy"] for item in items} == {"definition_last"}
+    assert len(items) == 140 and not any(key.startswith("_") for key in items[0])
+    assert Counter(item["bucket"] for item in items) == {**{bucket: 20 for bucket in wd.BUCKETS}, "unchanged": 40}
+    assert Counter(item["strategy"] for item in items) == {"definition_last": 120, "none": 20}
     assert items[0]["id"] == "0-1-prob1_of_5" and items[0]["continuation"].endswith(items[0]["definition_sentence"])

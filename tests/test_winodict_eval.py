@@ -33,7 +33,8 @@ SHOTS = (0, 1, 5)
 
 @pytest.fixture
 def items(tmp_path, monkeypatch, capsys) -> Path:
-    """A 20-twin slice built by the build job (120 items: 20 twins x 6 buckets)."""
+    """A 20-twin slice built by the build job (140 items: 20 twins x 6 buckets, and the original words also
+    without a definition)."""
     monkeypatch.chdir(ROOT)
     out = tmp_path / "built"
     code, _, err = run_cli(monkeypatch, capsys, "submit", str(BUILD), "--limit", str(SLICE), "--db",
@@ -79,16 +80,35 @@ async def test_winodict_on_the_simulated_server_scores_each_twin_by_hand(tmp_pat
             assert line["logprobs"] == pytest.approx(expected, abs=1e-6)
             best = 0 if expected[0] >= expected[1] else 1
             assert line["parsed"] == best and line["score"] == float(best == row["label"])
-            assert line["fields"] == {"bucket": row["bucket"], "pos": row["pos"]}
+            assert line["fields"] == {"bucket": row["bucket"], "pos": row["pos"], "strategy": row["strategy"]}
         chat = read(outcome.results["prompt_form"])
         assert len(chat) == SLICE * 3 and all(line["valid"] for line in chat)
 
         data = report.build(store, outcome.run_id)
         layout = data["layout"]
         assert layout["columns"] == ["WinoDict 0-shot", "WinoDict 1-shot", "WinoDict 5-shot", "Original 0-shot",
-                                     "Original 1-shot", "Original 5-shot", "prompt form WinoDict",
-                                     "prompt form Original"]
+                                     "Original 1-shot", "Original 5-shot", "Original Def Suffix 0-shot",
+                                     "Original Def Suffix 1-shot", "Original Def Suffix 5-shot",
+                                     "prompt form WinoDict", "prompt form Original",
+                                     "prompt form Original with definition"]
         by_model = {row["model"]: row for row in layout["rows"]}
+        # Table 2's Original: the original words without a definition; Table 3's Original / Def Suffix: with it
+        for shots in SHOTS:
+            for column, strategy in (("Original", "none"), ("Original Def Suffix", "definition_last")):
+                mine = [line["score"] for line in scored if line["variant"]["shots"] == shots
+                        and line["fields"]["bucket"] == "unchanged" and line["fields"]["strategy"] == strategy]
+                assert mine, (column, shots)
+                figure = by_model["sim:lm"][f"{column} {shots}-shot"]
+                assert figure["mean"] == pytest.approx(sum(mine) / len(mine)) and figure["n"] == len(mine)
+        chat_by = {}
+        for line in chat:
+            kind = ("Original" if line["fields"]["bucket"] == "unchanged" else "WinoDict",
+                    line["fields"]["strategy"])
+            chat_by.setdefault(kind, []).append(line["score"])
+        assert set(chat_by) == {("WinoDict", "definition_last"), ("Original", "definition_last"), ("Original", "none")}
+        for name, kind in (("prompt form Original", ("Original", "none")),
+                           ("prompt form Original with definition", ("Original", "definition_last"))):
+            assert by_model["sim:chat"][name]["mean"] == pytest.approx(sum(chat_by[kind]) / len(chat_by[kind]))
         five = by_model["sim:lm"]["WinoDict 5-shot"]
         per_bucket = {}
         for line in scored:

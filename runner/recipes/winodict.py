@@ -2,22 +2,26 @@
 replaced by a synthetic word, with that word's definition, built from the key concepts prepared once by
 ``scripts/winodict_concepts.py`` (``data/winodict/concepts.jsonl``) and the authors' word list.
 
-One item per twin and log-probability bucket. The synthetic word is drawn, as the authors' generator does, from the
-words of ``original_words.tsv`` whose log-probability falls in the bucket (five equal-width buckets over (-30, -10]:
-``prob1_of_5`` is the least likely, ``prob5_of_5`` the most; ``unchanged`` keeps the original word, i.e. the
-original task), leaving out the words WordNet already knows (``wordnet_known.txt``). The draw is
-``random.Random(f"{seed}:{schema}").choice(bucket)``: both twins of a schema get the same root, and an item's word
-does not depend on row order or on the other rows. The root is inflected with the word list's column for the key
-word's tag (VB, VBD, VBG, VBN, VBZ, NN, NNS, JJ; RB takes the JJ column, as in the generator; JJR and RBR take the
-JJ form made comparative: "more X" when it is longer than six letters, else the suffix "-er" by the usual
-spelling rules).
+One item per twin and log-probability bucket, in the chosen prompt form (``strategy``); and, for the ``unchanged``
+bucket, one more without any definition (strategy ``none``, id ``<schema>-<twin>-unchanged-none``): the paper's
+Table 2 "Original" column is the original task as it was (its Table 3's "Original / Empty"), while the original
+words with their definition as a suffix are Table 3's "Original / Def Suffix", a setting of its own. The synthetic
+word is drawn, as the authors' generator does, from the words of ``original_words.tsv`` whose log-probability falls
+in the bucket (five equal-width buckets over (-30, -10]: ``prob1_of_5`` is the least likely, ``prob5_of_5`` the
+most; ``unchanged`` keeps the original word, i.e. the original task), leaving out the words WordNet already knows
+(``wordnet_known.txt``). The draw is ``random.Random(f"{seed}:{schema}").choice(bucket)``: both twins of a schema
+get the same root, and an item's word does not depend on row order or on the other rows. The root is inflected with
+the word list's column for the key word's tag (VB, VBD, VBG, VBN, VBZ, NN, NNS, JJ; RB takes the JJ column, as in
+the generator; JJR and RBR take the JJ form made comparative: "more X" when it is longer than six letters, else the
+suffix "-er" by the usual spelling rules).
 
 Scoring follows the paper (§2.3, Trinh and Le's partial scoring): the Winograd pronoun is the blank; the text up to
 it with each option substituted gives the two ``contexts``, and the rest of the sentence (with the definition
 sentence after it in the ``*_last`` strategies, the headline setting being ``definition_last``) is the shared
 ``continuation`` whose log-likelihood is compared; ``contexts[label] + continuation`` is the solved text. In the
 ``*_first`` strategies the definition (or synonym) sentence comes before each context. ``examples`` holds five
-solved texts of the same bucket and strategy, drawn with ``random.Random(f"{seed}:{schema}:shots")`` from other
+solved texts of the same bucket and strategy (the Original items without a definition get examples without one),
+drawn with ``random.Random(f"{seed}:{schema}:shots")`` from other
 schemas whose synthetic root differs (the generator's compatibility rule), taking the same twin of each, as the
 generator does; a k-shot prompt is the first k joined by a blank line ("\\n\\n") before the item's context.
 
@@ -224,12 +228,13 @@ def build_item(row: dict[str, Any], bucket: str, words: dict[str, tuple[Word, ..
 
 
 def add_examples(items: list[dict[str, Any]], seed: Any, shots: int) -> None:
-    """Give each item ``shots`` solved texts of other schemas (same bucket, same twin, another root)."""
-    by_key: dict[tuple[str, int], dict[Any, dict[str, Any]]] = {}
+    """Give each item ``shots`` solved texts of other schemas (same bucket and strategy, same twin, another
+    root)."""
+    by_key: dict[tuple[str, str, int], dict[Any, dict[str, Any]]] = {}
     for item in items:
-        by_key.setdefault((item["bucket"], item["twin"]), {})[item["schema"]] = item
+        by_key.setdefault((item["bucket"], item["strategy"], item["twin"]), {})[item["schema"]] = item
     for item in items:
-        same = by_key[(item["bucket"], item["twin"])]
+        same = by_key[(item["bucket"], item["strategy"], item["twin"])]
         pool = [same[schema] for schema in sorted(same, key=str)
                 if schema != item["schema"] and same[schema]["root"] != item["root"]]
         chosen = random.Random(f"{seed}:{item['schema']}:shots").sample(pool, min(shots, len(pool)))
@@ -239,11 +244,17 @@ def add_examples(items: list[dict[str, Any]], seed: Any, shots: int) -> None:
 @step("winodict.items")
 def items(rows: list[dict[str, Any]], args: dict[str, Any], ctx: Context) -> Outcome:
     """WinoDict items from concept rows: one per twin and bucket (``args.buckets``, default all six), in the
-    ``args.strategy`` prompt form (default ``definition_last``), each with ``args.shots`` (5) solved examples."""
+    ``args.strategy`` prompt form (default ``definition_last``), each with ``args.shots`` (5) solved examples; with
+    ``args.original_without_definition`` (default true) the ``unchanged`` bucket also in strategy ``none``, the
+    paper's Table 2 "Original" (the strategy's own unchanged items are its Table 3 "Original / <strategy>")."""
     buckets = list(args.get("buckets") or BUCKETS)
     strategy = str(args.get("strategy", "definition_last"))
     synonym_source = str(args.get("synonym", "lemma"))
     shots = int(args.get("shots", SHOTS))
+    plain_original = args.get("original_without_definition", True)
+    if not isinstance(plain_original, bool):
+        raise RunnerError(f"winodict.items: original_without_definition must be true or false, not "
+                          f"{plain_original!r}")
     seed = args.get("seed", ctx.seed)
     unknown = [name for name in buckets if name not in BUCKETS]
     if unknown:
@@ -255,13 +266,18 @@ def items(rows: list[dict[str, Any]], args: dict[str, Any], ctx: Context) -> Out
     words = load_words(_data_file(args.get("words"), "original_words.tsv"),
                        _data_file(args.get("exclude"), "wordnet_known.txt"))
     out = Outcome(rows=[])
+    forms = [(bucket, strategy) for bucket in buckets]
+    if plain_original and strategy != "none" and "unchanged" in buckets:
+        forms.insert(forms.index(("unchanged", strategy)) + 1, ("unchanged", "none"))
     for row in rows:  # a twin's buckets together, so the first N items (`--limit`) span every bucket
-        for bucket in buckets:
-            built = build_item(row, bucket, words, seed, strategy, synonym_source)
+        for bucket, form in forms:
+            built = build_item(row, bucket, words, seed, form, synonym_source)
             if isinstance(built, str):
                 out.dropped[built] += 1
-            else:
-                out.rows.append(built)
+                continue
+            if form != strategy:  # the extra Original item: its own id
+                built["_id"] = built["id"] = f"{built['id']}-{form}"
+            out.rows.append(built)
     add_examples(out.rows, seed, shots)
     for item in out.rows:
         del item["solved"]

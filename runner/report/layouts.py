@@ -203,55 +203,71 @@ def knowno(store: Store, run_id: str, spec: dict[str, Any], judged: dict[str, An
 
 
 WINODICT_ORIGINAL = "unchanged"
+#: the build's prompt strategies in WinoDict Table 3's words ("Def Suffix": the definition after the sentence);
+#: the definition-and-synonym forms are the runner's, not the paper's
+WINODICT_PROMPTS = {"none": "Empty", "definition_first": "Def Prefix", "definition_last": "Def Suffix",
+                    "synonym_first": "Syn Prefix", "synonym_last": "Syn Suffix",
+                    "definition_synonym_first": "Def+Syn Prefix", "definition_synonym_last": "Def+Syn Suffix"}
+#: the strategy of items scored before results recorded it
+_NOT_RECORDED = "(prompt not recorded)"
 
 
-def _by_bucket(store: Store, run_id: str, stage: str, axis: str | None) -> dict[str, dict[Any, dict[str, tuple]]]:
-    """model -> axis value (shots; None without one) -> bucket -> (accuracy, scored tasks)."""
-    paths = [f"$.variant.{axis}", "$.fields.bucket"] if axis else ["$.fields.bucket"]
-    out: dict[str, dict[Any, dict[str, tuple]]] = defaultdict(lambda: defaultdict(dict))
-    for model, *values, mean, n in store.accuracy_groups(run_id, stage, paths):
-        value, bucket = (values[0], values[1]) if axis else (None, values[0])
-        if bucket is not None:
-            out[model][value][str(bucket)] = (mean, n)
-    return out
+def winodict_setting(bucket: str, strategy: str | None) -> tuple[int, str]:
+    """(column order, column name before the shots) of scored items of a bucket and prompt strategy. Table 2's
+    columns are "WinoDict" (synthetic words, definition as suffix) and "Original" (the original words as they were,
+    without a definition: Table 3's "Original / Empty"); every other setting is named as Table 3 names it
+    ("Original Def Suffix": the original words with their definition as suffix)."""
+    if bucket != WINODICT_ORIGINAL:
+        if strategy == "definition_last":
+            return 0, "WinoDict"
+        return 1, f"WinoDict {WINODICT_PROMPTS.get(strategy or '', _NOT_RECORDED)}"
+    if strategy == "none":
+        return 2, "Original"
+    return 3, f"Original {WINODICT_PROMPTS.get(strategy or '', _NOT_RECORDED)}"
+
+
+def _prompt_form_setting(bucket: str, strategy: str | None) -> tuple[int, str]:
+    """The same for the prompt form (winodict/choice), which shows the definition first unless the strategy is
+    none (results that did not record it showed it always)."""
+    shown = strategy != "none"
+    if bucket != WINODICT_ORIGINAL:
+        return (4, "prompt form WinoDict") if shown else (5, "prompt form WinoDict Empty")
+    return (7, "prompt form Original with definition") if shown else (6, "prompt form Original")
 
 
 def winodict(store: Store, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """WinoDict Table 2: per model and number of shots, the accuracy on the synthetic words (mean ± std over the
-    five log-probability buckets of words) and on the original words; the prompt form for chat models beside."""
-    rows: dict[str, dict[str, Any]] = defaultdict(dict)
-    columns: list[str] = []
-    stage = spec.get("stage")
+    """WinoDict Tables 2 and 3: per model, setting and number of shots, the accuracy on the synthetic words (mean ±
+    std over the five log-probability buckets of words) and on the original words, without a definition (Table
+    2's Original) and with one (Table 3's Original / Def Suffix); the prompt form for chat models beside."""
+    groups: dict[tuple[str, int, str, Any], dict[str, tuple]] = defaultdict(dict)
+    paths = ["$.fields.bucket", "$.fields.strategy"]
+    stage, chat = spec.get("stage"), spec.get("chat_stage")
     if stage:
-        for model, by_shots in _by_bucket(store, run_id, stage, "shots").items():
-            for shots, buckets in sorted(by_shots.items(), key=lambda kv: (kv[0] is None, kv[0])):
-                synthetic = {b: v for b, v in buckets.items() if b != WINODICT_ORIGINAL}
-                for name, figure in ((f"WinoDict {shots}-shot", _summary(synthetic)),
-                                     (f"Original {shots}-shot", _summary({b: v for b, v in buckets.items()
-                                                                           if b == WINODICT_ORIGINAL}))):
-                    if figure is not None:
-                        rows[model][name] = figure
-                        if name not in columns:
-                            columns.append(name)
-    chat = spec.get("chat_stage")
+        for model, shots, bucket, strategy, mean, n in store.accuracy_groups(run_id, stage, ["$.variant.shots",
+                                                                                               *paths]):
+            if bucket is not None:
+                order, name = winodict_setting(str(bucket), strategy)
+                groups[(model, order, f"{name} {shots}-shot", shots)][str(bucket)] = (mean, n)
     if chat:
-        for model, by_none in _by_bucket(store, run_id, chat, None).items():
-            buckets = by_none.get(None, {})
-            for name, figure in (("prompt form WinoDict", _summary({b: v for b, v in buckets.items()
-                                                                    if b != WINODICT_ORIGINAL})),
-                                 ("prompt form Original", _summary({b: v for b, v in buckets.items()
-                                                                    if b == WINODICT_ORIGINAL}))):
-                if figure is not None:
-                    rows[model][name] = figure
-                    if name not in columns:
-                        columns.append(name)
-    ordered = sorted(columns, key=lambda c: (c.startswith("prompt"), c.startswith("Original"),
-                                             int(c.split()[1].split("-")[0]) if "-shot" in c else 0))
-    return {"layout": "winodict", "columns": ordered,
+        for model, bucket, strategy, mean, n in store.accuracy_groups(run_id, chat, paths):
+            if bucket is not None:
+                order, name = _prompt_form_setting(str(bucket), strategy)
+                groups[(model, order, name, None)][str(bucket)] = (mean, n)
+    rows: dict[str, dict[str, Any]] = defaultdict(dict)
+    columns: dict[str, tuple] = {}
+    for (model, order, name, shots), buckets in groups.items():
+        figure = _summary(buckets)
+        if figure is not None:
+            rows[model][name] = figure
+            columns[name] = (order, shots is None, shots if isinstance(shots, int) else 0, name)
+    return {"layout": "winodict", "columns": sorted(columns, key=columns.__getitem__),
             "rows": [{"model": model, **cells} for model, cells in rows.items()],
-            "note": "Accuracy of the option whose continuation (with the definition after it) is likelier, as "
-                    "WinoDict Table 2 scores it: synthetic words as mean ± std over the five log-probability "
-                    "buckets of words, original words alone; the prompt form asks chat models to pick A or B."}
+            "note": "Accuracy of the option whose continuation is likelier (WinoDict's partial scoring). WinoDict: "
+                    "synthetic words, definition as suffix, mean ± std over the five log-probability buckets of "
+                    "words (Table 2); Original: the original words without a definition (Table 2's Original, "
+                    "Table 3's Original / Empty); Original Def Suffix: the original words with their definition "
+                    "as suffix (Table 3); other settings as Table 3 names them. The prompt form asks chat models "
+                    "to pick A or B, the definition shown first unless the setting has none."}
 
 
 LAYOUTS = {"newterm": newterm, "knowno": knowno, "winodict": winodict}
