@@ -322,21 +322,25 @@ def report(
         "--judged", help="A run of jobs/knowno-judge.yaml over this Know-No run's no-hint.jsonl: its verdicts fill "
         "the no-hint column (labelled with the judge model), counted in E[A w/o] and OmniAccuracy.",
         show_default=False)] = None,
+    by: Annotated[str | None, typer.Option(
+        "--by", help="Break the scores down by this field a stage records (record: [FIELD]) only, however many "
+        "values it has (by default: every recorded field with at most 50 values).", show_default=False)] = None,
 ) -> None:
-    """Per stage and model: requests, cache hits, tokens, cost, errors by class, latency, score. ``--format html
-    -o FILE`` writes one self-contained page with plots and every answer."""
+    """Per stage and model: requests, cache hits, tokens, cost, errors by class, latency, score (mean ± std over
+    seeds, SE and 95% interval over items, and per value of the recorded fields). ``--format html -o FILE``
+    writes one self-contained page with plots and every answer."""
     if fmt == "html":
         if output is None:
             raise RunnerError("--format html writes a file: name it with -o/--output (e.g. -o report.html)")
         from runner.report import html as html_report  # only the html format needs it
 
-        html_report.write(_store(db), run_id, output, judged=judged)
+        html_report.write(_store(db), run_id, output, judged=judged, by=by)
         _say(f"wrote {output}")
         return
     if fmt not in reports.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(reports.FORMATS)}, not {fmt!r}")
     store = _store(db)
-    _emit(reports.render(reports.build(store, run_id, judged=judged), fmt), output, fmt)
+    _emit(reports.render(reports.build(store, run_id, judged=judged, by=by), fmt), output, fmt)
 
 
 @app.command()

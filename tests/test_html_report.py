@@ -1,11 +1,16 @@
 """``runner report RUN --format html -o FILE``: one self-contained page built from the text report's data, checked
-on its content and then in headless Chromium (plots drawn, the answer filter counts what the store counts)."""
+on its content and then in headless Chromium (plots drawn, the answer filter counts what the store counts); and the
+report's SE and 95% interval over items and its breakdowns by recorded fields, in every format."""
 
 from __future__ import annotations
 
+import csv
 import html
+import io
 import json
+import math
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -25,6 +30,8 @@ CHROMIUM = Path("/usr/bin/chromium")
 MODELS = ["sim:alpha", "sim:beta", "sim:gamma"]
 ROWS = 12
 EVIL = '<script>alert("pwned")</script>'
+#: a recorded field's values (one is markup, shown as text)
+SUBJECTS = ["law", "math", "<i>art</i>"]
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
@@ -35,6 +42,8 @@ async def built(shared_srv, tmp_path_factory):
     dataset = write_rows(tmp / "rows.jsonl", ROWS)
     rows = [json.loads(line) for line in dataset.read_text().splitlines()]
     rows[0]["question"] = f"Question number 0 {EVIL}: which is right?"
+    for i, row in enumerate(rows):  # recorded fields: the scores are broken down by them
+        row["subject"], row["number"] = SUBJECTS[i % len(SUBJECTS)], i
     dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
     script = tmp / "script.yaml"
     script.write_text("responses:\n"
@@ -47,7 +56,7 @@ async def built(shared_srv, tmp_path_factory):
         "report: {layout: knowno, styles: {with_gold: mc}}",
     ])
     job = load_job(write_job(tmp / "job.yaml", dataset, models=MODELS, extra=extra, seeds="[0, 1, 2]",
-                             name="htmljob"))
+                             name="htmljob", stage_extra="    record: [subject, number]"))
     db = tmp / "cache.sqlite"
     store = open_store(db)
     outcome = await execute(job, store)
@@ -226,3 +235,102 @@ async def test_a_refusal_is_its_own_outcome_and_thinking_is_shown_escaped():
     assert f"<dt>thinking</dt><dd><pre>maybe {html.escape(EVIL)} C</pre></dd>" in sample and EVIL not in sample
     assert "<dt>reasoning tokens</dt><dd><pre>9</pre></dd>" in sample
     assert "<dt>answer field</dt><dd><pre>0</pre></dd>" in sample and " → B</summary>" in sample
+
+
+def _item_means(store, run_id: str) -> dict[str, dict[str, float]]:
+    """Per model, each row's mean score over its seeds, from the store's task rows (by hand, not by the report)."""
+    scores: dict[str, dict[str, list[float]]] = {}
+    for task in store.tasks(run_id):
+        if task["score"] is not None:
+            row_id = json.loads(task["result_json"])["id"]
+            scores.setdefault(task["model"], {}).setdefault(row_id, []).append(task["score"])
+    return {model: {row: statistics.fmean(v) for row, v in rows.items()} for model, rows in scores.items()}
+
+
+def _by_hand(means: list[float]) -> tuple[float, float, float, float]:
+    mean = statistics.fmean(means)
+    se = statistics.stdev(means) / math.sqrt(len(means))
+    return mean, se, max(0.0, mean - 1.959964 * se), min(1.0, mean + 1.959964 * se)
+
+
+async def test_the_se_and_95_interval_over_items_are_in_every_format(built):
+    store, run, page = built["store"], built["run"], built["page"]
+    data = reports.build(store, run)
+    means = _item_means(store, run)
+    text, md = reports.render(data, "text"), reports.render(data, "md")
+    table = list(csv.DictReader(io.StringIO(reports.render(data, "csv"))))
+    as_json = json.loads(reports.render(data, "json"))
+    assert as_json["ci_method"]["interval"] == "normal" and reports.CI_NOTE in text and reports.CI_NOTE in md
+    assert html.escape(reports.CI_NOTE) in page
+    for row in data["rows"]:
+        figures = row["items"]
+        mean, se, low, high = _by_hand(list(means[row["model"]].values()))
+        assert figures["n"] == ROWS and figures["ci_method"] == "normal"
+        assert (figures["mean"], figures["se"]) == (pytest.approx(mean), pytest.approx(se))
+        assert (figures["low"], figures["high"]) == (pytest.approx(low, abs=1e-5), pytest.approx(high, abs=1e-5))
+        assert figures["mean"] == pytest.approx(row["accuracy"])  # every row answered under every seed
+        cells = [str(ROWS), f"{100 * se:.1f}", f"[{100 * low:.1f}%, {100 * high:.1f}%]"]
+        assert cells == reports.item_cells(row)
+        assert " ".join([*cells, reports.accuracy_text(row)]) in " ".join(text.split())
+        assert "".join(f"<td>{html.escape(c)}</td>" for c in cells) in page
+        assert f"| {cells[0]} | {cells[1]} | {cells[2]} | {reports.accuracy_text(row)} |" in md
+        (cell,) = [r for r in table if r["model"] == row["model"] and not r["by_field"]]
+        assert (int(cell["items"]), cell["ci_method"]) == (ROWS, "normal")
+        assert float(cell["item_se"]) == pytest.approx(se)
+        (in_json,) = [r for r in as_json["rows"] if r["model"] == row["model"]]
+        assert in_json["items"]["se"] == pytest.approx(se)
+    assert any(line.startswith("accuracy: mc sim:alpha:") and f"95% CI {reports.ci_text(data['rows'][0]['items'])} "
+               f"over {ROWS} items" in line for line in reports.summary_lines(data))
+
+
+async def test_scores_are_broken_down_by_each_recorded_field_in_every_format(built):
+    store, run, page = built["store"], built["run"], built["page"]
+    data = reports.build(store, run)
+    means = _item_means(store, run)
+    # the row ids are the rows' line numbers (from 1)
+    subject_of = {str(i + 1): SUBJECTS[i % len(SUBJECTS)] for i in range(ROWS)}
+    assert set(means["sim:alpha"]) == set(subject_of)
+    text, md = reports.render(data, "text"), reports.render(data, "md")
+    table = list(csv.DictReader(io.StringIO(reports.render(data, "csv"))))
+    for row in data["rows"]:
+        assert set(row["by_field"]) == {"subject", "number"} and row["fields_left_out"] == {}
+        assert list(row["by_field"]["number"]) == [str(i) for i in range(ROWS)]  # in numeric order
+        for subject in SUBJECTS:
+            values = [m for item, m in means[row["model"]].items() if subject_of[item] == subject]
+            figures = row["by_field"]["subject"][subject]
+            assert figures["n"] == len(values) == ROWS // len(SUBJECTS)
+            assert figures["mean"] == pytest.approx(statistics.fmean(values))
+            if figures["ci_method"] == "normal":
+                assert figures["se"] == pytest.approx(_by_hand(values)[1])
+            else:  # every item of the subject alike: Wilson's interval for 0/1 items, else none
+                assert figures["se"] == 0.0
+                assert figures["ci_method"] == ("wilson" if set(values) <= {0.0, 1.0} else None)
+            cells = [row["model"], subject, str(figures["n"]), reports._pct(figures["mean"]),
+                     reports.se_text(figures), reports.ci_text(figures)]
+            assert "".join(f"<td>{html.escape(c)}</td>" for c in cells) in page
+            assert "| " + " | ".join(cells) + " |" in md
+            assert " ".join(cells) in " ".join(text.split())
+            (line,) = [r for r in table if (r["model"], r["by_field"], r["by_value"]) == (row["model"], "subject",
+                                                                                          subject)]
+            assert int(line["items"]) == figures["n"] and line["ci_method"] == (figures["ci_method"] or "")
+    assert "mc by subject (accuracy over items, SE in points, 95% CI)" in text
+    assert "<h2>Scores by recorded field</h2>" in page and "<i>art</i>" not in page
+    assert len([r for r in table if r["by_field"] == "number"]) == ROWS * len(MODELS)
+
+
+async def test_fields_with_many_values_are_left_out_unless_asked_for_with_by(built, monkeypatch, capsys):
+    store, run = built["store"], built["run"]
+    monkeypatch.setattr(reports, "MAX_BREAKDOWN_VALUES", 5)
+    data = reports.build(store, run)
+    assert all(set(r["by_field"]) == {"subject"} and r["fields_left_out"] == {"number": ROWS} for r in data["rows"])
+    note = f"mc: not broken down by number ({ROWS} values, more than 5); `runner report {run} --by number` shows it"
+    assert note in reports.render(data, "text") and note in reports.render(data, "md")
+    assert html.escape(note) in html_report.render(html_report.build(store, run, max_samples=1))
+    by = reports.build(store, run, by="number")
+    assert all(set(r["by_field"]) == {"number"} and not r["fields_left_out"] for r in by["rows"])
+    code, out, _ = run_cli(monkeypatch, capsys, "report", run, "--db", str(built["db"]), "--by", "number")
+    assert code == 0 and "mc by number" in out and "mc by subject" not in out and "not broken down" not in out
+    code, out, err = run_cli(monkeypatch, capsys, "report", run, "--db", str(built["db"]), "--by", "topic")
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"Error: --by topic: no stage of run {run} records a field 'topic' (recorded: number, "
+                          "subject)")

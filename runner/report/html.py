@@ -38,9 +38,10 @@ def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def build(store: Store, run_id: str, judged: str | None = None, max_samples: int = MAX_SAMPLES) -> dict[str, Any]:
+def build(store: Store, run_id: str, judged: str | None = None, max_samples: int = MAX_SAMPLES,
+          by: str | None = None) -> dict[str, Any]:
     """The text report's data, with the position heatmaps and up to ``max_samples`` answers."""
-    data = reports.build(store, run_id, judged=judged)
+    data = reports.build(store, run_id, judged=judged, by=by)
     run = data["run"]["id"]
     data["heatmaps"] = []
     for row in data["rows"]:
@@ -254,16 +255,26 @@ def summary_table(data: dict[str, Any]) -> str:
     pct = reports._pct
     headers = ["stage", "model", "requests", "cache hits", "sent", "batched", "tokens in (cached)",
                reports.tokens_out_header(data), "cost", "saved", "saved by batch", "errors", "refused", "p50", "p95",
-               "invalid", "score (mean ± std over seeds)"]
+               "invalid", *reports.ITEM_HEADERS, "score (mean ± std over seeds)"]
     rows = [[r["stage"], r["model"], str(r["requests"]), f"{r['cache_hits']} ({pct(r['cache_hit_rate'])})",
              str(r["sent"]), str(r["batched"]), f"{r['input_tokens']} ({r['cached_input_tokens']})",
              reports.tokens_out_text(r),
              f"${r['cost']:.4f}" + (f" + ${r['possibly_billed']:.4f}?" if r["possibly_billed"] else ""),
              f"${r['saved']:.4f}", f"${r['batch_saved']:.4f}", reports.errors_text(r), str(r["refused"]),
              reports._seconds(r["latency_p50"]), reports._seconds(r["latency_p95"]), str(r["invalid"]),
-             reports.accuracy_text(r)]
+             *reports.item_cells(r), reports.accuracy_text(r)]
             for r in data["rows"]]
     return _table(headers, rows, "summary")
+
+
+def breakdown_section(data: dict[str, Any]) -> str:
+    """The scores per value of each recorded field broken down (a table per stage and field), and the fields
+    left out for their many values."""
+    parts = []
+    for title, headers, rows in reports.breakdown_tables(data):
+        parts += [f"<h3>{esc(title)}</h3>", _table(headers, rows, "breakdown")]
+    parts += [f'<p class="note">{esc(line)}</p>' for line in reports.left_out_lines(data)]
+    return "".join(parts)
 
 
 def layout_table(layout: dict[str, Any]) -> str:
@@ -379,7 +390,7 @@ table{border-collapse:collapse;margin:8px 0;font-size:13px}th,td{border:1px soli
 text-align:left;vertical-align:top}th{background:#f3f4f6}tbody tr:nth-child(even){background:#fafafa}
 .note{color:#4b5563}.plot{display:block;margin:8px 0}.plot text{font-size:12px;fill:#111827}
 .plot text.axis{fill:#6b7280}.plot text.caption{font-weight:600}.plot text.light{fill:#fff}.plot .grid{stroke:#e5e7eb}
-.heatmaps{display:flex;flex-wrap:wrap;gap:16px}
+h3{font-size:15px;margin-bottom:2px}.heatmaps{display:flex;flex-wrap:wrap;gap:16px}
 .filters{position:sticky;top:0;background:#fff;padding:8px 0;border-bottom:1px solid #e5e7eb;z-index:1}
 .filters label{margin-right:12px}
 .sample{border:1px solid #e5e7eb;border-radius:4px;margin:4px 0;padding:2px 8px}.sample summary{cursor:pointer}
@@ -424,8 +435,13 @@ def render(data: dict[str, Any]) -> str:
         parts += ["<h2>The paper's table</h2>", layout_table(data["layout"])]
     parts += ["<h2>Per stage and model</h2>", summary_table(data),
               f'<p class="note">{esc(_total_line(data))}</p>']
+    if any(r.get("items") for r in data["rows"]):
+        parts.append(f'<p class="note" id="ci-method">{esc(reports.CI_NOTE)}</p>')
     for line in [*_shuffle_lines(data), *reports.batch_lines(data), *reports.details_lines(data)]:
         parts.append(f'<p class="note">{esc(line)}</p>')
+    breakdowns = breakdown_section(data)
+    if breakdowns:
+        parts += ["<h2>Scores by recorded field</h2>", breakdowns]
     accuracy = accuracy_plot(data["rows"])
     if accuracy:
         parts += ["<h2>Accuracy per model</h2>",
@@ -460,5 +476,5 @@ def _shuffle_lines(data: dict[str, Any]) -> list[str]:
 
 
 def write(store: Store, run_id: str, path: Path, judged: str | None = None,
-          max_samples: int = MAX_SAMPLES) -> None:
-    path.write_text(render(build(store, run_id, judged=judged, max_samples=max_samples)), encoding="utf-8")
+          max_samples: int = MAX_SAMPLES, by: str | None = None) -> None:
+    path.write_text(render(build(store, run_id, judged=judged, max_samples=max_samples, by=by)), encoding="utf-8")

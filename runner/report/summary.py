@@ -1,6 +1,11 @@
 """Reports of a run, from the store: per stage and model, requests, cache hits, tokens (reasoning tokens among
 the output ones), cost, errors by class, refusals, latency percentiles and the stage's score (per seed, and
-mean ± std over seeds).
+mean ± std over seeds), with its standard error and 95 % interval over items, and those figures per value of each
+field a stage records (``record:``).
+
+The item is the unit of the SE and interval (:mod:`runner.evaluate.stats`): a row's scores under several seeds,
+samples or variants are averaged first. They are read from the stage's result lines, one stage at a time, keeping
+only a sum and count per item and model (and each item's recorded fields).
 
 A refusal (a task failed with error class ``refused``: the model declined to answer) is counted apart and never
 scored: accuracy is over the answered items only (failed tasks have no score), and the refusals are shown beside
@@ -12,9 +17,12 @@ import csv
 import io
 import json
 import statistics
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
+from runner.errors import RunnerError
+from runner.evaluate.stats import Estimate, ItemScores, mean_interval
 from runner.plan.choices import LETTERS
 from runner.report import funnel, layouts
 from runner.report.terminal import clean, clean_lines
@@ -38,7 +46,26 @@ COLUMNS = (
     "possibly_billed", "errors", "refused", "latency_p50",
     "latency_p95", "scored", "invalid", "accuracy",
     "accuracy_by_seed", "accuracy_mean", "accuracy_std",
+    "items", "item_accuracy", "item_se", "ci_low", "ci_high", "ci_method",
 )
+#: the CSV's columns of a breakdown row (one per stage, model, recorded field and value)
+BREAKDOWN_COLUMNS = ("by_field", "by_value")
+#: recorded fields with at most this many distinct values are broken down by default
+MAX_BREAKDOWN_VALUES = 50
+#: how the SE and interval are made, as the reports' footnote says it
+CI_NOTE = ("SE and 95% CI over items: each item's (row's) scores are averaged over its seeds, samples and variants "
+           "first; SE = sd(item means, n-1)/sqrt(n items); CI = mean ± 1.96·SE (normal approximation), clipped to "
+           "0-100% for scores in that range; where SE is 0 (one item, or every item alike) a Wilson score interval "
+           "when item scores are 0 or 1 (marked Wilson), else no interval")
+#: the same, in the JSON report
+CI_METHOD = {
+    "unit": "item (a stage's row id): its scores over seeds, samples and variants averaged first",
+    "se": "sample sd of the item means (n-1) / sqrt(n items)",
+    "interval": "normal", "level": 0.95, "z": 1.959964,
+    "clipped": "to [0, 1] when every item mean is in that range",
+    "degenerate": "SE 0 or one item: a Wilson score interval when item scores are 0 or 1 (ci_method wilson), "
+                  "else none (ci_method null)",
+}
 
 
 def _percentile(sorted_values: list[float], q: float) -> float | None:
@@ -48,9 +75,11 @@ def _percentile(sorted_values: list[float], q: float) -> float | None:
     return sorted_values[index]
 
 
-def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any]:
+def build(store: Store, run_id: str, judged: str | None = None, by: str | None = None) -> dict[str, Any]:
     """``judged``: a judge run of this (Know-No) run's no-hint answers: its verdicts fill the layout's no-hint
-    column and the no-hint stage's accuracy, labelled with the judge model (``judged_by``)."""
+    column and the no-hint stage's accuracy, labelled with the judge model (``judged_by``). ``by``: break the
+    scores down by this recorded field only (by default: by every recorded field with at most
+    :data:`MAX_BREAKDOWN_VALUES` values)."""
     run = store.get_run(run_id)
     run_id = run["id"]
     # Reservations left by requests in flight when a run was killed or abandoned: possibly billed, counted as
@@ -103,6 +132,7 @@ def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any
             "accuracy_std": statistics.stdev(seed_means) if len(seed_means) > 1 else None,
             **extra,
         })
+    _add_item_figures(store, run_id, rows, by)
     totals = {
         "requests": sum(r["requests"] for r in rows),
         "done": sum(r["done"] for r in rows),
@@ -133,6 +163,8 @@ def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any
         # the API and SDK versions the requests went out with, and what drop_unsupported left out
         "sent_with": json.loads(run["job_json"]).get("sent_with") or {},
         "rows": rows,
+        "ci_method": CI_METHOD,
+        "breakdown": {"by": by, "max_values": MAX_BREAKDOWN_VALUES},
         "totals": totals,
         "layout": layout,
         "pipeline": funnel.build(store, run_id),
@@ -142,6 +174,95 @@ def build(store: Store, run_id: str, judged: str | None = None) -> dict[str, Any
         data["batches"] = [{k: b[k] for k in ("id", "stage", "model", "provider_batch_id", "round", "state",
                                               "provider_state", "lines", "by_status")} for b in batches]
     return data
+
+
+@dataclass
+class StageItems:
+    """One stage's scored items: per model, each item's scores (summed), and each item's recorded fields."""
+
+    #: model → item (row id) → sum and count of its scores
+    scores: dict[str, ItemScores] = field(default_factory=dict)
+    #: item → recorded field → its value as text
+    fields: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def field_names(self) -> list[str]:
+        return list(dict.fromkeys(name for values in self.fields.values() for name in values))
+
+    def distinct(self, name: str) -> int:
+        return len({values.get(name) for values in self.fields.values()})
+
+
+def stage_items(store: Store, run_id: str, stage: str) -> StageItems:
+    """A stage's scored result lines, streamed, reduced to item scores per model (failed, refused and unscored
+    tasks are left out: they have no score)."""
+    items = StageItems()
+    for line in store.iter_results(run_id, stage):
+        result = json.loads(line)
+        score = result.get("score")
+        if score is None:
+            continue
+        item = str(result.get("id"))
+        items.scores.setdefault(str(result.get("model")), ItemScores()).add(item, float(score))
+        recorded = result.get("fields")
+        if recorded and item not in items.fields:
+            items.fields[item] = {name: value_text(value) for name, value in recorded.items()}
+    return items
+
+
+def value_text(value: Any) -> str:
+    """A recorded field's value as the breakdown names it."""
+    if value is None:
+        return "(none)"
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def estimate(means: Iterable[float]) -> Estimate:
+    """Mean, SE and 95% interval of item means; the interval clipped to [0, 1] when every mean is in it."""
+    values = list(means)
+    return mean_interval(values, clip=(0.0, 1.0) if all(0.0 <= v <= 1.0 for v in values) else None)
+
+
+def _value_order(value: str) -> tuple[int, float, str]:
+    """Numbers in numeric order first, then text."""
+    try:
+        return 0, float(value), value
+    except ValueError:
+        return 1, 0.0, value
+
+
+def _add_item_figures(store: Store, run_id: str, rows: list[dict[str, Any]], by: str | None) -> None:
+    """Each row's SE and interval over items (``items``), per value of the recorded fields broken down
+    (``by_field``), and the fields left out for their many values (``fields_left_out``). One stage at a time."""
+    recorded: set[str] = set()
+    for stage in dict.fromkeys(r["stage"] for r in rows):
+        items = stage_items(store, run_id, stage)
+        names = items.field_names()
+        recorded.update(names)
+        counts = {name: items.distinct(name) for name in names}
+        if by is not None:
+            shown, left_out = [name for name in names if name == by], {}
+        else:
+            shown = [name for name in names if counts[name] <= MAX_BREAKDOWN_VALUES]
+            left_out = {name: n for name, n in counts.items() if n > MAX_BREAKDOWN_VALUES}
+        for row in rows:
+            if row["stage"] != stage:
+                continue
+            scores = items.scores.get(row["model"])
+            means = scores.means() if scores is not None else {}
+            row["items"] = estimate(means.values()).as_dict() if means else None
+            row["by_field"] = {}
+            for name in shown:
+                groups: dict[str, list[float]] = {}
+                for item, mean in means.items():
+                    groups.setdefault(items.fields.get(item, {}).get(name, "(none)"), []).append(mean)
+                row["by_field"][name] = {value: estimate(groups[value]).as_dict()
+                                         for value in sorted(groups, key=_value_order)}
+            row["fields_left_out"] = left_out
+    if by is not None and by not in recorded:
+        have = ", ".join(sorted(recorded))
+        raise RunnerError(f"--by {by}: no stage of run {run_id} records a field {by!r} "
+                          + (f"(recorded: {have})" if have else "(its stages record none: add `record: [FIELD]` "
+                             "to a stage of the job to break its scores down by that field)"))
 
 
 def _judged_rows(rows: list[dict[str, Any]], layout: dict[str, Any]) -> None:
@@ -227,7 +348,95 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
     out = dict(row)
     out["errors"] = ";".join(f"{k}={v}" for k, v in row["errors"].items())
     out["accuracy_by_seed"] = ";".join(f"{k}={v:.4f}" for k, v in row["accuracy_by_seed"].items())
+    out.update(_item_columns(row.get("items")), by_field="", by_value="")  # the breakdowns have rows of their own
     return out
+
+
+def _item_columns(figures: dict[str, Any] | None) -> dict[str, Any]:
+    """The CSV's columns of an estimate over items."""
+    if not figures:
+        return {"items": 0}
+    return {"items": figures["n"], "item_accuracy": figures["mean"], "item_se": figures["se"],
+            "ci_low": figures["low"], "ci_high": figures["high"], "ci_method": figures["ci_method"]}
+
+
+def breakdown_rows(data: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """One CSV row per stage, model, recorded field and value."""
+    for row in data["rows"]:
+        for name, values in (row.get("by_field") or {}).items():
+            for value, figures in values.items():
+                yield {"stage": row["stage"], "model": row["model"], "by_field": name, "by_value": value,
+                       **_item_columns(figures)}
+
+
+def se_text(figures: dict[str, Any] | None) -> str:
+    """The SE over items, in percentage points."""
+    return "-" if not figures or figures["se"] is None else f"{100 * figures['se']:.1f}"
+
+
+def ci_text(figures: dict[str, Any] | None) -> str:
+    """The 95% interval over items, marked when it is Wilson's."""
+    if not figures or figures["low"] is None:
+        return "-"
+    return f"[{_pct(figures['low'])}, {_pct(figures['high'])}]" + (" Wilson" if figures["ci_method"] == "wilson"
+                                                                     else "")
+
+
+def items_text(figures: dict[str, Any] | None) -> str:
+    return str(figures["n"]) if figures else "-"
+
+
+#: the breakdown tables' columns
+BREAKDOWN_HEADERS = ("items", "accuracy", "SE", "95% CI")
+
+
+def breakdown_tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, headers, rows) per stage and recorded field broken down: a row per model and value."""
+    tables: dict[tuple[str, str], list[list[str]]] = {}
+    for row in data["rows"]:
+        for name, values in (row.get("by_field") or {}).items():
+            tables.setdefault((row["stage"], name), []).extend(
+                [row["model"], value, items_text(f), _pct(f["mean"]), se_text(f), ci_text(f)]
+                for value, f in values.items())
+    return [(f"{stage} by {name} (accuracy over items, SE in points, 95% CI)", ["model", name, *BREAKDOWN_HEADERS],
+             rows) for (stage, name), rows in tables.items()]
+
+
+def left_out_lines(data: dict[str, Any]) -> list[str]:
+    """The recorded fields not broken down for their many values, and how to ask for one."""
+    seen: dict[tuple[str, str], int] = {}
+    for row in data["rows"]:
+        for name, n in (row.get("fields_left_out") or {}).items():
+            seen[row["stage"], name] = n
+    return [f"{stage}: not broken down by {name} ({n} values, more than {MAX_BREAKDOWN_VALUES}); "
+            f"`runner report {data['run']['id']} --by {name}` shows it" for (stage, name), n in seen.items()]
+
+
+def _aligned(headers: list[str], table: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    return lines + ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in table]
+
+
+def _markdown(headers: list[str], table: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers),
+            *("| " + " | ".join(row) + " |" for row in table)]
+
+
+def breakdown_lines(data: dict[str, Any], markdown: bool = False) -> list[str]:
+    """The breakdown tables, and the fields left out, as text or markdown."""
+    lines: list[str] = []
+    for title, headers, rows in breakdown_tables(data):
+        table = [[clean(cell) for cell in row] for row in rows]
+        if markdown:  # a recorded value is data: a | in it must not open a cell
+            table = [[cell.replace("|", "\\|") for cell in row] for row in table]
+            lines += ["", f"**{clean(title)}**", "", *_markdown(headers, table)]
+        else:
+            lines += ["", clean(title), *_aligned(headers, table)]
+    left_out = left_out_lines(data)
+    if left_out:
+        lines += ["", *left_out]
+    return lines
 
 
 def tokens_out_header(data: dict[str, Any]) -> str:
@@ -260,6 +469,15 @@ def accuracy_text(row: dict[str, Any]) -> str:
     return text
 
 
+#: the main table's columns of the estimate over items
+ITEM_HEADERS = ("items", "SE (items)", "95% CI (items)")
+
+
+def item_cells(row: dict[str, Any]) -> list[str]:
+    figures = row.get("items")
+    return [items_text(figures), se_text(figures), ci_text(figures)]
+
+
 def render(data: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(data, indent=2, ensure_ascii=False)
@@ -267,20 +485,25 @@ def render(data: dict[str, Any], fmt: str) -> str:
         buffer = io.StringIO()
         # a judged run (--judged) names its judge on the judged rows; other reports keep their columns
         judged = any(row.get("judged_by") for row in data["rows"])
-        writer = csv.DictWriter(buffer, fieldnames=(*COLUMNS, "judged_by", "judged_run", "judged") if judged
-                                else COLUMNS, extrasaction="ignore")
+        columns = (*COLUMNS, "judged_by", "judged_run", "judged") if judged else COLUMNS
+        # the breakdowns by recorded fields follow the rows, as rows naming their field and value
+        breakdowns = list(breakdown_rows(data))
+        writer = csv.DictWriter(buffer, fieldnames=(*columns, *BREAKDOWN_COLUMNS) if breakdowns else columns,
+                                extrasaction="ignore")
         writer.writeheader()
         for row in data["rows"]:
             writer.writerow(_flat(row))
+        writer.writerows(breakdowns)
         return buffer.getvalue()
     headers = ["stage", "model", "requests", "cache hits", "sent", "tokens in (cached)", tokens_out_header(data),
-               "cost", "saved", "errors", "refused", "p50", "p95", "invalid", "score (mean ± std over seeds)"]
+               "cost", "saved", "errors", "refused", "p50", "p95", "invalid", *ITEM_HEADERS,
+               "score (mean ± std over seeds)"]
     table = [
         [r["stage"], r["model"], str(r["requests"]), f"{r['cache_hits']} ({_pct(r['cache_hit_rate'])})",
          str(r["sent"]), f"{r['input_tokens']} ({r['cached_input_tokens']})", tokens_out_text(r),
          f"${r['cost']:.4f}" + (f" + ${r['possibly_billed']:.4f}?" if r["possibly_billed"] else ""),
          f"${r['saved']:.4f}", errors_text(r), str(r["refused"]), _seconds(r["latency_p50"]),
-         _seconds(r["latency_p95"]), str(r["invalid"]), accuracy_text(r)]
+         _seconds(r["latency_p95"]), str(r["invalid"]), *item_cells(r), accuracy_text(r)]
         for r in data["rows"]
     ]
     # the text and md forms are read on a terminal: names, batch states and variant values lose control sequences
@@ -310,23 +533,22 @@ def render(data: dict[str, Any], fmt: str) -> str:
         foot += (f"; possibly billed: ${t['possibly_billed']:.4f} more, the worst case of "
                  f"{t['possibly_billed_requests']} requests in flight when the run stopped (counted as spent until "
                  f"`runner resume {run['id']}` settles them)")
+    notes = [CI_NOTE] if any(r.get("items") for r in data["rows"]) else []
     if fmt == "md":
         lines = [f"**{head}**", ""]
-        lines.append("| " + " | ".join(headers) + " |")
-        lines.append("|" + "---|" * len(headers))
-        lines += ["| " + " | ".join(row) + " |" for row in table]
-        lines += ["", foot] + ([shuffles] if shuffles else []) + sent_with_lines(data)
+        lines += _markdown(headers, table)
+        lines += ["", foot, *notes] + ([shuffles] if shuffles else []) + sent_with_lines(data)
+        lines += breakdown_lines(data, markdown=True)
         if data.get("layout"):
             lines += ["", *layouts.render_text(data["layout"], markdown=True)]
         if data.get("pipeline"):
             lines += ["", *funnel.render(data["pipeline"], markdown=True)]
         return "\n".join(clean_lines(lines)) + "\n"
-    widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(headers)]
-    lines = [head, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in table]
-    lines += [foot] + ([shuffles] if shuffles else []) + sent_with_lines(data)
+    lines = [head, *_aligned(headers, table)]
+    lines += [foot, *notes] + ([shuffles] if shuffles else []) + sent_with_lines(data)
     lines += batch_lines(data)
     lines += details_lines(data)
+    lines += breakdown_lines(data)
     if data.get("layout"):
         lines += ["", *layouts.render_text(data["layout"])]
     if data.get("pipeline"):
@@ -391,8 +613,11 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
             seeds = data["shuffled_options"].get(r["stage"], {}).get("seeds")
             over = f" over seeds {seeds}" if seeds and len(r["accuracy_by_seed"]) > 1 else ""
             refused = f", refused {r['refused']} (not scored)" if r["refused"] else ""
+            figures = r.get("items")
+            interval = (f", 95% CI {ci_text(figures)} over {figures['n']} items"
+                        if figures and figures["low"] is not None else "")
             lines.append(f"accuracy: {r['stage']} {r['model']}: {accuracy_text(r)}{over} "
-                         f"(n={r['scored']}, invalid {r['invalid']}{refused})")
+                         f"(n={r['scored']}, invalid {r['invalid']}{refused}){interval}")
     t = data["totals"]
     hits = f"{t['cache_hits']} cache hit{'' if t['cache_hits'] == 1 else 's'}"
     lines.append(f"cost: ${t['cost']:.4f} for {t['requests']} requests ({t['sent']} sent, {hits} = "
