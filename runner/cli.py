@@ -1,4 +1,4 @@
-"""The ``runner`` command: submit, estimate, validate, resume, work, runs, report, costs, sim.
+"""The ``runner`` command: submit, estimate, validate, resume, work, runs, report, compare, costs, sim.
 
 Every error a user can cause ends in ``Error: <one sentence>`` on stderr and a non-zero exit (2 for a job
 file that does not validate or a submit whose worst case exceeds its budget, 1 otherwise), never a traceback.
@@ -341,6 +341,31 @@ def report(
         raise RunnerError(f"--format must be one of {', '.join(reports.FORMATS)}, not {fmt!r}")
     store = _store(db)
     _emit(reports.render(reports.build(store, run_id, judged=judged, by=by), fmt), output, fmt)
+
+
+@app.command()
+def compare(
+    run_a: Annotated[str, typer.Argument(help="A run (see `runner runs`).")],
+    run_b: Annotated[str | None, typer.Argument(help="Another run; without it, models of RUN_A are compared.",
+                                                show_default=False)] = None,
+    db: DbOption = None,
+    stage: Annotated[str | None, typer.Option("--stage", help="Only this stage.", show_default=False)] = None,
+    models: Annotated[tuple[str, str] | None, typer.Option(
+        "--models", help="MODEL_A MODEL_B: model A of RUN_A against model B of RUN_B (or of RUN_A itself). "
+        "Without it: two runs are compared model by model, one run's models pair by pair.",
+        show_default=False)] = None,
+    fmt: Annotated[str, typer.Option("--format", help="text, json, csv, md or html.")] = "text",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
+) -> None:
+    """Per stage and model, on the items both sides answered: accuracy of each, the difference B - A with its
+    95% paired interval, and a paired test (McNemar's exact test for 0/1 item scores, else a sign-flip
+    permutation test); items only in A or only in B."""
+    from runner.report import compare as comparison
+
+    if fmt not in comparison.FORMATS:
+        raise RunnerError(f"--format must be one of {', '.join(comparison.FORMATS)}, not {fmt!r}")
+    data = comparison.build(_store(db), run_a, run_b, stage=stage, models=models)
+    _emit(comparison.render(data, fmt), output, fmt)
 
 
 @app.command()
