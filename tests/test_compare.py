@@ -41,7 +41,7 @@ def _rows(path: Path, ids: list[int], phrase: str) -> Path:
 
 
 def _job(tmp: Path, name: str, rows: Path, url: str, *, stage: str = "mc", choices: str = "{seeds: [0], "
-         "shuffle: false}") -> Path:
+         "shuffle: false, gold: gold}") -> Path:
     path = tmp / f"{name}.yaml"
     path.write_text("\n".join([
         f"name: {name}",
@@ -89,7 +89,7 @@ async def runs(shared_srv, tmp_path_factory):
                             stage="other"),
         "other_rows": _job(tmp, "otherrows", _rows(tmp / "d.jsonl", [40, 41], "which is right?"), server.url),
         "seeds": _job(tmp, "seeds", _rows(tmp / "e.jsonl", list(range(12)), "which is right?"), server.url,
-                      choices="{seeds: [0, 1, 2]}"),
+                      choices="{seeds: [0, 1, 2], gold: gold}"),
     }
     out = {"store": store, "db": str(tmp / "cache.sqlite"), "tmp": tmp}
     for key, path in jobs.items():
