@@ -28,7 +28,8 @@ from runner.errors import (
     RunnerError,
     TransientError,
 )
-from runner.evaluate.results import result_line
+from runner.evaluate.results import line_provenance, result_line
+from runner.plan.prompts import Prompt, load_prompt
 from runner.plan.request import Task
 from runner.plan.stage import StagePlan
 from runner.providers.base import Completion, Provider
@@ -130,6 +131,10 @@ class Dispatcher:
         self.closed_models: set[tuple[str, str]] = set()
         self._free: dict[str, bool] = {}
         self.stages = {stage.name: stage for stage in job.stages}
+        #: each (stage, model)'s result-line provenance, built for its first finished task, and each stage's
+        #: prompt as its plan rendered it
+        self.provenance: dict[tuple[str, str], dict[str, Any]] = {}
+        self.prompts: dict[str, Prompt] = {}
         #: the Batch API side of the engine, when a stage may use it
         self.batcher: Batcher | None = None
         if any(job.stage_mode(stage) != "online" for stage in job.llm_stages()):
@@ -216,6 +221,7 @@ class Dispatcher:
         caller waits for several stages' batches together with :meth:`finish_batches`)."""
         loop = asyncio.get_running_loop()
         stage = plan.stage.name
+        self.prompts[stage] = plan.prompt  # the template its lines' provenance names
         # A pipeline runs in one process (a stage may run again for a retry round): its chunks are not leased.
         leasing = self.crew is not None and not self.job.is_pipeline
         for number, chunk in enumerate(_chunks(plan, CHUNK)):
@@ -737,7 +743,8 @@ class Dispatcher:
                 self.budgets.spend(req.stage, req.model, cost, tokens)
         result = result_line(self.stages[req.stage], req, None, status="failed", cache_hit=False,
                              notes=self.stats.notes,
-                             reasoning_tokens=billed.reasoning_tokens if billed is not None else 0)
+                             reasoning_tokens=billed.reasoning_tokens if billed is not None else 0,
+                             provenance=self._provenance(req))
         result.update(error_class=exc.error_class, error=str(exc))
         line = dumps(result)
         task = (
@@ -749,6 +756,17 @@ class Dispatcher:
         self.writer.put(Finished(task=task, ledger=ledger, result_line=line, stage=req.stage, release_id=release_id,
                                  fence=self.fence_of.pop(id(req), None)))
 
+    def _provenance(self, req: Task) -> dict[str, Any]:
+        """The provenance of ``req``'s result line: the same for every task of its stage and model (the run, the
+        job's fingerprint, the prompt, the model id and parameters of its call), built once per pair."""
+        found = self.provenance.get((req.stage, req.model))
+        if found is None:
+            prompt = self.prompts.get(req.stage) or load_prompt(self.job, self.stages[req.stage].prompt)
+            found = self.provenance[req.stage, req.model] = line_provenance(
+                run_id=self.run_id, job_hash=self.job.fingerprint(), prompt=prompt, model_id=req.call.model_id,
+                params=req.call.params)
+        return found
+
     def _record(
         self, req: Task, text: str, finish_reason: str | None, input_tokens: int, output_tokens: int, *,
         cost: float, latency: float | None, cache_hit: bool, attempts: int,
@@ -757,7 +775,8 @@ class Dispatcher:
         reasoning_tokens: int = 0,
     ) -> None:
         result = result_line(self.stages[req.stage], req, text, status="done", cache_hit=cache_hit,
-                             notes=self.stats.notes, thinking=thinking, reasoning_tokens=reasoning_tokens)
+                             notes=self.stats.notes, thinking=thinking, reasoning_tokens=reasoning_tokens,
+                             provenance=self._provenance(req))
         result["finish_reason"] = finish_reason
         counters = self.stats.counters(req.stage, req.model)
         counters.done += 1

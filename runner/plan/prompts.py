@@ -10,8 +10,9 @@ option (``option``, ``option_index``). Templates see the dataset row's fields, `
 
 from __future__ import annotations
 
+import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,6 +100,15 @@ class Prompt:
     #: a log-likelihood prompt's parts: the context, and the continuation scored after it
     context: Part | None = None
     continuation: Part | None = None
+    #: the template file's absolute path, and the SHA-256 of its bytes (None for an inline prompt)
+    path: str | None = None
+    file_sha256: str | None = None
+
+    @property
+    def sha256(self) -> str:
+        """What identifies the template's text in a result line's provenance: the SHA-256 of the template file, or
+        of an inline prompt's ``text``."""
+        return self.file_sha256 or hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
     @property
     def scores_loglikelihood(self) -> bool:
@@ -163,12 +173,15 @@ def _load_file(path: str, name: str, mtime_ns: int = 0) -> Prompt:
     try:
         data = load_yaml_bounded(Path(path), "prompt template")  # within the job file's bounds (no alias bomb)
         spec = InlinePrompt.model_validate(data)
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except JobFileError as exc:
         raise PromptError(f"prompt template {exc}") from None
+    except OSError as exc:
+        raise PromptError(f"prompt template {path} cannot be read ({exc.strerror or exc})") from None
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         raise PromptError(f"prompt template {path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    return _compile_spec(name, spec)
+    return replace(_compile_spec(name, spec), path=path, file_sha256=digest)
 
 
 def _compile_spec(name: str, spec: InlinePrompt) -> Prompt:
