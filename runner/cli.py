@@ -253,6 +253,8 @@ def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML file.")
     stages = ", ".join(f"{s.name} ({len(job.stage_models(s))} model(s))" if s.is_llm else f"{s.name} "
                        f"({s.data_ops()[0]})" for s in job.stages)
     _say(f"{job_file}: valid job {job.name!r}: {stages}")
+    for line in dataset_warnings(job):
+        _say(line, err=True)
 
 
 @app.command()

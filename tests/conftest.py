@@ -86,7 +86,7 @@ def write_job(path: Path, dataset: Path, *, models: list[str], extra: str = "", 
         "    prompt:",
         "      system: Answer with one letter.",
         "      user: \"{{ question }}\\n{{ options_block }}\\nAnswer:\"",
-        f"    choices: {{seeds: {seeds}}}",
+        f"    choices: {{seeds: {seeds}, gold: gold}}",
         "    parse: letter",
         stage_extra,
     ]

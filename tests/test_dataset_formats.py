@@ -530,19 +530,14 @@ def test_a_repeated_csv_id_names_both_physical_lines(tmp_path: Path) -> None:
         check_datasets(load_job(job))
     assert str(info.value).startswith(f"{path}:5: id 'k1' (field 'key') was already used on line 2 ({path}:2); ")
 
-# -- what needs a change outside this work (see the report): pinned, so they turn green when it is made ----------
+# -- a dataset folder (Hugging Face) through validation and replay ------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=JobFileError,
-                   reason="runner/spec/job.py resolve_file finds files only, so a dataset folder 'does not exist'")
 def test_a_folder_validates(tmp_path: Path) -> None:
     folder = save_hf(tmp_path / "mmlu_hf", reference_rows())
     job = load_job(mmlu_job(tmp_path, folder))
     assert job.stages[0].dataset.path == str(folder)
 
 
-@pytest.mark.xfail(strict=True, raises=OutputError,
-                   reason="runner/engine/replay.py hashes dataset.path with file_digest, which opens it as a file: "
-                          "the run stops saying the folder 'cannot be written (Is a directory)'")
 async def test_a_folder_stage_is_replayed(tmp_path: Path, fake_provider) -> None:
     fake_provider.behaviour = answers_arithmetic_only
     job = load_job(mmlu_job(tmp_path, MMLU_CSV, model="fake:m"))

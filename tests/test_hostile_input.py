@@ -59,7 +59,7 @@ def job_text(rows: Path, *, params: str = "{temperature: 0, max_tokens: 5}", sta
           - name: mc
             dataset: {{path: {rows}}}
             prompt: {{user: "{{{{ question }}}}\\n{{{{ options_block }}}}"}}
-            choices: {{seeds: [0]}}
+            choices: {{seeds: [0], gold: gold}}
             parse: letter
         """) + stage
 
@@ -228,7 +228,7 @@ def test_too_many_choice_seeds(tmp_path: Path) -> None:
     rows = write_rows(tmp_path / "rows.jsonl", 2)
     path = tmp_path / "job.yaml"
     seeds = ", ".join(str(n) for n in range(2000))
-    path.write_text(job_text(rows).replace("choices: {seeds: [0]}", f"choices: {{seeds: [{seeds}]}}"),
+    path.write_text(job_text(rows).replace("choices: {seeds: [0],", f"choices: {{seeds: [{seeds}],"),
                     encoding="utf-8")
     assert error_of(path) == f"{path}:8: stages[0].choices.seeds: must list from 1 to 1,000 seeds, not 2,000"
 

@@ -43,7 +43,7 @@ def _job(tmp_path: Path, stage: str, *, rows: Path | None = None, extra: str = "
         "      system: Answer in JSON.",
         "      user: \"{{ question }}\\n{{ options_block }}\\nAnswer:\"" if choices else
         "      user: \"{{ question }}\\nAnswer:\"",
-        f"    choices: {{seeds: {seeds}}}" if choices else "",
+        f"    choices: {{seeds: {seeds}, gold: gold}}" if choices else "",
         stage,
     ] if line) + "\n"
     path = tmp_path / "job.yaml"

@@ -19,6 +19,7 @@ from typing import IO, Any
 
 from runner.engine.address import code_digest, content_address, file_digest
 from runner.engine.stats import RunStats
+from runner.plan.datasets import dataset_digest
 from runner.plan.request import canonical_params
 from runner.plan.stage import StagePlan, model_key
 from runner.providers.pricing import Pricing
@@ -41,7 +42,7 @@ def stage_address(job: Job, stage: Stage, plan: StagePlan) -> str:
         "params": {model: canonical_params(params) for model, params in plan.model_params.items()},
         "limit": job.stage_limit(stage),
         "prompt": plan.prompt.text,
-        "dataset": file_digest(stage.dataset.path),
+        "dataset": dataset_digest(stage.dataset.path),
     }
     if stage.choices is not None and stage.choices.options_file:
         body["options"] = file_digest(stage.choices.options_file)

@@ -555,15 +555,30 @@ def budget_warnings(job: Job) -> list[str]:
 
 
 def dataset_warnings(job: Job) -> list[str]:
-    """Said before a run whose stage reads a dataset with no rows: the stage sends nothing (the run still ends)."""
-    from runner.plan.stage import count_rows
+    """Said before a run whose stage reads a dataset with no rows (the stage sends nothing; the run still ends),
+    or whose rows have a ``gold`` field the stage does not name (it is not scored: a stage is scored only when the
+    job says what its gold is)."""
+    from runner.plan.stage import count_rows, iter_rows
 
     lines = []
     for stage in job.stages:
-        if stage.dataset is not None and count_rows(stage.dataset.path, 1) == 0:
+        if stage.dataset is None:
+            continue
+        if count_rows(stage.dataset, 1) == 0:
             lines.append(f"warning: stage {stage.name}: the dataset {stage.dataset.path} has no rows, so the stage "
                          "has nothing to send")
+            continue
+        if stage.is_llm and not stage.review and _unnamed_gold(stage):
+            key = "choices.gold" if stage.choices is not None else "gold"
+            first = next(iter_rows(stage.dataset, 1), (0, {}))[1]
+            if "gold" in first:
+                lines.append(f"warning: stage {stage.name} is not scored: its rows have a 'gold' field but the stage "
+                             f"names no gold; add {key}: gold to score it")
     return lines
+
+
+def _unnamed_gold(stage: Any) -> bool:
+    return (stage.choices.gold if stage.choices is not None else stage.gold) is None
 
 
 def set_budget(job: Job, usd: float) -> None:

@@ -747,18 +747,21 @@ def _substitute_vars(path: Path, lines: dict[Loc, int], data: dict[str, Any], ov
     return out
 
 
-def resolve_file(job: Job, relative: str) -> Path | None:
+def resolve_file(job: Job, relative: str, *, folder: bool = False) -> Path | None:
     """Find a file named in a job: relative to the working directory, then to the job file's folder
     and its parent (so a job in ``jobs/`` may name ``data/...``), then among the files bundled with the package
-    (runner/bundled: the papers' ``data/...``)."""
+    (runner/bundled: the papers' ``data/...``). ``folder``: a folder is found too (a Hugging Face dataset)."""
     from runner.bundled import bundled_file
+
+    def found(path: Path) -> bool:
+        return path.is_file() or (folder and path.is_dir())
 
     candidate = Path(os.path.expanduser(relative))
     if candidate.is_absolute():
-        return candidate if candidate.is_file() else None
+        return candidate if found(candidate) else None
     job_dir = Path(job.base_dir)
     for base in (Path.cwd(), job_dir, job_dir.parent):
-        if (base / candidate).is_file():
+        if found(base / candidate):
             return (base / candidate).resolve()
     return bundled_file(candidate)
 
@@ -809,7 +812,7 @@ def _check(job: Job, path: Path, lines: dict[Loc, int]) -> None:
         with problems:
             _check_data_op(path, lines, loc, stage)
         if stage.dataset is not None:
-            found = resolve_file(job, stage.dataset.path)
+            found = resolve_file(job, stage.dataset.path, folder=True)
             if found is None:
                 with problems:
                     _fail(path, lines, loc + ("dataset", "path"),
