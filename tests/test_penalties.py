@@ -229,10 +229,11 @@ def test_the_embedded_model_is_given_the_penalties() -> None:
     accepted = inspect.signature(Llama.create_chat_completion).parameters
     assert {"presence_penalty", "frequency_penalty"} <= set(accepted)
     provider = LocalProvider(ProviderSettings())
-    provider.llm = RecordingLlama()
-    provider._generate(MESSAGES, {"temperature": 0.8, **PENALTIES})
-    provider._generate(MESSAGES, {"temperature": 0.8})
-    first, second = provider.llm.calls
+    recording = RecordingLlama()
+    provider.model = lambda name: recording  # type: ignore[method-assign]  # the loaded model, stood in for
+    provider._generate("smollm2", MESSAGES, {"temperature": 0.8, **PENALTIES})
+    provider._generate("smollm2", MESSAGES, {"temperature": 0.8})
+    first, second = recording.calls
     assert (first["presence_penalty"], first["frequency_penalty"]) == (0.8, -0.5)
     assert (second["presence_penalty"], second["frequency_penalty"]) == (0.0, 0.0)  # llama.cpp's own defaults
     assert all(accepted[name].default == 0.0 for name in PENALTIES)
