@@ -308,6 +308,20 @@ def test_related_terms_with_the_lexical_backend() -> None:
     assert out.rows[0]["related"] == ["Free ride", "Work trip", "Go home", "Plane", "Dead end"]
 
 
+def test_related_terms_picks_the_two_most_distinct_for_the_second_half_of_cost() -> None:
+    """Run on the five related terms with ``count: 2`` and ``as:``, the step picks the pair the released code's
+    ``filter_sim(line["phrases"].copy(), MAXIMUM, model)`` keeps (MAXIMUM = 2, hexuandeng/NewTerm 1acc3f0,
+    newterm/3_COST_generation.py), leaving ``related`` as it was."""
+    related = ["Upset", "Surprise", "Overflow", "Sudden win", "Shock result"]
+    row = {"_id": "r1", "term": "boilover", "related": related}
+    similarity = TableSimilarity({("Upset", "Surprise"): 0.9, ("Upset", "Shock result"): 0.8,
+                                  ("Overflow", "Sudden win"): 0.7, ("Upset", "Sudden win"): 0.6})
+    out = run("related_terms", [row], {"fields": ["related"], "count": 2, "as": "cost_answers"},
+              Context(similarity=similarity))
+    # drops Surprise (0.9), Shock result (0.8), Sudden win (0.7): Upset and Overflow are left
+    assert out.rows == [{**row, "cost_answers": ["Upset", "Overflow"]}] and out.rows[0]["related"] == related
+
+
 # --- newterm.filter_choices -------------------------------------------------------------------------------
 
 COMA_OPTIONS = [

@@ -260,16 +260,19 @@ def _each_row(rows: list[dict[str, Any]], build: Callable[[dict[str, Any]], dict
 @step("newterm.related_terms")
 def related_terms(rows: list[dict[str, Any]], args: dict[str, Any], ctx: Context) -> Outcome:
     """The paper's five related terms per new term: the generated lists in priority order, reduced by greedy
-    embedding de-duplication (the most similar pair loses its lower-priority member until ``count`` remain)."""
+    embedding de-duplication (the most similar pair loses its lower-priority member until ``count`` remain),
+    written to ``args.as`` (default ``related``). Run again on ``related`` with ``count: 2`` it picks the two most
+    distinct of the five, as the released code does for the second half of COST."""
     fields = list(args["fields"])
     count = int(args.get("count", 5))
+    target = str(args.get("as", "related"))
 
     def build(row: dict[str, Any]) -> dict[str, Any] | str:
         candidates = _candidates(row, fields)
         kept = _dedupe_greedy(candidates, count, ctx.similarity) if len(candidates) > count else candidates
         if len(kept) < count:
             return f"fewer than {count} distinct related terms"
-        return {**row, "related": kept}
+        return {**row, target: kept}
 
     return _each_row(rows, build)
 
