@@ -49,7 +49,7 @@ RULES = [
     ("partial", "repeated"),
     # the engine's content retries: asked again, still unusable
     ("antonyms", "fewer than 1 valid items after 2 rounds"),
-    ("coma_gen", "fewer than 1 valid items after 3 rounds"),
+    ("coma_gen", "fewer than 2 valid items after 3 rounds"),
     ("csj_filter", "answer unreadable after 2 rounds"),
     # newterm.related_terms
     ("related", "fewer than 5 distinct related terms"),
@@ -206,12 +206,15 @@ async def test_a_content_retry_recovers_an_unusable_first_answer(built: Built) -
     guesses = {row["term"]: row["guesses"] for row in built.rows("guesses")}
     assert guesses["vibecession"] == ["vibe slump"]
     wrong = [row["question"] for row in built.rows("csj_false_rows") if row["term"] == "vibecession"]
-    assert wrong == ["The vibecession made everyone feel rich and carefree about the economy."]
+    assert wrong == ["The vibecession made everyone feel rich and carefree about the economy.",
+                     "The vibecession was planted in spring and harvested in autumn."]
     ratings = {row["question"]: row["rating"] for row in built.rows("csj_filter")}
     assert ratings["The vibecession deepened as talk of the vibecession spread online."] == 9
     assert rounds["coma_gen"] == 3
-    questions = {(row["term"], row["split"]): row["question"] for row in built.rows("coma_questions")}
-    assert questions.get(("vibecession", "effect")) == "The vibecession kept shoppers at home all winter."
+    questions = [row["question"] for row in built.rows("coma_questions")
+                 if (row["term"], row["split"]) == ("vibecession", "effect")]
+    assert questions == ["The vibecession kept shoppers at home all winter.",
+                         "The vibecession kept diners out of restaurants."]
 
 
 async def test_related_terms_are_deduplicated_to_five(built: Built) -> None:
@@ -238,6 +241,102 @@ async def test_the_filter_cuts_more_than_four_options_to_the_least_similar_four(
             kept = [choice for choice in row["choices"] if choice not in (gold, row["term"])]  # COST keeps the term
             assert min(closeness[option] for option in cut_out) >= max(closeness[choice] for choice in kept)
         assert any(len(options) == 6 for options, _ in cut), task
+
+
+# -- 2b. sampling, counts and wording as the released code has them ------------------------------------------------
+# Facts from the released construction code, hexuandeng/NewTerm at commit 1acc3f0bc38ba9524b8a4cb38df83386bb5a75d9
+# (newterm/3_COMA_generation.py, 3_COST_generation.py, 3_CSJ_generation.py; config.json "instance_per_word": 1):
+#   every generation call: MultiChat(config, ..., temperature=0.8, presence_penalty=0.8); every filter call:
+#       MultiChat(config, ..., temperature=0)
+#   MAXIMUM = config["instance_per_word"] * 2; prompts ask for MAXIMUM + 1; retry_func asks again while fewer than
+#       MAXIMUM valid lines ("if len(clean) >= MAXIMUM: return False, None"); COMA keeps
+#       filter_sim(list(set(clean)), MAXIMUM, model) paragraphs; the COST filter makes a question of every line:
+#       question = [re.sub(r"^\d+(\.\d*)*", "", i).strip() for i in line['response'].split('\n')]
+#   COST's second half: phrases = filter_sim(line["phrases"].copy(), MAXIMUM, model), one sentence each, naming
+#       the others: phs = filter_sim(line["phrases"].copy(), 5, model, skip_sent=[newterm]); phs.remove(newterm);
+#       'not applicable if "{phs[0]}", "{phs[1]}", "{phs[2]}", or "{phs[3]}" is used instead.'
+#   the COST filter: 'Replace the _ in the above sentence with the correct option:' (the question's blank is "_")
+#   the COMA, COST and CSJ sentence prompts name five related terms: '... or "{line["phrases"][4]}" is used instead.'
+CODE_GENERATION = {"temperature": 0.8, "presence_penalty": 0.8}
+CODE_MAXIMUM = 1 * 2
+GENERATION_STAGES = ["coma_gen", "coma_distractors", "cost_gen", "cost_related_gen", "csj_gen", "csj_wrong_gen"]
+FILTER_STAGES = ["coma_filter", "cost_filter", "csj_filter"]
+
+
+def sent(built: Built, stage: str) -> list[dict[str, Any]]:
+    """The canonical requests a stage of the run sent (messages and parameters as keyed and sent)."""
+    keys = {task["key"] for task in built.store.tasks(built.outcome.run_id, stage=stage)}
+    requests = [json.loads(r["request_json"]) for r in built.store.responses() if r["key"] in keys]
+    assert len(requests) == len(keys) > 0, stage
+    return requests
+
+
+def text_of(request: dict[str, Any]) -> str:
+    return "\n".join(message["content"] for message in request["messages"])
+
+
+async def test_generation_samples_as_the_released_code(built: Built) -> None:
+    for stage in GENERATION_STAGES:
+        for request in sent(built, stage):
+            assert {k: request["params"].get(k) for k in CODE_GENERATION} == CODE_GENERATION, stage
+    for stage in FILTER_STAGES:
+        for request in sent(built, stage):
+            assert request["params"]["temperature"] == 0 and "presence_penalty" not in request["params"], stage
+    # a model without a presence penalty is sent none, as the code deletes it for Claude, and the job says so
+    job = load_job(REPO / "jobs" / "newterm-build.yaml", {"model": "anthropic:claude-3-5-haiku-20241022"})
+    for stage in (s for s in job.stages if s.name in GENERATION_STAGES):
+        assert job.model_params(stage, "anthropic:claude-3-5-haiku-20241022")["temperature"] == 0.8
+        assert "presence_penalty" not in job.model_params(stage, "anthropic:claude-3-5-haiku-20241022")
+        assert job.sent_with["dropped"][stage.name] == {
+            "anthropic:claude-3-5-haiku-20241022": ["presence_penalty (takes no presence_penalty)"]}
+
+
+async def test_counts_follow_the_released_code(built: Built) -> None:
+    stages = {stage.name: stage for stage in built.job.stages}
+    # 3 asked (MAXIMUM + 1), asked again below MAXIMUM, COMA keeping MAXIMUM, COST and CSJ every valid one
+    assert {row["n"] for row in built.rows("prepared")} == {CODE_MAXIMUM + 1}
+    assert [(stages[name].min_items, stages[name].max_items) for name in ("coma_gen", "cost_gen", "csj_gen")] == \
+        [(CODE_MAXIMUM, CODE_MAXIMUM), (CODE_MAXIMUM, None), (CODE_MAXIMUM, None)]
+    paragraphs = [len(row["paragraphs"]) for row in built.rows("coma_gen")]
+    assert paragraphs and set(paragraphs) == {CODE_MAXIMUM}  # boilover's effect answer had 2 valid of 6 lines
+    boilover = [row["sentence"] for row in built.rows("cost_term_rows") if row["term"] == "boilover"]
+    assert boilover == ["The derby ended in a boilover when the outsider beat the champion.",
+                        "Punters lost a fortune on the night of the boilover at Flemington."]
+    # COST's second half: the 2 most distinct related terms, one sentence each
+    answers = {row["term"]: row["cost_answers"] for row in built.rows("cost_answers")}
+    assert all(len(terms) == CODE_MAXIMUM for terms in answers.values()) and len(answers) == len(BUILT_TERMS)
+    asks = sorted((row["term"], row["answer_term"]) for row in built.rows("cost_related_asks"))
+    assert asks == sorted((term, answer) for term, terms in answers.items() for answer in terms)
+
+
+async def test_the_cost_related_prompt_names_the_other_related_terms_not_the_new_term(built: Built) -> None:
+    for row in built.rows("cost_related_others"):
+        assert row["others"] == [term for term in row["related"] if term != row["answer_term"]]
+        assert len(row["others"]) == 4 and row["term"] not in row["others"]
+    for request in sent(built, "cost_related_gen"):
+        user = request["messages"][-1]["content"]
+        named = user.split("not applicable if ", 1)[1]
+        term = next(row["term"] for row in built.rows("cost_related_others") if f"“{row['answer_term']}”" in user)
+        assert f"“{term}”" not in named, user
+        assert named.count("“") == 4
+
+
+async def test_the_sentence_prompts_name_all_five_related_terms(built: Built) -> None:
+    related = {row["term"]: row["related"] for row in built.rows("related")}
+    for stage in ("coma_gen", "cost_gen", "csj_gen"):
+        for request in sent(built, stage):
+            text = text_of(request)
+            term = next(t for t in related if f"“{t}”" in text)
+            named = text.split("not applicable if ", 1)[1]
+            assert all(f"“{r}”" in named for r in related[term]) and named.count("“") == 5, (stage, text)
+
+
+async def test_the_cost_filter_names_the_blank_the_question_has(built: Built) -> None:
+    for request in sent(built, "cost_filter"):
+        user = request["messages"][-1]["content"]
+        assert "Replace the _ in the above sentence" in user and "__" not in user
+        question = user.split("exercise:\n", 1)[1].split(" Replace the _", 1)[0]
+        assert question.count("_") == 1, question
 
 
 # -- 3. the released schema ---------------------------------------------------------------------------------------
