@@ -172,3 +172,33 @@ async def test_a_prompt_longer_than_the_context_is_a_bad_request_and_the_model_g
         assert done.text
     finally:
         await provider.aclose()
+
+
+async def test_each_weights_file_is_loaded_on_its_first_request_and_kept(tmp_path, monkeypatch):
+    """A path names its own file, loaded beside the aliases' one; a provider asked only for a path never looks for
+    the embedded model (here it is nowhere: finding it would mean a download)."""
+    import shutil
+
+    from runner.providers import local
+
+    embedded = local.embedded_gguf()
+    assert embedded is not None, "the embedded model's file is not on this machine"
+    copy = tmp_path / "copy.gguf"
+    shutil.copyfile(embedded, copy)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty"))
+    monkeypatch.setattr(local, "installed_gguf", lambda: None)
+    monkeypatch.setattr(local, "fetch_gguf", lambda target: pytest.fail("the embedded model was looked for"))
+    short = {"temperature": 0, "max_tokens": 3}
+    provider = LocalProvider(ProviderSettings())
+    await provider.start()
+    try:
+        by_path = await provider.execute(str(copy), TARGET, short)
+        assert list(provider.models) == [copy.resolve()]
+        monkeypatch.setenv("RUNNER_LOCAL_MODEL", str(embedded))  # the aliases run the original file
+        by_alias = await provider.execute("smollm2", TARGET, short)
+        assert list(provider.models) == [copy.resolve(), embedded]
+        assert by_alias.text == by_path.text  # the same weights, the same answer
+        assert (await provider.execute(str(copy), TARGET, short)).text == by_path.text and len(provider.models) == 2
+    finally:
+        await provider.aclose()
+    assert provider.models == {}
