@@ -216,7 +216,7 @@ def value_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def estimate(means: Iterable[float]) -> Estimate:
+def item_estimate(means: Iterable[float]) -> Estimate:
     """Mean, SE and 95% interval of item means; the interval clipped to [0, 1] when every mean is in it."""
     values = list(means)
     return mean_interval(values, clip=(0.0, 1.0) if all(0.0 <= v <= 1.0 for v in values) else None)
@@ -249,13 +249,13 @@ def _add_item_figures(store: Store, run_id: str, rows: list[dict[str, Any]], by:
                 continue
             scores = items.scores.get(row["model"])
             means = scores.means() if scores is not None else {}
-            row["items"] = estimate(means.values()).as_dict() if means else None
+            row["items"] = item_estimate(means.values()).as_dict() if means else None
             row["by_field"] = {}
             for name in shown:
                 groups: dict[str, list[float]] = {}
                 for item, mean in means.items():
                     groups.setdefault(items.fields.get(item, {}).get(name, "(none)"), []).append(mean)
-                row["by_field"][name] = {value: estimate(groups[value]).as_dict()
+                row["by_field"][name] = {value: item_estimate(groups[value]).as_dict()
                                          for value in sorted(groups, key=_value_order)}
             row["fields_left_out"] = left_out
     if by is not None and by not in recorded:
