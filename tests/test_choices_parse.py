@@ -1,4 +1,4 @@
-"""Seeded option permutations (stable across processes) and the letter parser (NewTerm reference rules).
+"""Seeded option permutations (stable across processes) and the letter parser.
 
 The full parser tables are in test_parsers.py; the property tests of the permutations in test_parsers.py too."""
 
@@ -126,7 +126,7 @@ def parse(text: str, options: list[str] = OPTIONS, letters: str = LETTERS) -> Pa
         ("**C**", 2),
         ("answer_D", 3),
         ("C, not A", 2),
-        ("A good choice is B", 0),  # the reference is case-sensitive: an article "A" counts
+        ("A good choice is B", 1),  # the article "A" before a lowercase word is no letter
         ("E or B", 1),  # E is not offered with four options
         ("\n\nB\n", 1),
     ],

@@ -91,8 +91,8 @@ LENIENT = [
     ("C, not A", "food", 2),
     ("C\n\nExplanation: potatoes grow underground.", "food", 2),
     ("Let me think. Carrots and onions are roots... The answer is B.", "food", 1),
-    ("A good choice is B", "food", 0),  # the article "A" counts, as in the NewTerm reference
-    ("B and C", "food", 1),  # first letter
+    ("A good choice is B", "food", 1),  # the article "A" before a lowercase word is no letter
+    ("B and C", "food", Reason.AMBIGUOUS),  # two letters for one answer
     ("E or B", "food", 1),
     ("answer_D", "food", 3),
     ("I'm not sure, but I think B.", "food", 1),
@@ -384,10 +384,10 @@ SCALE = [
     ("The sentence deserves a score of 2 because it is illogical.", 2),
     ("This is a 10.", 10),
     ("A solid 8!", 8),
-    ("between 7 and 8", 7),
-    ("3-4", 3),
+    ("between 7 and 8", Reason.AMBIGUOUS),  # a hedge between two ratings
+    ("3-4", Reason.AMBIGUOUS),
     ("Rating - 1", 1),
-    ("Sentence 1 gets a 3.", 1),  # the first integer in range, whatever it counts
+    ("Sentence 1 gets a 3.", 3),  # the rating given, not the sentence's number
     ("Sentence 12 gets a 3.", 3),  # out-of-range integers are skipped
     ("eight", 8),
     ("The score is seven.", 7),
