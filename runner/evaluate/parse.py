@@ -71,6 +71,7 @@ The NewTerm reference rules are reproduced apart, in :func:`newterm_reference_le
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import re
 import unicodedata
@@ -222,6 +223,7 @@ _BRITISH_RULES = (
 )
 
 
+@functools.lru_cache(maxsize=65536)
 def _spelling(word: str) -> str:
     """One spelling for British and American variants of a lowercase word (applied to both sides of a match)."""
     if word in _BRITISH:
@@ -233,6 +235,12 @@ def _spelling(word: str) -> str:
 
 def _tokens(text: str) -> list[str]:
     return [_spelling(word) for word in _WORD.findall(_plain(text).lower())]
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_tokens(name: str) -> tuple[str, ...]:
+    """An option's or label's words (the same few names are looked for in every answer)."""
+    return tuple(_tokens(name))
 
 
 _ANSWER_PREFIX = re.compile(
@@ -267,8 +275,8 @@ def _find(hay: list[str], needle: list[str]) -> list[tuple[int, int]]:
 
 
 def _same_text(core: str, names: Sequence[str]) -> list[int]:
-    words = _tokens(core)
-    return [i for i, name in enumerate(names) if words and _tokens(name) == words]
+    words = tuple(_tokens(core))
+    return [i for i, name in enumerate(names) if words and _name_tokens(name) == words]
 
 
 # -- reading an answer: its words, sentences, final-answer markers and ruled-out names ----------------------------
@@ -416,10 +424,15 @@ def _choose(r: _Reader, spots: list[tuple[int, int, int]]) -> Parsed | None:
 def _mentions(r: _Reader, names: Sequence[str]) -> list[tuple[int, int, int]]:
     """(first word, last word, name index) of every whole-word mention of a name, in order, leaving out a mention
     inside the mention of a longer name ("apple" inside "apple pie")."""
+    starts: dict[str, list[int]] = {}
+    for k, word in enumerate(r.lower):
+        starts.setdefault(word, []).append(k)
     spans = []
     for i, name in enumerate(names):
-        needle = _tokens(name)
-        spans += [(a, b - 1, i) for a, b in _find(r.lower, needle)] if needle else []
+        needle = _name_tokens(name)
+        for a in starts.get(needle[0], []) if needle else []:
+            if tuple(r.lower[a : a + len(needle)]) == needle:
+                spans.append((a, a + len(needle) - 1, i))
     spans = [s for s in spans if not any(o[1] - o[0] > s[1] - s[0] and o[0] <= s[0] and s[1] <= o[1] for o in spans)]
     return sorted(spans)
 
