@@ -252,10 +252,6 @@ async def test_a_renamed_copy_gets_the_embedded_models_answers_and_a_changed_one
     assert (totals["requests"], totals["cached"]) == (2, 0)
 
 
-@pytest.mark.xfail(strict=True, reason="runner/engine/replay.py's stage address takes model ids from "
-                                       "model_key(model, job.endpoints) without the job, so an alias's model_path "
-                                       "is not in it: a finished stage is replayed for other weights until it passes "
-                                       "the job (model_key(model, job.endpoints, job))")
 def test_an_alias_pointed_at_other_weights_is_not_replayed_from_a_finished_run(tmp_path, monkeypatch, capsys,
                                                                                real_gguf, cache):
     import asyncio

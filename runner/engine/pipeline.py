@@ -121,7 +121,7 @@ class Pipeline:
         }
         if stage.is_llm:
             body["prompt"] = load_prompt(self.job, stage.prompt).text  # type: ignore[arg-type]
-            body["models"] = [list(model_key(m, self.job.endpoints)) for m in self.job.stage_models(stage)]
+            body["models"] = [list(model_key(m, self.job.endpoints, self.job)) for m in self.job.stage_models(stage)]
             body["params"] = canonical_params(self.job.stage_params(stage).model_dump())
             if stage.choices is not None and stage.choices.options_file:
                 body["options"] = file_digest(stage.choices.options_file)

@@ -38,7 +38,7 @@ def stage_address(job: Job, stage: Stage, plan: StagePlan) -> str:
         "version": REPLAY_VERSION,
         "code": code_digest(),
         "stage": stage.model_dump(mode="json", by_alias=True, exclude={"budget", "output", "models"}),
-        "models": [[model, *model_key(model, job.endpoints), repr(pricing.rates(model))] for model in plan.models],
+        "models": [[model, *model_key(model, job.endpoints, job), repr(pricing.rates(model))] for model in plan.models],
         "params": {model: canonical_params(params) for model, params in plan.model_params.items()},
         "limit": job.stage_limit(stage),
         "prompt": plan.prompt.text,

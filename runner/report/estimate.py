@@ -38,8 +38,7 @@ from typing import Any
 from runner.engine.replay import replayable_tasks, stage_address
 from runner.errors import RunnerError
 from runner.plan.request import Task
-from runner.plan.stage import StagePlan
-from runner.providers.base import provider_class, split_model
+from runner.plan.stage import StagePlan, model_key
 from runner.providers.pricing import PER, Pricing, Rates
 from runner.providers.tokens import bound_call_tokens, count_call_tokens, exact
 from runner.report.terminal import clean, clean_lines
@@ -238,8 +237,7 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
                 rates_of[model] = pricing.rates(model)
             rates = rates_of[model]
             batch = pricing.batch_rates(model) if rates is not None else None
-            provider, name = split_model(model)
-            model_id = provider_class(provider).model_id(name, job.endpoints)
+            provider, name, model_id = model_key(model, job.endpoints, job)
             ids[model] = (provider, model_id)
             # the cap as sent: the answer's max_tokens and the thinking allowance of a reasoning model
             max_tokens = plan.model_params[model].get("max_tokens")
