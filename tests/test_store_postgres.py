@@ -446,3 +446,60 @@ def test_a_job_on_postgres_reports_as_on_sqlite(tmp_path: Path, pg_server: pg.Pg
     # the memo holds the same distinct requests (two seeds may show a row's options in the same order)
     assert sorted(r["key"] for r in store.responses()) == sorted(r["key"] for r in lite.responses())
     store.close()
+
+
+# -- a worker stopped inside a transaction --------------------------------------------------------------------------
+
+_STOPPED_INSIDE = r"""
+import os, signal, sys
+import psycopg
+from runner.store import open_store
+
+url, run_id = sys.argv[1], sys.argv[2]
+store = open_store(url)
+store.join_run(run_id, "victim", "h", os.getpid(), 4.0)  # a 4 s lease: transactions idle past 1 s are ended
+execute = psycopg.Connection.execute
+stopped = []
+
+def execute_then_stop(self, query, *args, **kwargs):
+    cursor = execute(self, query, *args, **kwargs)
+    if "pg_advisory_xact_lock" in str(query) and not stopped:  # the run's reservation lock is held: stop here
+        stopped.append(True)
+        print("locked", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return cursor
+
+psycopg.Connection.execute = execute_then_stop
+got = store.reserve_within(run_id, "mc", "sim:m", "victim-key", 0.25, {"run": 10.0}, "victim")
+print("reserved", got[0] is not None, flush=True)
+"""
+
+
+def test_a_worker_stopped_inside_a_transaction_holds_no_lock_past_its_bound(pg_url: str, tmp_path: Path) -> None:
+    """A worker stopped (SIGSTOP) while it holds the run's reservation lock: the server ends its idle transaction
+    within the bound (a quarter of its lease), so another worker's reservation goes through instead of waiting for
+    ever; woken, the stopped worker connects again and runs its whole reservation again, and each is in the ledger
+    once."""
+    store = open_store(pg_url)
+    run_id = store.create_run("j", "j.yaml", "{}", "fp", 2)
+    store.join_run(run_id, "other", "h", 1, 4.0)
+    store.conn.execute("SET statement_timeout = '30s'")  # without the bound this would wait for ever: fail instead
+    script = tmp_path / "victim.py"
+    script.write_text(_STOPPED_INSIDE)
+    victim = subprocess.Popen([sys.executable, str(script), pg_url, run_id], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert victim.stdout is not None and victim.stdout.readline().strip() == "locked"
+        started = time.monotonic()
+        ledger_id, blocked, _ = store.reserve_within(run_id, "mc", "sim:m", "other-key", 0.25, {"run": 10.0}, "other")
+        waited = time.monotonic() - started
+        assert ledger_id is not None and blocked is None
+        assert 0.5 < waited < 10, waited  # it waited for the server to end the stopped transaction, not for ever
+    finally:
+        victim.send_signal(subprocess.signal.SIGCONT)
+    out, err = victim.communicate(timeout=60)
+    assert victim.returncode == 0, err
+    assert out.strip() == "reserved True", (out, err)
+    keys = sorted(row["key"] for row in store.ledger(run_id, kind="reserved"))
+    assert keys == ["other-key", "victim-key"]
+    store.close()

@@ -233,18 +233,10 @@ def _dead(db: str, run_id: str, pid: int) -> bool:
 
 @pytest.mark.parametrize("budget", ["ample", "tight"])
 @pytest.mark.parametrize("sim_server", [0.05], indirect=True)
-def test_a_stopped_worker_declared_dead_is_fenced_out(request, tmp_path, sim_server, db, monkeypatch, budget):
+def test_a_stopped_worker_declared_dead_is_fenced_out(tmp_path, sim_server, db, monkeypatch, budget):
     """A worker stopped (SIGSTOP) past its lease while another takes its chunks over, then continued (SIGCONT): the
     store refuses its writes for the chunks it lost, so nothing is charged twice, no finished task is rewritten, no
     reservation stays open, and a budget that runs out ends the run (exit 3) instead of waiting for ever."""
-    if db.startswith("postgresql"):
-        # Known and open (issue 20 stays open for it): in about one run in five on PostgreSQL the other worker does
-        # not take the stopped worker's chunks over within 120 s. Likely cause, not yet confirmed: a worker stopped
-        # inside a fenced write keeps its lease rows locked (FOR SHARE), and the takeover skips locked rows (FOR
-        # UPDATE SKIP LOCKED) until the stopped process wakes. When the takeover does happen, every assertion below
-        # holds; SQLite's variants pass every time.
-        request.applymarker(pytest.mark.xfail(strict=False, reason="PostgreSQL takeover of a worker stopped inside "
-                                              "a fenced write can wait until it wakes (issue 20, open)"))
     _env(monkeypatch)
     # each request's worst case is about $0.08: $20 pays ~250 of the 600
     usd = 1000000 if budget == "ample" else 20

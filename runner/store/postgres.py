@@ -15,6 +15,12 @@ Where SQLite's answers depend on its own rules, this module reproduces them:
 - types: sums of integers are cast back to integers and averages to floats (PostgreSQL widens them to numeric).
 
 Lease and claim times are the database server's clock (``clock_timestamp()``), the same for every machine.
+
+A worker's process may stop inside a transaction (a stopped or swapped-out process, a machine under load) while it
+holds row locks or the run's reservation lock, and every other worker would wait on them until it wakes. So a
+worker's session ends a transaction left idle longer than a quarter of its lease (``idle_in_transaction_session_
+timeout``): the server rolls it back and frees its locks; when the process wakes, it connects again and runs the
+whole transaction again, where its fence (a lease now another worker's) refuses what it may no longer write.
 """
 
 from __future__ import annotations
@@ -62,19 +68,30 @@ EPSILON = 1e-9
 CONNECT_TIMEOUT_S = 10
 #: rows per round trip when a result is streamed
 _FETCH = 2000
+#: the session's bound on a transaction left idle (module docstring)
+_STALL_SQL = "SELECT set_config('idle_in_transaction_session_timeout', %s, false)"
 #: the server's clock in seconds since the epoch
 _CLOCK = "extract(epoch from clock_timestamp())::float8"
 
 
+class _Stalled(Exception):
+    """The server ended this process's transaction, left idle past the session's bound (the process stopped inside
+    it): rolled back, so it may run again on a new connection."""
+
+
 def _deadlock_retried(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Run again a statement PostgreSQL chose as a deadlock's victim: processes claiming, beating and committing
-    at once may lock the same claims rows in different orders (keys are sorted where one statement takes many)."""
+    """Run again a transaction PostgreSQL chose as a deadlock's victim (processes claiming, beating and committing
+    at once may lock the same claims rows in different orders; keys are sorted where one statement takes many), or
+    ended because this process stopped inside it (:class:`_Stalled`). Each method so marked is one transaction, with
+    nothing committed before it, so running it again is safe."""
     def retried(*args: Any, **kwargs: Any) -> Any:
         for attempt in range(5):
             try:
                 return method(*args, **kwargs)
-            except psycopg.errors.DeadlockDetected:
+            except (psycopg.errors.DeadlockDetected, _Stalled) as exc:
                 if attempt == 4:
+                    if isinstance(exc, _Stalled) and exc.__cause__ is not None:
+                        raise exc.__cause__ from None
                     raise
                 time.sleep(0.01 * (attempt + 1))
         raise AssertionError("unreachable")
@@ -230,11 +247,12 @@ class PostgresStore(Store):
         self.path = redact(url)
         self._lock = threading.RLock()
         self._cursors = itertools.count(1)
-        kwargs: dict[str, Any] = {}
+        #: kept in memory only, to connect again after a stall (it may hold a password)
+        self._url = url
+        #: the session's bound on a transaction left idle, in ms (0: none); set when a worker joins a run
+        self._stall_ms = 0
         try:
-            if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(url):
-                kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
-            self.conn = psycopg.connect(url, autocommit=True, **kwargs)
+            self.conn = self._connect()
         except psycopg.Error as exc:
             raise StoreError(f"the PostgreSQL store {self.path} cannot be opened ({_reason(exc, url)}): check that"
                              " the server is running and the URL is right, or set --db or RUNNER_DB") from None
@@ -247,6 +265,23 @@ class PostgresStore(Store):
             self.conn.close()
             raise StoreError(f"the PostgreSQL store {self.path} cannot be opened ({_reason(exc, url)}): check the"
                              " database and its permissions, or set --db or RUNNER_DB") from None
+
+    def _connect(self) -> psycopg.Connection:
+        kwargs: dict[str, Any] = {}
+        if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self._url):
+            kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
+        conn = psycopg.connect(self._url, autocommit=True, **kwargs)
+        if self._stall_ms:
+            conn.execute(_STALL_SQL, (f"{self._stall_ms}ms",))
+        return conn
+
+    def _bound_stalls(self, ttl: float) -> None:
+        """A transaction this session leaves idle for more than a quarter of the lease (at least a second) is ended
+        by the server (module docstring)."""
+        ms = max(1000, int(ttl * 1000 / 4))
+        if ms != self._stall_ms:
+            self._stall_ms = ms
+            self._run(_STALL_SQL, (f"{ms}ms",))
 
     def close(self) -> None:
         with self._lock:
@@ -271,9 +306,16 @@ class PostgresStore(Store):
     # -- plumbing -------------------------------------------------------------------------------------------
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection]:
-        """One transaction on the connection, no other thread's statement inside it."""
-        with self._lock, self.conn.transaction():
-            yield self.conn
+        """One transaction on the connection, no other thread's statement inside it. Ended by the server because
+        this process stopped inside it: a new connection, and :class:`_Stalled` for the method to run it again."""
+        with self._lock:
+            try:
+                with self.conn.transaction():
+                    yield self.conn
+            except psycopg.errors.IdleInTransactionSessionTimeout as exc:
+                self.conn.close()
+                self.conn = self._connect()
+                raise _Stalled from exc
 
     def _all(self, sql: str, args: tuple | list | dict | None = None) -> list[tuple]:
         with self._lock:
@@ -457,6 +499,7 @@ class PostgresStore(Store):
         return conn.execute(_HELD_SQL, (fence.run_id, fence.stage, fence.chunk, fence.worker,
                                         fence.token)).fetchone() is not None
 
+    @_deadlock_retried
     def copy_tasks(self, source: str, source_stage: str, run_id: str, stage: str) -> list[tuple[str, int, int, float,
                                                                                                    float]]:
         with self._tx() as conn:
@@ -483,6 +526,7 @@ class PostgresStore(Store):
     def release(self, ledger_id: int) -> None:
         self._run("DELETE FROM ledger WHERE id = %s AND kind = 'reserved'", (ledger_id,))
 
+    @_deadlock_retried
     def resolve_reservations(self, run_id: str) -> tuple[int, int]:
         with self._tx() as conn:
             settled = conn.execute(
@@ -538,6 +582,7 @@ class PostgresStore(Store):
             f" WHERE t.cache_hit = 1 AND t.saved > 0 {where} GROUP BY 1, 2", params), 2)
 
     # -- Batch API requests ----------------------------------------------------------------------------
+    @_deadlock_retried
     def record_batch(self, batch_id: str, run_id: str, stage: str, model: str, provider_batch_id: str | None,
                      round: int, lines: list[tuple[str, int | None]], *, state: str = "running") -> None:
         with self._tx() as conn:
@@ -564,12 +609,14 @@ class PostgresStore(Store):
         assignments = ", ".join(f"{name} = %s" for name in fields)
         self._run(f"UPDATE batches SET {assignments} WHERE id = %s", (*fields.values(), batch_id))
 
+    @_deadlock_retried
     def finish_batch(self, batch_id: str, statuses: dict[str, str]) -> None:
         with self._tx() as conn:
             conn.cursor().executemany("UPDATE batch_lines SET status = %s WHERE batch_id = %s AND key = %s",
                                       [(status, batch_id, key) for key, status in statuses.items()])
             conn.execute("UPDATE batches SET state = 'collected', updated = %s WHERE id = %s", (now(), batch_id))
 
+    @_deadlock_retried
     def drop_batch(self, batch_id: str) -> None:
         with self._tx() as conn:
             conn.execute("DELETE FROM batch_lines WHERE batch_id = %s", (batch_id,))
@@ -585,6 +632,7 @@ class PostgresStore(Store):
 
     # -- several processes on one run (runner/engine/workers.py) -------------------------------------------------
     def join_run(self, run_id: str, worker: str, host: str, pid: int, ttl: float) -> None:
+        self._bound_stalls(ttl)
         self._run("INSERT INTO workers (id, run_id, host, pid, started, seen, state) VALUES"
                   f" (%s, %s, %s, %s, %s, {_CLOCK} + %s, 'live') ON CONFLICT (id) DO UPDATE SET"
                   " run_id = excluded.run_id, host = excluded.host, pid = excluded.pid, started = excluded.started,"
@@ -592,6 +640,7 @@ class PostgresStore(Store):
 
     @_deadlock_retried
     def heartbeat(self, worker: str, ttl: float) -> list[tuple[str, int, int]] | None:
+        self._bound_stalls(ttl)  # a widened lease widens the bound too
         with self._tx() as conn:
             (until,) = conn.execute(f"SELECT {_CLOCK} + %s", (ttl,)).fetchone()
             if not conn.execute("UPDATE workers SET seen = %s WHERE id = %s AND state = 'live'",
@@ -635,6 +684,7 @@ class PostgresStore(Store):
             got[int(chunk)] = ("new" if inserted else "taken", int(token))
         return got
 
+    @_deadlock_retried
     def take_expired_lease(self, run_id: str, stage: str, worker: str, ttl: float) -> tuple[int, int] | None:
         with self._tx() as conn:
             row = conn.execute(
@@ -688,6 +738,7 @@ class PostgresStore(Store):
             f"SELECT id FROM workers WHERE run_id = %s AND state = 'live' AND seen < {_CLOCK}"
             f" ORDER BY started {_C} NULLS FIRST, id {_C}", (run_id,))]
 
+    @_deadlock_retried
     def resolve_worker(self, run_id: str, worker: str) -> int:
         with self._tx() as conn:
             possibly = conn.execute("UPDATE ledger SET kind = 'possibly_billed' WHERE run_id = %s AND worker = %s"
@@ -695,6 +746,7 @@ class PostgresStore(Store):
             conn.execute("UPDATE workers SET state = 'dead' WHERE id = %s", (worker,))
         return possibly
 
+    @_deadlock_retried
     def reserve_within(self, run_id: str, stage: str, model: str, key: str, usd: float,
                        limits: dict[str, float], worker: str | None = None, *, fence: Fence | None = None
                        ) -> tuple[int | None, str | None, int]:
@@ -733,6 +785,7 @@ class PostgresStore(Store):
         return [json.loads(row) for (row,) in self._all("SELECT row FROM stage_rows WHERE hash = %s ORDER BY n",
                                                         (digest,))]
 
+    @_deadlock_retried
     def save_stage_output(self, digest: str, stage: str, run_id: str, rows: list[dict[str, Any]], cost: float,
                           funnel: dict[str, Any]) -> None:
         with self._tx() as conn:
