@@ -34,7 +34,7 @@ def _job(url: str, *, name: str = "apijob", dataset: str = "rows.jsonl", **stage
             "name": "mc",
             "dataset": {"path": dataset},
             "prompt": {"system": "Answer with one letter.", "user": "{{ question }}\n{{ options_block }}\nAnswer:"},
-            "choices": {"seeds": [0, 1]},
+            "choices": {"seeds": [0, 1], "gold": "gold"},
             "parse": "letter",
             **stage,
         }],

@@ -65,7 +65,7 @@ def _job(tmp_path: Path, srv: Any, model: str, rows: int, *, params: dict[str, A
         "stages": [{"name": "mc", "dataset": {"path": str(dataset)},
                     "prompt": {"system": "Answer with one letter.",
                                "user": "{{ question }}\n{{ options_block }}\nAnswer:"},
-                    "choices": {"seeds": [0]}, "parse": "letter", **(stage or {})}],
+                    "choices": {"seeds": [0], "gold": "gold"}, "parse": "letter", **(stage or {})}],
     }
     if budget is not None:
         data["budget"] = {"usd": budget}
