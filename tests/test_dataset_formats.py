@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from runner.engine.run import execute
-from runner.errors import JobFileError, OutputError, RunnerError
+from runner.errors import JobFileError, RunnerError
 from runner.plan import datasets as formats
 from runner.plan.datasets import count_dataset, dataset_digest, dataset_format, read_dataset
 from runner.plan.stage import StagePlan, check_datasets, count_rows, gold_index, iter_rows

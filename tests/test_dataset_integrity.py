@@ -111,8 +111,8 @@ def test_a_gold_index_beyond_a_shared_options_file(tmp_path: Path) -> None:
     options.write_text(json.dumps(["x", "y", "z"]), encoding="utf-8")
     rows = [{"question": "q", "gold": 1}, {"question": "q", "gold": 3}]
     job, dataset = job_with(tmp_path, rows)
-    text = job.read_text(encoding="utf-8").replace("choices: {seeds: [0], gold: gold}",
-                                                   f"choices: {{seeds: [0], gold: gold, options_file: {json.dumps(str(options))}}}")
+    shared = f"choices: {{seeds: [0], gold: gold, options_file: {json.dumps(str(options))}}}"
+    text = job.read_text(encoding="utf-8").replace("choices: {seeds: [0], gold: gold}", shared)
     job.write_text(text, encoding="utf-8")
     with pytest.raises(RunnerError, match=rf"^{dataset}:2: gold 3 .* has 3 options, numbered 0 to 2$"):
         check_datasets(load_job(job))

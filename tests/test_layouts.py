@@ -27,7 +27,7 @@ STAGE = """\
     prompt:
       system: "{{% if setting == 'gold' %}}Given that {{{{ term }}}} means {{{{ meaning }}}}. {{% endif %}}One letter."
       user: "[{name} {{{{ template }}}}] {{{{ question }}}}\\n{{{{ options_block }}}}\\nAnswer:"
-    choices: {{seeds: [0, 1, 2]}}
+    choices: {{seeds: [0, 1, 2], gold: gold}}
     variants: {{setting: [base, gold], template: [0, 1, 2]}}
     parse: letter
 """

@@ -121,7 +121,8 @@ async def test_a_parser_that_crashes_or_returns_no_option_keeps_the_answer_marke
         "def crash(answer, *, options, row):\n    return options[99]\n\n"
         "def beyond(answer, *, options, row):\n    return 7\n")
     for name, reason in [("crash", "parser broken_words:crash failed: IndexError: list index out of range"),
-                         ("beyond", "the parser broken_words:beyond returned 7, not the index of one of the 4 options shown")]:
+                         ("beyond", "the parser broken_words:beyond returned 7, not the index of one of the 4 options "
+                                    "shown")]:
         folder = tmp_path / name
         folder.mkdir()
         shutil.copy(tmp_path / "broken_words.py", folder / "broken_words.py")
