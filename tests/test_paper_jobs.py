@@ -52,9 +52,12 @@ def check_table(name: str, first: Outcome, built: dict[str, Any]) -> dict[str, A
         assert set(per_stage) == {"with-gold", "hint-option", "hint-instruction", "no-hint"}
         assert all(per_stage[s]["requests"] == 30 for s in per_stage)
         assert per_stage["no-hint"]["scored"] == 0  # judged by people, not scored
-        for column in ("with_gold", "hint_option", "hint_instruction", "E[A w/o]", "OmniAccuracy"):
-            assert row[column] is not None
+        for column in ("with_gold", "hint_option", "hint_instruction"):
+            assert row[column] is not None and 0.0 <= row[column]["mean"] <= 1.0
         assert row["no_hint"] is None
+        # the paper's E[A w/o] and OmniAccuracy need the no-hint answers judged: until then the cells say so
+        for column in ("E[A w/o]", "OmniAccuracy"):
+            assert row[column]["not_comparable"].startswith("n/a: no-hint not judged"), row[column]
         review = [json.loads(x) for x in first.results["no-hint"].read_text().splitlines()]
         assert len(review) == 30 and all(r["options_shown"] and r["prompt"] and r["response"] for r in review)
         # without the gold, the right answer is none-of-them (-1), listed as the fixed last option
