@@ -44,7 +44,7 @@ def write_job(folder: Path, url: str, *, mode: str, name: str = "batchjob", rows
         "stages": [{"name": "mc", "dataset": {"path": str(dataset)},
                     "prompt": {"system": "Answer with one letter.",
                                "user": "{{ question }}\n{{ options_block }}\nAnswer:"},
-                    "choices": {"seeds": [0, 1]}, "parse": "letter"}],
+                    "choices": {"seeds": [0, 1], "gold": "gold"}, "parse": "letter"}],
         **extra,
     }
     path = folder / f"{name}.yaml"
@@ -63,7 +63,10 @@ def lines(path: Path) -> list[dict]:
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        out.append({k: v for k, v in row.items() if k not in ("cache_hit",)})
+        kept = {k: v for k, v in row.items() if k not in ("cache_hit",)}
+        # the run and its job (a batch job and an online one differ in mode) are not the answers'
+        kept["provenance"] = {k: v for k, v in row["provenance"].items() if k not in ("run_id", "job_hash")}
+        out.append(kept)
     return sorted(out, key=lambda r: (r["id"], r["seed"]))
 
 

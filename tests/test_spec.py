@@ -40,11 +40,12 @@ stages:
       user: "{{ question }}\\n{{ options_block }}"
     choices:
       seeds: [0]
+      gold: gold
     parse: letter
 """
 # line:        1 name, 2 models, 3 - sim:gpt-test, 4 params, 5 temperature, 6 max_tokens, 7 providers, 8 sim,
 #              9 rpm, 10 stages, 11 - name: mc, 12 dataset, 13 path, 14 prompt, 15 system, 16 user, 17 choices,
-#              18 seeds, 19 parse
+#              18 seeds, 19 gold, 20 parse
 
 
 def write_dataset(path: Path) -> Path:
@@ -107,7 +108,7 @@ MALFORMED = [
     ),
     pytest.param(
         "    parse: letter\n", "    parse: letter\n    colour: red\n",
-        20, "stages[0].colour", "unknown key 'colour'", id="unknown-stage-key",
+        21, "stages[0].colour", "unknown key 'colour'", id="unknown-stage-key",
     ),
     pytest.param(
         "    dataset:\n      path: DATASET\n", "    dataset:\n      path: DATASET\n      limt: 2\n",
@@ -119,7 +120,7 @@ MALFORMED = [
     ),
     pytest.param(
         "    parse: letter\n", "    parse: letter\n    params:\n      temperature: hot\n",
-        21, "stages[0].params.temperature", "valid number", id="wrong-type-stage-params",
+        22, "stages[0].params.temperature", "valid number", id="wrong-type-stage-params",
     ),
     pytest.param(
         "  max_tokens: 16\n", "  max_tokens: 0\n",
@@ -147,7 +148,7 @@ MALFORMED = [
     ),
     pytest.param(
         "    parse: letter\n", "    parse: letter\n    models: [sim:ok, other:bad]\n",
-        20, "stages[0].models[1]", "unknown provider 'other'", id="unknown-provider-in-stage",
+        21, "stages[0].models[1]", "unknown provider 'other'", id="unknown-provider-in-stage",
     ),
     pytest.param(
         '    prompt:\n      system: "Answer with one letter."\n      user: "{{ question }}\\n{{ options_block }}"\n',
@@ -155,7 +156,7 @@ MALFORMED = [
         14, "stages[0].prompt", "no prompt template 'nosuch/template'", id="unknown-prompt-template",
     ),
     pytest.param(
-        "    choices:\n      seeds: [0]\n", "",
+        "    choices:\n      seeds: [0]\n      gold: gold\n", "",
         11, "stages[0]", "parse: letter needs a choices: section", id="letter-without-choices",
     ),
     pytest.param(
@@ -168,7 +169,7 @@ MALFORMED = [
     ),
     pytest.param(
         "    parse: letter\n", "    parse: letter\n    samples: 0\n",
-        20, "stages[0].samples", "must be from 1 to 1,000 (got 0)", id="samples-zero",
+        21, "stages[0].samples", "must be from 1 to 1,000 (got 0)", id="samples-zero",
     ),
     pytest.param(
         "  - name: mc\n", "  - name: 'has space'\n",
@@ -211,7 +212,7 @@ def test_missing_stages(tmp_path: Path) -> None:
 def test_duplicate_stage_name(tmp_path: Path) -> None:
     text = BASE + "  - name: mc\n    dataset: {path: DATASET}\n    prompt: {user: hi}\n"
     path = write_job(tmp_path, text)
-    assert split_error(path, error_of(path)) == (20, "stages[1].name", "stage name 'mc' is used twice")
+    assert split_error(path, error_of(path)) == (21, "stages[1].name", "stage name 'mc' is used twice")
 
 
 def test_stage_without_any_model(tmp_path: Path) -> None:
@@ -239,7 +240,7 @@ def test_key_given_twice_names_dotted_key(tmp_path: Path) -> None:
     path = write_job(tmp_path, variant("    parse: letter\n",
                                        "    parse: letter\n    params:\n      max_tokens: 1\n      max_tokens: 2\n"))
     line, key, text = split_error(path, error_of(path))
-    assert (line, key) == (22, "stages[0].params.max_tokens")
+    assert (line, key) == (23, "stages[0].params.max_tokens")
     assert "twice" in text
 
 
@@ -259,7 +260,7 @@ def test_inline_prompt_with_misspelt_user_key(tmp_path: Path) -> None:
 
 
 def test_letter_without_choices_message_is_short(tmp_path: Path) -> None:
-    path = write_job(tmp_path, variant("    choices:\n      seeds: [0]\n", ""))
+    path = write_job(tmp_path, variant("    choices:\n      seeds: [0]\n      gold: gold\n", ""))
     message = error_of(path)
     assert "{{ question }}" not in message
     assert "(got {" not in message
@@ -276,7 +277,7 @@ def test_empty_and_non_mapping_job_files(tmp_path: Path) -> None:
 
 def test_reserved_field_cannot_be_set_from_the_file(tmp_path: Path) -> None:
     path = write_job(tmp_path, BASE + "base_dir: /etc\n")
-    assert split_error(path, error_of(path)) == (20, "base_dir", "unknown key 'base_dir'")
+    assert split_error(path, error_of(path)) == (21, "base_dir", "unknown key 'base_dir'")
 
 
 def test_absent_job_file(tmp_path: Path) -> None:
@@ -440,7 +441,7 @@ def test_cli_validate_lists_every_cross_field_problem(
     assert code == 2
     problems = _problem_lines(err, path, 3)
     assert [(line, key) for line, key, _ in problems] == [
-        (3, "models[0]"), (13, "stages[0].dataset.path"), (19, "stages[0].parse")]
+        (3, "models[0]"), (13, "stages[0].dataset.path"), (20, "stages[0].parse")]
     assert "did you mean 'letter'" in problems[2][2]
 
 
