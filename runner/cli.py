@@ -37,6 +37,10 @@ from runner.report.terminal import clean
 from runner.spec.job import Job, load_job
 from runner.store import Store, open_store
 
+#: raise an unexpected error (a bug) instead of printing it in one line: what RUNNER_RAISE_ERRORS=1 does, for a
+#: program that calls main() in its own process and wants the traceback (the test suite sets it)
+RAISE_UNEXPECTED = False
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -437,7 +441,7 @@ def main() -> None:
         if said is not None:  # the store failed outside a run (a full disk, a corrupt page, the server gone)
             _say(f"Error: {said}", err=True)
             sys.exit(1)
-        if os.environ.get("RUNNER_RAISE_ERRORS") or "pytest" in sys.modules:
+        if os.environ.get("RUNNER_RAISE_ERRORS") or RAISE_UNEXPECTED:
             raise
         _say(f"Error: unexpected {type(exc).__name__}: {exc} (set RUNNER_RAISE_ERRORS=1 for the "
                    "traceback, and please report it)", err=True)

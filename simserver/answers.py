@@ -22,6 +22,8 @@ import math
 import re
 from typing import Any
 
+from runner.providers.sim_tokens import count_prompt_tokens, count_tokens, message_text
+
 __all__ = ["REFUSAL", "THINKING_TOKENS", "canonical", "count_prompt_tokens", "count_tokens", "fit", "fraction",
            "message_digest", "offered_letters", "reply", "request_text", "schema_instance", "simulated_reply",
            "structured_text", "thinking_text", "thinking_tokens", "uncut_reply"]
@@ -42,18 +44,9 @@ _WORDS = (
 canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
-def _text_of(content: Any) -> str:
-    """An OpenAI message content's text: the string, or its text parts joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return ""
-
-
 def request_text(messages: list[Any]) -> str:
     """Every message's text, in order (the system prompt first), joined with newlines."""
-    return "\n".join(_text_of(m.get("content")) for m in messages)
+    return "\n".join(message_text(m.get("content")) for m in messages)
 
 
 def _number(value: Any) -> Any:
@@ -81,7 +74,7 @@ def reply(messages_json: str, model: str, messages: list[Any], temperature: Any,
 def offered_letters(messages: list[Any]) -> list[str]:
     """The option letters the last user message offers ("A. ..." or "A) ...", else "A: ..."), in order."""
     last = next((m for m in reversed(messages) if m.get("role") == "user"), messages[-1])
-    content = _text_of(last.get("content"))
+    content = message_text(last.get("content"))
     letters = list(dict.fromkeys(_MC_OPTION.findall(content)))
     if len(letters) < 2:
         letters = list(dict.fromkeys(_MC_OPTION_COLON.findall(content)))
@@ -116,15 +109,6 @@ def fit(text: str, max_tokens: int | None, stop: Any) -> tuple[str, str, str | N
         if len(words) > max_tokens:
             return " ".join(words[:max_tokens]), "length", None
     return text, "stop", hit
-
-
-def count_tokens(text: str) -> int:
-    """Tokens of a text as usage reports them: one per four characters, rounded up."""
-    return (len(text) + 3) // 4
-
-
-def count_prompt_tokens(messages: list[Any]) -> int:
-    return 3 + sum(count_tokens(_text_of(m.get("content"))) + 3 for m in messages)
 
 
 # -- thinking, structured answers and refusals -----------------------------------------------------------------

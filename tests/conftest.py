@@ -19,6 +19,13 @@ from simserver import SimConfig, SimServer, start_server
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A bug in the CLI run in this process raises with its traceback instead of printing one line."""
+    import runner.cli
+
+    runner.cli.RAISE_UNEXPECTED = True
+
+
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test gets its own store and results folder; no test reads a user's cache.sqlite."""

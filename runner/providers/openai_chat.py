@@ -519,7 +519,7 @@ class SimProvider(OpenAIChatProvider):
     @classmethod
     def count_input_tokens(cls, model: str, messages: Iterable[Mapping[str, Any]]) -> int:
         """The simulated server's own rule, so exact."""
-        from simserver.answers import count_prompt_tokens
+        from runner.providers.sim_tokens import count_prompt_tokens
 
         return count_prompt_tokens([dict(message) for message in messages])
 
