@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import venv
@@ -138,6 +139,11 @@ def test_the_wheel_ships_the_bundled_files_and_runs_from_an_empty_folder(tmp_pat
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
     python = env_dir / "bin" / "python"
+    # The dependencies are this interpreter's. Run from a virtualenv, the new environment's "system" packages are
+    # the base interpreter's, without them: a .pth file adds this environment's package folders after its own (their
+    # .pth files are not read, so an editable install of the repository does not come along).
+    own = env_dir / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    (own / "outer-packages.pth").write_text("".join(f"{folder}\n" for folder in site.getsitepackages()))
     # this pip installs into the new environment (pip --python, 22.3+): no pip of its own to set up there
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
                     "-q", str(wheel)], check=True, capture_output=True, text=True)
