@@ -503,3 +503,37 @@ def test_a_worker_stopped_inside_a_transaction_holds_no_lock_past_its_bound(pg_u
     keys = sorted(row["key"] for row in store.ledger(run_id, kind="reserved"))
     assert keys == ["other-key", "victim-key"]
     store.close()
+
+
+def test_a_write_whose_transaction_the_server_ended_runs_again_whole(pg_url: str, monkeypatch) -> None:
+    """A worker paused inside its fenced write (after the fence check, before the batched inserts, which run in
+    psycopg's pipeline mode where the server's reason is lost): the server ends the idle transaction, the write
+    connects again and runs whole, once: one task row, one charge, the reservation released."""
+    from runner.store.base import Fence, Finished
+
+    store = open_store(pg_url)
+    run_id = store.create_run("j", "j.yaml", "{}", "fp", 1)
+    store.join_run(run_id, "w1", "h", 1, 4.0)  # transactions idle past 1 s are ended
+    assert store.lease_chunks(run_id, "mc", [0], "w1", 30) == {0: ("new", 1)}
+    fence = Fence("w1", run_id, "mc", 0, 1)
+    reserved = store.reserve_within(run_id, "mc", "sim:m", "k1", 0.5, {"run": 10.0}, "w1", fence=fence)[0]
+    holds, pauses = PostgresStore._holds, []
+
+    def pausing(conn, fence):
+        held = holds(conn, fence)
+        if not pauses:  # the first time only: as a process stopped here and woken 1.5 s later
+            pauses.append(True)
+            time.sleep(1.5)
+        return held
+
+    monkeypatch.setattr(PostgresStore, "_holds", staticmethod(pausing))
+    task = (run_id, "mc", "i1", "sim:m", "r1", "{}", "k1", "done", 0, 1, None, None, 1, 1, 0.25, 0.1, None, 1, "{}",
+            0, 0.0, None)
+    response = ("k1", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.25, 0.1, "x", None, 0)
+    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.25, "2026-01-01T00:00:00")
+    item = Finished(task=task, response=response, ledger=charge, stage="mc", release_id=reserved, fence=fence)
+    assert store.write_finished([item]) == [item]
+    assert pauses == [True]
+    assert [t["status"] for t in store.tasks(run_id)] == ["done"]
+    assert [(row["kind"], row["amount"]) for row in store.ledger(run_id)] == [("charge", 0.25)]
+    store.close()

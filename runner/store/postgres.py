@@ -309,13 +309,32 @@ class PostgresStore(Store):
         """One transaction on the connection, no other thread's statement inside it. Ended by the server because
         this process stopped inside it: a new connection, and :class:`_Stalled` for the method to run it again."""
         with self._lock:
+            body_done, started = False, time.monotonic()
             try:
                 with self.conn.transaction():
                     yield self.conn
+                    body_done = True
             except psycopg.errors.IdleInTransactionSessionTimeout as exc:
-                self.conn.close()
-                self.conn = self._connect()
-                raise _Stalled from exc
+                self._reconnect_after(exc)
+            except psycopg.OperationalError as exc:
+                # The server's reason does not always reach the client (in pipeline mode, executemany's, it says only
+                # that the connection closed): a connection lost inside a transaction open for longer than the bound
+                # is taken for the bound's end. Lost before COMMIT was sent, the transaction did not commit, so it may
+                # run again; lost at COMMIT, whether it committed is unknown, and it is not. A connection lost
+                # otherwise (a terminated backend, a restart) is the store going away, as before.
+                if body_done or not self._stall_ms or time.monotonic() - started < self._stall_ms / 1000:
+                    raise
+                self._reconnect_after(exc)
+
+    def _reconnect_after(self, exc: psycopg.Error) -> None:
+        """A new connection after the server ended this one inside a transaction, and :class:`_Stalled` for the
+        method to run that transaction again; ``exc`` itself when the server cannot be reached."""
+        self.conn.close()
+        try:
+            self.conn = self._connect()
+        except psycopg.Error:
+            raise exc from None
+        raise _Stalled from exc
 
     def _all(self, sql: str, args: tuple | list | dict | None = None) -> list[tuple]:
         with self._lock:
