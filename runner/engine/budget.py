@@ -1,4 +1,4 @@
-"""Budgets with in-flight reservations (DESIGN invariant 3).
+"""Budgets with in-flight reservations (ARCHITECTURE.md invariant 3).
 
 Before a request is sent, its worst case (input tokens counted, plus max_tokens at the output price) is
 reserved against every budget that covers it: the run's, its stage's and its model's. The reservation is

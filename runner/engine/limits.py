@@ -1,4 +1,4 @@
-"""Per-endpoint rate limits (DESIGN invariant 5).
+"""Per-endpoint rate limits (ARCHITECTURE.md invariant 5).
 
 An endpoint is provider + key + model: two models of one provider do not share limits. Each has
 

@@ -1,4 +1,4 @@
-"""The retry policy (DESIGN invariant 4): the runner's alone, bounded in attempts and in wall time.
+"""The retry policy (ARCHITECTURE.md invariant 4): the runner's alone, bounded in attempts and in wall time.
 
 Exponential backoff with full jitter for server errors, timeouts, dropped connections and malformed answers,
 up to ``retry.max_attempts``; a 429 pauses the whole endpoint for its Retry-After instead of backing one request

@@ -216,7 +216,7 @@ async def execute(
     join: bool = False,
 ) -> Outcome:
     """Run ``job`` as a new run, or resume ``run_id``. Returns when the run ends or is interrupted.
-    ``reuse``: replay an evaluation stage unchanged since a run that finished it (runner/replay.py) instead of
+    ``reuse``: replay an evaluation stage unchanged since a run that finished it (runner/engine/replay.py) instead of
     planning its requests again; off, every request is planned and looked up in the memo one by one.
     ``join``: work on ``run_id`` beside the processes already on it (``runner work``, runner/engine/workers.py);
     the run's status stays theirs unless this process is the last one on it."""

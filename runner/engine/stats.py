@@ -83,7 +83,7 @@ class RunStats:
         self.errors_by_class: dict[str, int] = {}
         #: things the view should say once (a budget ran out)
         self.notes: list[str] = []
-        #: the run's budgets, when it has any (runner/budget.py), for the live view
+        #: the run's budgets, when it has any (runner/engine/budget.py), for the live view
         self.budgets: object | None = None
         #: Batch API batches of this run by id: stage, model, state, the provider's state, lines and results
         self.batches: dict[str, BatchView] = {}

@@ -897,7 +897,7 @@ def parse_scale(text: str, low: int = 0, high: int = 10) -> Parsed:
     "Rating:"/"score is"/"I'd give it", else the integers of the last sentence naming any (out-of-range ones are
     skipped; the scale's own bounds and denominators are not ratings; decimals such as "7.5" are not integers),
     else a number word ("eight"). Integers seen but none in range -> ``out_of_range``; "7 or 8" -> ``ambiguous``.
-    Thresholds (keep >= 8, <= 3) are :func:`runner.score.threshold`."""
+    Thresholds (keep >= 8, <= 3) are :func:`runner.evaluate.score.threshold`."""
     if not text.strip():
         return Parsed(None, Reason.EMPTY)
     answer = _answer_text(text)

@@ -6,7 +6,7 @@ messages (or log-likelihood pairs), the output-changing parameters and the sampl
 calls share one answer, paid once. A :class:`Task` is one row × model × variant of a stage: its identity in
 the run, the options as shown (permutation), the gold, and the call that answers it.
 
-Cache key (DESIGN invariant 1): the SHA-256 of the canonical JSON (sorted keys, no whitespace) of the call.
+Cache key (ARCHITECTURE.md invariant 1): the SHA-256 of the canonical JSON (sorted keys, no whitespace) of the call.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def canonical_loglikelihood(provider: str, model_id: str, pairs: list[tuple[str,
 
 
 def cache_key(canonical: dict[str, Any]) -> str:
-    """SHA-256 of the canonical JSON (sorted keys, no whitespace) of the request. DESIGN invariant 1."""
+    """SHA-256 of the canonical JSON (sorted keys, no whitespace) of the request. ARCHITECTURE.md invariant 1."""
     return key_of(canonical_json(canonical))
 
 

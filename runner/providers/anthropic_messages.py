@@ -108,7 +108,7 @@ class AnthropicProvider(Provider):
         self.client = anthropic.AsyncAnthropic(
             api_key=self.api_key(),
             base_url=self.settings.base_url,
-            max_retries=0,  # the runner owns retries (DESIGN invariant 4)
+            max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
             http_client=anthropic.DefaultAioHttpClient(timeout=self.settings.timeout),
             default_headers={"anthropic-version": self.api_version},

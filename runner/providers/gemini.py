@@ -112,7 +112,7 @@ class GeminiProvider(Provider):
             # responseJsonSchema or thinkingConfig (capabilities.GEMINI_API_VERSION)
             api_version=capabilities.GEMINI_API_VERSION,
             timeout=int(self.settings.timeout * 1000),  # milliseconds
-            retry_options=types.HttpRetryOptions(attempts=1),  # the runner owns retries (invariant 4)
+            retry_options=types.HttpRetryOptions(attempts=1),  # runner-owned retries (ARCHITECTURE.md invariant 4)
         )
         self.client = genai.Client(api_key=self.api_key(), http_options=options)
 

@@ -227,7 +227,7 @@ class OpenAIChatProvider(Provider):
         self.client = openai.AsyncOpenAI(
             api_key=self.api_key() or "no-key",  # servers that take no key still need a non-empty string
             base_url=self.base_url,
-            max_retries=0,  # the runner owns retries (DESIGN invariant 4)
+            max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
             http_client=openai.DefaultAioHttpClient(timeout=self.settings.timeout),
         )

@@ -43,7 +43,7 @@ class Outcome:
 class Context:
     """What a step may use besides its rows."""
 
-    #: text similarity (runner.similarity): ``similarity.matrix(a, b)`` → cosine similarities
+    #: text similarity (runner.plan.similarity): ``similarity.matrix(a, b)`` → cosine similarities
     similarity: Any
     #: the job's seed for anything random in a step
     seed: int = 0

@@ -1,6 +1,6 @@
 """The live view: a rich table per stage and model on a terminal, periodic plain log lines elsewhere.
 
-It only reads :class:`runner.stats.RunStats`; the engine does not know it exists. Every text in it that comes
+It only reads :class:`runner.engine.stats.RunStats`; the engine does not know it exists. Every text in it that comes
 from outside (provider errors, batch states, notes, names from the job) is passed through
 :func:`runner.report.terminal.clean` first: an error body's escape sequences must not reach the terminal.
 """

@@ -16,7 +16,7 @@ What is kept:
 
 A task row is the tuple :data:`TASK_COLUMNS`; a memo row :data:`RESPONSE_COLUMNS`; a ledger row
 :data:`LEDGER_COLUMNS`. The writer (:mod:`runner.store.writer`) commits finished tasks with their responses
-and ledger rows through :meth:`Store.write_batch`, in one transaction (DESIGN invariant 2).
+and ledger rows through :meth:`Store.write_batch`, in one transaction (ARCHITECTURE.md invariant 2).
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def m006_pipelines(db: sqlite_utils.Database) -> None:
 
 @migration
 def m007_stage_replays(db: sqlite_utils.Database) -> None:
-    """Evaluation stages a run finished completely, under their content address (runner/replay.py): a later
+    """Evaluation stages a run finished completely, under their content address (runner/engine/replay.py): a later
     run of the unchanged stage copies that run's tasks instead of planning every request again."""
     db["stage_replays"].create({"hash": str, "run_id": str, "stage": str, "tasks": int, "created": str}, pk="hash")
 

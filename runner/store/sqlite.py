@@ -2,8 +2,8 @@
 
 WAL mode and a busy timeout let ``runner runs`` and ``runner report`` read while a run writes. All writes of
 a run go through one writer task (:mod:`runner.store.writer`) that commits in small batches; a response is
-committed in the same transaction that marks its task done (DESIGN invariant 2), so a crash loses only
-in-flight work. This is the only module that writes SQL for the store (migrations aside).
+committed in the same transaction that marks its task done (ARCHITECTURE.md invariant 2), so a crash loses
+only in-flight work. This is the only module that writes SQL for the store (migrations aside).
 """
 
 from __future__ import annotations
