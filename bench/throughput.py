@@ -7,11 +7,11 @@ In one run, against ``simserver`` started in its own process on 127.0.0.1, it pr
 
 1. the bare OpenAI SDK's requests/s (N distinct short multiple-choice requests, same concurrency bound);
 2. the runner's uncached requests/s for a job of the same N requests, through spec -> plan -> dispatcher ->
-   store -> results file (``runner.run.execute``), checked against the server's ``/sim/stats``;
+   store -> results file (``runner.engine.run.execute``), checked against the server's ``/sim/stats``;
 3. the ratio runner / bare SDK (target >= 70 %);
 4. cache hits/s on a re-run of the same job on the same store (target >= 20,000/s), checked through
-   ``runner.report.build`` and the server's counters. The unchanged stage is replayed whole from the first
-   run (runner/replay.py), as a user's re-submit is; 4b is the same re-run with ``reuse=False`` (what
+   ``runner.report.summary.build`` and the server's counters. The unchanged stage is replayed whole from the first
+   run (runner/engine/replay.py), as a user's re-submit is; 4b is the same re-run with ``reuse=False`` (what
    ``--replan`` does), every request planned and looked up one by one: the path a re-run takes when the stage
    changed but most of its requests did not (a model added, a row appended);
 5. peak RSS of a ``--rows``-row streamed job (rows cycling over 4 questions, so all but a handful of

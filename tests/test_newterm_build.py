@@ -366,7 +366,7 @@ async def test_editing_the_cost_prompt_reruns_only_cost_stages(tmp_path: Path,
         text = prompt.read_text(encoding="utf-8")
         assert "I have created a new term" in text
         prompt.write_text(text.replace("I have created a new term", "I have coined a new term"), encoding="utf-8")
-        # the same process runs the job again: runner.prompts must see the edited file (its cache is keyed by
+        # the same process runs the job again: runner.plan.prompts must see the edited file (its cache is keyed by
         # the file's modification time)
         server.reset()
         second = await execute(build_job(Path(job_file), server, tmp_path / "out"), store)

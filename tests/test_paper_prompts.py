@@ -1,4 +1,4 @@
-"""The seed papers' prompt templates, rendered through runner.prompts with the real data rows.
+"""The seed papers' prompt templates, rendered through runner.plan.prompts with the real data rows.
 
 NewTerm (prompts/newterm/{coma,cost,csj}.yaml) must reproduce, character for character, the prompts of the
 released evaluation code (github.com/hexuandeng/NewTerm, newterm/utils.py build_prompt, Gold prefix from
@@ -50,7 +50,7 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _context(row: dict[str, Any], variant: dict[str, Any], options: list[str] | None = None) -> dict[str, Any]:
-    """The render context the engine builds (runner/plan.py): row fields, ``row``, variant values, options."""
+    """The render context the engine builds (runner/plan/stage.py): row fields, ``row``, variant values, options."""
     context = dict(row)
     context["row"] = row
     context.update(variant)

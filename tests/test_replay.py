@@ -1,4 +1,4 @@
-"""Whole-stage replay (runner/replay.py): an evaluation stage unchanged since a run that finished it is copied
+"""Whole-stage replay (runner/engine/replay.py): an evaluation stage unchanged since a run that finished it is copied
 from that run's tasks, as cache hits, instead of being planned request by request."""
 
 from __future__ import annotations

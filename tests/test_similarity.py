@@ -1,4 +1,4 @@
-"""runner.similarity: the lexical fallback's numbers, and which backend ``auto`` picks (no model is loaded)."""
+"""runner.plan.similarity: the lexical fallback's numbers, and which backend ``auto`` picks (no model is loaded)."""
 
 from __future__ import annotations
 
