@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runner.errors import JobFileError
+from runner.evaluate.plugins import PARSER_GROUP, entry_point_names, is_import_path
 from runner.providers.base import ProviderSettings, provider_names, split_model
 from runner.providers.capabilities import ANTHROPIC_VERSIONS, Shaped, shape
 from runner.spec.yamlfile import Loc, dotted, line_of, load_with_lines, load_yaml_bounded
@@ -476,8 +477,6 @@ class Stage(Strict):
     @property
     def parse_plugin(self) -> bool:
         """Whether answers are read by one's own parser: an import path, or an installed entry point's name."""
-        from runner.evaluate.plugins import PARSER_GROUP, entry_point_names, is_import_path
-
         return self.parse not in BUILTIN_PARSES and (is_import_path(self.parse)
                                                       or self.parse in entry_point_names(PARSER_GROUP))
 
