@@ -155,10 +155,10 @@ def _own_parser(stage: Stage, req: Task, text: str, result: dict[str, Any], note
             result["answer_letter"] = LETTERS[value]
         value = req.perm[value] if req.perm is not None else value
     result["valid"] = why is None
-    if why is not None:
+    if why is None:
+        result["parsed"] = value
+    else:
         result["invalid_reason"] = why
-        return result if stage.review else _scored(req, "exact", result)
-    result["parsed"] = value
     return result if stage.review else _scored(req, "exact", result)
 
 
