@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,9 +15,8 @@ import pytest
 import pytest_asyncio
 
 from runner.providers import base
-from simserver import SimConfig, SimServer, start_server
-
-ROOT = Path(__file__).resolve().parent.parent
+from simserver import SimServer, start_server
+from tests.helpers import LLAMA_LAUNCHER, LLAMA_START_TIMEOUT, ROOT, LlamaServer, free_port, fresh, tail
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,39 +68,6 @@ def fake_provider() -> Iterator[type]:
         FakeProvider.reset()
 
 
-def write_rows(path: Path, count: int, *, start: int = 0) -> Path:
-    """A multiple-choice JSONL dataset with ``count`` distinct rows."""
-    with open(path, "w", encoding="utf-8") as out:
-        for i in range(start, start + count):
-            row = {"question": f"Question number {i}: which is right?",
-                   "choices": [f"first {i}", f"second {i}", f"third {i}", f"fourth {i}"], "gold": i % 4}
-            out.write(json.dumps(row) + "\n")
-    return path
-
-
-def write_job(path: Path, dataset: Path, *, models: list[str], extra: str = "", stage_extra: str = "",
-              seeds: str = "[0]", name: str = "testjob") -> Path:
-    lines = [
-        f"name: {name}",
-        f"models: {json.dumps(models)}",
-        "params: {temperature: 0, max_tokens: 5}",
-        f"output_dir: {json.dumps(str(path.parent / 'results'))}",
-        "retry: {max_attempts: 10, backoff_initial: 0.01, backoff_max: 0.05, max_elapsed: 60}",
-        extra,
-        "stages:",
-        "  - name: mc",
-        f"    dataset: {{path: {json.dumps(str(dataset))}}}",
-        "    prompt:",
-        "      system: Answer with one letter.",
-        "      user: \"{{ question }}\\n{{ options_block }}\\nAnswer:\"",
-        f"    choices: {{seeds: {seeds}, gold: gold}}",
-        "    parse: letter",
-        stage_extra,
-    ]
-    path.write_text("\n".join(line for line in lines if line) + "\n", encoding="utf-8")
-    return path
-
-
 @pytest.fixture
 def sim_server(request) -> Iterator[str]:
     """The simulated server in its own process (latency from ``indirect`` parametrization, default 20 ms);
@@ -119,27 +86,6 @@ def sim_server(request) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-def sim_stats(url: str) -> dict:
-    """The simulated server's counters (``/sim/stats``): what it received and completed."""
-    with urllib.request.urlopen(url.removesuffix("/v1") + "/sim/stats", timeout=5) as response:
-        return json.load(response)
-
-
-def runner_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "runner.cli", *args]
-
-
-def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """``runner ARGS`` in this process: (exit code, stdout, stderr)."""
-    from runner.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["runner", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    out, err = capsys.readouterr()
-    return exit_info.value.code or 0, out, err
-
-
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def shared_srv() -> AsyncIterator[SimServer]:
     """One in-process simulated server for a whole test module (its tests run in the module's event loop:
@@ -153,15 +99,6 @@ def srv(shared_srv: SimServer) -> SimServer:
     """The module's server with the default config, the real clock, no batches and zeroed counters (a module that
     needs more, a script or a key, defines its own)."""
     return fresh(shared_srv)
-
-
-def fresh(server: SimServer, **config: Any) -> SimServer:
-    """A shared simulated server as new: the default config (with ``config`` over it), the real clock, no
-    batches or files, counters zeroed."""
-    server.configure(**{**dataclasses.asdict(SimConfig()), **config})
-    server.clock = time.monotonic
-    server.reset()
-    return server
 
 
 @pytest.fixture
@@ -179,3 +116,49 @@ def provider_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
         monkeypatch.setenv(variable, "test-key")
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """llama-cpp-python's own OpenAI-compatible server serving the embedded SmolLM2 GGUF on 127.0.0.1, one per test
+    module (see tests/providers/test_llama_server.py for why it is started through a launcher)."""
+    from runner.providers.local import locate_gguf
+
+    folder = tmp_path_factory.mktemp("llama-server")
+    port = free_port()
+    log = folder / "server.log"
+    command = [
+        sys.executable, "-c", LLAMA_LAUNCHER,
+        "--model", str(locate_gguf()), "--model_alias", "smollm2",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--n_threads", "2", "--n_threads_batch", "2", "--n_ctx", "2048", "--verbose", "False",
+    ]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # access-log lines reach the file as they happen
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + LLAMA_START_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"llama_cpp.server exited with {proc.returncode} while starting:\n{tail(log)}")
+            try:
+                with urllib.request.urlopen(f"{url}/models", timeout=2) as answer:
+                    if answer.status == 200 and json.load(answer)["data"]:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama_cpp.server did not answer GET /v1/models within {LLAMA_START_TIMEOUT:g} s:\n"
+                            f"{tail(log)}")
+            time.sleep(0.2)
+        yield LlamaServer(url, log)
+        assert proc.poll() is None, f"llama_cpp.server died during the tests ({proc.returncode}):\n{tail(log)}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -18,7 +18,7 @@ from runner import RunFailed, RunResult, arun_job, load_results, run_job
 from runner.errors import JobFileError, RunnerError, StoreError
 from runner.store import open_store
 from simserver import SimServer
-from tests.conftest import ROOT, fresh, write_rows
+from tests.helpers import ROOT, fresh, write_rows
 
 
 def _job(url: str, *, name: str = "apijob", dataset: str = "rows.jsonl", **stage: Any) -> dict[str, Any]:

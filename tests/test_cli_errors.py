@@ -13,20 +13,7 @@ import pytest
 
 from runner.spec.job import load_job
 from runner.store import open_store
-from tests.conftest import ROOT, run_cli, runner_cmd, write_job, write_rows
-
-BOX = ("╭", "│", "╰")
-
-
-def one_error(err: str) -> str:
-    """The one ``Error:`` line of stderr, its last line; nothing a user should not see."""
-    assert "Traceback" not in err and "unexpected" not in err, err
-    assert not any(ch in err for ch in BOX), err
-    lines = [line for line in err.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("Error:")]
-    assert len(errors) == 1, err
-    assert lines[-1] == errors[0], err
-    return errors[0]
+from tests.helpers import ROOT, one_error, run_cli, runner_cmd, write_job, write_rows
 
 
 def runner(*args: str) -> subprocess.CompletedProcess[str]:

@@ -15,8 +15,8 @@ from runner.engine.run import execute
 from runner.providers.base import Completion
 from runner.spec.job import load_job
 from runner.store import open_store
-from tests.conftest import run_cli
-from tests.test_dataset_formats import MMLU_CSV, mmlu_job, reference_rows
+from tests.helpers import run_cli
+from tests.plan.test_dataset_formats import MMLU_CSV, mmlu_job, reference_rows
 
 
 def _answers(model, messages, params, n) -> Completion:

@@ -16,7 +16,7 @@ import yaml
 from runner.cli import main
 from runner.providers.base import ProviderSettings
 from runner.providers.local import LocalProvider
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 def _cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:

@@ -22,7 +22,7 @@ import pytest
 from runner.bundled import ROOT as BUNDLED
 from runner.bundled import bundled_file, locate_job
 from runner.spec.job import job_from_dict, load_job
-from tests.conftest import ROOT, run_cli, write_rows
+from tests.helpers import ROOT, run_cli, write_rows
 
 COMA = "data/newterm/benchmark_2023/COMA_clean.jsonl"
 

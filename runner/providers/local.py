@@ -35,7 +35,7 @@ prompt is 1 more than a multiple of 512 (llama-cpp-python's default ``n_batch``,
 evaluated alone); a reused prefix stops at least two tokens before the end, and never includes a position
 that was evaluated alone (a generated token, or such a last token). ``bench/local.py --check`` compares every
 step's logits, bit for bit, with a fresh evaluation per request (the code before this change) over the four
-papers' jobs in several orders; tests/test_local_provider.py pins it. Flash attention, which would be faster,
+papers' jobs in several orders; tests/providers/test_local_provider.py pins it. Flash attention, which would be faster,
 changes the logits, so it stays off.
 
 Log-likelihoods (:meth:`LocalProvider.loglikelihood`, WinoDict-style scoring) are read from the model's logits,

@@ -1,0 +1,140 @@
+"""What the tests share besides fixtures (those are in conftest.py): paths, datasets and job files written for a
+test, the ``runner`` command in this process or its own, the simulated server's counters and reset, and the one
+check every error path uses (:func:`one_error`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import socket
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simserver import SimConfig, SimServer
+
+#: the project's root (the folder with pyproject.toml)
+ROOT = Path(__file__).resolve().parent.parent
+
+#: the frame characters of click's boxed usage errors: a user never sees them
+BOX = ("\u256d", "\u2502", "\u2570")
+
+
+def one_error(err: str, *, only: bool = False) -> str:
+    """The one ``Error:`` line of stderr, its last line (its only line with ``only``): no traceback, no bug report
+    ("Error: unexpected ..."; the bare word may be a driver's own reason), no click box."""
+    assert "Traceback" not in err and "Error: unexpected " not in err, err
+    assert not any(ch in err for ch in BOX), err
+    lines = [line for line in err.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("Error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], err
+    assert not only or len(lines) == 1, err
+    return errors[0]
+
+
+def only_error(err: str) -> str:
+    """:func:`one_error` where stderr holds nothing else (the job was refused before the run began)."""
+    return one_error(err, only=True)
+
+
+def write_rows(path: Path, count: int, *, start: int = 0) -> Path:
+    """A multiple-choice JSONL dataset with ``count`` distinct rows."""
+    with open(path, "w", encoding="utf-8") as out:
+        for i in range(start, start + count):
+            row = {"question": f"Question number {i}: which is right?",
+                   "choices": [f"first {i}", f"second {i}", f"third {i}", f"fourth {i}"], "gold": i % 4}
+            out.write(json.dumps(row) + "\n")
+    return path
+
+
+def write_job(path: Path, dataset: Path, *, models: list[str], extra: str = "", stage_extra: str = "",
+              seeds: str = "[0]", name: str = "testjob") -> Path:
+    lines = [
+        f"name: {name}",
+        f"models: {json.dumps(models)}",
+        "params: {temperature: 0, max_tokens: 5}",
+        f"output_dir: {json.dumps(str(path.parent / 'results'))}",
+        "retry: {max_attempts: 10, backoff_initial: 0.01, backoff_max: 0.05, max_elapsed: 60}",
+        extra,
+        "stages:",
+        "  - name: mc",
+        f"    dataset: {{path: {json.dumps(str(dataset))}}}",
+        "    prompt:",
+        "      system: Answer with one letter.",
+        "      user: \"{{ question }}\\n{{ options_block }}\\nAnswer:\"",
+        f"    choices: {{seeds: {seeds}, gold: gold}}",
+        "    parse: letter",
+        stage_extra,
+    ]
+    path.write_text("\n".join(line for line in lines if line) + "\n", encoding="utf-8")
+    return path
+
+
+def sim_stats(url: str) -> dict:
+    """The simulated server's counters (``/sim/stats``): what it received and completed."""
+    with urllib.request.urlopen(url.removesuffix("/v1") + "/sim/stats", timeout=5) as response:
+        return json.load(response)
+
+
+def runner_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "runner.cli", *args]
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``runner ARGS`` in this process: (exit code, stdout, stderr)."""
+    from runner.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["runner", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    out, err = capsys.readouterr()
+    return exit_info.value.code or 0, out, err
+
+
+def fresh(server: SimServer, **config: Any) -> SimServer:
+    """A shared simulated server as new: the default config (with ``config`` over it), the real clock, no
+    batches or files, counters zeroed."""
+    server.configure(**{**dataclasses.asdict(SimConfig()), **config})
+    server.clock = time.monotonic
+    server.reset()
+    return server
+
+
+#: how long llama_cpp.server may take to load the model and answer GET /v1/models
+LLAMA_START_TIMEOUT = 60.0
+
+#: starts llama_cpp.server under the local provider's patch (see tests/providers/test_llama_server.py)
+LLAMA_LAUNCHER = (
+    "import runpy\n"
+    "from runner.providers.local import _without_extra_buffers\n"
+    "with _without_extra_buffers():\n"
+    "    runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)\n"
+)
+
+
+@dataclass
+class LlamaServer:
+    """llama-cpp-python's own OpenAI-compatible server, started by the ``llama_server`` fixture."""
+
+    url: str
+    log: Path
+
+    def chat_requests(self) -> int:
+        """Chat completions the server answered, counted from its own (uvicorn) access log."""
+        return len(re.findall(r'"POST /v1/chat/completions HTTP/1\.1" 200', self.log.read_text(errors="replace")))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
