@@ -13,7 +13,7 @@ In one run it prints:
    processes held together over the second half of the run (the server's bucket, like each process's, starts
    with a minute's allowance; by the second half it is spent and the limit's pace governs).
 
-The store is a PostgreSQL server started for the run (Debian's binaries, as the tests start it, tests/pg.py),
+The store is a PostgreSQL server started for the run (Debian's binaries, as the tests start it: devservers/postgres.py),
 or a SQLite file with ``--store sqlite``. A script, not a test: pytest does not collect ``bench/``.
 """
 
@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from devservers.postgres import PgServer, find_bin  # noqa: E402
 from runner.store import open_store  # noqa: E402
-from tests.pg import PgServer, find_bin  # noqa: E402
 
 
 def start_sim(rpm: int | None) -> tuple[subprocess.Popen, str]:

@@ -36,8 +36,9 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[Any]:
-    """One throwaway PostgreSQL server for the whole session (tests/pg.py); skips when its binaries are missing."""
-    from tests import pg
+    """One throwaway PostgreSQL server for the whole session (devservers/postgres.py); skips when its binaries are
+    missing."""
+    from devservers import postgres as pg
 
     server = pg.start_server()
     if server is None:

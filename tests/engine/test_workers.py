@@ -1,7 +1,7 @@
 """Several processes on one run (`runner work`), and two runs of one job at once, as a user runs them: real
 `runner` processes, the simulated server in its own process counting what it was sent, one shared store.
 
-Each test runs on the embedded SQLite store and on a PostgreSQL server (tests/pg.py), as `--db` names them.
+Each test runs on the embedded SQLite store and on a PostgreSQL server (devservers/postgres.py), as `--db` names them.
 """
 
 from __future__ import annotations

@@ -75,8 +75,8 @@ MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_path(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    """Where a new store goes: an SQLite file, or a fresh PostgreSQL schema (tests/pg.py): every test below that
-    is not about SQLite's file runs against both backends."""
+    """Where a new store goes: an SQLite file, or a fresh PostgreSQL schema (devservers/postgres.py): every test
+    below that is not about SQLite's file runs against both backends."""
     return tmp_path / "store.sqlite" if request.param == "sqlite" else request.getfixturevalue("pg_url")
 
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from devservers import postgres as pg
 from runner.errors import StoreError
 from runner.store import SQLiteStore, open_store
 from runner.store.base import LEDGER_COLUMNS, RESPONSE_COLUMNS, TASK_COLUMNS
 from runner.store.postgres import PostgresStore, redact
-from tests import pg
 from tests.helpers import ROOT, run_cli, write_job, write_rows
 
 

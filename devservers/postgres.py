@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL server for the tests: one per pytest session, a fresh empty schema per test.
+"""A throwaway PostgreSQL server for the tests and bench/workers.py: one per pytest session, a fresh schema per test.
 
 The server is Debian's (``/usr/lib/postgresql/<version>/bin``), started with ``initdb`` and ``pg_ctl`` in a temporary
 folder, listening on 127.0.0.1 on a free port and on a Unix socket in that folder, with durability off (fsync,
