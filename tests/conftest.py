@@ -11,12 +11,26 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import openai
 import pytest
 import pytest_asyncio
+from google import genai
 
 from runner.providers import base
 from simserver import SimServer, start_server
-from tests.helpers import LLAMA_LAUNCHER, LLAMA_START_TIMEOUT, ROOT, LlamaServer, free_port, fresh, tail
+from tests.helpers import (
+    LLAMA_LAUNCHER,
+    LLAMA_START_TIMEOUT,
+    ROOT,
+    LlamaServer,
+    free_port,
+    fresh,
+    make_claude,
+    make_gemini,
+    make_openai,
+    tail,
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -93,6 +107,31 @@ async def shared_srv() -> AsyncIterator[SimServer]:
     ``pytestmark = pytest.mark.asyncio(loop_scope="module")``); each test's ``srv`` resets it with :func:`fresh`."""
     async with await start_server() as server:
         yield server
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def oa(shared_srv: SimServer) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The official openai SDK's client for the module's simulated server (one per module: each SDK client loads
+    certificate bundles when built, ~50 ms apiece)."""
+    sdk = make_openai(shared_srv)
+    yield sdk
+    await sdk.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def claude(shared_srv: SimServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    """The official anthropic SDK's client for the module's simulated server."""
+    sdk = make_claude(shared_srv)
+    yield sdk
+    await sdk.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def gemini(shared_srv: SimServer) -> AsyncIterator[genai.Client]:
+    """The official google-genai client for the module's simulated server."""
+    sdk = make_gemini(shared_srv)
+    yield sdk
+    await sdk.aio.aclose()
 
 
 @pytest.fixture

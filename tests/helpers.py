@@ -15,7 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import openai
 import pytest
+from google import genai
+from google.genai import types as genai_types
 
 from simserver import SimConfig, SimServer
 
@@ -138,3 +142,22 @@ def free_port() -> int:
 
 def tail(path: Path, lines: int = 30) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def make_openai(srv: SimServer, key: str = "test-key", **kwargs: Any) -> openai.AsyncOpenAI:
+    """The official openai SDK's client for the simulated server: no retries of its own, aiohttp underneath."""
+    return openai.AsyncOpenAI(base_url=srv.url, api_key=key, max_retries=0,
+                              http_client=openai.DefaultAioHttpClient(), **kwargs)
+
+
+def make_claude(srv: SimServer, key: str = "test-key", **kwargs: Any) -> anthropic.AsyncAnthropic:
+    """The official anthropic SDK's client for the simulated server: no retries of its own, aiohttp underneath."""
+    return anthropic.AsyncAnthropic(base_url=srv.root_url, api_key=key, max_retries=0,
+                                    http_client=anthropic.DefaultAioHttpClient(), **kwargs)
+
+
+def make_gemini(srv: SimServer, key: str = "test-key", version: str = "v1beta", **options: Any) -> genai.Client:
+    """The official google-genai client for the simulated server, one attempt per call."""
+    return genai.Client(api_key=key, http_options=genai_types.HttpOptions(
+        base_url=srv.root_url, api_version=version, retry_options=genai_types.HttpRetryOptions(attempts=1),
+        **options))

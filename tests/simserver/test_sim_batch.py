@@ -6,59 +6,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import anthropic
 import openai
 import pytest
-import pytest_asyncio
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 from simserver import SimConfig, SimServer
 from simserver import cli as simserver_cli
+from tests.helpers import make_claude, make_gemini, make_openai
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 MC = "Which is a fruit?\nA. carrot\nB. apple\nC. potato\nAnswer:"
-
-
-def make_openai(srv: SimServer) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=srv.url, api_key="test-key", max_retries=0,
-                              http_client=openai.DefaultAioHttpClient())
-
-
-def make_claude(srv: SimServer) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=srv.root_url, api_key="test-key", max_retries=0,
-                                    http_client=anthropic.DefaultAioHttpClient())
-
-
-def make_gemini(srv: SimServer) -> genai.Client:
-    return genai.Client(api_key="test-key", http_options=genai_types.HttpOptions(
-        base_url=srv.root_url, api_version="v1beta", retry_options=genai_types.HttpRetryOptions(attempts=1)))
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def oa(shared_srv: SimServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    sdk = make_openai(shared_srv)
-    yield sdk
-    await sdk.close()
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def claude(shared_srv: SimServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    sdk = make_claude(shared_srv)
-    yield sdk
-    await sdk.close()
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def gemini(shared_srv: SimServer) -> AsyncIterator[genai.Client]:
-    sdk = make_gemini(shared_srv)
-    yield sdk
-    await sdk.aio.aclose()
 
 
 def picked(salt: str, ids: list[str], fraction: float) -> set[str]:

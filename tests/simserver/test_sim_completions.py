@@ -4,13 +4,11 @@ official openai SDK over 127.0.0.1 only."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import openai
 import pytest
-import pytest_asyncio
 
 from simserver import SimServer
 from simserver.completions import token_logprobs, tokens
@@ -18,17 +16,9 @@ from simserver.completions import token_logprobs, tokens
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def client(shared_srv: SimServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    sdk = openai.AsyncOpenAI(base_url=shared_srv.url, api_key="test-key", max_retries=0,
-                             http_client=openai.DefaultAioHttpClient())
-    yield sdk
-    await sdk.close()
-
-
-async def score(client: openai.AsyncOpenAI, context: str, continuation: str) -> float:
+async def score(oa: openai.AsyncOpenAI, context: str, continuation: str) -> float:
     """The log-likelihood of ``continuation`` after ``context``, the way evaluation harnesses ask for it."""
-    done = await client.completions.create(model="sim-lm", prompt=context + continuation, max_tokens=0, echo=True,
+    done = await oa.completions.create(model="sim-lm", prompt=context + continuation, max_tokens=0, echo=True,
                                            logprobs=0)
     lp = done.choices[0].logprobs
     assert lp is not None and lp.text_offset is not None and lp.token_logprobs is not None
@@ -47,9 +37,9 @@ async def test_tokens_round_trip() -> None:
     assert tokens("The cat, sat.") == ["The", " cat", ",", " sat", "."]
 
 
-async def test_echo_with_logprobs_shape(srv: SimServer, client: openai.AsyncOpenAI) -> None:
+async def test_echo_with_logprobs_shape(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
     prompt = "The capital of France is"
-    done = await client.completions.create(model="sim-lm", prompt=prompt, max_tokens=4, echo=True, logprobs=3)
+    done = await oa.completions.create(model="sim-lm", prompt=prompt, max_tokens=4, echo=True, logprobs=3)
     assert done.object == "text_completion" and done.model == "sim-lm" and len(done.choices) == 1
     choice = done.choices[0]
     assert choice.index == 0 and choice.finish_reason == "length"
@@ -77,9 +67,9 @@ async def test_echo_with_logprobs_shape(srv: SimServer, client: openai.AsyncOpen
     assert srv.stats()["by_route"]["openai"] == 1 and srv.stats()["by_status"] == {"200": 1}
 
 
-async def test_without_echo_only_generated_tokens_with_offsets_after_the_prompt(client: openai.AsyncOpenAI) -> None:
+async def test_without_echo_only_generated_tokens_with_offsets_after_the_prompt(oa: openai.AsyncOpenAI) -> None:
     prompt = "Once upon a time"
-    done = await client.completions.create(model="sim-lm", prompt=prompt, max_tokens=50, logprobs=1)
+    done = await oa.completions.create(model="sim-lm", prompt=prompt, max_tokens=50, logprobs=1)
     choice = done.choices[0]
     assert not choice.text.startswith(prompt) and choice.text.startswith(" ")
     assert choice.finish_reason == "stop"  # the sentence ended before 50 tokens
@@ -88,40 +78,40 @@ async def test_without_echo_only_generated_tokens_with_offsets_after_the_prompt(
     assert "".join(lp.tokens) == choice.text and lp.text_offset[0] == len(prompt)
     assert all(x is not None and x < 0 for x in lp.token_logprobs)
     assert done.usage is not None and done.usage.completion_tokens == len(lp.tokens)
-    plain = await client.completions.create(model="sim-lm", prompt=prompt, max_tokens=50)
+    plain = await oa.completions.create(model="sim-lm", prompt=prompt, max_tokens=50)
     assert plain.choices[0].text == choice.text and plain.choices[0].logprobs is None
 
 
-async def test_deterministic(client: openai.AsyncOpenAI) -> None:
-    runs = [await client.completions.create(model="sim-lm", prompt="Repeat after me: hello", max_tokens=3,
+async def test_deterministic(oa: openai.AsyncOpenAI) -> None:
+    runs = [await oa.completions.create(model="sim-lm", prompt="Repeat after me: hello", max_tokens=3,
                                             echo=True, logprobs=2) for _ in range(2)]
     first, second = (r.choices[0] for r in runs)
     assert first.text == second.text
     assert first.logprobs == second.logprobs
-    other = await client.completions.create(model="sim-other", prompt="Repeat after me: hello", max_tokens=3,
+    other = await oa.completions.create(model="sim-other", prompt="Repeat after me: hello", max_tokens=3,
                                             echo=True, logprobs=2)
     assert other.choices[0].logprobs != first.logprobs  # the model is part of the hash
 
 
-async def test_logprobs_depend_on_the_context(client: openai.AsyncOpenAI) -> None:
+async def test_logprobs_depend_on_the_context(oa: openai.AsyncOpenAI) -> None:
     # The same continuation scores differently after different contexts ...
-    a = await score(client, "The weather today is", " sunny and warm")
-    b = await score(client, "My favourite colour is", " sunny and warm")
+    a = await score(oa, "The weather today is", " sunny and warm")
+    b = await score(oa, "My favourite colour is", " sunny and warm")
     assert a != b and a < 0 and b < 0
     # ... and a continuation that repeats a word of its context scores higher than one that does not.
-    repeated = await score(client, "My pet is a cat. Every morning I feed my", " cat")
-    unseen = await score(client, "My pet is a dog. Every morning I feed my", " cat")
+    repeated = await score(oa, "My pet is a cat. Every morning I feed my", " cat")
+    unseen = await score(oa, "My pet is a dog. Every morning I feed my", " cat")
     assert repeated > unseen
     assert repeated == pytest.approx(sum(token_logprobs("sim-lm", " cat", "My pet is a cat. Every morning I feed my")))
 
 
-async def test_list_prompts_give_one_choice_each(client: openai.AsyncOpenAI) -> None:
+async def test_list_prompts_give_one_choice_each(oa: openai.AsyncOpenAI) -> None:
     prompts = ["Question: 2+2? Answer: 4", "Question: 2+2? Answer: 5", "Another prompt"]
-    done = await client.completions.create(model="sim-lm", prompt=prompts, max_tokens=0, echo=True, logprobs=0)
+    done = await oa.completions.create(model="sim-lm", prompt=prompts, max_tokens=0, echo=True, logprobs=0)
     assert [c.index for c in done.choices] == [0, 1, 2]
     assert [c.text for c in done.choices] == prompts
     assert all(c.finish_reason == "length" for c in done.choices)
-    singles = [await client.completions.create(model="sim-lm", prompt=p, max_tokens=0, echo=True, logprobs=0)
+    singles = [await oa.completions.create(model="sim-lm", prompt=p, max_tokens=0, echo=True, logprobs=0)
                for p in prompts]
     assert [c.logprobs for c in done.choices] == [s.choices[0].logprobs for s in singles]
     assert done.choices[0].logprobs and done.choices[0].logprobs.top_logprobs
@@ -130,27 +120,27 @@ async def test_list_prompts_give_one_choice_each(client: openai.AsyncOpenAI) -> 
     assert done.usage.completion_tokens == 0
 
 
-async def test_max_tokens_zero_generates_nothing(client: openai.AsyncOpenAI) -> None:
-    done = await client.completions.create(model="sim-lm", prompt="Just score me.", max_tokens=0, echo=True,
+async def test_max_tokens_zero_generates_nothing(oa: openai.AsyncOpenAI) -> None:
+    done = await oa.completions.create(model="sim-lm", prompt="Just score me.", max_tokens=0, echo=True,
                                            logprobs=1)
     choice = done.choices[0]
     assert choice.text == "Just score me." and choice.finish_reason == "length"
     assert choice.logprobs and choice.logprobs.tokens == ["Just", " score", " me", "."]
     assert done.usage is not None and (done.usage.prompt_tokens, done.usage.completion_tokens) == (4, 0)
-    bare = await client.completions.create(model="sim-lm", prompt="Just score me.", max_tokens=0)
+    bare = await oa.completions.create(model="sim-lm", prompt="Just score me.", max_tokens=0)
     assert bare.choices[0].text == "" and bare.choices[0].finish_reason == "length"
 
 
-async def test_stop_and_max_tokens_cut_the_generated_text(client: openai.AsyncOpenAI) -> None:
-    full = (await client.completions.create(model="sim-lm", prompt="Tell me", max_tokens=100)).choices[0].text
+async def test_stop_and_max_tokens_cut_the_generated_text(oa: openai.AsyncOpenAI) -> None:
+    full = (await oa.completions.create(model="sim-lm", prompt="Tell me", max_tokens=100)).choices[0].text
     words = full.split(" ")
-    cut = await client.completions.create(model="sim-lm", prompt="Tell me", max_tokens=2)
+    cut = await oa.completions.create(model="sim-lm", prompt="Tell me", max_tokens=2)
     assert cut.choices[0].text == " ".join(words[:3]) and cut.choices[0].finish_reason == "length"
-    stopped = await client.completions.create(model="sim-lm", prompt="Tell me", max_tokens=100, stop=[words[3]])
+    stopped = await oa.completions.create(model="sim-lm", prompt="Tell me", max_tokens=100, stop=[words[3]])
     assert stopped.choices[0].text == full[:full.index(words[3])] and stopped.choices[0].finish_reason == "stop"
 
 
-async def test_bad_requests(srv: SimServer, client: openai.AsyncOpenAI) -> None:
+async def test_bad_requests(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
     for payload, param in (({"prompt": "hi"}, "model"), ({"model": "sim-lm"}, "prompt"),
                            ({"model": "sim-lm", "prompt": [1, 2]}, "prompt"),
                            ({"model": "sim-lm", "prompt": "hi", "logprobs": 6}, "logprobs"),
@@ -160,25 +150,25 @@ async def test_bad_requests(srv: SimServer, client: openai.AsyncOpenAI) -> None:
         assert status == 400, payload
         assert body["error"]["type"] == "invalid_request_error" and body["error"]["param"] == param
     with pytest.raises(openai.BadRequestError, match="prompt"):
-        await client.completions.create(model="sim-lm", prompt=None)
+        await oa.completions.create(model="sim-lm", prompt=None)
     with pytest.raises(openai.BadRequestError, match="model"):
-        await client.completions.create(model="", prompt="hi")
+        await oa.completions.create(model="", prompt="hi")
     assert srv.stats()["by_status"] == {"400": 8}
 
 
-async def test_key_check_rate_limits_faults_and_stats(srv: SimServer, client: openai.AsyncOpenAI) -> None:
+async def test_key_check_rate_limits_faults_and_stats(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
     status, body = await raw(srv, {"model": "sim-lm", "prompt": "hi"}, key="")
     assert status == 401 and body["error"]["code"] == "invalid_api_key"
     srv.configure(rpm=2)
     for _ in range(2):
-        await client.completions.create(model="sim-lm", prompt="hi", max_tokens=1)
+        await oa.completions.create(model="sim-lm", prompt="hi", max_tokens=1)
     with pytest.raises(openai.RateLimitError):
-        await client.completions.create(model="sim-lm", prompt="hi", max_tokens=1)
+        await oa.completions.create(model="sim-lm", prompt="hi", max_tokens=1)
     srv.configure(rpm=None, fault_500=1.0)
     with pytest.raises(openai.InternalServerError):
-        await client.completions.create(model="sim-lm", prompt="hi", max_tokens=1)
+        await oa.completions.create(model="sim-lm", prompt="hi", max_tokens=1)
     srv.configure(fault_500=0.0, fault_filter=1.0)
-    filtered = await client.completions.create(model="sim-lm", prompt="hi", max_tokens=5, echo=True)
+    filtered = await oa.completions.create(model="sim-lm", prompt="hi", max_tokens=5, echo=True)
     assert filtered.choices[0].finish_reason == "content_filter" and filtered.choices[0].text == "hi"
     stats = srv.stats()
     assert stats["received"] == 6 and stats["by_route"]["openai"] == 6

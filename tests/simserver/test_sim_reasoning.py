@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ import anthropic
 import jsonschema
 import openai
 import pytest
-import pytest_asyncio
 from google import genai
 from google.genai import types as genai_types
 
@@ -78,30 +76,6 @@ def validate(schema: dict[str, Any], text: str) -> Any:
     value = json.loads(text)
     jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(value)
     return value
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def oa(shared_srv: SimServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    sdk = openai.AsyncOpenAI(base_url=shared_srv.url, api_key="test-key", max_retries=0,
-                             http_client=openai.DefaultAioHttpClient())
-    yield sdk
-    await sdk.close()
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def claude(shared_srv: SimServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    sdk = anthropic.AsyncAnthropic(base_url=shared_srv.root_url, api_key="test-key", max_retries=0,
-                                   http_client=anthropic.DefaultAioHttpClient())
-    yield sdk
-    await sdk.close()
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def gemini(shared_srv: SimServer) -> AsyncIterator[genai.Client]:
-    sdk = genai.Client(api_key="test-key", http_options=genai_types.HttpOptions(
-        base_url=shared_srv.root_url, api_version="v1beta", retry_options=genai_types.HttpRetryOptions(attempts=1)))
-    yield sdk
-    await sdk.aio.aclose()
 
 
 async def ask_gemini(gemini: genai.Client, model: str, text: str = MC, **config: Any

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ import anthropic
 import jinja2
 import openai
 import pytest
-import pytest_asyncio
 import yaml
 from google import genai
 from google.genai import types as genai_types
@@ -25,7 +23,7 @@ from google.genai import types as genai_types
 from simserver import SimConfig, SimServer, simulated_reply
 from simserver import cli as simserver_cli
 from simserver.script import ScriptError, load_script, longest_piece
-from tests.helpers import fresh
+from tests.helpers import fresh, make_openai
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "sim_script"
@@ -64,14 +62,9 @@ def write_script(tmp_path: Path, text: str, name: str = "script.yaml") -> Path:
     return path
 
 
-def make_client(srv: SimServer) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=srv.url, api_key="test-key", max_retries=0,
-                              http_client=openai.DefaultAioHttpClient())
-
-
-async def ask(client: openai.AsyncOpenAI, messages: list[dict[str, str]], model: str = "sim-a",
+async def ask(oa: openai.AsyncOpenAI, messages: list[dict[str, str]], model: str = "sim-a",
               **params: Any) -> str | None:
-    completion = await client.chat.completions.create(model=model, messages=messages, **params)  # type: ignore[arg-type]
+    completion = await oa.chat.completions.create(model=model, messages=messages, **params)  # type: ignore[arg-type]
     return completion.choices[0].message.content
 
 
@@ -80,13 +73,6 @@ def srv(shared_srv: SimServer) -> SimServer:
     """The module's server with the default config and the pipeline script loaded afresh, counters zeroed."""
     fresh(shared_srv, script=str(PIPELINE))
     return shared_srv
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def client(shared_srv: SimServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    sdk = make_client(shared_srv)
-    yield sdk
-    await sdk.close()
 
 
 # -- matching -------------------------------------------------------------------------------------------------
@@ -99,63 +85,63 @@ async def test_longest_literal_piece_skips_tags_and_strips() -> None:
     assert longest_piece("{%- raw -%}\n  kept as written  \n{%- endraw %}") == "kept as written"
 
 
-async def test_template_and_term_pick_the_entry(srv: SimServer, client: openai.AsyncOpenAI) -> None:
-    assert await ask(client, deduce("wokely")) == WOKELY
-    assert await ask(client, deduce("wokely", hint="it is an adverb")) == WOKELY  # the {% if %} branch
-    assert await ask(client, deduce("blorptastic")) == "first deduction"  # the template entry without a term
+async def test_template_and_term_pick_the_entry(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
+    assert await ask(oa, deduce("wokely")) == WOKELY
+    assert await ask(oa, deduce("wokely", hint="it is an adverb")) == WOKELY  # the {% if %} branch
+    assert await ask(oa, deduce("blorptastic")) == "first deduction"  # the template entry without a term
     # The judge template is not the deduce template, although the term is there.
-    assert await ask(client, judge("He spoke wokely.")) == "no"
+    assert await ask(oa, judge("He spoke wokely.")) == "no"
     assert srv.stats()["scripted"] == 4 and srv.stats()["unmatched"] == 0
 
 
-async def test_every_string_of_the_template_must_be_recognised(srv: SimServer, client: openai.AsyncOpenAI) -> None:
+async def test_every_string_of_the_template_must_be_recognised(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
     messages = deduce("wokely")
     without_system = messages[1:]
     reworded = [*messages[:-1], {"role": "user", "content": "What does wokely mean? Answer:"}]
     for messages in (without_system, reworded):
-        answer = await ask(client, messages)
+        answer = await ask(oa, messages)
         assert answer == simulated_reply("sim-a", messages)[0] and answer != WOKELY
     assert srv.stats()["unmatched"] == 2 and srv.stats()["scripted"] == 0
 
 
-async def test_contains_and_model(srv: SimServer, client: openai.AsyncOpenAI) -> None:
+async def test_contains_and_model(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
     effect = judge("As an effect of the storm, she spoke wokely.")
-    assert await ask(client, effect, model="judge-model") == "yes"
-    assert await ask(client, effect, model="other-model") == "no"  # model: does not hold
-    assert await ask(client, judge("She spoke wokely.", "wokely"), model="judge-model") == "no"  # contains: fails
+    assert await ask(oa, effect, model="judge-model") == "yes"
+    assert await ask(oa, effect, model="other-model") == "no"  # model: does not hold
+    assert await ask(oa, judge("She spoke wokely.", "wokely"), model="judge-model") == "no"  # contains: fails
 
 
 async def test_responses_are_served_in_turn_and_the_last_repeats(srv: SimServer,
-                                                                 client: openai.AsyncOpenAI) -> None:
-    answers = [await ask(client, deduce(f"term{i}")) for i in range(4)]
+                                                                 oa: openai.AsyncOpenAI) -> None:
+    answers = [await ask(oa, deduce(f"term{i}")) for i in range(4)]
     assert answers == ["first deduction", "second deduction", "second deduction", "second deduction"]
     srv.reset()  # rewinds every entry
-    assert await ask(client, deduce("term0")) == "first deduction"
+    assert await ask(oa, deduce("term0")) == "first deduction"
 
 
 async def test_concurrent_requests_each_get_their_own_turn(tmp_path: Path, srv: SimServer,
-                                                           client: openai.AsyncOpenAI) -> None:
+                                                           oa: openai.AsyncOpenAI) -> None:
     script = write_script(tmp_path, "responses:\n  - template: newterm/build/deduce\n"
                                     "    responses: [one, two, three]\n")
     srv.configure(script=str(script), latency=0.05)
-    answers = await asyncio.gather(*(ask(client, deduce(f"t{i}")) for i in range(6)))
+    answers = await asyncio.gather(*(ask(oa, deduce(f"t{i}")) for i in range(6)))
     assert sorted(answers) == sorted(["one", "two", "three", "three", "three", "three"])  # type: ignore[type-var]
     assert srv.stats()["scripted"] == 6
 
 
 async def test_first_matching_entry_in_file_order_wins(tmp_path: Path, srv: SimServer,
-                                                       client: openai.AsyncOpenAI) -> None:
+                                                       oa: openai.AsyncOpenAI) -> None:
     general = "  - template: newterm/build/deduce\n    response: general\n"
     specific = "  - template: newterm/build/deduce\n    term: wokely\n    response: specific\n"
     srv.configure(script=str(write_script(tmp_path, "responses:\n" + general + specific)))
-    assert await ask(client, deduce("wokely")) == "general"
+    assert await ask(oa, deduce("wokely")) == "general"
     srv.configure(script=str(write_script(tmp_path, "responses:\n" + specific + general)))
-    assert await ask(client, deduce("wokely")) == "specific"
-    assert await ask(client, deduce("other")) == "general"
+    assert await ask(oa, deduce("wokely")) == "specific"
+    assert await ask(oa, deduce("other")) == "general"
 
 
 async def test_multi_turn_request_matched_by_its_assistant_turn(tmp_path: Path, srv: SimServer,
-                                                                client: openai.AsyncOpenAI) -> None:
+                                                                oa: openai.AsyncOpenAI) -> None:
     script = write_script(tmp_path, "responses:\n  - contains: [\"My earlier guess: a dance\"]\n"
                                     "    response: revised guess\n")
     srv.configure(script=str(script))
@@ -163,30 +149,30 @@ async def test_multi_turn_request_matched_by_its_assistant_turn(tmp_path: Path, 
              {"role": "user", "content": "What does wokely mean?"},
              {"role": "assistant", "content": "My earlier guess: a dance move."},
              {"role": "user", "content": "Are you sure? Try again."}]
-    assert await ask(client, turns) == "revised guess"
+    assert await ask(oa, turns) == "revised guess"
     no_assistant = [turns[0], turns[1], turns[3]]
-    assert await ask(client, no_assistant) == simulated_reply("sim-a", no_assistant)[0]
+    assert await ask(oa, no_assistant) == simulated_reply("sim-a", no_assistant)[0]
     # The template's assistant turn is one of its strings too: the deduce entries need it.
     without_turn = [m for m in deduce("wokely") if m["role"] != "assistant"]
     srv.configure(script=str(PIPELINE))
-    assert await ask(client, without_turn) != WOKELY
+    assert await ask(oa, without_turn) != WOKELY
     assert srv.stats()["unmatched"] == 2
 
 
-async def test_unmatched_request_gets_the_simulated_answer(srv: SimServer, client: openai.AsyncOpenAI) -> None:
+async def test_unmatched_request_gets_the_simulated_answer(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
     messages = [{"role": "user", "content": "Something no entry knows about."}]
-    assert await ask(client, messages, temperature=0) == simulated_reply("sim-a", messages, temperature=0)[0]
+    assert await ask(oa, messages, temperature=0) == simulated_reply("sim-a", messages, temperature=0)[0]
     stats = srv.stats()
     assert stats["unmatched"] == 1 and stats["scripted"] == 0 and stats["by_status"] == {"200": 1}
 
 
 async def test_strict_script_rejects_unmatched_requests_in_each_format(tmp_path: Path, srv: SimServer,
-                                                                       client: openai.AsyncOpenAI) -> None:
+                                                                       oa: openai.AsyncOpenAI) -> None:
     script = write_script(tmp_path, "strict: true\nresponses:\n  - term: wokely\n    response: ok\n")
     srv.configure(script=str(script))
-    assert await ask(client, deduce("wokely")) == "ok"
+    assert await ask(oa, deduce("wokely")) == "ok"
     with pytest.raises(openai.BadRequestError) as caught:
-        await ask(client, deduce("other"))
+        await ask(oa, deduce("other"))
     assert caught.value.status_code == 400
     assert caught.value.body["message"] == "no scripted response matches this request"  # type: ignore[index]
     assert caught.value.body["type"] == "invalid_request_error"  # type: ignore[index]
@@ -215,7 +201,7 @@ async def test_strict_script_rejects_unmatched_requests_in_each_format(tmp_path:
 async def test_scripted_answer_through_each_sdk(srv: SimServer) -> None:
     """The same multi-turn conversation, with its system prompt in each format's own place."""
     system, *turns = deduce("wokely")
-    openai_sdk = make_client(srv)
+    openai_sdk = make_openai(srv)
     claude = anthropic.AsyncAnthropic(base_url=srv.root_url, api_key="test-key", max_retries=0,
                                       http_client=anthropic.DefaultAioHttpClient())
     gemini = genai.Client(api_key="test-key", http_options=genai_types.HttpOptions(  # v1 has no systemInstruction
@@ -247,29 +233,29 @@ async def test_scripted_answer_through_each_sdk(srv: SimServer) -> None:
     assert list(stats["completed_by_digest"].values()) == [3]  # one conversation in all three formats
 
 
-async def test_max_tokens_and_stop_cut_a_scripted_answer(srv: SimServer, client: openai.AsyncOpenAI) -> None:
-    completion = await client.chat.completions.create(model="sim-a", messages=deduce("wokely"),  # type: ignore[arg-type]
+async def test_max_tokens_and_stop_cut_a_scripted_answer(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
+    completion = await oa.chat.completions.create(model="sim-a", messages=deduce("wokely"),  # type: ignore[arg-type]
                                                       max_tokens=3)
     assert completion.choices[0].message.content == "Wokely means in"
     assert completion.choices[0].finish_reason == "length"
     assert completion.usage is not None and completion.usage.completion_tokens == 3
-    cut = await client.chat.completions.create(model="sim-a", messages=deduce("wokely"), stop=[" alert"])  # type: ignore[arg-type]
+    cut = await oa.chat.completions.create(model="sim-a", messages=deduce("wokely"), stop=[" alert"])  # type: ignore[arg-type]
     assert cut.choices[0].message.content == "Wokely means in an" and cut.choices[0].finish_reason == "stop"
 
 
 async def test_rate_limits_and_faults_apply_and_only_delivered_answers_take_a_turn(
-        srv: SimServer, client: openai.AsyncOpenAI) -> None:
+        srv: SimServer, oa: openai.AsyncOpenAI) -> None:
     srv.configure(fault_500=1.0)
     with pytest.raises(openai.InternalServerError):
-        await ask(client, deduce("t1"))
+        await ask(oa, deduce("t1"))
     srv.configure(fault_500=0.0, fault_filter=1.0)
-    filtered = await client.chat.completions.create(model="sim-a", messages=deduce("t1"))  # type: ignore[arg-type]
+    filtered = await oa.chat.completions.create(model="sim-a", messages=deduce("t1"))  # type: ignore[arg-type]
     assert filtered.choices[0].finish_reason == "content_filter" and filtered.choices[0].message.content is None
     srv.configure(fault_filter=0.0, rpm=2)
-    assert await ask(client, deduce("t1")) == "first deduction"  # the failed and filtered tries took no turn
-    assert await ask(client, deduce("t2")) == "second deduction"
+    assert await ask(oa, deduce("t1")) == "first deduction"  # the failed and filtered tries took no turn
+    assert await ask(oa, deduce("t2")) == "second deduction"
     with pytest.raises(openai.RateLimitError):
-        await ask(client, deduce("t3"))
+        await ask(oa, deduce("t3"))
     stats = srv.stats()
     assert stats["by_status"] == {"500": 1, "200": 3, "429": 1} and stats["scripted"] == 2
 
@@ -278,7 +264,7 @@ async def test_rate_limits_and_faults_apply_and_only_delivered_answers_take_a_tu
 
 
 async def test_config_endpoint_loads_and_drops_a_script(tmp_path: Path, srv: SimServer,
-                                                        client: openai.AsyncOpenAI) -> None:
+                                                        oa: openai.AsyncOpenAI) -> None:
     async def post_config(body: Any) -> tuple[int, Any]:
         async with aiohttp.ClientSession() as session, session.post(srv.root_url + "/sim/config",
                                                                     json=body) as resp:
@@ -287,15 +273,15 @@ async def test_config_endpoint_loads_and_drops_a_script(tmp_path: Path, srv: Sim
     other = write_script(tmp_path, "responses:\n  - term: wokely\n    response: from the new script\n")
     status, shown = await post_config({"script": str(other)})
     assert status == 200 and shown["script"] == str(other)
-    assert await ask(client, deduce("wokely")) == "from the new script"
+    assert await ask(oa, deduce("wokely")) == "from the new script"
     bad = write_script(tmp_path, "responses:\n  - term: wokely\n", name="bad.yaml")
     status, body = await post_config({"script": str(bad)})
     assert status == 400 and str(bad) in body["error"]["message"] and "responses[0]" in body["error"]["message"]
     assert srv.config.script == str(other)  # a script that fails to load changes nothing
-    assert await ask(client, deduce("wokely")) == "from the new script"
+    assert await ask(oa, deduce("wokely")) == "from the new script"
     status, shown = await post_config({"script": None})
     assert status == 200 and shown["script"] is None
-    assert await ask(client, deduce("wokely")) == simulated_reply("sim-a", deduce("wokely"))[0]
+    assert await ask(oa, deduce("wokely")) == simulated_reply("sim-a", deduce("wokely"))[0]
     assert "scripted" not in srv.stats() and "unmatched" not in srv.stats()
 
 

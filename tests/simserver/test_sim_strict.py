@@ -4,13 +4,11 @@ real status and error body, and its well-formed counterpart is answered; batch l
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
 import openai
 import pytest
-import pytest_asyncio
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as genai_types
@@ -21,13 +19,6 @@ from simserver.cli import main as simserver_main
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 HI = [{"role": "user", "content": "hi"}]
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def oa(shared_srv: SimServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    client = openai.AsyncOpenAI(base_url=shared_srv.url, api_key="k", max_retries=0)
-    yield client
-    await client.close()
 
 
 def claude_sdk(srv: SimServer, version: str | None) -> anthropic.AsyncAnthropic:

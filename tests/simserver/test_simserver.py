@@ -27,6 +27,7 @@ from openai.types.chat import ChatCompletion
 
 from simserver import SimConfig, SimServer, simulated_reply, start_server
 from simserver import cli as simserver_cli
+from tests.helpers import make_claude, make_gemini, make_openai
 
 REPO = Path(__file__).resolve().parents[2]
 MC_PROMPT = "Which is a fruit?\nA. carrot\nB. apple\nC. potato\nD. onion\nAnswer:"
@@ -42,11 +43,6 @@ def digest(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def make_client(srv: SimServer, **kwargs: Any) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=srv.url, api_key="test-key", max_retries=0,
-                              http_client=openai.DefaultAioHttpClient(), **kwargs)
-
-
 # One server and one client per SDK serve the whole module (each SDK client loads certificate bundles when
 # built, ~50 ms apiece); every test starts from the server as new. Tests that close it start their own.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -57,38 +53,6 @@ async def own_srv() -> AsyncIterator[SimServer]:
     """A server of the test's own, for tests that close it."""
     async with await start_server() as server:
         yield server
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def client(shared_srv: SimServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    sdk = make_client(shared_srv)
-    yield sdk
-    await sdk.close()
-
-
-def make_claude(srv: SimServer, key: str = "test-key", **kwargs: Any) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=srv.root_url, api_key=key, max_retries=0,
-                                    http_client=anthropic.DefaultAioHttpClient(), **kwargs)
-
-
-def make_gemini(srv: SimServer, key: str = "test-key", version: str = "v1beta", **options: Any) -> genai.Client:
-    return genai.Client(api_key=key, http_options=genai_types.HttpOptions(
-        base_url=srv.root_url, api_version=version, retry_options=genai_types.HttpRetryOptions(attempts=1),
-        **options))
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def claude(shared_srv: SimServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    sdk = make_claude(shared_srv)
-    yield sdk
-    await sdk.close()
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def gemini(shared_srv: SimServer) -> AsyncIterator[genai.Client]:
-    sdk = make_gemini(shared_srv)
-    yield sdk
-    await sdk.aio.aclose()
 
 
 async def ask_claude(claude: anthropic.AsyncAnthropic, text: str = "hi", max_tokens: int = 50,
@@ -115,9 +79,9 @@ async def raw_post(srv: SimServer, path: str, payload: Any, headers: dict[str, s
         return resp.status, resp.headers.copy(), await resp.text()
 
 
-async def ask(client: openai.AsyncOpenAI, messages: list[dict[str, Any]], model: str = "sim-a",
+async def ask(oa: openai.AsyncOpenAI, messages: list[dict[str, Any]], model: str = "sim-a",
               **params: Any) -> ChatCompletion:
-    return await client.chat.completions.create(model=model, messages=messages, **params)  # type: ignore[arg-type]
+    return await oa.chat.completions.create(model=model, messages=messages, **params)  # type: ignore[arg-type]
 
 
 async def sim_http(srv: SimServer, method: str, path: str, payload: Any = None) -> tuple[int, Any]:
@@ -130,10 +94,10 @@ async def sim_http(srv: SimServer, method: str, path: str, payload: Any = None) 
 
 
 async def test_multiple_choice_answer_is_an_offered_letter_and_deterministic(
-        srv: SimServer, client: openai.AsyncOpenAI) -> None:
-    first = await ask(client, user(MC_PROMPT), temperature=0)
-    again = await ask(client, user(MC_PROMPT), temperature=0)
-    other_model = await ask(client, user(MC_PROMPT), model="sim-b", temperature=0)
+        srv: SimServer, oa: openai.AsyncOpenAI) -> None:
+    first = await ask(oa, user(MC_PROMPT), temperature=0)
+    again = await ask(oa, user(MC_PROMPT), temperature=0)
+    other_model = await ask(oa, user(MC_PROMPT), model="sim-b", temperature=0)
     answer = first.choices[0].message.content
     assert answer in {"A", "B", "C", "D"}
     assert again.choices[0].message.content == answer
@@ -142,18 +106,18 @@ async def test_multiple_choice_answer_is_an_offered_letter_and_deterministic(
     assert (answer, "stop") == simulated_reply("sim-a", user(MC_PROMPT), temperature=0)
     # Content given as text parts is read the same way; only the letters offered can come back.
     parts = user([{"type": "text", "text": "Pick one.\n"}, {"type": "text", "text": "X) yes\nY) no\n"}])
-    assert (await ask(client, parts)).choices[0].message.content in {"X", "Y"}
+    assert (await ask(oa, parts)).choices[0].message.content in {"X", "Y"}
     # Options written "A: text" (Know-No's MC-Test prompt) are read when no "A." / "A)" options are there...
     colon = "Question:\nWho came?\nOptions:\nA: Bob\nB: James\nC: Ann\nYour answer:"
-    assert (await ask(client, user(colon))).choices[0].message.content in {"A", "B", "C"}
+    assert (await ask(oa, user(colon))).choices[0].message.content in {"A", "B", "C"}
     # ...and never pick a "Q:" line over dotted options
     mixed = "Q: which one?\nA. one\nB. two\nAnswer:"
     assert all(simulated_reply("sim-a", user(mixed), seed=s)[0] in {"A", "B"} for s in range(20))
 
 
-async def test_free_text_answer_and_usage_parse_into_sdk_types(client: openai.AsyncOpenAI) -> None:
+async def test_free_text_answer_and_usage_parse_into_sdk_types(oa: openai.AsyncOpenAI) -> None:
     messages = [{"role": "system", "content": "Be brief."}, *user("Tell me about the weather.")]
-    result = await ask(client, messages)
+    result = await ask(oa, messages)
     choice = result.choices[0]
     content = choice.message.content or ""
     assert 8 <= len(content.split()) <= 30 and content.endswith(".")
@@ -169,38 +133,38 @@ async def test_free_text_answer_and_usage_parse_into_sdk_types(client: openai.As
     assert usage.completion_tokens_details.reasoning_tokens == 0
 
 
-async def test_max_tokens_truncates_with_finish_reason_length(client: openai.AsyncOpenAI) -> None:
+async def test_max_tokens_truncates_with_finish_reason_length(oa: openai.AsyncOpenAI) -> None:
     for params in ({"max_tokens": 3}, {"max_completion_tokens": 3}):
-        result = await ask(client, user("Describe a long day."), **params)
+        result = await ask(oa, user("Describe a long day."), **params)
         content = result.choices[0].message.content or ""
         assert result.choices[0].finish_reason == "length"
         assert len(content.split()) == 3
         assert result.usage is not None and 1 <= result.usage.completion_tokens <= 3
-    roomy = await ask(client, user("Describe a long day."), max_tokens=100)
+    roomy = await ask(oa, user("Describe a long day."), max_tokens=100)
     assert roomy.choices[0].finish_reason == "stop"
 
 
-async def test_stop_string_cuts_the_answer(client: openai.AsyncOpenAI) -> None:
-    result = await ask(client, user("Say something."), stop=["e"])
+async def test_stop_string_cuts_the_answer(oa: openai.AsyncOpenAI) -> None:
+    result = await ask(oa, user("Say something."), stop=["e"])
     content = result.choices[0].message.content or ""
     assert "e" not in content and result.choices[0].finish_reason == "stop"
     assert content == simulated_reply("sim-a", user("Say something."), stop=["e"])[0]
 
 
-async def test_missing_key_is_an_authentication_error(srv: SimServer, client: openai.AsyncOpenAI) -> None:
+async def test_missing_key_is_an_authentication_error(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
     for header in (openai.Omit(), "", "Bearer "):
         with pytest.raises(openai.AuthenticationError) as caught:
-            await client.chat.completions.create(model="sim-a", messages=user("hi"),  # type: ignore[arg-type]
+            await oa.chat.completions.create(model="sim-a", messages=user("hi"),  # type: ignore[arg-type]
                                                  extra_headers={"Authorization": header})
         assert caught.value.code == "invalid_api_key" and caught.value.type == "invalid_request_error"
     assert srv.stats()["by_status"] == {"401": 3}
     srv.configure(require_key=False)
-    result = await client.chat.completions.create(model="sim-a", messages=user("hi"),  # type: ignore[arg-type]
+    result = await oa.chat.completions.create(model="sim-a", messages=user("hi"),  # type: ignore[arg-type]
                                                   extra_headers={"Authorization": openai.Omit()})
     assert result.choices[0].message.content
 
 
-async def test_bad_requests_get_openai_error_json(srv: SimServer, client: openai.AsyncOpenAI) -> None:
+async def test_bad_requests_get_openai_error_json(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
     status, body = await sim_http(srv, "POST", "/v1/chat/completions", b"{not json")
     assert status == 400 and body["error"]["type"] == "invalid_request_error"
     status, body = await sim_http(srv, "POST", "/v1/chat/completions", {"model": "sim-a"})
@@ -208,16 +172,16 @@ async def test_bad_requests_get_openai_error_json(srv: SimServer, client: openai
     status, body = await sim_http(srv, "POST", "/v1/chat/completions", {"messages": user("hi")})
     assert status == 400 and body["error"]["param"] == "model"
     with pytest.raises(openai.BadRequestError):
-        await ask(client, user("hi"), n=2)
+        await ask(oa, user("hi"), n=2)
     assert srv.stats()["by_status"] == {"400": 4} and srv.stats()["received"] == 4
 
 
-async def test_rpm_bucket_rejects_the_fourth_request(srv: SimServer, client: openai.AsyncOpenAI,
+async def test_rpm_bucket_rejects_the_fourth_request(srv: SimServer, oa: openai.AsyncOpenAI,
                                                       now: list[float]) -> None:
     srv.configure(rpm=3)
     remaining, resets = [], []
     for i in range(3):
-        raw = await client.chat.completions.with_raw_response.create(
+        raw = await oa.chat.completions.with_raw_response.create(
             model="sim-a", messages=user(f"q{i}"))  # type: ignore[arg-type]
         assert raw.headers["x-ratelimit-limit-requests"] == "3"
         assert raw.headers["x-request-id"]
@@ -227,7 +191,7 @@ async def test_rpm_bucket_rejects_the_fourth_request(srv: SimServer, client: ope
     assert remaining == ["2", "1", "0"]
     assert resets == ["20s", "40s", "1m0s"]  # 3 per minute refill one request every 20 s
     with pytest.raises(openai.RateLimitError) as caught:
-        await ask(client, user("q3"))
+        await ask(oa, user("q3"))
     headers = caught.value.response.headers
     assert headers["retry-after"] == "20" and headers["retry-after-ms"] == "20000"
     assert headers["x-ratelimit-remaining-requests"] == "0"
@@ -236,18 +200,18 @@ async def test_rpm_bucket_rejects_the_fourth_request(srv: SimServer, client: ope
     assert srv.stats()["by_status"] == {"200": 3, "429": 1}
 
 
-async def test_rpm_bucket_refills_continuously(srv: SimServer, client: openai.AsyncOpenAI,
+async def test_rpm_bucket_refills_continuously(srv: SimServer, oa: openai.AsyncOpenAI,
                                                now: list[float]) -> None:
     srv.configure(rpm=2)  # one request back every 30 s
 
     async def remaining_and_reset(text: str) -> tuple[str, str]:
-        raw = await client.chat.completions.with_raw_response.create(
+        raw = await oa.chat.completions.with_raw_response.create(
             model="sim-a", messages=user(text))  # type: ignore[arg-type]
         return raw.headers["x-ratelimit-remaining-requests"], raw.headers["x-ratelimit-reset-requests"]
 
     async def retry_after(text: str) -> tuple[str, str]:
         with pytest.raises(openai.RateLimitError) as caught:
-            await ask(client, user(text))
+            await ask(oa, user(text))
         return caught.value.response.headers["retry-after"], caught.value.response.headers["retry-after-ms"]
 
     assert await remaining_and_reset("a") == ("1", "30s")
@@ -260,49 +224,49 @@ async def test_rpm_bucket_refills_continuously(srv: SimServer, client: openai.As
     assert await retry_after("e") == ("0.001", "1")
     now[0] += 0.001
     assert (await remaining_and_reset("f"))[0] == "0"
-    other = await client.chat.completions.with_raw_response.create(
+    other = await oa.chat.completions.with_raw_response.create(
         model="sim-b", messages=user("g"))  # type: ignore[arg-type]
     assert other.headers["x-ratelimit-remaining-requests"] == "1"  # every model has its own buckets
     assert srv.stats()["by_status"] == {"200": 5, "429": 2}
 
 
-async def test_tpm_bucket_charges_input_plus_max_tokens(srv: SimServer, client: openai.AsyncOpenAI,
+async def test_tpm_bucket_charges_input_plus_max_tokens(srv: SimServer, oa: openai.AsyncOpenAI,
                                                          now: list[float]) -> None:
     srv.configure(tpm=120)  # 2 tokens back per second
-    first = await client.chat.completions.with_raw_response.create(
+    first = await oa.chat.completions.with_raw_response.create(
         model="sim-a", messages=user("hi"), max_tokens=10)  # type: ignore[arg-type]
     prompt_tokens = first.parse().usage.prompt_tokens  # type: ignore[union-attr]
     assert first.headers["x-ratelimit-limit-tokens"] == "120"
     assert first.headers["x-ratelimit-remaining-tokens"] == str(120 - prompt_tokens - 10)
     assert "x-ratelimit-limit-requests" not in first.headers
-    second = await client.chat.completions.with_raw_response.create(
+    second = await oa.chat.completions.with_raw_response.create(
         model="sim-a", messages=user("hi"))  # type: ignore[arg-type]
     left = 120 - 2 * prompt_tokens - 10 - 16  # no max_tokens: charged as 16
     assert second.headers["x-ratelimit-remaining-tokens"] == str(left)
     assert second.headers["x-ratelimit-reset-tokens"] == _seconds((120 - left) / 2)
     want = left + 7 - prompt_tokens  # asks for 7 tokens more than the bucket holds: 3.5 s at 2 per s
     with pytest.raises(openai.RateLimitError) as caught:
-        await ask(client, user("hi"), max_tokens=want)
+        await ask(oa, user("hi"), max_tokens=want)
     assert caught.value.type == "tokens" and "tokens per min (TPM)" in caught.value.message
     assert caught.value.response.headers["retry-after"] == "3.5"
     now[0] += 3.5
-    assert (await ask(client, user("hi"), max_tokens=want)).choices[0].message.content
+    assert (await ask(oa, user("hi"), max_tokens=want)).choices[0].message.content
     with pytest.raises(openai.BadRequestError, match="Request too large"):  # more than a minute's worth
-        await ask(client, user("hi"), max_tokens=200)
+        await ask(oa, user("hi"), max_tokens=200)
 
 
 def _seconds(value: float) -> str:
     return f"{value:g}s" if value < 60 else f"{int(value // 60)}m{value % 60:g}s"
 
 
-async def test_random_faults(srv: SimServer, client: openai.AsyncOpenAI) -> None:
+async def test_random_faults(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
     srv.configure(fault_429=1.0, retry_after=1.5)
     with pytest.raises(openai.RateLimitError) as limited:
-        await ask(client, user("hi"))
+        await ask(oa, user("hi"))
     assert limited.value.response.headers["retry-after"] == "1.5"
     srv.configure(fault_429=0.0, fault_500=1.0)
     with pytest.raises(openai.InternalServerError) as failed:
-        await ask(client, user("hi"))
+        await ask(oa, user("hi"))
     assert failed.value.type == "server_error"
     assert srv.stats() == {"received": 2, "by_status": {"429": 1, "500": 1},
                            "by_route": {**NO_ROUTES, "openai": 2}, "completed_by_digest": {}}
@@ -311,7 +275,7 @@ async def test_random_faults(srv: SimServer, client: openai.AsyncOpenAI) -> None
 async def test_faults_follow_the_seed() -> None:
     async def outcomes(seed: int) -> list[int]:
         async with await start_server(SimConfig(fault_429=0.3, fault_500=0.3, seed=seed)) as server:
-            sdk = make_client(server)
+            sdk = make_openai(server)
             seen = []
             for i in range(20):
                 try:
@@ -329,7 +293,7 @@ async def test_faults_follow_the_seed() -> None:
 
 async def test_hang_makes_the_client_time_out(own_srv: SimServer) -> None:
     own_srv.configure(fault_timeout=1.0, hang_seconds=5)
-    sdk = make_client(own_srv, timeout=0.3)
+    sdk = make_openai(own_srv, timeout=0.3)
     try:
         with pytest.raises(openai.APITimeoutError):
             await ask(sdk, user("slow"))
@@ -344,11 +308,11 @@ async def test_hang_makes_the_client_time_out(own_srv: SimServer) -> None:
     assert stats["completed_by_digest"] == {digest(user("slow")): 1}
 
 
-async def test_stats_count_by_digest_and_reset(srv: SimServer, client: openai.AsyncOpenAI) -> None:
+async def test_stats_count_by_digest_and_reset(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
     one, two = user("first question"), [{"content": "second", "role": "user"}]
-    await ask(client, one)
-    await ask(client, one)
-    await ask(client, two)
+    await ask(oa, one)
+    await ask(oa, one)
+    await ask(oa, two)
     expected = {"received": 3, "by_status": {"200": 3}, "by_route": {**NO_ROUTES, "openai": 3},
                 "completed_by_digest": {digest(one): 2, digest(two): 1}}
     assert srv.stats() == expected
@@ -358,14 +322,14 @@ async def test_stats_count_by_digest_and_reset(srv: SimServer, client: openai.As
     assert srv.stats() == {"received": 0, "by_status": {}, "by_route": NO_ROUTES, "completed_by_digest": {}}
 
 
-async def test_config_endpoint_changes_faults_at_run_time(srv: SimServer, client: openai.AsyncOpenAI) -> None:
+async def test_config_endpoint_changes_faults_at_run_time(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
     status, config = await sim_http(srv, "POST", "/sim/config", {"fault_500": 1.0, "rpm": 100})
     assert status == 200 and config["fault_500"] == 1.0 and config["rpm"] == 100
     assert srv.config.fault_500 == 1.0
     with pytest.raises(openai.InternalServerError):
-        await ask(client, user("hi"))
+        await ask(oa, user("hi"))
     await sim_http(srv, "POST", "/sim/config", {"fault_500": 0})
-    assert (await ask(client, user("hi"))).choices[0].message.content
+    assert (await ask(oa, user("hi"))).choices[0].message.content
     for bad in ({"no_such_knob": 1}, {"rpm": "many"}, {"fault_429": -1}, [1, 2]):
         status, body = await sim_http(srv, "POST", "/sim/config", bad)
         assert status == 400 and body["error"]["type"] == "invalid_request_error"
@@ -449,9 +413,9 @@ async def test_gemini_answer_and_usage(srv: SimServer, version: str) -> None:
 
 
 async def test_one_conversation_gets_one_answer_and_digest_in_every_format(
-        srv: SimServer, client: openai.AsyncOpenAI, claude: anthropic.AsyncAnthropic, gemini: genai.Client) -> None:
+        srv: SimServer, oa: openai.AsyncOpenAI, claude: anthropic.AsyncAnthropic, gemini: genai.Client) -> None:
     params = {"temperature": 0, "top_p": 1, "max_tokens": 12, "stop": ["zz"]}
-    via_openai = (await ask(client, CONVERSATION, **params)).choices[0].message.content
+    via_openai = (await ask(oa, CONVERSATION, **params)).choices[0].message.content
     turns = [{"role": m["role"], "content": m["content"]} for m in CONVERSATION[1:]]
     # anthropic 2.x no longer takes temperature/top_p as arguments; the wire field still exists.
     via_claude = await claude.messages.create(model="sim-a", max_tokens=12, system="Be brief.", messages=turns,
@@ -524,10 +488,10 @@ async def test_missing_key_in_each_format(srv: SimServer) -> None:
 
 async def test_wrong_key_in_each_format_and_the_key_is_never_echoed(srv: SimServer) -> None:
     srv.configure(api_key="the-right-key")
-    openai_sdk, claude_sdk, gemini_sdk = make_client(srv), make_claude(srv, SECRET), make_gemini(srv, SECRET)
+    openai_sdk, claude_sdk, gemini_sdk = make_openai(srv), make_claude(srv, SECRET), make_gemini(srv, SECRET)
     openai_sdk.api_key = SECRET
     try:
-        with pytest.raises(openai.AuthenticationError) as oa:
+        with pytest.raises(openai.AuthenticationError) as oa_error:
             await ask(openai_sdk, user("hi"))
         with pytest.raises(anthropic.AuthenticationError) as an:
             await ask_claude(claude_sdk)
@@ -535,14 +499,14 @@ async def test_wrong_key_in_each_format_and_the_key_is_never_echoed(srv: SimServ
             await ask_gemini(gemini_sdk)
     finally:
         await openai_sdk.close(), await claude_sdk.close(), await gemini_sdk.aio.aclose()
-    assert oa.value.code == "invalid_api_key" and oa.value.body["message"].startswith(  # type: ignore[index]
+    assert oa_error.value.code == "invalid_api_key" and oa_error.value.body["message"].startswith(  # type: ignore[index]
         "Incorrect API key provided")
     assert an.value.type == "authentication_error" and an.value.status_code == 401
     assert ge.value.code == 400 and ge.value.status == "INVALID_ARGUMENT"
     assert ge.value.details["error"]["details"] == [{  # type: ignore[index]
         "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
         "domain": "googleapis.com", "metadata": {"service": "generativelanguage.googleapis.com"}}]
-    for exc in (oa.value, an.value, ge.value):
+    for exc in (oa_error.value, an.value, ge.value):
         assert SECRET not in str(exc) and SECRET not in str(getattr(exc, "body", "")) + str(ge.value.details)
     # With api_key set, a key is needed even when require_key is off; the right one passes.
     srv.configure(require_key=False)
@@ -560,34 +524,34 @@ async def test_wrong_key_in_each_format_and_the_key_is_never_echoed(srv: SimServ
 # -- faults in every format -------------------------------------------------------------------------------------
 
 
-async def test_fault_401(srv: SimServer, client: openai.AsyncOpenAI, claude: anthropic.AsyncAnthropic,
+async def test_fault_401(srv: SimServer, oa: openai.AsyncOpenAI, claude: anthropic.AsyncAnthropic,
                          gemini: genai.Client) -> None:
     srv.configure(fault_401=1.0)
-    with pytest.raises(openai.AuthenticationError) as oa:
-        await ask(client, user("hi"))
+    with pytest.raises(openai.AuthenticationError) as oa_error:
+        await ask(oa, user("hi"))
     with pytest.raises(anthropic.AuthenticationError) as an:
         await ask_claude(claude)
     with pytest.raises(genai_errors.ClientError) as ge:
         await ask_gemini(gemini)
-    assert oa.value.code == "invalid_api_key" and oa.value.status_code == 401
+    assert oa_error.value.code == "invalid_api_key" and oa_error.value.status_code == 401
     assert an.value.type == "authentication_error"
     assert ge.value.code == 400 and ge.value.details["error"]["details"][0]["reason"] == "API_KEY_INVALID"  # type: ignore[index]
     assert srv.stats()["by_status"] == {"401": 2, "400": 1}
 
 
-async def test_fault_quota(srv: SimServer, client: openai.AsyncOpenAI, claude: anthropic.AsyncAnthropic,
+async def test_fault_quota(srv: SimServer, oa: openai.AsyncOpenAI, claude: anthropic.AsyncAnthropic,
                            gemini: genai.Client) -> None:
     srv.configure(fault_quota=1.0, retry_after=0.5)
-    with pytest.raises(openai.RateLimitError) as oa:
-        await ask(client, user("hi"))
+    with pytest.raises(openai.RateLimitError) as oa_error:
+        await ask(oa, user("hi"))
     with pytest.raises(anthropic.PaymentRequiredError) as an:  # 402
         await ask_claude(claude)
     with pytest.raises(genai_errors.ClientError) as ge:
         await ask_gemini(gemini)
-    assert oa.value.code == oa.value.type == "insufficient_quota"
-    assert oa.value.body["message"].startswith(  # type: ignore[index]
+    assert oa_error.value.code == oa_error.value.type == "insufficient_quota"
+    assert oa_error.value.body["message"].startswith(  # type: ignore[index]
         "You exceeded your current quota, please check your plan and billing details")
-    assert oa.value.response.headers["retry-after"] == "0.5"
+    assert oa_error.value.response.headers["retry-after"] == "0.5"
     assert an.value.type == "billing_error" and an.value.status_code == 402
     assert an.value.api_message.startswith("Your credit balance is too low")  # type: ignore[union-attr]
     assert ge.value.code == 429 and ge.value.status == "RESOURCE_EXHAUSTED"
@@ -611,7 +575,7 @@ async def test_fault_429(srv: SimServer, claude: anthropic.AsyncAnthropic, gemin
     assert ge.value.response.headers["retry-after"] == "0.25"  # type: ignore[union-attr]
 
 
-async def test_fault_500_and_503(srv: SimServer, client: openai.AsyncOpenAI, claude: anthropic.AsyncAnthropic,
+async def test_fault_500_and_503(srv: SimServer, oa: openai.AsyncOpenAI, claude: anthropic.AsyncAnthropic,
                                  gemini: genai.Client) -> None:
     srv.configure(fault_500=1.0)
     with pytest.raises(anthropic.InternalServerError) as an:
@@ -621,9 +585,9 @@ async def test_fault_500_and_503(srv: SimServer, client: openai.AsyncOpenAI, cla
         await ask_gemini(gemini)
     assert ge.value.code == 500 and ge.value.status == "INTERNAL"
     srv.configure(fault_500=0.0, fault_503=1.0)
-    with pytest.raises(openai.InternalServerError) as oa:
-        await ask(client, user("hi"))
-    assert oa.value.status_code == 503 and oa.value.type == "server_error"
+    with pytest.raises(openai.InternalServerError) as oa_error:
+        await ask(oa, user("hi"))
+    assert oa_error.value.status_code == 503 and oa_error.value.type == "server_error"
     with pytest.raises(anthropic.OverloadedError) as over:  # a subclass of anthropic.InternalServerError
         await ask_claude(claude)
     assert over.value.status_code == 529 and over.value.type == "overloaded_error"
@@ -633,7 +597,7 @@ async def test_fault_500_and_503(srv: SimServer, client: openai.AsyncOpenAI, cla
     assert srv.stats()["by_status"] == {"500": 2, "503": 2, "529": 1}
 
 
-async def test_fault_malformed_json(srv: SimServer, client: openai.AsyncOpenAI, claude: anthropic.AsyncAnthropic,
+async def test_fault_malformed_json(srv: SimServer, oa: openai.AsyncOpenAI, claude: anthropic.AsyncAnthropic,
                                     gemini: genai.Client) -> None:
     srv.configure(fault_malformed=1.0)
     status, headers, text = await raw_post(srv, "/v1/chat/completions", {"model": "m", "messages": user("hi")},
@@ -644,7 +608,7 @@ async def test_fault_malformed_json(srv: SimServer, client: openai.AsyncOpenAI, 
     # For the runner: none of the three SDKs wraps a 200 whose body is not JSON. openai 3.54, anthropic 2.12 and
     # google-genai 3.4 all raise the bare json.JSONDecodeError (a ValueError), not an SDK error class.
     with pytest.raises(json.JSONDecodeError):
-        await ask(client, user("hi"))
+        await ask(oa, user("hi"))
     with pytest.raises(json.JSONDecodeError):
         await ask_claude(claude)
     with pytest.raises(json.JSONDecodeError):
@@ -653,10 +617,10 @@ async def test_fault_malformed_json(srv: SimServer, client: openai.AsyncOpenAI, 
     assert stats["by_status"] == {"200": 4} and stats["completed_by_digest"] == {}
 
 
-async def test_fault_filter(srv: SimServer, client: openai.AsyncOpenAI, claude: anthropic.AsyncAnthropic,
+async def test_fault_filter(srv: SimServer, oa: openai.AsyncOpenAI, claude: anthropic.AsyncAnthropic,
                             gemini: genai.Client) -> None:
     srv.configure(fault_filter=1.0)
-    result = await ask(client, user("hi"))
+    result = await ask(oa, user("hi"))
     assert result.choices[0].finish_reason == "content_filter" and result.choices[0].message.content is None
     message = await ask_claude(claude)
     assert message.stop_reason == "refusal" and message.content == [] and message.usage.output_tokens == 0
