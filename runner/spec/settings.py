@@ -1,0 +1,109 @@
+"""The job's settings, each a section of the job file (or of a stage): generation parameters, retries, prices,
+budgets and how the Batch APIs are used."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from runner.spec.fields import MAX_BUDGET_TOKENS, MAX_TOKENS, Seed, Strict, within
+
+
+class Reasoning(Strict):
+    """How much a reasoning model thinks: an effort level, a thinking budget in tokens, or both (the budget is then
+    the thinking allowance added to the output cap). Mapped per API by ``runner.providers.capabilities``."""
+
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    budget_tokens: Annotated[int | None, within(0, MAX_TOKENS)] = None
+
+    @model_validator(mode="after")
+    def _something(self) -> Reasoning:
+        if self.effort is None and self.budget_tokens is None:
+            raise ValueError("reasoning: needs effort: (none, minimal, low, medium, high, xhigh, max) or "
+                             "budget_tokens:")
+        return self
+
+
+class Params(Strict):
+    """Generation parameters; every one of them is part of the cache key when set (as shaped for each model by
+    ``runner.providers.capabilities.shape``: the key holds what is sent)."""
+
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: Annotated[int | None, within(1, MAX_TOKENS)] = None
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    stop: list[str] | None = None
+    seed: Seed | None = None
+    response_format: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    #: penalties on tokens already in the answer, -2 to 2 as OpenAI's CreateChatCompletionRequest bounds them; sent
+    #: as OpenAI's presence_penalty/frequency_penalty, Gemini's presencePenalty/frequencyPenalty and llama.cpp's
+    #: own arguments; Anthropic and reasoning models take none (runner/providers/capabilities.py)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    #: thinking of reasoning models: {effort: low|medium|high|...} or {budget_tokens: N}
+    reasoning: Reasoning | None = None
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _one_stop(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    def merged_over(self, base: Params) -> Params:
+        # None means "not set" here: a job stored as JSON (for resume) has every field set, most to None.
+        merged = base.model_dump(exclude_none=True)
+        merged.update(self.model_dump(exclude_unset=True, exclude_none=True))
+        return Params.model_validate(merged)
+
+
+class RetrySettings(Strict):
+    #: attempts of a request that fails with server errors, timeouts or dropped connections
+    max_attempts: int = Field(default=6, ge=1, le=50)
+    #: 429s a request may meet before it fails (each pauses the endpoint for its Retry-After)
+    rate_limit_attempts: int = Field(default=30, ge=1, le=200)
+    #: seconds from a request's first attempt after which it is not tried again
+    max_elapsed: float = Field(default=300.0, gt=0)
+    backoff_initial: float = Field(default=0.5, gt=0)
+    backoff_max: float = Field(default=30.0, gt=0)
+
+
+class Price(Strict):
+    """USD per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
+    #: a prompt-cache write (Anthropic prices it above plain input); the input price when absent
+    cache_write: float | None = Field(default=None, ge=0)
+    #: the Batch API's prices, when the model has one (OpenAI, Anthropic and Gemini charge half)
+    batch_input: float | None = Field(default=None, ge=0)
+    batch_output: float | None = Field(default=None, ge=0)
+
+
+Mode = Literal["online", "batch", "auto"]
+
+
+class BatchSettings(Strict):
+    """How stages in ``mode: batch`` or ``auto`` use the providers' Batch APIs."""
+
+    #: seconds between two looks at a batch in flight
+    poll_interval: float = Field(default=30.0, gt=0)
+    #: requests per batch (OpenAI takes up to 50,000 lines a batch)
+    max_requests: int = Field(default=10_000, ge=1, le=50_000)
+    #: times a request the provider expired, cancelled or failed with a server error is submitted again
+    max_resubmits: int = Field(default=2, ge=0, le=10)
+    #: with ``mode: auto`` and a deadline: submit a batch only while at least this many seconds are left
+    min_window: float = Field(default=3600.0, ge=0)
+
+
+class BudgetLimit(Strict):
+    """A spending limit: USD and/or tokens (input + output)."""
+
+    usd: float | None = Field(default=None, gt=0)
+    tokens: Annotated[int | None, within(1, MAX_BUDGET_TOKENS)] = None
+
+
+class JobBudget(BudgetLimit):
+    """The run's limit, and limits per model (``provider:model``) across stages."""
+
+    models: dict[str, BudgetLimit] = Field(default_factory=dict)

@@ -1,0 +1,81 @@
+"""``${name}`` in any string of a job file, replaced by the job's ``vars:`` (or ``--var name=value``) before the
+job is validated."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from runner.errors import JobFileError
+from runner.spec.problems import fail
+from runner.spec.yamlfile import Loc
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: characters ``${name}`` substitution may add to a job (a var used many times, vars built from vars): beyond,
+#: the file is refused rather than expanded without end
+MAX_SUBSTITUTED_CHARS = 10_000_000
+
+
+def substitute_vars(path: Path, lines: dict[Loc, int], data: dict[str, Any], overrides: dict[str, str]) -> dict:
+    """Replace ``${name}`` in every string of the file by the job's ``vars:``, overridden by ``--var``. A var may
+    use others (``out: "${root}/out"``); one that refers to itself, directly or through others, is refused."""
+    declared = data.get("vars") or {}
+    if not isinstance(declared, dict) or not all(isinstance(v, str | int | float) for v in declared.values()):
+        fail(path, lines, ("vars",), "vars: must map names to strings")
+    values = {str(k): str(v) for k, v in declared.items()}
+    unknown = sorted(set(overrides) - set(values))
+    if unknown:
+        hint = f" (the job's vars: {', '.join(sorted(values))})" if values else " (the job declares no vars:)"
+        raise JobFileError(f"{path}: --var {unknown[0]}: the job has no variable {unknown[0]!r}{hint}")
+    values.update(overrides)
+    added = [0]  # characters substitution has added so far, against MAX_SUBSTITUTED_CHARS
+
+    def substitute(text: str, loc: Loc, lookup: Any) -> str:
+        def one(match: re.Match[str]) -> str:
+            if match[1] not in values:
+                fail(path, lines, loc, f"${{{match[1]}}} is not defined: add it to vars: or pass --var "
+                                        f"{match[1]}=VALUE")
+            value = lookup(match[1])
+            added[0] += len(value)
+            if added[0] > MAX_SUBSTITUTED_CHARS:
+                fail(path, lines, loc, f"${{{match[1]}}}: the vars substituted add more than "
+                                        f"{MAX_SUBSTITUTED_CHARS:,} characters to the job")
+            return value
+        return _VAR.sub(one, text)
+
+    resolved: dict[str, str] = {}
+
+    def resolve(name: str, chain: list[str]) -> str:
+        """A var's value with the vars it uses filled in; ``chain``: the vars being resolved, outermost first."""
+        if name in resolved:
+            return resolved[name]
+        if name in chain:
+            cycle = chain[chain.index(name):]
+            where = ("vars", cycle[0]) if cycle[0] in declared and cycle[0] not in overrides else ("vars",)
+            if len(cycle) == 1:
+                fail(path, lines, where, f"${{{name}}} refers to itself: give {name!r} a value that does not "
+                                          "use it")
+            loop = " -> ".join(f"${{{n}}}" for n in [*cycle, name])
+            fail(path, lines, where, f"vars {', '.join(repr(n) for n in cycle)} refer to each other in a circle "
+                                      f"({loop}): give one of them a value of its own")
+        loc: Loc = ("vars", name) if name in declared and name not in overrides else ("vars",)
+        resolved[name] = substitute(values[name], loc, lambda other: resolve(other, [*chain, name]))
+        return resolved[name]
+
+    for name in values:
+        resolve(name, [])
+
+    def walk(value: Any, loc: Loc) -> Any:
+        if isinstance(value, str):
+            return substitute(value, loc, resolved.__getitem__)
+        if isinstance(value, dict):
+            return {k: (v if loc == () and k == "vars" else walk(v, loc + (k,))) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, loc + (i,)) for i, v in enumerate(value)]
+        return value
+
+    out = walk(data, ())
+    if "vars" in out or overrides:
+        out["vars"] = {name: resolved[name] for name in values}
+    return out
