@@ -1,0 +1,163 @@
+"""Yes/no answers in a family of answer words (yes/no, correct/incorrect, acceptable/unacceptable, true/false),
+negation applied (:func:`parse_yes_no`), read as ``runner.evaluate.parse`` describes."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from .parsed import Parsed, Reason
+from .refusals import is_refusal
+from .statements import stated_answer
+from .text import WORD, answer_core, answer_text
+
+#: answer-word families: name -> (positive word, negative word)
+YES_NO_FAMILIES: dict[str, tuple[str, str]] = {
+    "yes/no": ("yes", "no"),
+    "correct/incorrect": ("correct", "incorrect"),
+    "acceptable/unacceptable": ("acceptable", "unacceptable"),
+    "true/false": ("true", "false"),
+}
+#: the same answers in other languages, read only as the whole answer, its first word or after "Answer:"
+_FOREIGN: dict[str, dict[str, bool]] = {
+    "yes/no": {"oui": True, "ja": True, "sí": True, "si": True, "是": True, "是的": True, "对": True, "はい": True,
+               "non": False, "nein": False, "否": False, "不是": False, "不对": False, "いいえ": False},
+    "correct/incorrect": {"correcte": True, "correcta": True, "correcto": True, "richtig": True, "正确": True,
+                          "incorrecte": False, "incorrecta": False, "incorrecto": False, "falsch": False,
+                          "错误": False, "不正确": False},
+}
+_NEGATORS = frozenset({"not", "never", "hardly", "cannot", "nor"})
+_YES_NO_CLAUSE = re.compile(r"[.,;:!?\n]")
+#: words after which a leading "no" is the answer, not a determiner ("No it isn't" but "No issues")
+_NO_ANSWERS = frozenset(
+    "it it's its this that these those the a an i i'm i'd there there's they he she we you not because since but as "
+    "so definitely absolutely certainly never way sir way".split()
+)
+#: a negation standing for the negative answer: "Absolutely not.", "Not at all", "Not really"
+_BARE_NOT = re.compile(
+    r"(?:(?:absolutely|definitely|certainly|of\s+course|surely|clearly)\s+)?not(?:\s+(?:really|at\s+all|quite))?!?",
+    re.IGNORECASE,
+)
+_ASKED = re.compile(r"[^.!\n?]*\?")  # the rest of the sentence is a question ("Correct or incorrect? ...")
+_HEDGE_GAP = re.compile(r"\s*(?:/|,?\s*(?:or|and|nor|oder|und|ou|et|o|y|maybe|perhaps)\b)\s*", re.IGNORECASE)
+
+
+def _family_words(family: str | tuple[str, str] | None, foreign: bool = False) -> dict[str, bool]:
+    if family is None:
+        keys = list(YES_NO_FAMILIES)
+        pairs = list(YES_NO_FAMILIES.values())
+    elif isinstance(family, tuple):
+        keys, pairs = [], [family]
+    else:
+        key = family.lower().replace(" ", "")
+        if key not in YES_NO_FAMILIES:
+            raise ValueError(f"unknown yes/no family {family!r}; use one of {', '.join(YES_NO_FAMILIES)}")
+        keys, pairs = [key], [YES_NO_FAMILIES[key]]
+    words: dict[str, bool] = {}
+    for key in keys if foreign else ():
+        words.update(_FOREIGN.get(key, {}))
+    for positive, negative in pairs:
+        words[positive.lower()] = True
+        words[negative.lower()] = False
+    return words
+
+
+def _is_negator(word: str) -> bool:
+    return word in _NEGATORS or word.endswith("n't")
+
+
+def _polarities(text: str, words: dict[str, bool]) -> list[tuple[bool, int, int, int]]:
+    """(polarity, start, end, word index) of every answer word in order, negation applied."""
+    matches = list(WORD.finditer(text))
+    lowered = [m.group().lower() for m in matches]
+    out = []
+    for k, word in enumerate(lowered):
+        if word not in words:
+            continue
+        if "-" in (text[matches[k].end() : matches[k].end() + 1], text[matches[k].start() - 1 : matches[k].start()]):
+            continue  # part of a compound: "non-standard", "no-brainer"
+        if _ASKED.match(text, matches[k].end()):
+            continue  # asked, not answered: "Correct or incorrect? ..."
+        if word == "no" and k + 1 < len(matches) and not text[matches[k].end() : matches[k + 1].start()].strip() \
+                and lowered[k + 1] not in _NO_ANSWERS:
+            continue  # "there is no error", "no issues, it is acceptable": a determiner, not an answer
+        polarity = words[word]
+        for j in range(k - 1, max(k - 4, -1), -1):
+            if _YES_NO_CLAUSE.search(text[matches[j].end() : matches[j + 1].start()]):
+                break
+            if _is_negator(lowered[j]):
+                polarity = not polarity
+                break
+        out.append((polarity, matches[k].start(), matches[k].end(), k))
+    return out
+
+
+def _hedged(text: str, found: list[tuple[bool, int, int, int]]) -> bool:
+    """Both sides named as alternatives: "yes or no", "yes and no", "correct/incorrect", "neither yes nor no"."""
+    return any(
+        a[0] != b[0] and _HEDGE_GAP.fullmatch(text[a[2] : b[1]]) for a, b in zip(found, found[1:], strict=False)
+    )
+
+
+def _leading_polarity(text: str, words: dict[str, bool]) -> bool | None:
+    found = _polarities(text, words)
+    if not found:
+        return None
+    polarity, _, _, k = found[0]
+    first = WORD.findall(text)[:1]
+    return polarity if k == 0 or (k == 1 and _is_negator(first[0].lower())) else None
+
+
+def parse_yes_no(
+    text: str,
+    family: str | tuple[str, str] | None = None,
+    *,
+    conflict: Literal["negative", "first", "invalid"] = "negative",
+) -> Parsed:
+    """``True`` for the positive word (YES, Correct, Acceptable, True), ``False`` for the negative one.
+
+    ``family`` is a key of :data:`YES_NO_FAMILIES` (e.g. ``"correct/incorrect"``), a ``(positive, negative)`` pair,
+    or ``None`` for every family's words; pass the family the prompt asked for, so that a stray "no" or "true"
+    in an explanation is not read as the answer. Rules (module docstring): whole words, negation flips, the whole
+    answer / a final-answer statement / a hedge / the first word first, then all answer words, the negative
+    winning a conflict unless ``conflict`` says otherwise."""
+    words = _family_words(family)
+    leading_words = _family_words(family, foreign=True)
+    if not text.strip():
+        return Parsed(None, Reason.EMPTY)
+    answer = answer_text(text)
+    if not answer.strip():
+        return Parsed(None, Reason.EMPTY)
+    core = answer_core(answer)
+    core_tokens = WORD.findall(core.lower())
+    if len(core_tokens) == 1 and core_tokens[0] in leading_words:
+        return Parsed(leading_words[core_tokens[0]])
+
+    def read_at(offset: int) -> Parsed | None:
+        rest = answer_core(answer[offset:])
+        if _hedged(rest, _polarities(rest, leading_words)[:2]):
+            return Parsed(None, Reason.AMBIGUOUS)
+        polarity = _leading_polarity(rest, leading_words)
+        return None if polarity is None else Parsed(polarity)
+
+    stated = stated_answer(answer, read_at)
+    if stated is not None:
+        return stated
+    found = _polarities(answer, words)
+    if _hedged(answer, found):
+        return Parsed(None, Reason.AMBIGUOUS)
+    leading = _leading_polarity(core, leading_words)
+    if leading is not None:
+        return Parsed(leading)
+    if _BARE_NOT.fullmatch(core):
+        return Parsed(False)
+    if is_refusal(answer):
+        return Parsed(None, Reason.REFUSAL)
+    if not found:
+        return Parsed(None, Reason.NOT_FOUND)
+    polarities = [polarity for polarity, *_ in found]
+    if len(set(polarities)) == 1 or conflict == "first":
+        return Parsed(polarities[0])
+    if conflict == "invalid":
+        return Parsed(None, Reason.CONFLICT)
+    return Parsed(False)
