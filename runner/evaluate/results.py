@@ -33,7 +33,7 @@ from runner.plan.choices import LETTERS, NONE_OF_THEM, inverse_partial
 from runner.plan.request import Task
 from runner.providers.base import parse_loglikelihoods
 from runner.recipes import parse_items
-from runner.spec.job import Stage
+from runner.spec.schema import Stage
 
 if TYPE_CHECKING:
     from runner.plan.prompts import Prompt
