@@ -38,7 +38,8 @@ from genai_prices.types import ModelInfo, ModelPrice, TieredPrices
 from runner.errors import RunnerError
 
 if TYPE_CHECKING:
-    from runner.spec.job import Job, Price
+    from runner.spec.schema import Job
+    from runner.spec.settings import Price
 
 __all__ = [
     "PROVIDER_IDS",
