@@ -25,7 +25,7 @@ from tenacity import (
 )
 
 from runner.errors import ProviderError, RateLimited
-from runner.spec.job import RetrySettings
+from runner.spec.settings import RetrySettings
 
 
 class Tally:
