@@ -42,7 +42,7 @@ from runner.plan.stage import StagePlan, model_key
 from runner.providers.pricing import PER, Pricing, Rates
 from runner.providers.tokens import bound_call_tokens, count_call_tokens, exact
 from runner.report.terminal import clean, clean_lines
-from runner.spec.job import Job
+from runner.spec.schema import Job
 from runner.store import Store
 
 __all__ = ["Estimate", "Group", "OverBudget", "estimate", "over_budget", "render", "summary_lines"]
