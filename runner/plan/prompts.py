@@ -22,8 +22,11 @@ from jinja2 import meta
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 from pydantic import ValidationError
 
+from runner.spec.schema import InlinePrompt
+from runner.spec.yamlfile import load_yaml_bounded
+
 if TYPE_CHECKING:
-    from runner.spec.job import InlinePrompt, Job
+    from runner.spec.schema import Job
 
 _env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
@@ -167,8 +170,6 @@ def load_prompt(job: Job, prompt: str | InlinePrompt) -> Prompt:
 @lru_cache(maxsize=64)
 def _load_file(path: str, name: str, mtime_ns: int = 0) -> Prompt:
     from runner.errors import JobFileError
-    from runner.spec.job import InlinePrompt
-    from runner.spec.yamlfile import load_yaml_bounded
 
     try:
         data = load_yaml_bounded(Path(path), "prompt template")  # within the job file's bounds (no alias bomb)
