@@ -30,7 +30,7 @@ from runner.plan.request import (
     key_of,
 )
 from runner.providers.base import provider_class, split_model
-from runner.spec.job import Choices, Dataset, Job, Stage
+from runner.spec.schema import Choices, Dataset, Job, Stage
 
 
 def iter_rows(source: str | Path | Dataset, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
