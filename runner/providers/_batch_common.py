@@ -2,7 +2,7 @@
 
 * Errors go through the provider's own online mapping (its ``map_errors``): SDK exceptions raised while
   submitting, polling or reading results, and the per-line errors of a batch, which are rebuilt as the
-  SDK's own exception for their status (:func:`stainless_error` for openai and anthropic) and translated
+  SDK's own exception for their status (:func:`status_error` for openai and anthropic) and translated
   the same way (:func:`mapped`), so a batch line that failed with a 429 is the same ``RateLimited`` an online
   request would have raised.
 * A line is worth submitting again (``retry``) when its error is one the runner retries online (server
@@ -22,7 +22,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from types import ModuleType
 from typing import Any, Protocol
 
 from runner.errors import AuthError, BadRequest, ProviderError, QuotaExceeded, TransientError
@@ -57,16 +58,25 @@ def mapped(provider: MappingProvider, exc: BaseException) -> ProviderError:
     return TransientError(f"unexpected {type(exc).__name__}")  # pragma: no cover - map_errors always raises
 
 
-def stainless_error(client: Any, status: int, body: Any, path: str) -> Exception:
-    """The exception the openai or anthropic SDK (both Stainless-generated) raises online for an HTTP
-    ``status`` answer with JSON ``body`` to ``path`` (under the client's base URL): the client's own factory
-    picks the class (``RateLimitError``, ``InternalServerError``...), so the provider's mapping sees what it
-    sees online."""
+#: the exception class both Stainless-generated SDKs (openai, anthropic) export for an HTTP status; another 4xx is
+#: their ``APIStatusError``, a 5xx their ``InternalServerError``
+STATUS_ERRORS = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError", 404: "NotFoundError",
+                 409: "ConflictError", 422: "UnprocessableEntityError", 429: "RateLimitError"}
+
+
+def status_error(sdk: ModuleType, client: Any, status: int, body: Any, path: str, *,
+                 error_object: bool = False) -> Exception:
+    """An exception of the class the SDK module ``sdk`` (openai or anthropic) raises online for an HTTP ``status``
+    answer with JSON ``body`` to ``path`` (under the client's base URL), made with its public constructor, so
+    the provider's mapping sees what it sees online. ``error_object``: the exception carries the body's ``error``
+    object, as the openai client hands it over (the anthropic client hands over the whole body)."""
     import httpx2  # the HTTP library both SDKs are built on
 
     url = str(client.base_url).rstrip("/") + path
     response = httpx2.Response(status, json=body, request=httpx2.Request("POST", url))
-    return client._make_status_error(f"Error code: {status}", body=body, response=response)
+    name = STATUS_ERRORS.get(status) or ("InternalServerError" if status >= 500 else "APIStatusError")
+    carried = body.get("error", body) if error_object and isinstance(body, Mapping) else body
+    return getattr(sdk, name)(f"Error code: {status}", response=response, body=carried)  # type: ignore[no-any-return]
 
 
 def described(error: ProviderError, where: str, status: Any = None, kind: Any = None, code: Any = None,

@@ -42,7 +42,7 @@ from ._batch_common import (
     malformed,
     mapped,
     not_ended,
-    stainless_error,
+    status_error,
     unfinished,
 )
 from .batching import CLOCK_SKEW, ENDED, RUNNING, BatchLine, BatchResult, BatchStatus, Lookup
@@ -125,6 +125,8 @@ class AnthropicBatches(SDKBatches):
             return [self._line(item) for item in items]
 
     def _line(self, item: Any) -> BatchResult:
+        import anthropic
+
         custom_id, result = str(item.custom_id), item.result
         raw = item.to_dict(mode="json")
         if result.type == "succeeded":
@@ -134,7 +136,7 @@ class AnthropicBatches(SDKBatches):
             words = body.get("error") if isinstance(body.get("error"), dict) else {}
             kind = words.get("type")
             status = _STATUS.get(str(kind), 500)  # a type this table does not know yet: a server error
-            sdk_error = stainless_error(self.client, status, body, "/v1/messages")
+            sdk_error = status_error(anthropic, self.client, status, body, "/v1/messages")
             return failed(custom_id, described(mapped(self.provider, sdk_error), self.where, status, kind,
                                                message=words.get("message")), raw)
         return unfinished(custom_id, self.where, CANCELLED if result.type == "canceled" else EXPIRED, raw)

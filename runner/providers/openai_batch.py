@@ -44,7 +44,7 @@ from ._batch_common import (
     mapped,
     not_ended,
     safe_label,
-    stainless_error,
+    status_error,
     unfinished,
     words,
 )
@@ -199,13 +199,16 @@ class OpenAIBatches(SDKBatches):
 
     def _line(self, item: dict[str, Any]) -> BatchResult:
         """One line of the output or the error file."""
+        import openai
+
         custom_id, response, error = item["custom_id"], item.get("response"), item.get("error")
         status = response.get("status_code") if isinstance(response, dict) else None
         if status == 200:
             return answered(custom_id, lambda: self.provider.completion_of(response.get("body")), item)
         if isinstance(status, int):
             body = response.get("body")
-            sdk_error = stainless_error(self.client, status, body, ENDPOINT.removeprefix("/v1"))
+            sdk_error = status_error(openai, self.client, status, body, ENDPOINT.removeprefix("/v1"),
+                                     error_object=True)
             said = body.get("error") if isinstance(body, dict) else None
             said = said if isinstance(said, dict) else {}
             return failed(custom_id, described(mapped(self.provider, sdk_error), self.where, status, said.get("type"),
