@@ -140,7 +140,8 @@ async def arun_job(
     replan: bool = False,
 ) -> RunResult:
     """:func:`run_job` for callers that can await (it runs on the caller's loop)."""
-    from runner.engine.run import budget_warnings, execute, load_run_job, pid_alive, set_budget
+    from runner.engine.checks import budget_warnings, load_run_job, pid_alive, set_budget
+    from runner.engine.run import execute
     from runner.report import estimate as estimates
     from runner.store import open_store
 

@@ -26,7 +26,8 @@ except ImportError:  # an older typer runs on click itself
     from click import exceptions as click_errors  # type: ignore[no-redef]
     from click.exceptions import Abort  # type: ignore[assignment]
 
-from runner.engine.run import budget_warnings, dataset_warnings, execute, load_run_job, pid_alive, set_budget
+from runner.engine.checks import budget_warnings, dataset_warnings, load_run_job, pid_alive, set_budget
+from runner.engine.run import execute
 from runner.errors import RunnerError
 from runner.report import costs as cost_sums
 from runner.report import estimate as estimates

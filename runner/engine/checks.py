@@ -1,0 +1,208 @@
+"""What is checked and said before a run sends anything: every provider has its key, a budget has its prices and
+bounds, log-likelihood stages have providers that score, the results folders can be written, a job can be split
+between workers (``runner work``); the warnings a front door shows before a run; ``--budget``; the stored job of a
+run to resume. :func:`runner.engine.run.execute` makes the checks; :mod:`runner.service` says the rest."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from runner.engine.batch import check_batch_modes
+from runner.errors import OutputError, RunnerError, StoreError
+from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
+from runner.spec.job import Job
+from runner.store import Store
+
+
+def check_output(job: Job) -> None:
+    """Before a run is made: each folder its results go to can be created and written, or one sentence names it."""
+    folders = {Path(job.output_dir) / job.name}
+    folders.update(Path(stage.output).parent for stage in job.llm_stages() if stage.output)
+    for folder in sorted(folders):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"the output folder {folder} cannot be created ({exc.strerror or exc}): set output_dir"
+                              f" (or the stage's output:) in {job.path or 'the job file'} to a folder that can be",
+                              folder) from None
+        try:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as exc:
+            raise OutputError(f"the output folder {folder} cannot be written ({exc.strerror or exc}): make it "
+                              f"writable, or set output_dir (or the stage's output:) in {job.path or 'the job file'}"
+                              " to another folder", folder) from None
+
+
+def job_models(job: Job) -> list[str]:
+    return sorted({model for stage in job.stages for model in job.stage_models(stage)})
+
+
+def build_providers(job: Job) -> dict[str, Provider]:
+    """One provider object per provider the job names (not started: that waits for a cache miss), after
+    checking that each has the key it needs, so a missing variable stops the job before any request."""
+    providers: dict[str, Provider] = {}
+    for model in job_models(job):
+        name, model_name = split_model(model)
+        provider = providers.get(name)
+        if provider is None:
+            settings = job.providers.get(name) or ProviderSettings()
+            provider = providers[name] = provider_class(name)(settings, job.endpoints)
+        provider.check_key(model_name)
+    return providers
+
+
+class NotJoinable(RunnerError):
+    """``runner work`` on a job whose stages cannot be split between processes."""
+
+    exit_code = 2
+
+
+def check_joinable(job: Job) -> None:
+    """Workers split evaluation stages sent online; a pipeline's stages depend on each other's rows and a Batch
+    API stage is one process's batches."""
+    if job.is_pipeline:
+        raise NotJoinable(f"job {job.name} is a pipeline: its stages run in one process; `runner work` joins jobs "
+                          "whose stages are all evaluations")
+    tokens = job.budget is not None and (job.budget.tokens is not None or any(
+        limit.tokens is not None for limit in job.budget.models.values()))
+    if tokens or any(stage.budget is not None and stage.budget.tokens is not None for stage in job.stages):
+        raise NotJoinable(f"job {job.name} has a token budget, which each process counts on its own: only USD budgets "
+                          "are shared by the processes on a run; run it in one process, or budget it in USD")
+    for stage in job.llm_stages():
+        if job.stage_mode(stage) != "online":
+            raise NotJoinable(f"stage {stage.name} of job {job.name} uses a Batch API (mode: {job.stage_mode(stage)})"
+                              ": its batches belong to the process that submitted them; `runner work` joins online "
+                              "stages")
+
+
+def check_prices(job: Job) -> None:
+    """A budget needs every model's price and a bound on output tokens; refuse to start without them."""
+    from runner.engine.dispatch import budgets_of
+    from runner.providers.pricing import Pricing
+
+    if budgets_of(job) is None:
+        return
+    pricing = Pricing(job)
+    where = job.path or "the job file"
+    for model in job_models(job):
+        if not pricing.known(model):
+            raise RunnerError(f"{where}: the price of {model} is unknown and the job has a budget: add "
+                              f"prices: {{{model}: {{input: USD, output: USD}}}} (per million tokens)")
+    for stage in job.llm_stages():
+        if any(job.model_params(stage, model).get("max_tokens") is None for model in job.stage_models(stage)):
+            raise RunnerError(f"{where}: stage {stage.name} has no params.max_tokens, and a budget needs a bound "
+                              "on output tokens to reserve a request's worst case")
+
+
+class CannotScore(RunnerError):
+    """A ``parse: loglikelihood`` stage names a model whose provider returns no log-probabilities."""
+
+    exit_code = 2
+
+
+def check_loglikelihood(job: Job, providers: dict[str, Provider]) -> None:
+    """Log-likelihood stages need providers that can score; a chat-only API is named before anything is sent."""
+    for stage in job.llm_stages():
+        if stage.parse != "loglikelihood":
+            continue
+        for model in job.stage_models(stage):
+            provider = providers[split_model(model)[0]]
+            if not getattr(provider, "supports_loglikelihood", False):
+                raise CannotScore(
+                    f"{job.path or 'the job file'}: stage {stage.name} scores log-likelihoods, and {model} cannot "
+                    "score log-likelihoods (a chat-only API): use a local: model or an openai-compatible: "
+                    "completions server there, and give chat models to a stage in the prompt form")
+
+
+def budget_warnings(job: Job) -> list[str]:
+    """Said before a run with priced models and no budget: nothing bounds what it may spend."""
+    from runner.engine.dispatch import budgets_of
+    from runner.providers.pricing import Pricing
+
+    pricing = Pricing(job)
+    unknown = [model for model in job_models(job) if not pricing.known(model)]
+    lines = [f"warning: no price is known for {model}; its cost is counted as 0: add prices: {{{model}: "
+             "{input: USD, output: USD}} (per million tokens) to count it" for model in unknown]
+    if budgets_of(job) is not None:
+        return lines
+    priced = [model for model in job_models(job) if (rates := pricing.rates(model)) is not None and not rates.is_free]
+    if priced:
+        lines.append(f"warning: no budget is set for {', '.join(priced)}; add budget: {{usd: N}} to the job or "
+                     "`--budget USD` to cap what this run may spend")
+    return lines
+
+
+def dataset_warnings(job: Job) -> list[str]:
+    """Said before a run whose stage reads a dataset with no rows (the stage sends nothing; the run still ends),
+    or whose rows have a ``gold`` field the stage does not name (it is not scored: a stage is scored only when the
+    job says what its gold is)."""
+    from runner.plan.stage import count_rows, iter_rows
+
+    lines = []
+    for stage in job.stages:
+        if stage.dataset is None:
+            continue
+        if count_rows(stage.dataset, 1) == 0:
+            lines.append(f"warning: stage {stage.name}: the dataset {stage.dataset.path} has no rows, so the stage "
+                         "has nothing to send")
+            continue
+        if stage.is_llm and not stage.review and _unnamed_gold(stage):
+            key = "choices.gold" if stage.choices is not None else "gold"
+            first = next(iter_rows(stage.dataset, 1), (0, {}))[1]
+            if "gold" in first:
+                lines.append(f"warning: stage {stage.name} is not scored: its rows have a 'gold' field but the stage "
+                             f"names no gold; add {key}: gold to score it")
+    return lines
+
+
+def _unnamed_gold(stage: Any) -> bool:
+    return (stage.choices.gold if stage.choices is not None else stage.gold) is None
+
+
+def set_budget(job: Job, usd: float) -> None:
+    """``--budget USD``: the run's USD limit, over what the job file says."""
+    from runner.spec.job import JobBudget
+
+    if not usd > 0:
+        raise RunnerError(f"--budget must be more than 0 USD (got {usd:g})")
+    if job.budget is None:
+        job.budget = JobBudget(usd=usd)
+    else:
+        job.budget.usd = usd
+
+
+def load_run_job(store: Store, run_id: str) -> tuple[dict[str, Any], Job]:
+    """The job a run was started with, as it was then (the file may have changed since)."""
+    run = store.get_run(run_id)
+    if run["status"] == "completed":
+        raise StoreError(f"run {run['id']} is already completed; `runner report {run['id']}` shows it")
+    try:
+        return run, Job.model_validate_json(run["job_json"])
+    except ValueError as exc:
+        raise StoreError(f"run {run['id']} has a stored job this version cannot read ({exc})") from None
+
+
+def check_before_sending(job: Job) -> dict[str, Provider]:
+    """The job's providers (not started), once every check that needs no request has passed: keys, prices for a
+    budget, Batch API modes, log-likelihood scoring, the results folders (said before the run row is made)."""
+    providers = build_providers(job)
+    check_prices(job)
+    check_batch_modes(job, providers)
+    check_loglikelihood(job, providers)
+    check_output(job)
+    return providers
+
+
+def pid_alive(pid: Any) -> bool:
+    """Whether process ``pid`` lives on this machine."""
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, ValueError):
+        return False
+    return True
