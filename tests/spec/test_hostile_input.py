@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from runner.errors import JobFileError
-from runner.spec.job import MAX_SAMPLES, MAX_TOKENS, MAX_VARIANTS, load_job
+from runner.spec.fields import MAX_SAMPLES, MAX_TOKENS, MAX_VARIANTS
+from runner.spec.job import load_job
 from runner.spec.yamlfile import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES
 from tests.helpers import ROOT, only_error, run_cli, runner_cmd, write_rows
 
