@@ -56,8 +56,8 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
                 later = any(other.name == source for other in job.stages)
                 with problems:
                     fail(path, lines, loc + ("from", index) if len(stage.from_ or []) > 1 else loc + ("from",),
-                          f"stage {source!r} comes later: a stage reads only earlier ones" if later
-                          else f"no stage named {source!r} before this one")
+                         f"stage {source!r} comes later: a stage reads only earlier ones" if later
+                         else f"no stage named {source!r} before this one")
         seen.add(stage.name)
         with problems:
             _check_data_op(path, lines, loc, stage)
@@ -68,7 +68,7 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
             if found is None:
                 with problems:
                     fail(path, lines, loc + ("dataset", "path"),
-                          f"dataset file {stage.dataset.path!r} does not exist")
+                         f"dataset file {stage.dataset.path!r} does not exist")
             else:
                 stage.dataset.path = str(found)
         if not stage.is_llm:
@@ -84,19 +84,18 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
         if stage.parse_plugin or stage.scorer is not None:
             with problems:
                 _check_plugins(job, path, lines, loc, stage)
-        elif stage.parse not in BUILTIN_PARSES:
-            if get_parser(stage.parse) is None:
-                close = difflib.get_close_matches(stage.parse, [*BUILTIN_PARSES, *parser_names()], n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else \
-                    f" (built in: {', '.join(BUILTIN_PARSES)}; recipes: {', '.join(parser_names())})"
-                with problems:
-                    fail(path, lines, loc + ("parse",), f"no parser named {stage.parse!r}{hint}")
+        elif stage.parse not in BUILTIN_PARSES and get_parser(stage.parse) is None:
+            close = difflib.get_close_matches(stage.parse, [*BUILTIN_PARSES, *parser_names()], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else \
+                f" (built in: {', '.join(BUILTIN_PARSES)}; recipes: {', '.join(parser_names())})"
+            with problems:
+                fail(path, lines, loc + ("parse",), f"no parser named {stage.parse!r}{hint}")
         if stage.choices is not None and stage.choices.options_file is not None:
             options = resolve_file(job, stage.choices.options_file)
             if options is None:
                 with problems:
                     fail(path, lines, loc + ("choices", "options_file"),
-                          f"options file {stage.choices.options_file!r} does not exist")
+                         f"options file {stage.choices.options_file!r} does not exist")
             else:
                 stage.choices.options_file = str(options)
         try:
@@ -137,18 +136,18 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
         if settings.api_version is not None and name == "anthropic" and settings.api_version not in ANTHROPIC_VERSIONS:
             with problems:
                 fail(path, lines, ("providers", name, "api_version"),
-                      f"anthropic api_version {settings.api_version!r} is not one the runner knows "
-                      f"({', '.join(ANTHROPIC_VERSIONS)})")
+                     f"anthropic api_version {settings.api_version!r} is not one the runner knows "
+                     f"({', '.join(ANTHROPIC_VERSIONS)})")
         elif settings.api_version is not None and name != "anthropic":
             with problems:
                 fail(path, lines, ("providers", name, "api_version"),
-                      f"api_version is an anthropic setting; {name} sends the version the runner pins")
+                     f"api_version is an anthropic setting; {name} sends the version the runner pins")
     job.sent_with.update(sent_with(job))
     for name, endpoint in job.endpoints.items():
         if not endpoint.base_url:
             with problems:
                 fail(path, lines, ("endpoints", name),
-                      "an endpoint needs base_url: (e.g. http://127.0.0.1:8000/v1)")
+                     "an endpoint needs base_url: (e.g. http://127.0.0.1:8000/v1)")
     problems.raise_any()
 
 
@@ -223,16 +222,15 @@ def _check_variants(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -
         sizes = " x ".join(f"{size:,} {name}" for name, size in axes.items() if size > 1)
         key = "variants" if stage.variants else "samples"
         fail(path, lines, loc + (key,), f"{sizes} make {product:,} requests per row and model; at most "
-                                         f"{MAX_VARIANTS:,}: use fewer seeds, samples or variant values")
+                                        f"{MAX_VARIANTS:,}: use fewer seeds, samples or variant values")
 
 
 def _check_data_op(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:
     """A data stage's recipe exists and its expressions compile."""
-    if stage.recipe is not None:
-        if get_step(stage.recipe) is None:
-            close = difflib.get_close_matches(stage.recipe, step_names(), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(step_names())})"
-            fail(path, lines, loc + ("recipe",), f"no recipe named {stage.recipe!r}{hint}")
+    if stage.recipe is not None and get_step(stage.recipe) is None:
+        close = difflib.get_close_matches(stage.recipe, step_names(), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(step_names())})"
+        fail(path, lines, loc + ("recipe",), f"no recipe named {stage.recipe!r}{hint}")
     if stage.concat and len(stage.from_ or []) < 2:
         fail(path, lines, loc + ("concat",), "concat: needs two or more stages in from:")
     if stage.join is not None and len(stage.from_ or []) < 2:
@@ -261,7 +259,7 @@ def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known:
         endpoint, _, served = name.partition("/")
         if not served:
             fail(path, lines, loc, f"write {model!r} as openai-compatible:ENDPOINT/MODEL, ENDPOINT an entry "
-                                    "of endpoints:")
+                                   "of endpoints:")
         if endpoint not in endpoints:
             close = difflib.get_close_matches(endpoint, list(endpoints), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else "; add it under endpoints: with its base_url"

@@ -74,7 +74,6 @@ def _validated(data: dict[str, Any], path: Path, lines: dict[Loc, int], override
     return job
 
 
-
 def _all_errors(path: Path, lines: dict[Loc, int], exc: ValidationError) -> JobFileProblems:
     """Every problem pydantic found, one ``file:line: key: what`` each, in the file's order."""
     errors = exc.errors(include_url=False)

@@ -35,12 +35,12 @@ def substitute_vars(path: Path, lines: dict[Loc, int], data: dict[str, Any], ove
         def one(match: re.Match[str]) -> str:
             if match[1] not in values:
                 fail(path, lines, loc, f"${{{match[1]}}} is not defined: add it to vars: or pass --var "
-                                        f"{match[1]}=VALUE")
+                                       f"{match[1]}=VALUE")
             value = lookup(match[1])
             added[0] += len(value)
             if added[0] > MAX_SUBSTITUTED_CHARS:
                 fail(path, lines, loc, f"${{{match[1]}}}: the vars substituted add more than "
-                                        f"{MAX_SUBSTITUTED_CHARS:,} characters to the job")
+                                       f"{MAX_SUBSTITUTED_CHARS:,} characters to the job")
             return value
         return _VAR.sub(one, text)
 
@@ -55,10 +55,10 @@ def substitute_vars(path: Path, lines: dict[Loc, int], data: dict[str, Any], ove
             where = ("vars", cycle[0]) if cycle[0] in declared and cycle[0] not in overrides else ("vars",)
             if len(cycle) == 1:
                 fail(path, lines, where, f"${{{name}}} refers to itself: give {name!r} a value that does not "
-                                          "use it")
+                                         "use it")
             loop = " -> ".join(f"${{{n}}}" for n in [*cycle, name])
             fail(path, lines, where, f"vars {', '.join(repr(n) for n in cycle)} refer to each other in a circle "
-                                      f"({loop}): give one of them a value of its own")
+                                     f"({loop}): give one of them a value of its own")
         loc: Loc = ("vars", name) if name in declared and name not in overrides else ("vars",)
         resolved[name] = substitute(values[name], loc, lambda other: resolve(other, [*chain, name]))
         return resolved[name]
