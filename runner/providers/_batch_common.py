@@ -28,8 +28,9 @@ from typing import Any, Protocol
 
 from runner.errors import AuthError, BadRequest, ProviderError, QuotaExceeded, TransientError
 
-from .base import Completion, words
+from .base import Completion
 from .batching import ENDED, Batches, BatchLine, BatchResult
+from .wire import words
 
 #: error classes of lines the provider did not run
 EXPIRED = "batch_expired"

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, Refused, TransientError
 
 from . import capabilities
-from .base import Completion, Provider, ProviderSettings, RateWindow, register, words
-from .openai_chat import _quoted, retry_after_seconds
+from .base import Completion, Provider, ProviderSettings, RateWindow, register
+from .wire import quoted, retry_after_seconds, words
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
     import anthropic
@@ -210,7 +210,7 @@ class AnthropicProvider(Provider):
             details = body.get("stop_details") or {}
             detail = details.get("explanation") or (details.get("type") if details.get("type") != "refusal" else None)
             raise Refused(f"{self.where}: the model refused (stop_reason refusal"
-                          + (f": {_quoted(detail)})" if detail else ")"), billed=completion)
+                          + (f": {quoted(detail)})" if detail else ")"), billed=completion)
         return completion
 
     @contextlib.contextmanager

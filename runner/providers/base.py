@@ -369,17 +369,3 @@ def split_model(spec: str) -> tuple[str, str]:
     if not sep or not provider or not model:
         raise ValueError(f"model {spec!r} must be written provider:model, e.g. local:smollm2")
     return provider, model
-
-
-def words(status: Any = None, kind: Any = None, code: Any = None, param: Any = None, message: Any = None) -> str:
-    """A provider's error in its own words: ``{status} {kind} {code} (param {param}): {message}``, the parts it
-    gave (each once), the message in full."""
-    parts: list[str] = []
-    for part in (status, kind, code):
-        if part not in (None, "") and str(part) not in parts:
-            parts.append(str(part))
-    head = " ".join(parts)
-    if param not in (None, ""):
-        head += f" (param {param})"
-    text = str(message or "").strip() or "no reason given"
-    return f"{head}: {text}" if head else text

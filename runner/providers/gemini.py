@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, Refused, TransientError
 
 from . import capabilities
-from .base import Completion, Provider, ProviderSettings, register, words
-from .openai_chat import _quoted
+from .base import Completion, Provider, ProviderSettings, register
+from .wire import quoted, words
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
     from google import genai
@@ -184,7 +184,7 @@ class GeminiProvider(Provider):
         )
         feedback = response.prompt_feedback
         if feedback is not None and feedback.block_reason is not None:
-            raise Refused(f"{self.where}: the prompt was blocked ({_quoted(_enum_text(feedback.block_reason))})",
+            raise Refused(f"{self.where}: the prompt was blocked ({quoted(_enum_text(feedback.block_reason))})",
                           billed=completion)
         if finish in _FILTERED:
             raise Refused(f"{self.where}: the answer was withheld (finish reason {finish})", billed=completion)

@@ -46,9 +46,9 @@ from ._batch_common import (
     safe_label,
     status_error,
     unfinished,
-    words,
 )
 from .batching import CLOCK_SKEW, ENDED, RUNNING, BatchLine, BatchResult, BatchStatus, Lookup
+from .wire import words
 
 if TYPE_CHECKING:
     from .openai_chat import OpenAIChatProvider

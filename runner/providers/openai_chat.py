@@ -2,10 +2,11 @@
 
 Three providers share this code:
 
-    openai              api.openai.com, key from OPENAI_API_KEY
+    openai              api.openai.com, key from OPENAI_API_KEY (here)
     openai-compatible   the user's own servers (vLLM, llama.cpp, Ollama), one per entry of the job's
                         ``endpoints:`` section, named in models as ``openai-compatible:ENDPOINT/MODEL``
-    sim                 the simulated server (``runner sim``, ``simserver/cli.py``)
+                        (``runner/providers/openai_servers.py``)
+    sim                 the simulated server (``runner sim``, ``simserver/cli.py``; ``openai_servers.py``)
 
 Log-likelihoods (``loglikelihood``, for ``openai-compatible`` and ``sim``) go through the legacy Completions
 endpoint as evaluation harnesses use it: one request for all (context, continuation) pairs of a task, each
@@ -23,12 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, Refused, TransientError
+from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, Refused, TransientError
 
 from .base import (
     Completion,
@@ -38,8 +38,8 @@ from .base import (
     RateWindow,
     loglikelihood_completion,
     register,
-    words,
 )
+from .wire import quoted, retry_after_seconds, words
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
     import openai
@@ -61,21 +61,6 @@ def split_thinking(text: str) -> tuple[str, str | None]:
     return text[found.end():], found.group(1).strip()
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds); None when absent or a date."""
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value) / scale)
-        except ValueError:
-            continue
-    return None
 
 
 def duration_seconds(text: str | None) -> float | None:
@@ -141,12 +126,6 @@ def score_echoed(logprobs: Mapping[str, Any], prompt: str, context_length: int) 
         if not top or float(value) < max(float(v) for v in top.values()) - 1e-6:
             greedy = False
     return ContinuationScore(logprob=total, tokens=prompt_tokens - start, greedy=greedy)
-
-
-def _quoted(text: Any, limit: int = 200) -> str:
-    """A provider's text for a message: printable characters only (no terminal escapes), cut to ``limit``."""
-    clean = "".join(ch if ch.isprintable() else " " for ch in str(text))
-    return repr(clean[:limit] + ("…" if len(clean) > limit else ""))
 
 
 def _error_body(exc: openai.APIStatusError) -> dict[str, Any]:
@@ -298,7 +277,7 @@ class OpenAIChatProvider(Provider):
             reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0,
         )
         if message.get("refusal"):
-            raise Refused(f"{self.where}: the model refused: {_quoted(message['refusal'])}", billed=completion)
+            raise Refused(f"{self.where}: the model refused: {quoted(message['refusal'])}", billed=completion)
         if choice.get("finish_reason") == "content_filter":
             raise Refused(f"{self.where}: the answer was withheld by the content filter", billed=completion)
         return completion
@@ -412,117 +391,3 @@ class OpenAIChatProvider(Provider):
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
                                  error_class="connection") from exc
-
-
-@register
-class OpenAICompatibleProvider(Provider):
-    """The user's own OpenAI-compatible servers, each an entry of the job's ``endpoints:`` section."""
-
-    name: ClassVar[str] = "openai-compatible"
-    key_env_var: ClassVar[str | None] = None
-    default_concurrency: ClassVar[int] = 32
-    adaptive: ClassVar[bool] = True
-    supports_loglikelihood: ClassVar[bool] = True
-
-    def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
-        super().__init__(settings)
-        self.endpoints = endpoints or {}
-        self.clients: dict[str, _CompatibleEndpoint] = {}
-
-    @staticmethod
-    def split(model: str) -> tuple[str, str]:
-        """``"my-vllm/meta-llama/Llama-3-8B"`` -> ``("my-vllm", "meta-llama/Llama-3-8B")``."""
-        endpoint, _, name = model.partition("/")
-        return endpoint, name
-
-    @classmethod
-    def model_id(cls, model: str, endpoints: dict[str, ProviderSettings] | None = None) -> str:
-        """The server and the model it serves, not the job's label for the server: pointing a label at
-        another server must not return the first one's answers, and renaming a label keeps the cache."""
-        label, served = cls.split(model)
-        settings = (endpoints or {}).get(label)
-        if settings is None or not settings.base_url:
-            return model
-        return f"{settings.base_url.rstrip('/')}/{served}"
-
-    def _client(self, model: str) -> _CompatibleEndpoint:
-        endpoint, _ = self.split(model)
-        client = self.clients.get(endpoint)
-        if client is None:
-            settings = self.endpoints.get(endpoint)
-            if settings is None:  # spec validation names the missing entry; this guards direct use
-                raise ModelSetupError(f"no endpoint named {endpoint!r} in the job's endpoints: section")
-            client = self.clients[endpoint] = _CompatibleEndpoint(settings, endpoint)
-        return client
-
-    def settings_for(self, model: str) -> ProviderSettings:
-        return self._client(model).settings
-
-    def check_key(self, model: str) -> None:
-        self._client(model).check_key(model)
-
-    def endpoint_key(self, model: str) -> str:
-        client = self._client(model)
-        return f"{self.name}:{client.base_url}:{client.key_variable}:{self.split(model)[1]}"
-
-    async def start(self) -> None:
-        for label in self.endpoints:  # every declared endpoint's client, once, before any request
-            await self._client(label + "/").start()
-
-    async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
-        return await self._client(model).execute(self.split(model)[1], messages, params)
-
-    async def loglikelihood(self, model: str, pairs: list[tuple[str, str]]) -> Completion:
-        return await self._client(model).loglikelihood(self.split(model)[1], pairs)
-
-    async def aclose(self) -> None:
-        for client in self.clients.values():
-            await client.aclose()
-
-
-class _CompatibleEndpoint(OpenAIChatProvider):
-    name: ClassVar[str] = "openai-compatible"
-    key_env_var: ClassVar[str | None] = None
-    price_id: ClassVar[str | None] = None
-    supports_loglikelihood: ClassVar[bool] = True
-    supports_batch: ClassVar[bool] = False  # vLLM, llama.cpp and Ollama have no Batch API in general
-    max_tokens_field: ClassVar[str] = "max_tokens"
-
-    def __init__(self, settings: ProviderSettings, label: str) -> None:
-        super().__init__(settings)
-        self.label = label
-
-    @property
-    def where(self) -> str:
-        return f"endpoint {self.label} ({self.base_url})"
-
-
-@register
-class SimProvider(OpenAIChatProvider):
-    """The simulated server (``runner sim``): any model name, no real key needed, free unless priced."""
-
-    name: ClassVar[str] = "sim"
-    key_env_var: ClassVar[str | None] = "RUNNER_SIM_KEY"
-    price_id: ClassVar[str | None] = None
-    default_base_url: ClassVar[str | None] = "http://127.0.0.1:8765/v1"
-    max_tokens_field: ClassVar[str] = "max_tokens"
-    supports_loglikelihood: ClassVar[bool] = True
-    scoring_max_tokens: ClassVar[int] = 0  # the simulated server generates nothing for 0
-
-    def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
-        super().__init__(settings)
-        self.base_url = settings.base_url or os.environ.get("RUNNER_SIM_URL") or self.default_base_url
-
-    def api_key(self) -> str:
-        return super().api_key() or "sim-key"
-
-    @classmethod
-    def count_input_tokens(cls, model: str, messages: Iterable[Mapping[str, Any]]) -> int:
-        """The simulated server's own rule, so exact."""
-        from runner.providers.sim_tokens import count_prompt_tokens
-
-        return count_prompt_tokens([dict(message) for message in messages])
-
-    @classmethod
-    def tokens_exact(cls, model: str) -> bool:
-        return True

@@ -33,7 +33,8 @@ from runner.providers.base import (
     provider_class,
 )
 from runner.providers.local import LocalProvider, _without_extra_buffers, encode_pair, locate_gguf
-from runner.providers.openai_chat import OpenAICompatibleProvider, SimProvider, score_echoed
+from runner.providers.openai_chat import score_echoed
+from runner.providers.openai_servers import OpenAICompatibleProvider, SimProvider
 from simserver import SimConfig, start_server
 from tests.helpers import LlamaServer
 from tests.providers.test_local_provider import SHUFFLED, TARGET, Probe

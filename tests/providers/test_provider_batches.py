@@ -22,7 +22,8 @@ from runner.providers.base import Provider, ProviderSettings
 from runner.providers.batching import CLOCK_SKEW, ENDED, RUNNING, Batches, BatchLine, BatchStatus, Lookup, batch_label
 from runner.providers.gemini import GeminiProvider
 from runner.providers.local import LocalProvider
-from runner.providers.openai_chat import OpenAIChatProvider, OpenAICompatibleProvider, SimProvider
+from runner.providers.openai_chat import OpenAIChatProvider
+from runner.providers.openai_servers import OpenAICompatibleProvider, SimProvider
 from simserver import SimServer
 from tests.helpers import fresh
 
