@@ -29,7 +29,7 @@ from runner.recipes import get_parser, get_step, parser_names, step_names
 from runner.spec.fields import MAX_VARIANTS
 from runner.spec.files import resolve_file
 from runner.spec.problems import Problems, fail
-from runner.spec.schema import BUILTIN_PARSES, Dataset, Job, Stage, shaped_params
+from runner.spec.schema import BUILTIN_PARSES, FORMAT_OF_NAME, Job, Stage, shaped_params
 from runner.spec.yamlfile import Loc, load_yaml_bounded
 
 
@@ -62,8 +62,6 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
         with problems:
             _check_data_op(path, lines, loc, stage)
         if stage.dataset is not None:
-            with problems:
-                _check_split(path, lines, loc + ("dataset",), stage.dataset)
             found = resolve_file(job, stage.dataset.path, folder=True)
             if found is None:
                 with problems:
@@ -151,12 +149,10 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
     problems.raise_any()
 
 
-def _check_split(path: Path, lines: dict[Loc, int], loc: Loc, dataset: Dataset) -> None:
-    """``split:`` names a split of a Hugging Face dataset folder, so a dataset read as a file has none."""
-    fmt = dataset.format or format_of_name(dataset.path)
-    if dataset.split is not None and fmt not in (None, "hf"):
-        fail(path, lines, loc, f"split: is only for a Hugging Face dataset folder (format: hf), and this dataset is "
-                               f"read as {fmt}")
+def validation_context() -> dict[str, Any]:
+    """What the schema's own validators take from the plan, handed to ``Job.model_validate`` by the loader: the
+    dataset reader's ``format_of_name`` (a ``split:`` is refused on a dataset its name says is a file)."""
+    return {FORMAT_OF_NAME: format_of_name}
 
 
 def _check_plugins(job: Job, path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:

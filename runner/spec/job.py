@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from runner.errors import JobFileError
-from runner.spec.checks import check_job
+from runner.spec.checks import check_job, validation_context
 
 # Transitional (issue 22, build item 4): the names marked F401 moved to runner/spec/{fields,files,schema,settings}.py
 # and are imported here only until every importer (runner/ and tests/) names the new modules; then they go.
@@ -65,7 +65,7 @@ def _validated(data: dict[str, Any], path: Path, lines: dict[Loc, int], override
         if reserved in data:
             fail(path, lines, (reserved,), f"unknown key {reserved!r}")
     try:
-        job = Job.model_validate(data)
+        job = Job.model_validate(data, context=validation_context())
     except ValidationError as exc:
         raise _all_errors(path, lines, exc) from None
     job.path = job_path

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from runner.evaluate.plugins import PARSER_GROUP, entry_point_names, is_import_path
 from runner.providers.base import ProviderSettings, split_model
@@ -44,6 +44,9 @@ from runner.spec.steps import (
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 BUILTIN_PARSES = ("letter", "letters", "yes_no", "scale", "label", "none_of_them", "text", "lines", "loglikelihood",
                   "json")
+#: the key, in the validation context, of the dataset reader's ``format_of_name`` (runner/plan/datasets.py): the
+#: loader hands it in (``validation_context`` in runner/spec/checks.py), so the schema imports nothing of the plan
+FORMAT_OF_NAME = "format_of_name"
 
 
 class Dataset(Strict):
@@ -64,6 +67,16 @@ class Dataset(Strict):
     #: a field holding a list of objects (e.g. MC-Test's ``question_list``): each becomes a row of its own,
     #: with the parent row's fields and its own, and the id ``<parent id>.<n>``
     explode: str | None = None
+
+    @model_validator(mode="after")
+    def _split_of_a_folder(self, info: ValidationInfo) -> Dataset:
+        # checked here rather than in runner/spec/checks.py so it is reported with the file's other key errors
+        format_of_name = (info.context or {}).get(FORMAT_OF_NAME)
+        fmt = self.format or (format_of_name(self.path) if format_of_name is not None else None)
+        if self.split is not None and fmt not in (None, "hf"):
+            raise ValueError(f"split: is only for a Hugging Face dataset folder (format: hf), and this dataset is "
+                             f"read as {fmt}")
+        return self
 
 
 class Turn(Strict):
