@@ -116,8 +116,8 @@ LLAMA_START_TIMEOUT = 60.0
 #: starts llama_cpp.server under the local provider's patch (see tests/providers/test_llama_server.py)
 LLAMA_LAUNCHER = (
     "import runpy\n"
-    "from runner.providers.local import _without_extra_buffers\n"
-    "with _without_extra_buffers():\n"
+    "from runner.providers.local_llama import without_extra_buffers\n"
+    "with without_extra_buffers():\n"
     "    runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)\n"
 )
 

@@ -3,14 +3,14 @@
 The server (``llama_cpp.server`` from ``llama-cpp-python[server]``, FastAPI + uvicorn) is code this project did
 not write; it serves the embedded SmolLM2-135M GGUF on 127.0.0.1 and is started and stopped by the fixture.
 
-Starting it: plain ``python -m llama_cpp.server --model ...`` loads the model, answers ``GET /v1/models``, and
-then dies with SIGSEGV (exit 139) on the first chat completion on this project's machines: it is the crash
-``runner/providers/local.py`` works around (llama.cpp's AMX "extra" CPU buffer type, ``ggml_backend_amx_mul_mat``, on
-a CPU reporting AMX_INT8). llama.cpp 0.3.36 has no environment variable and the server no flag for it
-(``use_extra_bufts`` is only a field of ``llama_model_params``), so the server is started by a two-line launcher:
-it enters ``runner.providers.local._without_extra_buffers()`` (the same patch the local provider loads with: the
-default model parameters get ``use_extra_bufts=False``) and runs the server's own ``__main__`` with ``runpy``,
-with the server's own command-line flags. Every line of the server is still theirs.
+Starting it: plain ``python -m llama_cpp.server --model ...`` loads the model, answers ``GET /v1/models``, and then
+dies with SIGSEGV (exit 139) on the first chat completion on this project's machines: it is the crash
+``runner/providers/local_llama.py`` works around (llama.cpp's AMX "extra" CPU buffer type,
+``ggml_backend_amx_mul_mat``, on a CPU reporting AMX_INT8). llama.cpp 0.3.36 has no environment variable and the
+server no flag for it (``use_extra_bufts`` is only a field of ``llama_model_params``), so the server is started by a
+two-line launcher: it enters ``runner.providers.local_llama.without_extra_buffers()`` (the same patch the local
+provider loads with: the default model parameters get ``use_extra_bufts=False``) and runs the server's own
+``__main__`` with ``runpy``, with the server's own command-line flags. Every line of the server is still theirs.
 
 SmolLM2 answers at about chance level: these tests pin the shape of its answers, usage and determinism, never
 their correctness (DESIGN, Conventions).

