@@ -13,7 +13,8 @@ from typing import Any
 from runner.engine.batch import check_batch_modes
 from runner.errors import OutputError, RunnerError, StoreError
 from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
-from runner.spec.job import Job
+from runner.spec.schema import Job
+from runner.spec.settings import JobBudget
 from runner.store import Store
 
 
@@ -165,8 +166,6 @@ def _unnamed_gold(stage: Any) -> bool:
 
 def set_budget(job: Job, usd: float) -> None:
     """``--budget USD``: the run's USD limit, over what the job file says."""
-    from runner.spec.job import JobBudget
-
     if not usd > 0:
         raise RunnerError(f"--budget must be more than 0 USD (got {usd:g})")
     if job.budget is None:
