@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.errors import OutputError, RunnerError, StoreFailed
-from runner.spec.job import Job
+from runner.spec.schema import Job
 from runner.store import Store, Writer
 from runner.store.writer import save_unstored
 
