@@ -35,7 +35,7 @@ from runner.engine.workers import Crew
 from runner.errors import OutputError, RunnerError
 from runner.plan.stage import StagePlan
 from runner.providers.base import Provider
-from runner.spec.job import Job
+from runner.spec.schema import Job
 from runner.store import Finished, Store, Writer, now
 
 
