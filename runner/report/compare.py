@@ -25,7 +25,7 @@ from runner.errors import RunnerError
 from runner.evaluate import stats
 from runner.report.summary import stage_items
 from runner.report.terminal import clean, clean_lines
-from runner.store import Store
+from runner.store import Reads, Store
 
 FORMATS = ("text", "json", "csv", "md", "html")
 
@@ -61,7 +61,7 @@ def _scored_cells(store: Store, run: dict[str, Any]) -> dict[str, list[str]]:
         return (order.index(name) if name in order else len(order)), name
 
     cells: dict[str, list[str]] = {}
-    for group in store.group_summaries(run["id"]):
+    for group in Reads(store).group_summaries(run["id"]):
         if group.scored:
             cells.setdefault(group.stage, []).append(group.model)
     return {stage: sorted(cells[stage], key=lambda model: rank(model_order, model))

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runner.errors import RunnerError
-from runner.store import Store
-from runner.store.base import UNKNOWN_JOB
+from runner.store import Reads, Store
+from runner.store.reads import UNKNOWN_JOB
 
 __all__ = ["BY", "FORMATS", "UNKNOWN_JOB", "build", "parse_since", "render"]
 
@@ -68,7 +68,7 @@ def build(store: Store, *, by: str = "model", since: str | None = None) -> dict[
     from runner.engine.run import pid_alive  # run imports the engine; keep this light to import
 
     since = parse_since(since)
-    live = {run_id for run_id, pid in store.running_runs() if pid_alive(pid)}
+    live = {run_id for run_id, pid in Reads(store).running_runs() if pid_alive(pid)}
     rows: dict[str, Row] = {}
 
     def row(group: str | None) -> Row:
@@ -78,7 +78,7 @@ def build(store: Store, *, by: str = "model", since: str | None = None) -> dict[
             found = rows[key] = Row(key)
         return found
 
-    for group, run_id, kind, count, amount in store.ledger_sums(by, since):
+    for group, run_id, kind, count, amount in Reads(store).ledger_sums(by, since):
         r = row(group)
         r.run_ids.add(run_id)
         if kind == "charge":
@@ -89,7 +89,7 @@ def build(store: Store, *, by: str = "model", since: str | None = None) -> dict[
             r.possibly_billed_requests += count
         elif kind == "reserved":
             r.in_flight += amount
-    for group, run_id, hits, saved in store.saved_sums(by, since):
+    for group, run_id, hits, saved in Reads(store).saved_sums(by, since):
         r = row(group)
         r.run_ids.add(run_id)
         r.cache_hits += hits

@@ -43,7 +43,7 @@ from runner.providers.pricing import PER, Pricing, Rates
 from runner.providers.tokens import bound_call_tokens, count_call_tokens, exact
 from runner.report.terminal import clean, clean_lines
 from runner.spec.schema import Job
-from runner.store import Store
+from runner.store import Reads, Store
 
 __all__ = ["Estimate", "Group", "OverBudget", "estimate", "over_budget", "render", "summary_lines"]
 
@@ -200,7 +200,7 @@ class _Builder:
 def _history(store: Store, provider: str, model_id: str, max_tokens: int | None) -> tuple[int, float]:
     """(count, mean output tokens, each capped at ``max_tokens``) of stored responses of a provider's model."""
     cap = max_tokens if max_tokens is not None else 2**62
-    return store.output_history(provider, model_id, cap, HISTORY_SAMPLE)
+    return Reads(store).output_history(provider, model_id, cap, HISTORY_SAMPLE)
 
 
 def _chunks(requests: Iterable[Task], size: int) -> Iterator[list[Task]]:

@@ -28,7 +28,8 @@ def build(store: Store, run_id: str) -> dict[str, Any] | None:
     }
 
 
-def _rules(counts: dict[str, int] | None) -> str:
+def rules(counts: dict[str, int] | None) -> str:
+    """Rule counts as "rule n, ...", the rules that counted nothing left out."""
     return ", ".join(f"{rule} {n}" for rule, n in (counts or {}).items() if n)
 
 
@@ -39,7 +40,7 @@ def render(funnel: dict[str, Any], *, markdown: bool = False) -> list[str]:
         reused = f"yes (run {s['built_in']})" if s.get("reused") else ""
         sent = "-" if s["kind"] != "llm" else str(s.get("sent", 0))
         table.append([s["stage"], s["kind"], str(s["rows_in"]), str(s["rows_out"]), sent, f"${s.get('cost', 0.0):.4f}",
-                      reused, _rules(s.get("dropped")), _rules(s.get("rejected"))])
+                      reused, rules(s.get("dropped")), rules(s.get("rejected"))])
     title = "Pipeline funnel: rows in and out of each stage, dropped rows and rejected pieces of answers by rule"
     if markdown:
         lines = [f"**{title}**", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]

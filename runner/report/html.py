@@ -23,7 +23,7 @@ from runner.plan.choices import LETTERS
 from runner.report import funnel as funnels
 from runner.report import layouts
 from runner.report import summary as reports
-from runner.store import Store
+from runner.store import Reads, Store
 
 MAX_SAMPLES = 5000
 #: characters of one message shown in a sample; the rest is cut with a note
@@ -75,7 +75,7 @@ def _samples(store: Store, run_id: str, stage: str, cap: int) -> list[dict[str, 
     chunk: list[dict[str, Any]] = []
 
     def flush() -> None:
-        requests = store.request_texts([r["cache_key"] for r in chunk if r.get("cache_key")])
+        requests = Reads(store).request_texts([r["cache_key"] for r in chunk if r.get("cache_key")])
         for result in chunk:
             text = requests.get(result.get("cache_key") or "")
             result["_request"] = json.loads(text) if text else None
@@ -252,7 +252,7 @@ def _table(headers: list[str], rows: list[list[str]], cls: str) -> str:
 
 def summary_table(data: dict[str, Any]) -> str:
     """The text report's table, cell for cell."""
-    pct = reports._pct
+    pct = reports.pct
     headers = ["stage", "model", "requests", "cache hits", "sent", "batched", "tokens in (cached)",
                reports.tokens_out_header(data), "cost", "saved", "saved by batch", "errors", "refused", "p50", "p95",
                "invalid", *reports.ITEM_HEADERS, "score (mean ± std over seeds)"]
@@ -289,8 +289,8 @@ def funnel_table(pipeline: dict[str, Any]) -> str:
                "rejected (pieces)"]
     rows = [[s["stage"], s["kind"], str(s["rows_in"]), str(s["rows_out"]),
              "-" if s["kind"] != "llm" else str(s.get("sent", 0)), f"${s.get('cost', 0.0):.4f}",
-             f"yes (run {s['built_in']})" if s.get("reused") else "", funnels._rules(s.get("dropped")),
-             funnels._rules(s.get("rejected"))] for s in pipeline["stages"]]
+             f"yes (run {s['built_in']})" if s.get("reused") else "", funnels.rules(s.get("dropped")),
+             funnels.rules(s.get("rejected"))] for s in pipeline["stages"]]
     return _table(headers, rows, "funnel") + f'<p class="note">{esc(funnels.summary(pipeline))}</p>'
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from runner.errors import RunnerError
 from runner.evaluate.score import mean_std
-from runner.store import Store
+from runner.store import Reads, Store
 
 NEWTERM_TASKS = ("COMA", "COST", "CSJ")
 KNOWNO_STYLES = ("with_gold", "hint_option", "hint_instruction", "no_hint")
@@ -32,7 +32,7 @@ KNOWNO_NO_GOLD = KNOWNO_STYLES[1:]
 
 def _seed_scores(store: Store, run_id: str, stage: str, variant: dict[str, Any] | None = None) -> dict[str, dict]:
     """model -> {seed: mean score} over the scored tasks of one stage (of tasks with these variant values)."""
-    rows = store.seed_scores(run_id, stage, variant)
+    rows = Reads(store).seed_scores(run_id, stage, variant)
     out: dict[str, dict] = defaultdict(dict)
     for model, seed, mean, n in rows:
         out[model][seed] = (mean, n)
@@ -91,7 +91,7 @@ def judged_no_hint(store: Store, run_id: str, stage: str, judge_run_id: str) -> 
     yes/no parser cannot read, is wrong. Answers whose request failed are left out, as in the scored columns."""
     judge = store.get_run(judge_run_id)
     judge_id = judge["id"]
-    kinds = store.variant_kinds(judge_id)
+    kinds = Reads(store).variant_kinds(judge_id)
     if not kinds:
         raise JudgeMismatch(f"judge run {judge_id} has no verdicts yet (`runner runs` shows its status)")
     if len(kinds) > 1:
@@ -100,18 +100,18 @@ def judged_no_hint(store: Store, run_id: str, stage: str, judge_run_id: str) -> 
                             f"has answers of {len(stages)} stage(s) ({', '.join(stages)}), {len(models)} model(s) "
                             f"({', '.join(models)}) and {len(kinds)} stage, model and variant combinations")
     judge_stage, judge_model, _, _ = kinds[0]
-    sample_item, sample_row = store.first_task(judge_id) or ("", "")
+    sample_item, sample_row = Reads(store).first_task(judge_id) or ("", "")
     # a task's item is "<row id>|<model>|<variant>": the judge's suffix after the row id (the run's item)
     suffix = sample_item[len(sample_row):] if sample_item.startswith(sample_row) else None
-    answered = store.count_tasks(run_id, stage)
+    answered = Reads(store).count_tasks(run_id, stage)
     if not answered:
         raise JudgeMismatch(f"judge run {judge_id} does not match run {run_id}: the run has no answers in its "
                             f"no-hint stage {stage!r}")
     if suffix is None:
         raise JudgeMismatch(f"judge run {judge_id} is not a run of jobs/knowno-judge.yaml (its items do not start "
                             "with their row ids)")
-    extra, extra_example = store.unmatched_verdicts(judge_id, judge_stage, run_id, stage)
-    groups = store.judged_groups(judge_id, judge_stage, suffix, run_id, stage)
+    extra, extra_example = Reads(store).unmatched_verdicts(judge_id, judge_stage, run_id, stage)
+    groups = Reads(store).judged_groups(judge_id, judge_stage, suffix, run_id, stage)
     lines = sum(g[2] for g in groups)
     judged = sum(g[3] or 0 for g in groups)
     missing_example = min((g[6] for g in groups if g[6] is not None), default=None)
@@ -243,13 +243,13 @@ def winodict(store: Store, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
     paths = ["$.fields.bucket", "$.fields.strategy"]
     stage, chat = spec.get("stage"), spec.get("chat_stage")
     if stage:
-        for model, shots, bucket, strategy, mean, n in store.accuracy_groups(run_id, stage, ["$.variant.shots",
+        for model, shots, bucket, strategy, mean, n in Reads(store).accuracy_groups(run_id, stage, ["$.variant.shots",
                                                                                                *paths]):
             if bucket is not None:
                 order, name = winodict_setting(str(bucket), strategy)
                 groups[(model, order, f"{name} {shots}-shot", shots)][str(bucket)] = (mean, n)
     if chat:
-        for model, bucket, strategy, mean, n in store.accuracy_groups(run_id, chat, paths):
+        for model, bucket, strategy, mean, n in Reads(store).accuracy_groups(run_id, chat, paths):
             if bucket is not None:
                 order, name = _prompt_form_setting(str(bucket), strategy)
                 groups[(model, order, name, None)][str(bucket)] = (mean, n)

@@ -26,7 +26,7 @@ from runner.evaluate.stats import Estimate, ItemScores, mean_interval
 from runner.plan.choices import LETTERS
 from runner.report import funnel, layouts
 from runner.report.terminal import clean, clean_lines
-from runner.store import Store
+from runner.store import Reads, Store
 
 
 def pid_alive(pid: Any) -> bool:
@@ -85,18 +85,19 @@ def build(store: Store, run_id: str, judged: str | None = None, by: str | None =
     # Reservations left by requests in flight when a run was killed or abandoned: possibly billed, counted as
     # spent at their worst case until a resume settles them. While the run is live they are just in flight.
     live = run["status"] == "running" and pid_alive(run.get("pid"))
-    possibly = store.unsettled(run_id, include_reserved=not live)
+    possibly = Reads(store).unsettled(run_id, include_reserved=not live)
     charged = store.charged(run_id)
     rows = []
-    for g in store.group_summaries(run_id):
+    for g in Reads(store).group_summaries(run_id):
         stage, model, requests, done, failed, hits = g.stage, g.model, g.requests, g.done, g.failed, g.cache_hits
         tin, tout, cost, scored, invalid, accuracy = (g.input_tokens, g.output_tokens, g.cost, g.scored, g.invalid,
                                                        g.accuracy)
         cached, saved = g.cached_input_tokens, g.saved
-        errors = store.error_counts(run_id, stage, model)
-        latencies = store.latencies(run_id, stage, model)
+        errors = Reads(store).error_counts(run_id, stage, model)
+        latencies = Reads(store).latencies(run_id, stage, model)
         # tasks without a seed (no choices) have no per-seed figure
-        by_seed = {k: v for k, v in store.accuracy_by_variant(run_id, stage, model, "seed").items() if k != "None"}
+        by_seed = {k: v for k, v in Reads(store).accuracy_by_variant(run_id, stage, model, "seed").items()
+                   if k != "None"}
         extra = _aggregates(store, run_id, stage, model)
         seed_means = list(by_seed.values())
         rows.append({
@@ -287,14 +288,14 @@ def _aggregates(store: Store, run_id: str, stage: str, model: str) -> dict[str, 
     """Balanced accuracy (true/false golds), accuracy per value of each variant other than the seed (prompt
     template, setting), and answer-position bias of one stage and model. Computed in SQLite and in one streamed
     pass, so a report's memory does not grow with the run."""
-    keys = [k for k in store.variant_axes(run_id, stage, model) if k not in ("seed", "sample")]
+    keys = [k for k in Reads(store).variant_axes(run_id, stage, model) if k not in ("seed", "sample")]
     by_variant = {}
     for key in keys:
-        values = store.accuracy_by_variant(run_id, stage, model, key)
+        values = Reads(store).accuracy_by_variant(run_id, stage, model, key)
         if len(values) > 1:
             by_variant[key] = values
     # Balanced accuracy: the mean of the per-class accuracies, when every gold is true or false.
-    classes = store.accuracy_by_gold_type(run_id, stage, model)
+    classes = Reads(store).accuracy_by_gold_type(run_id, stage, model)
     balanced = (statistics.fmean(acc for _, acc in classes)
                 if classes and all(t in ("true", "false") for t, _ in classes) else None)
     # Position bias: per shown letter, the share of valid answers choosing it against the share of items whose
@@ -315,7 +316,7 @@ def _aggregates(store: Store, run_id: str, stage: str, model: str) -> dict[str, 
 def letter_positions(store: Store, run_id: str, stage: str, model: str) -> Iterator[tuple[str, str, int]]:
     """(gold's shown letter, answer letter, options shown) of a stage and model's valid letter answers whose gold
     was shown (what position bias counts)."""
-    for letter, perm_json, gold in store.letter_answers(run_id, stage, model):
+    for letter, perm_json, gold in Reads(store).letter_answers(run_id, stage, model):
         perm = json.loads(perm_json) if perm_json else None
         if perm and gold in perm and len(perm) <= len(LETTERS):
             yield LETTERS[perm.index(gold)], letter, len(perm)
@@ -336,7 +337,8 @@ def _shuffle_note(run: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _pct(value: float | None) -> str:
+def pct(value: float | None) -> str:
+    """A fraction as a percentage with one decimal, "-" for none."""
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
@@ -378,7 +380,7 @@ def ci_text(figures: dict[str, Any] | None) -> str:
     """The 95% interval over items, marked when it is Wilson's."""
     if not figures or figures["low"] is None:
         return "-"
-    return f"[{_pct(figures['low'])}, {_pct(figures['high'])}]" + (" Wilson" if figures["ci_method"] == "wilson"
+    return f"[{pct(figures['low'])}, {pct(figures['high'])}]" + (" Wilson" if figures["ci_method"] == "wilson"
                                                                      else "")
 
 
@@ -396,7 +398,7 @@ def breakdown_tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[li
     for row in data["rows"]:
         for name, values in (row.get("by_field") or {}).items():
             tables.setdefault((row["stage"], name), []).extend(
-                [row["model"], value, items_text(f), _pct(f["mean"]), se_text(f), ci_text(f)]
+                [row["model"], value, items_text(f), pct(f["mean"]), se_text(f), ci_text(f)]
                 for value, f in values.items())
     return [(f"{stage} by {name} (accuracy over items, SE in points, 95% CI)", ["model", name, *BREAKDOWN_HEADERS],
              rows) for (stage, name), rows in tables.items()]
@@ -461,7 +463,7 @@ def refused_text(counts: dict[str, Any]) -> str:
 def accuracy_text(row: dict[str, Any]) -> str:
     if not row["scored"] and not row.get("judged_by"):
         return "-"
-    text = _pct(row["accuracy_mean"])
+    text = pct(row["accuracy_mean"])
     if row["accuracy_std"] is not None:
         text += f" ± {100 * row['accuracy_std']:.1f}"
     if row.get("judged_by"):
@@ -499,7 +501,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
                "cost", "saved", "errors", "refused", "p50", "p95", "invalid", *ITEM_HEADERS,
                "score (mean ± std over seeds)"]
     table = [
-        [r["stage"], r["model"], str(r["requests"]), f"{r['cache_hits']} ({_pct(r['cache_hit_rate'])})",
+        [r["stage"], r["model"], str(r["requests"]), f"{r['cache_hits']} ({pct(r['cache_hit_rate'])})",
          str(r["sent"]), f"{r['input_tokens']} ({r['cached_input_tokens']})", tokens_out_text(r),
          f"${r['cost']:.4f}" + (f" + ${r['possibly_billed']:.4f}?" if r["possibly_billed"] else ""),
          f"${r['saved']:.4f}", errors_text(r), str(r["refused"]), _seconds(r["latency_p50"]),
@@ -519,7 +521,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
     if data["shuffled_options"]:
         shuffles += "; answers read by the runner's parsers unless said otherwise"
     t = data["totals"]
-    foot = (f"Total: {t['requests']} requests, {t['cache_hits']} cache hits ({_pct(t['cache_hit_rate'])}), "
+    foot = (f"Total: {t['requests']} requests, {t['cache_hits']} cache hits ({pct(t['cache_hit_rate'])}), "
             f"{t['sent']} sent, {t['failed']} failed{refused_text(t)}, cost ${t['cost']:.4f}, saved by the cache "
             f"${t['saved']:.4f}")
     if t["refused"]:
@@ -593,13 +595,13 @@ def details_lines(data: dict[str, Any]) -> list[str]:
     for r in data["rows"]:
         parts = []
         if r.get("balanced_accuracy") is not None:
-            parts.append(f"balanced accuracy {_pct(r['balanced_accuracy'])}")
+            parts.append(f"balanced accuracy {pct(r['balanced_accuracy'])}")
         for key, values in (r.get("accuracy_by_variant") or {}).items():
-            parts.append(f"by {key}: " + ", ".join(f"{v} {_pct(a)}" for v, a in values.items()))
+            parts.append(f"by {key}: " + ", ".join(f"{v} {pct(a)}" for v, a in values.items()))
         bias = r.get("position_bias") or {}
         if bias:
             parts.append("answers by position (chosen/gold): " + ", ".join(
-                f"{letter} {_pct(b['chosen'])}/{_pct(b['gold'])}" for letter, b in bias.items()))
+                f"{letter} {pct(b['chosen'])}/{pct(b['gold'])}" for letter, b in bias.items()))
         if parts:
             lines.append(f"{r['stage']} {r['model']}: " + "; ".join(parts))
     return lines
@@ -621,7 +623,7 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     t = data["totals"]
     hits = f"{t['cache_hits']} cache hit{'' if t['cache_hits'] == 1 else 's'}"
     lines.append(f"cost: ${t['cost']:.4f} for {t['requests']} requests ({t['sent']} sent, {hits} = "
-                 f"{_pct(t['cache_hit_rate'])}, {t['failed']} failed{refused_text(t)}); tokens "
+                 f"{pct(t['cache_hit_rate'])}, {t['failed']} failed{refused_text(t)}); tokens "
                  f"{t['input_tokens']} in / {t['output_tokens']} out"
                  + (f" ({t['reasoning_tokens']} reasoning, priced as output)" if t["reasoning_tokens"] else "")
                  + f"; saved by the cache ${t['saved']:.4f}"

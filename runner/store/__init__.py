@@ -1,10 +1,13 @@
 """The store: the memo, runs, tasks, the ledger and content-addressed stage results, behind one interface.
 
-    base        :class:`Store`, the interface every backend implements, and the records it trades in.
+    base        :class:`Store`, the interface the engine uses, and the records it trades in.
+    sql         :class:`SQLStore`: the queries of :class:`Store`, written once for both databases.
+    dialect     what SQLite and PostgreSQL spell differently (placeholders, JSON, order, time stamps).
+    reads       :class:`Reads`: the reports' questions (runner/report/*), written once.
     sqlite      :class:`SQLiteStore`, the embedded default (one file, WAL mode).
     postgres    :class:`PostgresStore`, a PostgreSQL database several processes and machines share.
     writer      :class:`Writer`, the single task that commits a run's finished tasks in batches.
-    migrations  the schema, as append-only migrations (pg_migrations: the same in PostgreSQL's DDL).
+    migrations  the schema, as append-only migrations, one list for both databases.
 
 :func:`open_store` opens the store a command names (``--db`` or ``RUNNER_DB``, else ``cache.sqlite``): a
 ``postgresql://`` or ``postgres://`` URL opens a PostgreSQL store, anything else an SQLite file.
@@ -15,12 +18,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from runner.store.base import CachedResponse, Finished, GroupSummary, Store, default_path, dumps, now
+from runner.store.base import CachedResponse, Finished, Store, default_path, dumps, now
+from runner.store.reads import GroupSummary, Reads
 from runner.store.sqlite import SQLiteStore
 from runner.store.writer import Writer
 
-__all__ = ["CachedResponse", "Finished", "GroupSummary", "SQLiteStore", "Store", "Writer", "default_path", "dumps",
-           "now", "open_store"]
+__all__ = ["CachedResponse", "Finished", "GroupSummary", "Reads", "SQLiteStore", "Store", "Writer", "default_path",
+           "dumps", "now", "open_store"]
 
 
 #: a PostgreSQL URL, also after a Path folded its "//" into "/" (group 2 is then empty)

@@ -1,8 +1,8 @@
 """The store's interface: everything the runner keeps, and every question it asks of what it kept.
 
-The engine, the reports, replay, pipelines, the estimate and the cost sums talk to a :class:`Store` and never
-to a database connection, so another backend (a server database shared by several machines) implements this
-class and nothing else changes. :mod:`runner.store.sqlite` is the embedded default.
+The engine, replay and pipelines talk to a :class:`Store` and never to a database connection; the reports, the
+estimate and the cost sums ask :class:`runner.store.reads.Reads`. Both backends (:mod:`runner.store.sqlite`, the
+embedded default, and :mod:`runner.store.postgres`) share their queries (:mod:`runner.store.sql`).
 
 What is kept:
 
@@ -43,8 +43,6 @@ RESPONSE_COLUMNS = (
     "input_tokens", "output_tokens", "cached_tokens", "cost", "latency", "created", "thinking", "reasoning_tokens",
 )
 LEDGER_COLUMNS = ("run_id", "stage", "model", "key", "kind", "amount", "created")
-#: the group of ledger and task rows whose run is gone, in ``runner costs --by job``
-UNKNOWN_JOB = "(unknown run)"
 
 #: a leaving worker's reservations still open, but those of lines in a batch not yet collected (``?``: the worker)
 LEFT_RESERVATIONS_SQL = (
@@ -120,30 +118,6 @@ class Finished:
     fence: Fence | None = None
 
 
-@dataclass(slots=True)
-class GroupSummary:
-    """One stage and model of a run, summed over its tasks (the report's row before derived figures)."""
-
-    stage: str
-    model: str
-    requests: int
-    done: int
-    failed: int
-    cache_hits: int
-    input_tokens: int
-    output_tokens: int
-    cost: float
-    scored: int
-    invalid: int
-    accuracy: float | None
-    cached_input_tokens: int
-    saved: float
-    #: tasks answered through a Batch API, and what its price saved against the standard one
-    batched: int = 0
-    batch_saved: float = 0.0
-    #: output tokens the requests sent spent thinking (in ``output_tokens`` too), from the memo
-    reasoning_tokens: int = 0
-
 
 class Store(ABC):
     """The runner's persistent state. Every method is one short transaction or one query."""
@@ -164,17 +138,8 @@ class Store(ABC):
         """The memo rows of several keys in one query (the dispatcher asks per chunk of requests)."""
 
     @abstractmethod
-    def request_texts(self, keys: list[str]) -> dict[str, str]:
-        """The stored request (canonical JSON: messages, model, parameters) of several memo keys, in one query
-        per chunk of keys; keys without a memo row are left out (the HTML report's samples)."""
-
-    @abstractmethod
     def memo_keys(self) -> set[str]:
         """Every cache key in the memo."""
-
-    @abstractmethod
-    def output_history(self, provider: str, model_id: str, cap: int, sample: int) -> tuple[int, float]:
-        """(count, mean output tokens, each capped at ``cap``) of up to ``sample`` stored responses of a model."""
 
     @abstractmethod
     def responses(self) -> list[dict[str, Any]]:
@@ -196,10 +161,6 @@ class Store(ABC):
     @abstractmethod
     def list_runs(self, limit: int = 50) -> list[dict[str, Any]]:
         """The latest runs with their done, failed and spend figures."""
-
-    @abstractmethod
-    def running_runs(self) -> list[tuple[str, int | None]]:
-        """(run id, pid) of the runs whose status is ``running``."""
 
     # -- tasks -------------------------------------------------------------------------------------
     @abstractmethod
@@ -281,25 +242,12 @@ class Store(ABC):
         """(stage, model, USD charged or possibly billed, tokens sent) of a run so far, for a resume's budgets."""
 
     @abstractmethod
-    def unsettled(self, run_id: str, include_reserved: bool) -> dict[tuple[str, str], tuple[float, int]]:
-        """Per (stage, model), (USD, requests) possibly billed; ``include_reserved`` counts reservations still
-        open (a run that is not live any more) as possibly billed too."""
-
-    @abstractmethod
     def charged(self, run_id: str) -> float:
         """USD the ledger charged a run."""
 
     @abstractmethod
     def ledger(self, run_id: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
         """Ledger rows as dicts (tests and tools)."""
-
-    @abstractmethod
-    def ledger_sums(self, by: str, since: str | None) -> list[tuple[str | None, str, str, int, float]]:
-        """(group, run id, kind, rows, USD) of the ledger grouped by ``by`` (model, job or day), from ``since``."""
-
-    @abstractmethod
-    def saved_sums(self, by: str, since: str | None) -> list[tuple[str | None, str, int, float]]:
-        """(group, run id, cache hits, USD saved) of tasks that saved money, grouped as :meth:`ledger_sums`."""
 
     # -- Batch API requests (runner/engine/batch.py) --------------------------------------------------------
     @abstractmethod
@@ -460,63 +408,3 @@ class Store(ABC):
     @abstractmethod
     def stage_cost(self, run_id: str, stage: str) -> tuple[float, int]:
         """(USD, requests sent) of a stage's tasks in a run."""
-
-    # -- the report's questions -------------------------------------------------------------------------
-    @abstractmethod
-    def group_summaries(self, run_id: str) -> list[GroupSummary]:
-        """Per stage and model of a run, in the order they first finished a task: sums over its tasks."""
-
-    @abstractmethod
-    def error_counts(self, run_id: str, stage: str, model: str) -> dict[str, int]:
-        """Failed tasks by error class."""
-
-    @abstractmethod
-    def latencies(self, run_id: str, stage: str, model: str) -> list[float]:
-        """The latencies of the requests sent, ascending."""
-
-    @abstractmethod
-    def accuracy_by_variant(self, run_id: str, stage: str, model: str, key: str) -> dict[str, float]:
-        """Mean score per value of one variant axis (``seed``, ``template``, ...), of scored tasks."""
-
-    @abstractmethod
-    def variant_axes(self, run_id: str, stage: str, model: str) -> list[str]:
-        """The variant axes of a stage's scored tasks."""
-
-    @abstractmethod
-    def accuracy_by_gold_type(self, run_id: str, stage: str, model: str) -> list[tuple[str, float]]:
-        """(JSON type of the gold, mean score) per gold value of scored tasks (balanced accuracy of yes/no)."""
-
-    @abstractmethod
-    def letter_answers(self, run_id: str, stage: str, model: str) -> Iterator[tuple[str, str | None, Any]]:
-        """(answer letter, permutation JSON, gold) of scored, valid letter answers (position bias), streamed."""
-
-    @abstractmethod
-    def seed_scores(self, run_id: str, stage: str, variant: dict[str, Any] | None = None
-                    ) -> list[tuple[str, Any, float, int]]:
-        """(model, seed, mean score, scored tasks) of a stage, optionally of tasks whose variant has these values."""
-
-    @abstractmethod
-    def accuracy_groups(self, run_id: str, stage: str, paths: list[str]) -> list[tuple]:
-        """(model, value at each JSON path of the result line, mean score, scored tasks) of a stage's scored
-        tasks, grouped by model and those values (``$.variant.shots``, ``$.fields.bucket``)."""
-
-    @abstractmethod
-    def variant_kinds(self, run_id: str) -> list[tuple[str, str, str, int]]:
-        """(stage, model, variant JSON, tasks) of a run: what kinds of tasks it has."""
-
-    @abstractmethod
-    def first_task(self, run_id: str) -> tuple[str, str] | None:
-        """(item, row id) of one task of a run."""
-
-    @abstractmethod
-    def count_tasks(self, run_id: str, stage: str) -> int:
-        """Finished tasks of a stage."""
-
-    @abstractmethod
-    def unmatched_verdicts(self, judge_id: str, judge_stage: str, run_id: str, stage: str) -> tuple[int, str | None]:
-        """(count, one example) of a judge run's tasks whose row id is no task item of ``run_id``'s stage."""
-
-    @abstractmethod
-    def judged_groups(self, judge_id: str, judge_stage: str, suffix: str, run_id: str, stage: str) -> list[tuple]:
-        """Per model and seed of the judged stage: (model, seed, answers, judged, right, unreadable, first
-        answer without a verdict); a verdict is the judge task whose item is the answer's item + ``suffix``."""

@@ -1,254 +1,249 @@
-"""Store schema as append-only migrations. Never edit one that has shipped: append a new one."""
+"""The store's schema as append-only migrations, one list for SQLite and PostgreSQL. Never edit one that has
+shipped: append a new one. A store records the names of the migrations applied to it (``_migrations``), so a
+store made by any earlier version opens and takes only the migrations it lacks.
+
+A migration's DDL is written once with the types as placeholders (:data:`TYPES`); where the two databases differ
+for a reason, the reason is said:
+
+- ``tasks.seq`` (PostgreSQL only, BIGSERIAL): SQLite orders a run's tasks by ``rowid``, which ``INSERT OR
+  REPLACE`` renews; the PostgreSQL store orders by ``seq`` and gives a replaced task the next one;
+- ``ledger.id``: SQLite's INTEGER PRIMARY KEY (the rowid), PostgreSQL's BIGSERIAL (never reused);
+- SQLite's tables keyed by text only are WITHOUT ROWID;
+- the triggers that keep budget_use (m009) are SQLite triggers, or one plpgsql function in PostgreSQL.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
 from collections.abc import Callable
+from typing import Any
 
-from runner.store._sqlite_utils import sqlite_utils
+from runner.store.dialect import Dialect
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = []
+#: the column types and table options of each database
+TYPES: dict[str, dict[str, str]] = {
+    "sqlite": {"text": "TEXT", "int": "INTEGER", "real": "REAL", "id": "INTEGER PRIMARY KEY", "seq": "",
+               "no_rowid": " WITHOUT ROWID"},
+    "postgres": {"text": "TEXT", "int": "BIGINT", "real": "DOUBLE PRECISION", "id": "BIGSERIAL PRIMARY KEY",
+                 "seq": ", seq BIGSERIAL NOT NULL", "no_rowid": ""},
+}
+#: pg_advisory_xact_lock's key for migrations (any constant; other locks use hashtext(run id), a 32-bit value)
+MIGRATION_LOCK = 0x72756E6E6572  # "runner"
+
+
+class Schema:
+    """What a migration changes the schema with: DDL in :data:`TYPES`' spelling, on one connection."""
+
+    def __init__(self, conn: Any, dialect: Dialect) -> None:
+        self.conn, self.dialect, self.types = conn, dialect, TYPES[dialect.name]
+
+    def execute(self, ddl: str) -> None:
+        self.conn.execute(ddl.format(**self.types))
+
+    def add_column(self, table: str, column: str, kind: str) -> None:
+        self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {{{kind}}}")
+
+    def index(self, table: str, *columns: str) -> None:
+        self.execute(f"CREATE INDEX idx_{table}_{'_'.join(columns)} ON {table} ({', '.join(columns)})")
+
+
+MIGRATIONS: list[Callable[[Schema], None]] = []
 migration = MIGRATIONS.append
 
 
 @migration
-def m001_responses(db: sqlite_utils.Database) -> None:
+def m001_responses(db: Schema) -> None:
     """The memo: one row per distinct request ever answered, keyed by its cache key."""
-    db["responses"].create(
-        {
-            "key": str,
-            "provider": str,
-            "model": str,
-            "request_json": str,
-            "response_text": str,
-            "response_json": str,
-            "finish_reason": str,
-            "input_tokens": int,
-            "output_tokens": int,
-            "cached_tokens": int,
-            "cost": float,
-            "latency": float,
-            "created": str,
-        },
-        pk="key",
-    )
+    db.execute("CREATE TABLE responses (key {text} PRIMARY KEY, provider {text}, model {text}, request_json {text},"
+               " response_text {text}, response_json {text}, finish_reason {text}, input_tokens {int},"
+               " output_tokens {int}, cached_tokens {int}, cost {real}, latency {real}, created {text})")
 
 
 @migration
-def m002_runs(db: sqlite_utils.Database) -> None:
-    db["runs"].create(
-        {
-            "id": str,
-            "job_name": str,
-            "job_path": str,
-            "job_json": str,
-            "fingerprint": str,
-            "status": str,
-            "total": int,
-            "pid": int,
-            "message": str,
-            "created": str,
-            "started": str,
-            "finished": str,
-        },
-        pk="id",
-    )
+def m002_runs(db: Schema) -> None:
+    db.execute("CREATE TABLE runs (id {text} PRIMARY KEY, job_name {text}, job_path {text}, job_json {text},"
+               " fingerprint {text}, status {text}, total {int}, pid {int}, message {text}, created {text},"
+               " started {text}, finished {text})")
 
 
 @migration
-def m003_tasks(db: sqlite_utils.Database) -> None:
+def m003_tasks(db: Schema) -> None:
     """One row per finished (done or failed) task of a run; pending tasks are not materialised."""
-    db["tasks"].create(
-        {
-            "run_id": str,
-            "stage": str,
-            "item": str,
-            "model": str,
-            "row_id": str,
-            "variant_json": str,
-            "key": str,
-            "status": str,
-            "cache_hit": int,
-            "attempts": int,
-            "error_class": str,
-            "error": str,
-            "input_tokens": int,
-            "output_tokens": int,
-            "cost": float,
-            "latency": float,
-            "score": float,
-            "valid": int,
-            "result_json": str,
-            "updated": str,
-        },
-        pk=("run_id", "stage", "item"),
-    )
-    db["tasks"].create_index(["run_id", "stage", "model"])
+    db.execute("CREATE TABLE tasks (run_id {text}, stage {text}, item {text}, model {text}, row_id {text},"
+               " variant_json {text}, key {text}, status {text}, cache_hit {int}, attempts {int}, error_class {text},"
+               " error {text}, input_tokens {int}, output_tokens {int}, cost {real}, latency {real}, score {real},"
+               " valid {int}, result_json {text}, updated {text}{seq}, PRIMARY KEY (run_id, stage, item))")
+    db.index("tasks", "run_id", "stage", "model")
 
 
 @migration
-def m004_ledger(db: sqlite_utils.Database) -> None:
-    db["ledger"].create(
-        {
-            "id": int,
-            "run_id": str,
-            "stage": str,
-            "model": str,
-            "key": str,
-            "kind": str,
-            "amount": float,
-            "created": str,
-        },
-        pk="id",
-    )
-    db["ledger"].create_index(["run_id"])
+def m004_ledger(db: Schema) -> None:
+    db.execute("CREATE TABLE ledger (id {id}, run_id {text}, stage {text}, model {text}, key {text}, kind {text},"
+               " amount {real}, created {text})")
+    db.index("ledger", "run_id")
 
 
 @migration
-def m005_costs(db: sqlite_utils.Database) -> None:
+def m005_costs(db: Schema) -> None:
     """Cost control: each task's cached input tokens and the money its cache hit saved; ledger rows by kind
     ('reserved' while a request is in flight, 'charge' once settled, 'possibly_billed' after a crash)."""
-    db["tasks"].add_column("cached_tokens", int)
-    db["tasks"].add_column("saved", float)
-    db["ledger"].create_index(["run_id", "kind"])
+    db.add_column("tasks", "cached_tokens", "int")
+    db.add_column("tasks", "saved", "real")
+    db.index("ledger", "run_id", "kind")
 
 
 @migration
-def m006_pipelines(db: sqlite_utils.Database) -> None:
+def m006_pipelines(db: Schema) -> None:
     """Pipelines: each stage's output rows under its content address (reused by any later run whose stage has
     the same address), and what each stage of a run did (the funnel report)."""
-    db["stage_outputs"].create(
-        {"hash": str, "stage": str, "run_id": str, "rows": int, "cost": float, "funnel": str, "created": str},
-        pk="hash",
-    )
-    db.execute("CREATE TABLE stage_rows (hash TEXT NOT NULL, n INTEGER NOT NULL, row TEXT NOT NULL,"
-               " PRIMARY KEY (hash, n)) WITHOUT ROWID")
-    db.execute("CREATE TABLE run_stages (run_id TEXT NOT NULL, stage TEXT NOT NULL, position INTEGER NOT NULL,"
-               " hash TEXT NOT NULL, funnel TEXT NOT NULL, PRIMARY KEY (run_id, stage))")
-
+    db.execute("CREATE TABLE stage_outputs (hash {text} PRIMARY KEY, stage {text}, run_id {text}, rows {int},"
+               " cost {real}, funnel {text}, created {text})")
+    db.execute("CREATE TABLE stage_rows (hash {text} NOT NULL, n {int} NOT NULL, row {text} NOT NULL,"
+               " PRIMARY KEY (hash, n)){no_rowid}")
+    db.execute("CREATE TABLE run_stages (run_id {text} NOT NULL, stage {text} NOT NULL, position {int} NOT NULL,"
+               " hash {text} NOT NULL, funnel {text} NOT NULL, PRIMARY KEY (run_id, stage))")
 
 
 @migration
-def m007_stage_replays(db: sqlite_utils.Database) -> None:
+def m007_stage_replays(db: Schema) -> None:
     """Evaluation stages a run finished completely, under their content address (runner/engine/replay.py): a later
     run of the unchanged stage copies that run's tasks instead of planning every request again."""
-    db["stage_replays"].create({"hash": str, "run_id": str, "stage": str, "tasks": int, "created": str}, pk="hash")
+    db.execute("CREATE TABLE stage_replays (hash {text} PRIMARY KEY, run_id {text}, stage {text}, tasks {int},"
+               " created {text})")
 
 
 @migration
-def m008_batches(db: sqlite_utils.Database) -> None:
+def m008_batches(db: Schema) -> None:
     """Batch API requests: each batch a run submitted (the provider's id, so a later process polls it instead of
     submitting again), the request keys it carries with their ledger reservations, and per task the money the
     batch price saved against the standard one."""
-    db["batches"].create(
-        {"id": str, "run_id": str, "stage": str, "model": str, "provider_batch_id": str, "round": int,
-         "state": str, "provider_state": str, "lines": int, "created": str, "updated": str},
-        pk="id",
-    )
-    db["batches"].create_index(["run_id", "stage", "state"])
-    db.execute("CREATE TABLE batch_lines (batch_id TEXT NOT NULL, key TEXT NOT NULL, ledger_id INTEGER,"
-               " status TEXT NOT NULL DEFAULT 'pending', PRIMARY KEY (batch_id, key)) WITHOUT ROWID")
+    db.execute("CREATE TABLE batches (id {text} PRIMARY KEY, run_id {text}, stage {text}, model {text},"
+               " provider_batch_id {text}, round {int}, state {text}, provider_state {text}, lines {int},"
+               " created {text}, updated {text})")
+    db.index("batches", "run_id", "stage", "state")
+    db.execute("CREATE TABLE batch_lines (batch_id {text} NOT NULL, key {text} NOT NULL, ledger_id {int},"
+               " status {text} NOT NULL DEFAULT 'pending', PRIMARY KEY (batch_id, key)){no_rowid}")
     db.execute("CREATE INDEX batch_lines_key ON batch_lines (key)")
-    db["tasks"].add_column("batch_saved", float)
-    db["runs"].add_column("deadline", str)
+    db.add_column("tasks", "batch_saved", "real")
+    db.add_column("runs", "deadline", "text")
 
 
-#: ledger kinds that count against a budget, and the one that is still in flight
+#: ledger kinds that count against a budget
 _BUDGET_KINDS = "('reserved', 'charge', 'possibly_billed')"
 
 
-def _use_rows(row: str, sign: str) -> str:
-    """The three budget_use rows (run, stage, model) a ledger row counts in, with its amount signed."""
-    inflight = f"{sign}({row}.kind = 'reserved')"
-    return ", ".join(f"({row}.run_id, {scope}, {sign}{row}.amount, {inflight})"
-                     for scope in ("'run'", f"'stage:' || {row}.stage", f"'model:' || {row}.model"))
+def _use_upsert(row: str, sign: str) -> str:
+    """Add (sign "") or remove (sign "-") a ledger row's amount in the three budget_use rows it counts in."""
+    inflight = f"{sign}(CASE WHEN {row}.kind = 'reserved' THEN 1 ELSE 0 END)"
+    values = ", ".join(f"({row}.run_id, {scope}, {sign}{row}.amount, {inflight})"
+                       for scope in ("'run'", f"'stage:' || {row}.stage", f"'model:' || {row}.model"))
+    return (f"INSERT INTO budget_use (run_id, scope, usd, inflight) SELECT * FROM (VALUES {values}) AS v"
+            f" WHERE {row}.kind IN {_BUDGET_KINDS} ON CONFLICT (run_id, scope) DO UPDATE SET"
+            " usd = budget_use.usd + excluded.usd, inflight = budget_use.inflight + excluded.inflight;")
 
 
-_UPSERT = ("INSERT INTO budget_use (run_id, scope, usd, inflight) VALUES {rows} ON CONFLICT (run_id, scope) DO UPDATE"
-           " SET usd = usd + excluded.usd, inflight = inflight + excluded.inflight;")
+def _budget_triggers(db: Schema) -> None:
+    """Triggers that keep budget_use the sums of the ledger: three SQLite triggers, or PostgreSQL's three calling
+    one plpgsql function (the trigger syntax differs; the statement they run is :func:`_use_upsert`)."""
+    if db.dialect.name == "sqlite":
+        db.execute("CREATE TRIGGER ledger_use_insert AFTER INSERT ON ledger BEGIN " + _use_upsert("NEW", "") + " END")
+        db.execute("CREATE TRIGGER ledger_use_delete AFTER DELETE ON ledger BEGIN " + _use_upsert("OLD", "-")
+                   + " END")
+        db.execute("CREATE TRIGGER ledger_use_update AFTER UPDATE OF kind, amount ON ledger BEGIN "
+                   + _use_upsert("OLD", "-") + _use_upsert("NEW", "") + " END")
+        return
+    db.execute("CREATE FUNCTION ledger_use() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+               " IF TG_OP IN ('DELETE', 'UPDATE') THEN " + _use_upsert("OLD", "-") + " END IF;"
+               " IF TG_OP IN ('INSERT', 'UPDATE') THEN " + _use_upsert("NEW", "") + " END IF;"
+               " RETURN NULL; END $$")
+    for event, name in (("INSERT", "insert"), ("DELETE", "delete"), ("UPDATE OF kind, amount", "update")):
+        db.execute(f"CREATE TRIGGER ledger_use_{name} AFTER {event} ON ledger FOR EACH ROW"
+                   " EXECUTE FUNCTION ledger_use()")
 
 
 @migration
-def m009_workers(db: sqlite_utils.Database) -> None:
+def m009_workers(db: Schema) -> None:
     """Several processes on one run (runner/engine/workers.py): the workers that joined it with their heartbeats,
     leases of chunks of a stage's planned tasks, claims of requests being sent (so an identical request goes out
     once across processes), who made each ledger reservation, and per run and budget scope the USD charged and
     reserved (kept by triggers on the ledger), which a reservation checks in the same transaction."""
-    db.execute("CREATE TABLE workers (id TEXT PRIMARY KEY, run_id TEXT NOT NULL, host TEXT, pid INTEGER,"
-               " started TEXT, seen REAL NOT NULL, state TEXT NOT NULL DEFAULT 'live')")
+    db.execute("CREATE TABLE workers (id {text} PRIMARY KEY, run_id {text} NOT NULL, host {text}, pid {int},"
+               " started {text}, seen {real} NOT NULL, state {text} NOT NULL DEFAULT 'live')")
     db.execute("CREATE INDEX workers_run ON workers (run_id)")
-    db.execute("CREATE TABLE leases (run_id TEXT NOT NULL, stage TEXT NOT NULL, chunk INTEGER NOT NULL,"
-               " worker TEXT NOT NULL, expires REAL NOT NULL, done INTEGER NOT NULL DEFAULT 0,"
-               " PRIMARY KEY (run_id, stage, chunk)) WITHOUT ROWID")
+    db.execute("CREATE TABLE leases (run_id {text} NOT NULL, stage {text} NOT NULL, chunk {int} NOT NULL,"
+               " worker {text} NOT NULL, expires {real} NOT NULL, done {int} NOT NULL DEFAULT 0,"
+               " PRIMARY KEY (run_id, stage, chunk)){no_rowid}")
     db.execute("CREATE INDEX leases_worker ON leases (worker)")
-    db.execute("CREATE TABLE claims (key TEXT PRIMARY KEY, worker TEXT NOT NULL, expires REAL NOT NULL)"
-               " WITHOUT ROWID")
+    db.execute("CREATE TABLE claims (key {text} PRIMARY KEY, worker {text} NOT NULL, expires {real} NOT NULL)"
+               "{no_rowid}")
     db.execute("CREATE INDEX claims_worker ON claims (worker)")
-    db["ledger"].add_column("worker", str)
-    db.execute("CREATE TABLE budget_use (run_id TEXT NOT NULL, scope TEXT NOT NULL, usd REAL NOT NULL DEFAULT 0,"
-               " inflight INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (run_id, scope)) WITHOUT ROWID")
-    db.execute(f"CREATE TRIGGER ledger_use_insert AFTER INSERT ON ledger WHEN NEW.kind IN {_BUDGET_KINDS} BEGIN "
-               + _UPSERT.format(rows=_use_rows("NEW", "")) + " END")
-    db.execute(f"CREATE TRIGGER ledger_use_delete AFTER DELETE ON ledger WHEN OLD.kind IN {_BUDGET_KINDS} BEGIN "
-               + _UPSERT.format(rows=_use_rows("OLD", "-")) + " END")
-    db.execute("CREATE TRIGGER ledger_use_update AFTER UPDATE OF kind, amount ON ledger BEGIN "
-               + _UPSERT.format(rows=_use_rows("OLD", "-")).replace("VALUES", "SELECT * FROM (VALUES", 1)
-               .replace(" ON CONFLICT", f") WHERE OLD.kind IN {_BUDGET_KINDS} ON CONFLICT", 1)
-               + _UPSERT.format(rows=_use_rows("NEW", "")).replace("VALUES", "SELECT * FROM (VALUES", 1)
-               .replace(" ON CONFLICT", f") WHERE NEW.kind IN {_BUDGET_KINDS} ON CONFLICT", 1)
-               + " END")
+    db.add_column("ledger", "worker", "text")
+    db.execute("CREATE TABLE budget_use (run_id {text} NOT NULL, scope {text} NOT NULL,"
+               " usd {real} NOT NULL DEFAULT 0, inflight {int} NOT NULL DEFAULT 0,"
+               " PRIMARY KEY (run_id, scope)){no_rowid}")
+    _budget_triggers(db)
     # the sums of what the ledger holds already
     for scope in ("'run'", "'stage:' || stage", "'model:' || model"):
         db.execute(f"INSERT INTO budget_use (run_id, scope, usd, inflight) SELECT run_id, {scope}, sum(amount),"
-                   f" sum(kind = 'reserved') FROM ledger WHERE kind IN {_BUDGET_KINDS} GROUP BY run_id, {scope}"
-                   " ON CONFLICT (run_id, scope) DO UPDATE SET usd = usd + excluded.usd,"
-                   " inflight = inflight + excluded.inflight")
+                   f" sum(CASE WHEN kind = 'reserved' THEN 1 ELSE 0 END) FROM ledger WHERE kind IN {_BUDGET_KINDS}"
+                   " GROUP BY 1, 2 ON CONFLICT (run_id, scope) DO UPDATE SET"
+                   " usd = budget_use.usd + excluded.usd, inflight = budget_use.inflight + excluded.inflight")
 
 
 @migration
-def m010_thinking(db: sqlite_utils.Database) -> None:
+def m010_thinking(db: Schema) -> None:
     """Reasoning models: the memo keeps an answer's thinking text (apart from the answer the parsers read) and its
     reasoning tokens (counted in output_tokens too), so a cache hit gives the result line a fresh answer gave."""
-    db["responses"].add_column("thinking", str)
-    db["responses"].add_column("reasoning_tokens", int)
+    db.add_column("responses", "thinking", "text")
+    db.add_column("responses", "reasoning_tokens", "int")
 
 
 @migration
-def m011_fencing(db: sqlite_utils.Database) -> None:
+def m011_fencing(db: Schema) -> None:
     """Fencing (runner/engine/workers.py): each chunk lease carries a token that grows whenever the lease is taken
     over; a worker's writes for the lease carry the token it got, and the store refuses them once it changed."""
-    db.execute("ALTER TABLE leases ADD COLUMN token INTEGER NOT NULL DEFAULT 1")
+    db.execute("ALTER TABLE leases ADD COLUMN token {int} NOT NULL DEFAULT 1")
 
 
-def migrate(db: sqlite_utils.Database) -> None:
-    """Apply the migrations not yet applied, in one transaction that holds the write lock from its start: two
-    processes opening a new store at once take turns (the second waits, then finds nothing to do) instead of one
-    failing with "database is locked" when both read the schema and then both try to write it."""
-    conn = db.conn
-    if _up_to_date(conn):
+def migrate(conn: Any, dialect: Dialect) -> None:
+    """Apply the migrations not yet applied, in one transaction that holds a lock from its start (SQLite's write
+    lock, PostgreSQL's advisory lock): several processes opening a new store at once take turns (the later ones
+    wait, then find nothing to do) instead of failing when all read the schema and then all try to write it.
+    ``conn`` is in autocommit mode."""
+    if _up_to_date(conn, dialect):
         return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        table = db["_migrations"]
-        if not table.exists():
-            table.create({"name": str, "applied_at": str}, pk="name")
-        applied = {name for (name,) in conn.execute("SELECT name FROM _migrations")}
-        for fn in MIGRATIONS:
-            if fn.__name__ not in applied:
-                fn(db)
-                conn.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)",
-                             (fn.__name__, dt.datetime.now(dt.UTC).isoformat()))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
+    if dialect.name == "sqlite":
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            _apply(conn, dialect, "?")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        _apply(conn, dialect, "%s")
 
 
-def _up_to_date(conn: sqlite3.Connection) -> bool:
-    """Whether every migration is applied (a read: the common case takes no write lock)."""
-    try:
-        applied = {name for (name,) in conn.execute("SELECT name FROM _migrations")}
-    except sqlite3.OperationalError:  # no such table: a new store
+def _apply(conn: Any, dialect: Dialect, mark: str) -> None:
+    conn.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
+    applied = {name for (name,) in conn.execute("SELECT name FROM _migrations").fetchall()}
+    schema = Schema(conn, dialect)
+    for fn in MIGRATIONS:
+        if fn.__name__ not in applied:
+            fn(schema)
+            conn.execute(f"INSERT INTO _migrations (name, applied_at) VALUES ({mark}, {mark})",
+                         (fn.__name__, dt.datetime.now(dt.UTC).isoformat()))
+
+
+def _up_to_date(conn: Any, dialect: Dialect) -> bool:
+    """Whether every migration is applied (a read: the common case takes no lock)."""
+    if dialect.name == "sqlite":
+        exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_migrations'").fetchone()
+    else:
+        exists = conn.execute("SELECT to_regclass('_migrations')").fetchone()[0]
+    if not exists:
         return False
+    applied = {name for (name,) in conn.execute("SELECT name FROM _migrations").fetchall()}
     return all(fn.__name__ in applied for fn in MIGRATIONS)

@@ -307,7 +307,7 @@ async def test_scores_are_broken_down_by_each_recorded_field_in_every_format(bui
             else:  # every item of the subject alike: Wilson's interval for 0/1 items, else none
                 assert figures["se"] == 0.0
                 assert figures["ci_method"] == ("wilson" if set(values) <= {0.0, 1.0} else None)
-            cells = [row["model"], subject, str(figures["n"]), reports._pct(figures["mean"]),
+            cells = [row["model"], subject, str(figures["n"]), reports.pct(figures["mean"]),
                      reports.se_text(figures), reports.ci_text(figures)]
             assert "".join(f"<td>{html.escape(c)}</td>" for c in cells) in page
             assert "| " + " | ".join(cells) + " |" in md

@@ -222,11 +222,10 @@ def test_migrations_recorded_once(store_path: Any) -> None:
 def test_m010_adds_thinking_to_an_existing_memo(store_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A store made before m010 (its memo rows without thinking) opens, migrates, and answers its old rows with no
     thinking and no reasoning tokens."""
-    from runner.store import migrations, pg_migrations
+    from runner.store import migrations
 
     with monkeypatch.context() as patch:
         patch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:9])
-        patch.setattr(pg_migrations, "MIGRATIONS", pg_migrations.MIGRATIONS[:9])
         old = open_store(store_path)
         assert sorted(migrations_applied(old)) == MIGRATION_NAMES[:9]
         assert "thinking" not in columns_dict(old, "responses")

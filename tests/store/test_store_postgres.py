@@ -19,7 +19,7 @@ import pytest
 
 from devservers import postgres as pg
 from runner.errors import StoreError
-from runner.store import SQLiteStore, open_store
+from runner.store import Reads, SQLiteStore, open_store
 from runner.store.base import LEDGER_COLUMNS, RESPONSE_COLUMNS, TASK_COLUMNS
 from runner.store.postgres import PostgresStore, redact
 from tests.helpers import ROOT, run_cli, write_job, write_rows
@@ -106,8 +106,7 @@ def test_processes_opening_a_new_database_at_once_all_succeed(pg_server: pg.PgSe
     lock (held here until all four wait), then one migrates and the others find nothing to do."""
     import psycopg
 
-    from runner.store.migrations import MIGRATIONS
-    from runner.store.pg_migrations import MIGRATION_LOCK
+    from runner.store.migrations import MIGRATION_LOCK, MIGRATIONS
 
     url = pg_server.new_database()
     code = ("import sys; from runner.store import open_store; s = open_store(sys.argv[1]); "
@@ -205,47 +204,48 @@ def _fill(store: Any) -> tuple[str, str]:
 def _answers(store: Any, run_id: str, judge: str) -> dict[str, Any]:
     """Every question the report, replay, pipelines and the cost sums ask, with its answer."""
     out: dict[str, Any] = {}
+    reads = Reads(store)
     pairs = [("mc", "sim:a-model"), ("mc", "sim:b-model"), ("other", "sim:a-model")]
     for stage, model in pairs:
         tag = f"{stage}/{model}"
-        out[f"errors {tag}"] = store.error_counts(run_id, stage, model)
-        out[f"latencies {tag}"] = store.latencies(run_id, stage, model)
+        out[f"errors {tag}"] = reads.error_counts(run_id, stage, model)
+        out[f"latencies {tag}"] = reads.latencies(run_id, stage, model)
         for axis in ("seed", "template", "missing"):
-            out[f"by variant {axis} {tag}"] = store.accuracy_by_variant(run_id, stage, model, axis)
-        out[f"axes {tag}"] = store.variant_axes(run_id, stage, model)
-        out[f"gold types {tag}"] = store.accuracy_by_gold_type(run_id, stage, model)
-        out[f"letters {tag}"] = list(store.letter_answers(run_id, stage, model))
+            out[f"by variant {axis} {tag}"] = reads.accuracy_by_variant(run_id, stage, model, axis)
+        out[f"axes {tag}"] = reads.variant_axes(run_id, stage, model)
+        out[f"gold types {tag}"] = reads.accuracy_by_gold_type(run_id, stage, model)
+        out[f"letters {tag}"] = list(reads.letter_answers(run_id, stage, model))
     for stage in ("mc", "other", "none"):
-        out[f"seeds {stage}"] = store.seed_scores(run_id, stage)
-        out[f"seeds ta {stage}"] = store.seed_scores(run_id, stage, {"template": "ta"})
-        out[f"seeds 2 {stage}"] = store.seed_scores(run_id, stage, {"seed": 2, "template": "tc"})
-        out[f"groups {stage}"] = store.accuracy_groups(run_id, stage, ["$.variant.seed", "$.gold", "$.fields.bucket"])
-        out[f"groups perm {stage}"] = store.accuracy_groups(run_id, stage, ["$.permutation", "$.permutation[0]"])
+        out[f"seeds {stage}"] = reads.seed_scores(run_id, stage)
+        out[f"seeds ta {stage}"] = reads.seed_scores(run_id, stage, {"template": "ta"})
+        out[f"seeds 2 {stage}"] = reads.seed_scores(run_id, stage, {"seed": 2, "template": "tc"})
+        out[f"groups {stage}"] = reads.accuracy_groups(run_id, stage, ["$.variant.seed", "$.gold", "$.fields.bucket"])
+        out[f"groups perm {stage}"] = reads.accuracy_groups(run_id, stage, ["$.permutation", "$.permutation[0]"])
         out[f"progress {stage}"] = store.stage_progress(run_id, stage)
         out[f"results {stage}"] = list(store.iter_results(run_id, stage))
         out[f"has {stage}"] = store.has_tasks(run_id, stage)
-        out[f"count {stage}"] = store.count_tasks(run_id, stage)
+        out[f"count {stage}"] = reads.count_tasks(run_id, stage)
         out[f"done by model {stage}"] = store.done_by_model(run_id, stage)
         out[f"cost {stage}"] = store.stage_cost(run_id, stage)
         out[f"done items {stage}"] = sorted(store.done_items(run_id, stage, ["item1", "item3", "bad1", "nope"]))
-    out["summaries"] = store.group_summaries(run_id)
-    out["kinds"] = store.variant_kinds(run_id)
-    out["unmatched"] = store.unmatched_verdicts(judge, "verdicts", run_id, "mc")
-    out["judged"] = store.judged_groups(judge, "verdicts", ":j", run_id, "mc")
+    out["summaries"] = reads.group_summaries(run_id)
+    out["kinds"] = reads.variant_kinds(run_id)
+    out["unmatched"] = reads.unmatched_verdicts(judge, "verdicts", run_id, "mc")
+    out["judged"] = reads.judged_groups(judge, "verdicts", ":j", run_id, "mc")
     out["tasks"] = [{k: v for k, v in row.items() if k != "updated"} for row in store.tasks(run_id)]
     out["failed tasks"] = [row["item"] for row in store.tasks(status="failed")]
     out["spent"] = store.spent(run_id)
-    out["unsettled"] = store.unsettled(run_id, True), store.unsettled(run_id, False)
+    out["unsettled"] = reads.unsettled(run_id, True), reads.unsettled(run_id, False)
     out["charged"] = store.charged(run_id)
     out["ledger"] = [{k: v for k, v in row.items() if k not in ("id", "created")} for row in store.ledger(run_id)]
     for by in ("model", "job", "day"):
-        out[f"ledger sums {by}"] = store.ledger_sums(by, None), store.ledger_sums(by, "2024-01-02")
-        out[f"saved sums {by}"] = store.saved_sums(by, None)
+        out[f"ledger sums {by}"] = reads.ledger_sums(by, None), reads.ledger_sums(by, "2024-01-02")
+        out[f"saved sums {by}"] = reads.saved_sums(by, None)
     out["runs"] = [{k: v for k, v in run.items() if k not in ("pid", "started")} for run in store.list_runs()]
     out["run by fragment"] = store.get_run("aaaa")["id"]
-    out["running"] = [run for run, _ in store.running_runs()]
+    out["running"] = [run for run, _ in reads.running_runs()]
     out["memo"] = sorted(store.memo_keys()), len(store.responses())
-    out["history"] = store.output_history("sim", "sim:a-model", 4, 1000)
+    out["history"] = reads.output_history("sim", "sim:a-model", 4, 1000)
     out["lookup"] = store.lookup("k-mc-item0-sim:a-model"), store.lookup_many(["k-mc-item0-sim:b-model", "x"])
     out["status"] = store.task_status(run_id, "mc", "item3"), store.task_status(run_id, "mc", "nope")
     return out
@@ -279,9 +279,9 @@ def test_every_answer_equals_sqlites_in_value_type_and_order(tmp_path: Path, pg_
 def test_first_task_is_a_task_of_the_run(pg_url: str) -> None:
     store = open_store(pg_url)
     run_id, _ = _fill(store)
-    item, row_id = store.first_task(run_id)
+    item, row_id = Reads(store).first_task(run_id)
     assert store.task_status(run_id, "mc", item) is not None and item == row_id
-    assert store.first_task("no-run") is None
+    assert Reads(store).first_task("no-run") is None
 
 
 def test_resolve_reservations_and_budget_sums_as_sqlite(tmp_path: Path, pg_url: str) -> None:
@@ -294,7 +294,7 @@ def test_resolve_reservations_and_budget_sums_as_sqlite(tmp_path: Path, pg_url: 
         use = sorted(store.conn.execute("SELECT scope, usd, inflight FROM budget_use").fetchall())
         resolved = store.resolve_reservations(run_id)
         after = sorted(store.conn.execute("SELECT scope, usd, inflight FROM budget_use").fetchall())
-        answers.append(_typed([use, resolved, after, store.unsettled(run_id, False), store.spent(run_id)]))
+        answers.append(_typed([use, resolved, after, Reads(store).unsettled(run_id, False), store.spent(run_id)]))
     assert answers[0] == answers[1]
 
 
@@ -356,7 +356,7 @@ def test_reservations_from_many_connections_never_overshoot(pg_url: str) -> None
     fitted = [r for r in results if r[0] is not None]
     assert len(fitted) == 10
     assert {r[1:] for r in results if r[0] is None} == {("run", 10)}
-    assert stores[0].unsettled(run_id, True) == {("mc", "m"): (pytest.approx(1.0), 10)}
+    assert Reads(stores[0]).unsettled(run_id, True) == {("mc", "m"): (pytest.approx(1.0), 10)}
     for store in stores:
         store.close()
 
@@ -383,7 +383,7 @@ def test_one_store_shared_by_two_threads(pg_url: str) -> None:
     for thread in threads:
         thread.join()
     assert errors == []
-    assert store.count_tasks(run_id, "mc") == 80 and len(store.ledger(run_id)) == 80
+    assert Reads(store).count_tasks(run_id, "mc") == 80 and len(store.ledger(run_id)) == 80
 
 
 def test_results_stream_through_a_server_cursor(pg_url: str) -> None:
@@ -518,16 +518,16 @@ def test_a_write_whose_transaction_the_server_ended_runs_again_whole(pg_url: str
     assert store.lease_chunks(run_id, "mc", [0], "w1", 30) == {0: ("new", 1)}
     fence = Fence("w1", run_id, "mc", 0, 1)
     reserved = store.reserve_within(run_id, "mc", "sim:m", "k1", 0.5, {"run": 10.0}, "w1", fence=fence)[0]
-    holds, pauses = PostgresStore._holds, []
+    holds, pauses = PostgresStore.holds, []
 
-    def pausing(conn, fence):
-        held = holds(conn, fence)
+    def pausing(self, tx, fence):
+        held = holds(self, tx, fence)
         if not pauses:  # the first time only: as a process stopped here and woken 1.5 s later
             pauses.append(True)
             time.sleep(1.5)
         return held
 
-    monkeypatch.setattr(PostgresStore, "_holds", staticmethod(pausing))
+    monkeypatch.setattr(PostgresStore, "holds", pausing)
     task = (run_id, "mc", "i1", "sim:m", "r1", "{}", "k1", "done", 0, 1, None, None, 1, 1, 0.25, 0.1, None, 1, "{}",
             0, 0.0, None)
     response = ("k1", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.25, 0.1, "x", None, 0)

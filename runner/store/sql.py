@@ -1,0 +1,483 @@
+"""The store's queries, written once for SQLite and PostgreSQL: :class:`SQLStore` implements every method of
+:class:`~runner.store.base.Store` whose SQL both databases accept (spelled through :mod:`runner.store.dialect`).
+
+A backend (:mod:`runner.store.sqlite`, :mod:`runner.store.postgres`) adds its connection, its transactions
+(:meth:`SQLStore.atomic`), the statements whose SQL must differ (a task row's upsert, which renews its order) and
+the worker protocol's time-critical methods, which read each database's own clock and locks.
+
+Longer than ~450 lines because it is the whole :class:`Store` interface's SQL in one place: a split by table would
+part the transactions that span tables (a batch's tasks, memo rows, charges and claims are one).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar
+
+from runner.errors import StoreError
+from runner.store.base import (
+    FENCED_RESERVATION_SQL,
+    HELD_SQL,
+    LEDGER_COLUMNS,
+    LEFT_RESERVATIONS_SQL,
+    LIVE_SQL,
+    RESPONSE_COLUMNS,
+    TASK_COLUMNS,
+    CachedResponse,
+    Fence,
+    Fenced,
+    Finished,
+    Store,
+    dumps,
+    now,
+)
+from runner.store.dialect import Dialect, sqlite_sorted, zero
+
+#: tolerance of float sums of money (USD) against a budget; far below a cent
+EPSILON = 1e-9
+#: keys per query when a list of keys is asked about
+_KEYS = 500
+#: a memo row's columns as :class:`CachedResponse` takes them (rows older than m010 have no reasoning tokens)
+_MEMO = ("response_text, finish_reason, input_tokens, output_tokens, cached_tokens, cost, thinking,"
+         " coalesce(reasoning_tokens, 0)")
+
+
+def _insert(table: str, columns: tuple[str, ...], tail: str = "") -> str:
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}){tail}"
+
+
+def upsert(table: str, columns: tuple[str, ...], key: tuple[str, ...]) -> str:
+    """Insert a row, or replace the columns of the row with the same ``key`` (both databases' ON CONFLICT)."""
+    rest = [c for c in columns if c not in key]
+    return _insert(table, columns, f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET "
+                   + ", ".join(f"{c} = excluded.{c}" for c in rest))
+
+
+# A memo row is never overwritten: the first answer to a request is the answer.
+_RESPONSE_SQL = _insert("responses", RESPONSE_COLUMNS, " ON CONFLICT DO NOTHING")
+_LEDGER_SQL = _insert("ledger", LEDGER_COLUMNS)
+_RESERVE_SQL = _insert("ledger", (*LEDGER_COLUMNS, "worker"), " RETURNING id")
+
+
+class Cursor(Protocol):
+    rowcount: int
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Tx(Protocol):
+    """A transaction's statements, with ``?`` placeholders (sqlite3's Connection is one)."""
+
+    def execute(self, sql: str, args: Any = ()) -> Cursor: ...
+
+    def executemany(self, sql: str, rows: Any) -> Any: ...
+
+
+T = TypeVar("T")
+
+
+class SQLStore(Store):
+    """Every query both databases accept, once. Subclasses set :attr:`dialect` and :attr:`task_sql` and provide
+    the primitives below (each one statement, its own transaction) and :meth:`atomic`."""
+
+    dialect: Dialect
+    #: a finished task's row, replacing the row of a task run again (a new place in the run's order)
+    task_sql: str
+    #: the task table's columns, without PostgreSQL's seq
+    task_columns: str
+
+    # -- primitives ------------------------------------------------------------------------------------------
+    def rows(self, sql: str, args: Any = ()) -> list[tuple]:
+        raise NotImplementedError
+
+    def row(self, sql: str, args: Any = ()) -> tuple | None:
+        raise NotImplementedError
+
+    def run(self, sql: str, args: Any = ()) -> int:
+        """One statement; its row count."""
+        raise NotImplementedError
+
+    def dicts(self, sql: str, args: Any = ()) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def stream(self, sql: str, args: Any = ()) -> Iterator[tuple]:
+        """A query's rows, fetched as they are read: memory does not grow with the result."""
+        raise NotImplementedError
+
+    def atomic(self, body: Callable[[Tx], T]) -> T:
+        """``body`` in one transaction that holds the write lock (SQLite) or is run again when the server chose it as
+        a deadlock's victim (PostgreSQL)."""
+        raise NotImplementedError
+
+    # -- the memo ----------------------------------------------------------------------------------
+    def lookup(self, key: str) -> CachedResponse | None:
+        row = self.row(f"SELECT {_MEMO} FROM responses WHERE key = ?", (key,))
+        return CachedResponse(*row) if row else None
+
+    def lookup_many(self, keys: list[str]) -> dict[str, CachedResponse]:
+        found: dict[str, CachedResponse] = {}
+        for start in range(0, len(keys), _KEYS):
+            where, args = self.dialect.in_list("key", keys[start:start + _KEYS])
+            for key, *values in self.rows(f"SELECT key, {_MEMO} FROM responses WHERE {where}", args):
+                found[key] = CachedResponse(*values)
+        return found
+
+    def memo_keys(self) -> set[str]:
+        return {key for (key,) in self.rows("SELECT key FROM responses")}
+
+    def responses(self) -> list[dict[str, Any]]:
+        c = self.dialect.text_order
+        return self.dicts(f"SELECT * FROM responses ORDER BY created{c} NULLS FIRST, key{c}")
+
+    # -- runs --------------------------------------------------------------------------------------
+    def create_run(self, job_name: str, job_path: str, job_json: str, fingerprint: str, total: int) -> str:
+        run_id = dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+        self.run("INSERT INTO runs (id, job_name, job_path, job_json, fingerprint, status, total, pid, created,"
+                 " started) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+                 (run_id, job_name, job_path, job_json, fingerprint, total, os.getpid(), now(), now()))
+        return run_id
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        found = self.dicts("SELECT * FROM runs WHERE id = ?", (run_id,))
+        if not found:
+            matches = self.rows(f"SELECT id FROM runs WHERE {self.dialect.contains.format('id', '?')}", (run_id,))
+            if len(matches) == 1:
+                return self.get_run(matches[0][0])
+            raise StoreError(f"no run {run_id!r} in {self.path}; `runner runs` lists the runs")
+        return found[0]
+
+    def set_run(self, run_id: str, **fields: Any) -> None:
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self.run(f"UPDATE runs SET {assignments} WHERE id = ?", (*fields.values(), run_id))
+
+    def list_runs(self, limit: int = 50) -> list[dict[str, Any]]:
+        found = self.dicts(
+            "SELECT r.*, (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'done') AS done,"
+            " (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'failed') AS failed,"
+            " (SELECT sum(amount) FROM ledger l WHERE l.run_id = r.id"
+            " AND l.kind IN ('charge', 'possibly_billed')) AS spend"
+            f" FROM runs r ORDER BY r.created{self.dialect.text_order} DESC NULLS LAST LIMIT ?", (limit,))
+        for run in found:
+            run["spend"] = zero(run["spend"])
+        return found
+
+    # -- tasks -------------------------------------------------------------------------------------
+    def task_status(self, run_id: str, stage: str, item: str) -> str | None:
+        row = self.row("SELECT status FROM tasks WHERE run_id = ? AND stage = ? AND item = ?", (run_id, stage, item))
+        return row[0] if row else None
+
+    def done_items(self, run_id: str, stage: str, items: list[str]) -> set[str]:
+        done: set[str] = set()
+        for start in range(0, len(items), _KEYS):
+            where, args = self.dialect.in_list("item", items[start:start + _KEYS])
+            done.update(item for (item,) in self.rows(
+                f"SELECT item FROM tasks WHERE run_id = ? AND stage = ? AND status = 'done' AND {where}",
+                (run_id, stage, *args)))
+        return done
+
+    def has_tasks(self, run_id: str, stage: str) -> bool:
+        return self.row("SELECT 1 FROM tasks WHERE run_id = ? AND stage = ? LIMIT 1", (run_id, stage)) is not None
+
+    def stage_progress(self, run_id: str, stage: str) -> tuple[int, int]:
+        done, other = self.row(
+            "SELECT coalesce(sum(CASE WHEN status = 'done' THEN 1 ELSE 0 END), 0),"
+            " coalesce(sum(CASE WHEN status != 'done' THEN 1 ELSE 0 END), 0) FROM tasks"
+            " WHERE run_id = ? AND stage = ?", (run_id, stage))
+        return int(done), int(other)
+
+    def iter_results(self, run_id: str, stage: str) -> Iterator[str]:
+        for (line,) in self.stream("SELECT result_json FROM tasks WHERE run_id = ? AND stage = ?"
+                                   f" ORDER BY {self.dialect.task_order}", (run_id, stage)):
+            yield line
+
+    def tasks(self, run_id: str | None = None, **where: Any) -> list[dict[str, Any]]:
+        conditions = {"run_id": run_id, **where} if run_id is not None else dict(where)
+        unknown = set(conditions) - set(TASK_COLUMNS) - {"updated"}
+        if unknown:
+            raise ValueError(f"no task column {', '.join(sorted(unknown))}")
+        clause = " AND ".join(f"{name} = ?" for name in conditions)
+        return self.dicts(f"SELECT {self.task_columns} FROM tasks{' WHERE ' + clause if clause else ''}"
+                          f" ORDER BY {self.dialect.task_order}", list(conditions.values()))
+
+    def write_batch(self, tasks: list[tuple], responses: list[tuple], ledger: list[tuple],
+                    released: list[tuple[int]] | None = None, fenced: list[Finished] | None = None
+                    ) -> list[Finished]:
+        def body(tx: Tx) -> list[Finished]:
+            written, charges, releases = tasks, ledger, released
+            refused: list[Finished] = []
+            if responses:
+                tx.executemany(_RESPONSE_SQL, responses)
+            if fenced:
+                held: dict[Fence, bool] = {}
+                for item in fenced:
+                    fence = item.fence
+                    assert fence is not None
+                    if fence not in held:
+                        held[fence] = self.holds(tx, fence)
+                    if held[fence]:
+                        written = [*written, item.task]
+                        if item.ledger is not None:
+                            charges = [*charges, item.ledger]
+                        if item.release_id is not None:
+                            releases = [*(releases or []), (item.release_id,)]
+                    else:
+                        refused.append(item)
+                        if item.release_id is not None:
+                            tx.execute(FENCED_RESERVATION_SQL, (item.release_id,))
+            if written:
+                tx.executemany(self.task_sql, written)
+            if charges:
+                tx.executemany(_LEDGER_SQL, charges)
+            if releases:
+                tx.executemany("DELETE FROM ledger WHERE id = ?", releases)
+            if responses:  # an answered request's claim ends with the commit of its answer
+                self.drop_claims(tx, sorted(row[0] for row in responses))
+            return refused
+        return self.atomic(body)
+
+    def drop_claims(self, tx: Tx, keys: list[str]) -> None:
+        """Remove the claims of these keys (sorted: one lock order for every process)."""
+        for start in range(0, len(keys), _KEYS):
+            where, args = self.dialect.in_list("key", keys[start:start + _KEYS])
+            tx.execute(f"DELETE FROM claims WHERE {where}", args)
+
+    def holds(self, tx: Tx, fence: Fence) -> bool:
+        """Whether the lease is still the fence's worker's, with its token, and that worker live (in a transaction;
+        PostgreSQL locks the lease row until it ends, so it cannot be taken over while the write commits)."""
+        return tx.execute(HELD_SQL + self.dialect.hold_lock, (fence.run_id, fence.stage, fence.chunk, fence.worker,
+                                                              fence.token)).fetchone() is not None
+
+    def copy_tasks(self, source: str, source_stage: str, run_id: str, stage: str) -> list[tuple[str, int, int, float,
+                                                                                                   float]]:
+        # Replay's copied rows: cache hits that cost nothing and saved what the original answer cost (or saved).
+        copy = (
+            "INSERT INTO tasks (run_id, stage, item, model, row_id, variant_json, key, status, cache_hit, attempts,"
+            " error_class, error, input_tokens, output_tokens, cost, latency, score, valid, result_json,"
+            " cached_tokens, saved, updated)"
+            " SELECT ?, ?, item, model, row_id, variant_json, key, 'done', 1, 0, NULL, NULL, input_tokens,"
+            " output_tokens, 0.0, NULL, score, valid,"
+            " replace(CASE WHEN ? = ? THEN result_json ELSE replace(result_json, ?, ?) END,"
+            " '\"cache_hit\":false', '\"cache_hit\":true'),"
+            f" cached_tokens, coalesce(cost, 0) + coalesce(saved, 0), {self.dialect.stamp}"
+            f" FROM tasks WHERE run_id = ? AND stage = ? AND status = 'done' ORDER BY {self.dialect.task_order}")
+        args = (run_id, stage, stage, source_stage, f'"stage":{dumps(source_stage)}', f'"stage":{dumps(stage)}',
+                source, source_stage)
+        self.atomic(lambda tx: tx.execute(copy, args))
+        found = self.rows("SELECT model, count(*), count(score), coalesce(sum(score), 0), coalesce(sum(saved), 0)"
+                          " FROM tasks WHERE run_id = ? AND stage = ? GROUP BY model", (run_id, stage))
+        return [(model, n, scored, float(correct), float(saved)) for model, n, scored, correct, saved in
+                sqlite_sorted(found, 1)]
+
+    def done_by_model(self, run_id: str, stage: str) -> dict[str, tuple[int, int]]:
+        found = self.rows("SELECT model, count(*), CAST(coalesce(sum(output_tokens), 0) AS BIGINT) FROM tasks"
+                          " WHERE run_id = ? AND stage = ? AND status = 'done' GROUP BY model", (run_id, stage))
+        return {model: (n, int(out)) for model, n, out in sqlite_sorted(found, 1)}
+
+    # -- the ledger ----------------------------------------------------------------------------------
+    def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float, worker: str | None = None, *,
+                fence: Fence | None = None) -> int:
+        if fence is not None:
+            return int(self.reserve_within(run_id, stage, model, key, usd, {}, worker, fence=fence)[0] or 0)
+        row = self.row(_RESERVE_SQL, (run_id, stage, model, key, "reserved", usd, now(), worker))
+        return int(row[0]) if row else 0
+
+    def lock_run_budget(self, tx: Tx, run_id: str) -> None:
+        """Keep other processes from reserving in this run until the transaction ends (SQLite: the write lock that
+        :meth:`atomic` holds already)."""
+
+    def reserve_within(self, run_id: str, stage: str, model: str, key: str, usd: float,
+                       limits: dict[str, float], worker: str | None = None, *, fence: Fence | None = None
+                       ) -> tuple[int | None, str | None, int]:
+        def body(tx: Tx) -> tuple[int | None, str | None, int]:
+            if fence is not None and not self.holds(tx, fence):
+                raise Fenced(f"worker {fence.worker} lost its lease of chunk {fence.chunk} of stage {fence.stage}")
+            self.lock_run_budget(tx, run_id)  # no other process reserves between the check and the insert
+            where, args = self.dialect.in_list("scope", list(limits))
+            used = {scope: (usd_, inflight) for scope, usd_, inflight in tx.execute(
+                f"SELECT scope, usd, inflight FROM budget_use WHERE run_id = ? AND {where}", (run_id, *args)
+            ).fetchall()}
+            for scope, limit in limits.items():
+                spent, inflight = used.get(scope, (0.0, 0))
+                if spent + usd > limit + EPSILON:
+                    return None, scope, int(inflight)
+            # fetchall: a RETURNING statement is finished only once its rows are read
+            (ledger_id,) = tx.execute(_RESERVE_SQL, (run_id, stage, model, key, "reserved", usd, now(),
+                                                     worker)).fetchall()[0]
+            return int(ledger_id), None, 0
+        return self.atomic(body)
+
+    def release(self, ledger_id: int) -> None:
+        self.run("DELETE FROM ledger WHERE id = ? AND kind = 'reserved'", (ledger_id,))
+
+    def resolve_reservations(self, run_id: str) -> tuple[int, int]:
+        def body(tx: Tx) -> tuple[int, int]:
+            settled = tx.execute(
+                "UPDATE ledger SET kind = 'charge', amount = (SELECT cost FROM responses r WHERE r.key = ledger.key)"
+                " WHERE run_id = ? AND kind = 'reserved' AND key IN (SELECT key FROM responses)", (run_id,)).rowcount
+            # a reservation of a line still in a submitted batch is neither: the batch is polled again
+            possibly = tx.execute(
+                "UPDATE ledger SET kind = 'possibly_billed' WHERE run_id = ? AND kind = 'reserved' AND id NOT IN"
+                " (SELECT l.ledger_id FROM batch_lines l JOIN batches b ON b.id = l.batch_id WHERE b.run_id = ?"
+                " AND b.state != 'collected' AND l.status = 'pending' AND l.ledger_id IS NOT NULL)",
+                (run_id, run_id)).rowcount
+            return settled, possibly
+        return self.atomic(body)
+
+    def spent(self, run_id: str) -> list[tuple[str, str, float, int]]:
+        money = {(stage, model): usd for stage, model, usd in self.rows(
+            "SELECT stage, model, sum(amount) FROM ledger WHERE run_id = ? AND kind IN ('charge', 'possibly_billed')"
+            " GROUP BY stage, model", (run_id,))}
+        tokens = {(stage, model): n for stage, model, n in self.rows(
+            # failed tasks count too: a refusal's tokens were billed
+            "SELECT stage, model, CAST(sum(input_tokens + output_tokens) AS BIGINT) FROM tasks WHERE run_id = ?"
+            " AND cache_hit = 0 GROUP BY stage, model", (run_id,))}
+        return [(stage, model, money.get((stage, model), 0.0), int(tokens.get((stage, model)) or 0))
+                for stage, model in sorted(set(money) | set(tokens))]
+
+    def charged(self, run_id: str) -> float:
+        return float(self.row("SELECT coalesce(sum(amount), 0) FROM ledger WHERE run_id = ? AND kind = 'charge'",
+                              (run_id,))[0])
+
+    def ledger(self, run_id: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+        conditions = {name: value for name, value in (("run_id", run_id), ("kind", kind)) if value is not None}
+        clause = " AND ".join(f"{name} = ?" for name in conditions)
+        return self.dicts(f"SELECT * FROM ledger{' WHERE ' + clause if clause else ''} ORDER BY id",
+                          list(conditions.values()))
+
+    # -- Batch API requests ----------------------------------------------------------------------------
+    def record_batch(self, batch_id: str, run_id: str, stage: str, model: str, provider_batch_id: str | None,
+                     round: int, lines: list[tuple[str, int | None]], *, state: str = "running") -> None:
+        def body(tx: Tx) -> None:
+            tx.execute("INSERT INTO batches (id, run_id, stage, model, provider_batch_id, round, state,"
+                       " provider_state, lines, created, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (batch_id, run_id, stage, model, provider_batch_id, round, state,
+                        "submitted" if state == "running" else state, len(lines), now(), now()))
+            tx.executemany(upsert("batch_lines", ("batch_id", "key", "ledger_id", "status"), ("batch_id", "key")),
+                           [(batch_id, key, ledger, "pending") for key, ledger in lines])
+        self.atomic(body)
+
+    def open_batches(self, run_id: str, stage: str) -> list[dict[str, Any]]:
+        c = self.dialect.text_order
+        found = self.dicts("SELECT * FROM batches WHERE run_id = ? AND stage = ? AND state != 'collected'"
+                           f" ORDER BY created{c} NULLS FIRST, id{c}", (run_id, stage))
+        for batch in found:
+            batch["lines"] = {key: (ledger, status) for key, ledger, status in self.rows(
+                f"SELECT key, ledger_id, status FROM batch_lines WHERE batch_id = ? ORDER BY key{c}", (batch["id"],))}
+        return found
+
+    def update_batch(self, batch_id: str, **fields: Any) -> None:
+        fields.setdefault("updated", now())
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self.run(f"UPDATE batches SET {assignments} WHERE id = ?", (*fields.values(), batch_id))
+
+    def finish_batch(self, batch_id: str, statuses: dict[str, str]) -> None:
+        def body(tx: Tx) -> None:
+            tx.executemany("UPDATE batch_lines SET status = ? WHERE batch_id = ? AND key = ?",
+                           [(status, batch_id, key) for key, status in statuses.items()])
+            tx.execute("UPDATE batches SET state = 'collected', updated = ? WHERE id = ?", (now(), batch_id))
+        self.atomic(body)
+
+    def drop_batch(self, batch_id: str) -> None:
+        def body(tx: Tx) -> None:
+            tx.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch_id,))
+            tx.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
+        self.atomic(body)
+
+    def batches(self, run_id: str) -> list[dict[str, Any]]:
+        c = self.dialect.text_order
+        found = self.dicts(f"SELECT * FROM batches WHERE run_id = ? ORDER BY created{c} NULLS FIRST, id{c}",
+                           (run_id,))
+        for batch in found:
+            batch["by_status"] = dict(sqlite_sorted(self.rows(
+                "SELECT status, count(*) FROM batch_lines WHERE batch_id = ? GROUP BY status", (batch["id"],)), 1))
+        return found
+
+    # -- several processes on one run: what needs no clock ------------------------------------------------
+    def leave_run(self, worker: str) -> None:
+        def body(tx: Tx) -> None:
+            tx.execute("UPDATE workers SET state = 'left' WHERE id = ? AND state = 'live'", (worker,))
+            tx.execute(LEFT_RESERVATIONS_SQL, (worker,))
+            tx.execute("UPDATE leases SET expires = 0 WHERE worker = ? AND done = 0", (worker,))
+            tx.execute("DELETE FROM claims WHERE worker = ?", (worker,))
+        self.atomic(body)
+
+    def finish_chunks(self, run_id: str, stage: str, worker: str, chunks: list[int] | None = None,
+                      tokens: list[int] | None = None) -> None:
+        mark = "UPDATE leases SET done = 1 WHERE run_id = ? AND stage = ? AND worker = ?"
+        if chunks is None:
+            self.run(f"{mark} AND done = 0 AND {LIVE_SQL}", (run_id, stage, worker))
+        elif tokens is None:
+            where, args = self.dialect.in_list("chunk", sorted(chunks))
+            self.run(f"{mark} AND {where} AND {LIVE_SQL}", (run_id, stage, worker, *args))
+        else:
+            rows = [(run_id, stage, worker, chunk, token) for chunk, token in zip(chunks, tokens, strict=True)]
+            self.atomic(lambda tx: tx.executemany(f"{mark} AND chunk = ? AND token = ? AND {LIVE_SQL}", rows))
+
+    def open_chunks(self, run_id: str, stage: str) -> int:
+        return int(self.row("SELECT count(*) FROM leases WHERE run_id = ? AND stage = ? AND done = 0",
+                            (run_id, stage))[0])
+
+    def reset_chunks(self, run_id: str) -> None:
+        self.run("DELETE FROM leases WHERE run_id = ?", (run_id,))
+
+    def release_keys(self, keys: list[str], worker: str) -> None:
+        keys = sorted(keys)
+        for start in range(0, len(keys), _KEYS):
+            where, args = self.dialect.in_list("key", keys[start:start + _KEYS])
+            self.run(f"DELETE FROM claims WHERE worker = ? AND {where}", (worker, *args))
+
+    def resolve_worker(self, run_id: str, worker: str) -> int:
+        def body(tx: Tx) -> int:
+            possibly = tx.execute("UPDATE ledger SET kind = 'possibly_billed' WHERE run_id = ? AND worker = ?"
+                                  " AND kind = 'reserved'", (run_id, worker)).rowcount
+            tx.execute("UPDATE workers SET state = 'dead' WHERE id = ?", (worker,))
+            return possibly
+        return self.atomic(body)
+
+    # -- evaluation stages finished whole (runner/engine/replay.py) -----------------------------------------
+    def replayable(self, digest: str) -> tuple[str, int] | None:
+        row = self.row("SELECT run_id, tasks FROM stage_replays WHERE hash = ?", (digest,))
+        return (row[0], row[1]) if row else None
+
+    def record_replayable(self, digest: str, run_id: str, stage: str, tasks: int) -> None:
+        self.run(upsert("stage_replays", ("hash", "run_id", "stage", "tasks", "created"), ("hash",)),
+                 (digest, run_id, stage, tasks, now()))
+
+    # -- pipelines: content-addressed stage outputs ---------------------------------------------------------
+    def stage_output(self, digest: str) -> dict[str, Any] | None:
+        found = self.dicts("SELECT * FROM stage_outputs WHERE hash = ?", (digest,))
+        return found[0] if found else None
+
+    def stage_rows(self, digest: str) -> list[dict[str, Any]]:
+        return [json.loads(row) for (row,) in self.rows("SELECT row FROM stage_rows WHERE hash = ? ORDER BY n",
+                                                        (digest,))]
+
+    def save_stage_output(self, digest: str, stage: str, run_id: str, rows: list[dict[str, Any]], cost: float,
+                          funnel: dict[str, Any]) -> None:
+        def body(tx: Tx) -> None:
+            tx.execute("DELETE FROM stage_rows WHERE hash = ?", (digest,))
+            tx.executemany("INSERT INTO stage_rows (hash, n, row) VALUES (?, ?, ?)",
+                           [(digest, n, dumps(row)) for n, row in enumerate(rows)])
+            tx.execute(upsert("stage_outputs", ("hash", "stage", "run_id", "rows", "cost", "funnel", "created"),
+                              ("hash",)), (digest, stage, run_id, len(rows), cost, dumps(funnel), now()))
+        self.atomic(body)
+
+    def record_run_stage(self, run_id: str, stage: str, position: int, digest: str, funnel: dict[str, Any]) -> None:
+        self.run(upsert("run_stages", ("run_id", "stage", "position", "hash", "funnel"), ("run_id", "stage")),
+                 (run_id, stage, position, digest, dumps(funnel)))
+
+    def run_stages(self, run_id: str) -> list[dict[str, Any]]:
+        return [json.loads(funnel) for (funnel,) in self.rows(
+            "SELECT funnel FROM run_stages WHERE run_id = ? ORDER BY position", (run_id,))]
+
+    def stage_cost(self, run_id: str, stage: str) -> tuple[float, int]:
+        usd, sent = self.row(
+            "SELECT coalesce(sum(cost), 0), coalesce(sum(CASE WHEN cache_hit = 0 AND status = 'done' THEN 1 ELSE 0"
+            " END), 0) FROM tasks WHERE run_id = ? AND stage = ?", (run_id, stage))
+        return float(usd), int(sent)
