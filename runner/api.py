@@ -69,6 +69,10 @@ class RunResult:
     paths: dict[str, Path] = field(default_factory=dict)
     #: the store the run is in, as :func:`runner.store.open_store` takes it (None: ``RUNNER_DB`` or cache.sqlite)
     db: str | Path | None = None
+    #: what ``runner submit`` prints as ``warning: ...`` lines before the run (a dataset with no rows, a gold the
+    #: stage does not name, a model without a price, no budget), without the prefix; each was also given to
+    #: :func:`warnings.warn` as a :class:`RuntimeWarning` when the run started. Empty for a resumed run.
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -86,12 +90,12 @@ class RunResult:
 
     def summary(self) -> str:
         """The accuracy and cost lines ``runner submit`` prints at the end."""
-        from runner.report import summary as reports
+        from runner import service
         from runner.store import open_store
 
         store = open_store(self.db)
         try:
-            return "\n".join(reports.summary_lines(reports.build(store, self.run_id)))
+            return "\n".join(service.summary_lines(store, self.run_id))
         finally:
             store.close()
 
@@ -140,9 +144,7 @@ async def arun_job(
     replan: bool = False,
 ) -> RunResult:
     """:func:`run_job` for callers that can await (it runs on the caller's loop)."""
-    from runner.engine.checks import budget_warnings, load_run_job, pid_alive, set_budget
-    from runner.engine.run import execute
-    from runner.report import estimate as estimates
+    from runner import service
     from runner.store import open_store
 
     if (job is None) == (resume is None):
@@ -150,39 +152,29 @@ async def arun_job(
     if resume is not None and (limit is not None or vars):
         raise RunnerError("run_job: a resumed run keeps its job as it started; limit= and vars= apply to new runs")
     store = open_store(db)
+    said: list[str] = []
     try:
         if resume is not None:
-            run, loaded = load_run_job(store, resume)
-            if budget is not None:
-                set_budget(loaded, budget)
-            if run["status"] == "running" and pid_alive(run["pid"]) and run["pid"] != os.getpid():
-                raise RunnerError(f"run {run['id']} is still running (process {run['pid']}); stop it first")
-            outcome = await execute(loaded, store, run_id=run["id"])
+            run, loaded = service.prepare_resume(store, resume, budget=budget)
+            outcome = await service.run(loaded, store, run_id=run["id"])
         else:
             assert job is not None
-            loaded = _load(job, vars)
-            if budget is not None:
-                set_budget(loaded, budget)
-            if limit is not None:
-                loaded.limit = limit
-            est = estimates.estimate(loaded, store, count_free=False)
-            cap = loaded.budget.usd if loaded.budget is not None else None
-            refusal = estimates.over_budget(est, cap)
-            if refusal is not None and not allow_partial:
-                raise estimates.OverBudget(refusal.replace("add --allow-partial", "pass allow_partial=True")
-                                           .replace("larger --budget", "larger budget="))
-            for line in budget_warnings(loaded):
-                warnings.warn(line.removeprefix("warning: "), RuntimeWarning, stacklevel=2)
-            outcome = await execute(loaded, store, reuse=not replan)
+            loaded = service.apply_settings(_load(job, vars), budget=budget, limit=limit, wording=service.API)
+            submission = service.prepare_submit(loaded, store, allow_partial=allow_partial, replan=replan,
+                                                wording=service.API).raise_if_refused()
+            said = [line.removeprefix("warning: ") for line in submission.warnings]
+            for line in said:
+                warnings.warn(line, RuntimeWarning, stacklevel=2)
+            outcome = await service.run(loaded, store, replan=replan)
     finally:
         store.close()
     return RunResult(run_id=outcome.run_id, status=outcome.status, message=outcome.message,
-                     paths=dict(outcome.results or {}), db=db)
+                     paths=dict(outcome.results or {}), db=db, warnings=tuple(said))
 
 
 def _load(job: JobSource, vars: Mapping[str, Any] | None) -> Job:
-    from runner.bundled import locate_job
-    from runner.spec.job import Job, job_from_dict, load_job
+    from runner import service
+    from runner.spec.job import Job, job_from_dict
 
     overrides = {str(name): str(value) for name, value in (vars or {}).items()}
     if isinstance(job, Job):
@@ -192,7 +184,7 @@ def _load(job: JobSource, vars: Mapping[str, Any] | None) -> Job:
     if isinstance(job, Mapping):
         return job_from_dict(dict(job), overrides)
     if isinstance(job, str | os.PathLike):
-        return load_job(locate_job(job)[0], overrides)
+        return service.load_job_file(job, overrides)[0]
     raise RunnerError(f"run_job: a job is a dict, a job file's path or a Job, not {type(job).__name__}")
 
 

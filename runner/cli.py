@@ -26,8 +26,9 @@ except ImportError:  # an older typer runs on click itself
     from click import exceptions as click_errors  # type: ignore[no-redef]
     from click.exceptions import Abort  # type: ignore[assignment]
 
-from runner.engine.checks import budget_warnings, dataset_warnings, load_run_job, pid_alive, set_budget
-from runner.engine.run import execute
+from runner import service
+from runner.engine.checks import dataset_warnings
+from runner.engine.run import Outcome
 from runner.errors import RunnerError
 from runner.report import costs as cost_sums
 from runner.report import estimate as estimates
@@ -35,7 +36,7 @@ from runner.report import runs as run_list
 from runner.report import summary as reports
 from runner.report.progress import make_view
 from runner.report.terminal import clean
-from runner.spec.job import Job, load_job
+from runner.spec.job import Job
 from runner.store import Store, open_store
 
 #: raise an unexpected error (a bug) instead of printing it in one line: what RUNNER_RAISE_ERRORS=1 does, for a
@@ -91,31 +92,30 @@ def _has_password(db: str) -> bool:
         return "@" in db and ":" in db.split("://", 1)[1].split("@", 1)[0]
 
 
-def _run(job: Job, store: Store, run_id: str | None = None, reuse: bool = True) -> None:
+def _run(job: Job, store: Store, run_id: str | None = None, replan: bool = False) -> None:
     """Run (or resume) with the live view, then print the summary and exit with the run's status."""
     started = (lambda rid: _say(f"run {rid}: started job {job.name}")) if run_id is None else None
-    outcome = asyncio.run(execute(job, store, run_id=run_id, view=make_view(), on_run_id=started, reuse=reuse))
-    run_id, status, message, results = outcome.run_id, outcome.status, outcome.message, outcome.results
-    data = reports.build(store, run_id)
-    for line in reports.summary_lines(data):
+    outcome = asyncio.run(service.run(job, store, run_id=run_id, replan=replan, view=make_view(), on_run_id=started))
+    for line in service.summary_lines(store, outcome.run_id):
         _say(line)
-    for stage, path in (results or {}).items():
+    for stage, path in (outcome.results or {}).items():
         _say(f"results: {stage} -> {path}")
-    _say(f"run {run_id}: {status}" + (f" ({message})" if message else ""))
-    if status == "interrupted":
-        raise typer.Exit(EXIT_INTERRUPTED)
-    if status == "budget_exhausted":
-        _say(f"Error: run {run_id} stopped: {message}", err=True)
-        raise typer.Exit(3)
-    if status != "completed":
-        _say(f"Error: run {run_id} {status}: {message}; `runner resume {run_id}` continues it once "
-                   "that is fixed", err=True)
-        raise typer.Exit(1)
+    _end(outcome)
+
+
+def _end(outcome: Outcome, *, resumable: bool = True) -> None:
+    """The run's last line, its ``Error:`` line when it did not complete, and its exit code."""
+    _say(f"run {outcome.run_id}: {outcome.status}" + (f" ({outcome.message})" if outcome.message else ""))
+    error = service.failure_line(outcome.run_id, outcome.status, outcome.message, resumable=resumable)
+    if error is not None:
+        _say(error, err=True)
+    if code := service.exit_code(outcome.status):
+        raise typer.Exit(code)
 
 
 LimitOption = Annotated[
     int | None,
-    # no min=: click would print a boxed usage error; _check_limit says it in one line
+    # no min=: click would print a boxed usage error; service.check_limit says it in one line
     typer.Option("--limit", help="Only the first N items of every stage's dataset (a slice to try a job).",
                  show_default=False),
 ]
@@ -138,19 +138,10 @@ VarOption = Annotated[
 def _load(job_file: Path, var: list[str] | None) -> Job:
     """Load a job file; a path that does not exist here but names a bundled job (``jobs/quickstart.yaml``) loads
     that one, and says so."""
-    from runner.bundled import locate_job
-
-    path, bundled = locate_job(job_file)
-    if bundled:
-        _say(f"using the bundled {job_file} ({path})", err=True)
-    return load_job(path, _vars(var))
-
-
-def _check_limit(limit: int, option: str = "--limit") -> int:
-    """A count option (``--limit N``) must be at least 1; said in one line rather than click's boxed error."""
-    if limit < 1:
-        raise RunnerError(f"{option} must be 1 or more (got {limit})")
-    return limit
+    job, bundled = service.load_job_file(job_file, _vars(var))
+    if bundled is not None:
+        _say(f"using the bundled {job_file} ({bundled})", err=True)
+    return job
 
 
 def _vars(values: list[str] | None) -> dict[str, str]:
@@ -179,25 +170,17 @@ def submit(
 ) -> None:
     """Validate a job file, estimate its cost, and run it; print accuracy and cost at the end. Refuses (exit 2)
     when the estimate's worst case exceeds the run's budget, unless --allow-partial."""
-    job = _load(job_file, var)
-    if budget is not None:
-        set_budget(job, budget)
-    if limit is not None:
-        job.limit = _check_limit(limit)
+    job = service.apply_settings(_load(job_file, var), budget=budget, limit=limit)
     store = _store(db)
-    est = estimates.estimate(job, store, count_free=False)
-    for line in estimates.summary_lines(est):
+    submission = service.prepare_submit(job, store, allow_partial=allow_partial, replan=replan)
+    for line in estimates.summary_lines(submission.estimate):
         _say(line)
-    limit = job.budget.usd if job.budget is not None else None
-    refusal = estimates.over_budget(est, limit)
-    if refusal is not None:
-        if not allow_partial:
-            raise estimates.OverBudget(refusal)
-        _say(f"--allow-partial: the budget ${limit:,.4f} covers part of the worst case; the run stops when "
-                   "it is spent", err=True)
-    for line in [*dataset_warnings(job), *budget_warnings(job)]:
+    submission.raise_if_refused()
+    if submission.partial is not None:
+        _say(submission.partial, err=True)
+    for line in submission.warnings:
         _say(line, err=True)
-    _run(job, store, reuse=not replan)
+    _run(submission.job, store, replan=submission.replan)
 
 
 @app.command()
@@ -215,7 +198,7 @@ def estimate(
         raise RunnerError(f"--format must be one of {', '.join(estimates.FORMATS)}, not {fmt!r}")
     job = _load(job_file, var)
     if limit is not None:
-        job.limit = _check_limit(limit)
+        job.limit = service.check_limit(limit)
     text = estimates.render(estimates.estimate(job, _store(db)), fmt)
     _emit(text, output, fmt)
 
@@ -271,11 +254,7 @@ def resume(
     """Finish an interrupted, crashed or budget-exhausted run: completed requests come from the store, the rest
     are sent."""
     store = _store(db)
-    run, job = load_run_job(store, run_id)
-    if budget is not None:
-        set_budget(job, budget)
-    if run["status"] == "running" and pid_alive(run["pid"]) and run["pid"] != os.getpid():
-        raise RunnerError(f"run {run['id']} is still running (process {run['pid']}); stop it first")
+    run, job = service.prepare_resume(store, run_id, budget=budget)
     _say(f"run {run['id']}: resuming job {job.name}")
     _run(job, store, run_id=run["id"])
 
@@ -289,21 +268,13 @@ def work(
     file): take the chunks of its stages no live worker holds, send them, and take over those of workers that
     stopped. Requests are never sent twice across workers, and the run's budget holds across all of them."""
     store = _store(db)
-    run, job = load_run_job(store, run_id)
+    run, job = service.prepare_join(store, run_id)
     _say(f"run {run['id']}: joining job {job.name} as a worker")
-    outcome = asyncio.run(execute(job, store, run_id=run["id"], view=make_view(), join=True))
+    outcome = asyncio.run(service.run(job, store, run_id=run["id"], join=True, view=make_view()))
     totals = outcome.stats.totals()
     _say(f"this worker: {totals.sent} sent, {totals.cache_hits} cache hits, {totals.errors} failed, "
-               f"{totals.elsewhere} done by other workers; ${totals.spend:,.4f}")
-    _say(f"run {outcome.run_id}: {outcome.status}" + (f" ({outcome.message})" if outcome.message else ""))
-    if outcome.status == "interrupted":
-        raise typer.Exit(EXIT_INTERRUPTED)
-    if outcome.status == "budget_exhausted":
-        _say(f"Error: run {outcome.run_id} stopped: {outcome.message}", err=True)
-        raise typer.Exit(3)
-    if outcome.status != "completed":
-        _say(f"Error: run {outcome.run_id} {outcome.status}: {outcome.message}", err=True)
-        raise typer.Exit(1)
+         f"{totals.elsewhere} done by other workers; ${totals.spend:,.4f}")
+    _end(outcome, resumable=False)
 
 
 @app.command()
@@ -316,7 +287,7 @@ def runs(
     """List runs: id, job, status (crashed: killed while running), progress, spend, started."""
     if fmt not in run_list.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(run_list.FORMATS)}, not {fmt!r}")
-    _emit(run_list.render(run_list.build(_store(db), _check_limit(limit)), fmt), output, fmt)
+    _emit(run_list.render(run_list.build(_store(db), service.check_limit(limit)), fmt), output, fmt)
 
 
 @app.command()

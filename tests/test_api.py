@@ -18,7 +18,7 @@ from runner import RunFailed, RunResult, arun_job, load_results, run_job
 from runner.errors import JobFileError, RunnerError, StoreError
 from runner.store import open_store
 from simserver import SimServer
-from tests.helpers import ROOT, fresh, write_rows
+from tests.helpers import ROOT, fresh, run_cli, write_rows
 
 
 def _job(url: str, *, name: str = "apijob", dataset: str = "rows.jsonl", **stage: Any) -> dict[str, Any]:
@@ -207,3 +207,61 @@ def test_importing_runner_is_cheap() -> None:
     assert sorted(runner.__all__) == sorted(name for name in dir(runner.api) if name in runner.api.__all__)
     with pytest.raises(AttributeError):
         runner.no_such_name  # noqa: B018
+
+
+def _comparable(line: str) -> dict[str, Any]:
+    """A result line without what differs between two runs of one job: the run it was made in, the latency."""
+    data = json.loads(line)
+    data.pop("latency", None)
+    data.get("provenance", {}).pop("run_id", None)
+    return data
+
+
+def _by_row(line: dict[str, Any]) -> tuple[str, int]:
+    return line["id"], line["seed"]
+
+
+def test_the_cli_and_the_api_give_the_same_run_and_the_same_warnings(workdir: Path, sim_server: str, monkeypatch,
+                                                                      capsys) -> None:
+    """One job file through ``runner submit`` and through ``run_job``, each on a store of its own: the same result
+    lines, the same summary, and the dataset's warning (its rows have a gold the stage does not name) reaches the
+    API's caller, in ``RunResult.warnings`` and as a RuntimeWarning, as the CLI prints it."""
+    job = _job(sim_server)
+    job["stages"][0]["choices"].pop("gold")  # the rows have "gold": the stage is not scored, and both say so
+    path = workdir / "job.yaml"
+    path.write_text(json.dumps(job), encoding="utf-8")  # JSON is YAML
+
+    code, out, err = run_cli(monkeypatch, capsys, "submit", str(path), "--db", str(workdir / "cli.sqlite"))
+    assert code == 0, err
+    printed = [line.removeprefix("warning: ") for line in err.splitlines() if line.startswith("warning: ")]
+    assert any("stage mc is not scored" in line for line in printed), err
+    cli_run = out.rstrip().splitlines()[-1].split(":")[0].removeprefix("run ")
+
+    with pytest.warns(RuntimeWarning) as caught:
+        result = run_job(path, db=workdir / "api.sqlite")
+    assert result.ok and result.warnings
+    assert list(result.warnings) == printed
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == printed
+
+    cli_lines = (workdir / "results" / "apijob" / cli_run / "mc.jsonl").read_text().splitlines()
+    api_lines = result.paths["mc"].read_text().splitlines()
+    assert len(cli_lines) == len(api_lines) == 12
+    assert sorted(map(_comparable, cli_lines), key=_by_row) == sorted(map(_comparable, api_lines), key=_by_row)
+    summary = result.summary().splitlines()  # the lines `runner submit` prints at the end, for this run
+    assert summary and all(line.replace(result.run_id, cli_run) in out.splitlines() for line in summary), out
+
+
+def test_the_api_names_its_own_settings_when_it_refuses(workdir: Path, sim_server: str) -> None:
+    """The run service says what the CLI says before a run, in the API's words: a worst case over the budget, a
+    limit below one; with allow_partial=True the run starts and stops when the budget is spent."""
+    job = _job(sim_server)
+    job["prices"] = {"sim:gpt-api": {"input": 1000, "output": 1000}}
+    with pytest.raises(RunnerError, match=r"exceeds the run's budget \$0\.0100: pass allow_partial=True .* "
+                                          r"give a larger budget= \(at least") as info:
+        run_job(job, db=workdir / "b.sqlite", budget=0.01)
+    assert info.value.exit_code == 2 and "--" not in str(info.value)
+    with pytest.raises(RunnerError, match=r"^limit= must be 1 or more \(got 0\)$"):
+        run_job(job, db=workdir / "b.sqlite", limit=0)
+    assert not (workdir / "results").exists()  # refused before a run was made
+    result = run_job(job, db=workdir / "b.sqlite", budget=0.01, allow_partial=True)
+    assert result.status == "budget_exhausted" and "budget" in (result.message or "")

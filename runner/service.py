@@ -1,0 +1,173 @@
+"""The run service: what ``runner submit``, ``runner resume``, ``runner work`` and the Python API (runner/api.py) do
+to start a run, written once so the front doors cannot drift. Each front door only turns its arguments into these
+calls and says or returns what they give back:
+
+1. :func:`load_job_file` (or the API's own dict and Job) gives the job;
+2. :func:`apply_settings` puts ``--budget`` and ``--limit`` over the job's own; :func:`prepare_submit` estimates
+   the job, refuses a worst case over the budget (unless allowed) and gathers the warnings;
+   :func:`prepare_resume` and :func:`prepare_join` give the stored job of a run to finish or to join;
+3. :func:`run` executes it (runner/engine/run.py);
+4. :func:`summary_lines`, :func:`exit_code` and :func:`failure_line` say how it ended.
+
+It sits beside the front doors, not in ``runner/engine/``, because it uses the estimate and the summary of
+``runner/report/``, which read what the engine wrote.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runner.engine import run as engine
+from runner.engine.checks import budget_warnings, dataset_warnings, load_run_job, pid_alive, set_budget
+from runner.errors import RunnerError
+
+if TYPE_CHECKING:
+    from runner.engine.run import Outcome, View
+    from runner.report.estimate import Estimate
+    from runner.spec.job import Job
+    from runner.store import Store
+
+#: a run's exit code by its status (any other status than these and ``completed``: 1)
+EXIT_CODES = {"completed": 0, "interrupted": 130, "budget_exhausted": 3}
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How a front door names its settings in the sentences the service says."""
+
+    #: the setting that starts a run whose worst case exceeds its budget anyway
+    allow_partial: str
+    #: how the refusal says to use it ("add --allow-partial", "pass allow_partial=True")
+    give: str
+    #: the setting that gives a run's budget, as the refusal names it
+    budget: str
+    #: the setting that keeps the first N items
+    limit: str
+
+
+CLI = Wording(allow_partial="--allow-partial", give="add", budget="--budget", limit="--limit")
+API = Wording(allow_partial="allow_partial=True", give="pass", budget="budget=", limit="limit=")
+
+
+@dataclass
+class Submission:
+    """A new run's job, checked and estimated: what its front door shows before the run starts."""
+
+    job: Job
+    estimate: Estimate
+    #: plan every request again instead of replaying an unchanged stage (``--replan``)
+    replan: bool = False
+    #: said before the run when it starts over its budget (``--allow-partial``)
+    partial: str | None = None
+    #: ``warning: ...`` lines: a dataset with no rows or an unnamed gold, a model without a price, no budget
+    warnings: list[str] = field(default_factory=list)
+    #: why the run may not start: its worst case exceeds its budget, and starting over it was not allowed
+    refusal: RunnerError | None = None
+
+    def raise_if_refused(self) -> Submission:
+        """Raise the refusal (:class:`~runner.report.estimate.OverBudget`, exit 2) when there is one; the CLI
+        shows the estimate first."""
+        if self.refusal is not None:
+            raise self.refusal
+        return self
+
+
+def load_job_file(path: str | os.PathLike[str], vars: Mapping[str, str] | None = None) -> tuple[Job, Path | None]:
+    """The job in a job file, with ``vars`` for its ``${name}``; and, when the path does not exist here but names a
+    bundled job (``jobs/quickstart.yaml``), the bundled file that was loaded instead."""
+    from runner.bundled import locate_job
+    from runner.spec.job import load_job
+
+    located, bundled = locate_job(path)
+    return load_job(located, dict(vars or {})), located if bundled else None
+
+
+def check_limit(limit: int, option: str = "--limit") -> int:
+    """A count setting (``--limit N``) must be at least 1."""
+    if limit < 1:
+        raise RunnerError(f"{option} must be 1 or more (got {limit})")
+    return limit
+
+
+def apply_settings(job: Job, *, budget: float | None = None, limit: int | None = None,
+                   wording: Wording = CLI) -> Job:
+    """``--budget`` and ``--limit`` over what the job file says (the job is changed in place, and returned)."""
+    if budget is not None:
+        set_budget(job, budget)
+    if limit is not None:
+        job.limit = check_limit(limit, wording.limit)
+    return job
+
+
+def prepare_submit(job: Job, store: Store, *, allow_partial: bool = False, replan: bool = False,
+                   wording: Wording = CLI) -> Submission:
+    """Estimate a new run of ``job`` and gather its warnings; when the worst case exceeds the budget, the refusal
+    (unless ``allow_partial``) that :meth:`Submission.raise_if_refused` raises. Nothing is stored before the run
+    starts."""
+    from runner.report import estimate as estimates
+
+    est = estimates.estimate(job, store, count_free=False)
+    cap = job.budget.usd if job.budget is not None else None
+    refusal = estimates.over_budget(est, cap)
+    partial: str | None = None
+    refused: RunnerError | None = None
+    if refusal is not None and not allow_partial:
+        refused = estimates.OverBudget(refusal.replace("add --allow-partial", f"{wording.give} {wording.allow_partial}")
+                                       .replace("larger --budget", f"larger {wording.budget}"))
+    elif refusal is not None:
+        partial = (f"{wording.allow_partial}: the budget ${cap:,.4f} covers part of the worst case; the "
+                   "run stops when it is spent")
+    warnings = [] if refused is not None else [*dataset_warnings(job), *budget_warnings(job)]
+    return Submission(job=job, estimate=est, replan=replan, partial=partial, warnings=warnings, refusal=refused)
+
+
+def prepare_resume(store: Store, run_id: str, *, budget: float | None = None) -> tuple[dict[str, Any], Job]:
+    """The run to finish and its job as it started (``budget`` over its own); refused while another process on
+    this machine still runs it."""
+    run, job = load_run_job(store, run_id)
+    if budget is not None:
+        set_budget(job, budget)
+    if run["status"] == "running" and pid_alive(run["pid"]) and run["pid"] != os.getpid():
+        raise RunnerError(f"run {run['id']} is still running (process {run['pid']}); stop it first")
+    return run, job
+
+
+def prepare_join(store: Store, run_id: str) -> tuple[dict[str, Any], Job]:
+    """The run a worker joins, and its job (``runner work``)."""
+    return load_run_job(store, run_id)
+
+
+async def run(job: Job, store: Store, *, run_id: str | None = None, join: bool = False, replan: bool = False,
+              view: View | None = None, on_run_id: Callable[[str], None] | None = None) -> Outcome:
+    """Execute a new run of ``job``, resume ``run_id``, or (``join``) work on it beside other processes."""
+    return await engine.execute(job, store, run_id=run_id, view=view, on_run_id=on_run_id, reuse=not replan,
+                                join=join)
+
+
+def summary_lines(store: Store, run_id: str) -> list[str]:
+    """The accuracy and cost lines a run ends with (``runner submit``, ``RunResult.summary``)."""
+    from runner.report import summary as reports
+
+    return list(reports.summary_lines(reports.build(store, run_id)))
+
+
+def exit_code(status: str) -> int:
+    """The exit code of a run that ended with ``status``: 0 completed, 3 stopped by its budget, 130 interrupted,
+    1 otherwise."""
+    return EXIT_CODES.get(status, 1)
+
+
+def failure_line(run_id: str, status: str, message: str | None, *, resumable: bool = True) -> str | None:
+    """The ``Error:`` line of a run that did not complete (None when it completed or was interrupted: Ctrl-C says
+    so itself); ``resumable``: say that ``runner resume`` continues a failed run once the cause is fixed."""
+    if status in ("completed", "interrupted"):
+        return None
+    if status == "budget_exhausted":
+        return f"Error: run {run_id} stopped: {message}"
+    if resumable:
+        return f"Error: run {run_id} {status}: {message}; `runner resume {run_id}` continues it once that is fixed"
+    return f"Error: run {run_id} {status}: {message}"
