@@ -14,7 +14,11 @@ event loop is already running in the calling thread (Jupyter), by running the jo
 thread. :func:`arun_job` is the same for callers that can ``await``. Errors a user can cause raise the CLI's
 :class:`~runner.errors.RunnerError` subclasses (a job that does not validate: :class:`~runner.errors.JobFileError`);
 a run that ends without completing (failed, interrupted, budget spent) is returned, not raised:
-:meth:`RunResult.raise_for_status` raises :class:`RunFailed` for it.
+:meth:`RunResult.raise_for_status` raises :class:`RunFailed` for it. The warnings ``runner submit`` prints before
+a run are in :attr:`RunResult.warnings`, each also raised as a :class:`RuntimeWarning` when the run starts.
+
+The CLI and this API start runs through one run service (runner/service.py): this module only adapts its arguments
+to it (a dict or a loaded Job, ``vars=`` as a mapping) and returns what it gives.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import asyncio
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -27,8 +27,6 @@ except ImportError:  # an older typer runs on click itself
     from click.exceptions import Abort  # type: ignore[assignment]
 
 from runner import service
-from runner.engine.checks import dataset_warnings
-from runner.engine.run import Outcome
 from runner.errors import RunnerError
 from runner.report import costs as cost_sums
 from runner.report import estimate as estimates
@@ -38,6 +36,9 @@ from runner.report.progress import make_view
 from runner.report.terminal import clean
 from runner.spec.job import Job
 from runner.store import Store, open_store
+
+if TYPE_CHECKING:
+    from runner.engine.run import Outcome
 
 #: raise an unexpected error (a bug) instead of printing it in one line: what RUNNER_RAISE_ERRORS=1 does, for a
 #: program that calls main() in its own process and wants the traceback (the test suite sets it)
@@ -234,14 +235,12 @@ def _emit(text: str, output: Path | None, fmt: str = "text") -> None:
 def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML file.")], var: VarOption = None) -> None:
     """Only validate a job file (exit 2 with file:line and the key when it is wrong) and the rows of its datasets
     (exit 1 with the dataset's file:line: a repeated id, a gold answer that is not one of the options)."""
-    from runner.plan.stage import check_datasets
-
     job = _load(job_file, var)
-    check_datasets(job)
+    warnings = service.validate_datasets(job)
     stages = ", ".join(f"{s.name} ({len(job.stage_models(s))} model(s))" if s.is_llm else f"{s.name} "
                        f"({s.data_ops()[0]})" for s in job.stages)
     _say(f"{job_file}: valid job {job.name!r}: {stages}")
-    for line in dataset_warnings(job):
+    for line in warnings:
         _say(line, err=True)
 
 

@@ -86,6 +86,15 @@ def load_job_file(path: str | os.PathLike[str], vars: Mapping[str, str] | None =
     return load_job(located, dict(vars or {})), located if bundled else None
 
 
+def validate_datasets(job: Job) -> list[str]:
+    """``runner validate``'s check of the datasets' rows (a repeated id, a gold answer that is not one of the
+    options: raised with the dataset's file:line), and the warnings a run of the job would show about them."""
+    from runner.plan.stage import check_datasets
+
+    check_datasets(job)
+    return dataset_warnings(job)
+
+
 def check_limit(limit: int, option: str = "--limit") -> int:
     """A count setting (``--limit N``) must be at least 1."""
     if limit < 1:
