@@ -70,7 +70,8 @@ class Dataset(Strict):
 
     @model_validator(mode="after")
     def _split_of_a_folder(self, info: ValidationInfo) -> Dataset:
-        # checked here rather than in runner/spec/checks.py so it is reported with the file's other key errors
+        # checked here rather than in runner/spec/checks.py so it is reported with the file's other key errors;
+        # a Dataset built without the loader's context goes by ``format:`` alone
         format_of_name = (info.context or {}).get(FORMAT_OF_NAME)
         fmt = self.format or (format_of_name(self.path) if format_of_name is not None else None)
         if self.split is not None and fmt not in (None, "hf"):
