@@ -29,14 +29,15 @@ from typing import Any, Protocol
 from runner.errors import AuthError, BadRequest, ProviderError, QuotaExceeded, TransientError
 
 from .base import Completion
-from .batching import ENDED, Batches, BatchLine, BatchResult
+from .batching import (
+    ENDED,
+    EXPIRED,
+    REFUSED,  # noqa: F401 - runner/engine/batch.py imports it from here until it reads batching
+    Batches,
+    BatchLine,
+    BatchResult,
+)
 from .wire import words
-
-#: error classes of lines the provider did not run
-EXPIRED = "batch_expired"
-CANCELLED = "batch_cancelled"
-#: error class of a line of a batch refused for its other lines: submitted again once, then failed
-REFUSED = "batch_refused"
 
 
 class MappingProvider(Protocol):

@@ -32,8 +32,6 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import BadRequest
 
 from ._batch_common import (
-    CANCELLED,
-    EXPIRED,
     SDKBatches,
     answered,
     check_lines,
@@ -45,7 +43,7 @@ from ._batch_common import (
     status_error,
     unfinished,
 )
-from .batching import CLOCK_SKEW, ENDED, RUNNING, BatchLine, BatchResult, BatchStatus, Lookup
+from .batching import CANCELLED, CLOCK_SKEW, ENDED, EXPIRED, RUNNING, BatchLine, BatchResult, BatchStatus, Lookup
 
 if TYPE_CHECKING:
     from .anthropic_messages import AnthropicProvider

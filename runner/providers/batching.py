@@ -28,6 +28,11 @@ from .base import Completion
 #: the states the engine tells apart (each provider's own state is kept beside it, for the live view)
 RUNNING = "running"
 ENDED = "ended"
+#: error classes of lines the provider did not run: submitted again
+EXPIRED = "batch_expired"
+CANCELLED = "batch_cancelled"
+#: error class of a line of a batch refused for its other lines: submitted again once, then failed
+REFUSED = "batch_refused"
 
 
 @dataclass(slots=True)

@@ -34,8 +34,6 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import BadRequest, ProviderError
 
 from ._batch_common import (
-    CANCELLED,
-    EXPIRED,
     SDKBatches,
     answered,
     check_lines,
@@ -47,7 +45,7 @@ from ._batch_common import (
     safe_label,
     unfinished,
 )
-from .batching import CLOCK_SKEW, ENDED, RUNNING, BatchLine, BatchResult, BatchStatus, Lookup
+from .batching import CANCELLED, CLOCK_SKEW, ENDED, EXPIRED, RUNNING, BatchLine, BatchResult, BatchStatus, Lookup
 
 if TYPE_CHECKING:
     from .gemini import GeminiProvider

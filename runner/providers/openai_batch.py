@@ -32,9 +32,6 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import BadRequest, TransientError
 
 from ._batch_common import (
-    CANCELLED,
-    EXPIRED,
-    REFUSED,
     SDKBatches,
     answered,
     check_lines,
@@ -47,7 +44,18 @@ from ._batch_common import (
     status_error,
     unfinished,
 )
-from .batching import CLOCK_SKEW, ENDED, RUNNING, BatchLine, BatchResult, BatchStatus, Lookup
+from .batching import (
+    CANCELLED,
+    CLOCK_SKEW,
+    ENDED,
+    EXPIRED,
+    REFUSED,
+    RUNNING,
+    BatchLine,
+    BatchResult,
+    BatchStatus,
+    Lookup,
+)
 from .wire import words
 
 if TYPE_CHECKING:
