@@ -26,25 +26,25 @@ everything else is sent online.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from runner.engine.budget import LATER, Reservation
-from runner.engine.stats import BatchView
+from runner.engine.control import RunControl
+from runner.engine.endpoints import Endpoints
+from runner.engine.recorder import Recorder, memo_of
+from runner.engine.reserver import Reserver
+from runner.engine.stats import BatchView, RunStats
 from runner.errors import AuthError, ProviderError, QuotaExceeded, RunnerError
 from runner.plan.request import Task
-from runner.providers._batch_common import REFUSED
-from runner.providers.batching import ENDED, Batches, BatchLine, batch_label
-from runner.store import CachedResponse
-
-if TYPE_CHECKING:
-    from runner.engine.dispatch import Dispatcher
-    from runner.providers.base import Completion, Provider
-    from runner.spec.job import Job
+from runner.providers.base import Completion, Provider
+from runner.providers.batching import ENDED, REFUSED, Batches, BatchLine, batch_label
+from runner.spec.schema import Job
+from runner.store import Store, Writer
 
 #: seconds between looks at batches being cancelled at a deadline
 CANCEL_POLL = 1.0
@@ -86,9 +86,27 @@ class BatchModeError(RunnerError):
 
 
 class Batcher:
-    def __init__(self, dispatcher: Dispatcher, deadline: float | None) -> None:
-        self.d = dispatcher
-        self.settings = dispatcher.job.batch
+    """The Batch API side of one run. It reaches the engine only through the parts it is given: the reserver and
+    the recorder every line goes through, the endpoints (providers started once), the run's control flag, and
+    ``send_online(task)`` for the lines a deadline leaves to be sent online."""
+
+    def __init__(self, *, job: Job, run_id: str, store: Store, stats: RunStats, control: RunControl,
+                 endpoints: Endpoints, reserver: Reserver, recorder: Recorder, writer: Writer,
+                 send_online: Callable[[Task], Awaitable[bool]], sleep: Callable[[float], Any],
+                 deadline: float | None) -> None:
+        self.job = job
+        self.run_id = run_id
+        self.store = store
+        self.stats = stats
+        self.control = control
+        self.endpoints = endpoints
+        self.reserver = reserver
+        self.recorder = recorder
+        self.writer = writer
+        self.send_online = send_online
+        self.sleep = sleep
+        self.stages = {stage.name: stage for stage in job.stages}
+        self.settings = job.batch
         #: when the run's answers are needed (epoch seconds), for ``mode: auto``
         self.deadline = deadline
         #: per (stage, model): the first task of each key not yet submitted
@@ -109,14 +127,14 @@ class Batcher:
     def wants(self, task: Task) -> bool:
         if task.key in self.waiting:
             return True
-        stage = self.d.stages[task.stage]
+        stage = self.stages[task.stage]
         self._load(stage.name)
         if task.key in self.resumed:
             return True
-        mode = self.d.job.stage_mode(stage)
+        mode = self.job.stage_mode(stage)
         if mode == "online" or task.call.kind != "chat":
             return False
-        if not getattr(self.d.providers[task.provider], "supports_batch", False):
+        if not getattr(self.endpoints.providers[task.provider], "supports_batch", False):
             return False  # ``mode: batch`` was refused at the start for such a model; ``auto`` sends it online
         return mode == "batch" or not self.past_window()
 
@@ -132,15 +150,15 @@ class Batcher:
         if stage in self.loaded:
             return
         self.loaded.add(stage)
-        for row in self.d.store.open_batches(self.d.run_id, stage):
+        for row in self.store.open_batches(self.run_id, stage):
             batch = OpenBatch(row["id"], stage, row["model"], row["model"].partition(":")[0],
                               row["provider_batch_id"] or "", row["round"],
                               {key: ledger for key, (ledger, status) in row["lines"].items() if status == "pending"})
             if batch.unknown:  # an intent: the provider may have accepted it; ``finish`` looks it up first
-                batch.label = batch_label(self.d.run_id, stage, batch.model, batch.round, batch.keys)
+                batch.label = batch_label(self.run_id, stage, batch.model, batch.round, batch.keys)
                 batch.since = _epoch(row["created"])
             self.open[batch.id] = batch
-            self.d.stats.batches[batch.id] = BatchView(stage, batch.model, batch.provider_batch_id or LOOKING_UP,
+            self.stats.batches[batch.id] = BatchView(stage, batch.model, batch.provider_batch_id or LOOKING_UP,
                                                        len(batch.keys), provider_state=row["provider_state"] or "",
                                                        round=batch.round)
             for key in batch.keys:
@@ -156,21 +174,12 @@ class Batcher:
         self.waiting[key] = [task]
         batch = self.resumed.get(key)
         if batch is not None:  # submitted by an earlier process of this run: wait for it, send nothing
-            self.reservations[key] = self._reserve_again(task, batch.keys.get(key))
+            self.reservations[key] = self.reserver.hold_again(task, batch.keys.get(key))
             return
         group = self.pending.setdefault((task.stage, task.model), [])
         group.append(task)
         if len(group) >= self.settings.max_requests:
             await self.submit(task.stage, task.model)
-
-    def _reserve_again(self, task: Task, ledger_id: int | None) -> Reservation:
-        """A resumed batch line's reservation, back in this process's budgets (its ledger row is still there)."""
-        usd, tokens = self.d.worst_case(task, batch=True)
-        if self.d.budgets is None:
-            return Reservation([], usd, tokens, ledger_id)
-        reservation = self.d.budgets.hold(task.stage, task.model, usd, tokens)
-        reservation.ledger_id = ledger_id
-        return reservation
 
     async def submit(self, stage: str, model: str) -> None:
         tasks = self.pending.pop((stage, model), [])
@@ -178,13 +187,13 @@ class Batcher:
         keys: dict[str, int | None] = {}
         later: list[Task] = []
         for task in tasks:
-            reservation = await self.d._reserve(task, batch=True)
+            reservation = await self.reserver.reserve(task, batch=True)
             if reservation is LATER:  # no room until a batch in flight settles below its worst case
                 later.append(task)
                 continue
             if reservation is None:  # a budget ran out: this request and its twins stay for a resume
                 for twin in self.waiting.pop(task.key, [])[1:]:
-                    self.d.stats.counters(twin.stage, twin.model).over_budget += 1
+                    self.stats.counters(twin.stage, twin.model).over_budget += 1
                 continue
             assert isinstance(reservation, Reservation)
             self.reservations[task.key] = reservation
@@ -196,7 +205,7 @@ class Batcher:
             return
         first = tasks[0]
         try:
-            await self.d._start_provider(first.provider)
+            await self.endpoints.start(first.provider)
             client = self._client(first.provider)
         except ProviderError as exc:
             self._refuse(keys, exc)
@@ -204,7 +213,7 @@ class Batcher:
         # a provider may need several batches where the count alone allows one (Gemini: inline requests under 20 MB)
         chunks = getattr(client, "chunks", None)
         for part in chunks(first.model_name, lines) if chunks is not None else [lines]:
-            if self.d.stopping:  # a fatal error in an earlier part: these lines stay for a resume
+            if self.control.stopping:  # a fatal error in an earlier part: these lines stay for a resume
                 self._refuse({line.custom_id: keys[line.custom_id] for line in part}, None)
                 continue
             await self._send(client, stage, model, first, part, {line.custom_id: keys[line.custom_id] for line in part})
@@ -215,16 +224,16 @@ class Batcher:
         its lines, an error that may hide an accepted batch leaves it to be looked up (:meth:`_resolve`)."""
         round_ = max((self.resubmits.get(line.custom_id, 0) for line in lines), default=0)
         # the run's id, the stage and a random part: a resumed process must not reuse an earlier process's ids
-        batch = OpenBatch(f"{self.d.run_id}:{stage}:{secrets.token_hex(4)}", stage, model, first.provider, "",
-                          round_, keys, label=batch_label(self.d.run_id, stage, model, round_, keys),
+        batch = OpenBatch(f"{self.run_id}:{stage}:{secrets.token_hex(4)}", stage, model, first.provider, "",
+                          round_, keys, label=batch_label(self.run_id, stage, model, round_, keys),
                           since=time.time())
-        self.d.store.record_batch(batch.id, self.d.run_id, stage, model, None, round_, list(keys.items()),
+        self.store.record_batch(batch.id, self.run_id, stage, model, None, round_, list(keys.items()),
                                   state=SUBMITTING)
         try:
             provider_id = await client.submit(first.model_name, lines, label=batch.label)
         except ProviderError as exc:
             if not exc.retryable:  # refused: the provider has no such batch
-                self.d.store.drop_batch(batch.id)
+                self.store.drop_batch(batch.id)
                 self._refuse(keys, exc)
                 return
             batch.error = exc  # a timeout or a server error: the batch may have been accepted all the same
@@ -235,14 +244,14 @@ class Batcher:
 
     def _track(self, batch: OpenBatch) -> None:
         self.open[batch.id] = batch
-        self.d.stats.batches[batch.id] = BatchView(batch.stage, batch.model, batch.provider_batch_id or LOOKING_UP,
+        self.stats.batches[batch.id] = BatchView(batch.stage, batch.model, batch.provider_batch_id or LOOKING_UP,
                                                    len(batch.keys), provider_state=SUBMITTING, round=batch.round)
 
     def _adopt(self, batch: OpenBatch, provider_id: str) -> None:
         """The provider has the batch: its id goes into the store (the intent becomes a running batch)."""
         batch.provider_batch_id, batch.error = provider_id, None
-        self.d.store.update_batch(batch.id, provider_batch_id=provider_id, state="running", provider_state="submitted")
-        view = self.d.stats.batches.get(batch.id)
+        self.store.update_batch(batch.id, provider_batch_id=provider_id, state="running", provider_state="submitted")
+        view = self.stats.batches.get(batch.id)
         if view is not None:
             view.provider_batch_id, view.provider_state = provider_id, "submitted"
 
@@ -250,8 +259,8 @@ class Batcher:
         """A batch whose provider id is not known: ask the provider for it by its label (and lines). Found, it is
         adopted and polled; not there, its lines go back to be submitted; undecided, it is asked again next poll."""
         try:
-            await self.d._start_provider(batch.provider)
-            known = {b["provider_batch_id"] for b in self.d.store.batches(self.d.run_id) if b["provider_batch_id"]}
+            await self.endpoints.start(batch.provider)
+            known = {b["provider_batch_id"] for b in self.store.batches(self.run_id) if b["provider_batch_id"]}
             found = await self._client(batch.provider).find(batch.label, list(batch.keys), since=batch.since,
                                                             known=known)
         except ProviderError as exc:
@@ -260,7 +269,7 @@ class Batcher:
             return  # a passing failure of a look: look again at the next poll
         if found.batch_id is not None:
             self._adopt(batch, found.batch_id)
-            self.d.stats.notes.append(f"batch {found.batch_id} ({batch.stage} {batch.model}, {len(batch.keys)} "
+            self.stats.notes.append(f"batch {found.batch_id} ({batch.stage} {batch.model}, {len(batch.keys)} "
                                       "requests) was accepted but not recorded before: found by its label, adopted")
         elif not found.undecided:
             await self._unsent(batch)
@@ -275,9 +284,9 @@ class Batcher:
             self.resumed.pop(key, None)
             reservation = self.reservations.pop(key, None)
             if reservation is not None:
-                self.d._release(reservation)
+                self.reserver.release(reservation)
             elif ledger_id is not None:
-                self.d.store.release(ledger_id)
+                self.store.release(ledger_id)
             tasks = self.waiting.get(key)
             if not tasks:
                 self.waiting.pop(key, None)
@@ -288,18 +297,17 @@ class Batcher:
             elif batch.error is not None and self.resubmits.get(key, 0) >= self.settings.max_resubmits:
                 del self.waiting[key]
                 for task in tasks:
-                    self.d._finish_failed(task, batch.error, attempts=1 + self.resubmits.get(key, 0), batch=True)
+                    self.recorder.failed(task, batch.error, attempts=1 + self.resubmits.get(key, 0), batch=True)
             else:
                 if batch.error is not None:
                     self.resubmits[key] = self.resubmits.get(key, 0) + 1
                 self.pending.setdefault((batch.stage, batch.model), []).append(tasks[0])
-        self.d.store.drop_batch(batch.id)
+        self.store.drop_batch(batch.id)
         self.open.pop(batch.id, None)
-        self.d.stats.batches.pop(batch.id, None)
+        self.stats.batches.pop(batch.id, None)
         if online:
-            loop = asyncio.get_running_loop()
             for task in online:
-                if not await self.d._dispatch(task, loop):
+                if not await self.send_online(task):
                     break
 
     def _refuse(self, keys: dict[str, int | None], exc: ProviderError | None) -> None:
@@ -309,17 +317,17 @@ class Batcher:
             for key, ledger_id in keys.items():
                 reservation = self.reservations.pop(key, None)
                 if reservation is not None:
-                    self.d._release(reservation)
+                    self.reserver.release(reservation)
                 elif ledger_id is not None:
-                    self.d.store.release(ledger_id)
+                    self.store.release(ledger_id)
                 self.waiting.pop(key, None)
             return
         self._fail_lines(keys, exc)
-        if isinstance(exc, AuthError | QuotaExceeded) and self.d.fatal is None:
-            self.d.fatal, self.d.stopping = exc, True
+        if isinstance(exc, AuthError | QuotaExceeded):
+            self.control.fail(exc)
 
     def _client(self, provider: str) -> Batches:
-        return self.d.providers[provider].batches()  # type: ignore[attr-defined]
+        return self.endpoints.providers[provider].batches()  # type: ignore[attr-defined]
 
     # -- waiting for a stage's batches ---------------------------------------------------------------------
     async def finish(self, stages: set[str]) -> None:
@@ -331,19 +339,19 @@ class Batcher:
         while True:
             # batches whose id is not known are looked up before anything of theirs is submitted again
             for batch in [b for b in self.open.values() if b.stage in stages and b.unknown]:
-                if self.d.stopping:
+                if self.control.stopping:
                     return
                 await self._resolve(batch)
             for stage in stages:
                 await self.submit_pending(stage)
             mine = [b for b in self.open.values() if b.stage in stages]
-            if not mine or self.d.stopping:
+            if not mine or self.control.stopping:
                 return
             for batch in mine:
                 if self._auto(batch.stage) and self.past_deadline() and not batch.unknown:
                     await self._cancel(batch)
             for batch in mine:
-                if self.d.stopping:
+                if self.control.stopping:
                     return
                 if not batch.unknown and await self._ended(batch):
                     await self._collect(batch)
@@ -353,7 +361,7 @@ class Batcher:
     async def submit_pending(self, stage: str) -> None:
         """Submit the stage's lines not yet in a batch."""
         for group in [g for g in self.pending if g[0] == stage]:
-            if self.d.stopping:
+            if self.control.stopping:
                 return
             await self.submit(*group)
 
@@ -363,13 +371,13 @@ class Batcher:
         return any(g[0] == stage for g in self.pending) or any(b.stage == stage for b in self.open.values())
 
     def _auto(self, stage: str) -> bool:
-        return self.d.job.stage_mode(self.d.stages[stage]) == "auto"
+        return self.job.stage_mode(self.stages[stage]) == "auto"
 
     async def _nap(self, seconds: float) -> None:
         """Sleep between polls, waking early (within a second) when the run is asked to stop."""
         end = time.monotonic() + seconds
-        while not self.d.stopping and (left := end - time.monotonic()) > 0:
-            await self.d.sleep(min(left, 1.0))
+        while not self.control.stopping and (left := end - time.monotonic()) > 0:
+            await self.sleep(min(left, 1.0))
 
     async def _cancel(self, batch: OpenBatch) -> None:
         if batch.cancelled:
@@ -378,21 +386,21 @@ class Batcher:
         try:
             await self._client(batch.provider).cancel(batch.provider_batch_id)
         except ProviderError as exc:  # it may have ended meanwhile: its results are read all the same
-            self.d.stats.notes.append(f"batch {batch.provider_batch_id} could not be cancelled: {exc}")
+            self.stats.notes.append(f"batch {batch.provider_batch_id} could not be cancelled: {exc}")
 
     async def _ended(self, batch: OpenBatch) -> bool:
-        await self.d._start_provider(batch.provider)
+        await self.endpoints.start(batch.provider)
         try:
             status = await self._client(batch.provider).status(batch.provider_batch_id)
         except ProviderError as exc:
             if not exc.retryable:
                 raise
             return False  # a passing failure of a look: look again at the next poll
-        view = self.d.stats.batches.get(batch.id)
+        view = self.stats.batches.get(batch.id)
         if view is not None:
             view.provider_state, view.succeeded, view.failed = status.provider_state, status.succeeded, status.failed
             view.state = status.state
-        self.d.store.update_batch(batch.id, state=status.state, provider_state=status.provider_state)
+        self.store.update_batch(batch.id, state=status.state, provider_state=status.provider_state)
         return status.state == ENDED
 
     async def _collect(self, batch: OpenBatch) -> None:
@@ -412,12 +420,12 @@ class Batcher:
                 if tasks:
                     self._answer(tasks, result.completion, reservation or Reservation([], 0.0, 0, batch.keys[key]))
                 elif batch.keys[key] is not None:  # answered for a task this process did not plan
-                    self.d.store.release(batch.keys[key])  # type: ignore[arg-type]
+                    self.store.release(batch.keys[key])  # type: ignore[arg-type]
                 continue
             if reservation is not None:
-                self.d._release(reservation)
+                self.reserver.release(reservation)
             elif batch.keys[key] is not None:
-                self.d.store.release(batch.keys[key])  # type: ignore[arg-type]
+                self.store.release(batch.keys[key])  # type: ignore[arg-type]
             retry = result is None or result.retry
             # a line refused with its batch for other lines is submitted again once, whatever max_resubmits says
             refused = result is not None and result.error is not None and result.error.error_class == REFUSED
@@ -438,35 +446,33 @@ class Batcher:
                 error = (result.error if result is not None and result.error is not None
                          else ProviderError("the batch ended without answering this request"))
                 for task in tasks:
-                    self.d._finish_failed(task, error, attempts=1 + self.resubmits.get(key, 0), batch=True)
+                    self.recorder.failed(task, error, attempts=1 + self.resubmits.get(key, 0), batch=True)
         # The answers are committed before the batch is marked collected: a crash in between leaves the batch open,
         # and a resume reads its results again (answered lines are then cache hits) instead of paying for them twice.
-        await self.d.writer.flush()
-        self.d.store.finish_batch(batch.id, statuses)
+        await self.writer.flush()
+        self.store.finish_batch(batch.id, statuses)
         self.open.pop(batch.id, None)
-        view = self.d.stats.batches.get(batch.id)
+        view = self.stats.batches.get(batch.id)
         if view is not None:
             view.state = "collected"
         if online:
-            loop = asyncio.get_running_loop()
             for task in online:
-                if not await self.d._dispatch(task, loop):
+                if not await self.send_online(task):
                     break
 
     def _answer(self, tasks: list[Task], c: Completion, reservation: Reservation) -> None:
         first, twins = tasks[0], tasks[1:]
-        self.d._finish_fresh(first, c, 1, None, reservation, batch=True)
+        self.recorder.fresh(first, c, 1, None, reservation, batch=True)
         for twin in twins:  # identical requests of other tasks: one line, one bill, the answer shared
-            self.d._finish_cached(twin, CachedResponse(c.text, c.finish_reason, c.input_tokens, c.output_tokens,
-                                                       c.cached_tokens, 0.0, c.thinking, c.reasoning_tokens))
+            self.recorder.cached(twin, memo_of(c))
 
     def _fail_lines(self, keys: dict[str, int | None], exc: ProviderError) -> None:
         for key in keys:
             reservation = self.reservations.pop(key, None)
-            if reservation is not None and self.d.budgets is not None and reservation.scopes:
-                self.d.budgets.release(reservation)
+            if reservation is not None:
+                self.reserver.release_budgets(reservation)
             for task in self.waiting.pop(key, []):
-                self.d._finish_failed(task, exc, attempts=1, release_id=keys[key])
+                self.recorder.failed(task, exc, attempts=1, release_id=keys[key])
                 keys[key] = None  # the first failure removes the reservation row
 
 

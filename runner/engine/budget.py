@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runner.spec.schema import Job
 
 #: tolerance of float sums of money (USD); far below a cent
 EPSILON = 1e-9
@@ -149,3 +153,16 @@ class Budgets:
             if scope.inflight == 0:  # no float residue once nothing is in flight
                 scope.reserved_usd, scope.reserved_tokens = 0.0, 0
         self._changed.set()
+
+
+def budgets_of(job: Job) -> Budgets | None:
+    """The job's budgets (run, per stage, per model), or None when it sets none."""
+    stages = {stage.name: Scope("stage", stage.name, stage.budget.usd, stage.budget.tokens)
+              for stage in job.stages if stage.budget is not None}
+    if job.budget is None and not stages:
+        return None
+    run = Scope("run", job.name, job.budget.usd if job.budget else None, job.budget.tokens if job.budget else None)
+    models = {model: Scope("model", model, limit.usd, limit.tokens)
+              for model, limit in (job.budget.models.items() if job.budget else ())}
+    budgets = Budgets(run, stages, models)
+    return budgets if budgets.limited else None

@@ -2,7 +2,7 @@
 
 Every process that works on a run (``runner submit``, ``runner resume``, ``runner work RUN_ID`` on any machine
 sharing the store) joins it as a worker and sends heartbeats. A stage's planned tasks are cut into chunks of
-:data:`runner.engine.dispatch.CHUNK`; a worker leases a chunk before dispatching it and skips chunks another
+:data:`runner.engine.leases.CHUNK`; a worker leases a chunk before dispatching it and skips chunks another
 live worker holds, so the workers split a stage between them. A lease lives while its worker's heartbeats
 come; when a worker dies (kill -9, a lost machine) its leases expire and another worker takes the chunk over,
 skipping the tasks already committed. A worker that reaches the end of a stage waits for the chunks others

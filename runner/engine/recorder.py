@@ -1,0 +1,167 @@
+"""A finished task, counted and recorded: its result line parsed and scored (runner/evaluate/results.py), its
+reservation settled or given back (runner/engine/reserver.py), its rows (runner/engine/rows.py) handed to the store's
+writer with the lease fence it was dispatched under. An answer's memo row goes with the task row it finishes, in
+one transaction (ARCHITECTURE.md invariant 2)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from runner.engine.budget import Reservation
+from runner.engine.leases import ChunkLeases
+from runner.engine.reserver import Reserver
+from runner.engine.rows import LedgerRow, ResponseRow, TaskRow
+from runner.engine.stats import RunStats
+from runner.engine.triage import Triage
+from runner.errors import ProviderError, Refused
+from runner.evaluate.results import result_line
+from runner.plan.request import Task
+from runner.providers.base import Completion
+from runner.spec.schema import Job
+from runner.store import CachedResponse, Finished, Writer, dumps, now
+
+
+def memo_of(c: Completion, cost: float = 0.0) -> CachedResponse:
+    """A fresh answer as the memo gives it back (its thinking with it)."""
+    return CachedResponse(c.text, c.finish_reason, c.input_tokens, c.output_tokens, c.cached_tokens, cost,
+                          c.thinking, c.reasoning_tokens)
+
+
+def billed_of(exc: ProviderError) -> Completion | None:
+    """The usage a failed request was billed for (a refusal's answer), or None when it cost nothing."""
+    billed = getattr(exc, "billed", None)
+    if isinstance(billed, Completion) and (billed.input_tokens or billed.output_tokens):
+        return billed
+    return None
+
+
+class Recorder:
+    def __init__(self, *, run_id: str, job: Job, stats: RunStats, writer: Writer, reserver: Reserver,
+                 triage: Triage, leases: ChunkLeases, provenance: Callable[[Task], dict[str, Any]]) -> None:
+        """``provenance(task)``: the provenance of the task's result line (the same object for its stage and
+        model)."""
+        self.run_id = run_id
+        self.stages = {stage.name: stage for stage in job.stages}
+        self.stats = stats
+        self.writer = writer
+        self.reserver = reserver
+        self.triage = triage
+        self.leases = leases
+        self.provenance = provenance
+
+    def cached(self, req: Task, cached: CachedResponse) -> None:
+        """A task the memo answered (or an identical request's answer, shared): free, and what it saved counted."""
+        counters = self.stats.counters(req.stage, req.model)
+        counters.cache_hits += 1
+        saved = self.reserver.saved(req.model, cached.input_tokens, cached.output_tokens, cached.cached_tokens)
+        counters.saved += saved
+        self._record(req, cached.text, cached.finish_reason, cached.input_tokens, cached.output_tokens,
+                     cost=0.0, latency=None, cache_hit=True, attempts=0, cached_tokens=cached.cached_tokens,
+                     saved=saved, thinking=cached.thinking, reasoning_tokens=cached.reasoning_tokens)
+
+    def fresh(self, req: Task, c: Completion, attempts: int, latency: float | None, reservation: Reservation, *,
+              batch: bool = False) -> None:
+        """An answer that came back: priced (at the Batch API's price for a batch line), settled, recorded."""
+        cost, batch_saved = self.reserver.cost(req, c, batch=batch)
+        self.reserver.settle(reservation, cost, c.input_tokens + c.output_tokens)
+        counters = self.stats.counters(req.stage, req.model)
+        counters.sent += 1
+        counters.spend += cost
+        self.triage.remember(req.key, memo_of(c, cost))
+        response = ResponseRow(
+            key=req.key, provider=req.provider, model=req.call.model_id, request_json=req.call.canonical,
+            response_text=c.text, response_json=dumps(c.raw), finish_reason=c.finish_reason,
+            input_tokens=c.input_tokens, output_tokens=c.output_tokens, cached_tokens=c.cached_tokens, cost=cost,
+            latency=latency, created=now(), thinking=c.thinking, reasoning_tokens=c.reasoning_tokens,
+        ).params()
+        ledger = self._charge(req, cost)
+        self._record(req, c.text, c.finish_reason, c.input_tokens, c.output_tokens, cost=cost, latency=latency,
+                     cache_hit=False, attempts=attempts, response=response, ledger=ledger,
+                     cached_tokens=c.cached_tokens, release_id=reservation.ledger_id, batch_saved=batch_saved,
+                     thinking=c.thinking, reasoning_tokens=c.reasoning_tokens)
+        if batch_saved:
+            counters.batch_saved += batch_saved
+
+    def failed(self, req: Task, exc: ProviderError, attempts: int, release_id: int | None = None, *,
+               reservation: Reservation | None = None, batch: bool = False) -> None:
+        """A task that got no answer. ``reservation``: its budget reservation, still held (given back, or settled
+        to what a refusal was billed; callers that pass none have given theirs back). A refusal the provider
+        billed (``exc.billed``) is charged once, priced as an answer (at the Batch API's price for a batch line):
+        in the ledger, the budgets and the task's cost and tokens; it is never scored."""
+        crew = self.leases.crew
+        if crew is not None:
+            crew.release(req.key)
+        counters = self.stats.counters(req.stage, req.model)
+        counters.errors += 1
+        if exc.error_class == Refused.error_class:
+            counters.refused += 1
+        counters.done += 1
+        self.stats.errors_by_class[exc.error_class] = self.stats.errors_by_class.get(exc.error_class, 0) + 1
+        self.stats.last_error[req.model] = f"{exc.error_class}: {exc}"
+        billed = billed_of(exc)
+        cost, tokens, ledger = 0.0, 0, None
+        if billed is not None:
+            exc.billed = None  # type: ignore[attr-defined]  # one bill: tasks sharing this error are not charged
+            cost = self.reserver.cost(req, billed, batch=batch)[0]
+            tokens = billed.input_tokens + billed.output_tokens
+            counters.spend += cost
+            counters.tokens_in += billed.input_tokens
+            counters.tokens_out += billed.output_tokens
+            counters.reasoning_tokens += billed.reasoning_tokens
+            ledger = self._charge(req, cost)
+        self.reserver.settle_failure(req, reservation, billed is not None, cost, tokens)
+        result = result_line(self.stages[req.stage], req, None, status="failed", cache_hit=False,
+                             notes=self.stats.notes,
+                             reasoning_tokens=billed.reasoning_tokens if billed is not None else 0,
+                             provenance=self.provenance(req))
+        result.update(error_class=exc.error_class, error=str(exc))
+        line = dumps(result)
+        task = TaskRow(
+            run_id=self.run_id, stage=req.stage, item=req.item, model=req.model, row_id=req.row_id,
+            variant_json=req.variant_json, key=req.key, status="failed", cache_hit=False, attempts=attempts,
+            error_class=exc.error_class, error=str(exc), input_tokens=billed.input_tokens if billed else 0,
+            output_tokens=billed.output_tokens if billed else 0, cost=cost, latency=None, score=None, valid=False,
+            result_json=line, cached_tokens=billed.cached_tokens if billed else 0, saved=0.0, batch_saved=None,
+        ).params()
+        self.writer.put(Finished(task=task, ledger=ledger, result_line=line, stage=req.stage, release_id=release_id,
+                                 fence=self.leases.take_fence(req)))
+
+    def _charge(self, req: Task, cost: float) -> tuple | None:
+        """The ledger row of what ``req`` cost (None when it cost nothing)."""
+        if cost <= 0:
+            return None
+        return LedgerRow(run_id=self.run_id, stage=req.stage, model=req.model, key=req.key, kind="charge",
+                         amount=cost, created=now()).params()
+
+    def _record(
+        self, req: Task, text: str, finish_reason: str | None, input_tokens: int, output_tokens: int, *,
+        cost: float, latency: float | None, cache_hit: bool, attempts: int,
+        response: tuple | None = None, ledger: tuple | None = None, cached_tokens: int = 0, saved: float = 0.0,
+        release_id: int | None = None, batch_saved: float | None = None, thinking: str | None = None,
+        reasoning_tokens: int = 0,
+    ) -> None:
+        result = result_line(self.stages[req.stage], req, text, status="done", cache_hit=cache_hit,
+                             notes=self.stats.notes, thinking=thinking, reasoning_tokens=reasoning_tokens,
+                             provenance=self.provenance(req))
+        result["finish_reason"] = finish_reason
+        counters = self.stats.counters(req.stage, req.model)
+        counters.done += 1
+        if not cache_hit:
+            counters.tokens_in += input_tokens
+            counters.tokens_out += output_tokens
+            counters.reasoning_tokens += reasoning_tokens
+        score = result.get("score")
+        if score is not None:
+            counters.scored += 1
+            counters.correct += int(score)
+        line = dumps(result)
+        task = TaskRow(
+            run_id=self.run_id, stage=req.stage, item=req.item, model=req.model, row_id=req.row_id,
+            variant_json=req.variant_json, key=req.key, status="done", cache_hit=cache_hit, attempts=attempts,
+            error_class=None, error=None, input_tokens=input_tokens, output_tokens=output_tokens, cost=cost,
+            latency=latency, score=score, valid=result.get("valid", True), result_json=line,
+            cached_tokens=cached_tokens, saved=saved, batch_saved=batch_saved,
+        ).params()
+        self.writer.put(Finished(task=task, response=response, ledger=ledger, result_line=line, stage=req.stage,
+                                 release_id=release_id, fence=self.leases.take_fence(req)))

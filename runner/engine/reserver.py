@@ -1,0 +1,209 @@
+"""A request's budget reservation (ARCHITECTURE.md invariant 3): its worst case reserved against the budgets that
+cover it (runner/engine/budget.py) and in the store's ledger before it is sent, settled to what its answer cost or
+given back; a budget that has no room left closes its stage, its model or the run. Also what an answer costs at the
+run's prices (the Batch API's for a batch line)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from runner.engine.budget import LATER, Budgets, Exhausted, Reservation, Scope, budgets_of
+from runner.engine.control import RunControl
+from runner.engine.leases import ChunkLeases
+from runner.engine.stats import RunStats
+from runner.engine.workers import POLL
+from runner.plan.request import Task
+from runner.providers.base import Completion
+from runner.providers.pricing import Pricing
+from runner.providers.tokens import bound_call_tokens, count_call_tokens
+from runner.spec.schema import Job
+from runner.store import Store
+from runner.store.base import Fenced
+
+#: the reservation of a free request outside any budget: no scope, no ledger row (never mutated)
+FREE = Reservation([], 0.0, 0)
+
+
+def input_tokens(req: Task) -> int:
+    """The request's input tokens (exact or expected), counted once: the endpoint's token buckets take them, and the
+    budget reservation starts from them (:meth:`Reserver.worst_case`)."""
+    call = req.call
+    if call.input_tokens is None:
+        call.input_tokens = count_call_tokens(call.provider, call.model_name, call.messages, call.pairs)
+    return call.input_tokens
+
+
+class Reserver:
+    def __init__(self, *, run_id: str, job: Job, store: Store, stats: RunStats, control: RunControl,
+                 leases: ChunkLeases, resume: bool = False) -> None:
+        self.run_id = run_id
+        self.store = store
+        self.stats = stats
+        self.control = control
+        self.leases = leases
+        self.stage_names = [stage.name for stage in job.stages]
+        self.pricing = Pricing(job)
+        self.budgets: Budgets | None = budgets_of(job)
+        if self.budgets is not None and resume:  # what earlier attempts of this run spent still counts
+            for stage, model, usd, tokens in store.spent(run_id):
+                self.budgets.spend(stage, model, usd, tokens)
+        #: the budget that ran out, when one did (the run ends ``budget_exhausted``)
+        self.exhausted: Scope | None = None
+        self.closed_stages: set[str] = set()
+        self.closed_models: set[tuple[str, str]] = set()
+        self._free: dict[str, bool] = {}
+
+    # -- before a request is sent ------------------------------------------------------------------------
+    def closed(self, req: Task) -> bool:
+        """Whether a budget covering ``req`` ran out (its stage's or its model's: the run's stops the run)."""
+        return req.stage in self.closed_stages or (req.stage, req.model) in self.closed_models
+
+    def free(self, model: str) -> bool:
+        """Whether a request of ``model`` needs no reservation at all (no budget, and the model costs nothing)."""
+        return self.budgets is None and not self.priced(model)
+
+    async def reserve(self, req: Task, *, batch: bool = False) -> Reservation | str | None:
+        """Reserve the request's worst case against its budgets and in the ledger; None when a budget ran out (or
+        the request's lease was lost at the ledger's write: it is not sent). A batch line is priced at the Batch
+        API's price and never waits: it gets ``LATER`` while the budget has reservations in flight (a batch's
+        settle only when the whole batch has ended)."""
+        usd, tokens = self.worst_case(req, batch=batch)
+        fence = None if batch else self.leases.fence(req)
+        while True:
+            crew = self.leases.crew
+            worker = crew.worker if crew is not None else None
+            if self.budgets is None:
+                reservation = Reservation([], usd, tokens)
+            else:
+                if batch:
+                    got = self.budgets.try_reserve(req.stage, req.model, usd, tokens)
+                else:
+                    got = await self.budgets.reserve(req.stage, req.model, usd, tokens)
+                if isinstance(got, Exhausted):
+                    if batch and got.scope.inflight:
+                        return LATER
+                    self.out_of_budget(req, got.scope)
+                    return None
+                reservation = got
+            limits = self.budgets.usd_limits(req.stage, req.model) if self.budgets is not None else {}
+            if usd <= 0:
+                return reservation
+            try:
+                if not limits:
+                    reservation.ledger_id = self.store.reserve(self.run_id, req.stage, req.model, req.key, usd, worker,
+                                                               fence=fence)
+                    return reservation
+                # The store has the last word: it counts what every process working on the run spent and reserved.
+                ledger_id, blocked, inflight = self.store.reserve_within(self.run_id, req.stage, req.model, req.key,
+                                                                         usd, limits, worker, fence=fence)
+            except Fenced:  # its lease was taken over: not sent (the caller drops it)
+                self.release_budgets(reservation)
+                self.leases.fenced(req, fence)
+                return None
+            if ledger_id is not None:
+                reservation.ledger_id = ledger_id
+                return reservation
+            assert self.budgets is not None and blocked is not None
+            self.budgets.release(reservation)
+            if not inflight:
+                self.out_of_budget(req, self.budgets.scope_named(blocked))
+                return None
+            if batch:
+                return LATER
+            if self.control.stopping:
+                return None
+            await asyncio.sleep(POLL)  # another process's reservations may settle below their worst case
+
+    def hold_again(self, req: Task, ledger_id: int | None) -> Reservation:
+        """The reservation of a line an earlier process of the run submitted in a batch, back in this process's
+        budgets whether it fits or not (it will be billed); its ledger row is still there."""
+        usd, tokens = self.worst_case(req, batch=True)
+        if self.budgets is None:
+            return Reservation([], usd, tokens, ledger_id)
+        reservation = self.budgets.hold(req.stage, req.model, usd, tokens)
+        reservation.ledger_id = ledger_id
+        return reservation
+
+    def worst_case(self, req: Task, *, batch: bool = False) -> tuple[float, int]:
+        """(USD, tokens) the request can cost at most: its input tokens (exact, or a true upper bound where the
+        provider's tokenizer is not available: ``bound_call_tokens``) and ``max_tokens``, in USD at the model's
+        prices (the Batch API's for a batch line, where the model has them)."""
+        max_tokens = req.call.params.get("max_tokens") or 0
+        call = req.call
+        tokens = bound_call_tokens(call.provider, call.model_name, call.messages, call.pairs,
+                                   counted=input_tokens(req))
+        rates = self.pricing.batch_rates(req.model) if batch else None
+        usd = rates.worst_case(tokens, max_tokens) if rates is not None else \
+            self.pricing.worst_case(req.model, tokens, max_tokens)
+        return usd, tokens + max_tokens
+
+    def out_of_budget(self, req: Task, scope: Scope) -> None:
+        """``scope`` has no room for ``req``: the run stops, or the stage or the model does."""
+        self.stats.counters(req.stage, req.model).over_budget += 1
+        if scope.kind == "run":
+            self.exhausted = scope
+            self.control.stop()
+        elif scope.kind == "stage":
+            self.closed_stages.add(req.stage)
+        else:
+            self.closed_models.update((stage, scope.name) for stage in self.stage_names)
+        self.stats.notes.append(f"{scope.describe()} is spent: "
+                                + ("the run stops" if scope.kind == "run" else f"{scope.kind} {scope.name} stops"))
+
+    # -- after it ------------------------------------------------------------------------------------------
+    def release(self, reservation: Reservation) -> None:
+        """The request was not sent, or ended unbilled: its reservation goes back, in the budgets and the ledger."""
+        self.release_budgets(reservation)
+        if reservation.ledger_id is not None:
+            self.store.release(reservation.ledger_id)
+
+    def release_budgets(self, reservation: Reservation) -> None:
+        """The same in the budgets only (the writer removes its ledger row with the task it finishes)."""
+        if self.budgets is not None and reservation.scopes:
+            self.budgets.release(reservation)
+
+    def settle(self, reservation: Reservation, usd: float, tokens: int) -> None:
+        """The answer came: the reservation becomes what it cost (its ledger row becomes the charge in the writer's
+        transaction)."""
+        if self.budgets is not None and reservation.scopes:
+            self.budgets.settle(reservation, usd, tokens)
+
+    def settle_failure(self, req: Task, reservation: Reservation | None, billed: bool, usd: float,
+                       tokens: int) -> None:
+        """A request that got no answer: its reservation (if this process holds one) is settled to what the provider
+        billed, or given back when it billed nothing; a bill with no reservation held is counted as spent."""
+        if self.budgets is None:
+            return
+        if reservation is not None and reservation.scopes:
+            if billed:
+                self.budgets.settle(reservation, usd, tokens)
+            else:
+                self.budgets.release(reservation)
+        elif billed:
+            self.budgets.spend(req.stage, req.model, usd, tokens)
+
+    # -- prices ---------------------------------------------------------------------------------------------
+    def cost(self, req: Task, c: Completion, *, batch: bool = False) -> tuple[float, float | None]:
+        """(USD, what the Batch API's price saved or None) of an answer's usage at the run's prices."""
+        if not self.priced(req.model):
+            return 0.0, (0.0 if batch else None)
+        cost = self.pricing.cost(req.model, c.input_tokens, c.output_tokens, c.cached_tokens,
+                                 cache_write_tokens=c.cache_write_tokens)
+        if not batch:
+            return cost, None
+        rates = self.pricing.batch_rates(req.model)
+        batch_cost = rates.cost(c.input_tokens, c.output_tokens, c.cached_tokens, c.cache_write_tokens) \
+            if rates is not None else cost
+        return batch_cost, cost - batch_cost
+
+    def saved(self, model: str, input_tokens: int, output_tokens: int, cached_tokens: int) -> float:
+        """What a cache hit of this usage would have cost."""
+        return self.pricing.cost(model, input_tokens, output_tokens, cached_tokens) if self.priced(model) else 0.0
+
+    def priced(self, model: str) -> bool:
+        """Whether the model costs anything (a free model needs no reservation unless a budget counts tokens)."""
+        found = self._free.get(model)
+        if found is None:  # an unknown price counts as free: without a budget the run goes on (and warns)
+            rates = self.pricing.rates(model)
+            found = self._free[model] = rates is None or rates.is_free
+        return not found
