@@ -1,0 +1,103 @@
+"""The recorder's typed rows: their fields are the store's columns in order, and a fresh answer, a cache hit and a
+billed refusal recorded through it read back from the store with the values that went in."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from runner.engine.control import RunControl
+from runner.engine.leases import ChunkLeases
+from runner.engine.recorder import Recorder
+from runner.engine.reserver import Reserver
+from runner.engine.rows import RESPONSE_KEY, TASK_ITEM, LedgerRow, ResponseRow, TaskRow
+from runner.engine.stats import RunStats
+from runner.engine.triage import Triage
+from runner.errors import Refused
+from runner.plan.stage import StagePlan
+from runner.providers.base import Completion
+from runner.spec.job import load_job
+from runner.store import CachedResponse, Writer, open_store
+from runner.store.base import LEDGER_COLUMNS, RESPONSE_COLUMNS, TASK_COLUMNS
+from tests.helpers import write_job, write_rows
+
+#: USD per million tokens
+PRICE_IN, PRICE_OUT = 1000.0, 3000.0
+
+
+def test_each_rows_fields_are_the_store_columns_in_order():
+    assert tuple(f.name for f in fields(TaskRow)) == TASK_COLUMNS
+    assert tuple(f.name for f in fields(ResponseRow)) == RESPONSE_COLUMNS
+    assert tuple(f.name for f in fields(LedgerRow)) == LEDGER_COLUMNS
+    assert TASK_COLUMNS[TASK_ITEM] == "item" and RESPONSE_COLUMNS[RESPONSE_KEY] == "key"
+
+
+def test_params_follow_the_fields_whatever_the_values():
+    row = LedgerRow(run_id="r", stage="s", model="m", key="k", kind="charge", amount=0.5, created="t")
+    assert row.params() == ("r", "s", "m", "k", "charge", 0.5, "t")
+    values = {name: f"v{n}" for n, name in enumerate(RESPONSE_COLUMNS)}
+    assert ResponseRow(**values).params() == tuple(values[c] for c in RESPONSE_COLUMNS)
+    task = {name: f"v{n}" for n, name in enumerate(TASK_COLUMNS)} | {"cache_hit": True, "valid": False}
+    assert TaskRow(**task).params() == tuple(
+        {"cache_hit": 1, "valid": 0}.get(c, task[c]) for c in TASK_COLUMNS)
+
+
+async def test_recorded_rows_read_back_from_the_store_with_the_same_values(tmp_path: Path, fake_provider):
+    path = write_job(tmp_path / "job.yaml", write_rows(tmp_path / "rows.jsonl", 3), models=["fake:m1"],
+                     extra=f"prices: {{fake:m1: {{input: {PRICE_IN}, output: {PRICE_OUT}}}}}\nbudget: {{usd: 10}}")
+    job = load_job(path)
+    store = open_store(tmp_path / "store.sqlite")
+    run_id = store.create_run(job.name, job.path, job.model_dump_json(), job.fingerprint(), 3)
+    stats, control = RunStats(), RunControl()
+    leases = ChunkLeases(stats)
+    triage = Triage(store, run_id, stats)
+    reserver = Reserver(run_id=run_id, job=job, store=store, stats=stats, control=control, leases=leases)
+    writer = Writer(store, lambda batch: None)
+    recorder = Recorder(run_id=run_id, job=job, stats=stats, writer=writer, reserver=reserver, triage=triage,
+                        leases=leases, provenance=lambda task: {"run_id": run_id})
+    answered, hit, refused = list(StagePlan(job, job.stages[0]))
+    writer.start()
+
+    held = await reserver.reserve(answered)
+    answer = Completion(text="B", finish_reason="stop", input_tokens=12, output_tokens=3, raw={"id": "x"},
+                        thinking="think first", reasoning_tokens=2)
+    recorder.fresh(answered, answer, 2, 0.25, held)
+    memo = CachedResponse("C", "stop", 20, 1, 4, 0.5, None, 0)
+    recorder.cached(hit, memo)
+    refusal_held = await reserver.reserve(refused)
+    bill = Completion(text="", input_tokens=7, output_tokens=5, cached_tokens=1)
+    recorder.failed(refused, Refused("declined", billed=bill), 1, refusal_held.ledger_id, reservation=refusal_held)
+    await writer.close()
+
+    def usd(input_tokens: int, output_tokens: int, cached: int = 0) -> float:
+        return reserver.pricing.cost("fake:m1", input_tokens, output_tokens, cached)
+
+    rows = {row["item"]: row for row in store.tasks(run_id)}
+    assert {k: rows[answered.item][k] for k in ("key", "status", "cache_hit", "attempts", "input_tokens",
+                                                 "output_tokens", "cost", "latency", "valid", "saved")} == {
+        "key": answered.key, "status": "done", "cache_hit": 0, "attempts": 2, "input_tokens": 12,
+        "output_tokens": 3, "cost": pytest.approx(usd(12, 3)), "latency": 0.25, "valid": 1, "saved": 0.0}
+    assert {k: rows[hit.item][k] for k in ("status", "cache_hit", "attempts", "input_tokens", "output_tokens",
+                                            "cached_tokens", "cost", "saved")} == {
+        "status": "done", "cache_hit": 1, "attempts": 0, "input_tokens": 20, "output_tokens": 1, "cached_tokens": 4,
+        "cost": 0.0, "saved": pytest.approx(usd(20, 1, 4))}
+    assert {k: rows[refused.item][k] for k in ("status", "error_class", "error", "input_tokens", "output_tokens",
+                                                "cached_tokens", "cost", "score", "valid")} == {
+        "status": "failed", "error_class": "refused", "error": "declined", "input_tokens": 7, "output_tokens": 5,
+        "cached_tokens": 1, "cost": pytest.approx(usd(7, 5, 1)), "score": None, "valid": 0}
+    for task, row in ((answered, rows[answered.item]), (hit, rows[hit.item])):
+        assert (row["row_id"], row["model"], row["variant_json"]) == (task.row_id, task.model, task.variant_json)
+
+    stored = store.lookup_many([answered.key])[answered.key]
+    assert stored == CachedResponse("B", "stop", 12, 3, 0, pytest.approx(usd(12, 3)), "think first", 2)
+    assert hit.key not in store.lookup_many([hit.key])  # a cache hit writes no memo row
+    charges = sorted((row["key"], row["amount"]) for row in store.ledger(run_id, kind="charge"))
+    assert charges == sorted([(answered.key, pytest.approx(usd(12, 3))), (refused.key, pytest.approx(usd(7, 5, 1)))])
+    assert store.ledger(run_id, kind="reserved") == []  # both reservations became charges in the same commit
+    run = reserver.budgets.run  # type: ignore[union-attr]
+    assert (run.spent_usd, run.reserved_usd, run.inflight) == (pytest.approx(usd(12, 3) + usd(7, 5, 1)), 0.0, 0)
+    counters = stats.counters("mc", "fake:m1")
+    assert (counters.done, counters.sent, counters.cache_hits, counters.errors, counters.refused) == (3, 1, 1, 1, 1)
+    assert triage.answered(answered.key) == stored  # a repeat of the request is not sent again
