@@ -10,7 +10,7 @@ from .parsed import Parsed, Reason
 from .reader import Reader, choose, name_mentions
 from .refusals import is_none_of_them, is_refusal, marker_slot
 from .statements import CHOSEN, stated_answer
-from .text import answer_core, answer_text, same_text
+from .text import answer_core, graded_text, same_text
 
 _LABEL_LEAD_IN = frozenset("the a an intent label class category option answer is".split())
 
@@ -25,10 +25,8 @@ def parse_label(text: str, labels: Sequence[str], *, marker: str = NONE_OF_THEM_
     one label the last sentence naming any names, leaving out labels ruled out ("not card_linking") and a label
     inside a longer named one ("exchange_rate" in "card_payment_wrong_exchange_rate"). A none-of-them answer picks
     the marker if it is the last label."""
-    if not text.strip():
-        return Parsed(None, Reason.EMPTY)
-    answer = answer_text(text)
-    if not answer.strip():
+    answer = graded_text(text)
+    if answer is None:
         return Parsed(None, Reason.EMPTY)
     core = answer_core(answer)
     exact = [i for i, label in enumerate(labels) if label in (core, answer.strip())]

@@ -13,7 +13,7 @@ from .parsed import Parsed, Reason
 from .reader import Reader, choose, name_mentions, ruled_out
 from .refusals import is_none_of_them, is_refusal, marker_slot
 from .statements import CHOSEN, stated_answer
-from .text import WORD, answer_core, answer_text, same_text, tokens_of
+from .text import WORD, answer_core, graded_text, same_text, tokens_of
 
 #: words after which a capital "A" or "I" is the letter, not the article or the pronoun ("A is plausible")
 _LETTER_NEXT = frozenset(
@@ -102,10 +102,8 @@ def parse_letter(
 ) -> Parsed:
     """The chosen option's shown position (0 = the first letter). ``strict`` and ``lenient``: module docstring."""
     valid = letters[: len(options)]
-    if not text.strip():
-        return Parsed(None, Reason.EMPTY)
-    answer = answer_text(text)
-    if not answer.strip():
+    answer = graded_text(text)
+    if answer is None:
         return Parsed(None, Reason.EMPTY)
     core = answer_core(answer)
     lone = _lone_letter(core, valid)
@@ -163,10 +161,8 @@ def parse_letters(
     before a lowercase word, the pronoun "I" and a letter ruled out ("A and C, not B"). No letter (or "None") is
     invalid. Thinking, JSON and ``\\boxed{}`` are read as for single letters."""
     valid = letters[: len(options)]
-    if not text.strip():
-        return Parsed(None, Reason.EMPTY)
-    answer = answer_text(text)
-    if not answer.strip():
+    answer = graded_text(text)
+    if answer is None:
         return Parsed(None, Reason.EMPTY)
     core = answer_core(answer)
     words = WORD.findall(core)

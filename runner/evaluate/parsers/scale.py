@@ -9,7 +9,7 @@ from .parsed import Parsed, Reason
 from .reader import Reader, choose
 from .refusals import is_refusal
 from .statements import stated_answer
-from .text import answer_core, answer_text, tokens_of
+from .text import answer_core, graded_text, tokens_of
 
 #: ratings given: "I'd give it 6", "rate it a 7", "gets a 3", "deserves a 9"
 _RATED = re.compile(
@@ -49,10 +49,8 @@ def parse_scale(text: str, low: int = 0, high: int = 10) -> Parsed:
     skipped; the scale's own bounds and denominators are not ratings; decimals such as "7.5" are not integers),
     else a number word ("eight"). Integers seen but none in range -> ``out_of_range``; "7 or 8" -> ``ambiguous``.
     Thresholds (keep >= 8, <= 3) are :func:`runner.evaluate.score.threshold`."""
-    if not text.strip():
-        return Parsed(None, Reason.EMPTY)
-    answer = answer_text(text)
-    if not answer.strip():
+    answer = graded_text(text)
+    if answer is None:
         return Parsed(None, Reason.EMPTY)
 
     def rated(n: int) -> Parsed:

@@ -86,6 +86,14 @@ def answer_text(text: str) -> str:
     return normalised(text if found is None else found)
 
 
+def graded_text(text: str) -> str | None:
+    """:func:`answer_text`, or None when a grader has nothing to read (an empty answer, or thinking never closed)."""
+    if not text.strip():
+        return None
+    answer = answer_text(text)
+    return answer if answer.strip() else None
+
+
 #: words (letters and digits), contractions kept whole so "I'm" is no letter "I"
 WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
 _BRITISH = {

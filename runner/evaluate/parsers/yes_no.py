@@ -9,7 +9,7 @@ from typing import Literal
 from .parsed import Parsed, Reason
 from .refusals import is_refusal
 from .statements import stated_answer
-from .text import WORD, answer_core, answer_text
+from .text import WORD, answer_core, graded_text
 
 #: answer-word families: name -> (positive word, negative word)
 YES_NO_FAMILIES: dict[str, tuple[str, str]] = {
@@ -123,10 +123,8 @@ def parse_yes_no(
     winning a conflict unless ``conflict`` says otherwise."""
     words = _family_words(family)
     leading_words = _family_words(family, foreign=True)
-    if not text.strip():
-        return Parsed(None, Reason.EMPTY)
-    answer = answer_text(text)
-    if not answer.strip():
+    answer = graded_text(text)
+    if answer is None:
         return Parsed(None, Reason.EMPTY)
     core = answer_core(answer)
     core_tokens = WORD.findall(core.lower())
