@@ -1,6 +1,9 @@
 """The Batch API side of the engine: stages in ``mode: batch`` (or ``auto``) send their requests as provider
 batches, at the Batch API's price, into the same memo and ledger as online requests.
 
+(Over ~450 lines because every step, from a batch's intent to its collection, reads and changes one state: each
+line's waiting tasks, reservation, batch and resubmissions; cut apart, the steps would pass that state around.)
+
 For each stage and model, the requests the memo cannot answer are grouped (identical requests once: a line's
 custom id is the request's cache key) into batches of at most ``batch.max_requests``. Before a batch is submitted,
 every line's worst case is reserved against the budgets and in the ledger, as online; a line that does not fit is
