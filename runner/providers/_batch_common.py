@@ -32,7 +32,6 @@ from .base import Completion
 from .batching import (
     ENDED,
     EXPIRED,
-    REFUSED,  # noqa: F401 - runner/engine/batch.py imports it from here until it reads batching
     Batches,
     BatchLine,
     BatchResult,

@@ -104,7 +104,7 @@ def without_ids(raw: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("kind", PROVIDERS)
 async def test_batch_answers_equal_the_online_answers(srv: SimServer, kind: str) -> None:
-    srv.configure(batch_delay=0.2)
+    srv.configure(batch_delay=1.0)  # long enough that the first look finds it running (gemini's submit took 0.4 s)
     lines = make_lines(5)
     async with opened(kind, srv) as provider:
         assert provider.supports_batch
