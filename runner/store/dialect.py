@@ -3,9 +3,9 @@
 these fragments, and each backend's :class:`Dialect` turns them into its own SQL.
 
 Why SQL text and not SQLAlchemy Core: the hot path (the writer's batches, the memo lookups) runs the same few
-statements hundreds of thousands of times, and a shared text costs nothing per statement on SQLite (the text is
-SQLite's own) and one cached string replacement on PostgreSQL, with no new dependency (ARCHITECTURE.md, "the
-store").
+statements hundreds of thousands of times; a shared text costs nothing per statement on SQLite (the text is
+SQLite's own) and one cached string conversion on PostgreSQL, adds no dependency, and measured faster than
+SQLAlchemy Core on that path (bench/RESULTS.md, "One query layer for both stores").
 """
 
 from __future__ import annotations

@@ -240,7 +240,7 @@ class PostgresStore(SQLStore):
         with self._lock:
             return self.conn.execute(POSTGRES.sql(sql), args).fetchone()
 
-    def run(self, sql: str, args: Any = ()) -> int:
+    def execute(self, sql: str, args: Any = ()) -> int:
         with self._lock:
             return self.conn.execute(POSTGRES.sql(sql), args).rowcount
 
@@ -272,7 +272,7 @@ class PostgresStore(SQLStore):
     # -- several processes on one run (runner/engine/workers.py): times are the server's clock -------------------
     def join_run(self, run_id: str, worker: str, host: str, pid: int, ttl: float) -> None:
         self._bound_stalls(ttl)
-        self.run("INSERT INTO workers (id, run_id, host, pid, started, seen, state) VALUES"
+        self.execute("INSERT INTO workers (id, run_id, host, pid, started, seen, state) VALUES"
                  f" (?, ?, ?, ?, ?, {_CLOCK} + ?, 'live') ON CONFLICT (id) DO UPDATE SET"
                  " run_id = excluded.run_id, host = excluded.host, pid = excluded.pid, started = excluded.started,"
                  " seen = excluded.seen, state = excluded.state", (worker, run_id, host, pid, now(), ttl))

@@ -99,7 +99,7 @@ class SQLStore(Store):
     def row(self, sql: str, args: Any = ()) -> tuple | None:
         raise NotImplementedError
 
-    def run(self, sql: str, args: Any = ()) -> int:
+    def execute(self, sql: str, args: Any = ()) -> int:
         """One statement; its row count."""
         raise NotImplementedError
 
@@ -138,7 +138,7 @@ class SQLStore(Store):
     # -- runs --------------------------------------------------------------------------------------
     def create_run(self, job_name: str, job_path: str, job_json: str, fingerprint: str, total: int) -> str:
         run_id = dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-        self.run("INSERT INTO runs (id, job_name, job_path, job_json, fingerprint, status, total, pid, created,"
+        self.execute("INSERT INTO runs (id, job_name, job_path, job_json, fingerprint, status, total, pid, created,"
                  " started) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
                  (run_id, job_name, job_path, job_json, fingerprint, total, os.getpid(), now(), now()))
         return run_id
@@ -154,7 +154,7 @@ class SQLStore(Store):
 
     def set_run(self, run_id: str, **fields: Any) -> None:
         assignments = ", ".join(f"{name} = ?" for name in fields)
-        self.run(f"UPDATE runs SET {assignments} WHERE id = ?", (*fields.values(), run_id))
+        self.execute(f"UPDATE runs SET {assignments} WHERE id = ?", (*fields.values(), run_id))
 
     def list_runs(self, limit: int = 50) -> list[dict[str, Any]]:
         found = self.dicts(
@@ -313,7 +313,7 @@ class SQLStore(Store):
         return self.atomic(body)
 
     def release(self, ledger_id: int) -> None:
-        self.run("DELETE FROM ledger WHERE id = ? AND kind = 'reserved'", (ledger_id,))
+        self.execute("DELETE FROM ledger WHERE id = ? AND kind = 'reserved'", (ledger_id,))
 
     def resolve_reservations(self, run_id: str) -> tuple[int, int]:
         def body(tx: Tx) -> tuple[int, int]:
@@ -374,7 +374,7 @@ class SQLStore(Store):
     def update_batch(self, batch_id: str, **fields: Any) -> None:
         fields.setdefault("updated", now())
         assignments = ", ".join(f"{name} = ?" for name in fields)
-        self.run(f"UPDATE batches SET {assignments} WHERE id = ?", (*fields.values(), batch_id))
+        self.execute(f"UPDATE batches SET {assignments} WHERE id = ?", (*fields.values(), batch_id))
 
     def finish_batch(self, batch_id: str, statuses: dict[str, str]) -> None:
         def body(tx: Tx) -> None:
@@ -411,10 +411,10 @@ class SQLStore(Store):
                       tokens: list[int] | None = None) -> None:
         mark = "UPDATE leases SET done = 1 WHERE run_id = ? AND stage = ? AND worker = ?"
         if chunks is None:
-            self.run(f"{mark} AND done = 0 AND {LIVE_SQL}", (run_id, stage, worker))
+            self.execute(f"{mark} AND done = 0 AND {LIVE_SQL}", (run_id, stage, worker))
         elif tokens is None:
             where, args = self.dialect.in_list("chunk", sorted(chunks))
-            self.run(f"{mark} AND {where} AND {LIVE_SQL}", (run_id, stage, worker, *args))
+            self.execute(f"{mark} AND {where} AND {LIVE_SQL}", (run_id, stage, worker, *args))
         else:
             rows = [(run_id, stage, worker, chunk, token) for chunk, token in zip(chunks, tokens, strict=True)]
             self.atomic(lambda tx: tx.executemany(f"{mark} AND chunk = ? AND token = ? AND {LIVE_SQL}", rows))
@@ -424,13 +424,13 @@ class SQLStore(Store):
                             (run_id, stage))[0])
 
     def reset_chunks(self, run_id: str) -> None:
-        self.run("DELETE FROM leases WHERE run_id = ?", (run_id,))
+        self.execute("DELETE FROM leases WHERE run_id = ?", (run_id,))
 
     def release_keys(self, keys: list[str], worker: str) -> None:
         keys = sorted(keys)
         for start in range(0, len(keys), _KEYS):
             where, args = self.dialect.in_list("key", keys[start:start + _KEYS])
-            self.run(f"DELETE FROM claims WHERE worker = ? AND {where}", (worker, *args))
+            self.execute(f"DELETE FROM claims WHERE worker = ? AND {where}", (worker, *args))
 
     def resolve_worker(self, run_id: str, worker: str) -> int:
         def body(tx: Tx) -> int:
@@ -446,7 +446,7 @@ class SQLStore(Store):
         return (row[0], row[1]) if row else None
 
     def record_replayable(self, digest: str, run_id: str, stage: str, tasks: int) -> None:
-        self.run(upsert("stage_replays", ("hash", "run_id", "stage", "tasks", "created"), ("hash",)),
+        self.execute(upsert("stage_replays", ("hash", "run_id", "stage", "tasks", "created"), ("hash",)),
                  (digest, run_id, stage, tasks, now()))
 
     # -- pipelines: content-addressed stage outputs ---------------------------------------------------------
@@ -469,7 +469,7 @@ class SQLStore(Store):
         self.atomic(body)
 
     def record_run_stage(self, run_id: str, stage: str, position: int, digest: str, funnel: dict[str, Any]) -> None:
-        self.run(upsert("run_stages", ("run_id", "stage", "position", "hash", "funnel"), ("run_id", "stage")),
+        self.execute(upsert("run_stages", ("run_id", "stage", "position", "hash", "funnel"), ("run_id", "stage")),
                  (run_id, stage, position, digest, dumps(funnel)))
 
     def run_stages(self, run_id: str) -> list[dict[str, Any]]:

@@ -102,7 +102,7 @@ class SQLiteStore(SQLStore):
         found = self.conn.execute(sql, args).fetchall()  # all: a RETURNING statement ends once its rows are read
         return found[0] if found else None
 
-    def run(self, sql: str, args: Any = ()) -> int:
+    def execute(self, sql: str, args: Any = ()) -> int:
         return self.conn.execute(sql, args).rowcount
 
     def dicts(self, sql: str, args: Any = ()) -> list[dict[str, Any]]:
