@@ -38,7 +38,7 @@ from runner.errors import RunnerError, StoreError
 if TYPE_CHECKING:
     import pandas
 
-    from runner.spec.job import Job
+    from runner.spec.schema import Job
     from runner.store import Store
 
     #: a job: the job file's content as a mapping, a path to a job file, or a loaded Job
@@ -178,7 +178,8 @@ async def arun_job(
 
 def _load(job: JobSource, vars: Mapping[str, Any] | None) -> Job:
     from runner import service
-    from runner.spec.job import Job, job_from_dict
+    from runner.spec.job import job_from_dict
+    from runner.spec.schema import Job
 
     overrides = {str(name): str(value) for name, value in (vars or {}).items()}
     if isinstance(job, Job):

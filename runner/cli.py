@@ -34,7 +34,7 @@ from runner.report import runs as run_list
 from runner.report import summary as reports
 from runner.report.progress import make_view
 from runner.report.terminal import clean
-from runner.spec.job import Job
+from runner.spec.schema import Job
 from runner.store import Store, open_store
 
 if TYPE_CHECKING:

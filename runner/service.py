@@ -28,7 +28,7 @@ from runner.errors import RunnerError
 if TYPE_CHECKING:
     from runner.engine.run import Outcome, View
     from runner.report.estimate import Estimate
-    from runner.spec.job import Job
+    from runner.spec.schema import Job
     from runner.store import Store
 
 #: a run's exit code by its status (any other status than these and ``completed``: 1)

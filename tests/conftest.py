@@ -162,7 +162,7 @@ def provider_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     """llama-cpp-python's own OpenAI-compatible server serving the embedded SmolLM2 GGUF on 127.0.0.1, one per test
     module (see tests/providers/test_llama_server.py for why it is started through a launcher)."""
-    from runner.providers.local import locate_gguf
+    from runner.providers.local_weights import locate_gguf
 
     folder = tmp_path_factory.mktemp("llama-server")
     port = free_port()

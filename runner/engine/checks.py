@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.engine.batch import check_batch_modes
+from runner.engine.budget import budgets_of
 from runner.errors import OutputError, RunnerError, StoreError
 from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
 from runner.spec.schema import Job
@@ -82,7 +83,6 @@ def check_joinable(job: Job) -> None:
 
 def check_prices(job: Job) -> None:
     """A budget needs every model's price and a bound on output tokens; refuse to start without them."""
-    from runner.engine.dispatch import budgets_of
     from runner.providers.pricing import Pricing
 
     if budgets_of(job) is None:
@@ -121,7 +121,6 @@ def check_loglikelihood(job: Job, providers: dict[str, Provider]) -> None:
 
 def budget_warnings(job: Job) -> list[str]:
     """Said before a run with priced models and no budget: nothing bounds what it may spend."""
-    from runner.engine.dispatch import budgets_of
     from runner.providers.pricing import Pricing
 
     pricing = Pricing(job)

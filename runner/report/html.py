@@ -116,7 +116,7 @@ def summary_table(data: dict[str, Any]) -> str:
              reports.tokens_out_text(r),
              f"${r['cost']:.4f}" + (f" + ${r['possibly_billed']:.4f}?" if r["possibly_billed"] else ""),
              f"${r['saved']:.4f}", f"${r['batch_saved']:.4f}", reports.errors_text(r), str(r["refused"]),
-             reports._seconds(r["latency_p50"]), reports._seconds(r["latency_p95"]), str(r["invalid"]),
+             reports.seconds(r["latency_p50"]), reports.seconds(r["latency_p95"]), str(r["invalid"]),
              *reports.item_cells(r), reports.accuracy_text(r)]
             for r in data["rows"]]
     return _table(headers, rows, "summary")

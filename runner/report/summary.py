@@ -342,7 +342,7 @@ def pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _seconds(value: float | None) -> str:
+def seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}s"
 
 
@@ -504,8 +504,8 @@ def render(data: dict[str, Any], fmt: str) -> str:
         [r["stage"], r["model"], str(r["requests"]), f"{r['cache_hits']} ({pct(r['cache_hit_rate'])})",
          str(r["sent"]), f"{r['input_tokens']} ({r['cached_input_tokens']})", tokens_out_text(r),
          f"${r['cost']:.4f}" + (f" + ${r['possibly_billed']:.4f}?" if r["possibly_billed"] else ""),
-         f"${r['saved']:.4f}", errors_text(r), str(r["refused"]), _seconds(r["latency_p50"]),
-         _seconds(r["latency_p95"]), str(r["invalid"]), *item_cells(r), accuracy_text(r)]
+         f"${r['saved']:.4f}", errors_text(r), str(r["refused"]), seconds(r["latency_p50"]),
+         seconds(r["latency_p95"]), str(r["invalid"]), *item_cells(r), accuracy_text(r)]
         for r in data["rows"]
     ]
     # the text and md forms are read on a terminal: names, batch states and variant values lose control sequences

@@ -24,7 +24,7 @@ from runner.providers.capabilities import (
     TABLE_VERSION,
     catalogue_version,
 )
-from runner.providers.local import name_problem
+from runner.providers.local_weights import name_problem
 from runner.recipes import get_parser, get_step, parser_names, step_names
 from runner.spec.fields import MAX_VARIANTS
 from runner.spec.files import resolve_file

@@ -13,12 +13,7 @@ from pydantic import BaseModel, ValidationError
 from runner.errors import JobFileError
 from runner.spec.checks import check_job, validation_context
 from runner.spec.problems import JobFileProblems, fail, position
-
-# Transitional (issue 22, build item 4): the names marked F401 moved to runner/spec/schema.py and settings.py; they
-# are imported here only until their last importers (in tests/engine, tests/plan, tests/providers) name those
-# modules, then they go.
-from runner.spec.schema import Choices, Dataset, Job, Stage, shaped_params  # noqa: F401
-from runner.spec.settings import JobBudget, Params, Price  # noqa: F401
+from runner.spec.schema import Job
 from runner.spec.variables import substitute_vars
 from runner.spec.yamlfile import Loc, dotted, line_of, load_with_lines
 

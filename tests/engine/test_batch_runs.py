@@ -20,7 +20,8 @@ from runner.plan.stage import StagePlan
 from runner.providers.pricing import Pricing
 from runner.providers.tokens import count_input_tokens
 from runner.report import summary as report
-from runner.spec.job import JobBudget, load_job
+from runner.spec.job import load_job
+from runner.spec.settings import JobBudget
 from runner.store import open_store
 from simserver import SimConfig, SimServer, start_server
 from tests.helpers import run_cli, runner_cmd, sim_stats, write_rows

@@ -11,7 +11,8 @@ import pytest
 from runner.engine.replay import stage_address
 from runner.engine.run import execute
 from runner.report import summary as report
-from runner.spec.job import Price, load_job
+from runner.spec.job import load_job
+from runner.spec.settings import Price
 from runner.store import Store, open_store
 from simserver import SimConfig, start_server
 from tests.helpers import runner_cmd, sim_stats, write_job, write_rows

@@ -13,7 +13,8 @@ import pytest
 from runner.cli import main
 from runner.engine.run import execute
 from runner.report import summary as report
-from runner.spec.job import Price, load_job
+from runner.spec.job import load_job
+from runner.spec.settings import Price
 from runner.store import open_store
 from simserver import SimConfig, start_server
 from tests.helpers import write_job, write_rows

@@ -21,7 +21,8 @@ from runner.providers.batching import ENDED, BatchLine
 from runner.providers.capabilities import shape
 from runner.providers.gemini import GeminiProvider
 from runner.providers.local import LocalProvider
-from runner.spec.job import Params, load_job
+from runner.spec.job import load_job
+from runner.spec.settings import Params
 from simserver import SimServer
 from tests.helpers import write_job, write_rows
 from tests.providers.test_request_shaping import GEMINI_ANSWER, MESSAGES, OPENAI_ANSWER, Capture

@@ -15,7 +15,8 @@ from genai_prices.types import TieredPrices
 
 from runner.providers import pricing
 from runner.providers.pricing import Pricing, UnknownPrice, format_usd, to_cents
-from runner.spec.job import Job, Price
+from runner.spec.schema import Job
+from runner.spec.settings import Price
 
 # Models the tests read from genai-prices' data; each is priced there.
 FLAT = ["openai:gpt-4o", "openai:gpt-4o-mini", "anthropic:claude-haiku-4-5", "anthropic:claude-opus-4-1",

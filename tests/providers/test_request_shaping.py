@@ -17,7 +17,8 @@ from aiohttp import web
 from runner.errors import JobFileError, Refused
 from runner.providers.base import ProviderSettings, provider_class
 from runner.providers.capabilities import ANTHROPIC_DEFAULT_VERSION, capabilities, shape
-from runner.spec.job import load_job, shaped_params
+from runner.spec.job import load_job
+from runner.spec.schema import shaped_params
 from tests.helpers import write_job, write_rows
 
 
