@@ -7,6 +7,9 @@ Neither spaCy's models nor NLTK's WordNet download are reachable here, so this s
 (Debian ``wordnet-base``: /usr/share/wordnet) and tags with a small rule (``tag_word``); the output is committed,
 and the job (``jobs/winodict-build.yaml``) only reads ``data/winodict/``.
 
+(Over ~450 lines because it is one offline program run once by hand, whose steps below read and check one
+collection in order; nothing in the runner imports it.)
+
 Steps:
 
 1. Read the 285 schemas of ``WSCollection.xml`` (checked against the ``.csv`` copy) and rebuild each sentence as
