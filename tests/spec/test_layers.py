@@ -132,7 +132,7 @@ def test_what_the_schema_takes_from_the_providers_imports_neither_spec_nor_plan(
 
 def test_the_checks_that_need_the_plan_or_the_providers_are_not_in_the_schema() -> None:
     checks = every_import("runner.spec.checks")
-    assert {"runner.plan.prompts", "runner.plan.datasets", "runner.providers.local"} <= checks
+    assert {"runner.plan.prompts", "runner.plan.datasets", "runner.providers.local_weights"} <= checks
     schema = set().union(*(reachable(module) for module in SCHEMA))
     assert "runner.spec.checks" not in schema and "runner.spec.job" not in schema
 
@@ -147,7 +147,8 @@ def test_no_spec_module_imports_the_runner_inside_a_function(module: str) -> Non
     assert imports_in_functions(module) == set()
 
 
-@pytest.mark.parametrize("first", ["runner.plan.prompts", "runner.providers.local", "runner.spec.schema"])
+@pytest.mark.parametrize("first", ["runner.plan.prompts", "runner.providers.local_weights", "runner.providers.local",
+                                   "runner.spec.schema"])
 def test_the_spec_loads_whichever_module_is_imported_first(first: str) -> None:
     # the modules that once closed the spec <-> plan cycle, imported before the loader in a fresh interpreter
     code = f"import {first}\nfrom runner.spec.job import load_job\nprint(load_job.__module__)"
