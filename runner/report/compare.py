@@ -23,7 +23,7 @@ from typing import Any
 
 from runner.errors import RunnerError
 from runner.evaluate import stats
-from runner.report.summary import stage_items
+from runner.report.item_scores import stage_items
 from runner.report.terminal import clean, clean_lines
 from runner.store import Reads, Store
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from runner.plan.choices import LETTERS
+from runner.report import cells, layouts
 from runner.report import funnel as funnels
-from runner.report import layouts
 from runner.report import summary as reports
 from runner.report.plots import accuracy_plot, cost_plots, esc, funnel_plot, heatmap_plot
 from runner.store import Reads, Store
@@ -89,7 +89,7 @@ def outcome(result: dict[str, Any]) -> str:
     """correct, wrong (a valid answer scored below 1), invalid (unparsable), refused (the model declined: never
     scored), failed (no answer) or unscored."""
     if result.get("status") == "failed":
-        return "refused" if result.get("error_class") == reports.REFUSED else "failed"
+        return "refused" if result.get("error_class") == cells.REFUSED else "failed"
     if result.get("valid") is False:
         return "invalid"
     score = result.get("score")
@@ -107,17 +107,17 @@ def _table(headers: list[str], rows: list[list[str]], cls: str) -> str:
 
 def summary_table(data: dict[str, Any]) -> str:
     """The text report's table, cell for cell."""
-    pct = reports.pct
+    pct = cells.pct
     headers = ["stage", "model", "requests", "cache hits", "sent", "batched", "tokens in (cached)",
-               reports.tokens_out_header(data), "cost", "saved", "saved by batch", "errors", "refused", "p50", "p95",
-               "invalid", *reports.ITEM_HEADERS, "score (mean ± std over seeds)"]
+               cells.tokens_out_header(data), "cost", "saved", "saved by batch", "errors", "refused", "p50", "p95",
+               "invalid", *cells.ITEM_HEADERS, "score (mean ± std over seeds)"]
     rows = [[r["stage"], r["model"], str(r["requests"]), f"{r['cache_hits']} ({pct(r['cache_hit_rate'])})",
              str(r["sent"]), str(r["batched"]), f"{r['input_tokens']} ({r['cached_input_tokens']})",
-             reports.tokens_out_text(r),
+             cells.tokens_out_text(r),
              f"${r['cost']:.4f}" + (f" + ${r['possibly_billed']:.4f}?" if r["possibly_billed"] else ""),
-             f"${r['saved']:.4f}", f"${r['batch_saved']:.4f}", reports.errors_text(r), str(r["refused"]),
-             reports.seconds(r["latency_p50"]), reports.seconds(r["latency_p95"]), str(r["invalid"]),
-             *reports.item_cells(r), reports.accuracy_text(r)]
+             f"${r['saved']:.4f}", f"${r['batch_saved']:.4f}", cells.errors_text(r), str(r["refused"]),
+             cells.seconds(r["latency_p50"]), cells.seconds(r["latency_p95"]), str(r["invalid"]),
+             *cells.item_cells(r), cells.accuracy_text(r)]
             for r in data["rows"]]
     return _table(headers, rows, "summary")
 
@@ -126,9 +126,9 @@ def breakdown_section(data: dict[str, Any]) -> str:
     """The scores per value of each recorded field broken down (a table per stage and field), and the fields
     left out for their many values."""
     parts = []
-    for title, headers, rows in reports.breakdown_tables(data):
+    for title, headers, rows in cells.breakdown_tables(data):
         parts += [f"<h3>{esc(title)}</h3>", _table(headers, rows, "breakdown")]
-    parts += [f'<p class="note">{esc(line)}</p>' for line in reports.left_out_lines(data)]
+    parts += [f'<p class="note">{esc(line)}</p>' for line in cells.left_out_lines(data)]
     return "".join(parts)
 
 
@@ -291,8 +291,8 @@ def render(data: dict[str, Any]) -> str:
     parts += ["<h2>Per stage and model</h2>", summary_table(data),
               f'<p class="note">{esc(_total_line(data))}</p>']
     if any(r.get("items") for r in data["rows"]):
-        parts.append(f'<p class="note" id="ci-method">{esc(reports.CI_NOTE)}</p>')
-    for line in [*_shuffle_lines(data), *reports.batch_lines(data), *reports.details_lines(data)]:
+        parts.append(f'<p class="note" id="ci-method">{esc(cells.CI_NOTE)}</p>')
+    for line in [*_shuffle_lines(data), *cells.batch_lines(data), *cells.details_lines(data)]:
         parts.append(f'<p class="note">{esc(line)}</p>')
     breakdowns = breakdown_section(data)
     if breakdowns:

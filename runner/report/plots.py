@@ -9,7 +9,7 @@ import html
 from collections.abc import Iterable
 from typing import Any
 
-from runner.report import summary as reports
+from runner.report import cells
 
 #: plot colours
 BLUE, ORANGE, GREEN, GREY, PURPLE = "#2563eb", "#f59e0b", "#16a34a", "#9ca3af", "#7c3aed"
@@ -57,7 +57,7 @@ def accuracy_plot(rows: list[dict[str, Any]]) -> str:
     for i, r in enumerate(bars):
         y, mid = top + i * step, top + i * step + step / 2
         mean, std = r["accuracy_mean"] or 0.0, r["accuracy_std"]
-        text = reports.accuracy_text(r)
+        text = cells.accuracy_text(r)
         body.append(_text(left - 8, mid + 4, _label(_row_label(r)), "end"))
         body.append(f'<rect class="bar" x="{left}" y="{y + 6}" width="{x(mean) - left:.1f}" height="{step - 12}" '
                     f'fill="{BLUE}"><title>{esc(_row_label(r))}: {esc(text)}</title></rect>')

@@ -1,11 +1,9 @@
-"""Reports of a run, from the store: per stage and model, requests, cache hits, tokens (reasoning tokens among
-the output ones), cost, errors by class, refusals, latency percentiles and the stage's score (per seed, and
-mean ± std over seeds), with its standard error and 95 % interval over items, and those figures per value of each
-field a stage records (``record:``).
-
-The item is the unit of the SE and interval (:mod:`runner.evaluate.stats`): a row's scores under several seeds,
-samples or variants are averaged first. They are read from the stage's result lines, one stage at a time, keeping
-only a sum and count per item and model (and each item's recorded fields).
+"""The report of a run (``runner report``): :func:`build` reads its figures from the store, per stage and model
+(requests, cache hits, tokens with the reasoning tokens among the output ones, cost, errors by class, refusals,
+latency percentiles, the stage's score per seed and mean ± std over seeds, and over items with its standard error,
+95 % interval and breakdowns by recorded field from :mod:`runner.report.item_scores`); :func:`render` writes them
+as text, json, csv or markdown, each cell as :mod:`runner.report.cells` writes it; :func:`summary_lines` are the
+lines ``submit`` and ``resume`` end with.
 
 A refusal (a task failed with error class ``refused``: the model declined to answer) is counted apart and never
 scored: accuracy is over the answered items only (failed tasks have no score), and the refusals are shown beside
@@ -17,14 +15,30 @@ import csv
 import io
 import json
 import statistics
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
-from runner.errors import RunnerError
-from runner.evaluate.stats import Estimate, ItemScores, mean_interval
 from runner.plan.choices import LETTERS
-from runner.report import funnel, layouts
+from runner.report import funnel, item_scores, layouts
+from runner.report.cells import (
+    CI_NOTE,
+    ITEM_HEADERS,
+    REFUSED,
+    accuracy_text,
+    batch_lines,
+    breakdown_tables,
+    ci_text,
+    details_lines,
+    errors_text,
+    item_cells,
+    left_out_lines,
+    pct,
+    refused_text,
+    seconds,
+    sent_with_lines,
+    tokens_out_header,
+    tokens_out_text,
+)
 from runner.report.terminal import clean, clean_lines
 from runner.store import Reads, Store
 
@@ -34,9 +48,8 @@ def pid_alive(pid: Any) -> bool:
 
     return alive(pid)
 
+
 FORMATS = ("text", "json", "csv", "md")
-#: the error class of a refusal (runner.errors.Refused)
-REFUSED = "refused"
 #: the footnote of the tokens out column
 REASONING_NOTE = "tokens out include reasoning tokens (shown apart), priced as output"
 
@@ -50,22 +63,6 @@ COLUMNS = (
 )
 #: the CSV's columns of a breakdown row (one per stage, model, recorded field and value)
 BREAKDOWN_COLUMNS = ("by_field", "by_value")
-#: recorded fields with at most this many distinct values are broken down by default
-MAX_BREAKDOWN_VALUES = 50
-#: how the SE and interval are made, as the reports' footnote says it
-CI_NOTE = ("SE and 95% CI over items: each item's (row's) scores are averaged over its seeds, samples and variants "
-           "first; SE = sd(item means, n-1)/sqrt(n items); CI = mean ± 1.96·SE (normal approximation), clipped to "
-           "0-100% for scores in that range; where SE is 0 (one item, or every item alike) a Wilson score interval "
-           "when item scores are 0 or 1 (marked Wilson), else no interval")
-#: the same, in the JSON report
-CI_METHOD = {
-    "unit": "item (a stage's row id): its scores over seeds, samples and variants averaged first",
-    "se": "sample sd of the item means (n-1) / sqrt(n items)",
-    "interval": "normal", "level": 0.95, "z": 1.959964,
-    "clipped": "to [0, 1] when every item mean is in that range",
-    "degenerate": "SE 0 or one item: a Wilson score interval when item scores are 0 or 1 (ci_method wilson), "
-                  "else none (ci_method null)",
-}
 
 
 def _percentile(sorted_values: list[float], q: float) -> float | None:
@@ -79,7 +76,7 @@ def build(store: Store, run_id: str, judged: str | None = None, by: str | None =
     """``judged``: a judge run of this (Know-No) run's no-hint answers: its verdicts fill the layout's no-hint
     column and the no-hint stage's accuracy, labelled with the judge model (``judged_by``). ``by``: break the
     scores down by this recorded field only (by default: by every recorded field with at most
-    :data:`MAX_BREAKDOWN_VALUES` values)."""
+    :data:`runner.report.item_scores.MAX_BREAKDOWN_VALUES` values)."""
     run = store.get_run(run_id)
     run_id = run["id"]
     # Reservations left by requests in flight when a run was killed or abandoned: possibly billed, counted as
@@ -133,7 +130,7 @@ def build(store: Store, run_id: str, judged: str | None = None, by: str | None =
             "accuracy_std": statistics.stdev(seed_means) if len(seed_means) > 1 else None,
             **extra,
         })
-    _add_item_figures(store, run_id, rows, by)
+    item_scores.add_item_figures(store, run_id, rows, by)
     totals = {
         "requests": sum(r["requests"] for r in rows),
         "done": sum(r["done"] for r in rows),
@@ -164,8 +161,8 @@ def build(store: Store, run_id: str, judged: str | None = None, by: str | None =
         # the API and SDK versions the requests went out with, and what drop_unsupported left out
         "sent_with": json.loads(run["job_json"]).get("sent_with") or {},
         "rows": rows,
-        "ci_method": CI_METHOD,
-        "breakdown": {"by": by, "max_values": MAX_BREAKDOWN_VALUES},
+        "ci_method": item_scores.CI_METHOD,
+        "breakdown": {"by": by, "max_values": item_scores.MAX_BREAKDOWN_VALUES},
         "totals": totals,
         "layout": layout,
         "pipeline": funnel.build(store, run_id),
@@ -175,95 +172,6 @@ def build(store: Store, run_id: str, judged: str | None = None, by: str | None =
         data["batches"] = [{k: b[k] for k in ("id", "stage", "model", "provider_batch_id", "round", "state",
                                               "provider_state", "lines", "by_status")} for b in batches]
     return data
-
-
-@dataclass
-class StageItems:
-    """One stage's scored items: per model, each item's scores (summed), and each item's recorded fields."""
-
-    #: model → item (row id) → sum and count of its scores
-    scores: dict[str, ItemScores] = field(default_factory=dict)
-    #: item → recorded field → its value as text
-    fields: dict[str, dict[str, str]] = field(default_factory=dict)
-
-    def field_names(self) -> list[str]:
-        return list(dict.fromkeys(name for values in self.fields.values() for name in values))
-
-    def distinct(self, name: str) -> int:
-        return len({values.get(name) for values in self.fields.values()})
-
-
-def stage_items(store: Store, run_id: str, stage: str) -> StageItems:
-    """A stage's scored result lines, streamed, reduced to item scores per model (failed, refused and unscored
-    tasks are left out: they have no score)."""
-    items = StageItems()
-    for line in store.iter_results(run_id, stage):
-        result = json.loads(line)
-        score = result.get("score")
-        if score is None:
-            continue
-        item = str(result.get("id"))
-        items.scores.setdefault(str(result.get("model")), ItemScores()).add(item, float(score))
-        recorded = result.get("fields")
-        if recorded and item not in items.fields:
-            items.fields[item] = {name: value_text(value) for name, value in recorded.items()}
-    return items
-
-
-def value_text(value: Any) -> str:
-    """A recorded field's value as the breakdown names it."""
-    if value is None:
-        return "(none)"
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def item_estimate(means: Iterable[float]) -> Estimate:
-    """Mean, SE and 95% interval of item means; the interval clipped to [0, 1] when every mean is in it."""
-    values = list(means)
-    return mean_interval(values, clip=(0.0, 1.0) if all(0.0 <= v <= 1.0 for v in values) else None)
-
-
-def _value_order(value: str) -> tuple[int, float, str]:
-    """Numbers in numeric order first, then text."""
-    try:
-        return 0, float(value), value
-    except ValueError:
-        return 1, 0.0, value
-
-
-def _add_item_figures(store: Store, run_id: str, rows: list[dict[str, Any]], by: str | None) -> None:
-    """Each row's SE and interval over items (``items``), per value of the recorded fields broken down
-    (``by_field``), and the fields left out for their many values (``fields_left_out``). One stage at a time."""
-    recorded: set[str] = set()
-    for stage in dict.fromkeys(r["stage"] for r in rows):
-        items = stage_items(store, run_id, stage)
-        names = items.field_names()
-        recorded.update(names)
-        counts = {name: items.distinct(name) for name in names}
-        if by is not None:
-            shown, left_out = [name for name in names if name == by], {}
-        else:
-            shown = [name for name in names if counts[name] <= MAX_BREAKDOWN_VALUES]
-            left_out = {name: n for name, n in counts.items() if n > MAX_BREAKDOWN_VALUES}
-        for row in rows:
-            if row["stage"] != stage:
-                continue
-            scores = items.scores.get(row["model"])
-            means = scores.means() if scores is not None else {}
-            row["items"] = item_estimate(means.values()).as_dict() if means else None
-            row["by_field"] = {}
-            for name in shown:
-                groups: dict[str, list[float]] = {}
-                for item, mean in means.items():
-                    groups.setdefault(items.fields.get(item, {}).get(name, "(none)"), []).append(mean)
-                row["by_field"][name] = {value: item_estimate(groups[value]).as_dict()
-                                         for value in sorted(groups, key=_value_order)}
-            row["fields_left_out"] = left_out
-    if by is not None and by not in recorded:
-        have = ", ".join(sorted(recorded))
-        raise RunnerError(f"--by {by}: no stage of run {run_id} records a field {by!r} "
-                          + (f"(recorded: {have})" if have else "(its stages record none: add `record: [FIELD]` "
-                             "to a stage of the job to break its scores down by that field)"))
 
 
 def _judged_rows(rows: list[dict[str, Any]], layout: dict[str, Any]) -> None:
@@ -337,15 +245,6 @@ def _shuffle_note(run: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def pct(value: float | None) -> str:
-    """A fraction as a percentage with one decimal, "-" for none."""
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
-def seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}s"
-
-
 def _flat(row: dict[str, Any]) -> dict[str, Any]:
     out = dict(row)
     out["errors"] = ";".join(f"{k}={v}" for k, v in row["errors"].items())
@@ -369,49 +268,6 @@ def breakdown_rows(data: dict[str, Any]) -> Iterator[dict[str, Any]]:
             for value, figures in values.items():
                 yield {"stage": row["stage"], "model": row["model"], "by_field": name, "by_value": value,
                        **_item_columns(figures)}
-
-
-def se_text(figures: dict[str, Any] | None) -> str:
-    """The SE over items, in percentage points."""
-    return "-" if not figures or figures["se"] is None else f"{100 * figures['se']:.1f}"
-
-
-def ci_text(figures: dict[str, Any] | None) -> str:
-    """The 95% interval over items, marked when it is Wilson's."""
-    if not figures or figures["low"] is None:
-        return "-"
-    return f"[{pct(figures['low'])}, {pct(figures['high'])}]" + (" Wilson" if figures["ci_method"] == "wilson"
-                                                                     else "")
-
-
-def items_text(figures: dict[str, Any] | None) -> str:
-    return str(figures["n"]) if figures else "-"
-
-
-#: the breakdown tables' columns
-BREAKDOWN_HEADERS = ("items", "accuracy", "SE", "95% CI")
-
-
-def breakdown_tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, headers, rows) per stage and recorded field broken down: a row per model and value."""
-    tables: dict[tuple[str, str], list[list[str]]] = {}
-    for row in data["rows"]:
-        for name, values in (row.get("by_field") or {}).items():
-            tables.setdefault((row["stage"], name), []).extend(
-                [row["model"], value, items_text(f), pct(f["mean"]), se_text(f), ci_text(f)]
-                for value, f in values.items())
-    return [(f"{stage} by {name} (accuracy over items, SE in points, 95% CI)", ["model", name, *BREAKDOWN_HEADERS],
-             rows) for (stage, name), rows in tables.items()]
-
-
-def left_out_lines(data: dict[str, Any]) -> list[str]:
-    """The recorded fields not broken down for their many values, and how to ask for one."""
-    seen: dict[tuple[str, str], int] = {}
-    for row in data["rows"]:
-        for name, n in (row.get("fields_left_out") or {}).items():
-            seen[row["stage"], name] = n
-    return [f"{stage}: not broken down by {name} ({n} values, more than {MAX_BREAKDOWN_VALUES}); "
-            f"`runner report {data['run']['id']} --by {name}` shows it" for (stage, name), n in seen.items()]
 
 
 def _aligned(headers: list[str], table: list[list[str]]) -> list[str]:
@@ -439,45 +295,6 @@ def breakdown_lines(data: dict[str, Any], markdown: bool = False) -> list[str]:
     if left_out:
         lines += ["", *left_out]
     return lines
-
-
-def tokens_out_header(data: dict[str, Any]) -> str:
-    return "tokens out (reasoning)" if data["totals"].get("reasoning_tokens") else "tokens out"
-
-
-def tokens_out_text(row: dict[str, Any]) -> str:
-    """Output tokens, with the reasoning tokens among them when there are any."""
-    reasoning = row.get("reasoning_tokens") or 0
-    return f"{row['output_tokens']} ({reasoning})" if reasoning else str(row["output_tokens"])
-
-
-def errors_text(row: dict[str, Any]) -> str:
-    """Failed tasks by error class, refusals left to their own column."""
-    return ", ".join(f"{k} {v}" for k, v in row["errors"].items() if k != REFUSED) or "0"
-
-
-def refused_text(counts: dict[str, Any]) -> str:
-    return f" ({counts['refused']} refused)" if counts.get("refused") else ""
-
-
-def accuracy_text(row: dict[str, Any]) -> str:
-    if not row["scored"] and not row.get("judged_by"):
-        return "-"
-    text = pct(row["accuracy_mean"])
-    if row["accuracy_std"] is not None:
-        text += f" ± {100 * row['accuracy_std']:.1f}"
-    if row.get("judged_by"):
-        text += f" (judged by {row['judged_by']})"
-    return text
-
-
-#: the main table's columns of the estimate over items
-ITEM_HEADERS = ("items", "SE (items)", "95% CI (items)")
-
-
-def item_cells(row: dict[str, Any]) -> list[str]:
-    figures = row.get("items")
-    return [items_text(figures), se_text(figures), ci_text(figures)]
 
 
 def render(data: dict[str, Any], fmt: str) -> str:
@@ -556,55 +373,6 @@ def render(data: dict[str, Any], fmt: str) -> str:
     if data.get("pipeline"):
         lines += ["", *funnel.render(data["pipeline"])]
     return "\n".join(clean_lines(lines)) + "\n"
-
-
-def sent_with_lines(data: dict[str, Any]) -> list[str]:
-    """What the run's requests went out with: one line for the API and SDK versions and the capability table they
-    were shaped by, one per stage and model for the settings ``drop_unsupported`` left out."""
-    sent = data.get("sent_with") or {}
-    parts = []
-    if sent.get("anthropic_version"):
-        parts.append(f"anthropic-version {sent['anthropic_version']}")
-    if sent.get("gemini_api_version"):
-        parts.append(f"Gemini API {sent['gemini_api_version']}")
-    if sent.get("sdk"):
-        parts.append("SDKs " + ", ".join(f"{name} {version}" for name, version in sorted(sent["sdk"].items())))
-    if sent.get("capabilities"):
-        parts.append(f"capability table of {sent['capabilities']}"
-                     + (f" with models.dev {sent['models_dev']}" if sent.get("models_dev") else ""))
-    lines = [f"sent with: {'; '.join(parts)}"] if parts else []
-    for stage, models in sorted((sent.get("dropped") or {}).items()):
-        for model, dropped in sorted(models.items()):
-            if dropped:
-                lines.append(f"left out (drop_unsupported): {stage} {model}: {', '.join(dropped)}")
-    return lines
-
-
-def batch_lines(data: dict[str, Any]) -> list[str]:
-    """One line per Batch API batch of the run: its provider id, state and lines by outcome."""
-    return [f"batch: {b['stage']} {b['model']} {b['provider_batch_id'] or '(being submitted: no provider id yet)'} "
-            f"(round {b['round']}): {b['lines']} requests, "
-            f"{b['state']} ({b['provider_state']}); lines "
-            + ", ".join(f"{status} {n}" for status, n in sorted(b["by_status"].items()))
-            for b in data.get("batches") or []]
-
-
-def details_lines(data: dict[str, Any]) -> list[str]:
-    """Per stage and model: balanced accuracy, accuracy per variant value, and answer-position bias."""
-    lines = []
-    for r in data["rows"]:
-        parts = []
-        if r.get("balanced_accuracy") is not None:
-            parts.append(f"balanced accuracy {pct(r['balanced_accuracy'])}")
-        for key, values in (r.get("accuracy_by_variant") or {}).items():
-            parts.append(f"by {key}: " + ", ".join(f"{v} {pct(a)}" for v, a in values.items()))
-        bias = r.get("position_bias") or {}
-        if bias:
-            parts.append("answers by position (chosen/gold): " + ", ".join(
-                f"{letter} {pct(b['chosen'])}/{pct(b['gold'])}" for letter, b in bias.items()))
-        if parts:
-            lines.append(f"{r['stage']} {r['model']}: " + "; ".join(parts))
-    return lines
 
 
 def summary_lines(data: dict[str, Any]) -> list[str]:

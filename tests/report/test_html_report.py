@@ -17,8 +17,9 @@ import pytest
 import pytest_asyncio
 
 from runner.engine.run import execute
+from runner.report import cells as report_cells
+from runner.report import funnel, item_scores, layouts
 from runner.report import html as html_report
-from runner.report import layouts
 from runner.report import summary as reports
 from runner.spec.job import load_job
 from runner.store import open_store
@@ -91,7 +92,7 @@ async def test_the_page_holds_the_text_reports_figures(built):
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page) and "@import" not in page
     assert len(data["rows"]) == len(MODELS)
     for row in data["rows"]:
-        accuracy = reports.accuracy_text(row)
+        accuracy = report_cells.accuracy_text(row)
         assert row["accuracy_std"] is not None and len(row["accuracy_by_seed"]) == 3
         assert accuracy in text and html.escape(accuracy) in page
         for cell in (f"${row['cost']:.4f}", f"${row['saved']:.4f}", f"{row['input_tokens']} "
@@ -107,7 +108,7 @@ async def test_the_page_holds_the_text_reports_figures(built):
         assert "±" in cell and cell in text and f"<td>{html.escape(cell)}</td>" in page
     # the funnel, as the text report prints it
     assert "Pipeline funnel" in page and "rated below 5 4" in page and "too short 3" in page
-    assert html.escape(reports.funnel.summary(data["pipeline"])) in page
+    assert html.escape(funnel.summary(data["pipeline"])) in page
     # plots: accuracy with a whisker per model and a dot per seed, cost and requests, one heatmap per model
     assert page.count('data-plot="accuracy"') == 1 and page.count('class="errorbar"') == len(MODELS)
     assert page.count("<circle") == 3 * len(MODELS)
@@ -260,8 +261,8 @@ async def test_the_se_and_95_interval_over_items_are_in_every_format(built):
     text, md = reports.render(data, "text"), reports.render(data, "md")
     table = list(csv.DictReader(io.StringIO(reports.render(data, "csv"))))
     as_json = json.loads(reports.render(data, "json"))
-    assert as_json["ci_method"]["interval"] == "normal" and reports.CI_NOTE in text and reports.CI_NOTE in md
-    assert html.escape(reports.CI_NOTE) in page
+    assert as_json["ci_method"]["interval"] == "normal" and report_cells.CI_NOTE in text and report_cells.CI_NOTE in md
+    assert html.escape(report_cells.CI_NOTE) in page
     for row in data["rows"]:
         figures = row["items"]
         mean, se, low, high = _by_hand(list(means[row["model"]].values()))
@@ -270,10 +271,10 @@ async def test_the_se_and_95_interval_over_items_are_in_every_format(built):
         assert (figures["low"], figures["high"]) == (pytest.approx(low, abs=1e-5), pytest.approx(high, abs=1e-5))
         assert figures["mean"] == pytest.approx(row["accuracy"])  # every row answered under every seed
         cells = [str(ROWS), f"{100 * se:.1f}", f"[{100 * low:.1f}%, {100 * high:.1f}%]"]
-        assert cells == reports.item_cells(row)
-        assert " ".join([*cells, reports.accuracy_text(row)]) in " ".join(text.split())
+        assert cells == report_cells.item_cells(row)
+        assert " ".join([*cells, report_cells.accuracy_text(row)]) in " ".join(text.split())
         assert "".join(f"<td>{html.escape(c)}</td>" for c in cells) in page
-        assert f"| {cells[0]} | {cells[1]} | {cells[2]} | {reports.accuracy_text(row)} |" in md
+        assert f"| {cells[0]} | {cells[1]} | {cells[2]} | {report_cells.accuracy_text(row)} |" in md
         (cell,) = [r for r in table if r["model"] == row["model"] and not r["by_field"]]
         assert (int(cell["items"]), cell["ci_method"]) == (ROWS, "normal")
         assert float(cell["item_se"]) == pytest.approx(se)
@@ -281,7 +282,7 @@ async def test_the_se_and_95_interval_over_items_are_in_every_format(built):
         assert in_json["items"]["se"] == pytest.approx(se)
     summary = reports.summary_lines(data)
     for row in data["rows"]:  # the lines printed at the end of submit
-        assert any(line.startswith(f"accuracy: mc {row['model']}:") and f"95% CI {reports.ci_text(row['items'])} "
+        assert any(line.startswith(f"accuracy: mc {row['model']}:") and f"95% CI {report_cells.ci_text(row['items'])} "
                    f"over {ROWS} items" in line for line in summary), summary
 
 
@@ -307,8 +308,8 @@ async def test_scores_are_broken_down_by_each_recorded_field_in_every_format(bui
             else:  # every item of the subject alike: Wilson's interval for 0/1 items, else none
                 assert figures["se"] == 0.0
                 assert figures["ci_method"] == ("wilson" if set(values) <= {0.0, 1.0} else None)
-            cells = [row["model"], subject, str(figures["n"]), reports.pct(figures["mean"]),
-                     reports.se_text(figures), reports.ci_text(figures)]
+            cells = [row["model"], subject, str(figures["n"]), report_cells.pct(figures["mean"]),
+                     report_cells.se_text(figures), report_cells.ci_text(figures)]
             assert "".join(f"<td>{html.escape(c)}</td>" for c in cells) in page
             assert "| " + " | ".join(cells) + " |" in md
             assert " ".join(cells) in " ".join(text.split())
@@ -322,7 +323,7 @@ async def test_scores_are_broken_down_by_each_recorded_field_in_every_format(bui
 
 async def test_fields_with_many_values_are_left_out_unless_asked_for_with_by(built, monkeypatch, capsys):
     store, run = built["store"], built["run"]
-    monkeypatch.setattr(reports, "MAX_BREAKDOWN_VALUES", 5)
+    monkeypatch.setattr(item_scores, "MAX_BREAKDOWN_VALUES", 5)
     data = reports.build(store, run)
     assert all(set(r["by_field"]) == {"subject"} and r["fields_left_out"] == {"number": ROWS} for r in data["rows"])
     note = f"mc: not broken down by number ({ROWS} values, more than 5); `runner report {run} --by number` shows it"
