@@ -22,7 +22,9 @@ Phases 1, 2 and 4 run ``--rounds`` times, interleaved (ABBA), after an untimed w
 figure is the rate over all rounds (requests / summed seconds), printed with every round's own figure, because
 on a small shared machine a single round is noisy.
 
-A script, not a test: pytest does not collect ``bench/``. Every phase has a timeout; the server subprocess
+A script, not a test: pytest does not collect ``bench/``. (Over ~450 lines because it is one program whose five
+phases share the server process, the job writers and the meters above; nothing imports it.) Every phase has a
+timeout; the server subprocess
 is always stopped. ``--rows 0`` skips phase 5.
 """
 
