@@ -24,8 +24,7 @@ on a small shared machine a single round is noisy.
 
 A script, not a test: pytest does not collect ``bench/``. (Over ~450 lines because it is one program whose five
 phases share the server process, the job writers and the meters above; nothing imports it.) Every phase has a
-timeout; the server subprocess
-is always stopped. ``--rows 0`` skips phase 5.
+timeout; the server subprocess is always stopped. ``--rows 0`` skips phase 5.
 """
 
 from __future__ import annotations
