@@ -241,11 +241,15 @@ class SQLStore(Store):
             return refused
         return self.atomic(body)
 
-    def drop_claims(self, tx: Tx, keys: list[str]) -> None:
-        """Remove the claims of these keys (sorted: one lock order for every process)."""
-        for start in range(0, len(keys), _KEYS):
-            where, args = self.dialect.in_list("key", keys[start:start + _KEYS])
-            tx.execute(f"DELETE FROM claims WHERE {where}", args)
+    def drop_claims(self, tx: Tx, keys: list[str], worker: str | None = None) -> None:
+        """Remove the claims of these keys (sorted: one lock order for every process). PostgreSQL takes the list as
+        one parameter; SQLite runs one statement per key, so that its statement cache holds one text and not one per
+        batch size. With ``worker``, only that worker's claims."""
+        mine, extra = ("", ()) if worker is None else (" AND worker = ?", (worker,))
+        if self.dialect.one_parameter_list:
+            tx.execute(f"DELETE FROM claims WHERE key = ANY(?){mine}", (keys, *extra))
+        else:
+            tx.executemany(f"DELETE FROM claims WHERE key = ?{mine}", [(key, *extra) for key in keys])
 
     def holds(self, tx: Tx, fence: Fence) -> bool:
         """Whether the lease is still the fence's worker's, with its token, and that worker live (in a transaction;
@@ -427,10 +431,8 @@ class SQLStore(Store):
         self.execute("DELETE FROM leases WHERE run_id = ?", (run_id,))
 
     def release_keys(self, keys: list[str], worker: str) -> None:
-        keys = sorted(keys)
-        for start in range(0, len(keys), _KEYS):
-            where, args = self.dialect.in_list("key", keys[start:start + _KEYS])
-            self.execute(f"DELETE FROM claims WHERE worker = ? AND {where}", (worker, *args))
+        if keys:
+            self.atomic(lambda tx: self.drop_claims(tx, sorted(keys), worker))
 
     def resolve_worker(self, run_id: str, worker: str) -> int:
         def body(tx: Tx) -> int:
