@@ -209,7 +209,7 @@ class SQLStore(Store):
                     released: list[tuple[int]] | None = None, fenced: list[Finished] | None = None
                     ) -> list[Finished]:
         def body(tx: Tx) -> list[Finished]:
-            written, charges, releases = tasks, ledger, released
+            written, charges, releases = list(tasks), list(ledger), list(released or ())
             refused: list[Finished] = []
             if responses:
                 tx.executemany(_RESPONSE_SQL, responses)
@@ -221,11 +221,11 @@ class SQLStore(Store):
                     if fence not in held:
                         held[fence] = self.holds(tx, fence)
                     if held[fence]:
-                        written = [*written, item.task]
+                        written.append(item.task)
                         if item.ledger is not None:
-                            charges = [*charges, item.ledger]
+                            charges.append(item.ledger)
                         if item.release_id is not None:
-                            releases = [*(releases or []), (item.release_id,)]
+                            releases.append((item.release_id,))
                     else:
                         refused.append(item)
                         if item.release_id is not None:
