@@ -121,12 +121,12 @@ def prepare_submit(job: Job, store: Store, *, allow_partial: bool = False, repla
 
     est = estimates.estimate(job, store, count_free=False)
     cap = job.budget.usd if job.budget is not None else None
-    refusal = estimates.over_budget(est, cap)
+    refusal = estimates.over_budget(est, cap, allow_partial=f"{wording.give} {wording.allow_partial}",
+                                    budget=wording.budget)
     partial: str | None = None
     refused: RunnerError | None = None
     if refusal is not None and not allow_partial:
-        refused = estimates.OverBudget(refusal.replace("add --allow-partial", f"{wording.give} {wording.allow_partial}")
-                                       .replace("larger --budget", f"larger {wording.budget}"))
+        refused = estimates.OverBudget(refusal)
     elif refusal is not None:
         partial = (f"{wording.allow_partial}: the budget ${cap:,.4f} covers part of the worst case; the "
                    "run stops when it is spent")

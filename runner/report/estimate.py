@@ -418,11 +418,13 @@ def render(est: Estimate, fmt: str) -> str:
     return "\n".join(clean_lines(lines + notes)) + "\n"
 
 
-def over_budget(est: Estimate, budget_usd: float | None) -> str | None:
-    """The refusal of ``runner submit`` when the worst case exceeds the run's budget, else None."""
+def over_budget(est: Estimate, budget_usd: float | None, *, allow_partial: str = "add --allow-partial",
+                budget: str = "--budget") -> str | None:
+    """The refusal of a new run when the worst case exceeds the run's budget, else None; ``allow_partial`` and
+    ``budget`` name the settings as the front door spells them (the CLI's by default)."""
     high = est.high
     if budget_usd is None or high is None or high <= budget_usd:
         return None
     enough = math.ceil(high * 100) / 100
-    return (f"the estimate's worst case {usd(high)} exceeds the run's budget {usd(budget_usd)}: add --allow-partial "
-            f"to run until the budget is spent, or give a larger --budget (at least {enough:.2f})")
+    return (f"the estimate's worst case {usd(high)} exceeds the run's budget {usd(budget_usd)}: {allow_partial} "
+            f"to run until the budget is spent, or give a larger {budget} (at least {enough:.2f})")
