@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator
 
-from runner.engine.rows import TASK_ITEM
 from runner.engine.stats import RunStats
 from runner.engine.workers import Crew
 from runner.plan.request import Task
@@ -146,7 +145,7 @@ class ChunkLeases:
             return
         finished: dict[str, list[int]] = {}
         for item in batch:
-            lease = self.lease_of.pop((item.stage, item.task[TASK_ITEM]), None)
+            lease = self.lease_of.pop((item.stage, item.task.item), None)
             if lease is not None and lease in self.lease_left:  # (not one this worker lost)
                 self.lease_left[lease] -= 1
                 if not self.lease_left[lease]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from runner.engine.rows import RESPONSE_KEY
 from runner.engine.stats import RunStats
 from runner.plan.request import Task
 from runner.store import CachedResponse, Finished, Store
@@ -56,4 +55,4 @@ class Triage:
 
     def committed(self, batch: list[Finished]) -> None:
         """Writer callback: these answers are in the store; the next chunk's memo query will see them."""
-        self.committed_keys.extend(item.response[RESPONSE_KEY] for item in batch if item.response is not None)
+        self.committed_keys.extend(item.response.key for item in batch if item.response is not None)

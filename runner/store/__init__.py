@@ -1,6 +1,7 @@
 """The store: the memo, runs, tasks, the ledger and content-addressed stage results, behind one interface.
 
     base        :class:`Store`, the interface the engine uses, and the records it trades in.
+    rows        :class:`TaskRow`, :class:`ResponseRow`, :class:`LedgerRow`: the rows the engine writes, typed.
     sql         :class:`SQLStore`: the queries of :class:`Store`, written once for both databases.
     dialect     what SQLite and PostgreSQL spell differently (placeholders, JSON, order, time stamps).
     reads       :class:`Reads`: the reports' questions (runner/report/*), written once.
@@ -20,11 +21,12 @@ from pathlib import Path
 
 from runner.store.base import CachedResponse, Finished, Store, default_path, dumps, now
 from runner.store.reads import GroupSummary, Reads
+from runner.store.rows import LedgerRow, ResponseRow, TaskRow
 from runner.store.sqlite import SQLiteStore
 from runner.store.writer import Writer
 
-__all__ = ["CachedResponse", "Finished", "GroupSummary", "Reads", "SQLiteStore", "Store", "Writer", "default_path",
-           "dumps", "now", "open_store"]
+__all__ = ["CachedResponse", "Finished", "GroupSummary", "LedgerRow", "Reads", "ResponseRow", "SQLiteStore", "Store",
+           "TaskRow", "Writer", "default_path", "dumps", "now", "open_store"]
 
 
 #: a PostgreSQL URL, also after a Path folded its "//" into "/" (group 2 is then empty)

@@ -14,9 +14,10 @@ What is kept:
     stage_replays, stage_outputs, stage_rows, run_stages
                 content-addressed stage results (replay of evaluation stages, pipeline stage outputs)
 
-A task row is the tuple :data:`TASK_COLUMNS`; a memo row :data:`RESPONSE_COLUMNS`; a ledger row
-:data:`LEDGER_COLUMNS`. The writer (:mod:`runner.store.writer`) commits finished tasks with their responses
-and ledger rows through :meth:`Store.write_batch`, in one transaction (ARCHITECTURE.md invariant 2).
+A task row is a :class:`~runner.store.rows.TaskRow`, a memo row a :class:`~runner.store.rows.ResponseRow`, a ledger
+row a :class:`~runner.store.rows.LedgerRow` (runner/store/rows.py). The writer (:mod:`runner.store.writer`) commits
+finished tasks with their responses and ledger rows through :meth:`Store.write_batch`, in one transaction
+(ARCHITECTURE.md invariant 2).
 """
 
 from __future__ import annotations
@@ -30,19 +31,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import StoreError
+from runner.store.rows import LedgerRow, ResponseRow, TaskRow
 
 DEFAULT_DB = "cache.sqlite"
 
-TASK_COLUMNS = (
-    "run_id", "stage", "item", "model", "row_id", "variant_json", "key", "status", "cache_hit", "attempts",
-    "error_class", "error", "input_tokens", "output_tokens", "cost", "latency", "score", "valid",
-    "result_json", "cached_tokens", "saved", "batch_saved",
-)
-RESPONSE_COLUMNS = (
-    "key", "provider", "model", "request_json", "response_text", "response_json", "finish_reason",
-    "input_tokens", "output_tokens", "cached_tokens", "cost", "latency", "created", "thinking", "reasoning_tokens",
-)
-LEDGER_COLUMNS = ("run_id", "stage", "model", "key", "kind", "amount", "created")
+#: the columns a task, memo and ledger row write, in order: the fields of the typed rows
+TASK_COLUMNS: tuple[str, ...] = TaskRow._fields
+RESPONSE_COLUMNS: tuple[str, ...] = ResponseRow._fields
+LEDGER_COLUMNS: tuple[str, ...] = LedgerRow._fields
 
 #: a leaving worker's reservations still open, but those of lines in a batch not yet collected (``?``: the worker)
 LEFT_RESERVATIONS_SQL = (
@@ -109,9 +105,9 @@ class Finished:
     """One finished task on its way to the store: its row, the memo and ledger rows it brings, and the
     reservation its ledger charge settles. ``fence``: the lease the task was dispatched under, if any."""
 
-    task: tuple
-    response: tuple | None = None
-    ledger: tuple | None = None
+    task: TaskRow
+    response: ResponseRow | None = None
+    ledger: LedgerRow | None = None
     result_line: str = ""
     stage: str = ""
     release_id: int | None = None

@@ -7,10 +7,8 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from runner.store.base import TASK_COLUMNS, Finished, Store
-
-#: where a task row keeps its result line
-_RESULT = TASK_COLUMNS.index("result_json")
+from runner.store.base import Finished, Store
+from runner.store.rows import LedgerRow, ResponseRow, TaskRow
 
 
 class Writer:
@@ -132,10 +130,10 @@ def load_unstored(path: Path) -> Iterator[list[Finished]]:
             if not line.strip():
                 continue
             row = json.loads(line)
-            task = tuple(row["task"])
-            batch.append(Finished(task=task, response=tuple(row["response"]) if row["response"] else None,
-                                  ledger=tuple(row["ledger"]) if row["ledger"] else None,
-                                  result_line=task[_RESULT], stage=row["stage"], release_id=row["release_id"]))
+            task = TaskRow(*row["task"])
+            batch.append(Finished(task=task, response=ResponseRow(*row["response"]) if row["response"] else None,
+                                  ledger=LedgerRow(*row["ledger"]) if row["ledger"] else None,
+                                  result_line=task.result_json, stage=row["stage"], release_id=row["release_id"]))
             if len(batch) == 512:
                 yield batch
                 batch = []

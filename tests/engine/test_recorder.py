@@ -3,7 +3,7 @@ billed refusal recorded through it read back from the store with the values that
 
 from __future__ import annotations
 
-from dataclasses import fields
+import json
 from pathlib import Path
 
 import pytest
@@ -12,14 +12,13 @@ from runner.engine.control import RunControl
 from runner.engine.leases import ChunkLeases
 from runner.engine.recorder import Recorder
 from runner.engine.reserver import Reserver
-from runner.engine.rows import RESPONSE_KEY, TASK_ITEM, LedgerRow, ResponseRow, TaskRow
 from runner.engine.stats import RunStats
 from runner.engine.triage import Triage
 from runner.errors import Refused
 from runner.plan.stage import StagePlan
 from runner.providers.base import Completion
 from runner.spec.job import load_job
-from runner.store import CachedResponse, Writer, open_store
+from runner.store import CachedResponse, LedgerRow, ResponseRow, TaskRow, Writer, open_store
 from runner.store.base import LEDGER_COLUMNS, RESPONSE_COLUMNS, TASK_COLUMNS
 from tests.helpers import write_job, write_rows
 
@@ -27,21 +26,25 @@ from tests.helpers import write_job, write_rows
 PRICE_IN, PRICE_OUT = 1000.0, 3000.0
 
 
-def test_each_rows_fields_are_the_store_columns_in_order():
-    assert tuple(f.name for f in fields(TaskRow)) == TASK_COLUMNS
-    assert tuple(f.name for f in fields(ResponseRow)) == RESPONSE_COLUMNS
-    assert tuple(f.name for f in fields(LedgerRow)) == LEDGER_COLUMNS
-    assert TASK_COLUMNS[TASK_ITEM] == "item" and RESPONSE_COLUMNS[RESPONSE_KEY] == "key"
+def test_each_rows_fields_are_columns_of_its_table_in_a_fresh_store(tmp_path: Path):
+    """The rows are written by column name (the store's INSERTs list the fields), so every field must be a column of
+    the table the migrations made; a renamed column fails here, not in a run."""
+    store = open_store(tmp_path / "store.sqlite")
+    try:
+        for row, table in ((TaskRow, "tasks"), (ResponseRow, "responses"), (LedgerRow, "ledger")):
+            columns = {r[1] for r in store.conn.execute(f"PRAGMA table_info({table})")}
+            assert set(row._fields) <= columns, (table, set(row._fields) - columns)
+    finally:
+        store.close()
+    assert (TASK_COLUMNS, RESPONSE_COLUMNS, LEDGER_COLUMNS) == (TaskRow._fields, ResponseRow._fields,
+                                                                LedgerRow._fields)
 
 
-def test_params_follow_the_fields_whatever_the_values():
+def test_a_row_is_the_parameter_tuple_in_field_order():
     row = LedgerRow(run_id="r", stage="s", model="m", key="k", kind="charge", amount=0.5, created="t")
-    assert row.params() == ("r", "s", "m", "k", "charge", 0.5, "t")
+    assert row == ("r", "s", "m", "k", "charge", 0.5, "t") and row.amount == 0.5
     values = {name: f"v{n}" for n, name in enumerate(RESPONSE_COLUMNS)}
-    assert ResponseRow(**values).params() == tuple(values[c] for c in RESPONSE_COLUMNS)
-    task = {name: f"v{n}" for n, name in enumerate(TASK_COLUMNS)} | {"cache_hit": True, "valid": False}
-    assert TaskRow(**task).params() == tuple(
-        {"cache_hit": 1, "valid": 0}.get(c, task[c]) for c in TASK_COLUMNS)
+    assert ResponseRow(**values) == tuple(values[c] for c in RESPONSE_COLUMNS)
 
 
 async def test_recorded_rows_read_back_from_the_store_with_the_same_values(tmp_path: Path, fake_provider):
@@ -87,8 +90,27 @@ async def test_recorded_rows_read_back_from_the_store_with_the_same_values(tmp_p
                                                 "cached_tokens", "cost", "score", "valid")} == {
         "status": "failed", "error_class": "refused", "error": "declined", "input_tokens": 7, "output_tokens": 5,
         "cached_tokens": 1, "cost": pytest.approx(usd(7, 5, 1)), "score": None, "valid": 0}
-    for task, row in ((answered, rows[answered.item]), (hit, rows[hit.item])):
-        assert (row["row_id"], row["model"], row["variant_json"]) == (task.row_id, task.model, task.variant_json)
+    # every column of the two rows the recorder builds positionally (an answer's and a hit's), by name
+    for task, cache_hit, attempts, tokens, cost, latency, saved in (
+            (answered, 0, 2, (12, 3, 0), pytest.approx(usd(12, 3)), 0.25, 0.0),
+            (hit, 1, 0, (20, 1, 4), 0.0, None, pytest.approx(usd(20, 1, 4)))):
+        row = rows[task.item]
+        line = json.loads(row["result_json"])
+        assert {c: row[c] for c in TASK_COLUMNS} == {
+            "run_id": run_id, "stage": "mc", "item": task.item, "model": "fake:m1", "row_id": task.row_id,
+            "variant_json": task.variant_json, "key": task.key, "status": "done", "cache_hit": cache_hit,
+            "attempts": attempts, "error_class": None, "error": None, "input_tokens": tokens[0],
+            "output_tokens": tokens[1], "cost": cost, "latency": latency, "score": line["score"],
+            "valid": int(line["valid"]), "result_json": row["result_json"], "cached_tokens": tokens[2],
+            "saved": saved, "batch_saved": None}
+        assert (line["cache_key"], line["cache_hit"]) == (task.key, bool(cache_hit))
+    (memo_row,) = store.responses()  # the answer's memo row, every column by name (a hit writes none)
+    assert {c: memo_row[c] for c in RESPONSE_COLUMNS if c != "created"} == {
+        "key": answered.key, "provider": "fake", "model": answered.call.model_id,
+        "request_json": answered.call.canonical, "response_text": "B", "response_json": '{"id":"x"}',
+        "finish_reason": "stop", "input_tokens": 12, "output_tokens": 3, "cached_tokens": 0,
+        "cost": pytest.approx(usd(12, 3)), "latency": 0.25, "thinking": "think first", "reasoning_tokens": 2}
+    assert memo_row["created"].startswith("20")
 
     stored = store.lookup_many([answered.key])[answered.key]
     assert stored == CachedResponse("B", "stop", 12, 3, 0, pytest.approx(usd(12, 3)), "think first", 2)
