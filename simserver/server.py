@@ -66,7 +66,8 @@ from typing import Any, Self
 
 from aiohttp import web
 
-from . import strict
+from . import azure, bedrock, strict, vertex
+from . import models as model_lookups
 from .answers import canonical, count_prompt_tokens
 from .anthropic import ANTHROPIC
 from .batch_anthropic import AnthropicBatches
@@ -83,6 +84,10 @@ from .script import Script, load_script
 from .wire import JSON_HEADERS, Ask, Invalid, WireFormat, compact
 
 __all__ = ["SimServer", "serve", "start_server"]
+
+#: modules adding routes of their own (``add_routes(server, app)``): the clouds' paths to the same formats, and the
+#: model lookups a pre-flight check asks
+EXTRA_ROUTES = (azure, bedrock, vertex, model_lookups)
 
 
 class SimServer:
@@ -158,6 +163,8 @@ class SimServer:
         app.router.add_post("/sim/batches/{batch_id}/expire", self._expire_batch)
         for batches in (OpenAIBatches(self), AnthropicBatches(self), GeminiBatches(self)):
             batches.add_routes(app)
+        for routes in EXTRA_ROUTES:
+            routes.add_routes(self, app)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port).start()
@@ -232,9 +239,13 @@ class SimServer:
             fmt.rate_headers(buckets, headers)
         return None
 
+    async def answer(self, request: web.Request, fmt: WireFormat) -> web.Response:
+        """Serve one model request in ``fmt``: what the routes of the other modules (the clouds' paths) call."""
+        return await self._serve(request, fmt)
+
     async def _serve(self, request: web.Request, fmt: WireFormat) -> web.Response:
         self._received += 1
-        self._by_route[fmt.name] += 1
+        self._by_route[fmt.name] = self._by_route.get(fmt.name, 0) + 1
         cfg = self.config
         headers = fmt.new_headers()
         if cfg.require_key or cfg.api_key is not None:

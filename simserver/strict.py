@@ -12,7 +12,7 @@ capability table) and :mod:`simserver.strict_gemini` (the published protos and t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -22,7 +22,10 @@ from .openai import OpenAIFormat
 from .refusals import Refusal
 from .wire import WireFormat
 
-__all__ = ["Refusal", "refusal", "render"]
+__all__ = ["RULES", "Refusal", "refusal", "render"]
+
+#: the rules of the formats the modules of the clouds add (their wire name -> ``rule(body, model, headers, path)``)
+RULES: dict[str, Callable[[dict[str, Any], str, Mapping[str, str], str], Refusal | None]] = {}
 
 
 def render(fmt: WireFormat, refused: Refusal, headers: dict[str, str]) -> web.Response:
@@ -45,4 +48,5 @@ def refusal(wire: str, body: Any, *, model: str, headers: Mapping[str, str], pat
         return strict_anthropic.refusal(body, model, headers)
     if wire == "gemini":
         return strict_gemini.refusal(body, model, "v1" if path.startswith("/v1/") else "v1beta")
-    return None
+    rule = RULES.get(wire)
+    return rule(body, model, headers, path) if rule is not None else None

@@ -45,7 +45,8 @@ def job_models(job: Job) -> list[str]:
 
 def build_providers(job: Job) -> dict[str, Provider]:
     """One provider object per provider the job names (not started: that waits for a cache miss), after
-    checking that each has the key it needs, so a missing variable stops the job before any request."""
+    checking that each has its SDK installed and the key it needs, so a missing package or variable stops the job
+    before any request."""
     providers: dict[str, Provider] = {}
     for model in job_models(job):
         name, model_name = split_model(model)
@@ -53,6 +54,7 @@ def build_providers(job: Job) -> dict[str, Provider]:
         if provider is None:
             settings = job.providers.get(name) or ProviderSettings()
             provider = providers[name] = provider_class(name)(settings, job.endpoints)
+        provider.check_sdk(model_name)
         provider.check_key(model_name)
     return providers
 

@@ -88,6 +88,8 @@ def _error_type(exc: anthropic.APIStatusError) -> tuple[str, str]:
 @register
 class AnthropicProvider(Provider):
     name: ClassVar[str] = "anthropic"
+    sdk_modules: ClassVar[tuple[str, ...]] = ("anthropic",)
+    extra: ClassVar[str | None] = "anthropic"
     key_env_var: ClassVar[str | None] = "ANTHROPIC_API_KEY"
     default_concurrency: ClassVar[int] = 32
     adaptive: ClassVar[bool] = True

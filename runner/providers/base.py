@@ -26,6 +26,7 @@ so that discovery (which ``runner validate`` needs) stays light.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -174,6 +175,11 @@ class Provider(ABC):
     supports_loglikelihood: ClassVar[bool] = False
     #: whether :meth:`batches` gives this provider's Batch API (``runner.providers.batching``)
     supports_batch: ClassVar[bool] = False
+    #: the modules this provider's SDK brings (``("anthropic",)``); :meth:`check_sdk` finds them before anything is
+    #: sent, so a missing one is one sentence, not an ImportError in the middle of a run
+    sdk_modules: ClassVar[tuple[str, ...]] = ()
+    #: the package extra that installs them (``pip install 'llm-job-runner[EXTRA]'``)
+    extra: ClassVar[str | None] = None
 
     class Options(BaseModel):
         """This provider's own settings beyond the shared :class:`ProviderSettings`; a provider that has some
@@ -230,6 +236,21 @@ class Provider(ABC):
         if variables and not self.api_key():
             names = " or ".join(variables)
             raise ModelSetupError(f"{self.name}:{model} needs an API key: export {names} (no request was sent)")
+
+    def check_sdk(self, model: str) -> None:
+        """Raise ``ModelSetupError`` giving the pip command when a module of this provider's SDK is not installed."""
+        missing = [module for module in self.sdk_modules if not _importable(module)]
+        if missing:
+            install = f"pip install 'llm-job-runner[{self.extra}]'" if self.extra else f"pip install {missing[0]}"
+            raise ModelSetupError(f"{self.name}:{model} needs the {missing[0]} package, which is not installed: "
+                                  f"{install} (no request was sent)")
+
+    async def probe(self, model: str) -> None:  # noqa: B027 - optional hook
+        """Check, with the cheapest call the API has (a model lookup, a models list, or one token), that the
+        endpoint answers, takes the key and knows ``model`` (for clouds: the deployment, project or region too).
+        Raises the runner's errors (``AuthError``, ``ModelSetupError``, ``TransientError``...) with one sentence
+        each; ``runner check`` and the first seconds of ``runner submit`` call it, after :meth:`start`. The
+        default checks nothing (a provider without a cheap call)."""
 
     @classmethod
     def model_id(cls, model: str, endpoints: dict[str, ProviderSettings] | None = None) -> str:
@@ -317,6 +338,13 @@ def unregister(name: str) -> type[Provider] | None:
     for alias in [alias for alias, target in _aliases.items() if target == name]:
         del _aliases[alias]
     return _registry.pop(name, None)
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module without a spec
+        return False
 
 
 def _qualified(cls: type) -> str:

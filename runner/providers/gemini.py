@@ -86,6 +86,8 @@ def _thinking_config(caps: capabilities.ModelCaps | None, reasoning: dict[str, A
 @register
 class GeminiProvider(Provider):
     name: ClassVar[str] = "gemini"
+    sdk_modules: ClassVar[tuple[str, ...]] = ("google.genai",)
+    extra: ClassVar[str | None] = "gemini"
     key_env_var: ClassVar[str | None] = "GEMINI_API_KEY"
     default_concurrency: ClassVar[int] = 32
     adaptive: ClassVar[bool] = True

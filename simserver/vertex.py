@@ -1,0 +1,10 @@
+"""The simulated server's routes for Vertex AI's paths to the Gemini format and to Claude on Vertex (issue 23: being
+built)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def add_routes(server: Any, app: Any) -> None:
+    """Add this module's routes to ``app`` (``server`` is the :class:`~simserver.server.SimServer`): none yet."""
