@@ -1,0 +1,215 @@
+"""Azure OpenAI: Chat Completions on a resource's deployments through the openai SDK's ``AsyncAzureOpenAI`` client
+(aiohttp transport, SDK retries off), and its Batch API (``azure_batch``).
+
+In job files ``azure-openai:DEPLOYMENT``; the path carries the deployment name, the model behind it matters only for
+prices and the capability table. Settings (``providers: {azure-openai: {...}}``)::
+
+    endpoint: https://NAME.openai.azure.com   # else AZURE_OPENAI_ENDPOINT
+    api_version: "2024-10-21"                 # else OPENAI_API_VERSION
+    auth: key                                 # or entra (azure-identity's DefaultAzureCredential)
+    deployments: {my-gpt4o: gpt-4o}           # the model behind a deployment named otherwise
+    base_url: http://127.0.0.1:8765/openai    # the SDK's base URL, instead of endpoint (the simulated server)
+
+Credentials: AZURE_OPENAI_API_KEY (sent as ``api-key``), else a Microsoft Entra ID token in AZURE_OPENAI_AD_TOKEN
+(sent as ``Authorization: Bearer``), or with ``auth: entra`` tokens from ``DefaultAzureCredential`` for the scope
+https://cognitiveservices.azure.com/.default (https://learn.microsoft.com/azure/ai-services/openai/how-to/managed-identity).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from runner.errors import AuthError, BadRequest, ModelSetupError, ProviderError, TransientError
+
+from .base import ProviderSettings, _importable, register
+from .openai_chat import OpenAIChatProvider
+
+if TYPE_CHECKING:
+    from .batching import Batches
+
+#: where the SDK reads the resource's endpoint and API version when the job gives none (openai/lib/azure.py)
+ENDPOINT_ENV = "AZURE_OPENAI_ENDPOINT"
+VERSION_ENV = "OPENAI_API_VERSION"
+TOKEN_ENV = "AZURE_OPENAI_AD_TOKEN"
+#: Entra ID scope of the data plane (learn.microsoft.com/azure/ai-services/openai/how-to/managed-identity)
+ENTRA_SCOPE = "https://cognitiveservices.azure.com/.default"
+
+
+@register
+class AzureOpenAIProvider(OpenAIChatProvider):
+    name: ClassVar[str] = "azure-openai"
+    key_env_var: ClassVar[str | None] = "AZURE_OPENAI_API_KEY"
+    default_concurrency: ClassVar[int] = 64
+    adaptive: ClassVar[bool] = True
+    #: genai-prices' Azure provider, which falls back to OpenAI's prices for the OpenAI models it does not list
+    price_id: ClassVar[str | None] = "azure"
+    supports_batch: ClassVar[bool] = True
+    supports_loglikelihood: ClassVar[bool] = False
+    #: azure-identity, needed only with ``auth: entra`` (see :meth:`check_sdk`)
+    extra: ClassVar[str | None] = "azure"
+
+    class Options(OpenAIChatProvider.Options):
+        endpoint: str | None = None
+        api_version: str | None = None
+        auth: Literal["key", "entra"] = "key"
+        #: deployment name -> the model it serves (gpt-4o), for prices and the capability table
+        deployments: dict[str, str] = {}
+
+    def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
+        super().__init__(settings, endpoints)
+        self.options: AzureOpenAIProvider.Options
+        self.credential: Any = None
+
+    # -- settings ------------------------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """The resource's origin (``https://NAME.openai.azure.com``), or '' when neither the job nor the
+        environment names one."""
+        return (self.options.endpoint or os.environ.get(ENDPOINT_ENV) or "").rstrip("/")
+
+    @property
+    def api_version(self) -> str:
+        return self.options.api_version or os.environ.get(VERSION_ENV) or ""
+
+    @classmethod
+    def model_behind(cls, deployment: str, settings: ProviderSettings | None = None) -> str:
+        """The model a deployment serves: the job's ``deployments:`` map, else the deployment's own name (a
+        deployment named after its model, as Azure's portal proposes)."""
+        deployments = (settings.provider_options.get("deployments") if settings is not None else None) or {}
+        return str(deployments.get(deployment, deployment))
+
+    @classmethod
+    def model_id(cls, model: str, endpoints: dict[str, ProviderSettings] | None = None) -> str:
+        """The resource and the deployment: two resources' deployments of one name are two models (the job's
+        ``endpoint`` is not seen here, only AZURE_OPENAI_ENDPOINT: see the report of issue 23)."""
+        resource = os.environ.get(ENDPOINT_ENV, "").rstrip("/")
+        return f"{resource}/{model}" if resource else model
+
+    def key_variables(self) -> list[str]:
+        if self.options.auth == "entra":
+            return []
+        return [self.settings.api_key_env or self.key_env_var or "", TOKEN_ENV]
+
+    @property
+    def key_variable(self) -> str:
+        if self.options.auth == "entra":
+            return "of auth: entra (DefaultAzureCredential)"
+        return next((v for v in self.key_variables() if os.environ.get(v)), self.key_variables()[0])
+
+    @property
+    def where(self) -> str:
+        return f"{self.name} at {self.settings.base_url or self.endpoint or 'an unset endpoint'}"
+
+    def endpoint_key(self, model: str) -> str:
+        return f"{self.name}:{self.settings.base_url or self.endpoint}:{','.join(self.key_variables())}:{model}"
+
+    def check_sdk(self, model: str) -> None:
+        super().check_sdk(model)
+        if self.options.auth == "entra" and not _importable("azure.identity"):
+            raise ModelSetupError(f"{self.name}:{model} with auth: entra needs the azure-identity package, which is "
+                                  "not installed: pip install 'llm-job-runner[azure]' (no request was sent)")
+
+    def check_key(self, model: str) -> None:
+        """The key, and the two settings the Azure client cannot go without: where the resource is and which
+        API version to speak."""
+        if not self.settings.base_url and not self.endpoint:
+            raise ModelSetupError(f"{self.name}:{model} needs its resource's endpoint: set providers: {self.name}: "
+                                  f"endpoint: https://NAME.openai.azure.com in the job, or export {ENDPOINT_ENV} "
+                                  "(no request was sent)")
+        if not self.api_version:
+            raise ModelSetupError(f"{self.name}:{model} needs an API version: set providers: {self.name}: "
+                                  f"api_version: (e.g. \"2024-10-21\") in the job, or export {VERSION_ENV} "
+                                  "(no request was sent)")
+        super().check_key(model)
+
+    # -- the client ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        import openai
+
+        credentials: dict[str, Any] = {}
+        if self.options.auth == "entra":
+            from azure.identity.aio import DefaultAzureCredential, get_bearer_token_provider
+
+            self.credential = DefaultAzureCredential()
+            credentials["azure_ad_token_provider"] = get_bearer_token_provider(self.credential, ENTRA_SCOPE)
+        else:
+            variable = next((v for v in self.key_variables() if os.environ.get(v)), None)
+            if variable == TOKEN_ENV:
+                credentials["azure_ad_token"] = os.environ[TOKEN_ENV]
+            else:  # check_key has made sure one is set; a direct caller without one gets the service's 401
+                credentials["api_key"] = os.environ.get(variable or "", "") or "no-key"
+        place = {"base_url": self.settings.base_url} if self.settings.base_url else {"azure_endpoint": self.endpoint}
+        self.client = openai.AsyncAzureOpenAI(
+            **credentials, **place,
+            api_version=self.api_version,
+            max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
+            timeout=self.settings.timeout,
+            http_client=openai.DefaultAioHttpClient(timeout=self.settings.timeout),
+        )
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        if self.credential is not None:
+            await self.credential.close()
+            self.credential = None
+
+    def batches(self) -> Batches:
+        from .azure_batch import AzureBatches
+
+        return AzureBatches(self)
+
+    @contextlib.contextmanager
+    def map_errors(self) -> Iterator[None]:
+        """The OpenAI mapping, and Entra ID's own failures (no credential found) as an auth error."""
+        try:
+            with super().map_errors():
+                yield
+        except ProviderError:
+            raise
+        except Exception as exc:
+            if self.options.auth != "entra":
+                raise
+            from azure.core.exceptions import ClientAuthenticationError  # what the credential raises
+
+            if not isinstance(exc, ClientAuthenticationError):
+                raise
+            raise AuthError(f"{self.where}: no Microsoft Entra ID token could be had for auth: entra "
+                            f"({type(exc).__name__}); sign in (az login) or set the managed identity's variables",
+                            status=401) from exc
+
+    # -- pre-flight -----------------------------------------------------------------------------------
+
+    async def probe(self, model: str) -> None:
+        """The models list (free: the endpoint answers, takes the key and the API version), then one 1-token
+        completion on the deployment, since the data plane has no deployment lookup."""
+        assert self.client is not None, "start() was not awaited"
+        label = f"{self.name}:{model}"
+        try:
+            with self.map_errors():
+                await self.client.models.list()
+        except AuthError as exc:
+            raise AuthError(f"{label}: the resource refused the credential; check {self.key_variable}",
+                            status=exc.status) from exc
+        except TransientError as exc:
+            if exc.status is None:
+                raise TransientError(f"{label}: {self.where} cannot be reached ({exc.error_class}); check the "
+                                     "endpoint setting or start the service", error_class=exc.error_class) from exc
+            raise
+        except BadRequest as exc:
+            raise ModelSetupError(f"{label}: the resource refused API version {self.api_version!r} ({exc}); set "
+                                  f"providers: {self.name}: api_version to one Azure supports") from exc
+        try:
+            with self.map_errors():
+                await self.client.chat.completions.create(model=model, max_completion_tokens=1,
+                                                          messages=[{"role": "user", "content": "ping"}])
+        except BadRequest as exc:
+            if exc.status == 404:
+                raise ModelSetupError(f"{label}: the resource has no deployment named {model!r}; deploy it or name "
+                                      "one of its deployments") from exc
+            raise ModelSetupError(f"{label}: the deployment refused a one-token request ({exc})") from exc
+
