@@ -4,11 +4,14 @@ A provider turns the runner's request (messages + generation parameters) into on
 back into a :class:`Completion`. It raises only the runner's own errors (``runner.errors``); each provider
 translates its SDK's exceptions in one place.
 
-Adding a provider is one file: ``runner/providers/foo.py`` holding ::
+A provider is one class, named by an entry point of the group ``runner.providers`` (:data:`ENTRY_POINT_GROUP`),
+the bundled ones in this package's pyproject.toml and a plug-in's in its own package's ::
 
-    @register
+    [project.entry-points."runner.providers"]
+    foo = "my_pkg.foo:FooProvider"
+
     class FooProvider(Provider):
-        name = "foo"                      # models are written foo:MODEL
+        name = "foo"                      # models are written foo:MODEL; the entry point's name
         key_env_var = "FOO_API_KEY"
         price_id = None                   # genai-prices' provider id; None: free unless the job prices it
 
@@ -17,15 +20,17 @@ Adding a provider is one file: ``runner/providers/foo.py`` holding ::
 
         async def execute(self, model, messages, params) -> Completion: ...
 
-The registry is filled the first time it is consulted (:func:`provider_names`, :func:`provider_class`): every
-module of this package but ``base``, ``tokens``, ``pricing`` and ``_private`` ones is imported then, and
-registers its classes as it is imported. Provider modules import their SDKs inside the methods that use them,
-so that discovery (which ``runner validate`` needs) stays light.
+The registry lists the entry points' names without importing anything (:func:`provider_names`) and imports a
+class the first time a job names it (:func:`provider_class`), so a plug-in that fails to import, or a cloud
+provider whose module is missing, is one sentence when it is named and harmless when it is not. Provider modules
+import their SDKs inside the methods that use them, so that loading a class (``runner validate``) stays light.
+:func:`register` adds a class directly (tests' fakes; ``@register`` on a bundled class is harmless).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import math
@@ -35,6 +40,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
@@ -294,15 +300,16 @@ class Provider(ABC):
 
 ProviderT = TypeVar("ProviderT", bound=type[Provider])
 
-#: provider name -> class, filled by :func:`register`
+#: the entry-point group naming every provider class, the bundled ones (this package's pyproject.toml) and
+#: plug-ins' alike: ``name = "module:Class"``
+ENTRY_POINT_GROUP = "runner.providers"
+#: provider name -> class: the classes loaded so far, and those :func:`register` was handed directly (tests' fakes)
 _registry: dict[str, type[Provider]] = {}
 #: alias -> provider name
 _aliases: dict[str, str] = {}
-#: modules of this package that hold no provider (``_private`` helper modules are skipped too)
-NOT_PROVIDERS = frozenset({"base", "tokens", "pricing"})
-_discovery = threading.RLock()
-_discovered = False
-_discovering = False
+#: provider name -> the entry points claiming it (one per distinct ``module:Class``), read once
+_entry_points: dict[str, list[EntryPoint]] | None = None
+_loading = threading.RLock()
 
 
 @overload
@@ -351,44 +358,105 @@ def _qualified(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _discover() -> None:
-    """Import every provider module of this package, once, so that each registers its classes."""
-    global _discovered, _discovering
-    if _discovered:
-        return
-    with _discovery:
-        if _discovered or _discovering:  # _discovering: a provider module consulted the registry while imported
-            return
-        _discovering = True
-        try:
-            package = importlib.import_module(__package__ or "runner.providers")
-            for module in pkgutil.iter_modules(package.__path__):
-                if module.name not in NOT_PROVIDERS and not module.name.startswith("_"):
-                    importlib.import_module(f"{package.__name__}.{module.name}")
-            _discovered = True
-        finally:
-            _discovering = False
+def _provider_entry_points() -> dict[str, list[EntryPoint]]:
+    """The ``runner.providers`` entry points of every installed distribution, by name, read once without
+    importing anything. Two entries with the same target (a package installed twice on the path) count once."""
+    global _entry_points
+    if _entry_points is None:
+        found: dict[str, list[EntryPoint]] = {}
+        for entry in _installed_entry_points():
+            claims = found.setdefault(entry.name, [])
+            if all(other.value != entry.value for other in claims):
+                claims.append(entry)
+        _entry_points = found
+    return _entry_points
+
+
+def _installed_entry_points() -> list[EntryPoint]:
+    entries = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    if not any(entry.value.startswith(f"{__package__}.") for entry in entries):
+        # this package run from a source tree without its installed metadata: its own modules stand in
+        entries += _bundled_without_metadata()
+    return entries
+
+
+def _bundled_without_metadata() -> list[EntryPoint]:
+    """The provider classes this package's own modules define, as entry points (only when no installed metadata
+    names them, e.g. a source tree put on the path); provider modules import no SDK at their top."""
+    package = importlib.import_module(__package__ or "runner.providers")
+    entries = []
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name in ("base", "tokens", "pricing") or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for attribute, value in vars(module).items():
+            if (isinstance(value, type) and issubclass(value, Provider) and value.__module__ == module.__name__
+                    and not attribute.startswith("_") and isinstance(value.__dict__.get("name"), str)):
+                entries.append(EntryPoint(value.name, f"{module.__name__}:{attribute}", ENTRY_POINT_GROUP))
+    return entries
+
+
+def _origin(entry: EntryPoint) -> str:
+    """Where an entry point comes from, for messages: its distribution and its line."""
+    dist = entry.dist.name if entry.dist is not None else "an unnamed package"
+    return f"the {dist} package's entry point {entry.name} = {entry.value!r}"
+
+
+def _load(name: str, claims: list[EntryPoint]) -> type[Provider]:
+    """Import the class an entry point names and register it; each way this fails is one sentence."""
+    if len(claims) > 1:
+        raise ModelSetupError(f"provider {name!r} is claimed twice, by {_origin(claims[0])} and by "
+                              f"{_origin(claims[1])}: uninstall one of them")
+    entry = claims[0]
+    try:
+        loaded = entry.load()
+    except Exception as exc:  # noqa: BLE001 - a plug-in's import may raise anything; said in one sentence
+        raise ModelSetupError(f"provider {name!r} cannot be loaded from {_origin(entry)}: "
+                              f"{type(exc).__name__}: {exc}") from None
+    if not (isinstance(loaded, type) and issubclass(loaded, Provider)):
+        raise ModelSetupError(f"provider {name!r} cannot be loaded from {_origin(entry)}: {loaded!r} is not a "
+                              "subclass of runner.providers.base.Provider")
+    if getattr(loaded, "name", None) != name:
+        raise ModelSetupError(f"provider {name!r} cannot be loaded from {_origin(entry)}: its class is named "
+                              f"{getattr(loaded, 'name', None)!r}; the entry point's name and the class's name "
+                              "must be the same")
+    try:
+        return register(loaded)
+    except ValueError as exc:  # an alias of the class taken by another provider
+        raise ModelSetupError(f"provider {name!r} cannot be loaded from {_origin(entry)}: {exc}") from None
 
 
 def _declared_options() -> set[str]:
-    """Every key some registered provider's ``Options`` declares."""
-    _discover()
-    return {key for cls in _registry.values() for key in cls.Options.model_fields}
+    """Every key some provider's ``Options`` declares: every provider that loads is loaded for this (a job's
+    ``providers:`` entry used a key the shared settings do not have); one that fails to is left out, as it
+    is said when a job names it."""
+    for name in provider_names():
+        try:
+            provider_class(name)
+        except ModelSetupError:
+            pass
+    return {key for cls in list(_registry.values()) for key in cls.Options.model_fields}
 
 
 def provider_names(*, aliases: bool = False) -> list[str]:
-    """The registered providers' names, sorted (with their aliases too when ``aliases``)."""
-    _discover()
-    return sorted([*_registry, *_aliases] if aliases else _registry)
+    """The known providers' names, sorted (with their aliases too when ``aliases``): the entry points' and the
+    registered classes'. Nothing is imported to list them."""
+    names = {*_provider_entry_points(), *_registry}
+    return sorted([*names, *_aliases] if aliases else names)
 
 
 def provider_class(name: str) -> type[Provider]:
-    """The provider class registered under ``name`` or one of its aliases; ``KeyError`` when there is none."""
-    _discover()
-    try:
-        return _registry[_aliases.get(name, name)]
-    except KeyError:
-        raise KeyError(f"unknown provider {name!r} (known: {', '.join(sorted(_registry))})") from None
+    """The provider class named ``name`` (or one of its aliases), loaded from its entry point the first time it
+    is asked for; ``KeyError`` when no provider has that name, ``ModelSetupError`` (one sentence) when its entry
+    point does not load or is claimed by two packages."""
+    with _loading:
+        found = _registry.get(_aliases.get(name, name))
+        if found is not None:
+            return found
+        claims = _provider_entry_points().get(name)
+        if not claims:
+            raise KeyError(f"unknown provider {name!r} (known: {', '.join(provider_names())})")
+        return _load(name, claims)
 
 
 def split_model(spec: str) -> tuple[str, str]:

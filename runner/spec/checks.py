@@ -12,11 +12,11 @@ from typing import Any
 
 import jsonschema
 
-from runner.errors import JobFileError
+from runner.errors import JobFileError, ModelSetupError
 from runner.evaluate.plugins import PARSER_GROUP, SCORER_GROUP, PluginError, load
 from runner.plan.datasets import format_of_name
 from runner.plan.prompts import PromptError, expression_error, load_prompt
-from runner.providers.base import provider_names, split_model
+from runner.providers.base import provider_class, provider_names, split_model
 from runner.providers.capabilities import (
     ANTHROPIC_DEFAULT_VERSION,
     ANTHROPIC_VERSIONS,
@@ -41,7 +41,7 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
     for name in job.providers:
         if name not in known:
             with problems:
-                fail(path, lines, ("providers", name), f"unknown provider {name!r} (known: {', '.join(known)})")
+                fail(path, lines, ("providers", name), _unknown_provider(name, known))
     for index, model in enumerate(job.models):
         with problems:
             _check_model(path, lines, ("models", index), model, known, job.endpoints, job)
@@ -243,6 +243,17 @@ def _check_data_op(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) ->
             fail(path, lines, loc + where, f"{text!r} is not a valid expression: {problem}")
 
 
+def _unknown_provider(name: str, known: list[str], model: str | None = None) -> str:
+    """A provider name no installed package declares: the close name, or the installed ones and how a plug-in's
+    package adds one (its ``runner.providers`` entry point, runner/providers/base.py)."""
+    where = f" in {model!r}" if model else ""
+    close = difflib.get_close_matches(name, known, n=1)
+    if close:
+        return f"unknown provider {name!r}{where}; did you mean {close[0]!r}? (installed: {', '.join(known)})"
+    return (f"unknown provider {name!r}{where} (installed: {', '.join(known)}); a provider from another package "
+            "is known once that package is installed")
+
+
 def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known: list[str],
                  endpoints: dict[str, Any] | None = None, job: Job | None = None) -> None:
     try:
@@ -250,7 +261,11 @@ def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known:
     except ValueError as exc:
         fail(path, lines, loc, str(exc))
     if provider not in known:
-        fail(path, lines, loc, f"unknown provider {provider!r} in {model!r} (known: {', '.join(known)})")
+        fail(path, lines, loc, _unknown_provider(provider, known, model))
+    try:
+        provider_class(provider)  # a plug-in that does not load is said here, at the line naming it
+    except ModelSetupError as exc:
+        fail(path, lines, loc, str(exc))
     if provider == "openai-compatible" and endpoints is not None:
         endpoint, _, served = name.partition("/")
         if not served:

@@ -1,30 +1,34 @@
-"""Providers register themselves: a new ``runner/providers/foo.py`` is all a new provider needs (its name, key
-variable, own settings, token counting and genai-prices id), and discovering the providers imports no SDK."""
+"""Providers are named by entry points of the group ``runner.providers``, the bundled ones (this package's
+pyproject.toml) as a plug-in's: listing them imports nothing, a class is loaded when it is asked for, and a new
+provider is one class and one entry point (its name, key variable, own settings, token counting and genai-prices
+id). The plug-in package's whole path (pip install, runner submit) is tests/providers/test_plugins.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import textwrap
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-import runner.providers
 from runner.errors import ModelSetupError
 from runner.providers import base, pricing, tokens
 from runner.providers.base import Provider, ProviderSettings, provider_class, provider_names, register, unregister
 from tests.helpers import ROOT
 
-BUILT_IN = ["anthropic", "gemini", "local", "openai", "openai-compatible", "sim"]
+#: the entry points this package declares: every bundled provider
+DECLARED = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["runner.providers"]
 
 FOO = '''
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from .base import Completion, Provider, register
+from runner.providers.base import Completion, Provider, register
 
 
 @register(aliases=("foo-alias",))
@@ -49,42 +53,87 @@ class FooProvider(Provider):
 '''
 
 
+def install_dist(folder: Path, dist: str, entry_points: dict[str, str], modules: dict[str, str]) -> None:
+    """A distribution as pip leaves it in a folder on the path: its modules, and a dist-info folder holding its
+    METADATA and its ``runner.providers`` entry points (what importlib.metadata reads)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, source in modules.items():
+        (folder / f"{name}.py").write_text(textwrap.dedent(source), encoding="utf-8")
+    info = folder / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n", encoding="utf-8")
+    lines = [f"{name} = {target}" for name, target in entry_points.items()]
+    (info / "entry_points.txt").write_text("[runner.providers]\n" + "\n".join(lines) + "\n", encoding="utf-8")
+
+
 @pytest.fixture
-def foo_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """``foo.py`` in a folder added to the package's path, and the registry asked to discover again."""
-    (tmp_path / "foo.py").write_text(textwrap.dedent(FOO), encoding="utf-8")
-    monkeypatch.setattr(runner.providers, "__path__", [*runner.providers.__path__, str(tmp_path)])
-    monkeypatch.setattr(base, "_discovered", False)
+def on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder put on sys.path (distributions installed into it with :func:`install_dist` are found), and the
+    registry's entry points read again; the providers loaded from it are forgotten afterwards."""
+    folder = tmp_path / "site"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setattr(base, "_entry_points", None)
+    before = set(base._registry)
     try:
-        yield
+        yield folder
     finally:
-        unregister("foo")
-        sys.modules.pop("runner.providers.foo", None)
+        for name in set(base._registry) - before:
+            unregister(name)
+        for module in [m for m in sys.modules if getattr(sys.modules[m], "__file__", "") and
+                       str(folder) in str(sys.modules[m].__file__)]:
+            del sys.modules[module]
 
 
-def test_the_built_in_providers_are_discovered() -> None:
-    assert provider_names() == BUILT_IN
-    for name in BUILT_IN:
-        assert provider_class(name).name == name
+@pytest.fixture
+def foo_plugin(on_path: Path) -> Path:
+    install_dist(on_path, "foo-dist", {"foo": "foo_plugin:FooProvider"}, {"foo_plugin": FOO})
+    return on_path
+
+
+def test_every_bundled_provider_is_an_entry_point_of_this_package() -> None:
+    assert set(DECLARED) <= set(provider_names())
+    assert {"openai", "anthropic", "gemini", "sim", "openai-compatible", "local", "azure-openai", "vertex",
+            "bedrock", "openrouter", "together", "groq", "deepseek", "mistral", "fireworks", "ollama",
+            "vllm"} == set(DECLARED)
+    for name, target in DECLARED.items():
+        module, _, attribute = target.partition(":")
+        if importlib.util.find_spec(module) is None:  # a provider still being written: said when it is named
+            with pytest.raises(ModelSetupError, match=f"provider {name!r} cannot be loaded from the llm-job-runner "
+                                                      f"package's entry point {name} = '{target}': "
+                                                      "ModuleNotFoundError"):
+                provider_class(name)
+            continue
+        cls = provider_class(name)
+        assert (cls.name, cls.__module__, cls.__qualname__) == (name, module, attribute)
     with pytest.raises(KeyError, match="unknown provider 'nosuch'"):
         provider_class("nosuch")
-    assert dict(pricing.PROVIDER_IDS) == {"openai": "openai", "anthropic": "anthropic", "gemini": "google"}
+    assert {name: pricing.PROVIDER_IDS.get(name) for name in ("openai", "anthropic", "gemini", "sim", "local")} \
+        == {"openai": "openai", "anthropic": "anthropic", "gemini": "google", "sim": None, "local": None}
 
 
-def test_discovering_the_providers_imports_no_sdk() -> None:
+def test_listing_and_loading_the_providers_imports_no_sdk() -> None:
     script = ("import sys\n"
-              "from runner.providers.base import provider_names\n"
+              "from runner.errors import ModelSetupError\n"
+              "from runner.providers.base import provider_class, provider_names\n"
               "names = provider_names()\n"
-              "print(len(names), [m for m in ('openai', 'anthropic', 'google.genai', 'llama_cpp', 'aiohttp', 'numpy')"
-              " if m in sys.modules])\n")
+              "listed = [m for m in ('runner.providers.openai_chat', 'runner.providers.presets') if m in sys.modules]\n"
+              "for name in names:\n"
+              "    try:\n"
+              "        provider_class(name)\n"
+              "    except ModelSetupError:\n"
+              "        pass\n"
+              "print(len(names), listed, [m for m in ('openai', 'anthropic', 'google.genai', 'boto3', 'llama_cpp',"
+              " 'aiohttp', 'numpy') if m in sys.modules])\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split(maxsplit=1) == ["6", "[]\n"]
+    assert done.stdout == f"{len(DECLARED)} [] []\n"
 
 
-def test_a_new_provider_is_one_module(foo_module: None) -> None:
-    assert "foo" in provider_names() and "foo-alias" in provider_names(aliases=True)
+def test_a_new_provider_is_one_class_and_one_entry_point(foo_plugin: Path) -> None:
+    assert "foo" in provider_names() and "foo_plugin" not in sys.modules  # listed, not imported
     foo = provider_class("foo")
+    assert foo.__module__ == "foo_plugin" and "foo-alias" in provider_names(aliases=True)
     assert provider_class("foo-alias") is foo and foo.key_env_var == "FOO_API_KEY"
     # its own setting passes the shared settings' validation, and reaches its Options
     settings = ProviderSettings.model_validate({"rpm": 10, "region": "us"})
@@ -101,7 +150,11 @@ def test_a_new_provider_is_one_module(foo_module: None) -> None:
     messages = [{"role": "user", "content": "hi"}]
     assert tokens.count_input_tokens("foo", "m", messages) == 1001 and tokens.exact("foo", "m")
     assert pricing.PROVIDER_IDS["foo"] == "mistral" and pricing.PROVIDER_IDS["foo-alias"] == "mistral"
-    assert "foo" in dict(pricing.PROVIDER_IDS)
+
+
+def test_a_plug_ins_own_setting_is_known_before_its_class_is_loaded(foo_plugin: Path) -> None:
+    settings = ProviderSettings.model_validate({"region": "us"})  # loads the providers to learn their keys
+    assert settings.provider_options == {"region": "us"} and "foo_plugin" in sys.modules
 
 
 def test_the_embedded_models_settings_are_its_options() -> None:
