@@ -41,12 +41,15 @@ class SimConfig:
     batch_line_errors: float = 0.0  #: fraction of batch lines (by custom id hash) answered with a 500 error
     #: refuse what the real APIs refuse, as they do (simserver.strict); ``--lenient`` / ``strict: false`` turns it off
     strict: bool = True
+    #: the models the model lookups know, comma-separated (``--models a,b``; a list in /sim/config); None: every
+    #: model (simserver.models). Model requests are answered whatever the model.
+    models: str | None = None
 
     def __post_init__(self) -> None:
         checked_updates(dataclasses.asdict(self))
 
 
-_OPTIONAL = {"rpm": int, "tpm": int, "itpm": int, "otpm": int, "api_key": str, "script": str}
+_OPTIONAL = {"rpm": int, "tpm": int, "itpm": int, "otpm": int, "api_key": str, "script": str, "models": str}
 _FRACTIONS = {"batch_expire", "batch_line_errors"}  #: besides the fault_* fields, the fields between 0 and 1
 #: field name -> the type its values take (the command line's ``type=``)
 FIELD_KINDS: dict[str, type] = {f.name: _OPTIONAL.get(f.name) or type(f.default)
@@ -68,6 +71,10 @@ def checked_updates(updates: Any) -> dict[str, Any]:
             raise ValueError(f"unknown config field {name!r}")
         if name in _OPTIONAL and value is None:
             out[name] = None
+        elif name == "models" and isinstance(value, list):
+            if not value or not all(isinstance(model, str) and model and "," not in model for model in value):
+                raise ValueError("models must be a non-empty list of model names")
+            out[name] = ",".join(value)
         elif kind is str:
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{name} must be a non-empty string")
