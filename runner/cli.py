@@ -1,4 +1,4 @@
-"""The ``runner`` command: submit, estimate, validate, resume, work, runs, report, compare, costs, sim.
+"""The ``runner`` command: submit, check, estimate, validate, resume, work, runs, report, compare, costs, sim.
 
 Every error a user can cause ends in ``Error: <one sentence>`` on stderr and a non-zero exit (2 for a job
 file that does not validate or a submit whose worst case exceeds its budget, 1 otherwise), never a traceback.
@@ -93,10 +93,11 @@ def _has_password(db: str) -> bool:
         return "@" in db and ":" in db.split("://", 1)[1].split("@", 1)[0]
 
 
-def _run(job: Job, store: Store, run_id: str | None = None, replan: bool = False) -> None:
+def _run(job: Job, store: Store, run_id: str | None = None, replan: bool = False, check: bool = True) -> None:
     """Run (or resume) with the live view, then print the summary and exit with the run's status."""
     started = (lambda rid: _say(f"run {rid}: started job {job.name}")) if run_id is None else None
-    outcome = asyncio.run(service.run(job, store, run_id=run_id, replan=replan, view=make_view(), on_run_id=started))
+    outcome = asyncio.run(service.run(job, store, run_id=run_id, replan=replan, view=make_view(), on_run_id=started,
+                                      check=check))
     for line in service.summary_lines(store, outcome.run_id):
         _say(line)
     for stage, path in (outcome.results or {}).items():
@@ -168,9 +169,13 @@ def submit(
     replan: Annotated[bool, typer.Option(
         "--replan", help="Plan every request again, even of a stage unchanged since a run that finished it "
         "(answers still come from the cache); by default such a stage is copied from that run whole.")] = False,
+    no_check: Annotated[bool, typer.Option(
+        "--no-check", help="Send without first probing each model's endpoint (`runner check`), e.g. for a server "
+        "whose models list is flaky.")] = False,
 ) -> None:
-    """Validate a job file, estimate its cost, and run it; print accuracy and cost at the end. Refuses (exit 2)
-    when the estimate's worst case exceeds the run's budget, unless --allow-partial."""
+    """Validate a job file, estimate its cost, probe each model's endpoint, and run it; print accuracy and cost at
+    the end. Refuses (exit 2) when the estimate's worst case exceeds the run's budget, unless --allow-partial; stops
+    (exit 1) before any request when an endpoint is unreachable, refuses its key or does not know the model."""
     job = service.apply_settings(_load(job_file, var), budget=budget, limit=limit)
     store = _store(db)
     submission = service.prepare_submit(job, store, allow_partial=allow_partial, replan=replan)
@@ -181,7 +186,28 @@ def submit(
         _say(submission.partial, err=True)
     for line in submission.warnings:
         _say(line, err=True)
-    _run(submission.job, store, replan=submission.replan)
+    _run(submission.job, store, replan=submission.replan, check=not no_check)
+
+
+@app.command()
+def check(
+    job_file: Annotated[Path, typer.Argument(help="The job YAML file.")],
+    var: VarOption = None,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", help="Seconds each endpoint may take to answer (default: RUNNER_CHECK_TIMEOUT or 3).",
+        show_default=False)] = None,
+) -> None:
+    """Ask each model's endpoint once, with its cheapest call (a model lookup or models list, never a paid
+    request), and print one line per model: ok, or what is wrong (unreachable, key refused, unknown model, missing
+    key or SDK). Exit 1 when any failed."""
+    from runner import preflight
+
+    job = _load(job_file, var)
+    results = asyncio.run(preflight.probe_models(job, timeout=timeout))
+    for line in preflight.lines(results):
+        _say(line)
+    if not all(probe.ok for probe in results):
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.engine import run as engine
-from runner.engine.checks import budget_warnings, dataset_warnings, load_run_job, pid_alive, set_budget
+from runner.engine.checks import (
+    budget_warnings,
+    check_before_sending,
+    dataset_warnings,
+    load_run_job,
+    pid_alive,
+    set_budget,
+)
 from runner.errors import RunnerError
 
 if TYPE_CHECKING:
@@ -47,10 +54,12 @@ class Wording:
     budget: str
     #: the setting that keeps the first N items
     limit: str
+    #: the setting that skips the pre-flight check of the endpoints
+    no_check: str = "--no-check"
 
 
 CLI = Wording(allow_partial="--allow-partial", give="add", budget="--budget", limit="--limit")
-API = Wording(allow_partial="allow_partial=True", give="pass", budget="budget=", limit="limit=")
+API = Wording(allow_partial="allow_partial=True", give="pass", budget="budget=", limit="limit=", no_check="check=False")
 
 
 @dataclass
@@ -151,10 +160,25 @@ def prepare_join(store: Store, run_id: str) -> tuple[dict[str, Any], Job]:
 
 
 async def run(job: Job, store: Store, *, run_id: str | None = None, join: bool = False, replan: bool = False,
-              view: View | None = None, on_run_id: Callable[[str], None] | None = None) -> Outcome:
-    """Execute a new run of ``job``, resume ``run_id``, or (``join``) work on it beside other processes."""
+              view: View | None = None, on_run_id: Callable[[str], None] | None = None, check: bool = True,
+              wording: Wording = CLI) -> Outcome:
+    """Execute a new run of ``job``, resume ``run_id``, or (``join``) work on it beside other processes. A new run
+    first passes the checks that need no request, then (``check``) the pre-flight probe of every model's endpoint
+    (:func:`preflight`)."""
+    if check and run_id is None and not join:
+        await preflight(job, wording)
     return await engine.execute(job, store, run_id=run_id, view=view, on_run_id=on_run_id, reuse=not replan,
                                 join=join)
+
+
+async def preflight(job: Job, wording: Wording = CLI) -> None:
+    """Before a new run: the checks that need no request (keys, SDKs, prices, folders: raised as the run raises
+    them), then one probe of each model's endpoint (runner/preflight.py), concurrently and within seconds;
+    ``PreflightFailed`` with every failure, before the run row exists and before any paid request."""
+    from runner import preflight as probes
+
+    check_before_sending(job)
+    await probes.require(job, skip=wording.no_check)
 
 
 def summary_lines(store: Store, run_id: str) -> list[str]:

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, Refused, TransientError
+from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, Refused, TransientError
 
 from . import capabilities
 from .base import Completion, Provider, ProviderSettings, RateWindow, register
@@ -120,6 +120,20 @@ class AnthropicProvider(Provider):
         if self.client is not None:
             await self.client.close()
             self.client = None
+
+    async def probe(self, model: str) -> None:
+        """``GET /v1/models/{model}`` (the SDK's ``models.retrieve``, which takes ids and aliases), not charged: a
+        404 is a model the key cannot use (https://docs.anthropic.com/en/api/models)."""
+        import anthropic
+
+        assert self.client is not None, "start() was not awaited"
+        with self.map_errors():
+            try:
+                await self.client.models.retrieve(model)
+            except anthropic.NotFoundError as exc:
+                kind, message = _error_type(exc)
+                raise ModelSetupError(f"{self.name}:{model} is not a model {self.where} knows "
+                                      f"({words(404, kind, None, None, message)}): check the model id") from exc
 
     def request_of(self, messages: list[dict[str, str]], params: dict[str, Any],
                    model: str = "") -> tuple[dict[str, Any], dict[str, Any]]:

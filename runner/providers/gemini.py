@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, Refused, TransientError
+from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, Refused, TransientError
 
 from . import capabilities
 from .base import Completion, Provider, ProviderSettings, register
@@ -122,6 +122,22 @@ class GeminiProvider(Provider):
         if self.client is not None:
             await self.client.aio.aclose()
             self.client = None
+
+    async def probe(self, model: str) -> None:
+        """``GET /v1beta/models/{model}`` (the SDK's ``models.get``), not charged: a 404 NOT_FOUND is a model the
+        API does not serve (https://ai.google.dev/api/models#method:-models.get)."""
+        from google.genai import errors
+
+        assert self.client is not None, "start() was not awaited"
+        with self.map_errors():
+            try:
+                await self.client.aio.models.get(model=model)
+            except errors.ClientError as exc:
+                if exc.code != 404:
+                    raise
+                raise ModelSetupError(f"{self.name}:{model} is not a model {self.where} knows "
+                                      f"({words(404, exc.status, None, None, exc.message)}): check the model id"
+                                      ) from exc
 
     @staticmethod
     def request_of(messages: list[dict[str, str]], params: dict[str, Any],

@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from runner.errors import AuthError, BadRequest, QuotaExceeded, RateLimited, Refused, TransientError
+from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, Refused, TransientError
 
 from .base import (
     Completion,
@@ -215,6 +215,22 @@ class OpenAIChatProvider(Provider):
         if self.client is not None:
             await self.client.close()
             self.client = None
+
+    async def probe(self, model: str) -> None:
+        """``GET /models/{model}`` (the SDK's ``models.retrieve``), which OpenAI and the simulated server answer
+        without charge: a 404 ``model_not_found`` is an unknown model, any other 404 a base URL without the API."""
+        import openai
+
+        assert self.client is not None, "start() was not awaited"
+        with self.map_errors():
+            try:
+                await self.client.models.retrieve(model)
+            except openai.NotFoundError as exc:
+                if _error_code(exc) == "model_not_found":
+                    raise ModelSetupError(f"{self.name}:{model} is not a model {self.where} knows "
+                                          f"({_said(exc, 404)}): check the model id") from exc
+                raise ModelSetupError(f"{self.name}:{model}: {self.where} has no models endpoint (404): check its "
+                                      "base_url (the API's root, e.g. ending in /v1)") from exc
 
     def request_body(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:
         """The Chat Completions body of one request: what :meth:`execute` sends, and a batch line's body."""

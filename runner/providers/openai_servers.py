@@ -70,6 +70,9 @@ class OpenAICompatibleProvider(Provider):
         for label in self.endpoints:  # every declared endpoint's client, once, before any request
             await self._client(label + "/").start()
 
+    async def probe(self, model: str) -> None:
+        await self._client(model).probe(self.split(model)[1])
+
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         return await self._client(model).execute(self.split(model)[1], messages, params)
 
@@ -96,6 +99,31 @@ class _CompatibleEndpoint(OpenAIChatProvider):
     @property
     def where(self) -> str:
         return f"endpoint {self.label} ({self.base_url})"
+
+    async def probe(self, model: str) -> None:
+        """``GET /models`` (``models.list``): vLLM's and llama.cpp's servers have no per-model lookup, Ollama and
+        LM Studio list theirs too. A model the list does not name is unknown, unless the server lists one model
+        only: llama.cpp's servers answer any name with their one model (vLLM refuses it on the first request)."""
+        import openai
+
+        assert self.client is not None, "start() was not awaited"
+        named = f"{self.name}:{self.label}/{model}"
+        with self.map_errors():
+            try:
+                served = [entry.id async for entry in self.client.models.list()]
+            except openai.NotFoundError as exc:
+                raise ModelSetupError(f"{named}: {self.where} has no models endpoint (404): check the endpoint's "
+                                      "base_url (vLLM, llama.cpp and Ollama serve the API under /v1)") from exc
+        if len(served) <= 1 or any(_same_model(model, entry) for entry in served):
+            return
+        listed = ", ".join(served[:10]) + (f" and {len(served) - 10} more" if len(served) > 10 else "")
+        raise ModelSetupError(f"{named}: {self.where} does not serve {model} (it lists {listed}): name one of "
+                              "those")
+
+
+def _same_model(name: str, served: str) -> bool:
+    """Whether the server's ``served`` id is ``name`` (Ollama lists ``llama3:latest`` for ``llama3``)."""
+    return served == name or (":" not in name and served == f"{name}:latest")
 
 
 @register
