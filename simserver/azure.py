@@ -27,6 +27,7 @@ capability rules of the model behind the deployment.
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,7 @@ from .wire import Ask, response, retry_headers
 if TYPE_CHECKING:
     from .server import SimServer
 
-__all__ = ["API_VERSIONS", "AzureFormat", "add_routes"]
+__all__ = ["API_VERSIONS", "AzureFormat", "add_routes", "set_deployments"]
 
 NAME = "azure-openai"
 #: the data-plane API versions served (GA and preview, from the REST reference's version list and
@@ -320,7 +321,18 @@ def _line_number(data: bytes, custom_id: str) -> int | None:
     return None
 
 
+#: each server's resource, for :func:`set_deployments`
+_RESOURCES: weakref.WeakKeyDictionary[Any, AzureResource] = weakref.WeakKeyDictionary()
+
+
+def set_deployments(server: SimServer, deployments: Mapping[str, str] | None) -> None:
+    """In the server's process, what ``POST /sim/azure/deployments`` does: only these deployments (name -> model)
+    exist, or with None any name is a deployment of the model of that name."""
+    _RESOURCES[server].deployments = dict(deployments) if deployments is not None else None
+
+
 def add_routes(server: Any, app: Any) -> None:
     """Add one simulated Azure OpenAI resource's routes to ``app`` (``server`` is the
     :class:`~simserver.server.SimServer`)."""
-    AzureResource(server).add_routes(app)
+    _RESOURCES[server] = AzureResource(server)
+    _RESOURCES[server].add_routes(app)

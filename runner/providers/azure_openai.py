@@ -185,8 +185,10 @@ class AzureOpenAIProvider(OpenAIChatProvider):
     # -- pre-flight -----------------------------------------------------------------------------------
 
     async def probe(self, model: str) -> None:
-        """The models list (free: the endpoint answers, takes the key and the API version), then one 1-token
-        completion on the deployment, since the data plane has no deployment lookup."""
+        """The models list (free: the endpoint answers, takes the key and the API version), then a request to the
+        deployment with no messages: the data plane has no deployment lookup, and Azure routes a request to its
+        deployment (404 DeploymentNotFound) before the model validates its body (a 400, not billed), so it tells
+        whether the deployment exists without spending a token."""
         assert self.client is not None, "start() was not awaited"
         label = f"{self.name}:{model}"
         try:
@@ -205,11 +207,8 @@ class AzureOpenAIProvider(OpenAIChatProvider):
                                   f"providers: {self.name}: api_version to one Azure supports") from exc
         try:
             with self.map_errors():
-                await self.client.chat.completions.create(model=model, max_completion_tokens=1,
-                                                          messages=[{"role": "user", "content": "ping"}])
+                await self.client.chat.completions.create(model=model, messages=[], max_completion_tokens=1)
         except BadRequest as exc:
             if exc.status == 404:
                 raise ModelSetupError(f"{label}: the resource has no deployment named {model!r}; deploy it or name "
                                       "one of its deployments") from exc
-            raise ModelSetupError(f"{label}: the deployment refused a one-token request ({exc})") from exc
-
