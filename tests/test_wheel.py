@@ -135,6 +135,15 @@ def test_the_wheel_ships_the_bundled_files_and_runs_from_an_empty_folder(tmp_pat
         assert expected in names, expected
     assert sum(1 for name in names if name.startswith("runner/bundled/prompts/")) >= 20
     assert sum(1 for name in names if name.startswith("runner/bundled/jobs/")) >= 10
+    # every bundled provider is an entry point, and the SDKs of the extras are not dependencies
+    with zipfile.ZipFile(wheel) as archive:
+        (info,) = {name.split("/")[0] for name in names if name.endswith(".dist-info/METADATA")}
+        entry_points = archive.read(f"{info}/entry_points.txt").decode()
+        metadata = archive.read(f"{info}/METADATA").decode()
+    assert "[runner.providers]" in entry_points and "sim = runner.providers.openai_servers:SimProvider" in entry_points
+    required = [line for line in metadata.splitlines() if line.startswith("Requires-Dist: ")]
+    for sdk in ("anthropic", "google-genai", "boto3", "azure-identity"):
+        assert all("extra ==" in line for line in required if line.split()[1].startswith(sdk)), sdk
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)

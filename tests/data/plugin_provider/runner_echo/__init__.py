@@ -1,0 +1,1 @@
+"""A provider plug-in for llm-job-runner's tests."""
