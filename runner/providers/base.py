@@ -449,6 +449,9 @@ def provider_class(name: str) -> type[Provider]:
     """The provider class named ``name`` (or one of its aliases), loaded from its entry point the first time it
     is asked for; ``KeyError`` when no provider has that name, ``ModelSetupError`` (one sentence) when its entry
     point does not load or is claimed by two packages."""
+    found = _registry.get(_aliases.get(name, name))  # the hot path (token counts, prices): no lock once loaded
+    if found is not None:
+        return found
     with _loading:
         found = _registry.get(_aliases.get(name, name))
         if found is not None:
