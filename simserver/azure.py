@@ -294,7 +294,8 @@ class AzureBatches(OpenAIBatches):
 
 def _as_openai_urls(data: bytes) -> bytes:
     """The input file with Azure's line url (``/chat/completions``) written as OpenAI's, so OpenAI's line reader
-    checks the rest; other lines are kept as they are (its errors then name them, line numbers unchanged)."""
+    checks the rest; other lines are kept as they are (its errors then name them, line numbers unchanged) but for
+    OpenAI's url, made one that matches nothing."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -305,8 +306,10 @@ def _as_openai_urls(data: bytes) -> bytes:
             item = json.loads(raw)
         except ValueError:
             item = None
-        if isinstance(item, dict) and item.get("url") == ENDPOINT:
-            raw = json.dumps({**item, "url": _OPENAI_ENDPOINT}, ensure_ascii=False)
+        if isinstance(item, dict) and item.get("url") in (ENDPOINT, _OPENAI_ENDPOINT):
+            # OpenAI's own url is not Azure's: it stays a mismatched url
+            raw = json.dumps({**item, "url": _OPENAI_ENDPOINT if item["url"] == ENDPOINT else None},
+                             ensure_ascii=False)
         out.append(raw)
     return "\n".join(out).encode()
 
