@@ -1,0 +1,229 @@
+"""Google Vertex AI: Gemini through google-genai in Vertex mode, and Claude on Vertex through the anthropic SDK's
+``AsyncAnthropicVertex``, both with their SDK's retries off.
+
+Models are named ``vertex:gemini-2.5-flash`` and ``vertex:claude-sonnet-4-5@20250929`` (a ``claude-`` model goes to
+Claude on Vertex). The project and location come from ``providers: {vertex: {project: ..., location: ...}}``, else
+GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (the variables google-genai reads); the credentials from Application
+Default Credentials only (GOOGLE_APPLICATION_CREDENTIALS, ``gcloud auth application-default login``, a cloud
+machine's service account), loaded once per run and shared by both SDKs; nothing of them is stored or shown.
+
+The wire mapping is the gemini and anthropic providers' own (``GeminiProvider.request_of``/``completion_of``,
+``AnthropicProvider.request_of``/``completion_of``), so thinking, structured output and the capability table behave
+as for ``gemini:`` and ``anthropic:``. Claude's body carries ``anthropic_version: vertex-2023-10-16`` (the value
+Vertex takes, https://docs.claude.com/en/api/claude-on-vertex-ai), pinned as the anthropic provider pins its header.
+
+Cache key: the provider name (``vertex``) keeps these answers apart from ``gemini:``'s and ``anthropic:``'s; the
+project and location are not in it: they decide who pays and which quota is used, not what the model answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from runner.errors import AuthError, BadRequest, ModelSetupError, TransientError
+
+from .anthropic_messages import AnthropicProvider
+from .base import Completion, Provider, ProviderSettings, register
+from .gemini import GeminiProvider
+
+if TYPE_CHECKING:  # the SDKs are imported where they are used: discovering the providers must stay light
+    import anthropic
+    from google import genai
+    from google.auth.credentials import Credentials
+
+#: Claude on Vertex's ``anthropic_version`` (in the body, not a header)
+VERTEX_ANTHROPIC_VERSION = "vertex-2023-10-16"
+#: Vertex's API version for Gemini: v1 (GA) has systemInstruction, responseMimeType, responseJsonSchema and
+#: thinkingConfig (cloud.google.com/vertex-ai/docs/reference/rest/v1/GenerationConfig)
+VERTEX_API_VERSION = "v1"
+_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+_ADC = ("export GOOGLE_APPLICATION_CREDENTIALS=<a service-account key file> or run "
+        "`gcloud auth application-default login`")
+
+
+def is_claude(model: str) -> bool:
+    return model.startswith("claude-")
+
+
+class _VertexGemini(GeminiProvider):
+    """The gemini provider's mapping over a Vertex-mode client (not registered)."""
+
+    key_env_var: ClassVar[str | None] = "GOOGLE_APPLICATION_CREDENTIALS"
+
+    def key_variables(self) -> list[str]:
+        return ["GOOGLE_APPLICATION_CREDENTIALS"]
+
+
+class _VertexClaude(AnthropicProvider):
+    """The anthropic provider's mapping over ``AsyncAnthropicVertex`` (not registered); API version 2023-06-01's
+    rules, which ``vertex-2023-10-16`` tracks (sampling parameters taken where the model takes them)."""
+
+    key_env_var: ClassVar[str | None] = "GOOGLE_APPLICATION_CREDENTIALS"
+
+
+@register
+class VertexProvider(Provider):
+    name: ClassVar[str] = "vertex"
+    sdk_modules: ClassVar[tuple[str, ...]] = ("google.genai", "google.auth", "anthropic")
+    extra: ClassVar[str | None] = "vertex"
+    default_concurrency: ClassVar[int] = 32
+    adaptive: ClassVar[bool] = True
+    #: genai-prices' Google provider matches Vertex and falls back to Anthropic's prices for Claude models
+    price_id: ClassVar[str | None] = "google"
+    #: Vertex batch prediction reads from and writes to GCS or BigQuery: not built
+    supports_batch: ClassVar[bool] = False
+
+    class Options(Provider.Options):
+        #: the Google Cloud project (else GOOGLE_CLOUD_PROJECT)
+        project: str | None = None
+        #: the region, e.g. us-central1, or global (else GOOGLE_CLOUD_LOCATION)
+        location: str | None = None
+
+    def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
+        super().__init__(settings)
+        self.project = self.options.project or os.environ.get("GOOGLE_CLOUD_PROJECT") or None
+        self.location = self.options.location or os.environ.get("GOOGLE_CLOUD_LOCATION") or None
+        host = settings.base_url or (f"{self.location}-aiplatform.googleapis.com" if self.location else "Vertex AI")
+        self.where = f"vertex at {host}"
+        shared = ProviderSettings.model_validate(settings.model_dump(exclude_unset=True))  # without project, location
+        self.gemini = _VertexGemini(shared)
+        self.claude = _VertexClaude(shared)
+        self.claude.api_version = "2023-06-01"
+        self.gemini.where = self.claude.where = self.where
+        self.credentials: Credentials | None = None
+
+    def key_variables(self) -> list[str]:
+        return []  # no key: Application Default Credentials (start() loads them)
+
+    def check_key(self, model: str) -> None:
+        """The project and location are known (the credentials are loaded by :meth:`start`)."""
+        for value, setting, variable in ((self.project, "project", "GOOGLE_CLOUD_PROJECT"),
+                                         (self.location, "location", "GOOGLE_CLOUD_LOCATION")):
+            if not value:
+                raise ModelSetupError(f"vertex:{model} needs a Google Cloud {setting}: set providers: {{vertex: "
+                                      f"{{{setting}: ...}}}} in the job or export {variable} (no request was sent)")
+
+    def endpoint_key(self, model: str) -> str:
+        return f"vertex:{self.project}:{self.location}:{self.settings.base_url or ''}:{model}"
+
+    async def start(self) -> None:
+        """Load the credentials and open the Gemini client, the SDKs imported and built in a worker thread (their
+        imports take seconds on a busy machine; the event loop serves the other providers meanwhile). The Claude
+        client waits for the first Claude model (:meth:`_claude_client`)."""
+        import asyncio
+
+        self.credentials = await asyncio.to_thread(self._load_credentials)
+        self.gemini.client = await asyncio.to_thread(self._gemini_client)
+
+    def _load_credentials(self) -> Credentials:
+        import google.auth
+        from google.auth import exceptions
+
+        try:  # the token is fetched on the first request: a refused credential is then an AuthError
+            credentials, _ = google.auth.default(scopes=[_SCOPE])
+        except exceptions.DefaultCredentialsError as exc:
+            raise ModelSetupError(f"vertex needs Google credentials, and none could be loaded: {_ADC} (no request "
+                                  "was sent)") from exc
+        return credentials
+
+    def _root(self) -> str | None:
+        return self.settings.base_url.rstrip("/") if self.settings.base_url else None
+
+    def _gemini_client(self) -> genai.Client:
+        from google import genai
+        from google.genai import types
+
+        return genai.Client(
+            vertexai=True, project=self.project, location=self.location, credentials=self.credentials,
+            http_options=types.HttpOptions(
+                base_url=self._root(), api_version=VERTEX_API_VERSION, timeout=int(self.settings.timeout * 1000),
+                retry_options=types.HttpRetryOptions(attempts=1)))  # runner-owned retries (invariant 4)
+
+    async def _claude_client(self) -> anthropic.AsyncAnthropicVertex:
+        import asyncio
+        import importlib
+
+        if self.claude.client is None:
+            sdk = await asyncio.to_thread(importlib.import_module, "anthropic")
+            if self.claude.client is None:  # another request may have built it meanwhile
+                root, timeout = self._root(), self.settings.timeout
+                self.claude.client = sdk.AsyncAnthropicVertex(
+                    region=self.location, project_id=self.project, credentials=self.credentials,
+                    base_url=f"{root}/v1" if root else None, max_retries=0, timeout=timeout,  # runner-owned retries
+                    http_client=sdk.DefaultAioHttpClient(timeout=timeout))
+        return self.claude.client
+
+    async def aclose(self) -> None:
+        await self.gemini.aclose()
+        await self.claude.aclose()
+
+    async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
+        if is_claude(model):
+            return await self._claude(model, messages, params)
+        gemini = self.gemini
+        assert gemini.client is not None, "start() was not awaited"
+        contents, config = gemini.request_of(messages, params, model)
+        with self.map_errors(model):
+            response = await gemini.client.aio.models.generate_content(model=model, contents=contents, config=config)
+        return gemini.completion_of(response)
+
+    async def _claude(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
+        claude = self.claude
+        client = await self._claude_client()
+        kwargs, sampling = claude.request_of(messages, params, model)
+        kwargs["extra_body"] = {**sampling, "anthropic_version": VERTEX_ANTHROPIC_VERSION}
+        with self.map_errors(model):
+            raw = await client.messages.with_raw_response.create(model=model, **kwargs)
+        try:
+            body = json.loads(raw.http_response.content)
+        except ValueError as exc:
+            raise TransientError(f"{self.where}: the response was not valid JSON ({type(exc).__name__})",
+                                 error_class="malformed_response") from exc
+        return claude.completion_of(body)
+
+    async def probe(self, model: str) -> None:
+        """Model Garden's publisher-model lookup through google-genai (``GET v1/publishers/{publisher}/models/
+        {model}``), free, for Claude too (its base model, without ``@version``); it does not check that the model
+        is offered in the location."""
+        client = self.gemini.client
+        assert client is not None, "start() was not awaited"
+        name = f"publishers/anthropic/models/{model.partition('@')[0]}" if is_claude(model) else model
+        try:
+            with self.map_errors(model, through_genai=True):
+                await client.aio.models.get(model=name)
+        except BadRequest as exc:
+            if exc.status == 404:
+                raise ModelSetupError(f"vertex:{model} is not a model Vertex AI knows ({self.where}, project "
+                                      f"{self.project}): check the model id") from None
+            raise
+        except TransientError as exc:
+            if exc.error_class in ("connection", "timeout"):
+                raise TransientError(f"vertex:{model}: {self.where} did not answer ({exc.error_class}); is the "
+                                     "endpoint reachable?", error_class=exc.error_class) from None
+            raise
+
+    @contextlib.contextmanager
+    def map_errors(self, model: str, *, through_genai: bool = False) -> Iterator[None]:
+        """The gemini and anthropic providers' mappings of their SDK's errors, with Vertex's words for refused
+        credentials, and google-auth's errors (a token refresh during a request) as the runner's classes. Claude's
+        requests go through the anthropic SDK unless ``through_genai`` (the probe's lookup)."""
+        from google.auth import exceptions
+
+        mapping = self.claude.map_errors() if is_claude(model) and not through_genai else self.gemini.map_errors()
+        try:
+            with mapping:
+                yield
+        except AuthError as exc:
+            raise AuthError(f"vertex:{model} at {self.where.removeprefix('vertex at ')}: the credentials were "
+                            f"refused ({exc.status}); {_ADC} with an account that may use Vertex AI in project "
+                            f"{self.project}", status=exc.status) from exc
+        except exceptions.RefreshError as exc:
+            raise AuthError(f"vertex:{model}: Google refused to refresh the credentials; {_ADC}",
+                            status=401) from exc
+        except exceptions.TransportError as exc:
+            raise TransientError(f"vertex:{model}: Google's token endpoint could not be reached",
+                                 error_class="connection") from exc
