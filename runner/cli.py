@@ -93,11 +93,13 @@ def _has_password(db: str) -> bool:
         return "@" in db and ":" in db.split("://", 1)[1].split("@", 1)[0]
 
 
-def _run(job: Job, store: Store, run_id: str | None = None, replan: bool = False, check: bool = True) -> None:
-    """Run (or resume) with the live view, then print the summary and exit with the run's status."""
+def _run(job: Job, store: Store, run_id: str | None = None, replan: bool = False,
+         probe: list[str] | None = None) -> None:
+    """Run (or resume) with the live view, then print the summary and exit with the run's status; a new run first
+    probes the endpoints of ``probe`` (none when empty)."""
     started = (lambda rid: _say(f"run {rid}: started job {job.name}")) if run_id is None else None
     outcome = asyncio.run(service.run(job, store, run_id=run_id, replan=replan, view=make_view(), on_run_id=started,
-                                      check=check))
+                                      probe=probe or []))
     for line in service.summary_lines(store, outcome.run_id):
         _say(line)
     for stage, path in (outcome.results or {}).items():
@@ -186,7 +188,7 @@ def submit(
         _say(submission.partial, err=True)
     for line in submission.warnings:
         _say(line, err=True)
-    _run(submission.job, store, replan=submission.replan, check=not no_check)
+    _run(submission.job, store, replan=submission.replan, probe=[] if no_check else submission.probe)
 
 
 @app.command()

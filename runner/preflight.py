@@ -146,10 +146,12 @@ async def probe_models(job: Job, models: Iterable[str] | None = None, *, timeout
     return [Probe(model, problems.get(model)) for model in names]
 
 
-async def require(job: Job, *, timeout: float | None = None, skip: str = "--no-check") -> None:
-    """Probe every model of ``job``; raise :class:`PreflightFailed` (every failure, one sentence each) when any
-    failed. ``skip`` names the setting that turns the check off, as the front door spells it."""
-    results = await probe_models(job, timeout=timeout)
+async def require(job: Job, models: Iterable[str] | None = None, *, timeout: float | None = None,
+                  skip: str = "--no-check") -> None:
+    """Probe ``models`` (every model of ``job`` by default); raise :class:`PreflightFailed` (every failure, one
+    sentence each) when any failed. ``skip`` names the setting that turns the check off, as the front door spells
+    it."""
+    results = await probe_models(job, models, timeout=timeout)
     failed = [probe for probe in results if not probe.ok]
     if failed:
         raise PreflightFailed(failed, len(results), skip)

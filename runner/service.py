@@ -16,7 +16,7 @@ It sits beside the front doors, not in ``runner/engine/``, because it uses the e
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,6 +76,9 @@ class Submission:
     warnings: list[str] = field(default_factory=list)
     #: why the run may not start: its worst case exceeds its budget, and starting over it was not allowed
     refusal: RunnerError | None = None
+    #: the models the pre-flight check probes: those with requests to send, and every model of a pipeline stage
+    #: whose rows do not exist yet (a job answered wholly from the memo needs no endpoint)
+    probe: list[str] = field(default_factory=list)
 
     def raise_if_refused(self) -> Submission:
         """Raise the refusal (:class:`~runner.report.estimate.OverBudget`, exit 2) when there is one; the CLI
@@ -140,7 +143,19 @@ def prepare_submit(job: Job, store: Store, *, allow_partial: bool = False, repla
         partial = (f"{wording.allow_partial}: the budget ${cap:,.4f} covers part of the worst case; the "
                    "run stops when it is spent")
     warnings = [] if refused is not None else [*dataset_warnings(job), *budget_warnings(job)]
-    return Submission(job=job, estimate=est, replan=replan, partial=partial, warnings=warnings, refusal=refused)
+    return Submission(job=job, estimate=est, replan=replan, partial=partial, warnings=warnings, refusal=refused,
+                      probe=models_to_send(job, est))
+
+
+def models_to_send(job: Job, est: Estimate) -> list[str]:
+    """The models an estimate says the run will send to: those with requests left, and those of the stages it could
+    not plan (a pipeline's later stages)."""
+    sending = {group.model for group in est.groups if group.to_send}
+    planned = {group.stage for group in est.groups}
+    for stage in job.llm_stages():
+        if stage.name not in planned:
+            sending.update(job.stage_models(stage))
+    return sorted(sending)
 
 
 def prepare_resume(store: Store, run_id: str, *, budget: float | None = None) -> tuple[dict[str, Any], Job]:
@@ -161,24 +176,26 @@ def prepare_join(store: Store, run_id: str) -> tuple[dict[str, Any], Job]:
 
 async def run(job: Job, store: Store, *, run_id: str | None = None, join: bool = False, replan: bool = False,
               view: View | None = None, on_run_id: Callable[[str], None] | None = None, check: bool = True,
-              wording: Wording = CLI) -> Outcome:
+              probe: Sequence[str] | None = None, wording: Wording = CLI) -> Outcome:
     """Execute a new run of ``job``, resume ``run_id``, or (``join``) work on it beside other processes. A new run
-    first passes the checks that need no request, then (``check``) the pre-flight probe of every model's endpoint
-    (:func:`preflight`)."""
+    first passes the checks that need no request, then (``check``) the pre-flight probe of the endpoints of
+    ``probe`` (:attr:`Submission.probe`; None: every model of the job), see :func:`preflight`."""
     if check and run_id is None and not join:
-        await preflight(job, wording)
+        await preflight(job, probe, wording)
     return await engine.execute(job, store, run_id=run_id, view=view, on_run_id=on_run_id, reuse=not replan,
                                 join=join)
 
 
-async def preflight(job: Job, wording: Wording = CLI) -> None:
+async def preflight(job: Job, models: Sequence[str] | None = None, wording: Wording = CLI) -> None:
     """Before a new run: the checks that need no request (keys, SDKs, prices, folders: raised as the run raises
-    them), then one probe of each model's endpoint (runner/preflight.py), concurrently and within seconds;
-    ``PreflightFailed`` with every failure, before the run row exists and before any paid request."""
+    them), then one probe of each of ``models``' endpoints (every model of the job when None; runner/preflight.py),
+    concurrently and within seconds; ``PreflightFailed`` with every failure, before the run row exists and before
+    any paid request."""
     from runner import preflight as probes
 
     check_before_sending(job)
-    await probes.require(job, skip=wording.no_check)
+    if models is None or models:
+        await probes.require(job, models, skip=wording.no_check)
 
 
 def summary_lines(store: Store, run_id: str) -> list[str]:

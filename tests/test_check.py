@@ -152,6 +152,25 @@ def test_submit_stops_before_any_request_when_a_probe_fails_and_no_check_goes_on
     assert [run["status"] for run in open_store(db).list_runs()] == ["completed"]
 
 
+def test_a_job_the_memo_answers_wholly_needs_no_endpoint(tmp_path, monkeypatch, capsys):
+    proc = subprocess.Popen([sys.executable, "-m", "simserver", "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        root = proc.stdout.readline().rsplit(" ", 1)[-1].strip().removesuffix("/v1")
+        job = job_file(tmp_path, root, ["sim:sim-model"])
+        assert run_cli(monkeypatch, capsys, "submit", str(job))[0] == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    # the server is gone: the same job again is all cache hits, so nothing is probed and the run completes
+    code, _, err = run_cli(monkeypatch, capsys, "submit", str(job), "--replan")
+    assert code == 0, err
+    # one item more is a request to send: the probe stops it
+    write_rows(tmp_path / "job.jsonl", 4)
+    code, _, err = run_cli(monkeypatch, capsys, "submit", str(job))
+    assert code == 1 and err.splitlines()[-1].startswith("Error: sim:sim-model: sim at ")
+
+
 def test_one_failure_is_one_error_line(tmp_path, monkeypatch, capsys):
     job = job_file(tmp_path, "http://127.0.0.1:9", ["sim:m"])
     monkeypatch.setattr(preflight, "DEFAULT_TIMEOUT", 1.0)
