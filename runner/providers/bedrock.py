@@ -1,0 +1,310 @@
+"""AWS Bedrock: any model through the Converse API (boto3's ``bedrock-runtime`` client), Claude models through the
+anthropic SDK's ``AsyncAnthropicBedrock`` (InvokeModel with the Messages body, :mod:`runner.providers.bedrock_claude`),
+so that thinking, structured output and the capability table behave for them as for ``anthropic:``.
+
+Models are named by their Bedrock id, inference profiles included: ``bedrock:amazon.nova-pro-v1:0``,
+``bedrock:us.anthropic.claude-sonnet-4-5-20250929-v1:0`` (the job's model string is split at its first colon, so
+the id keeps its own). Credentials come from the standard AWS chain only (``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, ``AWS_PROFILE`` or ``providers: {bedrock: {profile: ...}}``, the
+shared files, SSO, instance and container roles, and a Bedrock API key in ``AWS_BEARER_TOKEN_BEDROCK``): they are
+handed to the SDKs by the chain, never read into the runner's settings, stored or shown. The region is
+``providers: {bedrock: {region: ...}}``, else ``AWS_REGION``, else ``AWS_DEFAULT_REGION``, else the profile's.
+
+boto3 is synchronous: Converse calls run in a thread pool of this provider's own, as wide as its concurrency (and
+botocore's connection pool as wide), so the event loop never waits on one. Chosen over signing Converse requests by
+hand for aiohttp because the whole client path then runs as AWS ships it (parameter validation, serialisation,
+SigV4 or bearer signing, credential refresh, response parsing, the service's error codes); the cost is one thread per
+request in flight, bounded by the concurrency. botocore's retries are off (``total_max_attempts: 1``, the runner
+retries: ARCHITECTURE.md invariant 4). Bedrock sends no rate-limit headers: the endpoint's concurrency adapts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from runner.errors import (
+    AuthError,
+    BadRequest,
+    ModelSetupError,
+    ProviderError,
+    QuotaExceeded,
+    RateLimited,
+    Refused,
+    TransientError,
+)
+
+from .base import Completion, Provider, ProviderSettings, register
+from .bedrock_ids import claude_name, is_profile
+from .wire import quoted, retry_after_seconds, words
+
+if TYPE_CHECKING:
+    from .bedrock_claude import BedrockClaude
+
+#: the variables of the standard chain a message may name (never their values)
+CREDENTIAL_HELP = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), "
+                   "or AWS_PROFILE, or run where an instance or container role applies")
+#: Converse's stop reasons as the runner's finish reasons (StopReason of botocore's bedrock-runtime model)
+_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "stop", "max_tokens": "length",
+           "model_context_window_exceeded": "length"}
+_FILTERED = ("content_filtered", "guardrail_intervened")
+#: the error codes of Bedrock's exceptions (botocore's bedrock-runtime model) and of the AWS auth layer
+_AUTH = ("AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException", "ExpiredTokenException",
+         "MissingAuthenticationTokenException", "IncompleteSignatureException", "ExpiredToken",
+         "InvalidClientTokenId", "SignatureDoesNotMatch")
+_TRANSIENT = ("ModelTimeoutException", "InternalServerException", "ServiceUnavailableException",
+              "ModelNotReadyException", "ModelErrorException", "ServiceUnavailable", "InternalFailure")
+#: what Converse cannot carry of the runner's parameters (InferenceConfiguration has maxTokens, temperature, topP
+#: and stopSequences only); a model's own fields would go in additionalModelRequestFields, which differ by model
+_NOT_CONVERSE = ("seed", "logprobs", "presence_penalty", "frequency_penalty", "response_format", "reasoning")
+
+
+@register
+class BedrockProvider(Provider):
+    name: ClassVar[str] = "bedrock"
+    sdk_modules: ClassVar[tuple[str, ...]] = ("boto3", "anthropic")
+    extra: ClassVar[str | None] = "bedrock"
+    key_env_var: ClassVar[str | None] = None  # the AWS credential chain, not one variable
+    default_concurrency: ClassVar[int] = 16
+    adaptive: ClassVar[bool] = True
+    price_id: ClassVar[str | None] = "aws"  # genai-prices' "AWS Bedrock" (ids with and without a geography prefix)
+    supports_batch: ClassVar[bool] = False  # batch inference reads and writes S3: not built (issue 23)
+
+    class Options(Provider.Options):
+        #: the AWS region (else AWS_REGION, AWS_DEFAULT_REGION, the profile's)
+        region: str | None = None
+        #: a named profile of the shared AWS files (else AWS_PROFILE)
+        profile: str | None = None
+
+    def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
+        super().__init__(settings)
+        self.runtime: Any = None  # boto3's bedrock-runtime client
+        self.claude: BedrockClaude | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    # -- region and credentials --------------------------------------------------------------------------
+
+    @property
+    def profile(self) -> str | None:
+        return self.options.profile or os.environ.get("AWS_PROFILE") or None
+
+    @functools.cached_property
+    def _session(self) -> Any:
+        import boto3
+        import botocore.exceptions
+
+        try:
+            return boto3.Session(profile_name=self.profile)
+        except botocore.exceptions.ProfileNotFound:
+            raise ModelSetupError(f"bedrock: the AWS profile {self.profile!r} is not in the shared AWS files: set "
+                                  "providers: {bedrock: {profile: ...}} or AWS_PROFILE to one that is") from None
+
+    def region(self) -> str | None:
+        return (self.options.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+                or self._session.region_name or None)
+
+    @property
+    def where(self) -> str:
+        return f"bedrock at {self.settings.base_url or f'bedrock-runtime.{self.region()}.amazonaws.com'}"
+
+    def key_variables(self) -> list[str]:
+        return []  # nothing to name in an endpoint key or a message but the region and profile (endpoint_key)
+
+    def check_key(self, model: str) -> None:
+        """A region and credentials from the chain, each missing one a sentence; nothing is sent."""
+        if not self.region():
+            raise ModelSetupError(f"bedrock:{model} needs an AWS region: set providers: {{bedrock: {{region: ...}}}} "
+                                  "in the job or export AWS_REGION (or AWS_DEFAULT_REGION) (no request was sent)")
+        if os.environ.get("AWS_BEARER_TOKEN_BEDROCK"):
+            return  # a Bedrock API key: both SDKs send it as a bearer token
+        if self._session.get_credentials() is None:
+            raise ModelSetupError(f"bedrock:{model} found no AWS credentials: {CREDENTIAL_HELP} (no request was "
+                                  "sent)")
+
+    def endpoint_key(self, model: str) -> str:
+        return f"{self.name}:{self.settings.base_url or ''}:{self.region()}:{self.profile or ''}:{model}"
+
+    # -- clients -------------------------------------------------------------------------------------------
+
+    def _width(self) -> int:
+        return self.settings.concurrency or self.default_concurrency
+
+    async def start(self) -> None:
+        from botocore.config import Config
+
+        config = Config(retries={"mode": "standard", "total_max_attempts": 1},  # the runner retries (invariant 4)
+                        connect_timeout=self.settings.timeout, read_timeout=self.settings.timeout,
+                        max_pool_connections=self._width())
+        self.runtime = self._session.client("bedrock-runtime", region_name=self.region(),
+                                            endpoint_url=self.settings.base_url, config=config)
+        self._pool = ThreadPoolExecutor(max_workers=self._width(), thread_name_prefix="bedrock")
+
+    def _claude(self) -> BedrockClaude:
+        if self.claude is None:
+            from .bedrock_claude import BedrockClaude
+
+            self.claude = BedrockClaude(self)
+        return self.claude
+
+    async def aclose(self) -> None:
+        if self.claude is not None:
+            await self.claude.aclose()
+            self.claude = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        if self.runtime is not None:
+            self.runtime.close()
+            self.runtime = None
+
+    async def _call(self, model: str, method: Any, pool: ThreadPoolExecutor | None, **kwargs: Any) -> Any:
+        """One boto3 call in ``pool`` (None: the loop's default threads), its errors mapped."""
+        loop = asyncio.get_running_loop()
+        with self.map_errors(model):
+            return await loop.run_in_executor(pool, functools.partial(method, **kwargs))
+
+    # -- Converse ------------------------------------------------------------------------------------------
+
+    def converse_request(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:
+        """The Converse request (boto3's keyword arguments) of the runner's messages and parameters; what Converse
+        cannot carry is refused before anything is sent."""
+        given = [name for name in _NOT_CONVERSE if params.get(name)]
+        if given:
+            raise BadRequest(f"bedrock:{model} takes no {', '.join(given)} through the Converse API: remove "
+                             f"params.{given[0]} for this model (no request was sent)")
+        temperature = params.get("temperature")
+        if temperature is not None and not 0 <= temperature <= 1:  # InferenceConfiguration.temperature: 0 to 1
+            raise BadRequest(f"bedrock:{model} takes temperature 0 to 1, not {temperature:g}: set "
+                             "params.temperature between 0 and 1 (no request was sent)")
+        system = [{"text": m["content"]} for m in messages if m.get("role") == "system" and m["content"]]
+        turns = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in messages
+                 if m.get("role") != "system"]
+        config: dict[str, Any] = {}
+        for ours, theirs in (("max_tokens", "maxTokens"), ("temperature", "temperature"), ("top_p", "topP"),
+                             ("stop", "stopSequences")):
+            if params.get(ours) is not None:
+                config[theirs] = params[ours]
+        request: dict[str, Any] = {"modelId": model, "messages": turns}
+        if system:
+            request["system"] = system
+        if config:
+            request["inferenceConfig"] = config
+        return request
+
+    def converse_completion(self, response: Mapping[str, Any]) -> Completion:
+        """A Converse response as a :class:`Completion`; a filtered answer (content filter, guardrail) is
+        ``Refused``, billed."""
+        blocks = ((response.get("output") or {}).get("message") or {}).get("content") or []
+        usage = response.get("usage") or {}
+        cache_read = usage.get("cacheReadInputTokens") or 0
+        cache_write = usage.get("cacheWriteInputTokens") or 0
+        thoughts = [((b.get("reasoningContent") or {}).get("reasoningText") or {}).get("text") for b in blocks]
+        thoughts = [t for t in thoughts if t]
+        stop = response.get("stopReason")
+        completion = Completion(
+            text="".join(b["text"] for b in blocks if isinstance(b.get("text"), str)),
+            finish_reason=_FINISH.get(stop, stop),
+            # Converse counts cached input apart (like Anthropic); the runner's input_tokens is all input
+            input_tokens=(usage.get("inputTokens") or 0) + cache_read + cache_write,
+            output_tokens=usage.get("outputTokens") or 0,
+            cached_tokens=cache_read,
+            cache_write_tokens=cache_write,
+            raw={key: value for key, value in response.items() if key != "ResponseMetadata"},
+            thinking="\n\n".join(thoughts) if thoughts else None,
+        )
+        if stop in _FILTERED:
+            raise Refused(f"{self.where}: the answer was withheld (stopReason {stop})", billed=completion)
+        return completion
+
+    async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
+        assert self.runtime is not None, "start() was not awaited"
+        if claude_name(model) is not None:
+            return await self._claude().execute(model, messages, params)
+        request = self.converse_request(model, messages, params)
+        response = await self._call(model, self.runtime.converse, self._pool, **request)
+        return self.converse_completion(response)
+
+    # -- pre-flight ------------------------------------------------------------------------------------------
+
+    async def probe(self, model: str) -> None:
+        """The control plane's lookup of the model (GetFoundationModel, or GetInferenceProfile for a cross-region
+        id): free, and it checks the endpoint, the credentials, the region and the model id at once."""
+        from botocore.config import Config
+
+        self.check_key(model)
+        timeout = min(self.settings.timeout, 5.0)
+        config = Config(retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=timeout,
+                        read_timeout=timeout)
+        control = self._session.client("bedrock", region_name=self.region(), endpoint_url=self.settings.base_url,
+                                       config=config)
+        try:  # in the loop's default threads: a probe may run before start()
+            if is_profile(model):
+                await self._call(model, control.get_inference_profile, None, inferenceProfileIdentifier=model)
+            else:
+                await self._call(model, control.get_foundation_model, None, modelIdentifier=model)
+        except (BadRequest, AuthError) as exc:
+            if isinstance(exc, AuthError) and exc.error_class != "unknown_model":
+                raise
+            raise ModelSetupError(f"bedrock:{model} is not a model this account can use in region {self.region()} "
+                                  f"({exc}): check the model id and providers: {{bedrock: {{region: ...}}}}") from exc
+        except TransientError as exc:
+            raise TransientError(f"bedrock:{model} could not be probed ({exc}): is the endpoint right and reachable?",
+                                 status=exc.status, error_class=exc.error_class) from exc
+        finally:
+            control.close()
+
+    # -- errors ----------------------------------------------------------------------------------------------
+
+    def error_of(self, code: str, status: int | None, message: str, headers: Mapping[str, str] | None,
+                 model: str) -> ProviderError:
+        """The runner's error for one of Bedrock's (its exception name, HTTP status, message), whichever SDK
+        carried it."""
+        where, said = self.where, words(status, code, None, None, message)
+        if code == "ThrottlingException" or (status == 429 and code != "ModelNotReadyException"):
+            return RateLimited(f"{where}: rate limited ({said})", retry_after=retry_after_seconds(headers))
+        if code == "ServiceQuotaExceededException":
+            return QuotaExceeded(f"{where}: the account's quota is used up ({said}); ask for more in the Service "
+                                 "Quotas console or wait for it to reset")
+        if code in _AUTH or status in (401, 403):
+            return AuthError(f"{where}: the AWS credentials were refused ({said}); check AWS_ACCESS_KEY_ID/"
+                             f"AWS_SECRET_ACCESS_KEY or AWS_PROFILE, and the model's access for bedrock:{model}",
+                             status=status)
+        if code == "ResourceNotFoundException" or status == 404:
+            return AuthError(f"{where}: bedrock:{model} is not a model of region {self.region()} ({said}); check "
+                             "the model id (a cross-region id needs its geography prefix) and the region",
+                             status=status, error_class="unknown_model")
+        if code in _TRANSIENT or (status is not None and (status >= 500 or status in (408, 424))):
+            return TransientError(f"{where}: server error ({said})", status=status)
+        return BadRequest(f"{where}: request rejected ({said})", status=status)
+
+    @contextlib.contextmanager
+    def map_errors(self, model: str) -> Iterator[None]:
+        """botocore's exceptions as the runner's classes, with messages of our own."""
+        from botocore import exceptions as aws
+
+        where = self.where
+        try:
+            yield
+        except aws.ClientError as exc:
+            error = exc.response.get("Error") or {}
+            meta = exc.response.get("ResponseMetadata") or {}
+            raise self.error_of(str(error.get("Code") or ""), meta.get("HTTPStatusCode"),
+                                str(error.get("Message") or ""), meta.get("HTTPHeaders"), model) from exc
+        except (aws.ReadTimeoutError, aws.ConnectTimeoutError) as exc:
+            raise TransientError(f"{where}: timed out after {self.settings.timeout:g} s",
+                                 error_class="timeout") from exc
+        except (aws.EndpointConnectionError, aws.ConnectionClosedError, aws.HTTPClientError) as exc:
+            raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
+                                 error_class="connection") from exc
+        except aws.NoCredentialsError as exc:
+            raise AuthError(f"{where}: no AWS credentials were found: {CREDENTIAL_HELP}") from exc
+        except aws.ParamValidationError as exc:  # botocore's own check of the request, before sending it
+            raise BadRequest(f"{where}: request refused by botocore before sending ({quoted(exc)})") from exc
+        except aws.ResponseParserError as exc:
+            raise TransientError(f"{where}: the response was not valid JSON ({type(exc).__name__})",
+                                 error_class="malformed_response") from exc

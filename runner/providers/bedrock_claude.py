@@ -1,0 +1,105 @@
+"""Claude on AWS Bedrock through the anthropic SDK's ``AsyncAnthropicBedrock``: InvokeModel
+(``POST /model/{modelId}/invoke``) with the Messages body, the model in the path, ``anthropic_version:
+"bedrock-2023-05-31"`` in the body (docs.aws.amazon.com/bedrock/latest/userguide/
+model-parameters-anthropic-claude-messages.html).
+
+The Messages mapping is :class:`~runner.providers.anthropic_messages.AnthropicProvider`'s own (``request_of``,
+``completion_of``), used by composition under the model's Claude name (``claude_name``), so thinking, structured
+output and the capability table's rules are those of ``anthropic:``; sampling fields go as API version 2023-06-01
+takes them, which is what Bedrock's ``bedrock-2023-05-31`` is. The version is set in the body on purpose: anthropic
+2.x fills in its own default (``2026-10-21``) when none is given, which Bedrock does not take. The SDK signs each
+request with SigV4 from the standard AWS chain (or sends ``AWS_BEARER_TOKEN_BEDROCK``); its retries are off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from runner.errors import AuthError, ModelSetupError, TransientError
+
+from .anthropic_messages import AnthropicProvider
+from .base import Completion, ProviderSettings
+from .bedrock import CREDENTIAL_HELP
+from .bedrock_ids import claude_name
+
+if TYPE_CHECKING:
+    from .bedrock import BedrockProvider
+
+#: the Messages API version Bedrock takes in the body of a Claude request
+BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"
+
+
+class BedrockClaude:
+    """The Claude half of :class:`~runner.providers.bedrock.BedrockProvider` (opened the first time a Claude model
+    is asked)."""
+
+    def __init__(self, provider: BedrockProvider) -> None:
+        import anthropic
+
+        self.provider = provider
+        settings = provider.settings
+        self.messages = AnthropicProvider(ProviderSettings(api_version="2023-06-01", timeout=settings.timeout))
+        self.messages.where = provider.where
+        try:
+            self.client = anthropic.AsyncAnthropicBedrock(
+                aws_region=provider.region(),
+                aws_profile=provider.options.profile,  # AWS_PROFILE and the rest of the chain: boto3's session
+                base_url=settings.base_url,
+                max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
+                timeout=settings.timeout,
+                http_client=anthropic.DefaultAioHttpClient(timeout=settings.timeout),
+            )
+        except ValueError as exc:  # a profile named beside AWS_BEARER_TOKEN_BEDROCK, which the SDK refuses
+            raise ModelSetupError(f"bedrock: the anthropic SDK cannot take these AWS credentials ({exc}): unset "
+                                  "AWS_BEARER_TOKEN_BEDROCK or the profile") from None
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
+        kwargs, sampling = self.messages.request_of(messages, params, claude_name(model) or model)
+        kwargs["extra_body"] = {"anthropic_version": BEDROCK_ANTHROPIC_VERSION, **sampling}
+        with self.map_errors(model):
+            raw = await self.client.messages.with_raw_response.create(model=model, **kwargs)
+        try:
+            body = json.loads(raw.http_response.content)
+        except ValueError as exc:
+            raise TransientError(f"{self.provider.where}: the response was not valid JSON ({type(exc).__name__})",
+                                 error_class="malformed_response") from exc
+        return self.messages.completion_of(body)
+
+    @contextlib.contextmanager
+    def map_errors(self, model: str) -> Iterator[None]:
+        """The anthropic SDK's exceptions as the runner's, read as Bedrock's errors (``x-amzn-ErrorType`` names the
+        exception, the body is ``{"message": ...}``)."""
+        import aiohttp
+        import anthropic
+
+        where = self.provider.where
+        try:
+            yield
+        except anthropic.APIStatusError as exc:
+            headers = exc.response.headers
+            code = (headers.get("x-amzn-errortype") or "").split(":", 1)[0]
+            body = exc.body if isinstance(exc.body, dict) else {}
+            message = str(body.get("message") or body.get("Message") or "")
+            raise self.provider.error_of(code, exc.status_code, message, headers, model) from exc
+        except anthropic.APITimeoutError as exc:
+            raise TransientError(f"{where}: timed out after {self.provider.settings.timeout:g} s",
+                                 error_class="timeout") from exc
+        except anthropic.APIConnectionError as exc:
+            raise TransientError(f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})",
+                                 error_class="connection") from exc
+        except anthropic.APIResponseValidationError as exc:
+            raise TransientError(f"{where}: the response was not valid JSON",
+                                 error_class="malformed_response") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
+                                 error_class="connection") from exc
+        except RuntimeError as exc:  # the SDK's SigV4 signing found no credentials (anthropic/lib/aws/_auth.py)
+            if "credentials" not in str(exc):
+                raise
+            raise AuthError(f"{where}: no AWS credentials were found: {CREDENTIAL_HELP}") from exc
