@@ -10,6 +10,11 @@ format (:mod:`simserver.openai`) and OpenAI's Files and Batches (:mod:`simserver
     ``POST /sim/azure/deployments``  ``{"deployments": {"NAME": "MODEL", ...}}`` makes only those deployments exist
                                      (``null``: any name is a deployment serving the model of its own name);
                                      ``GET`` shows them.
+    ``GET  /sim/azure/identity``     a managed identity endpoint as App Service serves it (point azure-identity's
+                                     IDENTITY_ENDPOINT here, IDENTITY_HEADER anything): a Microsoft Entra ID token
+                                     for ``resource=https://cognitiveservices.azure.com``, which the resource then
+                                     takes as its key (https://learn.microsoft.com/azure/app-service/
+                                     overview-managed-identity, "REST endpoint reference").
 
 Azure's rules, each from the Azure OpenAI REST reference (https://learn.microsoft.com/azure/ai-services/openai/reference)
 unless marked: every data-plane call needs ``api-version`` in the query; without it the service answers 404
@@ -27,6 +32,8 @@ capability rules of the model behind the deployment.
 from __future__ import annotations
 
 import json
+import os
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -57,6 +64,8 @@ API_VERSIONS = frozenset({
 #: the first API version with the Batch API (Azure's batch how-to)
 BATCH_SINCE = "2024-07-01"
 ENDPOINT = "/chat/completions"
+#: the audience of Azure OpenAI's Entra ID tokens (its scope without ``/.default``)
+AUDIENCE = "https://cognitiveservices.azure.com"
 _OPENAI_ENDPOINT = "/v1/chat/completions"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -90,7 +99,11 @@ class AzureFormat(OpenAIFormat):
         return OPENAI.parse(fixed, request)
 
     def key(self, request: web.Request) -> str:
-        return request.headers.get("api-key", "").strip() or super().key(request)
+        """The key sent, or for a token this resource's identity endpoint issued, the key it stands for."""
+        key = request.headers.get("api-key", "").strip() or super().key(request)
+        if key in self.resource.issued:
+            return self.resource.server.config.api_key or key
+        return key
 
     def rate_headers(self, buckets: list[Bucket], headers: dict[str, str]) -> None:
         for b in buckets:
@@ -143,6 +156,8 @@ class AzureResource:
         self.server = server
         #: deployment -> model; None: every name is a deployment of the model of that name
         self.deployments: dict[str, str] | None = None
+        #: the Entra ID tokens the identity endpoint gave out
+        self.issued: set[str] = set()
         self.format = AzureFormat(self)
         self.batches = AzureBatches(server, self)
 
@@ -157,6 +172,7 @@ class AzureResource:
         app.router.add_get("/openai/models", self.models)
         app.router.add_post("/sim/azure/deployments", self.configure)
         app.router.add_get("/sim/azure/deployments", self.shown)
+        app.router.add_get("/sim/azure/identity", self.identity)
         self.batches.add_routes(app)
 
     def key_problem(self, request: web.Request) -> web.Response | None:
@@ -200,6 +216,18 @@ class AzureResource:
             return azure_error(400, "BadRequest", str(exc))
         self.deployments = dict(given) if given is not None else None
         return await self.shown(request)
+
+    async def identity(self, request: web.Request) -> web.Response:
+        """App Service's managed identity endpoint: ``api-version=2019-08-01``, ``resource``, ``X-IDENTITY-HEADER``."""
+        if not request.headers.get("X-IDENTITY-HEADER"):
+            return web.json_response({"error": "missing X-IDENTITY-HEADER"}, status=401)
+        if request.query.get("resource", "").rstrip("/") != AUDIENCE:
+            return web.json_response({"statusCode": 400, "message": f"this resource gives tokens for {AUDIENCE} only"},
+                                     status=400)
+        token = "sim-entra-" + os.urandom(16).hex()
+        self.issued.add(token)
+        return web.json_response({"access_token": token, "expires_on": str(int(time.time()) + 3600),
+                                  "resource": AUDIENCE, "token_type": "Bearer"})
 
     async def shown(self, request: web.Request) -> web.Response:
         return web.json_response({"deployments": self.deployments})

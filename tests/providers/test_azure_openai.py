@@ -149,6 +149,25 @@ def test_the_settings_it_cannot_go_without_are_each_one_sentence(monkeypatch):
     AzureOpenAIProvider(ProviderSettings()).check_key("gpt-4o")  # all three from the environment, as the SDK reads
 
 
+async def test_auth_entra_gets_its_token_from_the_default_azure_credential_chain(server: SimServer, monkeypatch):
+    """DefaultAzureCredential finds App Service's managed identity (the simulated server's identity endpoint) and
+    the provider sends its token for the Cognitive Services scope; no key variable is read."""
+    for variable in ("AZURE_OPENAI_API_KEY", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID",
+                     "AZURE_FEDERATED_TOKEN_FILE", "MSI_ENDPOINT", "IDENTITY_SERVER_THUMBPRINT"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("IDENTITY_ENDPOINT", server.root_url + "/sim/azure/identity")
+    monkeypatch.setenv("IDENTITY_HEADER", "sim-identity-header")
+    azure = provider(server, auth="entra")
+    azure.check_key("gpt-4o-mini")
+    await azure.start()
+    try:
+        assert (await azure.execute("gpt-4o-mini", MESSAGES, {"max_tokens": 5})).text
+        await azure.probe("gpt-4o-mini")
+    finally:
+        await azure.aclose()
+    assert server.stats()["by_status"]["200"] == 1
+
+
 def test_auth_entra_needs_no_key_but_azure_identity(monkeypatch):
     monkeypatch.delenv("AZURE_OPENAI_API_KEY")
     azure = AzureOpenAIProvider(ProviderSettings.model_validate(

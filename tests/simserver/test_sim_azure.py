@@ -191,3 +191,21 @@ async def test_batches_need_an_api_version_that_has_them(server: SimServer):
         await sdk.files.create(file=("in.jsonl", jsonl([request("a")])), purpose="batch")
     await sdk.close()
     assert (await raw(server, "GET", "/openai/batches", headers={"api-key": KEY}))[0] == 404
+
+
+async def test_the_identity_endpoint_gives_tokens_for_cognitive_services_that_the_resource_takes(server: SimServer):
+    headers = {"X-IDENTITY-HEADER": "h"}
+    status, _ = await raw(server, "GET", "/sim/azure/identity?api-version=2019-08-01&resource=https://vault.azure.net",
+                          headers=headers)
+    assert status == 400
+    status, token = await raw(server, "GET", "/sim/azure/identity?api-version=2019-08-01"
+                              "&resource=https://cognitiveservices.azure.com", headers=headers)
+    assert status == 200 and token["token_type"] == "Bearer" and int(token["expires_on"]) > 0
+    assert KEY not in token["access_token"]
+    sdk = client(server, azure_ad_token=token["access_token"])
+    assert (await sdk.chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=3)).choices
+    await sdk.close()
+    sdk = client(server, azure_ad_token="sim-entra-forged")
+    with pytest.raises(openai.AuthenticationError):
+        await sdk.chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=3)
+    await sdk.close()
