@@ -96,9 +96,23 @@ class AzureOpenAIProvider(OpenAIChatProvider):
 
     @property
     def key_variable(self) -> str:
+        """The variable the credential came from ('' with ``auth: entra``)."""
+        return next((v for v in self.key_variables() if os.environ.get(v)), (self.key_variables() or [""])[0])
+
+    @property
+    def credential_fix(self) -> str:
+        """What to check when the resource refuses the credential."""
         if self.options.auth == "entra":
-            return "of auth: entra (DefaultAzureCredential)"
-        return next((v for v in self.key_variables() if os.environ.get(v)), self.key_variables()[0])
+            return ("the identity DefaultAzureCredential found and its role on the resource (Cognitive Services "
+                    "OpenAI User)")
+        return f"the variable {self.key_variable}"
+
+    @property
+    def max_tokens_field(self) -> str:  # type: ignore[override]
+        """``max_completion_tokens`` from API version 2024-09-01-preview on (o-series models take only it), before
+        that ``max_tokens`` (the REST reference of each version)."""
+        version = self.api_version
+        return "max_tokens" if version[:1].isdigit() and version < "2024-09-01" else "max_completion_tokens"
 
     @property
     def where(self) -> str:
@@ -165,10 +179,14 @@ class AzureOpenAIProvider(OpenAIChatProvider):
 
     @contextlib.contextmanager
     def map_errors(self) -> Iterator[None]:
-        """The OpenAI mapping, and Entra ID's own failures (no credential found) as an auth error."""
+        """The OpenAI mapping (a refused credential names where it came from), and Entra ID's own failures (no
+        credential found) as an auth error."""
         try:
             with super().map_errors():
                 yield
+        except AuthError as exc:
+            raise AuthError(f"{self.where}: the credential was refused ({exc.status}); check {self.credential_fix}",
+                            status=exc.status) from exc
         except ProviderError:
             raise
         except Exception as exc:
@@ -195,7 +213,7 @@ class AzureOpenAIProvider(OpenAIChatProvider):
             with self.map_errors():
                 await self.client.models.list()
         except AuthError as exc:
-            raise AuthError(f"{label}: the resource refused the credential; check {self.key_variable}",
+            raise AuthError(f"{label}: the resource refused the credential; check {self.credential_fix}",
                             status=exc.status) from exc
         except TransientError as exc:
             if exc.status is None:

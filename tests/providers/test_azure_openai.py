@@ -213,6 +213,17 @@ async def test_errors_map_as_online_openai_ones(server: SimServer):
         await azure.aclose()
 
 
+def test_the_output_cap_is_sent_under_the_name_the_api_version_knows():
+    def body(version: str) -> dict:
+        azure = AzureOpenAIProvider(ProviderSettings.model_validate({"base_url": "http://127.0.0.1:1/openai",
+                                                                     "api_version": version}))
+        return azure.request_body("gpt-4o", MESSAGES, {"max_tokens": 7})
+
+    assert body("2024-06-01")["max_tokens"] == 7 and "max_completion_tokens" not in body("2024-06-01")
+    for version in ("2024-10-21", "2024-09-01-preview", "preview"):
+        assert body(version)["max_completion_tokens"] == 7 and "max_tokens" not in body(version)
+
+
 def test_the_cache_identity_differs_from_openai_and_between_resources(monkeypatch):
     from runner.plan.request import cache_key, canonical_request
 
@@ -253,7 +264,7 @@ async def test_the_probe_names_each_problem_in_one_sentence(server: SimServer):
     with pytest.raises(ModelSetupError, match="API version '2023-01-01'"):
         await probe(provider(server, api_version="2023-01-01"))
     server.configure(api_key="another")
-    with pytest.raises(AuthError, match="refused the credential; check AZURE_OPENAI_API_KEY"):
+    with pytest.raises(AuthError, match="refused the credential; check the variable AZURE_OPENAI_API_KEY"):
         await probe(provider(server))
     stopped = AzureOpenAIProvider(ProviderSettings.model_validate(
         {"base_url": f"http://127.0.0.1:{free_port()}/openai", "api_version": VERSION, "timeout": 2}))
