@@ -83,10 +83,15 @@ class AzureOpenAIProvider(OpenAIChatProvider):
         return str(deployments.get(deployment, deployment))
 
     @classmethod
-    def model_id(cls, model: str, endpoints: dict[str, ProviderSettings] | None = None) -> str:
-        """The resource and the deployment: two resources' deployments of one name are two models (the job's
-        ``endpoint`` is not seen here, only AZURE_OPENAI_ENDPOINT: see the report of issue 23)."""
-        resource = os.environ.get(ENDPOINT_ENV, "").rstrip("/")
+    def model_id(cls, model: str, endpoints: dict[str, ProviderSettings] | None = None,
+                 settings: ProviderSettings | None = None) -> str:
+        """The resource and the deployment: two resources' deployments of one name are two models. The resource is
+        the job's ``base_url`` or ``endpoint`` when the caller passes the provider's ``settings`` (the planner does
+        not yet: see the report of issue 23), else AZURE_OPENAI_ENDPOINT."""
+        options = settings.provider_options if settings is not None else {}
+        resource = ((settings.base_url if settings is not None else None) or options.get("endpoint")
+                    or os.environ.get(ENDPOINT_ENV, ""))
+        resource = str(resource).rstrip("/")
         return f"{resource}/{model}" if resource else model
 
     def key_variables(self) -> list[str]:

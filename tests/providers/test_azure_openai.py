@@ -235,6 +235,8 @@ def test_the_cache_identity_differs_from_openai_and_between_resources(monkeypatc
     east = key("azure-openai")
     monkeypatch.setenv("AZURE_OPENAI_ENDPOINT", "https://west.openai.azure.com/")
     assert len({east, key("azure-openai"), key("openai")}) == 3
+    north = ProviderSettings.model_validate({"endpoint": "https://north.openai.azure.com"})
+    assert AzureOpenAIProvider.model_id("gpt-4o", None, north) == "https://north.openai.azure.com/gpt-4o"
 
 
 def test_a_deployment_named_after_its_model_is_priced_by_genai_prices(tmp_path):
