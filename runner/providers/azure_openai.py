@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from runner.errors import AuthError, BadRequest, ModelSetupError, ProviderError, TransientError
 
-from .base import ProviderSettings, _importable, register
-from .openai_chat import OpenAIChatProvider
+from .base import Completion, ProviderSettings, _importable, register
+from .openai_chat import OpenAIChatProvider, openai_rate
 
 if TYPE_CHECKING:
     from .batching import Batches
@@ -176,6 +176,15 @@ class AzureOpenAIProvider(OpenAIChatProvider):
         if self.credential is not None:
             await self.credential.close()
             self.credential = None
+
+    def completion_of(self, body: Any, headers: Mapping[str, str] | None = None) -> Completion:
+        """OpenAI's answer; Azure's rate-limit headers are only ``x-ratelimit-remaining-{requests,tokens}``
+        (learn.microsoft.com/azure/ai-services/openai/how-to/quota), read as windows of unknown size."""
+        completion = super().completion_of(body, headers)
+        if completion.rate is None and headers is not None and ("x-ratelimit-remaining-requests" in headers
+                                                                or "x-ratelimit-remaining-tokens" in headers):
+            completion.rate = openai_rate(headers)
+        return completion
 
     def batches(self) -> Batches:
         from .azure_batch import AzureBatches

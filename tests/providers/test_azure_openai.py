@@ -108,6 +108,18 @@ async def test_an_answer_comes_back_with_its_usage_and_the_model_behind_the_depl
     assert server.stats()["by_route"]["azure-openai"] == 1
 
 
+async def test_azures_remaining_only_rate_headers_reach_the_limiter_as_windows(server: SimServer):
+    server.configure(rpm=5)
+    azure = provider(server)
+    await azure.start()
+    try:
+        completion = await azure.execute("gpt-4o-mini", MESSAGES, {"max_tokens": 5})
+    finally:
+        await azure.aclose()
+    assert completion.rate is not None
+    assert completion.rate["requests"].remaining == 4 and completion.rate["requests"].limit is None
+
+
 async def test_an_entra_id_token_from_the_environment_is_sent_as_a_bearer_token(server: SimServer, monkeypatch):
     monkeypatch.delenv("AZURE_OPENAI_API_KEY")
     monkeypatch.setenv("AZURE_OPENAI_AD_TOKEN", KEY)  # the server takes this string from either header
