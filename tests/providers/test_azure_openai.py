@@ -440,3 +440,24 @@ def test_build_providers_checks_the_endpoint_before_anything_is_sent(tmp_path):
     with pytest.raises(ModelSetupError, match="endpoint: https://NAME.openai.azure.com"):
         build_providers(job)
     assert issubclass(AzureOpenAIProvider, OpenAIChatProvider)
+
+
+def test_a_job_names_the_resource_its_auth_and_its_deployments_or_is_told_the_endpoint_is_missing(
+        tmp_path, monkeypatch, capsys):
+    path = write_job(tmp_path, "http://127.0.0.1:1")
+    job = json.loads(path.read_text())
+    job["providers"]["azure-openai"] = {"endpoint": "https://res.openai.azure.com", "auth": "key",
+                                        "deployments": {"gpt-4o-mini": "gpt-4o-mini"}}
+    path.write_text(json.dumps(job))
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 0, err
+    job["providers"]["azure-openai"] = {"auth": "password"}
+    path.write_text(json.dumps(job))
+    code, _, err = run_cli(monkeypatch, capsys, "submit", str(path), "--db", str(tmp_path / "s.sqlite"))
+    assert code != 0 and "providers: azure-openai: auth" in err.strip().splitlines()[-1], err
+    job["providers"]["azure-openai"] = {}
+    path.write_text(json.dumps(job))
+    code, _, err = run_cli(monkeypatch, capsys, "submit", str(path), "--db", str(tmp_path / "s.sqlite"))
+    last = err.strip().splitlines()[-1]
+    assert code == 1 and last.startswith(f"Error: {MODEL} needs its resource's endpoint")
+    assert "AZURE_OPENAI_ENDPOINT" in last and "(no request was sent)" in last
