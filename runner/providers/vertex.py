@@ -87,7 +87,8 @@ class VertexProvider(Provider):
         super().__init__(settings)
         self.project = self.options.project or os.environ.get("GOOGLE_CLOUD_PROJECT") or None
         self.location = self.options.location or os.environ.get("GOOGLE_CLOUD_LOCATION") or None
-        host = settings.base_url or (f"{self.location}-aiplatform.googleapis.com" if self.location else "Vertex AI")
+        host = settings.base_url or ("aiplatform.googleapis.com" if self.location in (None, "global")
+                                     else f"{self.location}-aiplatform.googleapis.com")
         self.where = f"vertex at {host}"
         shared = ProviderSettings.model_validate(settings.model_dump(exclude_unset=True))  # without project, location
         self.gemini = _VertexGemini(shared)
