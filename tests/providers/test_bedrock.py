@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.engine.run import execute
-from runner.errors import AuthError, ModelSetupError, TransientError
+from runner.errors import AuthError, BadRequest, ModelSetupError, RunnerError, TransientError
 from runner.providers.base import ProviderSettings, provider_class, split_model
 from runner.providers.bedrock import BedrockProvider
 from runner.providers.pricing import Pricing
@@ -170,13 +170,23 @@ async def test_an_exhausted_quota_stops_the_run(tmp_path):
 
 
 async def test_what_converse_cannot_carry_is_refused_before_sending(tmp_path):
+    provider = BedrockProvider(ProviderSettings())
+    hello = [{"role": "user", "content": "Hello"}]
+    with pytest.raises(BadRequest, match=r"takes temperature 0 to 1, not 1\.5"):
+        provider.converse_request("amazon.nova-pro-v1:0", hello, {"temperature": 1.5})
+    with pytest.raises(BadRequest, match="takes no seed, logprobs through the Converse API"):
+        provider.converse_request("amazon.nova-pro-v1:0", hello, {"seed": 3, "logprobs": True})
     async with await start_server() as srv:
-        store = open_store(tmp_path / "s.sqlite")
         path = make_job(tmp_path, srv.root_url, CONVERSE, 3, params="{temperature: 1.5, max_tokens: 5}")
-        outcome = await execute(load_job(path), store)
+        store = open_store(tmp_path / "s.sqlite")
+        try:  # refused by the job's checks where the capability table knows Converse, else item by item
+            outcome = await execute(load_job(path), store)
+        except RunnerError as exc:
+            assert "temperature 0 to 1" in str(exc)
+        else:
+            assert error_classes(store, outcome.run_id) == {"bad_request": 3}
+            assert "takes temperature 0 to 1" in store.tasks(outcome.run_id)[0]["error"]
         assert srv.stats()["received"] == 0
-    assert error_classes(store, outcome.run_id) == {"bad_request": 3}
-    assert "takes temperature 0 to 1" in store.tasks(outcome.run_id)[0]["error"]
 
 
 @pytest.mark.parametrize(("unset", "words"), [(("AWS_REGION",), "needs an AWS region"),
@@ -267,3 +277,18 @@ def test_kill_9_then_resume_sends_nothing_twice(tmp_path, sim_server):
     assert SECRET not in json.dumps(built, default=str)
     assert not any(SECRET in (row["request_json"] + (row["response_json"] or "")) for row in store.responses())
     store.close()
+
+
+@pytest.mark.parametrize("model", [CONVERSE, CLAUDE])
+async def test_a_timeout_is_retried_and_a_missing_server_is_a_connection_error(tmp_path, model):
+    async with await start_server(SimConfig(fault_timeout=0.3, hang_seconds=5, seed=2)) as srv:
+        store = open_store(tmp_path / "s.sqlite")
+        outcome = await execute(load_job(make_job(tmp_path, srv.root_url, model, 6, settings="timeout: 0.3")), store)
+    assert statuses(store, outcome.run_id) == {"done": 6} and outcome.stats.totals().retries > 0
+    path = make_job(tmp_path, srv.root_url, model, 3, name="gone")  # the server is closed: its port refuses
+    text = path.read_text().replace("retry: {max_attempts: 10,", "retry: {max_attempts: 2,")
+    path.write_text(text)
+    store = open_store(tmp_path / "gone.sqlite")
+    outcome = await execute(load_job(path), store)
+    assert error_classes(store, outcome.run_id) == {"connection": 3}
+    assert {task["attempts"] for task in store.tasks()} == {2}
