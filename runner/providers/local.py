@@ -122,6 +122,22 @@ class LocalProvider(Provider):
         if importlib.util.find_spec("llama_cpp") is None:
             raise ModelSetupError("llama-cpp-python is not installed; run `pip install -e .`")
 
+    async def probe(self, model: str) -> None:
+        """The weights file ``local:MODEL`` runs is there and is a readable GGUF file (its first bytes are read; the
+        model is not loaded). ``ModelSetupError`` naming the file and the setting that chooses it."""
+        setting = ("providers: {local: {model_path: ...}} or RUNNER_LOCAL_MODEL" if model in ALIASES
+                   else f"the model name local:{model}")
+        path = self.weights(model)  # a configured file that is not there, or a name naming none, says so
+        try:
+            with open(path, "rb") as handle:
+                magic = handle.read(4)
+        except OSError as exc:
+            raise ModelSetupError(f"local:{model}: the model file {path} cannot be read ({exc.strerror}); check "
+                                  f"its permissions or change {setting}") from None
+        # GGUF files start with the bytes "GGUF" (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md)
+        if magic != b"GGUF":
+            raise ModelSetupError(f"local:{model}: the model file {path} is not a GGUF file; change {setting}")
+
     @property
     def llm(self) -> Any:
         """The aliases' model, loaded on first use (what tests and bench/local.py drive directly)."""

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from runner.errors import ModelSetupError
 from runner.providers.base import ProviderSettings
 from runner.providers.local import LocalProvider
 from runner.providers.local_llama import LEGACY_N_BATCH, batch_sizes, min_suffix
@@ -203,3 +204,38 @@ async def test_each_weights_file_is_loaded_on_its_first_request_and_kept(tmp_pat
     finally:
         await provider.aclose()
     assert provider.models == {}
+
+
+async def test_probe_reads_the_weights_files_header_without_loading_the_model(tmp_path, monkeypatch):
+    from runner.providers import local_weights
+
+    embedded = local_weights.embedded_gguf()
+    assert embedded is not None, "the embedded model's file is not on this machine"
+    provider = LocalProvider(ProviderSettings())
+    await provider.probe("smollm2")
+    await provider.probe(str(embedded))
+    assert provider.models == {}, "the probe loaded the model"
+
+    missing = tmp_path / "missing.gguf"
+    monkeypatch.setenv("RUNNER_LOCAL_MODEL", str(missing))
+    with pytest.raises(ModelSetupError) as error:
+        await LocalProvider(ProviderSettings()).probe("smollm2")
+    assert str(missing) in str(error.value) and "RUNNER_LOCAL_MODEL" in str(error.value)
+
+    not_gguf = tmp_path / "notes.gguf"
+    not_gguf.write_text("not weights\n")
+    with pytest.raises(ModelSetupError) as error:
+        await LocalProvider(ProviderSettings(model_path=str(not_gguf))).probe("smollm2")
+    assert f"{not_gguf} is not a GGUF file" in str(error.value) and "model_path" in str(error.value)
+
+    assert "\n" not in str(error.value)
+
+
+async def test_probe_of_a_weights_file_that_cannot_be_read_names_the_file_and_the_setting():
+    # /proc/self/mem is a file that cannot be read from its start, even by root (EIO)
+    provider = LocalProvider(ProviderSettings(model_path="/proc/self/mem"))
+    with pytest.raises(ModelSetupError) as error:
+        await provider.probe("smollm2")
+    message = str(error.value)
+    assert message.startswith("local:smollm2: the model file /proc/self/mem cannot be read (")
+    assert "model_path" in message and "\n" not in message
