@@ -247,7 +247,10 @@ def test_the_cache_identity_differs_from_openai_and_between_resources(monkeypatc
     east = key("azure-openai")
     monkeypatch.setenv("AZURE_OPENAI_ENDPOINT", "https://west.openai.azure.com/")
     assert len({east, key("azure-openai"), key("openai")}) == 3
-    north = ProviderSettings.model_validate({"endpoint": "https://north.openai.azure.com"})
+    north = ProviderSettings.model_validate({"endpoint": "https://north.openai.azure.com",
+                                             "deployments": {"prod": "gpt-4o"}})
+    assert AzureOpenAIProvider.model_behind("prod", north) == "gpt-4o"
+    assert AzureOpenAIProvider.model_behind("gpt-4o-mini", north) == "gpt-4o-mini"
     assert AzureOpenAIProvider.model_id("gpt-4o", None, north) == "https://north.openai.azure.com/gpt-4o"
 
 
