@@ -10,6 +10,12 @@ once (the others follow the one on its way), request claims, and the tasks in fl
 
 The per-request path for a fresh request is: take an endpoint slot, wait for its limiters, call the
 provider, queue the result. A cache hit never leaves the dispatch loop (no task is created for it).
+
+Admission is per endpoint: a request whose endpoint has no free slot waits in that endpoint's own line (a task of
+its own, which reserves its budget once it has the slot) while the dispatch loop goes on handing the chunk's other
+requests to their endpoints, so a slow endpoint (the embedded model, one request at a time) does not set the pace
+of the others in the same stage. A line is bounded (``ENDPOINT_LINE``; ``LEASE`` while other workers share the
+run, so one worker does not lease far ahead of what it sends); past it the loop waits for the slot itself.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ __all__ = ["Dispatcher", "budgets_of"]
 WRITER_BACKLOG = 4096
 #: what tasks following an identical request get when it was not sent after all
 NOT_SENT: Any = object()
+#: requests that may wait in one endpoint's line for a slot while the dispatch loop goes on (see the docstring)
+ENDPOINT_LINE = 4096
 
 
 class Dispatcher:
@@ -318,6 +326,11 @@ class Dispatcher:
             return True
         # On its way from here: an identical task dispatched meanwhile follows this one instead of sending it too.
         self.inflight[req.key] = loop.create_future()
+        endpoint = self.endpoints.of(req)
+        slots = endpoint.slots
+        if (slots.held >= slots.limit or slots.waiters) and len(slots.waiters) < self._line_limit():
+            self._spawn(self._wait_in_line(req, endpoint))  # busy endpoint: the loop goes on with the others
+            return True
         if reserver.free(req.model):
             reservation = FREE  # nothing to reserve or record: no coroutine on the common free path
         else:
@@ -326,7 +339,6 @@ class Dispatcher:
             self._not_sent(req.key)
             return not self.control.stopping
         assert isinstance(reservation, Reservation)
-        endpoint = self.endpoints.of(req)
         await endpoint.slots.acquire()
         if self.control.stopping:
             endpoint.slots.release()
@@ -335,6 +347,40 @@ class Dispatcher:
             return False
         self._spawn(self._send(req, endpoint, reservation))
         return True
+
+    def _line_limit(self) -> int:
+        crew = self.crew
+        return ENDPOINT_LINE if crew is None or crew.live <= 1 else LEASE
+
+    async def _wait_in_line(self, req: Task, endpoint: Endpoint) -> None:
+        """Send ``req`` once its endpoint has a slot for it; its budget is reserved then, before it is sent, so a
+        request waiting in line holds no reservation."""
+        held = False
+        try:
+            try:
+                await endpoint.slots.acquire()
+            except ValueError:  # Slots.acquire cancelled after a release had dropped its cancelled waiter
+                raise asyncio.CancelledError from None
+            held = True
+            if self.control.stopping:
+                reservation = None
+            elif self.reserver.free(req.model):
+                reservation = FREE
+            else:
+                reservation = await self.reserver.reserve(req)
+        except asyncio.CancelledError:  # abandoned (second Ctrl-C) before it was sent: a resume sends it
+            if held:
+                endpoint.slots.release()
+            future = self.inflight.pop(req.key, None)
+            if future is not None:
+                future.cancel()
+            raise
+        if reservation is None:  # a stop, or a budget that ran out: this request stays for a resume
+            endpoint.slots.release()
+            self._not_sent(req.key)
+            return
+        assert isinstance(reservation, Reservation)
+        await self._send(req, endpoint, reservation)
 
     def _not_sent(self, key: str) -> None:
         """A request that was on its way is not sent after all: tasks following it dispatch themselves again."""
