@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 
 #: the variables of the standard chain a message may name (never their values)
 CREDENTIAL_HELP = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), "
-                   "or AWS_PROFILE, or run where an instance or container role applies")
+                   "or AWS_PROFILE, or AWS_BEARER_TOKEN_BEDROCK (a Bedrock API key), or run where an instance or "
+                   "container role applies")
 #: Converse's stop reasons as the runner's finish reasons (StopReason of botocore's bedrock-runtime model)
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "stop", "max_tokens": "length",
            "model_context_window_exceeded": "length"}

@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from runner.errors import AuthError, ModelSetupError, TransientError
+from runner.errors import AuthError, TransientError
 
 from .anthropic_messages import AnthropicProvider
 from .base import Completion, ProviderSettings
@@ -53,8 +53,8 @@ class BedrockClaude:
                 http_client=anthropic.DefaultAioHttpClient(timeout=settings.timeout),
             )
         except ValueError as exc:  # a profile named beside AWS_BEARER_TOKEN_BEDROCK, which the SDK refuses
-            raise ModelSetupError(f"bedrock: the anthropic SDK cannot take these AWS credentials ({exc}): unset "
-                                  "AWS_BEARER_TOKEN_BEDROCK or the profile") from None
+            raise AuthError(f"{provider.where}: the anthropic SDK takes either a Bedrock API key or AWS credentials, "
+                            f"not both ({exc}): unset AWS_BEARER_TOKEN_BEDROCK or providers.bedrock.profile") from None
 
     async def aclose(self) -> None:
         await self.client.close()

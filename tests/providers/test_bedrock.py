@@ -109,6 +109,21 @@ async def test_claude_goes_as_bedrock_messages_with_thinking(tmp_path):
     assert [block["type"] for block in raw["content"]] == ["thinking", "text"]
 
 
+async def test_a_bedrock_api_key_is_sent_as_a_bearer_token_by_both_sdks(tmp_path, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "bedrock-api-key-simulated")
+    async with await start_server(SimConfig(api_key="bedrock-api-key-simulated")) as srv:
+        for model in (CONVERSE, CLAUDE):
+            store = open_store(tmp_path / "s.sqlite")
+            job = load_job(make_job(tmp_path, srv.root_url, model, 3, name=split_model(model)[1][:6]))
+            outcome = await execute(job, store)
+            assert statuses(store, outcome.run_id) == {"done": 3}
+            assert "bedrock-api-key-simulated" not in json.dumps(report.build(store, outcome.run_id), default=str)
+        await BedrockProvider(ProviderSettings(base_url=srv.root_url)).probe("amazon.nova-pro-v1:0")
+        assert srv.stats()["received"] == 6
+
+
 async def test_a_second_run_is_answered_from_the_memo(tmp_path):
     async with await start_server() as srv:
         for model in (CONVERSE, CLAUDE):
