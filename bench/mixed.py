@@ -139,8 +139,8 @@ def stamp(text: str) -> float:
 
 
 def timings(store_path: Path, run_id: str) -> dict[str, Any]:
-    """From the store: the sim models' wall time (first sent to last committed), and the embedded model's fresh
-    requests and their mean latency."""
+    """From the store: the sim models' wall time (first sent to last committed; 0 without them), and the embedded
+    model's fresh requests and their mean latency."""
     from runner.store import open_store
 
     store = open_store(store_path)
@@ -156,7 +156,7 @@ def timings(store_path: Path, run_id: str) -> dict[str, Any]:
     if len(sent) != len(fresh_keys) or any(t["status"] != "done" for t in tasks):
         raise SystemExit(f"run {run_id}: {len(sent)} sim answers for {len(fresh_keys)} sim tasks, or a task failed")
     return {
-        "sim_seconds": max(stamp(t["updated"]) for t in sim) - min(sent),
+        "sim_seconds": max(stamp(t["updated"]) for t in sim) - min(sent) if sim else 0.0,
         "sim_tasks": len(sim),
         "local_fresh": len(local),
         "local_latency": sum(t["latency"] or 0.0 for t in local) / len(local) if local else 0.0,
@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     server = SimProcess(args.latency)
     alone: list[float] = []
     mixed: list[float] = []
+    local_alone: list[float] = []
     try:
         out(f"server: {server.url} (pid {server.proc.pid})")
         for r in range(1, args.rounds + 1):
@@ -217,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
                 if side == "mixed":
                     # the embedded model answers all but --local-rows of the rows first (not measured)
                     warm = write_rows(folder / "warm.jsonl", args.rows, f"{side}-{r}", args.local_rows)
-                    run_job(write_job(folder / "warm.yaml", warm, [LOCAL_MODEL], server.url, args.concurrency),
-                            store_path, args.timeout)
+                    warm_id = run_job(write_job(folder / "warm.yaml", warm, [LOCAL_MODEL], server.url,
+                                                args.concurrency), store_path, args.timeout)
+                    local_alone.append(timings(store_path, warm_id)["local_latency"])
                 models = [LOCAL_MODEL, *SIM_MODELS] if side == "mixed" else list(SIM_MODELS)
                 job_path = write_job(folder / "job.yaml", dataset, models, server.url, args.concurrency)
                 before = server.completed()
@@ -226,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                 figures = timings(store_path, run_id)
                 served = server.completed() - before
                 (alone if side == "alone" else mixed).append(figures["sim_seconds"])
-                extra = (f"; embedded model: {figures['local_fresh']} fresh requests, "
-                         f"{figures['local_latency']:.3f} s each" if side == "mixed" else "")
+                extra = (f"; embedded model: {figures['local_fresh']} fresh requests, {figures['local_latency']:.3f} s "
+                         f"each (alone, in the warm-up: {local_alone[-1]:.3f} s)" if side == "mixed" else "")
                 out(f"   round {r} {side:5}: sim models {figures['sim_seconds']:6.2f} s for {figures['sim_tasks']} "
                     f"tasks (server answered {served}){extra}; load {os.getloadavg()[0]:.2f}")
             out(f"   round {r} ratio mixed / alone: {mixed[-1] / alone[-1]:.2f}")
