@@ -30,7 +30,7 @@ RULES: dict[str, Callable[[dict[str, Any], str, Mapping[str, str], str], Refusal
 
 def render(fmt: WireFormat, refused: Refusal, headers: dict[str, str]) -> web.Response:
     """The format's error response for a refusal (OpenAI's carries ``param`` and ``code``)."""
-    if fmt.name == "openai":
+    if isinstance(fmt, OpenAIFormat):  # Azure's deployments speak it too
         return OpenAIFormat.error(refused.status, refused.message, "invalid_request_error", refused.code, headers,
                                   refused.param)
     return fmt.bad_request(refused.message, refused.param, headers)

@@ -43,7 +43,16 @@ from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from runner.errors import BadRequest, ModelSetupError
 
@@ -89,6 +98,14 @@ class ProviderSettings(BaseModel):
         settings = handler(data)
         settings._provider_options.update(taken)
         return settings
+
+    @model_serializer(mode="wrap")
+    def _with_provider_options(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The provider-declared keys are dumped beside the shared ones: the job a run stores (``runner resume``)
+        and its fingerprint keep a provider's own settings (vertex's project, azure-openai's deployments)."""
+        data = handler(self)
+        data.update(self._provider_options)
+        return data
 
     @property
     def provider_options(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonschema
 
-from runner.errors import JobFileError, ModelSetupError
+from runner.errors import JobFileError, ModelSetupError, RunnerError
 from runner.evaluate.plugins import PARSER_GROUP, SCORER_GROUP, PluginError, load
 from runner.plan.datasets import format_of_name
 from runner.plan.prompts import PromptError, expression_error, load_prompt
@@ -136,7 +136,7 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
                 fail(path, lines, ("providers", name, "api_version"),
                      f"anthropic api_version {settings.api_version!r} is not one the runner knows "
                      f"({', '.join(ANTHROPIC_VERSIONS)})")
-        elif settings.api_version is not None and name != "anthropic":
+        elif settings.api_version is not None and name != "anthropic" and not _takes_api_version(name):
             with problems:
                 fail(path, lines, ("providers", name, "api_version"),
                      f"api_version is an anthropic setting; {name} sends the version the runner pins")
@@ -278,3 +278,11 @@ def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known:
     if provider == "local" and job is not None:  # an alias of the embedded model, or a GGUF file that exists
         if problem := name_problem(name, job):
             fail(path, lines, loc, problem)
+
+
+def _takes_api_version(provider: str) -> bool:
+    """Whether a provider declares ``api_version`` among its own settings (azure-openai: the REST API version)."""
+    try:
+        return "api_version" in provider_class(provider).Options.model_fields
+    except (KeyError, RunnerError):  # an unknown or broken provider is said where the job names it
+        return False

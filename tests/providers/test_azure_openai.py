@@ -42,8 +42,7 @@ def _azure_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for variable in ("AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_AD_TOKEN"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("AZURE_OPENAI_API_KEY", KEY)
-    # the API version as the SDK reads it: job files' providers.azure-openai.api_version waits for spec/checks.py to
-    # let a provider other than anthropic declare it (see the report of issue 23)
+    # the API version as the SDK reads it (a job file's providers.azure-openai.api_version wins over it)
     monkeypatch.setenv("OPENAI_API_VERSION", VERSION)
 
 
@@ -207,6 +206,17 @@ def test_a_missing_api_version_is_one_line_from_the_cli(tmp_path, monkeypatch, c
     assert code == 1
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"Error: {MODEL} needs an API version") and "OPENAI_API_VERSION" in last
+
+
+async def test_a_job_files_api_version_is_taken_and_sent(tmp_path, server: SimServer, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_VERSION")
+    path = write_job(tmp_path, server.url, rows=2, azure={"api_version": VERSION})
+    outcome = await execute(load_job(path), open_store(tmp_path / "s.sqlite"))
+    assert outcome.status == "completed", outcome.message
+    assert server.stats()["by_route"]["azure-openai"] == 2
+    unknown = write_job(tmp_path, server.url, rows=2, azure={"api_version": "1999-01-01"})
+    refused = await execute(load_job(unknown), open_store(tmp_path / "s2.sqlite"))
+    assert refused.status != "completed"  # the simulated server refuses a version Azure does not serve
 
 
 async def test_errors_map_as_online_openai_ones(server: SimServer):

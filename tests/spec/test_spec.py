@@ -467,3 +467,26 @@ def test_a_split_on_a_file_is_a_key_problem_listed_with_the_others(
                               "read as jsonl")
     one_left = write_job(tmp_path, text.replace("  - sim:gpt-test\n", "  - nosuch:model\n"), name="one_left.yaml")
     assert split_error(one_left, error_of(one_left))[:2] == (12, "stages[0].dataset")  # not yet the model
+
+
+def test_a_providers_own_settings_are_kept_in_the_stored_job_and_its_fingerprint(tmp_path: Path):
+    """The job a run stores is what `runner resume` runs again: vertex's project and location, azure-openai's
+    deployments (settings a provider declares beside the shared ones) must come back from it, and changing them
+    must change the job's fingerprint."""
+    from runner.spec.schema import Job
+
+    def job_with(project: str) -> Job:
+        path = tmp_path / f"{project}.yaml"
+        path.write_text(
+            "name: keep\nmodels: [vertex:gemini-2.0-flash]\n"
+            f"providers: {{vertex: {{project: {project}, location: us-central1, timeout: 7}}}}\n"
+            "stages:\n  - name: s\n    dataset: {path: rows.jsonl}\n    prompt: {user: '{{ q }}'}\n",
+            encoding="utf-8")
+        (tmp_path / "rows.jsonl").write_text('{"q": "hi"}\n', encoding="utf-8")
+        return load_job(path)
+
+    job = job_with("lab-one")
+    stored = Job.model_validate_json(job.model_dump_json())
+    assert stored.providers["vertex"].provider_options == {"project": "lab-one", "location": "us-central1"}
+    assert stored.providers["vertex"].timeout == 7
+    assert job_with("lab-two").fingerprint() != job.fingerprint()
