@@ -219,7 +219,8 @@ class Provider(ABC):
         """This provider's :class:`Options` from its settings: the shared fields it declares, if set, and the
         provider-declared keys; a key meant for another provider is a ``ModelSetupError``."""
         fields = cls.Options.model_fields
-        given = settings.model_dump(include=set(fields) & set(ProviderSettings.model_fields), exclude_unset=True)
+        shared = set(fields) & set(ProviderSettings.model_fields)
+        given = {k: v for k, v in settings.model_dump(include=shared, exclude_unset=True).items() if k in shared}
         given.update(settings.provider_options)
         try:
             return cls.Options.model_validate(given)
@@ -274,6 +275,13 @@ class Provider(ABC):
         Raises the runner's errors (``AuthError``, ``ModelSetupError``, ``TransientError``...) with one sentence
         each; ``runner check`` and the first seconds of ``runner submit`` call it, after :meth:`start`. The
         default checks nothing (a provider without a cheap call)."""
+
+    @classmethod
+    def capability_model(cls, model: str) -> tuple[str, str] | None:
+        """The (provider, model) of ``runner/providers/capabilities.py``'s table whose rules this provider's
+        ``model`` follows when it is not the table's own name (Claude on Vertex or Bedrock, OpenRouter's
+        ``openai/…``); None: the table is read under this provider's name."""
+        return None
 
     @classmethod
     def model_id(cls, model: str, endpoints: dict[str, ProviderSettings] | None = None) -> str:

@@ -82,6 +82,12 @@ class BedrockProvider(Provider):
         #: a named profile of the shared AWS files (else AWS_PROFILE)
         profile: str | None = None
 
+    @classmethod
+    def capability_model(cls, model: str) -> tuple[str, str] | None:
+        """Claude on Bedrock follows anthropic's rules under its Claude name; other models the Converse rule."""
+        name = claude_name(model)
+        return ("anthropic", name) if name is not None else None
+
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
         self.runtime: Any = None  # boto3's bedrock-runtime client

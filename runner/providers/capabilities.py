@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from runner.errors import RunnerError
+
 TABLE_VERSION = "2026-11-24"
 
 #: the Anthropic API versions the runner knows, and the one it sends unless ``providers: {anthropic:
@@ -189,6 +191,11 @@ RULES: tuple[Rule, ...] = (
          max_output=65536),
     Rule("gemini", r"", "gemini", f"{_GEMINI_DOC}; {_GEMINI_PENALTIES}", max_stop=5, seed=INT32, logprobs=True,
          schema=True, json_mode=True, max_output=8192),
+    # -- AWS Bedrock's Converse API (Claude on Bedrock is looked up as anthropic, by its Claude name) -----------
+    Rule("bedrock", r"", "converse", "botocore's bedrock-runtime service model (botocore/data/bedrock-runtime/"
+         "2023-09-30/service-2.json), InferenceConfiguration: maxTokens >= 1, temperature 0-1, topP 0-1, "
+         "stopSequences; no seed, penalties, logprobs, response format or thinking through Converse",
+         temperature=(0.0, 1.0), penalties=False),
     # -- the embedded model -----------------------------------------------------------------------------------
     Rule("local", r"", "embedded", "runner/providers/local.py: llama-cpp-python's create_chat_completion with "
          "temperature, max_tokens, top_p, presence_penalty, frequency_penalty, stop and a uint32 seed; no "
@@ -197,6 +204,18 @@ RULES: tuple[Rule, ...] = (
 
 #: providers that speak a provider's API for any model (the simulated server speaks all three formats)
 _SAME_AS = {"azure-openai": "openai"}
+
+
+def _looked_up(provider: str, model: str) -> tuple[str, str]:
+    """The table and the name ``provider:model`` is read under: the provider's own ``capability_model`` (Claude
+    on Vertex or Bedrock as anthropic's, OpenRouter's ``openai/…`` as OpenAI's), else its own name."""
+    from .base import provider_class
+
+    try:
+        mapped = provider_class(provider).capability_model(model)
+    except (KeyError, RunnerError):  # an unknown or broken provider: said where the job names it
+        mapped = None
+    return mapped if mapped is not None else (_SAME_AS.get(provider, provider), model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,15 +264,15 @@ def catalogue_version() -> str | None:
 def capabilities(provider: str, model: str, api_version: str | None = None) -> ModelCaps | None:
     """The capabilities of ``provider:model``; None for providers the table does not cover (the embedded model,
     the user's own OpenAI-compatible servers, which take what their server takes)."""
-    table = _SAME_AS.get(provider, provider)
-    rule = next((r for r in RULES if r.provider == table and re.match(r.pattern, model)), None)
+    table, looked_up = _looked_up(provider, model)
+    rule = next((r for r in RULES if r.provider == table and re.match(r.pattern, looked_up)), None)
     if rule is None:
         return None
     sources = [rule.source]
-    entry = _catalogue().get(f"{table}:{model}")
+    entry = _catalogue().get(f"{table}:{looked_up}")
     max_output = rule.max_output
     if entry is not None:
-        sources.append(f"models.dev {catalogue_version() or ''} ({table}/{model})".replace("  ", " "))
+        sources.append(f"models.dev {catalogue_version() or ''} ({table}/{looked_up})".replace("  ", " "))
         if entry.get("temperature") is False and rule.temperature is not None:
             rule = replace(rule, temperature=None, top_p=False, penalties=False)
         elif entry.get("temperature") is True and rule.temperature is None and not entry.get("reasoning"):

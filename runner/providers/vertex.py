@@ -83,6 +83,14 @@ class VertexProvider(Provider):
         #: the region, e.g. us-central1, or global (else GOOGLE_CLOUD_LOCATION)
         location: str | None = None
 
+    @classmethod
+    def capability_model(cls, model: str) -> tuple[str, str] | None:
+        """Claude on Vertex follows anthropic's rules under Anthropic's name (``claude-sonnet-4-5@20250929`` is
+        ``claude-sonnet-4-5-20250929``), every other model gemini's."""
+        if model.startswith("claude-"):
+            return "anthropic", model.replace("@", "-")
+        return "gemini", model
+
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
         self.project = self.options.project or os.environ.get("GOOGLE_CLOUD_PROJECT") or None
@@ -90,7 +98,8 @@ class VertexProvider(Provider):
         host = settings.base_url or ("aiplatform.googleapis.com" if self.location in (None, "global")
                                      else f"{self.location}-aiplatform.googleapis.com")
         self.where = f"vertex at {host}"
-        shared = ProviderSettings.model_validate(settings.model_dump(exclude_unset=True))  # without project, location
+        shared = ProviderSettings.model_validate(  # without project and location, which only vertex declares
+            {k: v for k, v in settings.model_dump(exclude_unset=True).items() if k in ProviderSettings.model_fields})
         self.gemini = _VertexGemini(shared)
         self.claude = _VertexClaude(shared)
         self.claude.api_version = "2023-06-01"

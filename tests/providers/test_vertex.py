@@ -268,8 +268,6 @@ async def test_claude_thinking_and_gemini_structured_output_map_as_their_own_pro
         await provider.aclose()
 
 
-@pytest.mark.xfail(strict=True, reason="needs runner/providers/capabilities.py to read vertex:claude-* from the "
-                   "anthropic table and other vertex: models from the gemini one (asked of the lead)")
 async def test_a_job_with_reasoning_is_shaped_by_the_capability_table(tmp_path, srv: SimServer):
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text("".join(json.dumps({"q": f"Question {i}?"}) + "\n" for i in range(3)), encoding="utf-8")
