@@ -277,6 +277,12 @@ class Provider(ABC):
         default checks nothing (a provider without a cheap call)."""
 
     @classmethod
+    def model_behind(cls, model: str, settings: ProviderSettings | None = None) -> str:
+        """The model a name serves, for its price and the capability table (azure-openai: a deployment's model, from
+        the job's ``deployments:``); by default the name itself."""
+        return model
+
+    @classmethod
     def capability_model(cls, model: str) -> tuple[str, str] | None:
         """The (provider, model) of ``runner/providers/capabilities.py``'s table whose rules this provider's
         ``model`` follows when it is not the table's own name (Claude on Vertex or Bedrock, OpenRouter's

@@ -162,6 +162,8 @@ class Pricing:
 
     def __init__(self, job: Job | None = None, *, prices: Mapping[str, Price] | None = None) -> None:
         given = dict(job.prices) if job is not None else {}
+        #: the providers' settings (azure-openai's deployments: the model a deployment is priced as)
+        self._settings = dict(job.providers) if job is not None else {}
         given.update(prices or {})
         self._job: dict[str, Rates] = {model: _from_price(p, f"{JOB_PRICES} {model}") for model, p in given.items()}
         #: the job's Batch API prices, for models whose ``prices:`` give them
@@ -187,6 +189,9 @@ class Pricing:
         provider_id = PROVIDER_IDS.get(provider)
         if provider_id is None:
             return _free(f"free: {provider} model without a price in the job")
+        from .base import provider_class  # the registry imports pricing's neighbours: looked up when used
+
+        model_id = provider_class(provider).model_behind(model_id, self._settings.get(provider))
         info = _model_info(provider_id, _model_ref(model_id))
         if info is None:
             return f"{GENAI_PRICES} does not list it"

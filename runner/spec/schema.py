@@ -23,8 +23,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
+from runner.errors import RunnerError
 from runner.evaluate.plugins import PARSER_GROUP, entry_point_names, is_import_path
-from runner.providers.base import ProviderSettings, split_model
+from runner.providers.base import ProviderSettings, provider_class, split_model
 from runner.providers.capabilities import Shaped, shape
 from runner.spec.fields import MAX_COUNT, MAX_DEADLINE, MAX_ROWS, MAX_SAMPLES, Seed, Strict, seeds_within, within
 from runner.spec.settings import BatchSettings, BudgetLimit, JobBudget, Mode, Params, Price, RetrySettings
@@ -415,6 +416,10 @@ def shaped_params(job: Job, stage: Stage, model: str) -> Shaped:
     """The stage's parameters as ``model`` (``provider:name``) is sent them (``capabilities.shape``)."""
     provider, name = split_model(model)
     settings = job.providers.get(provider)
+    try:
+        name = provider_class(provider).model_behind(name, settings)
+    except (KeyError, RunnerError):  # an unknown or broken provider is said where the job names it
+        pass
     return shape(provider, name, job.stage_params(stage).model_dump(exclude_none=True),
                  drop_unsupported=job.stage_drops(stage), api_version=settings.api_version if settings else None,
                  label=model)

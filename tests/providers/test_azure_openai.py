@@ -18,7 +18,7 @@ import pytest
 
 from runner.engine.checks import build_providers
 from runner.engine.run import execute
-from runner.errors import AuthError, BadRequest, ModelSetupError, RateLimited, TransientError
+from runner.errors import AuthError, BadRequest, JobFileError, ModelSetupError, RateLimited, TransientError
 from runner.providers.azure_openai import AzureOpenAIProvider
 from runner.providers.base import ProviderSettings, provider_class
 from runner.providers.batching import BatchLine
@@ -269,6 +269,19 @@ def test_a_deployment_named_after_its_model_is_priced_by_genai_prices(tmp_path):
     azure, openai_rates = pricing.rates(MODEL), pricing.rates("openai:gpt-4o-mini")
     assert azure is not None and openai_rates is not None
     assert (azure.input, azure.output) == (openai_rates.input, openai_rates.output) and "azure" in azure.source
+
+
+def test_a_deployment_named_otherwise_is_priced_and_shaped_as_the_model_its_deployments_entry_names(tmp_path):
+    deployments = {"deployments": {"prod": "gpt-4o-mini", "thinker": "o3-mini"}}
+    bare = Pricing(load_job(write_job(tmp_path, "http://127.0.0.1:1", models=("azure-openai:prod",))))
+    assert bare.rates("azure-openai:prod") is None, "an unknown deployment name has no price of its own"
+    named = load_job(write_job(tmp_path, "http://127.0.0.1:1", models=("azure-openai:prod",), azure=deployments))
+    prod, mini = Pricing(named).rates("azure-openai:prod"), Pricing(named).rates("openai:gpt-4o-mini")
+    assert prod is not None and mini is not None and (prod.input, prod.output) == (mini.input, mini.output)
+    # o3-mini takes no temperature (the stage sends 0): the deployment behind "thinker" is refused as o3-mini is
+    with pytest.raises(JobFileError, match="azure-openai:thinker takes no temperature"):
+        load_job(write_job(tmp_path, "http://127.0.0.1:1", models=("azure-openai:thinker",), azure=deployments))
+    load_job(write_job(tmp_path, "http://127.0.0.1:1", models=("azure-openai:thinker",)))  # unknown: sent as given
 
 
 # -- the pre-flight probe ---------------------------------------------------------------------------------
