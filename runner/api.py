@@ -118,6 +118,7 @@ def run_job(
     resume: str | None = None,
     allow_partial: bool = False,
     replan: bool = False,
+    check: bool = True,
 ) -> RunResult:
     """Validate ``job`` and run it to the end, as ``runner submit`` does (without the live view); return the run.
 
@@ -127,13 +128,15 @@ def run_job(
     ``RUNNER_DB`` or ./cache.sqlite). ``budget``: the run's USD limit, over the job's. ``limit``: only the first N
     items of every stage. ``vars``: values for the job's ``${name}``. ``resume``: the id of an unfinished run to
     finish instead (then give no job). ``allow_partial``: start even when the worst case exceeds the budget.
-    ``replan``: plan every request again instead of reusing an unchanged stage whole.
+    ``replan``: plan every request again instead of reusing an unchanged stage whole. ``check``: first probe each
+    endpoint the run sends to, as ``runner check`` does (an unreachable server, a refused key or an unknown model
+    stops the run before any paid request); False skips it.
 
     Raises :class:`~runner.errors.RunnerError` (:class:`~runner.errors.JobFileError` for a job that does not
     validate) before anything is sent; a run that starts is returned whatever its status.
     """
     return _blocking(lambda: arun_job(job, db=db, budget=budget, limit=limit, vars=vars, resume=resume,
-                                      allow_partial=allow_partial, replan=replan))
+                                      allow_partial=allow_partial, replan=replan, check=check))
 
 
 async def arun_job(
@@ -146,6 +149,7 @@ async def arun_job(
     resume: str | None = None,
     allow_partial: bool = False,
     replan: bool = False,
+    check: bool = True,
 ) -> RunResult:
     """:func:`run_job` for callers that can await (it runs on the caller's loop)."""
     from runner import service
@@ -169,7 +173,8 @@ async def arun_job(
             said = [line.removeprefix("warning: ") for line in submission.warnings]
             for line in said:
                 warnings.warn(line, RuntimeWarning, stacklevel=2)
-            outcome = await service.run(loaded, store, replan=replan)
+            outcome = await service.run(loaded, store, replan=replan, check=check, probe=submission.probe,
+                                        wording=service.API)
     finally:
         store.close()
     return RunResult(run_id=outcome.run_id, status=outcome.status, message=outcome.message,

@@ -386,6 +386,8 @@ def sim(
     seed: Annotated[int, typer.Option(help="Seed of the fault dice (answers never depend on it).")] = 0,
     script: Annotated[Path | None, typer.Option(help="A response script: the answers' text by prompt template and "
                                                      "term (format in simserver/script.py).")] = None,
+    models: Annotated[str | None, typer.Option(help="The only models the model lookups know (runner check), "
+                                                    "comma-separated; default: every model.")] = None,
 ) -> None:
     """Start the simulated provider server, to dry-run a job with the `sim:` provider without spending."""
     from simserver import SimConfig, serve
@@ -393,7 +395,7 @@ def sim(
     try:
         config = SimConfig(latency=latency, rpm=rpm, fault_429=fault_429, retry_after=retry_after,
                            fault_500=fault_500, fault_timeout=fault_timeout, seed=seed,
-                           script=str(script) if script is not None else None)
+                           script=str(script) if script is not None else None, models=models)
     except (ValueError, TypeError) as exc:
         raise RunnerError(f"runner sim: {exc}") from None
     try:

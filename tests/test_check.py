@@ -296,3 +296,30 @@ async def test_a_probe_touches_no_budget_memo_or_store(tmp_path, server):
     assert store.list_runs() == [] and list(store.responses()) == []
     outcome = await execute(job, store)  # the run after it sends every request: nothing was served from a probe
     assert outcome.status == "completed" and server.stats()["received"] == 3
+
+
+def test_run_job_probes_first_and_check_false_goes_on(tmp_path, keyed_server):
+    from runner.api import run_job
+    from runner.errors import RunnerError
+
+    job = job_file(tmp_path, keyed_server, ["sim:sim-model", "sim:unlisted"], rows=2)
+    db = tmp_path / "api.sqlite"
+    with pytest.raises(RunnerError, match=r"sim:unlisted is not a model .*\(check=False skips the check\)"):
+        run_job(str(job), db=db)
+    assert sim_stats(keyed_server)["received"] == 0
+    run = run_job(str(job), db=db, check=False)
+    assert run.status == "completed" and sim_stats(keyed_server)["received"] == 2 * 2
+
+
+def test_runner_sim_models_makes_the_others_unknown(tmp_path, monkeypatch, capsys):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "sim", "--port", str(port), "--models", "sim-model"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert "listening on" in proc.stdout.readline()
+        job = job_file(tmp_path, f"http://127.0.0.1:{port}", ["sim:sim-model", "sim:other"])
+        code, out, _ = run_cli(monkeypatch, capsys, "check", str(job))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert code == 1 and "sim:other is not a model" in out and "ok" in out
