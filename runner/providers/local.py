@@ -5,13 +5,20 @@ What each ``local:`` name runs and the weights' identity in cache keys are in ``
 how llama-cpp-python is driven (prompt prefixes reused bit for bit, log-likelihoods from the logits) in
 ``runner/providers/local_llama.py``. This module is the provider itself.
 
-Generation is CPU-bound, so it runs in a worker thread, one request at a time (the model is not
-thread-safe), with ``n_threads=2``. Temperature 0 is greedy decoding: deterministic on one machine.
+Generation is CPU-bound, so it runs in the provider's own worker thread, one request at a time in its queue (the
+model is not thread-safe), with ``n_threads=2``. On Linux that thread runs at a lower priority (``WORKER_NICE``), and
+so do llama.cpp's compute threads, which it starts: when API models share the job, the event loop sending and
+recording their requests gets a core as soon as it needs one, and the embedded model has the cores the rest of the
+time. Temperature 0 is greedy decoding: deterministic on one machine.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -42,12 +49,24 @@ from .local_weights import (
 )
 
 if TYPE_CHECKING:
-    import asyncio
     from collections.abc import Callable
 
     from runner.spec.schema import Job
 
 N_THREADS = 2
+#: the worker thread's niceness (Linux: per thread, inherited by the threads it starts)
+WORKER_NICE = 10
+
+
+def lower_priority() -> None:
+    """Run the calling thread (the model's worker) at ``WORKER_NICE``; elsewhere than Linux, or when the system
+    refuses, it keeps the process's priority."""
+    if sys.platform != "linux":  # only Linux takes a thread id for PRIO_PROCESS
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
+    except OSError:
+        pass
 
 
 def local_model(name: str, job: Job) -> LocalModel:
@@ -86,8 +105,8 @@ class LocalProvider(Provider):
         self.models: dict[Path, Any] = {}
         #: the file each model name runs, found on its first request
         self._files: dict[str, Path] = {}
-        #: one evaluation at a time (the model is not thread-safe); made on first use, in the running loop
-        self._lock: asyncio.Lock | None = None
+        #: the model's worker thread and its queue: one evaluation at a time (the model is not thread-safe)
+        self._worker: ThreadPoolExecutor | None = None
         #: False: evaluate every prompt from scratch with llama-cpp-python's own ``Llama`` (the code before
         #: prefix reuse, which bench/local.py and the tests compare with)
         self.reuse_prefix = reuse_prefix
@@ -165,6 +184,11 @@ class LocalProvider(Provider):
             raise ModelSetupError(f"the local model {path} could not be loaded ({exc})") from exc
 
     async def aclose(self) -> None:
+        if self._worker is not None:
+            import asyncio
+
+            worker, self._worker = self._worker, None
+            await asyncio.to_thread(worker.shutdown)  # a call still running (an abandoned request) ends first
         for llm in self.models.values():
             llm.close()
         self.models.clear()
@@ -185,13 +209,14 @@ class LocalProvider(Provider):
         )
 
     async def _in_worker(self, function: Callable[..., Any], *args: Any) -> Any:
-        """``function(*args)`` in a worker thread, one call at a time: chat and scoring share the model."""
+        """``function(*args)`` in the model's worker thread, after the calls queued before it: chat and scoring
+        share the model."""
         import asyncio
 
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            return await asyncio.to_thread(function, *args)
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-model",
+                                              initializer=lower_priority)
+        return await asyncio.get_running_loop().run_in_executor(self._worker, function, *args)
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         try:

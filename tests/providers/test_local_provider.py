@@ -8,7 +8,11 @@ share a prefix with it. A difference in the last bit of one logit would show.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import os
+import sys
+import threading
 from typing import Any
 
 import pytest
@@ -239,3 +243,20 @@ async def test_probe_of_a_weights_file_that_cannot_be_read_names_the_file_and_th
     message = str(error.value)
     assert message.startswith("local:smollm2: the model file /proc/self/mem cannot be read (")
     assert "model_path" in message and "\n" not in message
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own priority is a Linux feature")
+async def test_the_model_runs_in_its_own_lower_priority_thread_one_call_after_the_other():
+    from runner.providers.local import WORKER_NICE
+
+    def whoami() -> tuple[int, int]:
+        return threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    provider = LocalProvider(ProviderSettings())
+    try:
+        first, second = await asyncio.gather(provider._in_worker(whoami), provider._in_worker(whoami))
+    finally:
+        await provider.aclose()
+    assert first[0] == second[0] != threading.get_native_id()  # one worker thread, not the event loop's
+    assert first[1] == min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICE)
+    assert provider._worker is None
