@@ -7,37 +7,17 @@ and its body's ``model`` is the deployment, which must be a Global-Batch or Data
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
-from ._batch_common import check_lines, safe_label
-from .batching import BatchLine
-from .openai_batch import _METADATA_VALUE, OpenAIBatches
+from .openai_batch import OpenAIBatches
 
 if TYPE_CHECKING:
     from .azure_openai import AzureOpenAIProvider
-
-#: the batch endpoint and every line's url (Azure's batch how-to, above)
-ENDPOINT = "/chat/completions"
 
 
 class AzureBatches(OpenAIBatches):
     """The Batch API of an :class:`~runner.providers.azure_openai.AzureOpenAIProvider`."""
 
     provider: AzureOpenAIProvider
-
-    def input_file(self, model: str, lines: list[BatchLine]) -> bytes:
-        body = self.provider.request_body
-        return "".join(json.dumps({"custom_id": line.custom_id, "method": "POST", "url": ENDPOINT,
-                                   "body": body(model, line.messages, line.params)},
-                                  ensure_ascii=False, separators=(",", ":")) + "\n" for line in lines).encode()
-
-    async def submit(self, model: str, lines: list[BatchLine], *, label: str) -> str:
-        check_lines(self.where, lines)
-        data = self.input_file(model, lines)
-        metadata = {"runner": safe_label(label, self.provider, _METADATA_VALUE)}
-        with self.errors():
-            upload = await self.client.files.create(file=("batch-input.jsonl", data), purpose="batch")
-            batch = await self.client.batches.create(input_file_id=upload.id, endpoint=ENDPOINT,
-                                                     completion_window="24h", metadata=metadata)
-        return str(batch.id)
+    #: the batch's endpoint and every line's url (Azure's batch how-to, above)
+    endpoint: ClassVar[str] = "/chat/completions"

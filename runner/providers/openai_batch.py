@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.errors import BadRequest, TransientError
 
@@ -81,6 +81,8 @@ class OpenAIBatches(SDKBatches):
     """The Batch API of an :class:`~runner.providers.openai_chat.OpenAIChatProvider` (or ``SimProvider``)."""
 
     provider: OpenAIChatProvider
+    #: the batch's endpoint and every line's ``url`` (Azure's differ: runner/providers/azure_batch.py)
+    endpoint: ClassVar[str] = ENDPOINT
 
     def __init__(self, provider: OpenAIChatProvider) -> None:
         super().__init__(provider)
@@ -88,7 +90,7 @@ class OpenAIBatches(SDKBatches):
     def input_file(self, model: str, lines: list[BatchLine]) -> bytes:
         """The JSONL input file: each line's body exactly as the online request's."""
         body = self.provider.request_body
-        return "".join(json.dumps({"custom_id": line.custom_id, "method": "POST", "url": ENDPOINT,
+        return "".join(json.dumps({"custom_id": line.custom_id, "method": "POST", "url": self.endpoint,
                                    "body": body(model, line.messages, line.params)},
                                   ensure_ascii=False, separators=(",", ":")) + "\n" for line in lines).encode()
 
@@ -98,7 +100,7 @@ class OpenAIBatches(SDKBatches):
         metadata = {"runner": safe_label(label, self.provider, _METADATA_VALUE)}
         with self.errors():
             upload = await self.client.files.create(file=("batch-input.jsonl", data), purpose="batch")
-            batch = await self.client.batches.create(input_file_id=upload.id, endpoint=ENDPOINT,
+            batch = await self.client.batches.create(input_file_id=upload.id, endpoint=self.endpoint,
                                                      completion_window="24h", metadata=metadata)
         return str(batch.id)
 
