@@ -14,8 +14,10 @@ provider, queue the result. A cache hit never leaves the dispatch loop (no task 
 Admission is per endpoint: a request whose endpoint has no free slot waits in that endpoint's own line (a task of
 its own, which reserves its budget once it has the slot) while the dispatch loop goes on handing the chunk's other
 requests to their endpoints, so a slow endpoint (the embedded model, one request at a time) does not set the pace
-of the others in the same stage. A line is bounded (``ENDPOINT_LINE``; ``LEASE`` while other workers share the
-run, so one worker does not lease far ahead of what it sends); past it the loop waits for the slot itself.
+of the others in the same stage (a run that has used one endpoint so far waits in the loop: nothing else could go
+on, and a line costs a few per cent of throughput). A line is bounded (``ENDPOINT_LINE``; ``LEASE`` while other
+workers share the run, so one worker does not lease far ahead of what it sends); past it the loop waits for the
+slot itself.
 """
 
 from __future__ import annotations
@@ -328,8 +330,10 @@ class Dispatcher:
         self.inflight[req.key] = loop.create_future()
         endpoint = self.endpoints.of(req)
         slots = endpoint.slots
-        if (slots.held >= slots.limit or slots.waiters) and len(slots.waiters) < self._line_limit():
-            self._spawn(self._wait_in_line(req, endpoint))  # busy endpoint: the loop goes on with the others
+        # busy endpoint: the loop goes on with the others (with one endpoint so far, nothing could go on meanwhile)
+        if (slots.held >= slots.limit or slots.waiters) and len(slots.waiters) < self._line_limit() \
+                and len(self.endpoints.by_name) > 1:
+            self._spawn(self._wait_in_line(req, endpoint))
             return True
         if reserver.free(req.model):
             reservation = FREE  # nothing to reserve or record: no coroutine on the common free path

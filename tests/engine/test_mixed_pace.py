@@ -118,18 +118,20 @@ async def test_an_abandon_while_requests_wait_in_line_records_nothing_of_the_slo
     assert sorted(_order(store, outcome.run_id)) == [SIM] * 4
 
 
-async def test_requests_waiting_in_line_are_each_reserved_and_charged_once_within_the_budget(tmp_path, slow):
-    # Six requests one at a time, five of them waiting in line, each reserving its worst case (100 output tokens:
-    # $0.10) and costing $0.001 against a $0.25 budget: all are sent, each charged once, the budget never passed.
+async def test_requests_waiting_in_line_are_each_reserved_and_charged_once_within_the_budget(tmp_path, slow,
+                                                                                             fake_provider):
+    # Six requests one at a time, five of them waiting in line (a second, free model keeps the loop going), each
+    # reserving its worst case (100 output tokens: $0.10) and costing $0.001 against a $0.25 budget: all are sent,
+    # each charged once, the budget never passed.
     slow.latency = 0.05
     dataset = write_rows(tmp_path / "rows.jsonl", 6)
     extra = "prices: {'slow:s1': {input: 0.0, output: 1000.0}}\nbudget: {usd: 0.25}"
-    job = load_job(write_job(tmp_path / "job.yaml", dataset, models=[SLOW], extra=extra))
+    job = load_job(write_job(tmp_path / "job.yaml", dataset, models=[SLOW, "fake:m1"], extra=extra))
     job.params.max_tokens = 100
     store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(job, store)
     assert outcome.status == "completed"
-    assert len(slow.started) == 6
+    assert len(slow.started) == 6 and len(fake_provider.history) == 6
     charges = store.ledger(outcome.run_id, kind="charge")
     assert len(charges) == 6 and len({row["key"] for row in charges}) == 6
     assert sum(row["amount"] for row in charges) == pytest.approx(0.006)
