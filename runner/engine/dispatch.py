@@ -361,10 +361,7 @@ class Dispatcher:
         request waiting in line holds no reservation."""
         held = False
         try:
-            try:
-                await endpoint.slots.acquire()
-            except ValueError:  # Slots.acquire cancelled after a release had dropped its cancelled waiter
-                raise asyncio.CancelledError from None
+            await endpoint.slots.acquire()
             held = True
             if self.control.stopping:
                 reservation = None
@@ -379,6 +376,12 @@ class Dispatcher:
             if future is not None:
                 future.cancel()
             raise
+        except RunnerError as exc:  # the store refused the reservation (a full disk): the run ends on it, as the
+            if held:                # dispatch loop's own reservation would end it, instead of a lost task's error
+                endpoint.slots.release()
+            self._not_sent(req.key)
+            self.control.fail(exc)
+            return
         if reservation is None:  # a stop, or a budget that ran out: this request stays for a resume
             endpoint.slots.release()
             self._not_sent(req.key)

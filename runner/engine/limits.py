@@ -114,7 +114,7 @@ class Slots:
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
                 self.release()
-            else:
+            elif future in self.waiters:  # a release may have dropped it already, cancelled beside others
                 self.waiters.remove(future)
             raise
 

@@ -135,3 +135,37 @@ async def test_requests_waiting_in_line_are_each_reserved_and_charged_once_withi
     charges = store.ledger(outcome.run_id, kind="charge")
     assert len(charges) == 6 and len({row["key"] for row in charges}) == 6
     assert sum(row["amount"] for row in charges) == pytest.approx(0.006)
+
+
+async def test_a_store_that_refuses_a_reservation_in_line_ends_the_run_with_its_error(tmp_path, slow, fake_provider,
+                                                                                       monkeypatch):
+    # The ledger write of a request waiting in the slow endpoint's line fails (a full disk): the run ends with the
+    # store's error, as the dispatch loop's own reservation would end it; nothing is left unretrieved in a task.
+    from runner.errors import StoreError
+
+    slow.latency = 0.05
+    dataset = write_rows(tmp_path / "rows.jsonl", 6)
+    extra = "prices: {'slow:s1': {input: 0.0, output: 1000.0}}\nbudget: {usd: 0.25}"
+    job = load_job(write_job(tmp_path / "job.yaml", dataset, models=[SLOW, "fake:m1"], extra=extra))
+    job.params.max_tokens = 100
+    store = open_store(tmp_path / "s.sqlite")
+    real, calls = store.reserve_within, []
+
+    def failing_after_the_first(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        if len(calls) > 1:
+            raise StoreError("the store cannot write: database or disk is full")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "reserve_within", failing_after_the_first)
+    loop = asyncio.get_running_loop()
+    lost: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: lost.append(context))
+    try:
+        outcome = await execute(job, store)
+    finally:
+        loop.set_exception_handler(None)
+    assert outcome.status != "completed"
+    assert "disk is full" in (outcome.message or "")
+    assert len(slow.started) == 1, "no request in line was sent without its reservation"
+    assert lost == []
