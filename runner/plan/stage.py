@@ -64,7 +64,8 @@ def model_key(model: str, endpoints: dict[str, Any], job: Job | None = None) -> 
 
         found = local_model(name, job)
         return provider, found.name, found.model_id
-    return provider, name, provider_class(provider).model_id(name, endpoints)
+    settings = job.providers.get(provider) if job is not None else None
+    return provider, name, provider_class(provider).model_id(name, endpoints, settings)
 
 
 def dataset_rows(job: Job, stage: Stage) -> Iterator[tuple[int, str, dict[str, Any]]]:

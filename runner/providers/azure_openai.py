@@ -86,8 +86,7 @@ class AzureOpenAIProvider(OpenAIChatProvider):
     def model_id(cls, model: str, endpoints: dict[str, ProviderSettings] | None = None,
                  settings: ProviderSettings | None = None) -> str:
         """The resource and the deployment: two resources' deployments of one name are two models. The resource is
-        the job's ``base_url`` or ``endpoint`` when the caller passes the provider's ``settings`` (the planner does
-        not yet: see the report of issue 23), else AZURE_OPENAI_ENDPOINT."""
+        the job's ``base_url`` or ``endpoint`` (the planner passes the job's settings), else AZURE_OPENAI_ENDPOINT."""
         options = settings.provider_options if settings is not None else {}
         resource = ((settings.base_url if settings is not None else None) or options.get("endpoint")
                     or os.environ.get(ENDPOINT_ENV, ""))

@@ -290,8 +290,10 @@ class Provider(ABC):
         return None
 
     @classmethod
-    def model_id(cls, model: str, endpoints: dict[str, ProviderSettings] | None = None) -> str:
-        """The id that goes into the cache key (a provider may resolve aliases here)."""
+    def model_id(cls, model: str, endpoints: dict[str, ProviderSettings] | None = None,
+                 settings: ProviderSettings | None = None) -> str:
+        """The id that goes into the cache key (a provider may resolve aliases here); ``settings``: the job's
+        ``providers:`` entry of this provider (azure-openai's resource is part of its models' id)."""
         return model
 
     def settings_for(self, model: str) -> ProviderSettings:

@@ -112,7 +112,7 @@ class LocalProvider(Provider):
         self.reuse_prefix = reuse_prefix
 
     @classmethod
-    def model_id(cls, model: str, endpoints: Any = None) -> str:
+    def model_id(cls, model: str, endpoints: Any = None, settings: Any = None) -> str:
         """The id without the job (``stage.model_key`` finds a local model from the job): the aliases run
         RUNNER_LOCAL_MODEL or the embedded file, a GGUF path is found from the working directory, and a name that
         names no file keys as itself."""

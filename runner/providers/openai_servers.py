@@ -37,7 +37,8 @@ class OpenAICompatibleProvider(Provider):
         return endpoint, name
 
     @classmethod
-    def model_id(cls, model: str, endpoints: dict[str, ProviderSettings] | None = None) -> str:
+    def model_id(cls, model: str, endpoints: dict[str, ProviderSettings] | None = None,
+                 settings: ProviderSettings | None = None) -> str:
         """The server and the model it serves, not the job's label for the server: pointing a label at
         another server must not return the first one's answers, and renaming a label keeps the cache."""
         label, served = cls.split(model)

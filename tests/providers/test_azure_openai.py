@@ -271,6 +271,22 @@ def test_a_deployment_named_after_its_model_is_priced_by_genai_prices(tmp_path):
     assert (azure.input, azure.output) == (openai_rates.input, openai_rates.output) and "azure" in azure.source
 
 
+def test_two_resources_named_in_job_files_never_share_answers(tmp_path):
+    from runner.plan.stage import StagePlan
+
+    def key(endpoint: str) -> str:
+        folder = tmp_path / endpoint.split("//")[1].split(".")[0]
+        folder.mkdir()
+        path = write_job(folder, "http://127.0.0.1:1", rows=1, azure={"endpoint": endpoint})
+        text = json.loads(path.read_text())
+        text["providers"]["azure-openai"].pop("base_url")  # the resource only from the job's endpoint
+        path.write_text(json.dumps(text))
+        job = load_job(path)
+        return next(iter(StagePlan(job, job.stages[0]))).key
+
+    assert key("https://east.openai.azure.com") != key("https://west.openai.azure.com")
+
+
 def test_a_deployment_named_otherwise_is_priced_and_shaped_as_the_model_its_deployments_entry_names(tmp_path):
     deployments = {"deployments": {"prod": "gpt-4o-mini", "thinker": "o3-mini"}}
     bare = Pricing(load_job(write_job(tmp_path, "http://127.0.0.1:1", models=("azure-openai:prod",))))
