@@ -1,5 +1,7 @@
 """The ``runner`` command: submit, check, estimate, validate, resume, work, runs, report, compare, costs, sim.
 
+Just over ~450 lines: eleven commands, each only its arguments and its printing (the work is in runner/service.py).
+
 Every error a user can cause ends in ``Error: <one sentence>`` on stderr and a non-zero exit (2 for a job
 file that does not validate or a submit whose worst case exceeds its budget, 1 otherwise), never a traceback.
 ``RUNNER_RAISE_ERRORS=1`` shows tracebacks of unexpected errors, for bug reports.

@@ -25,6 +25,9 @@ class the first time a job names it (:func:`provider_class`), so a plug-in that 
 provider whose module is missing, is one sentence when it is named and harmless when it is not. Provider modules
 import their SDKs inside the methods that use them, so that loading a class (``runner validate``) stays light.
 :func:`register` adds a class directly (tests' fakes; ``@register`` on a bundled class is harmless).
+
+Over ~450 lines since issue 23 gave the contract its probe, SDK check and model mappings and the registry its entry
+points: the registry (from ``register`` down) is the part to move to a module of its own.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """What each provider's API takes from each model: the capability table, and request shaping by it.
 
+Longer than ~450 lines because the table is data: one rule a model family, each with the document it comes from;
+the code around it is short.
+
 A job's parameters are the user's wish; what a model's API accepts is narrower and changes by model family and
 API version (OpenAI's reasoning models take no ``temperature``, Claude 4.7 and later no sampling parameter at all,
 Anthropic no presence or frequency penalty, Gemini at most five stop sequences...). :func:`shape` turns a stage's
