@@ -293,6 +293,7 @@ class BedrockProvider(Provider):
     def map_errors(self, model: str) -> Iterator[None]:
         """botocore's exceptions as the runner's classes, with messages of our own."""
         from botocore import exceptions as aws
+        from botocore.parsers import ResponseParserError
 
         where = self.where
         try:
@@ -312,6 +313,9 @@ class BedrockProvider(Provider):
             raise AuthError(f"{where}: no AWS credentials were found: {CREDENTIAL_HELP}") from exc
         except aws.ParamValidationError as exc:  # botocore's own check of the request, before sending it
             raise BadRequest(f"{where}: request refused by botocore before sending ({quoted(exc)})") from exc
-        except aws.ResponseParserError as exc:
+        except aws.InvalidEndpointConfigurationError as exc:  # botocore >= 1.44: a bearer key over plain http
+            raise ModelSetupError(f"{where}: botocore refuses this endpoint for bedrock:{model} ({quoted(exc)}); a "
+                                  "Bedrock API key (AWS_BEARER_TOKEN_BEDROCK) needs an https base_url") from exc
+        except ResponseParserError as exc:
             raise TransientError(f"{where}: the response was not valid JSON ({type(exc).__name__})",
                                  error_class="malformed_response") from exc

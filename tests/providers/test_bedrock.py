@@ -109,19 +109,48 @@ async def test_claude_goes_as_bedrock_messages_with_thinking(tmp_path):
     assert [block["type"] for block in raw["content"]] == ["thinking", "text"]
 
 
+def _botocore_refuses_bearer_over_http() -> bool:
+    """Whether the installed botocore refuses to send a bearer token (AWS_BEARER_TOKEN_BEDROCK, set by the caller)
+    to an http endpoint such as the simulated server's: botocore 1.44 and later do, before anything is sent."""
+    import boto3
+    import botocore.exceptions
+
+    refusal = getattr(botocore.exceptions, "InvalidEndpointConfigurationError", None)
+    if refusal is None:
+        return False
+    client = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url="http://127.0.0.1:9")
+    try:
+        client.converse(modelId="m", messages=[{"role": "user", "content": [{"text": "x"}]}])
+    except refusal:
+        return True
+    except Exception:  # noqa: BLE001 - nothing listens on port 9: the request was let through to be sent
+        return False
+    return False
+
+
 async def test_a_bedrock_api_key_is_sent_as_a_bearer_token_by_both_sdks(tmp_path, monkeypatch):
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "bedrock-api-key-simulated")
+    refused_over_http = _botocore_refuses_bearer_over_http()
     async with await start_server(SimConfig(api_key="bedrock-api-key-simulated")) as srv:
         for model in (CONVERSE, CLAUDE):
             store = open_store(tmp_path / "s.sqlite")
             job = load_job(make_job(tmp_path, srv.root_url, model, 3, name=split_model(model)[1][:6]))
             outcome = await execute(job, store)
+            if model == CONVERSE and refused_over_http:  # boto3's path: one sentence, nothing sent
+                assert "needs an https base_url" in (outcome.message or "") and statuses(store, outcome.run_id) == {}
+                continue
             assert statuses(store, outcome.run_id) == {"done": 3}
             assert "bedrock-api-key-simulated" not in json.dumps(report.build(store, outcome.run_id), default=str)
-        await BedrockProvider(ProviderSettings(base_url=srv.root_url)).probe("amazon.nova-pro-v1:0")
-        assert srv.stats()["received"] == 6
+        probe = BedrockProvider(ProviderSettings(base_url=srv.root_url)).probe("amazon.nova-pro-v1:0")
+        if refused_over_http:
+            with pytest.raises(ModelSetupError, match="needs an https base_url"):
+                await probe
+            assert srv.stats()["received"] == 3  # the Claude requests alone
+        else:
+            await probe
+            assert srv.stats()["received"] == 6
 
 
 async def test_a_second_run_is_answered_from_the_memo(tmp_path):
