@@ -334,8 +334,8 @@ class Dispatcher:
         endpoint = self.endpoints.of(req)
         slots = endpoint.slots
         # busy endpoint: the loop goes on with the others (with one endpoint so far, nothing could go on meanwhile)
-        if (slots.held >= slots.limit or slots.waiters) and len(slots.waiters) < self._line_limit() \
-                and len(self.endpoints.by_name) > 1:
+        if len(self.endpoints.by_name) > 1 and (slots.held >= slots.limit or slots.waiters) \
+                and len(slots.waiters) < self._line_limit():
             self._spawn(self._wait_in_line(req, endpoint))
             return True
         if reserver.free(req.model):
