@@ -232,24 +232,18 @@ class AnthropicProvider(Provider):
     @contextlib.contextmanager
     def map_errors(self) -> Iterator[None]:
         """The SDK's exceptions as the runner's classes, with messages of our own."""
-        import aiohttp
         import anthropic
 
         where = self.where
         try:
-            yield
+            with transport_errors(where, self.settings.timeout):
+                yield
         except anthropic.RateLimitError as exc:
             raise RateLimited(f"{where}: rate limited (429)",
                               retry_after=retry_after_seconds(exc.response.headers)) from exc
         except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
             raise AuthError(f"{where}: the key was refused ({exc.status_code}); check the variable "
                             f"{self.key_variables()[0]}", status=exc.status_code) from exc
-        except anthropic.APITimeoutError as exc:
-            raise TransientError(f"{where}: timed out after {self.settings.timeout:g} s",
-                                 error_class="timeout") from exc
-        except anthropic.APIConnectionError as exc:
-            raise TransientError(f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})",
-                                 error_class="connection") from exc
         except anthropic.APIStatusError as exc:
             status = exc.status_code
             kind, message = _error_type(exc)
@@ -261,9 +255,24 @@ class AnthropicProvider(Provider):
             # the provider's words: what to fix is in the message ("temperature: ... not supported ...")
             raise BadRequest(f"{where}: request rejected ({words(status, kind, None, None, message)})",
                              status=status) from exc
-        except anthropic.APIResponseValidationError as exc:
-            raise TransientError(f"{where}: the response was not valid JSON",
-                                 error_class="malformed_response") from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
-                                 error_class="connection") from exc
+
+
+@contextlib.contextmanager
+def transport_errors(where: str, timeout: float) -> Iterator[None]:
+    """What the anthropic SDK's clients (direct, on Bedrock, on Vertex) raise when no answer came back: a timeout, a
+    dropped connection, a body that is not JSON; each a retryable ``TransientError``. Status errors are each
+    caller's: the APIs word them differently."""
+    import aiohttp
+    import anthropic
+
+    try:
+        yield
+    except anthropic.APITimeoutError as exc:
+        raise TransientError(f"{where}: timed out after {timeout:g} s", error_class="timeout") from exc
+    except anthropic.APIConnectionError as exc:
+        raise TransientError(f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})",
+                             error_class="connection") from exc
+    except anthropic.APIResponseValidationError as exc:
+        raise TransientError(f"{where}: the response was not valid JSON", error_class="malformed_response") from exc
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise TransientError(f"{where}: connection failed ({type(exc).__name__})", error_class="connection") from exc

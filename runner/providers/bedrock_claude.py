@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.errors import AuthError, TransientError
 
-from .anthropic_messages import AnthropicProvider
+from .anthropic_messages import AnthropicProvider, transport_errors
 from .base import Completion, ProviderSettings
 from .bedrock import CREDENTIAL_HELP
 from .bedrock_ids import claude_name
@@ -75,30 +75,18 @@ class BedrockClaude:
     def map_errors(self, model: str) -> Iterator[None]:
         """The anthropic SDK's exceptions as the runner's, read as Bedrock's errors (``x-amzn-ErrorType`` names the
         exception, the body is ``{"message": ...}``)."""
-        import aiohttp
         import anthropic
 
         where = self.provider.where
         try:
-            yield
+            with transport_errors(where, self.provider.settings.timeout):
+                yield
         except anthropic.APIStatusError as exc:
             headers = exc.response.headers
             code = (headers.get("x-amzn-errortype") or "").split(":", 1)[0]
             body = exc.body if isinstance(exc.body, dict) else {}
             message = str(body.get("message") or body.get("Message") or "")
             raise self.provider.error_of(code, exc.status_code, message, headers, model) from exc
-        except anthropic.APITimeoutError as exc:
-            raise TransientError(f"{where}: timed out after {self.provider.settings.timeout:g} s",
-                                 error_class="timeout") from exc
-        except anthropic.APIConnectionError as exc:
-            raise TransientError(f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})",
-                                 error_class="connection") from exc
-        except anthropic.APIResponseValidationError as exc:
-            raise TransientError(f"{where}: the response was not valid JSON",
-                                 error_class="malformed_response") from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
-                                 error_class="connection") from exc
         except RuntimeError as exc:  # the SDK's SigV4 signing found no credentials (anthropic/lib/aws/_auth.py)
             if "credentials" not in str(exc):
                 raise
