@@ -125,11 +125,15 @@ class Batcher:
         #: request keys submitted again after a batch was refused for other lines (a second refusal fails them)
         self.refiled: set[str] = set()
         self.loaded: set[str] = set()
+        #: request keys sent online because their group was smaller than the provider's Batch API takes
+        self.too_few: set[str] = set()
 
     # -- which tasks go through a batch ------------------------------------------------------------------
     def wants(self, task: Task) -> bool:
         if task.key in self.waiting:
             return True
+        if task.key in self.too_few:
+            return False
         stage = self.stages[task.stage]
         self._load(stage.name)
         if task.key in self.resumed:
@@ -186,6 +190,10 @@ class Batcher:
 
     async def submit(self, stage: str, model: str) -> None:
         tasks = self.pending.pop((stage, model), [])
+        floor = getattr(self.endpoints.providers[tasks[0].provider], "batch_min_lines", 1) if tasks else 1
+        if len(tasks) < floor:
+            await self._send_too_few_online(stage, model, tasks, floor)
+            return
         lines: list[BatchLine] = []
         keys: dict[str, int | None] = {}
         later: list[Task] = []
@@ -312,6 +320,19 @@ class Batcher:
             for task in online:
                 if not await self.send_online(task):
                     break
+
+    async def _send_too_few_online(self, stage: str, model: str, tasks: list[Task], floor: int) -> None:
+        """A group smaller than the provider's Batch API takes (Bedrock's 100 records a job) goes online, at the
+        online price: left waiting, it could never be answered."""
+        self.stats.notes.append(f"stage {stage}: {len(tasks)} requests of {model} sent online: its Batch API takes "
+                                f"at least {floor} requests a batch")
+        online: list[Task] = []
+        for task in tasks:
+            self.too_few.add(task.key)
+            online.extend(self.waiting.pop(task.key, [task]))
+        for task in online:
+            if not await self.send_online(task):
+                break
 
     def _refuse(self, keys: dict[str, int | None], exc: ProviderError | None) -> None:
         """Lines not submitted: failed with ``exc`` (a fatal one stops the run), or with none, given back (their

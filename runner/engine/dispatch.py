@@ -208,6 +208,7 @@ class Dispatcher:
             await self._finish_leases(plan, loop)
         if self.batcher is not None and not control.stopping:
             await self.batcher.submit_pending(plan.stage.name)  # its batches start while later stages are planned
+            await self.drain()  # what was too few for a batch went online
         if wait_for_batches:
             await self.finish_batches({plan.stage.name})
 

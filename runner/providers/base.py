@@ -201,6 +201,9 @@ class Provider(ABC):
     supports_loglikelihood: ClassVar[bool] = False
     #: whether :meth:`batches` gives this provider's Batch API (``runner.providers.batching``)
     supports_batch: ClassVar[bool] = False
+    #: the fewest requests its Batch API takes in one batch (Bedrock batch inference: 100); the engine sends a
+    #: smaller group online
+    batch_min_lines: ClassVar[int] = 1
     #: the modules this provider's SDK brings (``("anthropic",)``); :meth:`check_sdk` finds them before anything is
     #: sent, so a missing one is one sentence, not an ImportError in the middle of a run
     sdk_modules: ClassVar[tuple[str, ...]] = ()

@@ -202,6 +202,31 @@ async def test_auto_with_no_time_left_for_a_batch_goes_online(tmp_path, server: 
     assert server.stats().get("batches", 0) == 0 and server.stats()["received"] == distinct(job)
 
 
+async def test_a_group_smaller_than_the_batch_api_takes_goes_online_and_a_larger_one_in_a_batch(
+        tmp_path, server: SimServer, monkeypatch):
+    from runner.providers.openai_servers import SimProvider
+
+    path = write_job(tmp_path, server.url, mode="batch")
+    n = distinct(path)
+    monkeypatch.setattr(SimProvider, "batch_min_lines", n + 1)  # as Bedrock's floor of 100 records a job
+    store = open_store(tmp_path / "s.sqlite")
+    outcome = await execute(load_job(path), store)
+    assert outcome.status == "completed", outcome.message
+    assert server.stats().get("batches", 0) == 0 and server.stats()["received"] == n
+    expected, online_cost = await online_reference(tmp_path, server.url)
+    assert lines(outcome.results["mc"]) == expected
+    assert report.build(store, outcome.run_id)["totals"]["cost"] == pytest.approx(online_cost)
+    assert any(f"{n} requests of {MODEL} sent online" in note for note in outcome.stats.notes)
+
+    monkeypatch.setattr(SimProvider, "batch_min_lines", n)  # exactly the floor: one batch
+    server.reset()
+    again = tmp_path / "again"
+    again.mkdir()
+    outcome = await execute(load_job(write_job(again, server.url, mode="batch")), open_store(again / "s.sqlite"))
+    assert outcome.status == "completed", outcome.message
+    assert server.stats()["batches"] == 1 and server.stats()["received"] == 0
+
+
 def test_batch_mode_with_a_model_that_has_no_batch_api_is_one_sentence(tmp_path, monkeypatch, capsys):
     job = write_job(tmp_path, "http://127.0.0.1:9/v1", mode="batch", models=["local:smollm2"])
     code, out, err = run_cli(monkeypatch, capsys, "submit", str(job), "--db", str(tmp_path / "s.sqlite"))
