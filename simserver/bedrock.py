@@ -18,7 +18,8 @@ as ``Authorization: Bearer``; ``SimConfig.api_key`` compares it. Every error is 
 (the exception names and statuses are botocore's service model for bedrock-runtime, ``botocore/data/
 bedrock-runtime/2023-09-30/service-2.json``). A model the lookups do not know (``SimConfig.models``; every model by
 default) is their 404 ``ResourceNotFoundException``; model requests are answered whatever the model, as on the other
-routes. Strict mode's rules are in :mod:`simserver.bedrock_strict`.
+routes. Strict mode's rules are in :mod:`simserver.bedrock_strict`. Batch inference (the control plane's model
+invocation jobs) and the S3 it reads and writes are :mod:`simserver.batch_bedrock` and :mod:`simserver.s3`.
 """
 
 from __future__ import annotations
@@ -101,7 +102,9 @@ class _BedrockErrors:
 
 
 def _model_of(request: web.Request) -> str:
-    return request.match_info["modelId"]
+    """The model the path names (a batch record's: the job's model, as ``model``)."""
+    info = request.match_info
+    return info["modelId"] if "modelId" in info else info["model"]
 
 
 def _texts(blocks: Any, where: str) -> str:
@@ -115,7 +118,7 @@ def _parse_converse(body: Any, request: web.Request) -> Ask:
     try:
         return _read_converse(body, request)
     except Invalid as exc:  # what cannot be read is said as the service model's check says it, where it can
-        problem = bedrock_strict.converse_refusal(body, _model_of(request), {}, request.path) \
+        problem = bedrock_strict.converse_refusal(body, _model_of(request), {}, getattr(request, "path", "")) \
             if isinstance(body, dict) else None
         raise Invalid(problem.message if problem is not None else exc.message) from None
 
@@ -264,3 +267,6 @@ def add_routes(server: SimServer, app: web.Application) -> None:
     app.router.add_post("/model/{modelId:.+}/invoke", invoke)
     app.router.add_get("/foundation-models/{modelId:.+}", foundation_model)
     app.router.add_get("/inference-profiles/{modelId:.+}", inference_profile)
+    from . import batch_bedrock  # batch inference and the S3 it reads and writes (it imports this module)
+
+    batch_bedrock.add_routes(server, app)

@@ -16,6 +16,11 @@ hand for aiohttp because the whole client path then runs as AWS ships it (parame
 SigV4 or bearer signing, credential refresh, response parsing, the service's error codes); the cost is one thread per
 request in flight, bounded by the concurrency. botocore's retries are off (``total_max_attempts: 1``, the runner
 retries: ARCHITECTURE.md invariant 4). Bedrock sends no rate-limit headers: the endpoint's concurrency adapts.
+
+Batch inference (:mod:`runner.providers.bedrock_batch`) needs ``providers: {bedrock: {batch_folder: s3://BUCKET/PREFIX,
+batch_role_arn: arn:aws:iam::ACCOUNT:role/NAME}}``: the S3 folder its records and answers go through and the service
+role Bedrock assumes to read and write it. Without both, ``mode: auto`` sends bedrock models online and ``mode: batch``
+is refused before anything is sent (:meth:`BedrockProvider.check_batch`).
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ import asyncio
 import contextlib
 import functools
 import os
+import re
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import field_validator
 
 from runner.errors import (
     AuthError,
@@ -44,6 +52,7 @@ from .bedrock_ids import claude_name, is_profile
 from .wire import quoted, retry_after_seconds, words
 
 if TYPE_CHECKING:
+    from .batching import Batches
     from .bedrock_claude import BedrockClaude
 
 #: the variables of the standard chain a message may name (never their values)
@@ -63,6 +72,10 @@ _TRANSIENT = ("ModelTimeoutException", "InternalServerException", "ServiceUnavai
 #: what Converse cannot carry of the runner's parameters (InferenceConfiguration has maxTokens, temperature, topP
 #: and stopSequences only); a model's own fields would go in additionalModelRequestFields, which differ by model
 _NOT_CONVERSE = ("seed", "logprobs", "presence_penalty", "frequency_penalty", "response_format", "reasoning")
+_ROLE_ARN = re.compile(r"arn:aws(-[^:]+)?:iam::([0-9]{12})?:role/.+")
+#: what a job needs for batch inference, as the sentence that says so names it
+BATCH_SETTINGS = ("providers: {bedrock: {batch_folder: s3://BUCKET/PREFIX, batch_role_arn: "
+                  "arn:aws:iam::ACCOUNT:role/NAME}}")
 
 
 @register
@@ -74,13 +87,37 @@ class BedrockProvider(Provider):
     default_concurrency: ClassVar[int] = 16
     adaptive: ClassVar[bool] = True
     price_id: ClassVar[str | None] = "aws"  # genai-prices' "AWS Bedrock" (ids with and without a geography prefix)
-    supports_batch: ClassVar[bool] = False  # batch inference reads and writes S3: not built (issue 23)
+    #: batch inference (model invocation jobs); an instance batches once its S3 folder and role are set
+    supports_batch: ClassVar[bool] = True
+    #: "Minimum number of records per batch inference job" (docs.aws.amazon.com/general/latest/gr/bedrock.html)
+    batch_min_lines: ClassVar[int] = 100
 
     class Options(Provider.Options):
         #: the AWS region (else AWS_REGION, AWS_DEFAULT_REGION, the profile's)
         region: str | None = None
         #: a named profile of the shared AWS files (else AWS_PROFILE)
         profile: str | None = None
+        #: batch inference: the S3 folder (s3://BUCKET/PREFIX) its records and answers go through
+        batch_folder: str | None = None
+        #: batch inference: the service role Bedrock assumes to read and write that folder
+        batch_role_arn: str | None = None
+
+        @field_validator("batch_folder")
+        @classmethod
+        def _folder(cls, value: str | None) -> str | None:
+            from .s3_files import Folder
+
+            if value is not None:
+                Folder.parse(value)  # ValueError: the job file's error names the key
+            return value
+
+        @field_validator("batch_role_arn")
+        @classmethod
+        def _role(cls, value: str | None) -> str | None:
+            # CreateModelInvocationJob.roleArn's pattern (botocore's bedrock service model)
+            if value is not None and not _ROLE_ARN.fullmatch(value):
+                raise ValueError(f"{value!r} is not an IAM role ARN (arn:aws:iam::ACCOUNT:role/NAME)")
+            return value
 
     @classmethod
     def capability_model(cls, model: str) -> tuple[str, str] | None:
@@ -93,6 +130,9 @@ class BedrockProvider(Provider):
         self.runtime: Any = None  # boto3's bedrock-runtime client
         self.claude: BedrockClaude | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._batch_clients: list[Any] = []  # boto3's bedrock and s3 clients of batch inference, once opened
+        # the class batches; this endpoint only with its folder and role (``mode: auto`` sends it online otherwise)
+        self.supports_batch = bool(self.options.batch_folder and self.options.batch_role_arn)  # type: ignore[misc]
 
     # -- region and credentials --------------------------------------------------------------------------
 
@@ -142,13 +182,8 @@ class BedrockProvider(Provider):
         return self.settings.concurrency or self.default_concurrency
 
     async def start(self) -> None:
-        from botocore.config import Config
-
-        config = Config(retries={"mode": "standard", "total_max_attempts": 1},  # the runner retries (invariant 4)
-                        connect_timeout=self.settings.timeout, read_timeout=self.settings.timeout,
-                        max_pool_connections=self._width())
         self.runtime = self._session.client("bedrock-runtime", region_name=self.region(),
-                                            endpoint_url=self.settings.base_url, config=config)
+                                            endpoint_url=self.settings.base_url, config=self._config())
         self._pool = ThreadPoolExecutor(max_workers=self._width(), thread_name_prefix="bedrock")
 
     def _claude(self) -> BedrockClaude:
@@ -158,7 +193,22 @@ class BedrockProvider(Provider):
             self.claude = BedrockClaude(self)
         return self.claude
 
+    @property
+    def pool(self) -> ThreadPoolExecutor | None:
+        """The threads boto3's calls run in (None before :meth:`start`: the loop's default ones)."""
+        return self._pool
+
+    def _config(self) -> Any:
+        from botocore.config import Config
+
+        return Config(retries={"mode": "standard", "total_max_attempts": 1},  # the runner retries (invariant 4)
+                      connect_timeout=self.settings.timeout, read_timeout=self.settings.timeout,
+                      max_pool_connections=self._width())
+
     async def aclose(self) -> None:
+        for client in self._batch_clients:
+            client.close()
+        self._batch_clients = []
         if self.claude is not None:
             await self.claude.aclose()
             self.claude = None
@@ -235,6 +285,35 @@ class BedrockProvider(Provider):
         request = self.converse_request(model, messages, params)
         response = await self._call(model, self.runtime.converse, self._pool, **request)
         return self.converse_completion(response)
+
+    # -- batch inference -------------------------------------------------------------------------------------
+
+    def check_batch(self, model: str) -> None:
+        """What ``mode: batch`` needs beyond online requests, each missing part one sentence; nothing is sent."""
+        if not self.supports_batch:
+            raise ModelSetupError(f"bedrock:{model} has mode: batch, and Bedrock batch inference needs an S3 folder "
+                                  f"and a service role: set {BATCH_SETTINGS} in the job, or mode: auto or online for "
+                                  "that stage (no request was sent)")
+        if self._session.get_credentials() is None:
+            raise ModelSetupError(f"bedrock:{model} has mode: batch, whose records go through S3, which takes AWS "
+                                  f"credentials (a Bedrock API key alone cannot reach S3): {CREDENTIAL_HELP} (no "
+                                  "request was sent)")
+
+    def batches(self) -> Batches:
+        """Batch inference over boto3's ``bedrock`` (control plane) and ``s3`` clients, made from this provider's
+        session, region and retry settings, their calls in its threads."""
+        if not self.supports_batch:
+            self.check_batch("*")
+        from .bedrock_batch import BedrockBatches
+        from .s3_files import s3_client
+
+        if not self._batch_clients:
+            control = self._session.client("bedrock", region_name=self.region(), endpoint_url=self.settings.base_url,
+                                           config=self._config())
+            s3 = s3_client(self._session, self.region(), self.settings.base_url, self.settings.timeout,
+                           self._width())
+            self._batch_clients = [control, s3]
+        return BedrockBatches(self, *self._batch_clients)
 
     # -- pre-flight ------------------------------------------------------------------------------------------
 
