@@ -14,6 +14,8 @@ and the publisher-model lookup a pre-flight check asks.
     ``GET /v1/publishers/{publisher}/models/{model}`` (and under ``projects/{p}/locations/{l}/``)
         Model Garden's GetPublisherModel (google-genai's ``models.get`` in Vertex mode); 404 for a model the
         server does not know (a ``models`` list in its config, when it has one; every model otherwise).
+    ``.../batchPredictionJobs`` and Cloud Storage's ``/storage/v1/``, ``/upload/storage/v1/``, ``/download/...``
+        Batch prediction (:mod:`simserver.batch_vertex`) and its files (:mod:`simserver.gcs`).
 
 The model routes take only an access token this server issued (``Authorization: Bearer``); none, or another,
 is a 401 ``UNAUTHENTICATED`` in Google's error shape. Tokens are self-checking (an HMAC of a per-process secret),
@@ -191,7 +193,9 @@ def _known(server: Any) -> set[str] | None:
 
 
 def add_routes(server: Any, app: web.Application) -> None:
-    """Vertex's model routes, the token endpoint and the publisher-model lookup (see the module docstring)."""
+    """Vertex's model routes, the token endpoint and the publisher-model lookup (see the module docstring), batch
+    prediction's (:mod:`simserver.batch_vertex`) and the Cloud Storage objects it reads and writes
+    (:mod:`simserver.gcs`)."""
 
     async def gemini(request: web.Request) -> web.Response:
         return await server.answer(request, VERTEX_GEMINI)
@@ -216,3 +220,8 @@ def add_routes(server: Any, app: web.Application) -> None:
     app.router.add_post("/token", _token)
     app.router.add_get("/v1/publishers/{publisher}/models/{model}", lookup)
     app.router.add_get(_VERTEX + "/{publisher}/models/{model}", lookup)
+    from . import gcs  # (imported here: both import this module)
+    from .batch_vertex import VertexBatchRoutes
+
+    gcs.add_routes(server, app)
+    VertexBatchRoutes(server).add_routes(app)

@@ -12,6 +12,9 @@ The wire mapping is the gemini and anthropic providers' own (``GeminiProvider.re
 as for ``gemini:`` and ``anthropic:``. Claude's body carries ``anthropic_version: vertex-2023-10-16`` (the value
 Vertex takes, https://docs.claude.com/en/api/claude-on-vertex-ai), pinned as the anthropic provider pins its header.
 
+Batch prediction (``mode: batch`` or ``auto``): :mod:`runner.providers.vertex_batch`, its files staged under the
+job's ``providers: {vertex: {batch_folder: gs://BUCKET/PREFIX}}`` (:mod:`runner.providers.gcs_files`).
+
 Cache key: the provider name (``vertex``) keeps these answers apart from ``gemini:``'s and ``anthropic:``'s; the
 project and location are not in it: they decide who pays and which quota is used, not what the model answers.
 """
@@ -34,6 +37,9 @@ if TYPE_CHECKING:  # the SDKs are imported where they are used: discovering the 
     import anthropic
     from google import genai
     from google.auth.credentials import Credentials
+
+    from .batching import Batches
+    from .gcs_files import Folder, Staging
 
 #: Claude on Vertex's ``anthropic_version`` (in the body, not a header)
 VERTEX_ANTHROPIC_VERSION = "vertex-2023-10-16"
@@ -74,14 +80,16 @@ class VertexProvider(Provider):
     adaptive: ClassVar[bool] = True
     #: genai-prices' Google provider matches Vertex and falls back to Anthropic's prices for Claude models
     price_id: ClassVar[str | None] = "google"
-    #: Vertex batch prediction reads from and writes to GCS or BigQuery: not built
-    supports_batch: ClassVar[bool] = False
+    # Vertex batch prediction (runner/providers/vertex_batch.py) where the job names a Cloud Storage folder to stage
+    # its files in (``batch_folder``): ``supports_batch`` is a property of the endpoint, below
 
     class Options(Provider.Options):
         #: the Google Cloud project (else GOOGLE_CLOUD_PROJECT)
         project: str | None = None
         #: the region, e.g. us-central1, or global (else GOOGLE_CLOUD_LOCATION)
         location: str | None = None
+        #: the Cloud Storage folder batch prediction's input and output files go under, gs://BUCKET/PREFIX
+        batch_folder: str | None = None
 
     @classmethod
     def capability_model(cls, model: str) -> tuple[str, str] | None:
@@ -105,6 +113,37 @@ class VertexProvider(Provider):
         self.claude.api_version = "2023-06-01"
         self.gemini.where = self.claude.where = self.where
         self.credentials: Credentials | None = None
+        self.batch_folder: Folder | None = None
+        if self.options.batch_folder:
+            from .gcs_files import parse_folder
+
+            self.batch_folder = parse_folder(self.options.batch_folder)
+        self._staging: Staging | None = None
+
+    @property  # type: ignore[misc]  # the class says whether Vertex has a Batch API, an endpoint whether it may use it
+    def supports_batch(self) -> bool:
+        """Whether this endpoint sends batches: only where the job names a ``batch_folder`` (``mode: auto`` without
+        one sends online; ``mode: batch`` is refused with :meth:`batch_unavailable`'s sentence)."""
+        return self.batch_folder is not None
+
+    def batch_unavailable(self, model: str) -> str | None:
+        """Why ``mode: batch`` cannot send ``vertex:model`` (one sentence), or None when it can."""
+        if self.batch_folder is not None:
+            return None
+        return (f"vertex:{model} in mode: batch needs a Cloud Storage folder for batch prediction's files: set "
+                "providers.vertex.batch_folder: gs://BUCKET/PREFIX in the job (or use mode: auto or online)")
+
+    def batches(self) -> Batches:
+        from .gcs_files import Staging
+        from .vertex_batch import VertexBatches
+
+        if self.batch_folder is None:
+            raise ModelSetupError("vertex batch prediction needs a Cloud Storage folder for its files: set "
+                                  "providers.vertex.batch_folder: gs://BUCKET/PREFIX in the job")
+        if self._staging is None:
+            self._staging = Staging(self.batch_folder, project=self.project, credentials=self.credentials,
+                                    endpoint=self._root(), timeout=self.settings.timeout, where=self.where)
+        return VertexBatches(self, self._staging)
 
     def key_variables(self) -> list[str]:
         return []  # no key: Application Default Credentials (start() loads them)

@@ -242,7 +242,10 @@ async def test_no_credentials_stop_the_job_with_one_sentence(tmp_path, srv: SimS
 def test_the_settings_are_validated_by_the_providers_options():
     with pytest.raises(ModelSetupError, match="providers: vertex: region is not one of its settings"):
         VertexProvider(ProviderSettings.model_validate({"region": "x"}))
-    assert provider_class("vertex").extra == "vertex" and not provider_class("vertex").supports_batch
+    assert provider_class("vertex").extra == "vertex"
+    # batch prediction is the endpoint's where the job names a Cloud Storage folder for its files (test_vertex_batch)
+    assert not VertexProvider(ProviderSettings()).supports_batch
+    assert VertexProvider(ProviderSettings.model_validate({"batch_folder": "gs://bucket/runs"})).supports_batch
 
 
 async def started(root_url: str, **options: str) -> VertexProvider:
