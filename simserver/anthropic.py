@@ -123,8 +123,21 @@ def _signature(ask: Ask, text: str) -> str:
     return base64.b64encode(hashlib.sha256(f"{ask.model}\0{text}".encode()).digest()).decode()
 
 
+def _usage(ask: Ask, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    """Messages usage: ``input_tokens`` are those after the last cache breakpoint, the cached ones apart."""
+    read = ask.cache.read if ask.cache else 0
+    written = ask.cache.written if ask.cache else 0
+    long = ask.cache.written_1h if ask.cache else 0
+    usage: dict[str, Any] = {"input_tokens": prompt_tokens - read - written, "output_tokens": completion_tokens,
+                             "cache_creation_input_tokens": written, "cache_read_input_tokens": read}
+    if written:  # the split by lifetime (the 1-hour writes cost more)
+        usage["cache_creation"] = {"ephemeral_5m_input_tokens": written - long, "ephemeral_1h_input_tokens": long}
+    return usage
+
+
 class AnthropicFormat(WireFormat):
     name = "anthropic"
+    cache_rule = "anthropic"
     parse = staticmethod(_parse_anthropic)
 
     def new_headers(self) -> dict[str, str]:
@@ -200,8 +213,7 @@ class AnthropicFormat(WireFormat):
             "content": content,
             "stop_reason": reason,
             "stop_sequence": stop_hit,
-            "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens,
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+            "usage": _usage(ask, prompt_tokens, completion_tokens),
         }
         if refusal is not None:
             body["stop_details"] = {"type": "refusal", "category": None, "explanation": None}

@@ -36,6 +36,10 @@ class SimConfig:
     require_key: bool = True  #: reject requests without a non-empty key in the format's own header
     api_key: str | None = field(default=None, repr=False)  #: when set, the only key accepted (missing -> error)
     script: str | None = None  #: a response script file (YAML, see simserver.script) deciding the answers
+    #: provider prompt caching as each API does it (simserver.prompt_cache); off: every prompt token uncached
+    prompt_cache: bool = True
+    #: the fewest tokens a prefix needs to be cached, for every API and model (None: each API's documented minimum)
+    cache_min_tokens: int | None = None
     batch_delay: float = 0.0  #: seconds from a batch's creation until it ends (0: done at the first look)
     batch_expire: float = 0.0  #: fraction of batch lines (by custom id hash) that expire instead of completing
     batch_line_errors: float = 0.0  #: fraction of batch lines (by custom id hash) answered with a 500 error
@@ -49,7 +53,8 @@ class SimConfig:
         checked_updates(dataclasses.asdict(self))
 
 
-_OPTIONAL = {"rpm": int, "tpm": int, "itpm": int, "otpm": int, "api_key": str, "script": str, "models": str}
+_OPTIONAL = {"rpm": int, "tpm": int, "itpm": int, "otpm": int, "api_key": str, "script": str, "models": str,
+             "cache_min_tokens": int}
 _FRACTIONS = {"batch_expire", "batch_line_errors"}  #: besides the fault_* fields, the fields between 0 and 1
 #: field name -> the type its values take (the command line's ``type=``)
 FIELD_KINDS: dict[str, type] = {f.name: _OPTIONAL.get(f.name) or type(f.default)

@@ -124,6 +124,7 @@ def _read_thinking(config: Any, ask: Ask) -> None:
 
 class GeminiFormat(WireFormat):
     name = "gemini"
+    cache_rule = "gemini"
     parse = staticmethod(_parse_gemini)
 
     def key(self, request: web.Request) -> str:
@@ -213,6 +214,9 @@ class GeminiFormat(WireFormat):
             usage["thoughtsTokenCount"] = thoughts
         usage["totalTokenCount"] = prompt_tokens + completion_tokens
         usage["promptTokensDetails"] = [{"modality": "TEXT", "tokenCount": prompt_tokens}]
+        if ask.cache is not None and ask.cache.read:
+            usage["cachedContentTokenCount"] = ask.cache.read
+            usage["cacheTokensDetails"] = [{"modality": "TEXT", "tokenCount": ask.cache.read}]
         return {
             "candidates": [candidate],
             "usageMetadata": usage,

@@ -97,6 +97,7 @@ def _read_response_format(value: Any, ask: Ask) -> None:
 
 class OpenAIFormat(WireFormat):
     name = "openai"
+    cache_rule = "openai"
     parse = staticmethod(_parse_openai)
 
     def new_headers(self) -> dict[str, str]:
@@ -180,7 +181,7 @@ class OpenAIFormat(WireFormat):
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
-                "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+                "prompt_tokens_details": {"cached_tokens": ask.cache.read if ask.cache else 0, "audio_tokens": 0},
                 "completion_tokens_details": {"reasoning_tokens": thought.tokens if thought else 0, "audio_tokens": 0,
                                               "accepted_prediction_tokens": 0,
                                               "rejected_prediction_tokens": 0},

@@ -79,6 +79,7 @@ from .completions import COMPLETIONS
 from .config import SimConfig, checked_updates
 from .gemini import GEMINI
 from .openai import OPENAI
+from .prompt_cache import PromptCache
 from .respond import answer_body
 from .script import Script, load_script
 from .wire import JSON_HEADERS, Ask, Invalid, WireFormat, compact
@@ -105,6 +106,8 @@ class SimServer:
         self.clock: Callable[[], float] = time.monotonic  #: the rate limits' clock; tests may replace it
         self._runner: web.AppRunner | None = None
         self.batches = BatchStore(self)  #: the Batch APIs' batches and files (simserver.batches)
+        #: provider prompt caching (simserver.prompt_cache), on the rate limits' clock
+        self.prompt_cache = PromptCache(lambda: self.clock())
         self.reset()
 
     @property
@@ -122,6 +125,8 @@ class SimServer:
         if self.script is not None:
             stats["scripted"], stats["unmatched"] = self._scripted, self._unmatched
         stats.update(self.batches.stats())
+        if any(self.prompt_cache.stats.values()):
+            stats["prompt_cache"] = dict(self.prompt_cache.stats)
         return stats
 
     def reset(self) -> None:
@@ -132,6 +137,7 @@ class SimServer:
         self._scripted = self._unmatched = 0
         self._buckets.clear()
         self.batches.clear()
+        self.prompt_cache.clear()
         if self.script is not None:
             self.script.rewind()
 
@@ -278,6 +284,9 @@ class SimServer:
         turned_away = self._admit(fmt, ask, prompt_tokens, headers)
         if turned_away is not None:
             return self._finish(turned_away)
+        rule = fmt.cache_rule if cfg.prompt_cache else None
+        cache_scope = f"{rule}\0{fmt.key(request)}\0{ask.model}"
+        ask.cache = self.prompt_cache.look_up(rule, cache_scope, ask.messages, body, ask.model, cfg.cache_min_tokens)
         if cfg.fault_500 and rng.random() < cfg.fault_500:
             return self._finish(fmt.server_error(headers))
         if cfg.fault_503 and rng.random() < cfg.fault_503:
@@ -308,6 +317,7 @@ class SimServer:
         else:
             digest = hashlib.sha256(messages_json.encode()).hexdigest()
             self._completed[digest] = self._completed.get(digest, 0) + 1
+            self.prompt_cache.answered(cache_scope, ask.cache)
             if entry is not None and text is not None:  # delivered: the entry moves to its next text
                 entry.served += 1
                 self._scripted += 1

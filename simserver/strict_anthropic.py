@@ -134,8 +134,40 @@ def refusal(body: dict[str, Any], model: str, headers: Mapping[str, str]) -> Ref
             return Refusal(f"{key}: Extra inputs are not permitted")
         if key != "model" and (problem := _conform(value, fields[key], key)) is not None:
             return Refusal(problem)
+    if (problem := _cache_breakpoints(body)) is not None:
+        return problem
     caps = capabilities("anthropic", model, version)
     return _anthropic_model(body, caps) if caps is not None else None
+
+
+#: Anthropic's limit on cache breakpoints and its words for going past it
+#: (docs.claude.com/en/docs/build-with-claude/prompt-caching: "You can define up to 4 cache breakpoints")
+_MAX_BREAKPOINTS = 4
+
+
+def _cache_breakpoints(body: dict[str, Any]) -> Refusal | None:
+    """At most four ``cache_control`` marks (tools, system and message blocks, and the top-level one), and no 1-hour
+    mark after a 5-minute one ("cache entries with longer TTL must appear before shorter TTLs", same page; the
+    refusal's wording is the server's own)."""
+    ttls: list[str] = []
+
+    def blocks(items: Any) -> None:
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, Mapping) and isinstance(item.get("cache_control"), Mapping):
+                ttls.append(str(item["cache_control"].get("ttl") or "5m"))
+
+    blocks(body.get("tools"))
+    blocks(body.get("system"))
+    for turn in body.get("messages") or []:
+        if isinstance(turn, Mapping):
+            blocks(turn.get("content"))
+    if isinstance(body.get("cache_control"), Mapping):
+        ttls.append(str(body["cache_control"].get("ttl") or "5m"))
+    if len(ttls) > _MAX_BREAKPOINTS:
+        return Refusal(f"A maximum of {_MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {len(ttls)}.")
+    if "1h" in ttls and "5m" in ttls and ttls.index("5m") < len(ttls) - 1 - ttls[::-1].index("1h"):
+        return Refusal("cache_control: a block with ttl '1h' must not come after a block with ttl '5m'")
+    return None
 
 
 _THINKING_DOC = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"

@@ -47,6 +47,9 @@ class Ask:
     json_object: bool = False
     #: Gemini's responseMimeType text/x.enum: the answer is the schema's enum value, bare (not JSON)
     enum_text: bool = False
+    #: what the request read from and wrote to the prompt cache (:class:`simserver.prompt_cache.CacheUse`), set by
+    #: the server before answering; None where the format caches nothing
+    cache: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,8 @@ class WireFormat(Protocol):
 
     name = ""
     parse: Callable[[Any, web.Request], Ask]
+    #: how its API caches prompts (:mod:`simserver.prompt_cache`: "openai", "anthropic", "gemini"); None: not at all
+    cache_rule: str | None = None
 
     def new_headers(self) -> dict[str, str]:
         return {}
