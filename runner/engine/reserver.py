@@ -188,11 +188,12 @@ class Reserver:
         if not self.priced(req.model):
             return 0.0, (0.0 if batch else None)
         cost = self.pricing.cost(req.model, c.input_tokens, c.output_tokens, c.cached_tokens,
-                                 cache_write_tokens=c.cache_write_tokens)
+                                 cache_write_tokens=c.cache_write_tokens, cache_write_1h_tokens=c.cache_write_1h_tokens)
         if not batch:
             return cost, None
         rates = self.pricing.batch_rates(req.model)
-        batch_cost = rates.cost(c.input_tokens, c.output_tokens, c.cached_tokens, c.cache_write_tokens) \
+        batch_cost = rates.cost(c.input_tokens, c.output_tokens, c.cached_tokens, c.cache_write_tokens,
+                                c.cache_write_1h_tokens) \
             if rates is not None else cost
         return batch_cost, cost - batch_cost
 

@@ -217,6 +217,7 @@ class AnthropicProvider(Provider):
             output_tokens=usage.get("output_tokens") or 0,
             cached_tokens=cache_read,
             cache_write_tokens=cache_write,
+            cache_write_1h_tokens=(usage.get("cache_creation") or {}).get("ephemeral_1h_input_tokens") or 0,
             raw=body,
             rate=anthropic_rate(headers) if headers is not None else None,
             thinking="\n\n".join(thoughts) if thoughts else None,

@@ -136,6 +136,8 @@ class Completion:
     cached_tokens: int = 0
     #: input tokens written to a prompt cache (Anthropic prices them apart)
     cache_write_tokens: int = 0
+    #: of ``cache_write_tokens``, those written for an hour (Anthropic's ``ttl: "1h"``, priced higher again)
+    cache_write_1h_tokens: int = 0
     #: the provider's response as JSON-able data, stored in the memo
     raw: dict[str, Any] = field(default_factory=dict)
     #: the model's thinking as the API returned it (thinking blocks, thought parts, ``<think>`` of open models),

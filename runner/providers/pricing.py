@@ -108,6 +108,13 @@ class Rates:
     #: ``(threshold, rates)`` in ascending order: ``rates`` replace these for a request whose input tokens
     #: exceed ``threshold``
     tiers: tuple[tuple[int, Rates], ...] = ()
+    #: a cache-write input token kept for an hour (Anthropic's ``ttl: "1h"``, twice the input price); None: the
+    #: ``cache_write`` price
+    cache_write_1h: float | None = None
+
+    @property
+    def hour_write(self) -> float:
+        return self.cache_write if self.cache_write_1h is None else self.cache_write_1h
 
     def at(self, input_tokens: int) -> Rates:
         """The rates that apply to a request with this many input tokens (its tier)."""
@@ -116,14 +123,18 @@ class Rates:
                 return rates
         return self
 
-    def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0, cache_write_tokens: int = 0) -> float:
-        """USD for one response's usage; ``input_tokens`` include the cached and cache-written ones."""
+    def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0, cache_write_tokens: int = 0,
+             cache_write_1h_tokens: int = 0) -> float:
+        """USD for one response's usage; ``input_tokens`` include the cached and cache-written ones, and
+        ``cache_write_tokens`` the ``cache_write_1h_tokens`` written for an hour."""
         rates = self.at(input_tokens)
         uncached = max(0, input_tokens - cached_tokens - cache_write_tokens)
+        hour = min(cache_write_1h_tokens, cache_write_tokens)
         return (
             uncached * rates.input
             + cached_tokens * rates.cached_input
-            + cache_write_tokens * rates.cache_write
+            + (cache_write_tokens - hour) * rates.cache_write
+            + hour * rates.hour_write
             + output_tokens * rates.output
         ) / PER
 
@@ -132,13 +143,14 @@ class Rates:
         dearest input price (a cache write costs more than a plain input token at Anthropic), every output token
         at the output price, both taken over every tier a count up to ``input_tokens`` can fall in."""
         candidates = [self, *(rates for threshold, rates in self.tiers if input_tokens > threshold)]
-        per_input = max(max(r.input, r.cached_input, r.cache_write) for r in candidates)
+        per_input = max(max(r.input, r.cached_input, r.cache_write, r.hour_write) for r in candidates)
         per_output = max(r.output for r in candidates)
         return (input_tokens * per_input + max_output_tokens * per_output) / PER
 
     @property
     def is_free(self) -> bool:
-        return not self.tiers and self.input == self.cached_input == self.cache_write == self.output == 0
+        return not self.tiers and self.input == self.cached_input == self.cache_write == self.hour_write == \
+            self.output == 0
 
 
 def _free(source: str) -> Rates:
@@ -154,6 +166,7 @@ def _from_price(price: Price, source: str) -> Rates:
         cache_write=price.input if written is None else written,
         output=price.output,
         source=source,
+        cache_write_1h=price.cache_write_1h,
     )
 
 
@@ -169,7 +182,8 @@ class Pricing:
         #: the job's Batch API prices, for models whose ``prices:`` give them
         self._job_batch: dict[str, Rates] = {
             model: _from_price(p.model_copy(update={"input": p.batch_input, "output": p.batch_output,
-                                                    "cached_input": None, "cache_write": None}),
+                                                    "cached_input": None, "cache_write": None,
+                                                    "cache_write_1h": None}),
                                f"{JOB_PRICES} {model} (batch)")
             for model, p in given.items() if p.batch_input is not None and p.batch_output is not None}
         #: per model string: fixed rates (job, free), the genai-prices model, or why it is unknown
@@ -249,11 +263,13 @@ class Pricing:
         cached_tokens: int = 0,
         cache_write_tokens: int = 0,
         when: datetime | None = None,
+        cache_write_1h_tokens: int = 0,
     ) -> float:
         """USD for one response: ``input_tokens`` are all input tokens, ``cached_tokens`` and
         ``cache_write_tokens`` the parts read from and written to the prompt cache. ``when`` is the request's
         time (default: now). Raises ``UnknownPrice`` for a model without a price."""
-        return self.require(model, when).cost(input_tokens, output_tokens, cached_tokens, cache_write_tokens)
+        return self.require(model, when).cost(input_tokens, output_tokens, cached_tokens, cache_write_tokens,
+                                              cache_write_1h_tokens)
 
     def worst_case(self, model: str, input_tokens: int, max_output_tokens: int, when: datetime | None = None) -> float:
         """The most a request can cost (USD): what a budget reserves before it is sent. At least ``cost()`` of
@@ -294,8 +310,8 @@ def _converted(price: ModelPrice, source: str) -> Rates | None:
 def _convert(price: ModelPrice, source: str) -> Rates | None:
     """Rates from genai-prices' prices; None when the model is priced only in other units (audio hours,
     characters), which the runner cannot count."""
-    keys = ("input_mtok", "cache_read_mtok", "cache_write_mtok", "output_mtok")
-    values: dict[str, Decimal | TieredPrices | None] = {key: getattr(price, key) for key in keys}
+    keys = ("input_mtok", "cache_read_mtok", "cache_write_mtok", "output_mtok", "cache_write_1h_mtok")
+    values: dict[str, Decimal | TieredPrices | None] = {key: getattr(price, key, None) for key in keys}
     if values["input_mtok"] is None and values["output_mtok"] is None and any(
         value is not None for value in vars(price).values()
     ):
@@ -312,6 +328,7 @@ def _convert(price: ModelPrice, source: str) -> Rates | None:
             cache_write=plain if written is None else written,
             output=p["output_mtok"] or 0.0,
             source=source,
+            cache_write_1h=p["cache_write_1h_mtok"],
         )
 
     return replace(at(0), tiers=tuple((threshold, at(threshold + 1)) for threshold in thresholds))

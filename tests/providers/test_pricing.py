@@ -80,6 +80,35 @@ def test_cost_equals_genai_prices_own_calculation(model: str) -> None:
         assert ours == pytest.approx(theirs, rel=1e-12, abs=1e-15), (total, cached, written, output)
 
 
+@pytest.mark.parametrize("model", [m for m in FLAT + TIERED if m.startswith("anthropic:")])
+def test_one_hour_cache_writes_cost_what_genai_prices_charges_for_them(model: str) -> None:
+    rng = random.Random(model + "1h")
+    prices = Pricing()
+    rates = prices.rates(model)
+    assert rates is not None and rates.hour_write > rates.cache_write, "an hour's write costs more than 5 minutes'"
+    for _ in range(100):
+        total = rng.randint(0, 400_000)
+        cached = rng.randint(0, total)
+        written = rng.randint(0, total - cached)
+        hour = rng.randint(0, written)
+        output = rng.randint(0, 20_000)
+        ours = prices.cost(model, total, output, cached, written, cache_write_1h_tokens=hour)
+        theirs = _package_usd(model, input_tokens=total, output_tokens=output, cache_read_tokens=cached,
+                              cache_write_tokens=written, cache_write_1h_tokens=hour)
+        assert ours == pytest.approx(theirs, rel=1e-12, abs=1e-15), (total, cached, written, hour, output)
+
+
+def test_a_job_prices_one_hour_writes_apart_or_at_its_cache_write_price() -> None:
+    # 100,000 written of which 40,000 for an hour: 60,000 x $3.75 + 40,000 x $6 = 0.225 + 0.24
+    both = Pricing(prices={"sim:m": Price(input=3.0, output=15.0, cache_write=3.75, cache_write_1h=6.0)})
+    assert both.cost("sim:m", 100_000, 0, cache_write_tokens=100_000, cache_write_1h_tokens=40_000) == \
+        pytest.approx(0.465)
+    assert both.worst_case("sim:m", 1_000_000, 0) == pytest.approx(6.0), "the dearest input token bounds it"
+    plain = Pricing(prices={"sim:m": Price(input=3.0, output=15.0, cache_write=3.75)})
+    assert plain.cost("sim:m", 100_000, 0, cache_write_tokens=100_000, cache_write_1h_tokens=40_000) == \
+        pytest.approx(0.375)
+
+
 def test_job_prices_win_over_genai_prices() -> None:
     prices = Pricing(_job(**{"openai:gpt-4o": Price(input=1.0, output=2.0, cached_input=0.5)}))
     rates = prices.rates("openai:gpt-4o")
