@@ -1,4 +1,5 @@
-"""The ``runner`` command: submit, check, estimate, validate, resume, work, runs, report, compare, costs, sim.
+"""The ``runner`` command: submit, check, estimate, validate, resume, work, runs, report, compare, costs, sim
+(and explain, from runner/cli_costs.py).
 
 Just over ~450 lines: eleven commands, each only its arguments and its printing (the work is in runner/service.py).
 
@@ -236,6 +237,12 @@ def estimate(
 
 @app.command()
 def costs(
+    run: Annotated[str | None, typer.Argument(help="A finished run to re-price (see `runner runs`); without it, spend "
+                                              "across runs.", show_default=False)] = None,
+    as_models: Annotated[list[str] | None, typer.Option("--as", help="Re-price RUN's requests on this model "
+                                                        "(repeatable).", show_default=False)] = None,
+    batch: Annotated[bool, typer.Option("--batch", help="Re-price RUN at Batch API prices.")] = False,
+    cached: Annotated[bool, typer.Option("--cached", help="Re-price RUN with provider prompt caching.")] = False,
     db: DbOption = None,
     since: Annotated[str | None, typer.Option(help="Only spend from this day on (YYYY-MM-DD, UTC).",
                                               show_default=False)] = None,
@@ -244,9 +251,16 @@ def costs(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
 ) -> None:
     """Spend across runs, from the ledger: per model, job or day, the runs, requests charged, USD charged, USD
-    possibly billed (requests in flight when a run was killed) and the money saved by cache hits."""
+    possibly billed (requests in flight when a run was killed) and the money saved by cache hits. With RUN: that
+    run's requests re-priced (--as another model, --batch, --cached) beside what was paid."""
     if fmt not in cost_sums.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(cost_sums.FORMATS)}, not {fmt!r}")
+    if run is not None or as_models or batch or cached:
+        from runner.report import whatif
+
+        text = whatif.render(whatif.build(_store(db), cost_sums.whatif_run(run, since), as_models=as_models,
+                                          batch=batch, cached=cached), fmt)
+        return _emit(text, output, fmt)
     data = cost_sums.build(_store(db), by=by, since=since)
     _emit(cost_sums.render(data, fmt), output, fmt)
 
@@ -451,6 +465,8 @@ def main() -> None:
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 
+
+from runner import cli_costs  # noqa: E402, F401  registers `runner explain` on the app
 
 if __name__ == "__main__":
     main()

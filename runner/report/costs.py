@@ -24,7 +24,7 @@ from runner.errors import RunnerError
 from runner.store import Reads, Store
 from runner.store.reads import UNKNOWN_JOB
 
-__all__ = ["BY", "FORMATS", "UNKNOWN_JOB", "build", "parse_since", "render"]
+__all__ = ["BY", "FORMATS", "UNKNOWN_JOB", "build", "parse_since", "render", "whatif_run"]
 
 FORMATS = ("text", "json", "csv", "md")
 BY = ("model", "job", "day")
@@ -162,3 +162,14 @@ def render(data: dict[str, Any], fmt: str) -> str:
     lines = [head, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
     return "\n".join(lines + notes) + "\n"
+
+
+def whatif_run(run: str | None, since: str | None) -> str:
+    """The run ``runner costs RUN --as/--batch/--cached`` re-prices (runner/report/whatif.py), or the sentence
+    saying what is missing or does not apply to one run."""
+    if run is None:
+        raise RunnerError("--as, --batch and --cached re-price one finished run: give its id, e.g. "
+                          "runner costs RUN_ID --as openai:gpt-4o-mini (`runner runs` lists the runs)")
+    if since is not None:
+        raise RunnerError("--since applies to the sums across runs, not to one run: leave it out with RUN")
+    return run

@@ -248,3 +248,45 @@ class Reads:
             " WHERE m.run_id = ? AND m.stage = ? AND m.status = 'done' GROUP BY 1, 2",
             (judge_id, judge_stage, suffix, run_id, stage))
         return sqlite_sorted([(model, sql_value(seed), *rest) for model, seed, *rest in found], 2)
+
+    # -- a finished run re-priced, a request explained (runner costs RUN --as, runner explain) ---------------------
+    def run_requests(self, run_id: str) -> Iterator[tuple[str, str, str, int, int, int, float, str | None]]:
+        """(stage, model, key, cache hit, input tokens, output tokens, cost, stored request JSON) of each done task
+        of a run, in the run's order, streamed."""
+        yield from self.store.stream(
+            "SELECT t.stage, t.model, t.key, t.cache_hit, coalesce(t.input_tokens, 0), coalesce(t.output_tokens, 0),"
+            " coalesce(t.cost, 0), r.request_json FROM tasks t LEFT JOIN responses r ON r.key = t.key"
+            f" WHERE t.run_id = ? AND t.status = 'done' ORDER BY t.{self.dialect.task_order}", (run_id,))
+
+    def payers(self, keys: list[str]) -> dict[str, str]:
+        """The first run (by id, which starts with its time) that sent each of these requests and was answered;
+        keys no run sent are left out."""
+        found: dict[str, str] = {}
+        for start in range(0, len(keys), 500):
+            where, args = self.dialect.in_list("key", keys[start:start + 500])
+            found.update(self.store.rows(
+                f"SELECT key, min(run_id{self.dialect.text_order}) FROM tasks WHERE {where} AND cache_hit = 0"
+                " AND status = 'done' GROUP BY key", args))
+        return found
+
+    def item_tasks(self, run_id: str, stage: str, row_id: str) -> list[tuple[str, str, int, str | None]]:
+        """(key, status, cache hit, error class) of a run's tasks of one item (row id) of a stage."""
+        return [tuple(row) for row in self.store.rows(
+            "SELECT key, status, cache_hit, error_class FROM tasks WHERE run_id = ? AND stage = ? AND row_id = ?"
+            f" ORDER BY {self.dialect.task_order}", (run_id, stage, row_id))]
+
+    def stored_requests(self, stage: str, model: str | None, *, row_id: str | None = None,
+                        before: str | None = None, limit: int = 2000) -> list[tuple[str, str, str | None]]:
+        """(key, stored request JSON, first run that asked it) of memo rows that answered tasks of a stage (and a
+        model as the job names it, and one item), stored before ``before`` (a time stamp); at most ``limit``, in
+        key order."""
+        where, args = "t.stage = ?", [stage]
+        for column, value in (("t.model", model), ("t.row_id", row_id)):
+            if value is not None:
+                where, args = f"{where} AND {column} = ?", [*args, value]
+        if before is not None:
+            where, args = f"{where} AND r.created < ?", [*args, before]
+        c = self.dialect.text_order
+        return [tuple(row) for row in self.store.rows(
+            f"SELECT r.key, r.request_json, min(t.run_id{c}) FROM tasks t JOIN responses r ON r.key = t.key"
+            f" WHERE {where} GROUP BY r.key, r.request_json ORDER BY r.key{c} LIMIT ?", (*args, limit))]
