@@ -53,12 +53,25 @@ class GcsObject:
 
     def resource(self) -> dict[str, Any]:
         md5 = base64.b64encode(hashlib.md5(self.data).digest()).decode()  # noqa: S324 - GCS's own checksum field
-        return {"kind": "storage#object", "id": f"{self.bucket}/{self.name}/{self.generation}", "name": self.name,
+        resource = {"kind": "storage#object", "id": f"{self.bucket}/{self.name}/{self.generation}", "name": self.name,
                 "bucket": self.bucket, "generation": str(self.generation), "metageneration": "1",
                 "contentType": self.content_type, "size": str(len(self.data)), "md5Hash": md5,
                 "storageClass": "STANDARD", "timeCreated": rfc3339(self.created), "updated": rfc3339(self.created),
                 "selfLink": f"/storage/v1/b/{self.bucket}/o/{quote(self.name, safe='')}",
                 "mediaLink": f"/download/storage/v1/b/{self.bucket}/o/{quote(self.name, safe='')}?alt=media"}
+        crc = _crc32c(self.data)
+        if crc is not None:  # google-cloud-storage checks a resumable upload's crc32c when it has google-crc32c
+            resource["crc32c"] = crc
+        return resource
+
+
+def _crc32c(data: bytes) -> str | None:
+    """The object's CRC32C (big-endian, base64) as Cloud Storage reports it, where google-crc32c is installed."""
+    try:
+        import google_crc32c
+    except ImportError:
+        return None
+    return base64.b64encode(google_crc32c.value(data).to_bytes(4, "big")).decode()
 
 
 class Objects:

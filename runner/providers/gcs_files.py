@@ -131,7 +131,10 @@ class Staging:
             yield
         except RunnerError:
             raise
-        except (api.Unauthorized, auth.RefreshError) as exc:
+        except (auth.TransportError, OSError) as exc:
+            raise TransientError(f"{self.where}: Cloud Storage could not be reached ({type(exc).__name__})",
+                                 error_class="connection") from exc
+        except (api.Unauthorized, auth.GoogleAuthError) as exc:
             raise AuthError(f"{self.where}: Cloud Storage refused the credentials for {folder}; export "
                             "GOOGLE_APPLICATION_CREDENTIALS or run `gcloud auth application-default login` with an "
                             "account that may write to it", status=401) from exc
@@ -149,9 +152,6 @@ class Staging:
         except api.GoogleAPICallError as exc:
             raise BadRequest(f"{self.where}: Cloud Storage refused a call on {folder} ({exc.code}: {exc.message})",
                              status=exc.code) from exc
-        except (auth.TransportError, OSError) as exc:
-            raise TransientError(f"{self.where}: Cloud Storage could not be reached ({type(exc).__name__})",
-                                 error_class="connection") from exc
         except Exception as exc:
             import requests
 

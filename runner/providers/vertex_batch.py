@@ -174,7 +174,11 @@ class VertexBatches(SDKBatches):
         rows = []
         for line in lines:
             row = {"custom_id": line.custom_id} if claude else {}
-            row["request"] = self.request(model, line)
+            try:
+                row["request"] = self.request(model, line)
+            except ValueError as exc:  # google-genai refuses to build it (no contents): so would it online
+                raise BadRequest(f"{self.where}: the request of batch line {line.custom_id} cannot be built: "
+                                 f"{exc}") from exc
             rows.append(json.dumps(row, ensure_ascii=False).encode() + b"\n")
         return rows
 
