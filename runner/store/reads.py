@@ -277,7 +277,7 @@ class Reads:
 
     def stored_requests(self, stage: str, model: str | None, *, row_id: str | None = None,
                         before: str | None = None, limit: int = 2000) -> list[tuple[str, str, str | None]]:
-        """(key, stored request JSON, first run that asked it) of memo rows that answered tasks of a stage (and a
+        """(key, stored request JSON, the run that sent it) of memo rows that answered tasks of a stage (and a
         model as the job names it, and one item), stored before ``before`` (a time stamp); at most ``limit``, in
         key order."""
         where, args = "t.stage = ?", [stage]
@@ -288,5 +288,6 @@ class Reads:
             where, args = f"{where} AND r.created < ?", [*args, before]
         c = self.dialect.text_order
         return [tuple(row) for row in self.store.rows(
-            f"SELECT r.key, r.request_json, min(t.run_id{c}) FROM tasks t JOIN responses r ON r.key = t.key"
+            f"SELECT r.key, r.request_json, min(CASE WHEN t.cache_hit = 0 THEN t.run_id END{c}) FROM tasks t"
+            " JOIN responses r ON r.key = t.key"
             f" WHERE {where} GROUP BY r.key, r.request_json ORDER BY r.key{c} LIMIT ?", (*args, limit))]
