@@ -47,8 +47,11 @@ class _Request:
     key: str
     input_tokens: int
     output_tokens: int
-    #: the stored request's messages (None: no memo row, or a log-likelihood call)
-    messages: list[dict[str, Any]] | None
+    #: input tokens re-counted per target model whose tokenizer the runner has
+    counted: dict[str, int] = field(default_factory=dict)
+    #: the stored request's messages, kept for the prefix analysis only (None: not kept, no memo row, or a
+    #: log-likelihood call)
+    messages: list[dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)
@@ -56,9 +59,10 @@ class _Group:
     stage: str
     model: str
     requests: list[_Request] = field(default_factory=list)
-    tasks: int = 0
     sent: int = 0
     paid: float = 0.0
+    #: target models some of whose requests could not be re-counted (no stored messages)
+    uncounted: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -111,7 +115,7 @@ def build(store: Store, run_id: str, *, as_models: list[str] | None = None, batc
     targets = list(dict.fromkeys(as_models or []))
     for model in targets:
         _check_model(model, pricing)
-    groups = _groups(store, run["id"])
+    groups = _groups(store, run["id"], targets, cached)
     rows: list[Row] = []
     notes: list[str] = []
     for group in groups.values():
@@ -131,25 +135,44 @@ def build(store: Store, run_id: str, *, as_models: list[str] | None = None, batc
             "notes": list(dict.fromkeys(notes))}
 
 
-def _groups(store: Store, run_id: str) -> dict[tuple[str, str], _Group]:
-    """The run's done requests per stage and model, each distinct request once, in the run's order."""
+def _recounted(model: str, targets: list[str]) -> list[str]:
+    """The targets whose tokenizer the runner has (so a request's input is re-counted for them)."""
+    return [t for t in targets if t != model and exact(*split_model(t))]
+
+
+def _groups(store: Store, run_id: str, targets: list[str], cached: bool) -> dict[tuple[str, str], _Group]:
+    """The run's done requests per stage and model, each distinct request once, in the run's order (memory: a
+    request's messages are kept only for the prefix analysis); what every task cost, failed ones too."""
     groups: dict[tuple[str, str], _Group] = {}
     seen: set[str] = set()
-    for stage, model, key, hit, tin, tout, cost, request_json in Reads(store).run_requests(run_id):
+    recount: dict[str, list[str]] = {}
+    reads = Reads(store)
+    needs_requests = cached or any(exact(*split_model(t)) for t in targets)
+    for stage, model, key, status, hit, tin, tout, cost, request_json in reads.run_requests(
+            run_id, requests=needs_requests):
         group = groups.get((stage, model))
         if group is None:
             group = groups[stage, model] = _Group(stage, model)
-        group.tasks += 1
+            recount[model] = _recounted(model, targets)
         group.paid += float(cost or 0.0)
+        if status != "done":
+            continue
         group.sent += 0 if hit else 1
         if key in seen:
             continue
         seen.add(key)
-        messages = None
-        if request_json:
-            body = json.loads(request_json)
-            messages = body.get("messages") if body.get("kind", "chat") == "chat" else None
-        group.requests.append(_Request(key, int(tin), int(tout), messages))
+        request = _Request(key, int(tin), int(tout))
+        body = json.loads(request_json) if request_json else {}
+        messages = body.get("messages") if body.get("kind", "chat") == "chat" else None
+        for target in recount[model]:
+            if messages is None:
+                group.uncounted.add(target)
+            else:
+                provider, name = split_model(target)
+                request.counted[target] = count_input_tokens(provider, name, messages)
+        if cached:
+            request.messages = messages
+        group.requests.append(request)
     return groups
 
 
@@ -158,9 +181,8 @@ def _input_tokens(group: _Group, target: str) -> tuple[list[int], str]:
     paid = [r.input_tokens for r in group.requests]
     if target == group.model:
         return paid, AS_PAID
-    provider, name = split_model(target)
-    if exact(provider, name) and all(r.messages is not None for r in group.requests):
-        return [count_input_tokens(provider, name, r.messages or []) for r in group.requests], EXACT
+    if exact(*split_model(target)) and target not in group.uncounted:
+        return [r.counted[target] for r in group.requests], EXACT
     return paid, ESTIMATE
 
 

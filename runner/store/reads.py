@@ -250,13 +250,16 @@ class Reads:
         return sqlite_sorted([(model, sql_value(seed), *rest) for model, seed, *rest in found], 2)
 
     # -- a finished run re-priced, a request explained (runner costs RUN --as, runner explain) ---------------------
-    def run_requests(self, run_id: str) -> Iterator[tuple[str, str, str, int, int, int, float, str | None]]:
-        """(stage, model, key, cache hit, input tokens, output tokens, cost, stored request JSON) of each done task
-        of a run, in the run's order, streamed."""
+    def run_requests(self, run_id: str, *, requests: bool = True
+                     ) -> Iterator[tuple[str, str, str, str, int, int, int, float, str | None]]:
+        """(stage, model, key, status, cache hit, input tokens, output tokens, cost, stored request JSON) of each
+        finished task of a run, in the run's order, streamed; without ``requests`` the JSON is None (not read)."""
+        request = "r.request_json" if requests else "NULL"
+        join = " LEFT JOIN responses r ON r.key = t.key AND t.status = 'done'" if requests else ""
         yield from self.store.stream(
-            "SELECT t.stage, t.model, t.key, t.cache_hit, coalesce(t.input_tokens, 0), coalesce(t.output_tokens, 0),"
-            " coalesce(t.cost, 0), r.request_json FROM tasks t LEFT JOIN responses r ON r.key = t.key"
-            f" WHERE t.run_id = ? AND t.status = 'done' ORDER BY t.{self.dialect.task_order}", (run_id,))
+            "SELECT t.stage, t.model, t.key, t.status, t.cache_hit, coalesce(t.input_tokens, 0),"
+            f" coalesce(t.output_tokens, 0), coalesce(t.cost, 0), {request} FROM tasks t{join}"
+            f" WHERE t.run_id = ? ORDER BY t.{self.dialect.task_order}", (run_id,))
 
     def payers(self, keys: list[str]) -> dict[str, str]:
         """The first run (by id, which starts with its time) that sent each of these requests and was answered;
