@@ -225,7 +225,7 @@ class VertexBatches(SDKBatches):
     async def find(self, label: str, custom_ids: Collection[str], *, since: float,
                    known: Collection[str] = ()) -> Lookup:
         wanted = safe_label(label, self.provider, _DISPLAY_NAME)
-        after = dt.datetime.fromtimestamp(since - CLOCK_SKEW, dt.UTC).isoformat(timespec="seconds")
+        after = dt.datetime.fromtimestamp(since - CLOCK_SKEW, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         quoted = wanted.replace("\\", "\\\\").replace('"', '\\"')
         config = {"page_size": PAGE, "filter": f'display_name="{quoted}" AND create_time>="{after}"'}
         with self.errors():

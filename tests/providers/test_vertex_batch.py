@@ -178,6 +178,24 @@ async def test_a_refused_job_is_one_error_naming_what_vertex_said(srv: SimServer
         await vertex.aclose()
 
 
+async def test_a_group_is_cut_within_the_lines_and_bytes_a_job_takes(srv: SimServer, monkeypatch):
+    from runner.providers import vertex_batch
+
+    vertex = await started(srv)
+    try:
+        batches = vertex.batches()
+        lines = lines_of(5)
+        assert batches.chunks(GEMINI, lines) == [lines]
+        monkeypatch.setattr(vertex_batch, "MAX_LINES", 2)
+        assert [len(part) for part in batches.chunks(GEMINI, lines)] == [2, 2, 1]
+        monkeypatch.setattr(vertex_batch, "MAX_LINES", 200_000)
+        one = len(batches.jsonl(CLAUDE, lines[:1])[0])
+        monkeypatch.setattr(vertex_batch, "MAX_BYTES", one * 3)
+        assert [len(part) for part in batches.chunks(CLAUDE, lines)] == [3, 2]
+    finally:
+        await vertex.aclose()
+
+
 def test_a_batch_folder_is_a_gs_uri_or_one_sentence():
     with pytest.raises(ModelSetupError, match="batch_folder must be a Cloud Storage folder written gs://BUCKET/"):
         VertexProvider(ProviderSettings.model_validate({"batch_folder": "s3://bucket/runs"}))
