@@ -172,3 +172,21 @@ def test_user_errors_are_one_sentence(tmp_path: Path, monkeypatch, capsys) -> No
         assert code == 1 and len(err.strip().splitlines()) == 1 and err.startswith(expected), err
     code, out, err = _cli(monkeypatch, capsys, "costs")
     assert code == 0 and "no spend recorded" in out
+
+
+def test_a_run_re_priced_pays_what_its_report_says(ledger: dict) -> None:
+    """``runner costs RUN``: per stage and model, what was paid is the report's cost, and the run's own model at its
+    job's price costs it again (beta sent every request: none was in the cache)."""
+    from runner.report import whatif
+
+    run, rep = ledger["b1"], ledger["reports"][ledger["b1"]]
+    data = whatif.build(ledger["store"], run)
+    paid = {(r["stage"], r["model"]): r["paid"] for r in data["rows"]}
+    assert paid == pytest.approx({(r["stage"], r["model"]): r["cost"] for r in rep["rows"]}, rel=1e-9)
+    for row in data["rows"]:
+        assert row["target"] == row["model"] and row["cost"] == pytest.approx(row["paid"], rel=1e-9)
+    # alpha's second run paid nothing (all from the cache), yet its requests cost what the first run paid for them
+    again = whatif.build(ledger["store"], ledger["a2"])["rows"][0]
+    assert again["paid"] == 0 and again["sent"] == 0 and again["requests"] == 5
+    first = ledger["reports"][ledger["a1"]]["rows"][0]
+    assert again["cost"] == pytest.approx(first["cost"], rel=1e-9)
