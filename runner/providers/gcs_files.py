@@ -92,6 +92,11 @@ class Staging:
         blobs = self.client().list_blobs(bucket, prefix=prefix, timeout=self.timeout, retry=None)
         return sorted(blob.name for blob in blobs)
 
+    def _peek(self) -> None:
+        blobs = self.client().list_blobs(self.folder.bucket, prefix=self.folder.name(), max_results=1,
+                                         timeout=self.timeout, retry=None)
+        list(blobs)
+
     def _delete(self, bucket: str, name: str) -> None:
         from google.api_core import exceptions
 
@@ -112,6 +117,10 @@ class Staging:
         bucket, prefix = parse_uri(uri)
         names = await self._call(self._list, bucket, prefix)
         return [f"gs://{bucket}/{name}" for name in names]
+
+    async def check(self) -> None:
+        """One free list call of at most one object: the bucket exists and the credentials may list it."""
+        await self._call(self._peek)
 
     async def delete(self, uri: str) -> None:
         await self._call(self._delete, *parse_uri(uri))

@@ -134,8 +134,13 @@ class VertexProvider(Provider):
                 "providers.vertex.batch_folder: gs://BUCKET/PREFIX in the job (or use mode: auto or online)")
 
     def batches(self) -> Batches:
-        from .gcs_files import Staging
         from .vertex_batch import VertexBatches
+
+        return VertexBatches(self, self._batch_staging())
+
+    def _batch_staging(self) -> Staging:
+        """The Cloud Storage folder batch prediction's files go under (one client per provider)."""
+        from .gcs_files import Staging
 
         if self.batch_folder is None:
             raise ModelSetupError("vertex batch prediction needs a Cloud Storage folder for its files: set "
@@ -143,7 +148,7 @@ class VertexProvider(Provider):
         if self._staging is None:
             self._staging = Staging(self.batch_folder, project=self.project, credentials=self.credentials,
                                     endpoint=self._root(), timeout=self.settings.timeout, where=self.where)
-        return VertexBatches(self, self._staging)
+        return self._staging
 
     def key_variables(self) -> list[str]:
         return []  # no key: Application Default Credentials (start() loads them)
@@ -237,7 +242,7 @@ class VertexProvider(Provider):
     async def probe(self, model: str) -> None:
         """Model Garden's publisher-model lookup through google-genai (``GET v1/publishers/{publisher}/models/
         {model}``), free, for Claude too (its base model, without ``@version``); it does not check that the model
-        is offered in the location."""
+        is offered in the location. With a ``batch_folder``, one free list call of it too."""
         client = self.gemini.client
         assert client is not None, "start() was not awaited"
         name = f"publishers/anthropic/models/{model.partition('@')[0]}" if is_claude(model) else model
@@ -254,6 +259,11 @@ class VertexProvider(Provider):
                 raise TransientError(f"vertex:{model}: {self.where} did not answer ({exc.error_class}); is the "
                                      "endpoint reachable?", error_class=exc.error_class) from None
             raise
+        if self.batch_folder is not None:  # batch prediction's folder: its bucket exists and may be listed
+            try:
+                await self._batch_staging().check()
+            except BadRequest as exc:
+                raise ModelSetupError(f"vertex:{model}: {exc}") from None
 
     @contextlib.contextmanager
     def map_errors(self, model: str, *, through_genai: bool = False) -> Iterator[None]:

@@ -239,6 +239,11 @@ async def test_the_staging_uploads_lists_downloads_and_deletes_on_gcp_storage_em
     assert await staging.list("gs://staging/runs/d1/") == [other]
     with pytest.raises(BadRequest, match="set providers.vertex.batch_folder"):
         await staging.download(uri)
+    await staging.check()
+    missing = Staging(parse_folder("gs://no-such-bucket/runs"), project="p", credentials=AnonymousCredentials(),
+                      endpoint=emulator, timeout=10, where="vertex at emulator")
+    with pytest.raises(BadRequest, match="no gs://no-such-bucket/runs .*set providers.vertex.batch_folder"):
+        await missing.check()
 
 
 async def test_the_staging_against_the_simulated_server_needs_its_token(srv: SimServer):
@@ -252,6 +257,7 @@ async def test_the_staging_against_the_simulated_server_needs_its_token(srv: Sim
         big = b"0123456789" * 1_000_000  # 10 MB: the SDK's resumable upload
         uri = await staging.upload("runs/big.bin", big)
         assert await staging.download(uri) == big and await staging.list("gs://runner-batches/") == [uri]
+        await vertex.probe(GEMINI)  # the model lookup, then one list call of the folder
     finally:
         await vertex.aclose()
     stranger = Staging(parse_folder(FOLDER), project="p", credentials=Credentials(token="ya29.not-from-this-server"),
