@@ -96,11 +96,11 @@ def stored_job(store: Store, run_id: str) -> tuple[dict[str, Any], Job]:
 
 
 def _check_model(model: str, pricing: Pricing) -> None:
-    provider, _ = split_model(model)
     try:
+        provider, _ = split_model(model)
         provider_class(provider)
-    except KeyError:
-        raise RunnerError(f"--as {model}: no provider {provider!r}; write the model as PROVIDER:MODEL, e.g. "
+    except (KeyError, ValueError):
+        raise RunnerError(f"--as {model}: not a model of a known provider; write it as PROVIDER:MODEL, e.g. "
                           "openai:gpt-4o-mini") from None
     if pricing.rates(model) is None:
         raise RunnerError(f"--as {model}: no price for it (genai-prices does not list it and the run's job does not "

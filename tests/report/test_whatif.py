@@ -171,7 +171,8 @@ def test_user_errors_are_one_sentence(finished: dict, monkeypatch, capsys) -> No
     db, run = finished["store"].path, finished["run"]
     for args, expected in [
         ((run, "--as", "openai:gpt-not-a-model"), "Error: --as openai:gpt-not-a-model: no price for it"),
-        ((run, "--as", "nowhere:model"), "Error: --as nowhere:model: no provider 'nowhere'"),
+        ((run, "--as", "nowhere:model"), "Error: --as nowhere:model: not a model of a known provider"),
+        ((run, "--as", "gpt-4o"), "Error: --as gpt-4o: not a model of a known provider; write it as PROVIDER:MODEL"),
         (("--batch",), "Error: --as, --batch and --cached re-price one finished run: give its id"),
         ((run, "--since", "2025-01-01"), "Error: --since applies to the sums across runs, not to one run"),
         (("20000101-000000-none", "--batch"), "Error: no run '20000101-000000-none'"),
