@@ -21,12 +21,12 @@ The model routes take only an access token this server issued (``Authorization: 
 is a 401 ``UNAUTHENTICATED`` in Google's error shape. Tokens are self-checking (an HMAC of a per-process secret),
 so no server keeps a list of them. Strict rules (``simserver.strict.RULES``): Gemini's are strict_gemini's of
 generativelanguage v1beta (the field set closest to Vertex v1's GenerateContentRequest, which has
-systemInstruction, responseMimeType, responseJsonSchema and thinkingConfig); Claude's are strict_anthropic's under
-API version 2023-06-01 (the one ``vertex-2023-10-16`` tracks), plus Vertex's own: ``anthropic_version`` in the body
-must be ``vertex-2023-10-16`` and ``model`` must not be there (it is in the path). Source:
-https://docs.claude.com/en/api/claude-on-vertex-ai ("anthropic_version is passed in the request body (rather than
-as a header), and must be set to the value vertex-2023-10-16"; "model is not passed in the request body; it is
-specified in the Google Cloud endpoint URL").
+systemInstruction, responseMimeType, responseJsonSchema and thinkingConfig), plus Vertex's ``labels``; Claude's
+are strict_anthropic's under API version 2023-06-01 (the one ``vertex-2023-10-16`` tracks), plus Vertex's own:
+``anthropic_version`` in the body must be ``vertex-2023-10-16`` and ``model`` must not be there (it is in the path).
+Source: https://docs.claude.com/en/api/claude-on-vertex-ai ("anthropic_version is passed in the request body
+(rather than as a header), and must be set to the value vertex-2023-10-16"; "model is not passed in the request
+body; it is specified in the Google Cloud endpoint URL").
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -135,7 +136,31 @@ VERTEX_GEMINI = VertexGeminiFormat()
 VERTEX_CLAUDE = VertexClaudeFormat()
 
 
+#: a GenerateContentRequest label: "Label keys and values can be no longer than 63 characters (Unicode codepoints)
+#: and can only contain lowercase letters, numeric characters, underscores, and dashes. [...] Label keys must start
+#: with a letter." (cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.endpoints/generateContent;
+#: the international characters it also allows are not taken here)
+_LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+_LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
+
+
+def _labels_refusal(labels: Any) -> Refusal | None:
+    if not isinstance(labels, dict):
+        return Refusal("* GenerateContentRequest.labels: must be a map of strings\n")
+    for key, value in labels.items():
+        if not _LABEL_KEY.fullmatch(str(key)) or not isinstance(value, str) or not _LABEL_VALUE.fullmatch(value):
+            return Refusal(f"* GenerateContentRequest.labels: label {key!r}: keys start with a lowercase letter; "
+                           "keys and values are up to 63 lowercase letters, digits, underscores or dashes\n")
+    return None
+
+
 def _gemini_rule(body: dict[str, Any], model: str, headers: Mapping[str, str], path: str) -> Refusal | None:
+    """generativelanguage v1beta's rules, and Vertex's ``labels`` (which v1beta does not have)."""
+    if "labels" in body:
+        refused = _labels_refusal(body["labels"])
+        if refused is not None:
+            return refused
+        body = {key: value for key, value in body.items() if key != "labels"}
     return strict_gemini.refusal(body, model, "v1beta")
 
 

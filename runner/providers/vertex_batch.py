@@ -10,9 +10,13 @@ the label as ``display_name``. The job id is its resource name, ``projects/P/loc
   contents and config (``GeminiProvider.request_of``, then the SDK's own request conversion). Source:
   cloud.google.com/vertex-ai/generative-ai/docs/multimodal/batch-prediction-from-cloud-storage ("Each line in the
   batch input data is a request to the model, following the same format for Gemini API"). That page documents no
-  custom id for Gemini lines; each output line echoes its ``request`` and the output order is not the input's, so a
-  line is matched to its custom id by its request: the custom ids, in input order, are kept beside the input as
-  ``{digest}/custom_ids.json``, and an output line's request (as canonical JSON) names the input line it answers.
+  custom id for Gemini lines; each output line echoes its ``request`` and the output order is not the input's. So
+  the custom ids, in input order, are kept beside the input as ``{digest}/custom_ids.json``, and each request
+  carries its line's position as a label, ``"labels": {"runner_line": "17"}`` (GenerateContentRequest.labels:
+  "used for billing and reporting only", cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.
+  endpoints/generateContent; the answer does not depend on it). An output line is matched by the label its echoed
+  request carries, else by the echoed request itself, compared without labels, with snake_case keys, no empty
+  fields and floats to 6 significant digits (the echo may be re-encoded from Vertex's protobuf).
 * A Claude line is ``{"custom_id": ..., "request": <Messages body, anthropic_version "vertex-2023-10-16">}``, the
   body the online path sends (``AnthropicProvider.request_of``). Source:
   cloud.google.com/vertex-ai/generative-ai/docs/partner-models/claude/batch ("custom_id: An ID for each request to
@@ -38,6 +42,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +78,8 @@ MAX_LINES = 200_000
 MAX_BYTES = 1_000_000_000 * 9 // 10
 INPUT = "input.jsonl"
 IDS = "custom_ids.json"
+#: the label a Gemini line's request carries: its position in the input
+LINE_LABEL = "runner_line"
 #: the HTTP status words Google's batch output puts before a line's error JSON
 _REASONS = {"bad request": 400, "unauthorized": 401, "forbidden": 403, "not found": 404,
             "too many requests": 429, "resource exhausted": 429, "internal server error": 500,
@@ -87,8 +94,36 @@ def digest_of(label: str) -> str:
     return hashlib.sha256(label.encode()).hexdigest()[:32]
 
 
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+def _normal(value: Any) -> Any:
+    """``value`` as an echo of it would compare: snake_case keys, no empty fields, floats to 6 significant digits."""
+    if isinstance(value, dict):
+        pairs = ((_snake(str(k)), _normal(v)) for k, v in value.items())
+        return {k: v for k, v in pairs if v not in (None, "", [], {})}
+    if isinstance(value, list):
+        return [_normal(v) for v in value]
+    if isinstance(value, float):
+        rounded = float(f"{value:.6g}")
+        return int(rounded) if rounded.is_integer() else rounded
+    return value
+
+
 def canonical(request: Any) -> str:
-    return json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """A request as canonical JSON, for matching an output line's echo to its input line (labels left out)."""
+    body = {k: v for k, v in request.items() if k != "labels"} if isinstance(request, dict) else request
+    return json.dumps(_normal(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def labelled_line(request: Any, lines: int) -> int | None:
+    """The input position an echoed request's ``runner_line`` label names, when it names one of ``lines``."""
+    labels = request.get("labels") if isinstance(request, dict) else None
+    value = labels.get(LINE_LABEL) if isinstance(labels, dict) else None
+    if isinstance(value, str) and value.isdigit() and int(value) < lines:
+        return int(value)
+    return None
 
 
 def _state(job: Any) -> str:
@@ -172,13 +207,15 @@ class VertexBatches(SDKBatches):
 
         claude = is_claude(model)
         rows = []
-        for line in lines:
-            row = {"custom_id": line.custom_id} if claude else {}
+        for position, line in enumerate(lines):
+            row: dict[str, Any] = {"custom_id": line.custom_id} if claude else {}
             try:
                 row["request"] = self.request(model, line)
             except ValueError as exc:  # google-genai refuses to build it (no contents): so would it online
                 raise BadRequest(f"{self.where}: the request of batch line {line.custom_id} cannot be built: "
                                  f"{exc}") from exc
+            if not claude:
+                row["request"]["labels"] = {LINE_LABEL: str(position)}
             rows.append(json.dumps(row, ensure_ascii=False).encode() + b"\n")
         return rows
 
@@ -267,10 +304,14 @@ class VertexBatches(SDKBatches):
         for custom_id, request in zip(ids, requests, strict=True):
             by_request.setdefault(request, []).append(custom_id)
         results: dict[str, BatchResult] = {}
+        known = set(ids)
         with malformed(self.where):
             for row in outputs:
                 custom_id = row.get("custom_id") if claude else None
-                if not isinstance(custom_id, str) or custom_id not in ids:
+                position = None if claude else labelled_line(row.get("request"), len(ids))
+                if position is not None:
+                    custom_id = ids[position]
+                if not isinstance(custom_id, str) or custom_id not in known:
                     twins = by_request.get(canonical(row.get("request")), [])
                     custom_id = next((c for c in twins if c not in results), None)
                 if custom_id is None or custom_id in results:

@@ -103,21 +103,42 @@ async def test_the_client_submits_finds_and_reads_results_by_custom_id_as_online
     assert len(output) == 5
 
 
-async def test_an_output_in_another_order_is_matched_by_the_echoed_request(srv: SimServer):
+def _snake(value):
+    """``value`` re-encoded as a protobuf echo may be: snake_case keys, floats as float32 prints them."""
+    import re
+    import struct
+
+    if isinstance(value, dict):
+        return {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): _snake(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_snake(v) for v in value]
+    if isinstance(value, float):
+        return struct.unpack("f", struct.pack("f", value))[0]
+    return value
+
+
+@pytest.mark.parametrize("echo", ["reordered", "unlabelled"])
+async def test_an_output_in_another_order_is_matched_by_its_label_or_its_echoed_request(srv: SimServer, echo: str):
     vertex = await started(srv)
     try:
         batches = vertex.batches()
-        lines = lines_of(8)
+        lines = lines_of(8, temperature=0.7)
         batch_id = await batches.submit(GEMINI, lines, label="run/mc/g r0 #aaaa")
         await asyncio.sleep(0.25)
         await batches.status(batch_id)
         [(key, stored)] = [(k, o) for k, o in objects_of(srv).objects.items() if "/output/" in k[1]]
-        rows = stored.data.splitlines()
-        objects_of(srv).put(*key, b"\n".join(reversed(rows)) + b"\n")  # the order Vertex does not promise
+        rows = [json.loads(row) for row in stored.data.splitlines()][::-1]  # the order Vertex does not promise
+        assert all(row["request"]["labels"]["runner_line"].isdigit() for row in rows)
+        if echo == "unlabelled":  # an echo without the label, re-encoded: matched by the request itself
+            rows = [{**row, "request": _snake({k: v for k, v in row["request"].items() if k != "labels"})}
+                    for row in rows]
+            assert rows[0]["request"]["generation_config"]["temperature"] != 0.7
+        objects_of(srv).put(*key, "".join(json.dumps(row) + "\n" for row in rows).encode())
         results = await batches.results(batch_id)
         online = [await vertex.execute(GEMINI, line.messages, line.params) for line in lines]
     finally:
         await vertex.aclose()
+    assert [r.custom_id for r in results] == [line.custom_id for line in lines]
     assert [r.completion.text for r in results if r.completion] == [c.text for c in online]
 
 

@@ -134,6 +134,16 @@ async def test_a_line_the_online_route_refuses_strictly_is_an_errored_line(srv: 
     assert 'Unknown name \\"temprature\\"' in row["status"] or 'Unknown name "temprature"' in row["status"]
 
 
+async def test_a_gemini_line_may_carry_vertex_labels_of_vertex_form(srv: SimServer):
+    good = {"request": {**GEMINI_LINE["request"], "labels": {"runner_line": "0", "team": ""}}}
+    bad = {"request": {**GEMINI_LINE["request"], "labels": {"Runner Line": "0"}}}
+    client, job = await create(srv, "gemini-2.0-flash", put(srv, "in/labels.jsonl", [good, bad]))
+    rows = {json.dumps(row["request"]["labels"]): row for row in output_rows(srv, await client.aio.batches.get(
+        name=job.name))}
+    assert rows[json.dumps(good["request"]["labels"])]["status"] == ""
+    assert "GenerateContentRequest.labels" in rows[json.dumps(bad["request"]["labels"])]["status"]
+
+
 async def test_the_job_refuses_what_vertex_refuses(srv: SimServer):
     srv.configure(models="gemini-2.0-flash")
     client = gemini_client(srv, token())
