@@ -25,7 +25,8 @@ the label as ``display_name``. The job id is its resource name, ``projects/P/loc
 Results: the JSONL objects under the job's ``outputInfo.gcsOutputDirectory`` (``prediction-model-<time>/
 predictions.jsonl``). A line with a ``response`` is a completion built as online; one whose ``status`` is not empty
 failed: its status is Google's words, ``"Bad Request: {"error": {"code": 400, "message", "status"}}"``, and maps
-as the online mapping of that HTTP status (a status without a JSON error is a 500, retried). Input lines missing
+as the online mapping of that HTTP status (a status without a JSON error by its words, "Bad Request" a 400, and
+as a 500, retried, when they are not known). Input lines missing
 from the output (a job expired, cancelled or failed part-way) come back ``retry`` (expired or cancelled). A job that
 failed as a whole with no output raises its error. The staged objects are kept (see the README: a results read must
 be repeatable after a crash, and the engine has no hook after it recorded a batch as collected); a lifecycle rule
