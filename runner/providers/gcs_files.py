@@ -125,6 +125,12 @@ class Staging:
     async def delete(self, uri: str) -> None:
         await self._call(self._delete, *parse_uri(uri))
 
+    def close(self) -> None:
+        """Close the SDK's HTTP session, if one was opened."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
     async def _call(self, function: Any, *args: Any) -> Any:
         with self.errors():
             return await asyncio.to_thread(function, *args)

@@ -214,6 +214,8 @@ class VertexProvider(Provider):
     async def aclose(self) -> None:
         await self.gemini.aclose()
         await self.claude.aclose()
+        if self._staging is not None:
+            self._staging.close()
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         if is_claude(model):
