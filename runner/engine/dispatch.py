@@ -37,6 +37,7 @@ from runner.engine.endpoints import Endpoints
 from runner.engine.leases import CHUNK, LEASE, ChunkLeases, chunks
 from runner.engine.limits import Endpoint
 from runner.engine.online import LeaseLost, Sender
+from runner.engine.prompt_cache import PromptCachePlan
 from runner.engine.recorder import Recorder, memo_of
 from runner.engine.reserver import FREE, Reserver
 from runner.engine.retry import Tally
@@ -93,6 +94,12 @@ class Dispatcher:
         self.reserver = Reserver(run_id=run_id, job=job, store=store, stats=stats, control=self.control,
                                  leases=self.leases, resume=resume)
         self.sender = Sender(endpoints=self.endpoints, leases=self.leases, stats=stats, retry=job.retry, sleep=sleep)
+        #: provider prompt caching planned (prompt_cache: auto) where a stage may use it
+        self.prompt_cache: PromptCachePlan | None = None
+        if any(getattr(p, "prompt_cache_style", None) for p in providers.values()) and any(
+                job.stage_prompt_cache(stage) == "auto" for stage in job.llm_stages()):
+            self.prompt_cache = PromptCachePlan(job, providers)
+            self.sender.marks = self.prompt_cache.marks
         self.recorder = Recorder(run_id=run_id, job=job, stats=stats, writer=writer, reserver=self.reserver,
                                  triage=self.triage, leases=self.leases, provenance=self.provenance_of)
         #: each (stage, model)'s result-line provenance, built for its first finished task, and each stage's
@@ -272,6 +279,8 @@ class Dispatcher:
         if lease_of is not None:
             self.leases.hold(chunk, lease_of, done)
         hits, to_send = self.triage.sort(chunk, done)
+        if self.prompt_cache is not None and to_send:
+            self.prompt_cache.plan(to_send)
         recorder = self.recorder
         for req, cached in hits:
             recorder.cached(req, cached)
@@ -333,6 +342,10 @@ class Dispatcher:
         # On its way from here: an identical task dispatched meanwhile follows this one instead of sending it too.
         self.inflight[req.key] = loop.create_future()
         endpoint = self.endpoints.of(req)
+        if self.prompt_cache is not None and (
+                first := self.prompt_cache.gate(req, self.inflight[req.key])) is not None:
+            self._spawn(self._after_first(first, req, endpoint))  # its prompt-cache group's first is on its way
+            return True
         slots = endpoint.slots
         # busy endpoint: the loop goes on with the others (with one endpoint so far, nothing could go on meanwhile)
         if len(self.endpoints.by_name) > 1 and (slots.held >= slots.limit or slots.waiters) \
@@ -393,6 +406,18 @@ class Dispatcher:
         assert isinstance(reservation, Reservation)
         await self._send(req, endpoint, reservation)
 
+    async def _after_first(self, first: asyncio.Future[Any], req: Task, endpoint: Endpoint) -> None:
+        """Send ``req`` once the first request of its prompt-cache group has its answer (or failed)."""
+        try:
+            await asyncio.shield(first)
+        except asyncio.CancelledError:
+            if not first.cancelled():  # this task itself was abandoned: a resume sends it
+                future = self.inflight.pop(req.key, None)
+                if future is not None:
+                    future.cancel()
+                raise
+        await self._wait_in_line(req, endpoint)
+
     def _not_sent(self, key: str) -> None:
         """A request that was on its way is not sent after all: tasks following it dispatch themselves again."""
         future = self.inflight.pop(key, None)
@@ -441,6 +466,8 @@ class Dispatcher:
         finally:
             self.inflight.pop(req.key, None)
             endpoint.slots.release()
+            if self.prompt_cache is not None:
+                self.prompt_cache.sent(req)
 
     async def _follow(self, req: Task, leader: asyncio.Future[Any]) -> None:
         try:

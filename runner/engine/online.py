@@ -16,7 +16,7 @@ from runner.engine.retry import Tally, retrying
 from runner.engine.stats import RunStats
 from runner.errors import AuthError, ProviderError, RateLimited, TransientError
 from runner.plan.request import Task
-from runner.providers.base import Completion
+from runner.providers.base import CacheMarks, Completion
 from runner.spec.settings import RetrySettings
 
 #: transient errors that say the server is loaded (the adaptive concurrency backs off on these)
@@ -34,6 +34,8 @@ class Sender:
         self.leases = leases
         self.stats = stats
         self._retrying = retrying(retry, on_retry=self._count_retry, sleep=sleep)
+        #: a request's prompt-cache marks (runner/engine/prompt_cache.py), set when the run plans them
+        self.marks: Callable[[Task], CacheMarks | None] | None = None
 
     async def send(self, req: Task, endpoint: Endpoint, tries: Tally) -> tuple[Completion, float]:
         """(the answer, the seconds its last attempt took), the provider started first; raises the error that ended
@@ -62,6 +64,9 @@ class Sender:
             provider = self.endpoints.providers[call.provider]
             if call.pairs is not None:
                 completion = await provider.loglikelihood(call.model_name, call.pairs)
+            elif self.marks is not None and (marks := self.marks(req)) is not None:
+                completion = await provider.execute(call.model_name,
+                                                    *provider.mark_prompt_cache(call.messages, call.params, marks))
             else:
                 completion = await provider.execute(call.model_name, call.messages, call.params)
         except ProviderError as exc:

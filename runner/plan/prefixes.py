@@ -29,7 +29,8 @@ from typing import Any
 from runner.providers.base import provider_class, split_model
 from runner.providers.tokens import count_input_tokens, message_text
 
-__all__ = ["CacheRule", "PrefixUse", "cache_rule", "cacheable", "prefix_use", "prompt_text"]
+__all__ = ["CacheRule", "Cut", "PrefixUse", "cache_rule", "cacheable", "common_prefix", "prefix_use", "prompt_text",
+           "shared_cut"]
 
 #: a role's end and a message's end in the serialized prompt (characters no prompt text is made of)
 _ROLE_END, _MESSAGE_END = "\x1f", "\x1e"
@@ -131,7 +132,7 @@ def prefix_use(requests: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], *,
         by_model.setdefault(model, []).append(index)
     for indices in by_model.values():
         ordered = sorted(indices, key=texts.__getitem__)
-        adjacent = [0] + [_common(texts[a], texts[b]) for a, b in zip(ordered, ordered[1:], strict=False)]
+        adjacent = [0] + [common_prefix(texts[a], texts[b]) for a, b in zip(ordered, ordered[1:], strict=False)]
         _nearest(ordered, adjacent, earlier, before=True)
         _nearest(ordered, adjacent, later, before=False)
     tokens_of: dict[tuple[str, int, int], int] = {}
@@ -148,7 +149,7 @@ def prefix_use(requests: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], *,
     return out
 
 
-def _common(a: str, b: str) -> int:
+def common_prefix(a: str, b: str) -> int:
     """Length of the longest common prefix of two strings (a binary search over slices compared in C)."""
     low, high = 0, min(len(a), len(b))
     if a[:high] == b[:high]:
@@ -183,15 +184,26 @@ def _nearest(ordered: list[int], adjacent: list[int], best: list[int], *, before
             stack.append([index, 1 << 62])
 
 
-def _tokens(model: str, messages: Sequence[Mapping[str, Any]], text: str, shared: int, count: Counter,
-            memo: dict[tuple[str, int, int], int]) -> int:
-    """Tokens of the first ``shared`` characters of a prompt: its whole messages in them, and of the next message
-    (when its role is shared too) the shared text up to its last whitespace, where a token ends in every tokenizer
-    the runner counts with (so a word cut in two is not counted, and prompts sharing the same words share one
-    count)."""
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Where a shared prefix of a prompt ends: its whole ``messages`` first, then, when ``offset`` > 0, the first
+    ``offset`` characters of message ``index`` (the rest of that message and the messages after it are not shared)."""
+
+    prefix: tuple[Mapping[str, Any], ...]
+    index: int
+    offset: int
+    #: characters of :func:`prompt_text` the prefix covers
+    chars: int
+
+
+def shared_cut(messages: Sequence[Mapping[str, Any]], shared: int) -> Cut | None:
+    """The prefix of a prompt within its first ``shared`` characters of :func:`prompt_text`: its whole messages in
+    them, and of the next message (when its role is shared too) the shared text up to its last whitespace, where a
+    token ends in every tokenizer the runner counts with (so a word cut in two is not counted, and prompts sharing
+    the same words share one cut); None when not even that is shared."""
     prefix: list[Mapping[str, Any]] = []
     offset = 0
-    for message in messages:
+    for index, message in enumerate(messages):
         role = str(message.get("role", ""))
         body = message_text(message.get("content"))
         end = offset + len(role) + 1 + len(body) + 1
@@ -204,12 +216,20 @@ def _tokens(model: str, messages: Sequence[Mapping[str, Any]], text: str, shared
         cut = max(part.rfind(" "), part.rfind("\n"), part.rfind("\t"))
         if cut > 0:
             prefix.append({"role": role, "content": part[:cut]})
-            offset = start + cut
+            return Cut(tuple(prefix), index, cut, start + cut)
         break
-    if not prefix:
+    return Cut(tuple(prefix), len(prefix), 0, offset) if prefix else None
+
+
+def _tokens(model: str, messages: Sequence[Mapping[str, Any]], text: str, shared: int, count: Counter,
+            memo: dict[tuple[str, int, int], int]) -> int:
+    """Tokens of the first ``shared`` characters of a prompt (:func:`shared_cut`), counted once per distinct
+    prefix."""
+    cut = shared_cut(messages, shared)
+    if cut is None:
         return 0
-    key = (model, offset, hash(text[:offset]))
+    key = (model, cut.chars, hash(text[:cut.chars]))
     found = memo.get(key)
     if found is None:
-        memo[key] = found = count(model, prefix)
+        memo[key] = found = count(model, list(cut.prefix))
     return found

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, Refused, TransientError
 
 from . import capabilities
-from .base import Completion, Provider, ProviderSettings, RateWindow, register
+from .base import CacheMarks, Completion, Provider, ProviderSettings, RateWindow, register
 from .wire import quoted, retry_after_seconds, words
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
@@ -55,11 +55,53 @@ def anthropic_rate(headers: Mapping[str, str]) -> dict[str, RateWindow] | None:
     return windows or None
 
 
-def split_system(messages: list[dict[str, str]]) -> tuple[str | None, list[dict[str, str]]]:
-    """The Messages API takes the system prompt beside the conversation, not in it."""
+def split_system(messages: list[dict[str, Any]]) -> tuple[str | list[dict[str, Any]] | None, list[dict[str, Any]]]:
+    """The Messages API takes the system prompt beside the conversation, not in it: its text, or its text blocks
+    when a message is in blocks (a prompt-cache breakpoint, :func:`cache_blocks`)."""
     system = [m["content"] for m in messages if m.get("role") == "system"]
     rest = [{"role": m["role"], "content": m["content"]} for m in messages if m.get("role") != "system"]
-    return ("\n\n".join(system) if system else None), rest
+    if not system:
+        return None, rest
+    if all(isinstance(content, str) for content in system):
+        return "\n\n".join(system), rest
+    blocks: list[dict[str, Any]] = []
+    for content in system:
+        if blocks:
+            blocks.append({"type": "text", "text": "\n\n"})
+        blocks.extend(content if isinstance(content, list) else [{"type": "text", "text": content}])
+    return blocks, rest
+
+
+def cache_blocks(messages: list[dict[str, Any]], marks: CacheMarks) -> list[dict[str, Any]]:
+    """The messages with a ``cache_control`` breakpoint where each shared prefix of ``marks`` ends: a message cut
+    by one becomes text blocks split there (the same text in all), the block ending at the cut marked; a cut at a
+    message's start marks the end of the message before. Docs: docs.claude.com/en/docs/build-with-claude/
+    prompt-caching (``cache_control`` on a text block caches the prompt up to and including it)."""
+    control: dict[str, Any] = {"type": "ephemeral", "ttl": marks.ttl} if marks.ttl != "5m" else {"type": "ephemeral"}
+    at: dict[int, list[int]] = {}
+    for index, offset in marks.cuts:
+        if offset > 0:
+            at.setdefault(index, []).append(offset)
+        elif index > 0:
+            at.setdefault(index - 1, []).append(-1)  # the end of the message before
+    out = []
+    for index, message in enumerate(messages):
+        cuts = at.get(index)
+        content = message.get("content")
+        if not cuts or not isinstance(content, str):
+            out.append(message)
+            continue
+        ends = sorted({len(content) if cut < 0 else min(cut, len(content)) for cut in cuts})
+        blocks: list[dict[str, Any]] = []
+        start = 0
+        for end in ends:
+            if end > start:
+                blocks.append({"type": "text", "text": content[start:end], "cache_control": control})
+                start = end
+        if start < len(content):
+            blocks.append({"type": "text", "text": content[start:]})
+        out.append({**message, "content": blocks})
+    return out
 
 
 def _thinking(caps: capabilities.ModelCaps | None, reasoning: Mapping[str, Any]
@@ -95,6 +137,8 @@ class AnthropicProvider(Provider):
     adaptive: ClassVar[bool] = True
     price_id: ClassVar[str | None] = "anthropic"
     supports_batch: ClassVar[bool] = True
+    #: caches a prompt up to each ``cache_control`` breakpoint a request marks (:func:`cache_blocks`)
+    prompt_cache_style: ClassVar[str | None] = "explicit"
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
@@ -173,6 +217,10 @@ class AnthropicProvider(Provider):
         # The Messages API has no seed, no logprobs and no presence or frequency penalty: shape refuses them (or
         # drops them) before this.
         return kwargs, sampling
+
+    def mark_prompt_cache(self, messages: list[dict[str, Any]], params: dict[str, Any], marks: CacheMarks
+                          ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        return cache_blocks(messages, marks), params
 
     def batches(self) -> Batches:
         from .anthropic_batch import AnthropicBatches

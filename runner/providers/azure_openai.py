@@ -47,6 +47,8 @@ class AzureOpenAIProvider(OpenAIChatProvider):
     #: genai-prices' Azure provider, which falls back to OpenAI's prices for the OpenAI models it does not list
     price_id: ClassVar[str | None] = "azure"
     supports_batch: ClassVar[bool] = True
+    #: Azure caches long prompts as OpenAI does; prompt_cache_key is not in every api-version: ordered, not keyed
+    prompt_cache_style: ClassVar[str | None] = "implicit"
     supports_loglikelihood: ClassVar[bool] = False
     #: azure-identity, needed only with ``auth: entra`` (see :meth:`check_sdk`)
     extra: ClassVar[str | None] = "azure"

@@ -125,6 +125,17 @@ class RateWindow:
     reset: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class CacheMarks:
+    """The prompt-cache plan of one request (runner/engine/prompt_cache.py): the group of requests sharing its
+    prefix (a digest of that prefix), and where its shared prefixes end, shortest first, each as (message index,
+    characters into that message; 0: the end of the message before), with the lifetime to ask for ("5m", "1h")."""
+
+    group: str
+    cuts: tuple[tuple[int, int], ...]
+    ttl: str = "5m"
+
+
 @dataclass(slots=True)
 class Completion:
     """What came back from one request."""
@@ -206,6 +217,10 @@ class Provider(ABC):
     #: the fewest requests its Batch API takes in one batch (Bedrock batch inference: 100); the engine sends a
     #: smaller group online
     batch_min_lines: ClassVar[int] = 1
+    #: how its API caches prompts, for the runner's planning (runner/engine/prompt_cache.py): "explicit"
+    #: (breakpoints the request marks, Anthropic's cache_control), "keyed" (automatic, steered by a key: OpenAI's
+    #: prompt_cache_key), "implicit" (automatic: Gemini), or None (no prompt cache the runner knows of)
+    prompt_cache_style: ClassVar[str | None] = None
     #: the modules this provider's SDK brings (``("anthropic",)``); :meth:`check_sdk` finds them before anything is
     #: sent, so a missing one is one sentence, not an ImportError in the middle of a run
     sdk_modules: ClassVar[tuple[str, ...]] = ()
@@ -327,6 +342,12 @@ class Provider(ABC):
         so here, before anything is sent."""
         raise BadRequest(f"{self.name}:{model} cannot score log-likelihoods (a chat-only API); use a local model, "
                          "an openai-compatible completions server, or the stage's prompt form")
+
+    def mark_prompt_cache(self, messages: list[dict[str, Any]], params: dict[str, Any], marks: CacheMarks
+                          ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The messages and parameters as sent with the prompt-cache ``marks`` the runner planned for this request
+        (new objects: the task's own, which key the memo, stay as they are); unchanged by default."""
+        return messages, params
 
     def batches(self) -> Batches:
         """This provider's Batch API, over the client :meth:`start` opened; providers that have one set

@@ -93,6 +93,8 @@ class GeminiProvider(Provider):
     adaptive: ClassVar[bool] = True
     price_id: ClassVar[str | None] = "google"
     supports_batch: ClassVar[bool] = True
+    #: implicit caching: repeated prefixes are cached without a mark (ai.google.dev/gemini-api/docs/caching)
+    prompt_cache_style: ClassVar[str | None] = "implicit"
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, Refused, TransientError
 
 from .base import (
+    CacheMarks,
     Completion,
     ContinuationScore,
     Provider,
@@ -47,7 +48,7 @@ if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the provi
     from .batching import Batches
 
 _PARAMS = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "stop", "seed", "response_format",
-           "logprobs")
+           "logprobs", "prompt_cache_key")
 #: an open model's thinking at the start of its answer, as reasoning models on vLLM, llama.cpp and Ollama write it
 #: when the server does not split it out (DeepSeek-R1, Qwen3, gpt-oss chat templates)
 _THINK = re.compile(r"\A\s*<think>(.*?)(?:</think>|\Z)\s*", re.DOTALL)
@@ -157,6 +158,9 @@ class OpenAIChatProvider(Provider):
     price_id: ClassVar[str | None] = "openai"
     #: OpenAI's Batch API (Files + /v1/batches); the simulated server speaks it too
     supports_batch: ClassVar[bool] = True
+    #: prompts of 1,024 tokens or more are cached automatically; ``prompt_cache_key`` keeps the requests of one
+    #: prefix on the machines that cached it (platform.openai.com/docs/guides/prompt-caching)
+    prompt_cache_style: ClassVar[str | None] = "keyed"
     default_base_url: ClassVar[str | None] = None
     #: the API's name for the output cap (``max_completion_tokens`` on api.openai.com; most compatible
     #: servers know only ``max_tokens``)
@@ -243,6 +247,10 @@ class OpenAIChatProvider(Provider):
         if effort is not None:
             body["reasoning_effort"] = effort
         return body
+
+    def mark_prompt_cache(self, messages: list[dict[str, Any]], params: dict[str, Any], marks: CacheMarks
+                          ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        return messages, {**params, "prompt_cache_key": marks.group}
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         assert self.client is not None, "start() was not awaited"

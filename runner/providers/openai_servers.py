@@ -91,6 +91,7 @@ class _CompatibleEndpoint(OpenAIChatProvider):
     price_id: ClassVar[str | None] = None
     supports_loglikelihood: ClassVar[bool] = True
     supports_batch: ClassVar[bool] = False  # vLLM, llama.cpp and Ollama have no Batch API in general
+    prompt_cache_style: ClassVar[str | None] = None  # a server's own prefix cache needs no planning here
     max_tokens_field: ClassVar[str] = "max_tokens"
 
     def __init__(self, settings: ProviderSettings, label: str) -> None:

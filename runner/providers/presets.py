@@ -20,6 +20,7 @@ class _Preset(OpenAIChatProvider):
     """An OpenAI-compatible service at a known address: only the class attributes differ."""
 
     supports_batch: ClassVar[bool] = False
+    prompt_cache_style: ClassVar[str | None] = None  # what each service caches is its own (not planned)
     # every one of these services documents max_tokens; max_completion_tokens is api.openai.com's own
     max_tokens_field: ClassVar[str] = "max_tokens"
     #: where the service documents its OpenAI-compatible endpoint (the base URL's source)

@@ -28,7 +28,16 @@ from runner.evaluate.plugins import PARSER_GROUP, entry_point_names, is_import_p
 from runner.providers.base import ProviderSettings, provider_class, split_model
 from runner.providers.capabilities import Shaped, shape
 from runner.spec.fields import MAX_COUNT, MAX_DEADLINE, MAX_ROWS, MAX_SAMPLES, Seed, Strict, seeds_within, within
-from runner.spec.settings import BatchSettings, BudgetLimit, JobBudget, Mode, Params, Price, RetrySettings
+from runner.spec.settings import (
+    BatchSettings,
+    BudgetLimit,
+    JobBudget,
+    Mode,
+    Params,
+    Price,
+    PromptCacheMode,
+    RetrySettings,
+)
 from runner.spec.steps import (
     DATA_OPS,
     DedupeStep,
@@ -183,6 +192,8 @@ class Stage(Strict):
     budget: BudgetLimit | None = None
     #: how the stage's requests are sent: online, through the providers' Batch APIs, or auto (the job's when unset)
     mode: Mode | None = None
+    #: provider prompt caching planned by the runner (auto) or not (off); the job's when unset
+    prompt_cache: PromptCacheMode | None = None
     #: row fields copied into each result line (under ``fields``), for reports by them (WinoDict's bucket)
     record: list[str] = Field(default_factory=list)
     #: structured output: a JSON Schema (inline, or the path of a .json/.yaml file) the answer must follow; sent in
@@ -315,6 +326,10 @@ class Job(Strict):
     #: online (each request at once), batch (the providers' Batch APIs: half the price, answers within a day)
     #: or auto (batch while the deadline allows, then online)
     mode: Mode = "online"
+    #: auto: requests sharing a long prefix are sent so that the provider's prompt cache serves the repeats (one of
+    #: them first, the rest once it answered; Anthropic's cache_control breakpoints and OpenAI's prompt_cache_key
+    #: set for them); off: sent as planned, unmarked
+    prompt_cache: PromptCacheMode = "auto"
     #: with mode auto: when the answers are needed, as seconds from the run's start ("90m", "6h", "1d" or a
     #: number of seconds); what no batch has answered by then is sent online
     deadline: str | None = None
@@ -368,6 +383,9 @@ class Job(Strict):
 
     def stage_mode(self, stage: Stage) -> Mode:
         return stage.mode or self.mode
+
+    def stage_prompt_cache(self, stage: Stage) -> PromptCacheMode:
+        return stage.prompt_cache or self.prompt_cache
 
     def deadline_seconds(self) -> float | None:
         """The deadline as seconds from the run's start, or None."""

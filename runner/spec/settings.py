@@ -83,6 +83,7 @@ class Price(Strict):
 
 
 Mode = Literal["online", "batch", "auto"]
+PromptCacheMode = Literal["auto", "off"]
 
 
 class BatchSettings(Strict):

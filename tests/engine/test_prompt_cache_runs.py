@@ -1,0 +1,204 @@
+"""Provider prompt caching planned by the runner (``prompt_cache: auto``), through the whole runner and the official
+SDKs against the simulated server, which caches as each API documents (simserver/prompt_cache.py): one request of a
+prefix group goes first and the rest read what it wrote; Anthropic's breakpoints are where the shared prefix ends
+and its cache reads and writes are priced at genai-prices' rates; the memo's keys do not change with the marks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.engine.prompt_cache import WARM_FOR, PromptCachePlan
+from runner.engine.run import execute
+from runner.plan.stage import StagePlan
+from runner.providers.anthropic_messages import cache_blocks
+from runner.providers.base import CacheMarks
+from runner.providers.pricing import Pricing
+from runner.spec.job import load_job
+from runner.store import open_store
+from simserver import SimConfig, SimServer, start_server
+from tests.helpers import write_rows
+
+#: an instruction of 5,000 characters: 1,250 tokens by the simulated server's rule (one per four characters)
+SHARED = ("Read the question and the options, then answer with the letter of the right option only. " * 60)[:5000]
+ROWS = 30
+
+
+@pytest.fixture
+async def server():
+    async with await start_server(SimConfig(latency=0.05)) as srv:
+        yield srv
+
+
+def write_job(folder: Path, url: str, *, model: str, prompt_cache: str, providers: dict[str, Any],
+              rows: int = ROWS, prices: dict[str, Any] | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    dataset = write_rows(folder / "rows.jsonl", rows)
+    providers = {name: {**settings, "concurrency": 8} for name, settings in providers.items()}
+    job = {
+        "name": "cachejob", "output_dir": str(folder / "results"), "models": [model], "providers": providers,
+        "params": {"temperature": 0, "max_tokens": 5}, "prompt_cache": prompt_cache,
+        "retry": {"max_attempts": 3, "backoff_initial": 0.01, "backoff_max": 0.05, "max_elapsed": 30},
+        "stages": [{"name": "mc", "dataset": {"path": str(dataset)},
+                    "prompt": {"system": SHARED, "user": "{{ question }}\n{{ options_block }}\nAnswer:"},
+                    "choices": {"seeds": [0], "gold": "gold"}, "parse": "letter"}],
+    }
+    if prices:
+        job["prices"] = prices
+    path = folder / "job.yaml"
+    path.write_text(json.dumps(job), encoding="utf-8")
+    return path
+
+
+async def run(path: Path) -> tuple[Any, Any]:
+    store = open_store(path.parent / "s.sqlite")
+    outcome = await execute(load_job(path), store)
+    assert outcome.status == "completed", outcome.message
+    return outcome, store
+
+
+def write_story_job(folder: Path, url: str, prompt_cache: str, *, stories: int = 3, questions: int = 10) -> Path:
+    """Questions about long stories (5,000 characters each), a story's questions one after another in the data."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"id": f"s{s}q{q}", "story": f"Story {s}. " + (f"The fox number {s} ran away. " * 180)[:5000],
+             "question": f"Question {q}: where did it go?"} for s in range(stories) for q in range(questions)]
+    (folder / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    job = {"name": "stories", "output_dir": str(folder / "results"), "models": ["sim:gpt-4o"],
+           "providers": {"sim": {"base_url": url, "concurrency": 8}}, "params": {"max_tokens": 5},
+           "prompt_cache": prompt_cache,
+           "stages": [{"name": "qa", "dataset": {"path": str(folder / "rows.jsonl"), "id": "id"},
+                       "prompt": {"system": "Answer briefly.", "user": "{{ story }}\n\n{{ question }}"}}]}
+    path = folder / "job.yaml"
+    path.write_text(json.dumps(job), encoding="utf-8")
+    return path
+
+
+async def test_each_group_reads_what_its_first_request_wrote_where_sending_at_once_misses(
+        tmp_path: Path, server: SimServer):
+    await run(write_story_job(tmp_path / "off", server.url, "off"))
+    off = server.stats()["prompt_cache"]["hits"]
+    server.reset()
+    _, store = await run(write_story_job(tmp_path / "auto", server.url, "auto"))
+    auto = server.stats()["prompt_cache"]
+    assert auto["hits"] == 30 - 3, "all but each story's first question read the story from the cache"
+    assert off < auto["hits"], "sent eight at a time, a story's first questions all missed"
+    assert all(r["cached_tokens"] >= 1024 for r in store.responses() if r["cached_tokens"])
+
+
+async def test_anthropic_breakpoints_write_once_read_after_and_are_priced_at_genai_prices_rates(
+        tmp_path: Path, server: SimServer, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    model = "anthropic:claude-opus-4-1"
+    path = write_job(tmp_path, server.url, model=model, prompt_cache="auto",
+                     providers={"anthropic": {"base_url": server.root_url}})
+    _, store = await run(path)
+    rates = Pricing().rates(model)
+    assert rates is not None
+    # the breakpoint ends the shared "Question number": 3 + (3 + 1,250) + 3 + 4 tokens
+    mark = 3 + 3 + 1250 + 3 + 4
+    responses = store.responses()
+    usages = [json.loads(r["response_json"])["usage"] for r in responses]
+    assert sorted((u["cache_creation_input_tokens"], u["cache_read_input_tokens"]) for u in usages) == \
+        [(0, mark)] * (ROWS - 1) + [(mark, 0)], "one write, then reads"
+    for response, usage in zip(responses, usages, strict=True):
+        by_hand = (usage["input_tokens"] * rates.input + usage["cache_read_input_tokens"] * rates.cached_input
+                   + usage["cache_creation_input_tokens"] * rates.cache_write
+                   + usage["output_tokens"] * rates.output) / 1_000_000
+        assert response["cost"] == pytest.approx(by_hand, rel=1e-12)
+    assert rates.cached_input == pytest.approx(rates.input / 10), "genai-prices: a read costs a tenth"
+
+
+async def test_the_marks_change_what_is_sent_not_the_memo_key(tmp_path: Path, server: SimServer):
+    providers = {"sim": {"base_url": server.url}}
+    store = open_store(tmp_path / "s.sqlite")
+    marked = load_job(write_job(tmp_path, server.url, model="sim:gpt-4o", prompt_cache="auto", providers=providers))
+    await execute(marked, store)
+    sent = server.stats()["received"]
+    plain = load_job(write_job(tmp_path, server.url, model="sim:gpt-4o", prompt_cache="off", providers=providers))
+    outcome = await execute(plain, store)
+    assert outcome.status == "completed" and server.stats()["received"] == sent, "every answer from the memo"
+
+
+def test_the_plan_groups_by_the_longest_shared_prefix_with_a_breakpoint_at_each_level(tmp_path: Path):
+    """An instruction shared by all, two stories each shared by their questions: a story's questions are one group,
+    marked where the story and the word its questions start with end (and, at a story's edge, where it shares less
+    with the other story too); a prompt under the minimum is not marked."""
+    instruction = "Answer with the letter of the right option. " * 120  # ~5,300 characters
+    story = {s: f"Story {s}: " + (f"the {s} fox ran far. " * 300) for s in ("red", "blue")}
+    rows = [{"id": f"{s}{q}", "story": story[s], "question": f"Question {q} about it?"}
+            for s in ("red", "blue") for q in range(3)]
+    (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    job_path = tmp_path / "job.yaml"
+    job_path.write_text(json.dumps({
+        "name": "stories", "models": ["anthropic:claude-opus-4-1"], "params": {"max_tokens": 5},
+        "stages": [{"name": "qa", "dataset": {"path": str(tmp_path / "rows.jsonl"), "id": "id"},
+                    "prompt": {"system": instruction, "user": "{{ story }}\n\n{{ question }}"}}]}), encoding="utf-8")
+    job = load_job(job_path)
+    tasks = list(StagePlan(job, job.stages[0]))
+
+    class Anthropic:
+        prompt_cache_style = "explicit"
+
+    plan = PromptCachePlan(job, {"anthropic": Anthropic()})  # type: ignore[dict-item]
+    plan.plan(tasks)
+    marks = {task.item.split("|")[0]: plan.marks(task) for task in tasks}
+    assert all(m is not None for m in marks.values())
+    for s in ("red", "blue"):
+        groups = {marks[f"{s}{q}"].group for q in range(3)}  # type: ignore[union-attr]
+        assert len(groups) == 1, "a story's questions are one group"
+        cuts = {marks[f"{s}{q}"].cuts for q in range(3)}  # type: ignore[union-attr]
+        # the questions in the middle of a story share the story with both neighbours: one cut; at a story's edge
+        # the neighbour of the other story shares less: two cuts, the shorter first
+        for cut in cuts:
+            # the questions share "Question" after the story's blank line: the cut is at the space after it
+            assert cut[-1] == (1, len(story[s]) + len("\n\nQuestion"))
+            # at a story's edge, the other story's neighbour shares the instruction and the word "Story"
+            assert len(cut) == 1 or cut[0] == (1, len("Story"))
+    assert marks["red0"].group != marks["blue0"].group  # type: ignore[union-attr]
+    short = PromptCachePlan(job, {"anthropic": Anthropic()})  # type: ignore[dict-item]
+    tiny = [t for t in tasks]
+    for task in tiny:
+        task.call.messages = [{"role": "user", "content": "Short question " + task.item}]
+    short.plan(tiny)
+    assert all(short.marks(t) is None for t in tiny), "under the model's minimum nothing is marked"
+
+
+async def test_the_gate_holds_a_group_until_its_first_answer_and_lapses_after_the_cache_lifetime():
+    marks = CacheMarks("g", ((0, 0),))
+    now = [100.0]
+    plan = PromptCachePlan.__new__(PromptCachePlan)
+    plan.clock = lambda: now[0]
+    plan._marks = {}
+    plan._groups = {}
+
+    class T:
+        def __init__(self, key: str) -> None:
+            self.key = key
+
+    first, second, third = T("a"), T("b"), T("c")
+    for t in (first, second, third):
+        plan._marks[t.key] = marks
+    loop = asyncio.get_running_loop()
+    answer = loop.create_future()
+    assert plan.gate(first, answer) is None, "the first leads"
+    assert plan.gate(second, loop.create_future()) is answer, "the next waits for its answer"
+    answer.set_result("done")
+    assert plan.gate(third, loop.create_future()) is None, "answered: warm"
+    now[0] += WARM_FOR + 1
+    lead = loop.create_future()
+    assert plan.gate(second, lead) is None and plan.gate(third, loop.create_future()) is lead, "cold again"
+
+
+def test_breakpoints_split_a_message_where_the_shared_prefix_ends_and_keep_its_text():
+    messages = [{"role": "system", "content": "instructions"}, {"role": "user", "content": "story\n\nquestion"}]
+    marked = cache_blocks(messages, CacheMarks("g", ((1, 0), (1, 7)), ttl="1h"))
+    assert marked[0]["content"] == [{"type": "text", "text": "instructions",
+                                     "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    assert marked[1]["content"] == [{"type": "text", "text": "story\n\n",
+                                     "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+                                    {"type": "text", "text": "question"}]
+    assert messages[1]["content"] == "story\n\nquestion", "the task's own messages are untouched"
