@@ -250,10 +250,10 @@ def _answers(store: Any, run_id: str, judge: str) -> dict[str, Any]:
     out["status"] = store.task_status(run_id, "mc", "item3"), store.task_status(run_id, "mc", "nope")
     # what-if pricing and ``runner explain`` (runner/report/whatif.py, explain.py)
     out["run requests"] = list(reads.run_requests(run_id)), list(reads.run_requests(run_id, requests=False))
-    out["payers"] = reads.payers(["k-mc-item0-sim:a-model", "k-mc-item3-sim:b-model", "x"])
+    out["payers"] = reads.payers(["k-mc-item1-sim:a-model", "k-mc-item2-sim:b-model", "k-mc-item0-sim:a-model", "x"])
     out["item tasks"] = reads.item_tasks(run_id, "mc", "item2"), reads.item_tasks(judge, "verdicts", "item4")
     out["stored"] = (reads.stored_requests("mc", "sim:a-model"), reads.stored_requests("mc", None, before="2024-01-02"),
-                     reads.stored_requests("mc", "sim:b-model", row_id="item1"))
+                     reads.stored_requests("mc", "sim:a-model", row_id="item1"))
     return out
 
 
