@@ -516,7 +516,10 @@ def check_batch_modes(job: Job, providers: dict[str, Provider]) -> None:
         for model in job.stage_models(stage):
             provider = providers[model.partition(":")[0]]
             if not getattr(provider, "supports_batch", False):
+                reason = provider.batch_unavailable(model.partition(":")[2])
+                if reason:  # a provider with a Batch API that this job's settings leave out says what to set
+                    raise BatchModeError(f"{job.path or 'the job file'}: stage {stage.name}: {reason}")
                 raise BatchModeError(
                     f"{job.path or 'the job file'}: stage {stage.name} has mode: batch, but {model} has no Batch "
-                    "API (OpenAI, Anthropic, Gemini and sim: have one): set mode: auto (batch where there is one, "
-                    "online elsewhere) or mode: online for that stage")
+                    "API (OpenAI, Anthropic, Gemini, Azure OpenAI, Vertex AI, Bedrock and sim: have one): set mode: "
+                    "auto (batch where there is one, online elsewhere) or mode: online for that stage")

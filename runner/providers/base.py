@@ -349,6 +349,11 @@ class Provider(ABC):
         (new objects: the task's own, which key the memo, stay as they are); unchanged by default."""
         return messages, params
 
+    def batch_unavailable(self, model: str) -> str | None:
+        """Why this endpoint cannot batch ``model`` though the provider has a Batch API (a setting the job leaves
+        out), as the end of one sentence naming what to set; None when there is no such reason."""
+        return None
+
     def batches(self) -> Batches:
         """This provider's Batch API, over the client :meth:`start` opened; providers that have one set
         ``supports_batch``, the others say so here, before anything is sent."""

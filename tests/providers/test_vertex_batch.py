@@ -376,8 +376,6 @@ def test_mode_batch_without_a_folder_is_one_sentence_and_sends_nothing(tmp_path,
     assert stats["received"] == 0 and "batches" not in stats
 
 
-@pytest.mark.xfail(strict=True, reason="the engine's check_batch_modes does not ask the provider why yet: "
-                   "the diff in the vertex-batch report (Provider.batch_unavailable) makes this pass")
 def test_mode_batch_without_a_folder_names_the_setting(tmp_path, monkeypatch, capsys):
     path = write_job(tmp_path, "http://127.0.0.1:1", mode="batch", models=(GEMINI,), batch_folder=None)
     _, _, err = run_cli(monkeypatch, capsys, "submit", str(path), "--db", str(tmp_path / "s.sqlite"), "--no-check")
