@@ -63,10 +63,14 @@ class Recorder:
               batch: bool = False) -> None:
         """An answer that came back: priced (at the Batch API's price for a batch line), settled, recorded."""
         cost, batch_saved = self.reserver.cost(req, c, batch=batch)
+        cache_saved = self.reserver.cache_saved(req, c, cost, batch=batch)
         self.reserver.settle(reservation, cost, c.input_tokens + c.output_tokens)
         counters = self.stats.counters(req.stage, req.model)
         counters.sent += 1
         counters.spend += cost
+        if c.cached_tokens:
+            counters.cached_in += c.cached_tokens
+        counters.cache_saved += cache_saved
         self.triage.remember(req.key, memo_of(c, cost))
         response = ResponseRow(req.key, req.provider, req.call.model_id, req.call.canonical, c.text, dumps(c.raw),
                                c.finish_reason, c.input_tokens, c.output_tokens, c.cached_tokens, cost, latency, now(),
@@ -75,7 +79,7 @@ class Recorder:
         self._record(req, counters, c.text, c.finish_reason, c.input_tokens, c.output_tokens, cost=cost,
                      latency=latency, cache_hit=False, attempts=attempts, response=response, ledger=ledger,
                      cached_tokens=c.cached_tokens, release_id=reservation.ledger_id, batch_saved=batch_saved,
-                     thinking=c.thinking, reasoning_tokens=c.reasoning_tokens)
+                     thinking=c.thinking, reasoning_tokens=c.reasoning_tokens, cache_saved=cache_saved)
         if batch_saved:
             counters.batch_saved += batch_saved
 
@@ -136,7 +140,7 @@ class Recorder:
         response: ResponseRow | None = None, ledger: LedgerRow | None = None, cached_tokens: int = 0,
         saved: float = 0.0,
         release_id: int | None = None, batch_saved: float | None = None, thinking: str | None = None,
-        reasoning_tokens: int = 0,
+        reasoning_tokens: int = 0, cache_saved: float = 0.0,
     ) -> None:
         result = result_line(self.stages[req.stage], req, text, status="done", cache_hit=cache_hit,
                              notes=self.stats.notes, thinking=thinking, reasoning_tokens=reasoning_tokens,
@@ -156,6 +160,6 @@ class Recorder:
         # by one (bench/RESULTS.md, issue 22). tests/engine/test_recorder.py reads every column back by name.
         task = TaskRow(self.run_id, req.stage, req.item, req.model, req.row_id, req.variant_json, req.key, "done",
                        int(cache_hit), attempts, None, None, input_tokens, output_tokens, cost, latency, score,
-                       int(result.get("valid", True)), line, cached_tokens, saved, batch_saved)
+                       int(result.get("valid", True)), line, cached_tokens, saved, batch_saved, cache_saved)
         self.writer.put(Finished(task=task, response=response, ledger=ledger, result_line=line, stage=req.stage,
                                  release_id=release_id, fence=self.leases.take_fence(req)))

@@ -197,6 +197,15 @@ class Reserver:
             if rates is not None else cost
         return batch_cost, cost - batch_cost
 
+    def cache_saved(self, req: Task, c: Completion, cost: float, *, batch: bool = False) -> float:
+        """What the provider's prompt cache saved on an answer that cost ``cost``: its price with every input token
+        uncached, less ``cost`` (negative when it only wrote, at a premium)."""
+        if not (c.cached_tokens or c.cache_write_tokens) or not self.priced(req.model):
+            return 0.0
+        rates = self.pricing.batch_rates(req.model) if batch else None
+        rates = rates or self.pricing.require(req.model)
+        return rates.cost(c.input_tokens, c.output_tokens) - cost
+
     def saved(self, model: str, input_tokens: int, output_tokens: int, cached_tokens: int) -> float:
         """What a cache hit of this usage would have cost."""
         return self.pricing.cost(model, input_tokens, output_tokens, cached_tokens) if self.priced(model) else 0.0

@@ -31,6 +31,10 @@ class Counters:
     saved: float = 0.0
     #: what the Batch API's price saved against the standard one
     batch_saved: float = 0.0
+    #: input tokens of the requests sent that the provider's prompt cache served, and what that saved (net of
+    #: the premium of cache writes)
+    cached_in: int = 0
+    cache_saved: float = 0.0
     #: requests not sent because a budget covering them ran out (left for a resume)
     over_budget: int = 0
     #: tasks in chunks another worker of the run leased (``runner work``): finished by that process

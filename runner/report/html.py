@@ -109,13 +109,15 @@ def summary_table(data: dict[str, Any]) -> str:
     """The text report's table, cell for cell."""
     pct = cells.pct
     headers = ["stage", "model", "requests", "cache hits", "sent", "batched", "tokens in (cached)",
-               cells.tokens_out_header(data), "cost", "saved", "saved by batch", "errors", "refused", "p50", "p95",
+               cells.tokens_out_header(data), "cost", "saved", "saved by batch", "saved by prompt cache", "errors",
+               "refused", "p50", "p95",
                "invalid", *cells.ITEM_HEADERS, "score (mean ± std over seeds)"]
     rows = [[r["stage"], r["model"], str(r["requests"]), f"{r['cache_hits']} ({pct(r['cache_hit_rate'])})",
              str(r["sent"]), str(r["batched"]), f"{r['input_tokens']} ({r['cached_input_tokens']})",
              cells.tokens_out_text(r),
              f"${r['cost']:.4f}" + (f" + ${r['possibly_billed']:.4f}?" if r["possibly_billed"] else ""),
-             f"${r['saved']:.4f}", f"${r['batch_saved']:.4f}", cells.errors_text(r), str(r["refused"]),
+             f"${r['saved']:.4f}", f"${r['batch_saved']:.4f}", f"${r['cache_saved']:.4f}", cells.errors_text(r),
+             str(r["refused"]),
              cells.seconds(r["latency_p50"]), cells.seconds(r["latency_p95"]), str(r["invalid"]),
              *cells.item_cells(r), cells.accuracy_text(r)]
             for r in data["rows"]]
@@ -304,7 +306,9 @@ def render(data: dict[str, Any]) -> str:
                   "seed's accuracy.</p>", accuracy]
     parts += ["<h2>Cost per stage and model</h2>",
               f'<p class="note">Total ${t["cost"]:.4f} spent, ${t["saved"]:.4f} saved by the cache, '
-              f'${t["batch_saved"]:.4f} saved by the Batch API ({t["batched"]} batched of {t["sent"]} sent).</p>',
+              f'${t["batch_saved"]:.4f} saved by the Batch API ({t["batched"]} batched of {t["sent"]} sent), '
+              f'${t["cache_saved"]:.4f} by the provider\'s prompt cache ({t["cached_input_tokens"]} input tokens '
+              "read from it).</p>",
               cost_plots(data["rows"])]
     if data["heatmaps"]:
         parts += ["<h2>Position bias</h2>",

@@ -70,6 +70,9 @@ def budget_parts(stats: RunStats) -> list[str]:
         parts.append(f"saved by the cache {_money(totals.saved)}")
     if totals.batch_saved:
         parts.append(f"by the Batch API's price {_money(totals.batch_saved)}")
+    if totals.cached_in:
+        parts.append(f"by the provider's prompt cache {_money(totals.cache_saved)} ({totals.cached_in:,} input "
+                     "tokens read)")
     if totals.fresh > 0 and totals.remaining > 0:
         parts.append(f"projected {_money(spent + totals.spend / totals.fresh * totals.remaining)} at completion")
     return parts

@@ -56,6 +56,7 @@ REASONING_NOTE = "tokens out include reasoning tokens (shown apart), priced as o
 COLUMNS = (
     "stage", "model", "requests", "done", "failed", "cache_hits", "cache_hit_rate", "sent", "input_tokens",
     "cached_input_tokens", "output_tokens", "reasoning_tokens", "cost", "saved", "batched", "batch_saved",
+    "cache_saved",
     "possibly_billed", "errors", "refused", "latency_p50",
     "latency_p95", "scored", "invalid", "accuracy",
     "accuracy_by_seed", "accuracy_mean", "accuracy_std",
@@ -115,6 +116,8 @@ def build(store: Store, run_id: str, judged: str | None = None, by: str | None =
             "saved": round(saved, 10),
             "batched": g.batched,
             "batch_saved": round(g.batch_saved, 10),
+            # what the provider's prompt cache saved on the requests sent, net of its write premium
+            "cache_saved": round(g.cache_saved, 10),
             "possibly_billed": round(possibly.get((stage, model), (0.0, 0))[0], 10),
             "possibly_billed_requests": possibly.get((stage, model), (0.0, 0))[1],
             "errors": errors,
@@ -146,6 +149,7 @@ def build(store: Store, run_id: str, judged: str | None = None, by: str | None =
         "saved": round(sum(r["saved"] for r in rows), 10),
         "batched": sum(r["batched"] for r in rows),
         "batch_saved": round(sum(r["batch_saved"] for r in rows), 10),
+        "cache_saved": round(sum(r["cache_saved"] for r in rows), 10),
         "possibly_billed": round(sum(usd for usd, _ in possibly.values()), 10),
         "possibly_billed_requests": sum(n for _, n in possibly.values()),
         "ledger_charged": round(charged, 10),
@@ -348,6 +352,8 @@ def render(data: dict[str, Any], fmt: str) -> str:
     if t["batched"]:
         foot += (f"; {t['batched']} answered through a Batch API, which saved ${t['batch_saved']:.4f} against the "
                  "standard price")
+    if t["cached_input_tokens"]:
+        foot += "; " + prompt_cache_text(t)
     if t["possibly_billed"]:
         foot += (f"; possibly billed: ${t['possibly_billed']:.4f} more, the worst case of "
                  f"{t['possibly_billed_requests']} requests in flight when the run stopped (counted as spent until "
@@ -375,6 +381,13 @@ def render(data: dict[str, Any], fmt: str) -> str:
     return "\n".join(clean_lines(lines)) + "\n"
 
 
+def prompt_cache_text(t: dict[str, Any]) -> str:
+    """The provider prompt cache's part of a run's totals, in words."""
+    share = t["cached_input_tokens"] / t["input_tokens"] if t["input_tokens"] else 0.0
+    return (f"by the provider's prompt cache ${t['cache_saved']:.4f} ({t['cached_input_tokens']} input tokens read "
+            f"from it, {pct(share)} of those sent)")
+
+
 def summary_lines(data: dict[str, Any]) -> list[str]:
     """The accuracy and cost lines printed at the end of ``submit`` and ``resume``."""
     lines = []
@@ -396,7 +409,8 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
                  + (f" ({t['reasoning_tokens']} reasoning, priced as output)" if t["reasoning_tokens"] else "")
                  + f"; saved by the cache ${t['saved']:.4f}"
                  + (f", by the Batch API's price ${t['batch_saved']:.4f} ({t['batched']} batched)" if t["batched"]
-                    else ""))
+                    else "")
+                 + (f", {prompt_cache_text(t)}" if t["cached_input_tokens"] else ""))
     lines += [line for line in sent_with_lines(data) if line.startswith("left out")]
     lines += batch_lines(data)
     if data.get("pipeline"):

@@ -205,6 +205,13 @@ def m011_fencing(db: Schema) -> None:
     db.execute("ALTER TABLE leases ADD COLUMN token {int} NOT NULL DEFAULT 1")
 
 
+@migration
+def m012_prompt_cache_savings(db: Schema) -> None:
+    """Provider prompt caching: what each task's cache reads saved against the same input uncached, less the
+    premium of its cache writes (NULL for tasks of earlier versions, read as 0)."""
+    db.add_column("tasks", "cache_saved", "real")
+
+
 def migrate(conn: Any, dialect: Dialect) -> None:
     """Apply the migrations not yet applied, in one transaction that holds a lock from its start (SQLite's write
     lock, PostgreSQL's advisory lock): several processes opening a new store at once take turns (the later ones

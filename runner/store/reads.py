@@ -55,6 +55,8 @@ class GroupSummary:
     batch_saved: float = 0.0
     #: output tokens the requests sent spent thinking (in ``output_tokens`` too), from the memo
     reasoning_tokens: int = 0
+    #: what the provider's prompt cache saved (net of its write premium)
+    cache_saved: float = 0.0
 
 
 class Reads:
@@ -123,11 +125,11 @@ class Reads:
             f" CAST(sum({sent('input_tokens')}) AS BIGINT), CAST(sum({sent('output_tokens')}) AS BIGINT),"
             f" sum(t.cost), count(t.score), sum({invalid}), avg(t.score),"
             f" CAST(coalesce(sum({sent('cached_tokens')}), 0) AS BIGINT), sum(t.saved), count(t.batch_saved),"
-            " sum(t.batch_saved), CAST(coalesce(sum(r.reasoning_tokens), 0) AS BIGINT)"
+            " sum(t.batch_saved), CAST(coalesce(sum(r.reasoning_tokens), 0) AS BIGINT), sum(t.cache_saved)"
             " FROM tasks t LEFT JOIN responses r ON t.cache_hit = 0 AND t.status = 'done' AND r.key = t.key"
             f" WHERE t.run_id = ? GROUP BY t.stage, t.model ORDER BY min(t.{self.dialect.task_order})", (run_id,))
         return [GroupSummary(*row[:8], zero(row[8]), *row[9:13], zero(row[13]), row[14], zero(row[15]),
-                             int(row[16])) for row in found]
+                             int(row[16]), zero(row[17])) for row in found]
 
     def error_counts(self, run_id: str, stage: str, model: str) -> dict[str, int]:
         """Failed tasks by error class."""

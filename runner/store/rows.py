@@ -36,6 +36,9 @@ class TaskRow(NamedTuple):
     saved: float
     #: what the Batch API's price saved (None: not sent through a batch)
     batch_saved: float | None
+    #: what the provider's prompt cache saved against the same input uncached (less its write premium: negative for
+    #: a request that only wrote); 0 for a request that neither read nor wrote it
+    cache_saved: float = 0.0
 
 
 class ResponseRow(NamedTuple):

@@ -18,6 +18,7 @@ from runner.plan.stage import StagePlan
 from runner.providers.anthropic_messages import cache_blocks
 from runner.providers.base import CacheMarks
 from runner.providers.pricing import Pricing
+from runner.report import summary as report
 from runner.spec.job import load_job
 from runner.store import open_store
 from simserver import SimConfig, SimServer, start_server
@@ -95,7 +96,7 @@ async def test_anthropic_breakpoints_write_once_read_after_and_are_priced_at_gen
     model = "anthropic:claude-opus-4-1"
     path = write_job(tmp_path, server.url, model=model, prompt_cache="auto",
                      providers={"anthropic": {"base_url": server.root_url}})
-    _, store = await run(path)
+    outcome, store = await run(path)
     rates = Pricing().rates(model)
     assert rates is not None
     # the breakpoint ends the shared "Question number": 3 + (3 + 1,250) + 3 + 4 tokens
@@ -110,6 +111,18 @@ async def test_anthropic_breakpoints_write_once_read_after_and_are_priced_at_gen
                    + usage["output_tokens"] * rates.output) / 1_000_000
         assert response["cost"] == pytest.approx(by_hand, rel=1e-12)
     assert rates.cached_input == pytest.approx(rates.input / 10), "genai-prices: a read costs a tenth"
+    # what the cache saved: each answer's price with all its input uncached, less what it cost (the write's premium
+    # makes the first one's negative)
+    uncached = sum(((u["input_tokens"] + u["cache_read_input_tokens"] + u["cache_creation_input_tokens"]) * rates.input
+                    + u["output_tokens"] * rates.output) / 1_000_000 for u in usages)
+    saved = uncached - sum(r["cost"] for r in responses)
+    assert saved > 0
+    data = report.build(store, outcome.run_id)
+    assert data["totals"]["cache_saved"] == pytest.approx(saved, rel=1e-9)
+    assert data["totals"]["cached_input_tokens"] == (ROWS - 1) * mark
+    assert f"by the provider's prompt cache ${saved:.4f}" in report.render(data, "text")
+    assert outcome.stats.totals().cached_in == (ROWS - 1) * mark
+    assert outcome.stats.totals().cache_saved == pytest.approx(saved, rel=1e-9)
 
 
 async def test_the_marks_change_what_is_sent_not_the_memo_key(tmp_path: Path, server: SimServer):

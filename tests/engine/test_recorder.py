@@ -102,7 +102,7 @@ async def test_recorded_rows_read_back_from_the_store_with_the_same_values(tmp_p
             "attempts": attempts, "error_class": None, "error": None, "input_tokens": tokens[0],
             "output_tokens": tokens[1], "cost": cost, "latency": latency, "score": line["score"],
             "valid": int(line["valid"]), "result_json": row["result_json"], "cached_tokens": tokens[2],
-            "saved": saved, "batch_saved": None}
+            "saved": saved, "batch_saved": None, "cache_saved": 0.0}
         assert (line["cache_key"], line["cache_hit"]) == (task.key, bool(cache_hit))
     (memo_row,) = store.responses()  # the answer's memo row, every column by name (a hit writes none)
     assert {c: memo_row[c] for c in RESPONSE_COLUMNS if c != "created"} == {

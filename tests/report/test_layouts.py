@@ -16,6 +16,7 @@ from runner.report import layouts
 from runner.report import summary as report
 from runner.spec.job import load_job
 from runner.store import open_store
+from runner.store.rows import TaskRow
 from simserver import start_server
 
 ROWS = [{"question": f"Item {i}: pick one.", "choices": [f"w{i}", f"x{i}", f"y{i}", f"z{i}"], "gold": i % 4,
@@ -130,8 +131,9 @@ def test_balanced_accuracy_for_true_false_golds(tmp_path):
     store = open_store(tmp_path / "s.sqlite")
     run_id = store.create_run("j", "j.yaml", json.dumps({"name": "j", "stages": []}), "fp", 4)
     results = [(True, 1.0), (True, 1.0), (True, 0.0), (False, 1.0)]  # recall 2/3 on true, 1/1 on false
-    store.write_batch([(run_id, "csj", str(i), "m", str(i), "{}", f"k{i}", "done", 0, 1, None, None, 1, 1, 0.0,
-                        0.1, sc, 1, json.dumps({"gold": g, "score": sc, "valid": True, "variant": {}}), 0, 0.0, None)
+    store.write_batch([TaskRow(run_id, "csj", str(i), "m", str(i), "{}", f"k{i}", "done", 0, 1, None, None, 1, 1, 0.0,
+                               0.1, sc, 1, json.dumps({"gold": g, "score": sc, "valid": True, "variant": {}}), 0,
+                               0.0, None)
                        for i, (g, sc) in enumerate(results)], [], [])
     (row,) = report.build(store, run_id)["rows"]
     assert row["balanced_accuracy"] == pytest.approx((2 / 3 + 1) / 2)

@@ -33,6 +33,7 @@ def busy_stats() -> RunStats:
     c = stats.counters("evaluate-every-model-on-the-long-stage", LONG_MODEL)
     c.total, c.done, c.cache_hits, c.errors, c.retries = 100_000, 30_000, 1_000, 12, 40
     c.spend, c.saved, c.batch_saved = 1234.5, 55.25, 12.5
+    c.cached_in, c.cache_saved = 98_765_432, 321.75
     c.tokens_in, c.tokens_out = 123_456_789, 9_876_543
     stats.counters("mc", "sim:m").total = 10
     budgets = Budgets(Scope("run", "job", usd=5000.0))
@@ -49,6 +50,8 @@ def test_the_view_fits_100_columns_with_a_long_model_name_and_a_budget() -> None
     text = "\n".join(lines)
     assert "budget: spent $1,234.50 + reserved $12.25 of $5,000.00 (25%)" in text
     assert "projected" in text and "by the Batch API's price $12.50" in text
+    assert "by the provider's prompt cache $321.75 (98,765,432 input tokens read)" in " ".join(
+        line.strip() for line in lines)
     assert "elapsed" in text and "ETA" in text
     # the last error is there, on one line, cut short
     (error,) = [line for line in lines if line.startswith("last error")]

@@ -41,7 +41,7 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
             "key": str, "status": str, "cache_hit": int, "attempts": int, "error_class": str, "error": str,
             "input_tokens": int, "output_tokens": int, "cost": float, "latency": float, "score": float,
             "valid": int, "result_json": str, "updated": str, "cached_tokens": int, "saved": float,
-            "batch_saved": float,
+            "batch_saved": float, "cache_saved": float,
         },
         ["run_id", "stage", "item"],
     ),
@@ -70,7 +70,7 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
 }
 MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs", "m006_pipelines",
                    "m007_stage_replays", "m008_batches", "m009_workers", "m010_thinking",
-                   "m011_fencing"]
+                   "m011_fencing", "m012_prompt_cache_savings"]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -164,7 +164,7 @@ def task(run_id: str, item: str, key: str, status: str = "done", cost: float = 0
         "variant_json": "{}", "key": key, "status": status, "cache_hit": 0, "attempts": 1, "error_class": None,
         "error": None, "input_tokens": 10, "output_tokens": 1, "cost": cost, "latency": 0.01, "score": 1.0,
         "valid": 1, "result_json": f'{{"item":"{item}"}}', "updated": "2024-01-01T00:00:00", "cached_tokens": 0,
-        "saved": 0.0, "batch_saved": None,
+        "saved": 0.0, "batch_saved": None, "cache_saved": 0.0,
     }
     return tuple(values[c] for c in TASK_COLUMNS)
 

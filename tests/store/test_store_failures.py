@@ -189,7 +189,7 @@ def test_a_failed_commit_keeps_its_own_error(tmp_path, tmpfs):
     with pytest.raises(sqlite3.OperationalError, match="full"):
         for n in range(200):
             task = ("r", "s", f"i{n}", "m", "1", "{}", f"k{n}", "done", 0, 1, None, None, 1, 1, 0.0, None, None, 1,
-                    big, 0, 0.0, None)
+                    big, 0, 0.0, None, 0.0)
             store.write_batch([task], [], [])
     store.close()
 

@@ -154,7 +154,7 @@ def _task(run_id: str, stage: str, item: str, model: str, variant: dict, result:
         "status": status, "cache_hit": cache_hit, "attempts": 1, "error_class": error_class, "error": error_class,
         "input_tokens": 10, "output_tokens": 2, "cost": cost, "latency": latency, "score": score, "valid": valid,
         "result_json": json.dumps(result, separators=(",", ":")), "cached_tokens": 4, "saved": saved,
-        "batch_saved": batch_saved,
+        "batch_saved": batch_saved, "cache_saved": 0.125 if batch_saved is None and cost > 0.3 else 0.0,
     }
     return tuple(values[c] for c in TASK_COLUMNS)
 
@@ -535,7 +535,7 @@ def test_a_write_whose_transaction_the_server_ended_runs_again_whole(pg_url: str
 
     monkeypatch.setattr(PostgresStore, "holds", pausing)
     task = (run_id, "mc", "i1", "sim:m", "r1", "{}", "k1", "done", 0, 1, None, None, 1, 1, 0.25, 0.1, None, 1, "{}",
-            0, 0.0, None)
+            0, 0.0, None, 0.0)
     response = ("k1", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.25, 0.1, "x", None, 0)
     charge = (run_id, "mc", "sim:m", "k1", "charge", 0.25, "2026-01-01T00:00:00")
     item = Finished(task=task, response=response, ledger=charge, stage="mc", release_id=reserved, fence=fence)

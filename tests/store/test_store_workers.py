@@ -83,7 +83,7 @@ def test_writes_of_a_worker_that_lost_its_lease_are_refused(store):
     assert store.take_expired_lease(run_id, "mc", "w2", 30) == (0, 2)
     assert store.heartbeat("w1", 30) == []  # still live, but the lease is w2's now
     task = (run_id, "mc", "i1", "sim:m", "r1", "{}", "k1", "done", 0, 1, None, None, 1, 1, 0.25, 0.1, None, 1, "{}",
-            0, 0.0, None)
+            0, 0.0, None, 0.0)
     response = ("k1", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.25, 0.1, "x", None, 0)
     charge = (run_id, "mc", "sim:m", "k1", "charge", 0.25, "2026-01-01T00:00:00")
     late = Finished(task=task, response=response, ledger=charge, stage="mc", release_id=reserved, fence=old)
