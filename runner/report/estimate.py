@@ -41,6 +41,7 @@ from runner.plan.request import Task
 from runner.plan.stage import StagePlan, model_key
 from runner.providers.pricing import PER, Pricing, Rates
 from runner.providers.tokens import bound_call_tokens, count_call_tokens, exact
+from runner.report.cache_estimate import CacheSums, caching_rule
 from runner.report.terminal import clean, clean_lines
 from runner.spec.schema import Job
 from runner.store import Reads, Store
@@ -57,7 +58,7 @@ CSV_COLUMNS = (
     "stage", "model", "requests", "cached", "repeats", "to_send", "input_tokens", "input_exact", "input_tokens_bound",
     "max_tokens",
     "output_tokens_max", "output_tokens_expected", "history", "history_source", "price", "cost_low", "cost_high",
-    "batch_low", "batch_high", "batch_price",
+    "batch_low", "batch_high", "batch_price", "cache_read_tokens", "cost_low_cached",
 )
 
 
@@ -122,6 +123,10 @@ class Group:
     batch_high: float | None = None
     #: the prices: key to add when the price is unknown
     add_price: str | None = None
+    #: with provider prompt caching planned (prompt_cache: auto, a provider that caches): the input tokens expected
+    #: to be read from its cache, and the expected cost with them (None: no caching for this stage and model)
+    cache_read_tokens: int | None = None
+    cost_low_cached: float | None = None
 
 
 @dataclass(slots=True)
@@ -148,11 +153,13 @@ class Estimate:
 class _Builder:
     """One (stage, model) group being summed."""
 
-    def __init__(self, group: Group, rates: Rates | None, batch: Rates | None, count: bool) -> None:
+    def __init__(self, group: Group, rates: Rates | None, batch: Rates | None, count: bool,
+                 cache: CacheSums | None = None) -> None:
         self.group = group
         self.rates = rates
         self.batch = batch
         self.count = count
+        self.cache = cache
         self.sums = _Sums() if rates is not None else None
         self.batch_sums = _Sums() if batch is not None else None
         self.cached_out = 0
@@ -172,6 +179,8 @@ class _Builder:
             self.sums.add(self.rates, tokens, bound, max_tokens)
         if self.batch_sums is not None and self.batch is not None:
             self.batch_sums.add(self.batch, tokens, bound, max_tokens)
+        if self.cache is not None:
+            self.cache.add(req.messages)
 
     def finish(self, store: Store, provider: str, model_id: str) -> Group:
         g = self.group
@@ -194,6 +203,9 @@ class _Builder:
                 continue
             setattr(g, low_attr, sums.input_usd + (expected or 0.0) * sums.output_rate)
             setattr(g, high_attr, sums.high if g.max_tokens is not None else None)
+        if self.cache is not None and self.rates is not None and g.cost_low is not None:
+            g.cost_low_cached = g.cost_low - self.cache.saving(self.rates)
+            g.cache_read_tokens = self.cache.read
         return g
 
 
@@ -223,6 +235,7 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
     groups: list[Group] = []
     seen: set[int] = set()
     unplanned: list[str] = []
+    warnings: list[str] = []
     for stage in job.stages:
         if not stage.is_llm:
             continue
@@ -250,7 +263,9 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
             count = count_free or rates is None or not rates.is_free
             if not count:
                 group.input_tokens = group.input_tokens_bound = None
-            builders[model] = _Builder(group, rates, batch, count)
+            rule = caching_rule(model) if job.stage_prompt_cache(stage) == "auto" and count else None
+            builders[model] = _Builder(group, rates, batch, count,
+                                       CacheSums(stage.name, model, rule) if rule is not None else None)
         replayed = replayable_tasks(store, stage_address(job, stage, plan), stage.name)
         if replayed is not None:  # unchanged since a run that finished it: all cache hits, nothing to plan
             for model, (n, output_tokens) in replayed.items():
@@ -260,8 +275,10 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
         else:
             _plan_groups(plan, builders, store, seen)
         groups += [builders[m].finish(store, *ids[m]) for m in plan.models]
+        warnings += [w for m in plan.models if (c := builders[m].cache) is not None and (w := c.reorder_warning())]
     result = Estimate(job=job.name, path=job.path, groups=groups)
     result.totals = _totals(groups)
+    result.totals["warnings"] = warnings
     result.totals["unplanned_stages"] = unplanned
     if unplanned:  # what the listed stages cost is not known, so neither is the worst case
         result.totals["cost_high"] = result.totals["batch_high"] = result.totals["high_as_sent"] = None
@@ -315,6 +332,10 @@ def _totals(groups: list[Group]) -> dict[str, Any]:
     # standard price (auto may end online, so it counts at the standard one)
     totals["high_as_sent"] = _sum([g.batch_high if g.mode == "batch" and g.batch_high is not None else g.cost_high
                                    for g in groups if g.to_send])
+    if any(g.cost_low_cached is not None for g in groups):  # the expected cost with provider prompt caching
+        totals["cost_low_cached"] = _sum([g.cost_low_cached if g.cost_low_cached is not None else g.cost_low
+                                          for g in groups if g.to_send])
+        totals["cache_read_tokens"] = sum(g.cache_read_tokens or 0 for g in groups)
     totals["unknown_prices"] = sorted({g.add_price for g in groups if g.add_price})
     totals["unbounded_stages"] = sorted({g.stage for g in groups if g.max_tokens is None and g.to_send})
     return totals
@@ -351,13 +372,14 @@ def _row(g: Group) -> list[str]:
     expected = "no history" if not g.history else f"{_tokens(g.output_tokens_expected)} (n={g.history})"
     bounded = g.max_tokens is not None
     batch = _range(g.batch_low, g.batch_high, bounded=bounded) if g.batch_price else "-"
+    cached = "-" if g.cost_low_cached is None else f"{usd(g.cost_low_cached)} ({_tokens(g.cache_read_tokens)} read)"
     return [g.stage, g.model, f"{g.requests:,}", f"{g.cached:,}", f"{g.to_send:,}", tokens,
             _tokens(g.output_tokens_max) if bounded else "unbounded", expected,
-            _range(g.cost_low, g.cost_high, bounded=bounded), batch]
+            _range(g.cost_low, g.cost_high, bounded=bounded), batch, cached]
 
 
 HEADERS = ["stage", "model", "requests", "in cache", "to send", "input tokens", "output max", "output expected",
-           "cost (expected – worst)", "batch API"]
+           "cost (expected – worst)", "batch API", "with prompt cache"]
 
 
 def summary_lines(est: Estimate) -> list[str]:
@@ -370,6 +392,11 @@ def summary_lines(est: Estimate) -> list[str]:
         head += f" (Batch API {_range(t['batch_low'], t['batch_high'], bounded=t['batch_high'] is not None)})"
     head += f"; estimated in {est.elapsed:.2f} s"
     lines = [head]
+    if t.get("cost_low_cached") is not None and t["cost_low"] is not None:
+        lines.append(f"with provider prompt caching (prompt_cache: auto): expected {usd(t['cost_low_cached'])}, "
+                     f"{usd(t['cost_low'] - t['cost_low_cached'])} less, {t['cache_read_tokens']:,} of the "
+                     f"{t['input_tokens']:,} input tokens read from the providers' caches")
+    lines += t.get("warnings", [])
     for model in t["unknown_prices"]:
         lines.append(f"unknown price for {model}: add prices: {{{model}: {{input: USD, output: USD}}}} "
                      "(per million tokens) to the job to price it")
