@@ -121,7 +121,8 @@ def anthropic_marks(body: Mapping[str, Any]) -> list[tuple[int, int, float]]:
 
 
 class _Tokens:
-    """A request's prompt as the caching sees it: the hash of its first ``n`` tokens for any ``n``."""
+    """A request's prompt as the caching sees it: the hash of its first ``n`` tokens for any ``n``, or of its text up to
+    a breakpoint."""
 
     def __init__(self, messages: list[Any]) -> None:
         self.parts: list[tuple[str, str]] = [(str(m.get("role", "")), message_text(m.get("content")))
@@ -132,6 +133,20 @@ class _Tokens:
         """Tokens up to ``chars`` characters into message ``index``."""
         return 3 + sum(3 + count_tokens(text) for _, text in self.parts[:index]) + 3 + count_tokens(
             self.parts[index][1][:chars])
+
+    def mark_hash(self, index: int, chars: int) -> str:
+        """The hash of the prompt up to ``chars`` characters into message ``index`` (a marked block's end): exactly
+        that text, so what follows a breakpoint never counts in it."""
+        digest = hashlib.sha256(b"\x1dreq")
+        for role, text in self.parts[:index]:
+            digest.update(f"\x1e{role}\x1f".encode())
+            digest.update(text.encode())
+            digest.update(b"\x1c")
+        role, text = self.parts[index]
+        digest.update(f"\x1e{role}\x1f".encode())
+        digest.update(text[:chars].encode())
+        digest.update(b"\x1bmark")
+        return digest.hexdigest()
 
     def hashes(self, lengths: list[int]) -> dict[int, str]:
         """The hash of the first ``n`` tokens for each ``n`` of ``lengths`` (each past the request's own 3 tokens
@@ -191,21 +206,20 @@ class PromptCache:
         use = CacheUse()
         if rule == "anthropic":
             floor = anthropic_minimum(model) if minimum is None else minimum
-            marks = [(tokens.at_mark(i, chars), ttl) for i, chars, ttl in anthropic_marks(body)
-                     if i < len(tokens.parts)]
-            marks = [(n, ttl) for n, ttl in marks if n >= max(floor, 4)]
+            marks = [(tokens.at_mark(i, chars), tokens.mark_hash(i, chars), ttl)
+                     for i, chars, ttl in anthropic_marks(body) if i < len(tokens.parts)]
+            marks = [mark for mark in marks if mark[0] >= max(floor, 4)]
             if not marks:
                 return use
-            hashes = tokens.hashes([n for n, _ in marks])
-            for n, ttl in reversed(marks):
-                if self._live(scope, hashes[n], now, ttl):
+            for n, digest, ttl in reversed(marks):
+                if self._live(scope, digest, now, ttl):
                     use.read = n
                     break
             last = marks[-1][0]
             use.written = max(0, last - use.read)
-            long_end = max((n for n, ttl in marks if ttl == HOUR), default=0)
+            long_end = max((n for n, _, ttl in marks if ttl == HOUR), default=0)
             use.written_1h = max(0, min(long_end, last) - use.read)
-            use.pending = [(hashes[n], ttl) for n, ttl in marks if n > use.read]
+            use.pending = [(digest, ttl) for n, digest, ttl in marks if n > use.read]
             return use
         floor = max(MINIMUM if minimum is None else minimum, 4)
         if tokens.total < floor:

@@ -9,7 +9,10 @@ request's longest shared prefix is the longer of those it shares with its two ne
 (:func:`runner.plan.prefixes.shared_cut`), and counts when its tokens reach the provider's minimum. Its group is a
 digest of the model and that prefix, the same in every chunk, so a group that spans chunks is warmed once. Where
 the shorter neighbour's prefix is cacheable too (an instruction shared by all, a story shared by its questions),
-it is a second breakpoint, so a new story's first question still reads the instruction from the cache.
+it is a second breakpoint, so a new story's first question still reads the instruction from the cache. Of two
+prefixes that differ by fewer than :data:`LEVEL` tokens (the first words two questions happen to share) only the
+shorter counts: grouping by the longer would split a document's questions by their first word, each group's first
+request writing the document again.
 
 Marks, by provider style: ``explicit`` (Anthropic) gets ``cache_control`` breakpoints at both cuts; ``keyed``
 (OpenAI) gets the group as ``prompt_cache_key``; ``implicit`` (Gemini, Azure) is ordered only. Marks change what is
@@ -39,6 +42,26 @@ __all__ = ["WARM_FOR", "PromptCachePlan"]
 
 #: seconds a group stays warm after its last request was sent (the providers keep a prefix 5 minutes)
 WARM_FOR = 240.0
+#: tokens a deeper shared prefix must add to a request's shorter one to be a group (and a breakpoint) of its own
+LEVEL = 256
+#: breakpoints a request is sent with at most, its deepest (Anthropic takes four a request)
+MAX_CUTS = 3
+
+
+def _intervals(links: list[int]) -> list[tuple[int, int, int]]:
+    """The shared prefixes of prompts in sorted order, as (characters, first, last position): each maximal span of
+    positions whose adjacent common prefixes (``links[i]``: of positions i and i + 1) are all at least that long,
+    one per distinct length (the LCP intervals of the sorted prompts, found with one stack pass)."""
+    out: list[tuple[int, int, int]] = []
+    stack: list[tuple[int, int]] = []  # (characters, first position)
+    for i, link in enumerate([*links, 0]):
+        first = i
+        while stack and stack[-1][0] > link:
+            chars, first = stack.pop()
+            out.append((chars, first, i))
+        if link and (not stack or stack[-1][0] < link):
+            stack.append((link, first))
+    return out
 
 
 class PromptCachePlan:
@@ -74,34 +97,44 @@ class PromptCachePlan:
             assert rule is not None
             texts = [prompt_text(task.call.messages) for task in group]
             order = sorted(range(len(group)), key=texts.__getitem__)
-            links = [0] + [common_prefix(texts[a], texts[b]) for a, b in zip(order, order[1:], strict=False)] + [0]
+            links = [common_prefix(texts[a], texts[b]) for a, b in zip(order, order[1:], strict=False)]
+            levels: list[list[tuple[int, int, str]]] = [[] for _ in order]  # per position: (tokens, cut, digest)
+            cuts: list[list[tuple[int, int]]] = [[] for _ in order]
+            # the shared prefixes, shortest first (each encloses the longer ones within its span of positions)
+            for chars, first, last in sorted(_intervals(links), key=lambda i: (i[1], -i[2])):
+                found = self._level(group[order[first]], texts[order[first]], chars, rule)
+                if found is None:
+                    continue
+                tokens, cut, digest = found
+                for position in range(first, last + 1):
+                    above = levels[position]
+                    # a level of its own only when it adds LEVEL tokens to the one above it (a story after an
+                    # instruction), not a few words two questions happen to share: those would split a document's
+                    # questions into groups, each writing the document again
+                    if not above or tokens - above[-1][0] >= LEVEL:
+                        above.append((tokens, cut, digest))
+                        cuts[position].append(cut)
             for position, index in enumerate(order):
-                near = sorted({links[position], links[position + 1]} - {0})
-                marks = self._marks_of(group[index], texts[index], near, rule)
-                if marks is not None:
-                    self._marks[group[index].key] = marks
+                if levels[position]:
+                    kept = tuple(cuts[position][-MAX_CUTS:])
+                    self._marks[group[index].key] = CacheMarks(levels[position][-1][2], kept)
 
-    def _marks_of(self, task: Task, text: str, shared: list[int], rule: CacheRule) -> CacheMarks | None:
-        cuts: list[tuple[int, int]] = []
-        group = ""
-        for chars in shared:  # the shorter prefix first
-            # a token is at least one byte and a character at most four, and a message adds a few tokens: a prefix
-            # this short cannot reach the minimum, whatever the tokenizer
-            if chars * 4 + 8 * len(task.call.messages) < rule.minimum:
-                continue
-            cut = shared_cut(task.call.messages, chars)
-            if cut is None or (cut.index, cut.offset) in cuts:
-                continue
-            head = text[:cut.chars]
-            digest = hashlib.sha256(f"{task.model}\0{head}".encode()).hexdigest()[:32]
-            tokens = self._tokens.get((task.model, digest))
-            if tokens is None:
-                provider, name = split_model(task.model)
-                tokens = self._tokens[(task.model, digest)] = count_input_tokens(provider, name, list(cut.prefix))
-            if cacheable(tokens, rule):
-                cuts.append((cut.index, cut.offset))
-                group = digest
-        return CacheMarks(group, tuple(cuts)) if cuts else None
+    def _level(self, task: Task, text: str, chars: int, rule: CacheRule) -> tuple[int, tuple[int, int], str] | None:
+        """(tokens, cut, digest) of the first ``chars`` characters of ``task``'s prompt (``text``) cut where a token
+        ends, when the provider caches that much; else None."""
+        # a token is at least one byte and a character at most four, and a message adds a few tokens: a prefix this
+        # short cannot reach the minimum, whatever the tokenizer
+        if chars * 4 + 8 * len(task.call.messages) < rule.minimum:
+            return None
+        cut = shared_cut(task.call.messages, chars)
+        if cut is None:
+            return None
+        digest = hashlib.sha256(f"{task.model}\0{text[:cut.chars]}".encode()).hexdigest()[:32]
+        tokens = self._tokens.get((task.model, digest))
+        if tokens is None:
+            provider, name = split_model(task.model)
+            tokens = self._tokens[(task.model, digest)] = count_input_tokens(provider, name, list(cut.prefix))
+        return (tokens, (cut.index, cut.offset), digest) if cacheable(tokens, rule) else None
 
     def marks(self, task: Task) -> CacheMarks | None:
         """The marks to send ``task`` with (each attempt asks)."""

@@ -193,3 +193,21 @@ async def test_the_strict_server_refuses_a_fifth_breakpoint_and_an_hour_after_fi
 async def client_create(client: anthropic.AsyncAnthropic, **fields: Any) -> Any:
     return await client.messages.create(model="claude-opus-4-1", max_tokens=5,
                                         messages=[{"role": "user", "content": "q"}], **fields)
+
+
+async def test_what_follows_a_breakpoint_is_not_part_of_what_it_caches(
+        srv: SimServer, claude: anthropic.AsyncAnthropic):
+    """A breakpoint two characters into a four-character token: the text after it differs between the requests
+    and must not make the second miss."""
+    head = SHARED + "Question:"  # 5,009 characters: the breakpoint falls inside a token
+
+    async def ask(tail: str) -> Any:
+        answer = await claude.messages.create(
+            model="claude-opus-4-1", max_tokens=5, messages=[{"role": "user", "content": [
+                {"type": "text", "text": head, "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": tail}]}])
+        return answer.usage
+
+    first, second = await ask(" Why?"), await ask(" How?")
+    mark = 3 + 3 + tokens(head)
+    assert (first.cache_creation_input_tokens, second.cache_read_input_tokens) == (mark, mark)
