@@ -180,6 +180,29 @@ def test_the_plan_groups_by_the_longest_shared_prefix_with_a_breakpoint_at_each_
     assert all(short.marks(t) is None for t in tiny), "under the model's minimum nothing is marked"
 
 
+def test_a_documents_questions_are_one_group_whatever_words_they_share(tmp_path: Path):
+    document = "The fox ran over the hill and far away into the woods. " * 120
+    questions = ["What did it do?", "What did it see?", "Where did it go?", "Who saw it?", "Why did it run?"]
+    (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps({"id": str(i), "q": q}) for i, q in
+                                                    enumerate(questions)), encoding="utf-8")
+    job_path = tmp_path / "job.yaml"
+    job_path.write_text(json.dumps({
+        "name": "doc", "models": ["openai:gpt-4o"], "params": {"max_tokens": 5},
+        "stages": [{"name": "qa", "dataset": {"path": str(tmp_path / "rows.jsonl"), "id": "id"},
+                    "prompt": {"user": document + "\n\nQuestion: {{ q }}"}}]}), encoding="utf-8")
+    job = load_job(job_path)
+    tasks = list(StagePlan(job, job.stages[0]))
+
+    class OpenAI:
+        prompt_cache_style = "keyed"
+
+    plan = PromptCachePlan(job, {"openai": OpenAI()})  # type: ignore[dict-item]
+    plan.plan(tasks)
+    marks = [plan.marks(task) for task in tasks]
+    assert len({m.group for m in marks}) == 1, "one group: the words after the document add a few tokens only"
+    assert {m.cuts for m in marks} == {((0, len(document) + len("\n\nQuestion:")),)}
+
+
 async def test_the_gate_holds_a_group_until_its_first_answer_and_lapses_after_the_cache_lifetime():
     marks = CacheMarks("g", ((0, 0),))
     now = [100.0]
