@@ -35,7 +35,7 @@ from typing import Any
 from runner.plan.prefixes import CacheRule, cache_rule, cacheable, common_prefix, prompt_text, shared_cut
 from runner.plan.request import CHAT, Task
 from runner.providers.base import CacheMarks, Provider, split_model
-from runner.providers.tokens import count_input_tokens
+from runner.providers.tokens import count_input_tokens, message_text
 from runner.spec.schema import Job
 
 __all__ = ["WARM_FOR", "PromptCachePlan"]
@@ -46,6 +46,12 @@ WARM_FOR = 240.0
 LEVEL = 256
 #: breakpoints a request is sent with at most, its deepest (Anthropic takes four a request)
 MAX_CUTS = 3
+
+
+def _could_reach(messages: list[dict[str, Any]], minimum: int) -> bool:
+    """Whether a prompt is long enough to hold ``minimum`` tokens whatever the tokenizer (a token is at least one
+    byte, a character at most four, and a message adds a few tokens): a short one is not worth comparing."""
+    return sum(len(message_text(m.get("content"))) for m in messages) * 4 + 8 * len(messages) >= minimum
 
 
 def _intervals(links: list[int]) -> list[tuple[int, int, int]]:
@@ -90,7 +96,8 @@ class PromptCachePlan:
         """Group a chunk's requests to send (see the module's docstring)."""
         by_model: dict[str, list[Task]] = {}
         for task in tasks:
-            if task.stage in self._on and task.call.kind == CHAT and self._rule(task) is not None:
+            if task.stage in self._on and task.call.kind == CHAT and (rule := self._rule(task)) is not None \
+                    and _could_reach(task.call.messages, rule.minimum):
                 by_model.setdefault(task.model, []).append(task)
         for model, group in by_model.items():
             rule = self._rules[model]
