@@ -20,7 +20,7 @@ retries: ARCHITECTURE.md invariant 4). Bedrock sends no rate-limit headers: the 
 Batch inference (:mod:`runner.providers.bedrock_batch`) needs ``providers: {bedrock: {batch_folder: s3://BUCKET/PREFIX,
 batch_role_arn: arn:aws:iam::ACCOUNT:role/NAME}}``: the S3 folder its records and answers go through and the service
 role Bedrock assumes to read and write it. Without both, ``mode: auto`` sends bedrock models online and ``mode: batch``
-is refused before anything is sent (:meth:`BedrockProvider.check_batch`).
+is refused before anything is sent (:meth:`BedrockProvider.batch_unavailable`).
 """
 
 from __future__ import annotations
@@ -288,22 +288,24 @@ class BedrockProvider(Provider):
 
     # -- batch inference -------------------------------------------------------------------------------------
 
-    def check_batch(self, model: str) -> None:
-        """What ``mode: batch`` needs beyond online requests, each missing part one sentence; nothing is sent."""
-        if not self.supports_batch:
-            raise ModelSetupError(f"bedrock:{model} has mode: batch, and Bedrock batch inference needs an S3 folder "
-                                  f"and a service role: set {BATCH_SETTINGS} in the job, or mode: auto or online for "
-                                  "that stage (no request was sent)")
-        if self._session.get_credentials() is None:
-            raise ModelSetupError(f"bedrock:{model} has mode: batch, whose records go through S3, which takes AWS "
-                                  f"credentials (a Bedrock API key alone cannot reach S3): {CREDENTIAL_HELP} (no "
-                                  "request was sent)")
+    def batch_unavailable(self, model: str) -> str | None:
+        """Why ``mode: batch`` cannot send ``bedrock:model`` (the settings batch inference needs), or None."""
+        if self.supports_batch:
+            return None
+        missing = " and ".join(name for name in ("batch_folder", "batch_role_arn") if not getattr(self.options, name))
+        return (f"bedrock:{model} in mode: batch needs an S3 folder and a service role for batch inference: set "
+                f"{BATCH_SETTINGS} in the job ({missing} missing), or use mode: auto or online")
 
     def batches(self) -> Batches:
         """Batch inference over boto3's ``bedrock`` (control plane) and ``s3`` clients, made from this provider's
         session, region and retry settings, their calls in its threads."""
         if not self.supports_batch:
-            self.check_batch("*")
+            raise ModelSetupError(str(self.batch_unavailable("*")))
+        if self._session.get_credentials() is None:  # S3 takes SigV4 credentials; a Bedrock API key is not one
+            raise ModelSetupError("bedrock batch inference stages its records in S3, which takes AWS credentials (a "
+                                  "Bedrock API key alone cannot reach S3): set AWS_ACCESS_KEY_ID and "
+                                  "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where an instance or container role "
+                                  "applies")
         from .bedrock_batch import BedrockBatches
         from .s3_files import s3_client
 
