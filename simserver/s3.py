@@ -165,6 +165,7 @@ def add_routes(server: SimServer, app: web.Application) -> None:
             return web.Response(status=200, headers={**headers, "Content-Length": str(len(stored.data))})
         return web.Response(status=200, body=stored.data, headers=headers)
 
-    app.router.add_route("GET", PREFIX + "/{bucket}", bucket_route)
-    for method in ("PUT", "GET", "DELETE"):  # GET's route answers HEAD too (aiohttp's allow_head)
-        app.router.add_route(method, PREFIX + "/{bucket}/{key:.+}", object_route)
+    app.router.add_get(PREFIX + "/{bucket}", bucket_route)
+    app.router.add_get(PREFIX + "/{bucket}/{key:.+}", object_route)  # and HEAD (aiohttp's allow_head)
+    app.router.add_put(PREFIX + "/{bucket}/{key:.+}", object_route)
+    app.router.add_delete(PREFIX + "/{bucket}/{key:.+}", object_route)
