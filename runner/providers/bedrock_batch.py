@@ -38,7 +38,7 @@ import re
 from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
-from runner.errors import BadRequest, ModelSetupError, ProviderError
+from runner.errors import AuthError, BadRequest, ModelSetupError, ProviderError
 
 from ._batch_common import SDKBatches, answered, check_lines, failed, malformed, not_ended, unfinished
 from .batching import CANCELLED, CLOCK_SKEW, ENDED, EXPIRED, RUNNING, BatchLine, BatchResult, BatchStatus, Lookup
@@ -191,8 +191,14 @@ class BedrockBatches(SDKBatches):
                 return Lookup()
 
     async def _job(self, batch_id: str) -> dict[str, Any]:
-        return await self._call(self.control.get_model_invocation_job,  # type: ignore[no-any-return]
-                                jobIdentifier=batch_id)
+        try:
+            return await self._call(self.control.get_model_invocation_job,  # type: ignore[no-any-return]
+                                    jobIdentifier=batch_id)
+        except AuthError as exc:  # the online mapping reads a 404 as an unknown model; here the job is unknown
+            if exc.error_class != "unknown_model":
+                raise
+            raise BadRequest(f"{self.where}: Bedrock has no batch inference job {batch_id} in region "
+                             f"{self.provider.region()}", status=exc.status) from exc
 
     async def status(self, batch_id: str) -> BatchStatus:
         job = await self._job(batch_id)

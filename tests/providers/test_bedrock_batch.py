@@ -207,7 +207,7 @@ async def test_record_errors_map_as_online_and_too_few_records_fail_the_job():
     assert isinstance(bad.error, BadRequest) and not bad.retry and "bad" in str(bad.error)
 
 
-async def test_a_missing_bucket_names_the_setting():
+async def test_a_missing_object_names_the_setting_and_a_missing_job_is_said_so():
     async with await start_server() as srv:
         bedrock = provider(srv.root_url)
         await bedrock.start()
@@ -215,6 +215,8 @@ async def test_a_missing_bucket_names_the_setting():
             batches = bedrock.batches()
             with pytest.raises(ModelSetupError, match="batch_folder"):
                 await batches.files.get("runner-batches", "tests/inputs/none.jsonl")
+            with pytest.raises(BadRequest, match="no batch inference job"):
+                await batches.status("arn:aws:bedrock:us-east-1:000000000000:model-invocation-job/abcdefabcdef")
         finally:
             await bedrock.aclose()
 
