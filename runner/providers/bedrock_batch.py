@@ -151,8 +151,8 @@ class BedrockBatches(SDKBatches):
                                   ensure_ascii=False, separators=(",", ":")) + "\n" for line in lines).encode()
 
     def chunks(self, model: str, lines: list[BatchLine]) -> list[list[BatchLine]]:
-        """``lines`` in as few jobs as the record and file-size quotas allow, of even sizes (so no part falls under
-        the 100 records a job needs when the whole does not)."""
+        """``lines`` in as few jobs as the record and file-size quotas allow, of even sizes (no small remainder that
+        could fall under the 100 records a job needs)."""
         size = len(self.input_file(model, lines))
         parts = max(-(-len(lines) // MAX_RECORDS), -(-size // FILE_BUDGET), 1)
         step = -(-len(lines) // parts)

@@ -96,6 +96,19 @@ def test_a_job_name_keeps_the_digest_whole_within_the_service_models_pattern():
     assert re.fullmatch(r"[a-zA-Z0-9]{1,63}(-*[a-zA-Z0-9\+\-\.]){0,63}", name)
 
 
+def test_a_group_is_cut_into_even_jobs_by_the_record_and_size_quotas(monkeypatch):
+    from runner.providers import bedrock_batch
+
+    batches = provider("http://127.0.0.1:1").batches()
+    lines = batch_lines(2500)
+    monkeypatch.setattr(bedrock_batch, "MAX_RECORDS", 1000)
+    assert [len(part) for part in batches.chunks(MODEL, lines)] == [834, 834, 832]
+    size = len(batches.input_file(MODEL, lines))
+    monkeypatch.setattr(bedrock_batch, "FILE_BUDGET", size // 4 - 1)  # a little under a quarter of the file
+    parts = batches.chunks(MODEL, lines)
+    assert [len(part) for part in parts] == [500] * 5 and [line for part in parts for line in part] == lines
+
+
 # -- the client against the simulated server ------------------------------------------------------------------
 
 
