@@ -238,3 +238,40 @@ def test_breakpoints_split_a_message_where_the_shared_prefix_ends_and_keep_its_t
                                      "cache_control": {"type": "ephemeral", "ttl": "1h"}},
                                     {"type": "text", "text": "question"}]
     assert messages[1]["content"] == "story\n\nquestion", "the task's own messages are untouched"
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_on_the_wire_a_group_carries_one_key_or_one_breakpoint_and_off_carries_none(
+        tmp_path: Path, provider: str, monkeypatch: pytest.MonkeyPatch):
+    """What the official SDKs put on the wire, recorded by a capture server that shares none of the simulated
+    server's assumptions: OpenAI's requests of one group carry the same ``prompt_cache_key``; Claude's carry a
+    ``cache_control`` breakpoint on the block that ends the shared story, its text unchanged; with ``off``, none."""
+    from tests.providers.test_request_shaping import ANTHROPIC_ANSWER, OPENAI_ANSWER, Capture
+
+    monkeypatch.setenv("OPENAI_API_KEY", "k")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    model = {"openai": "openai:gpt-4o", "anthropic": "anthropic:claude-opus-4-1"}[provider]
+    answer = OPENAI_ANSWER if provider == "openai" else {**ANTHROPIC_ANSWER, "content": [{"type": "text", "text": "B"}]}
+    bodies = {}
+    for mode in ("auto", "off"):
+        async with Capture(answer) as capture:
+            base = capture.url + ("/v1" if provider == "openai" else "")
+            path = write_story_job(tmp_path / mode, base, mode, stories=2, questions=3)
+            job = json.loads(path.read_text())
+            job["models"], job["providers"] = [model], {provider: {"base_url": base}}
+            path.write_text(json.dumps(job))
+            outcome, _ = await run(path)
+            bodies[mode] = [r["body"] for r in capture.requests]
+    assert len(bodies["auto"]) == len(bodies["off"]) == 6
+    if provider == "openai":
+        keys = [b.get("prompt_cache_key") for b in bodies["auto"]]
+        assert len(set(keys)) == 2 and all(keys), "one key per story"
+        assert all("prompt_cache_key" not in b for b in bodies["off"])
+        return
+    for body in bodies["auto"]:
+        [turn] = body["messages"]
+        marked = [block for block in turn["content"] if "cache_control" in block]
+        assert len(marked) == 1 and marked[0]["text"].startswith("Story ")
+        assert marked[0]["text"].endswith("\n\nQuestion") and marked[0]["cache_control"] == {"type": "ephemeral"}
+        assert "".join(block["text"] for block in turn["content"]).startswith(marked[0]["text"])
+    assert all(isinstance(b["messages"][0]["content"], str) for b in bodies["off"])
