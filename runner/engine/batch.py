@@ -39,6 +39,7 @@ from typing import Any
 from runner.engine.budget import LATER, Reservation
 from runner.engine.control import RunControl
 from runner.engine.endpoints import Endpoints
+from runner.engine.prompt_cache import PromptCachePlan
 from runner.engine.recorder import Recorder, memo_of
 from runner.engine.reserver import Reserver
 from runner.engine.stats import BatchView, RunStats
@@ -127,6 +128,8 @@ class Batcher:
         self.loaded: set[str] = set()
         #: request keys sent online because their group was smaller than the provider's Batch API takes
         self.too_few: set[str] = set()
+        #: provider prompt caching planned (the dispatcher's), to mark the lines of a batch
+        self.prompt_cache: PromptCachePlan | None = None
 
     # -- which tasks go through a batch ------------------------------------------------------------------
     def wants(self, task: Task) -> bool:
@@ -195,6 +198,7 @@ class Batcher:
             await self._send_too_few_online(stage, model, tasks, floor)
             return
         lines: list[BatchLine] = []
+        sent: list[Task] = []
         keys: dict[str, int | None] = {}
         later: list[Task] = []
         for task in tasks:
@@ -209,6 +213,7 @@ class Batcher:
             assert isinstance(reservation, Reservation)
             self.reservations[task.key] = reservation
             lines.append(BatchLine(task.key, task.call.messages, task.call.params))
+            sent.append(task)
             keys[task.key] = reservation.ledger_id
         if later:
             self.pending[(stage, model)] = later
@@ -221,6 +226,8 @@ class Batcher:
         except ProviderError as exc:
             self._refuse(keys, exc)
             return
+        if self.prompt_cache is not None:
+            lines = self.prompt_cache.mark_lines(self.endpoints.providers[first.provider], sent, lines)
         # a provider may need several batches where the count alone allows one (Gemini: inline requests under 20 MB)
         chunks = getattr(client, "chunks", None)
         for part in chunks(first.model_name, lines) if chunks is not None else [lines]:

@@ -112,6 +112,8 @@ class Dispatcher:
             self.batcher = Batcher(job=job, run_id=run_id, store=store, stats=stats, control=self.control,
                                    endpoints=self.endpoints, reserver=self.reserver, recorder=self.recorder,
                                    writer=writer, send_online=self.send_online, sleep=sleep, deadline=deadline)
+        if self.batcher is not None:
+            self.batcher.prompt_cache = self.prompt_cache
         #: requests on their way, by key: the answer, the error that ended it, NOT_SENT, or None (not sent)
         self.inflight: dict[str, asyncio.Future[Any]] = {}
         self.tasks: set[asyncio.Task[None]] = set()

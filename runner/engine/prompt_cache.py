@@ -17,7 +17,8 @@ request writing the document again.
 Marks, by provider style: ``explicit`` (Anthropic) gets ``cache_control`` breakpoints at both cuts; ``keyed``
 (OpenAI) gets the group as ``prompt_cache_key``; ``implicit`` (Gemini, Azure) is ordered only. Marks change what is
 sent, never the task's call, so the memo's cache key is the same with or without them. The lifetime asked for is
-5 minutes online (each read refreshes it, and a group's requests follow its first within seconds).
+5 minutes online (each read refreshes it, and a group's requests follow its first within seconds), an hour for a
+Batch API's lines (:meth:`PromptCachePlan.mark_lines`), which the provider runs in an order of its own.
 
 Warm. A group whose first request was answered is warm for :data:`WARM_FOR` seconds after its last use (less than
 the providers' 5 minutes, for the clock's sake); after that its next request leads again. A first request that
@@ -30,11 +31,13 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from runner.plan.prefixes import CacheRule, cache_rule, cacheable, common_prefix, prompt_text, shared_cut
 from runner.plan.request import CHAT, Task
 from runner.providers.base import CacheMarks, Provider, split_model
+from runner.providers.batching import BatchLine
 from runner.providers.tokens import count_input_tokens, message_text
 from runner.spec.schema import Job
 
@@ -142,6 +145,23 @@ class PromptCachePlan:
             provider, name = split_model(task.model)
             tokens = self._tokens[(task.model, digest)] = count_input_tokens(provider, name, list(cut.prefix))
         return (tokens, (cut.index, cut.offset), digest) if cacheable(tokens, rule) else None
+
+    def mark_lines(self, provider: Provider, tasks: list[Task], lines: list[BatchLine]) -> list[BatchLine]:
+        """A batch's lines (``lines[i]`` asks ``tasks[i]``) with the marks of the groups they form, asking for the
+        one-hour lifetime: a Batch API runs its lines over minutes to hours, in an order of its own (Anthropic's
+        prompt-caching page advises the hour for batches). No line waits for another: the provider orders them."""
+        if getattr(provider, "prompt_cache_style", None) is None:
+            return lines
+        self.plan(tasks)
+        out = []
+        for task, line in zip(tasks, lines, strict=True):
+            marks = self._marks.pop(task.key, None)
+            if marks is None:
+                out.append(line)
+                continue
+            messages, params = provider.mark_prompt_cache(line.messages, line.params, replace(marks, ttl="1h"))
+            out.append(BatchLine(line.custom_id, messages, params))
+        return out
 
     def marks(self, task: Task) -> CacheMarks | None:
         """The marks to send ``task`` with (each attempt asks)."""

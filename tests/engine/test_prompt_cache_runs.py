@@ -275,3 +275,26 @@ async def test_on_the_wire_a_group_carries_one_key_or_one_breakpoint_and_off_car
         assert marked[0]["text"].endswith("\n\nQuestion") and marked[0]["cache_control"] == {"type": "ephemeral"}
         assert "".join(block["text"] for block in turn["content"]).startswith(marked[0]["text"])
     assert all(isinstance(b["messages"][0]["content"], str) for b in bodies["off"])
+
+
+async def test_a_batch_marks_its_groups_for_an_hour_and_answers_as_online(
+        tmp_path: Path, server: SimServer, monkeypatch: pytest.MonkeyPatch):
+    """Message Batches lines are marked as online requests are, with the one-hour lifetime (a batch runs its lines
+    in an order of its own); the strict server takes them, and the answers are the online run's."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    answers = {}
+    for mode in ("batch", "online"):
+        path = write_story_job(tmp_path / mode, server.url, "auto", stories=2, questions=3)
+        job = json.loads(path.read_text())
+        job.update(models=["anthropic:claude-opus-4-1"], providers={"anthropic": {"base_url": server.root_url}},
+                   mode=mode, batch={"poll_interval": 0.05})
+        path.write_text(json.dumps(job))
+        outcome, store = await run(path)
+        answers[mode] = sorted(r["response_text"] for r in store.responses())
+    [batch] = server.batches.batches.values()
+    assert len(batch.lines) == 6 and all(line.outcome == "succeeded" for line in batch.lines)
+    for line in batch.lines:
+        [turn] = line.body["messages"]
+        [marked] = [block for block in turn["content"] if "cache_control" in block]
+        assert marked["cache_control"] == {"type": "ephemeral", "ttl": "1h"} and marked["text"].startswith("Story ")
+    assert answers["batch"] == answers["online"]
