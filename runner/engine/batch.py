@@ -97,7 +97,7 @@ class Batcher:
     def __init__(self, *, job: Job, run_id: str, store: Store, stats: RunStats, control: RunControl,
                  endpoints: Endpoints, reserver: Reserver, recorder: Recorder, writer: Writer,
                  send_online: Callable[[Task], Awaitable[bool]], sleep: Callable[[float], Any],
-                 deadline: float | None) -> None:
+                 deadline: float | None, spawn: Callable[[Awaitable[Any]], None]) -> None:
         self.job = job
         self.run_id = run_id
         self.store = store
@@ -108,6 +108,8 @@ class Batcher:
         self.recorder = recorder
         self.writer = writer
         self.send_online = send_online
+        #: runs a coroutine as one of the dispatcher's tasks (waited for before a stage ends)
+        self.spawn = spawn
         self.sleep = sleep
         self.stages = {stage.name: stage for stage in job.stages}
         self.settings = job.batch
@@ -126,8 +128,10 @@ class Batcher:
         #: request keys submitted again after a batch was refused for other lines (a second refusal fails them)
         self.refiled: set[str] = set()
         self.loaded: set[str] = set()
-        #: request keys sent online because their group was smaller than the provider's Batch API takes
+        #: request keys sent online because their group was smaller than the provider's Batch API takes, and the
+        #: stages they are of (waited for as a stage's batches are: :meth:`busy`)
         self.too_few: set[str] = set()
+        self.online_stages: set[str] = set()
         #: provider prompt caching planned (the dispatcher's), to mark the lines of a batch
         self.prompt_cache: PromptCachePlan | None = None
 
@@ -195,7 +199,7 @@ class Batcher:
         tasks = self.pending.pop((stage, model), [])
         floor = getattr(self.endpoints.providers[tasks[0].provider], "batch_min_lines", 1) if tasks else 1
         if len(tasks) < floor:
-            await self._send_too_few_online(stage, model, tasks, floor)
+            self._too_few(stage, model, tasks, floor)
             return
         lines: list[BatchLine] = []
         sent: list[Task] = []
@@ -218,6 +222,12 @@ class Batcher:
         if later:
             self.pending[(stage, model)] = later
         if not lines:
+            return
+        if len(lines) < floor:  # a budget let fewer through than the Batch API takes: given back, decided again
+            for task in sent:
+                self.reserver.release(self.reservations.pop(task.key))
+            self.pending.pop((stage, model), None)
+            self._too_few(stage, model, [*sent, *later], floor, budget=True)
             return
         first = tasks[0]
         try:
@@ -328,18 +338,22 @@ class Batcher:
                 if not await self.send_online(task):
                     break
 
-    async def _send_too_few_online(self, stage: str, model: str, tasks: list[Task], floor: int) -> None:
-        """A group smaller than the provider's Batch API takes (Bedrock's 100 records a job) goes online, at the
-        online price: left waiting, it could never be answered."""
+    def _too_few(self, stage: str, model: str, tasks: list[Task], floor: int, *, budget: bool = False) -> None:
+        """A group smaller than the provider's Batch API takes (Bedrock's 100 records a job). While a batch is in
+        flight that may free budget room (one of this group, or any when a budget held some back) it waits for
+        it: sent online now, it would wait for that room while the batch that holds it waits to be collected.
+        Otherwise it goes online, at the online price (left waiting, it could never be answered), each request
+        a task of the dispatcher's own, so the batches of other stages are polled meanwhile."""
+        if any((b.stage, b.model) == (stage, model) or budget for b in self.open.values()):
+            self.pending.setdefault((stage, model), []).extend(tasks)
+            return
         self.stats.notes.append(f"stage {stage}: {len(tasks)} requests of {model} sent online: its Batch API takes "
                                 f"at least {floor} requests a batch")
-        online: list[Task] = []
+        self.online_stages.add(stage)
         for task in tasks:
             self.too_few.add(task.key)
-            online.extend(self.waiting.pop(task.key, [task]))
-        for task in online:
-            if not await self.send_online(task):
-                break
+            for waiting in self.waiting.pop(task.key, [task]):
+                self.spawn(self.send_online(waiting))
 
     def _refuse(self, keys: dict[str, int | None], exc: ProviderError | None) -> None:
         """Lines not submitted: failed with ``exc`` (a fatal one stops the run), or with none, given back (their
@@ -399,7 +413,8 @@ class Batcher:
     def busy(self, stage: str) -> bool:
         """Whether the stage has lines not yet submitted or batches not yet collected (an earlier process's too)."""
         self._load(stage)
-        return any(g[0] == stage for g in self.pending) or any(b.stage == stage for b in self.open.values())
+        return any(g[0] == stage for g in self.pending) or any(b.stage == stage for b in self.open.values()) \
+            or stage in self.online_stages
 
     def _auto(self, stage: str) -> bool:
         return self.job.stage_mode(self.stages[stage]) == "auto"

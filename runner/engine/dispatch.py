@@ -111,7 +111,8 @@ class Dispatcher:
         if any(job.stage_mode(stage) != "online" for stage in job.llm_stages()):
             self.batcher = Batcher(job=job, run_id=run_id, store=store, stats=stats, control=self.control,
                                    endpoints=self.endpoints, reserver=self.reserver, recorder=self.recorder,
-                                   writer=writer, send_online=self.send_online, sleep=sleep, deadline=deadline)
+                                   writer=writer, send_online=self.send_online, sleep=sleep, deadline=deadline,
+                                   spawn=self._spawn)
         if self.batcher is not None:
             self.batcher.prompt_cache = self.prompt_cache
         #: requests on their way, by key: the answer, the error that ended it, NOT_SENT, or None (not sent)
@@ -217,7 +218,6 @@ class Dispatcher:
             await self._finish_leases(plan, loop)
         if self.batcher is not None and not control.stopping:
             await self.batcher.submit_pending(plan.stage.name)  # its batches start while later stages are planned
-            await self.drain()  # what was too few for a batch went online
         if wait_for_batches:
             await self.finish_batches({plan.stage.name})
 

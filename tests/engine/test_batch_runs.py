@@ -227,6 +227,27 @@ async def test_a_group_smaller_than_the_batch_api_takes_goes_online_and_a_larger
     assert server.stats()["batches"] == 1 and server.stats()["received"] == 0
 
 
+async def test_a_budget_and_a_batch_floor_together_end_the_run_within_the_budget(
+        tmp_path, server: SimServer, monkeypatch):
+    """A budget lets 150 of about 190 lines into a batch (each line's worst case $0.01 of $1.50): the other ones, too
+    few for the floor of 100, wait for that batch (which holds the room) instead of waiting online for room it
+    holds while it waits to be collected; then they go online, within what is left."""
+    from runner.providers.openai_servers import SimProvider
+
+    monkeypatch.setattr(SimProvider, "batch_min_lines", 100)
+    path = write_job(tmp_path, server.url, mode="batch", rows=100, budget={"usd": 1.5},
+                     **{"prices": {MODEL: {"input": 0.0, "output": 4000.0, "batch_input": 0.0,
+                                           "batch_output": 2000.0}}})
+    store = open_store(tmp_path / "s.sqlite")
+    outcome = await asyncio.wait_for(execute(load_job(path), store), timeout=60)
+    assert outcome.status in ("completed", "budget_exhausted"), outcome.message
+    stats = server.stats()
+    assert stats["batches"] == 1 and 100 <= stats["batch_lines"] <= 150
+    assert stats["received"] > 0, "the rest went online"
+    assert store.charged(outcome.run_id) <= 1.5 + 1e-9
+    assert any("sent online: its Batch API takes at least 100" in note for note in outcome.stats.notes)
+
+
 def test_batch_mode_with_a_model_that_has_no_batch_api_is_one_sentence(tmp_path, monkeypatch, capsys):
     job = write_job(tmp_path, "http://127.0.0.1:9/v1", mode="batch", models=["local:smollm2"])
     code, out, err = run_cli(monkeypatch, capsys, "submit", str(job), "--db", str(tmp_path / "s.sqlite"))
