@@ -1,8 +1,9 @@
 """The async engine: for each request of a stage, serve it from the memo or send it through its endpoint's
 limits, with bounded retries, and hand the finished task to the store's writer.
 
-Just over ~450 lines since admission per endpoint (issue 23): the line a busy endpoint's requests wait in
-(`_wait_in_line`) belongs with the in-flight bookkeeping it shares with `_dispatch`; moving both out is the next cut.
+About 490 lines since admission per endpoint (issue 23) and prompt caching (issue 24): the line a busy endpoint's
+requests wait in (`_wait_in_line`) and a prompt-cache group's wait for its first answer (`_after_first`) belong
+with the in-flight bookkeeping they share with `_dispatch`; moving them out together is the next cut.
 
 The dispatcher coordinates the parts that do each job: :class:`~runner.engine.triage.Triage` (what a chunk of
 tasks needs), :class:`~runner.engine.leases.ChunkLeases` (chunks leased with the other workers of the run),
