@@ -77,8 +77,8 @@ def _crc32c(data: bytes) -> str | None:
 class Objects:
     """The objects of one server's buckets: (bucket, name) -> :class:`GcsObject`."""
 
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str], GcsObject] = {}
+    def __init__(self, objects: dict[tuple[str, str], GcsObject]) -> None:
+        self.objects = objects  #: the server's (``SimServer.stored_objects["gcs"]``, emptied by a reset)
         self.sessions: dict[str, tuple[str, str, str, bytearray]] = {}  #: resumable uploads in progress
 
     def put(self, bucket: str, name: str, data: bytes, content_type: str = "application/octet-stream") -> GcsObject:
@@ -101,7 +101,7 @@ def objects_of(server: Any) -> Objects:
     """The Cloud Storage objects of ``server`` (made on first use)."""
     store = _STORES.get(server)
     if store is None:
-        store = _STORES[server] = Objects()
+        store = _STORES[server] = Objects(server.stored_objects.setdefault("gcs", {}))
     return store
 
 

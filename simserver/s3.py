@@ -52,13 +52,8 @@ class S3Object:
 
 
 def objects(server: SimServer) -> dict[tuple[str, str], S3Object]:
-    """The server's objects by (bucket, key); emptied whenever the batch store's files are (a reset)."""
-    store = server.batches
-    held = getattr(store, "_s3_objects", None)
-    if held is None or held[0] is not store.files:
-        held = (store.files, {})
-        store._s3_objects = held  # type: ignore[attr-defined]
-    return held[1]  # type: ignore[no-any-return]
+    """The server's objects by (bucket, key) (``SimServer.stored_objects``, emptied by a reset)."""
+    return server.stored_objects.setdefault("s3", {})
 
 
 def put(server: SimServer, bucket: str, key: str, data: bytes) -> S3Object:

@@ -106,6 +106,8 @@ class SimServer:
         self.clock: Callable[[], float] = time.monotonic  #: the rate limits' clock; tests may replace it
         self._runner: web.AppRunner | None = None
         self.batches = BatchStore(self)  #: the Batch APIs' batches and files (simserver.batches)
+        #: the clouds' object stores, by service ("gcs", "s3"): (bucket, name) -> object; emptied by a reset
+        self.stored_objects: dict[str, dict[Any, Any]] = {}
         #: provider prompt caching (simserver.prompt_cache), on the rate limits' clock
         self.prompt_cache = PromptCache(lambda: self.clock())
         self.reset()
@@ -138,6 +140,8 @@ class SimServer:
         self._buckets.clear()
         self.batches.clear()
         self.prompt_cache.clear()
+        for held in self.stored_objects.values():
+            held.clear()
         if self.script is not None:
             self.script.rewind()
 

@@ -711,3 +711,13 @@ async def test_every_config_field_is_a_flag(monkeypatch: pytest.MonkeyPatch) -> 
     for bad in ({"tpm": 0}, {"itpm": 1.5}, {"api_key": ""}, {"fault_503": 2}):
         with pytest.raises(ValueError):
             SimConfig(**bad)
+
+
+async def test_a_reset_empties_the_clouds_buckets(own_srv: SimServer) -> None:
+    from simserver import gcs, s3
+
+    s3.put(own_srv, "bucket", "in/a.jsonl", b"{}")
+    gcs.objects_of(own_srv).put("bucket", "in/a.jsonl", b"{}")
+    assert s3.objects(own_srv) and gcs.objects_of(own_srv).listed("bucket")
+    own_srv.reset()
+    assert not s3.objects(own_srv) and not gcs.objects_of(own_srv).listed("bucket")
