@@ -161,3 +161,52 @@ def make_gemini(srv: SimServer, key: str = "test-key", version: str = "v1beta", 
     return genai.Client(api_key=key, http_options=genai_types.HttpOptions(
         base_url=srv.root_url, api_version=version, retry_options=genai_types.HttpRetryOptions(attempts=1),
         **options))
+
+
+#: the AWS variables that would point a test at the machine's own AWS set-up (profiles, endpoints, a region default)
+AWS_VARIABLES = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK",
+                 "AWS_DEFAULT_REGION", "ANTHROPIC_BEDROCK_BASE_URL", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+                 "AWS_ENDPOINT_URL_BEDROCK", "AWS_ENDPOINT_URL_BEDROCK_RUNTIME")
+
+
+def isolated_aws(monkeypatch: pytest.MonkeyPatch, folder: Path, access_key: str, secret: str = "simulated-secret",
+                 *, region: str | None = "us-east-1") -> None:
+    """AWS credentials (and a region) from the environment only: no shared files, no instance metadata (no
+    network), none of the machine's profiles or endpoints."""
+    for variable in AWS_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    if region is not None:
+        monkeypatch.setenv("AWS_REGION", region)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(folder / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(folder / "no-aws-credentials"))
+
+
+def killed_after_submit(*clients: str) -> str:
+    """A script for ``python -c``: ``runner ARGS`` whose Batch API clients (``module.Class`` under
+    ``runner.providers``) die right after the provider accepted a batch, before the store records its id (or before
+    it is sent, with ``KILL_BEFORE_SUBMIT`` set)."""
+    imports = "\n".join(f"from runner.providers import {client.split('.')[0]}" for client in clients)
+    return f"""
+import os, signal, sys
+{imports}
+
+def dying(cls):
+    submit = cls.submit
+
+    async def accepted_then_killed(self, *args, **kwargs):
+        if os.environ.get("KILL_BEFORE_SUBMIT"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        await submit(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    cls.submit = accepted_then_killed
+
+for cls in ({", ".join(clients)},):
+    dying(cls)
+sys.argv = ["runner", *sys.argv[1:]]
+from runner.cli import main
+main()
+"""

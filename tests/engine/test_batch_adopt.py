@@ -30,34 +30,15 @@ from runner.spec.job import load_job
 from runner.store import open_store
 from simserver import SimConfig, SimServer, start_server
 from tests.engine.test_batch_runs import ROWS, distinct, write_job
-from tests.helpers import runner_cmd, sim_stats
+from tests.helpers import killed_after_submit, runner_cmd, sim_stats
 
 CLOUD = {"openai": ("openai:gpt-4o-mini", "OPENAI_API_KEY"),
          "anthropic": ("anthropic:claude-haiku-4-5", "ANTHROPIC_API_KEY"),
          "gemini": ("gemini:gemini-2.0-flash", "GEMINI_API_KEY")}
 
 #: `runner ARGS` whose Batch API clients die right after the provider accepted a batch (before the store records it)
-KILLED_AFTER_SUBMIT = """
-import os, signal, sys
-from runner.providers import anthropic_batch, gemini_batch, openai_batch
-
-def dying(cls):
-    submit = cls.submit
-
-    async def accepted_then_killed(self, *args, **kwargs):
-        if os.environ.get("KILL_BEFORE_SUBMIT"):
-            os.kill(os.getpid(), signal.SIGKILL)
-        await submit(self, *args, **kwargs)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    cls.submit = accepted_then_killed
-
-for cls in (openai_batch.OpenAIBatches, anthropic_batch.AnthropicBatches, gemini_batch.GeminiBatches):
-    dying(cls)
-sys.argv = ["runner", *sys.argv[1:]]
-from runner.cli import main
-main()
-"""
+KILLED_AFTER_SUBMIT = killed_after_submit("openai_batch.OpenAIBatches", "anthropic_batch.AnthropicBatches",
+                                          "gemini_batch.GeminiBatches")
 
 
 def configure(url: str, **config: object) -> None:

@@ -23,7 +23,7 @@ from runner.report import summary as report
 from runner.spec.job import load_job
 from runner.store import Store, open_store
 from simserver import SimConfig, simulated_reply, start_server
-from tests.helpers import one_error, runner_cmd, sim_stats, write_job, write_rows
+from tests.helpers import isolated_aws, one_error, runner_cmd, sim_stats, write_job, write_rows
 
 ACCESS_KEY = "AKIDSIMULATEDBEDROCK"
 SECRET = "simulated-secret-never-shown"
@@ -34,17 +34,8 @@ ROUTES = {CONVERSE: "bedrock-converse", CLAUDE: "bedrock-invoke"}
 
 @pytest.fixture(autouse=True)
 def _aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Credentials and region from the environment only; no shared files, no instance metadata (no network)."""
-    for variable in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK",
-                     "AWS_DEFAULT_REGION", "ANTHROPIC_BEDROCK_BASE_URL", "AWS_ENDPOINT_URL",
-                     "AWS_ENDPOINT_URL_BEDROCK_RUNTIME", "AWS_ENDPOINT_URL_BEDROCK"):
-        monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.setenv("AWS_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    """AWS credentials from the environment only (tests/helpers.py)."""
+    isolated_aws(monkeypatch, tmp_path, ACCESS_KEY, SECRET)
 
 
 def make_job(tmp_path: Path, url: str, model: str, rows: int, *, settings: str = "timeout: 2", extra: str = "",

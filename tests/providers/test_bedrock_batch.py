@@ -29,7 +29,7 @@ from runner.report import summary as report
 from runner.spec.job import load_job
 from runner.store import open_store
 from simserver import SimConfig, start_server
-from tests.helpers import free_port, run_cli, runner_cmd, sim_stats, write_rows
+from tests.helpers import free_port, isolated_aws, killed_after_submit, run_cli, runner_cmd, sim_stats, write_rows
 
 ACCESS_KEY = "AKIDSIMULATEDBEDROCK"
 MODEL = "amazon.nova-pro-v1:0"
@@ -43,17 +43,8 @@ ROWS = 120
 
 @pytest.fixture(autouse=True)
 def _aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Credentials and region from the environment only; no shared files, no instance metadata (no network)."""
-    for variable in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK",
-                     "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_BEDROCK",
-                     "AWS_ENDPOINT_URL_BEDROCK_RUNTIME"):
-        monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "simulated-secret-never-shown")
-    monkeypatch.setenv("AWS_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    """AWS credentials from the environment only (tests/helpers.py)."""
+    isolated_aws(monkeypatch, tmp_path, ACCESS_KEY, "simulated-secret-never-shown")
 
 
 def provider(url: str, **options: object) -> BedrockProvider:
@@ -430,21 +421,7 @@ def test_a_batch_run_killed_while_polling_resumes_without_submitting_twice(tmp_p
 
 
 #: `runner ARGS` whose Bedrock batch client dies right after Bedrock accepted a job (before the store records it)
-KILLED_AFTER_SUBMIT = """
-import os, signal, sys
-from runner.providers import bedrock_batch
-
-submit = bedrock_batch.BedrockBatches.submit
-
-async def accepted_then_killed(self, *args, **kwargs):
-    await submit(self, *args, **kwargs)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-bedrock_batch.BedrockBatches.submit = accepted_then_killed
-sys.argv = ["runner", *sys.argv[1:]]
-from runner.cli import main
-main()
-"""
+KILLED_AFTER_SUBMIT = killed_after_submit("bedrock_batch.BedrockBatches")
 
 
 def test_a_job_accepted_but_not_recorded_is_found_by_its_name_and_adopted(tmp_path, sim_server):

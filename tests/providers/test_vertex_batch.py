@@ -33,7 +33,7 @@ from runner.spec.job import load_job
 from runner.store import open_store
 from simserver import SimConfig, SimServer, start_server
 from simserver.gcs import objects_of
-from tests.helpers import one_error, run_cli, runner_cmd, sim_stats, write_rows
+from tests.helpers import killed_after_submit, one_error, run_cli, runner_cmd, sim_stats, write_rows
 from tests.providers.test_vertex import CLOUD_VARIABLES, _local_only, credentials_file, private_key  # noqa: F401
 
 GEMINI = "gemini-2.0-flash"
@@ -445,21 +445,7 @@ def test_a_batch_run_killed_while_polling_resumes_without_submitting_twice(tmp_p
 
 
 #: `runner ARGS` whose Vertex batch client dies right after Vertex accepted a job (before the store records its id)
-KILLED_AFTER_SUBMIT = """
-import os, signal, sys
-from runner.providers import vertex_batch
-
-submit = vertex_batch.VertexBatches.submit
-
-async def accepted_then_killed(self, *args, **kwargs):
-    await submit(self, *args, **kwargs)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-vertex_batch.VertexBatches.submit = accepted_then_killed
-sys.argv = ["runner", *sys.argv[1:]]
-from runner.cli import main
-main()
-"""
+KILLED_AFTER_SUBMIT = killed_after_submit("vertex_batch.VertexBatches")
 
 
 def test_a_job_accepted_but_not_recorded_is_found_by_its_label_and_adopted(tmp_path, sim_server, sub_env):

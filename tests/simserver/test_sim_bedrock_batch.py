@@ -20,7 +20,7 @@ from botocore.config import Config
 
 from simserver import SimServer, start_server
 from simserver.batch_bedrock import MIN_RECORDS
-from tests.helpers import fresh
+from tests.helpers import fresh, isolated_aws
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -34,14 +34,8 @@ SIGNED = {"Authorization": f"AWS4-HMAC-SHA256 Credential={ACCESS_KEY}/20260101/u
 
 @pytest.fixture(autouse=True)
 def _aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK", "AWS_ENDPOINT_URL",
-                     "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_BEDROCK"):
-        monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "simulated-secret")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    """AWS credentials from the environment only (tests/helpers.py)."""
+    isolated_aws(monkeypatch, tmp_path, ACCESS_KEY, region=None)
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
