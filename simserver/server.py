@@ -289,7 +289,7 @@ class SimServer:
         if turned_away is not None:
             return self._finish(turned_away)
         rule = fmt.cache_rule if cfg.prompt_cache else None
-        cache_scope = f"{rule}\0{fmt.key(request)}\0{ask.model}"
+        cache_scope = f"{rule}\0{fmt.cache_owner(request)}\0{ask.model}"
         ask.cache = self.prompt_cache.look_up(rule, cache_scope, ask.messages, body, ask.model, cfg.cache_min_tokens)
         if cfg.fault_500 and rng.random() < cfg.fault_500:
             return self._finish(fmt.server_error(headers))

@@ -97,11 +97,20 @@ class VertexGeminiFormat(GeminiFormat):
     def key(self, request: web.Request) -> str:
         return _bearer(request)
 
+    def cache_owner(self, request: web.Request) -> str:
+        return _project(request)
+
     def missing_key(self, headers: dict[str, str]) -> web.Response:
         return _unauthenticated(headers)
 
     def wrong_key(self, headers: dict[str, str]) -> web.Response:
         return _unauthenticated(headers)
+
+
+def _project(request: web.Request) -> str:
+    """The project a request bills: Vertex keeps prompt caches per project, whatever token (refreshed every
+    hour, and by each SDK on its own) the request carries."""
+    return request.match_info.get("project", "")
 
 
 def _parse_vertex_claude(body: Any, request: web.Request) -> Ask:
@@ -121,6 +130,9 @@ class VertexClaudeFormat(AnthropicFormat):
 
     def key(self, request: web.Request) -> str:
         return _bearer(request)
+
+    def cache_owner(self, request: web.Request) -> str:
+        return _project(request)
 
     def rate_headers(self, buckets: list[Bucket], headers: dict[str, str]) -> None:
         pass

@@ -65,8 +65,8 @@ class Sender:
             if call.pairs is not None:
                 completion = await provider.loglikelihood(call.model_name, call.pairs)
             elif self.marks is not None and (marks := self.marks(req)) is not None:
-                completion = await provider.execute(call.model_name,
-                                                    *provider.mark_prompt_cache(call.messages, call.params, marks))
+                completion = await provider.execute(
+                    call.model_name, *provider.mark_prompt_cache(call.model_name, call.messages, call.params, marks))
             else:
                 completion = await provider.execute(call.model_name, call.messages, call.params)
         except ProviderError as exc:

@@ -159,7 +159,8 @@ class PromptCachePlan:
             if marks is None:
                 out.append(line)
                 continue
-            messages, params = provider.mark_prompt_cache(line.messages, line.params, replace(marks, ttl="1h"))
+            messages, params = provider.mark_prompt_cache(task.model_name, line.messages, line.params,
+                                                          replace(marks, ttl="1h"))
             out.append(BatchLine(line.custom_id, messages, params))
         return out
 

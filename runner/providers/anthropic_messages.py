@@ -218,8 +218,8 @@ class AnthropicProvider(Provider):
         # drops them) before this.
         return kwargs, sampling
 
-    def mark_prompt_cache(self, messages: list[dict[str, Any]], params: dict[str, Any], marks: CacheMarks
-                          ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def mark_prompt_cache(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
+                          marks: CacheMarks) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return cache_blocks(messages, marks), params
 
     def batches(self) -> Batches:

@@ -343,10 +343,11 @@ class Provider(ABC):
         raise BadRequest(f"{self.name}:{model} cannot score log-likelihoods (a chat-only API); use a local model, "
                          "an openai-compatible completions server, or the stage's prompt form")
 
-    def mark_prompt_cache(self, messages: list[dict[str, Any]], params: dict[str, Any], marks: CacheMarks
-                          ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The messages and parameters as sent with the prompt-cache ``marks`` the runner planned for this request
-        (new objects: the task's own, which key the memo, stay as they are); unchanged by default."""
+    def mark_prompt_cache(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
+                          marks: CacheMarks) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The messages and parameters a request to ``model`` is sent with, given the prompt-cache ``marks`` the
+        runner planned for it (new objects: the task's own, which key the memo, stay as they are); unchanged by
+        default."""
         return messages, params
 
     def batch_unavailable(self, model: str) -> str | None:

@@ -47,7 +47,7 @@ from runner.errors import (
     TransientError,
 )
 
-from .base import Completion, Provider, ProviderSettings, register
+from .base import CacheMarks, Completion, Provider, ProviderSettings, register
 from .bedrock_ids import claude_name, is_profile
 from .wire import quoted, retry_after_seconds, words
 
@@ -91,6 +91,9 @@ class BedrockProvider(Provider):
     supports_batch: ClassVar[bool] = True
     #: "Minimum number of records per batch inference job" (docs.aws.amazon.com/general/latest/gr/bedrock.html)
     batch_min_lines: ClassVar[int] = 100
+    #: Claude on Bedrock caches what a request marks (cache_control in its Messages body); the Converse models'
+    #: cachePoint blocks are not planned (prefixes.cache_rule has no rule for them)
+    prompt_cache_style: ClassVar[str | None] = "explicit"
 
     class Options(Provider.Options):
         #: the AWS region (else AWS_REGION, AWS_DEFAULT_REGION, the profile's)
@@ -277,6 +280,14 @@ class BedrockProvider(Provider):
         if stop in _FILTERED:
             raise Refused(f"{self.where}: the answer was withheld (stopReason {stop})", billed=completion)
         return completion
+
+    def mark_prompt_cache(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
+                          marks: CacheMarks) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        if claude_name(model) is None:
+            return messages, params
+        from .anthropic_messages import cache_blocks
+
+        return cache_blocks(messages, marks), params
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         assert self.runtime is not None, "start() was not awaited"

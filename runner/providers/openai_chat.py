@@ -248,8 +248,8 @@ class OpenAIChatProvider(Provider):
             body["reasoning_effort"] = effort
         return body
 
-    def mark_prompt_cache(self, messages: list[dict[str, Any]], params: dict[str, Any], marks: CacheMarks
-                          ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def mark_prompt_cache(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
+                          marks: CacheMarks) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return messages, {**params, "prompt_cache_key": marks.group}
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:

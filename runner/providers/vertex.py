@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.errors import AuthError, BadRequest, ModelSetupError, TransientError
 
-from .anthropic_messages import AnthropicProvider
-from .base import Completion, Provider, ProviderSettings, register
+from .anthropic_messages import AnthropicProvider, cache_blocks
+from .base import CacheMarks, Completion, Provider, ProviderSettings, register
 from .gemini import GeminiProvider
 
 if TYPE_CHECKING:  # the SDKs are imported where they are used: discovering the providers must stay light
@@ -76,6 +76,9 @@ class VertexProvider(Provider):
     name: ClassVar[str] = "vertex"
     sdk_modules: ClassVar[tuple[str, ...]] = ("google.genai", "google.auth", "anthropic")
     extra: ClassVar[str | None] = "vertex"
+    #: Claude on Vertex caches what a request marks (cache_control, as Anthropic's API); Gemini on Vertex caches
+    #: implicitly: both are planned, only Claude's requests are marked (:meth:`mark_prompt_cache`)
+    prompt_cache_style: ClassVar[str | None] = "explicit"
     default_concurrency: ClassVar[int] = 32
     adaptive: ClassVar[bool] = True
     #: genai-prices' Google provider matches Vertex and falls back to Anthropic's prices for Claude models
@@ -216,6 +219,10 @@ class VertexProvider(Provider):
         await self.claude.aclose()
         if self._staging is not None:
             self._staging.close()
+
+    def mark_prompt_cache(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
+                          marks: CacheMarks) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        return (cache_blocks(messages, marks), params) if is_claude(model) else (messages, params)
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         if is_claude(model):

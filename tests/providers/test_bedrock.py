@@ -327,3 +327,18 @@ async def test_a_timeout_is_retried_and_a_missing_server_is_a_connection_error(t
     outcome = await execute(load_job(path), store)
     assert error_classes(store, outcome.run_id) == {"connection": 3}
     assert {task["attempts"] for task in store.tasks()} == {2}
+
+
+async def test_claude_on_bedrock_is_marked_for_the_prompt_cache(tmp_path):
+    """A Claude request through AnthropicBedrock carries cache_control where the shared instruction ends (the
+    server caches nothing unmarked for Claude): every request but the first reads it from the server's cache."""
+    system = ("Read the question and the options, then answer with the letter of the right option only. " * 180)
+    async with await start_server(SimConfig(api_key=ACCESS_KEY)) as server:
+        path = make_job(tmp_path, server.root_url, CLAUDE, 12)
+        path.write_text(path.read_text().replace("system: Answer with one letter.",
+                                                 f"system: {json.dumps(system[:16000])}"), encoding="utf-8")
+        store = open_store(tmp_path / "s.sqlite")
+        outcome = await execute(load_job(path), store)
+        assert outcome.status == "completed", outcome.message
+        assert server.stats()["prompt_cache"]["hits"] == 11
+        assert sorted(r["cached_tokens"] > 0 for r in store.responses()) == [False] + [True] * 11

@@ -380,3 +380,24 @@ def test_sigkill_then_resume_sends_nothing_twice(tmp_path, sim_server, monkeypat
         assert totals["failed"] == 0 and len(store.tasks(status="done")) == 150
     finally:
         store.close()
+
+
+#: an instruction of 16,000 characters: past Claude 3.5 Haiku's minimum of 2,048 tokens by any count
+LONG_SYSTEM = ("Read the question and the options, then answer with the letter of the right option only. "
+               * 180)[:16000]
+
+
+async def test_claude_on_vertex_is_marked_for_the_prompt_cache_and_gemini_is_ordered_for_it(tmp_path, srv: SimServer):
+    """Planned prompt caching through both SDKs in Vertex mode: a Claude request carries cache_control where the
+    shared instruction ends (the server caches nothing unmarked for Claude), and every request but each model's
+    first reads the instruction from the server's cache."""
+    path = make_job(tmp_path, srv.root_url, [GEMINI, CLAUDE], 12)
+    path.write_text(path.read_text().replace("system: Answer with one letter.",
+                                             f"system: {json.dumps(LONG_SYSTEM)}"), encoding="utf-8")
+    store = open_store(tmp_path / "s.sqlite")
+    outcome = await execute(load_job(path), store)
+    assert outcome.status == "completed", outcome.message
+    assert srv.stats()["prompt_cache"]["hits"] == 2 * 11
+    by_model = Counter((json.loads(r["request_json"])["model"], r["cached_tokens"] > 0) for r in store.responses())
+    assert by_model == {(GEMINI.split(":")[1], True): 11, (GEMINI.split(":")[1], False): 1,
+                        (CLAUDE.split(":")[1], True): 11, (CLAUDE.split(":")[1], False): 1}
