@@ -258,7 +258,7 @@ def costs(
     if run is not None or as_models or batch or cached:
         from runner.report import whatif
 
-        text = whatif.render(whatif.build(_store(db), cost_sums.whatif_run(run, since), as_models=as_models,
+        text = whatif.render(whatif.build(_store(db), cost_sums.whatif_run(run, since, by), as_models=as_models,
                                           batch=batch, cached=cached), fmt)
         return _emit(text, output, fmt)
     data = cost_sums.build(_store(db), by=by, since=since)

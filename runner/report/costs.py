@@ -164,7 +164,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
     return "\n".join(lines + notes) + "\n"
 
 
-def whatif_run(run: str | None, since: str | None) -> str:
+def whatif_run(run: str | None, since: str | None, by: str = "model") -> str:
     """The run ``runner costs RUN --as/--batch/--cached`` re-prices (runner/report/whatif.py), or the sentence
     saying what is missing or does not apply to one run."""
     if run is None:
@@ -172,4 +172,7 @@ def whatif_run(run: str | None, since: str | None) -> str:
                           "runner costs RUN_ID --as openai:gpt-4o-mini (`runner runs` lists the runs)")
     if since is not None:
         raise RunnerError("--since applies to the sums across runs, not to one run: leave it out with RUN")
+    if by != "model":
+        raise RunnerError("--by applies to the sums across runs, not to one run (re-priced per stage and model): "
+                          "leave it out with RUN")
     return run

@@ -175,6 +175,7 @@ def test_user_errors_are_one_sentence(finished: dict, monkeypatch, capsys) -> No
         ((run, "--as", "gpt-4o"), "Error: --as gpt-4o: not a model of a known provider; write it as PROVIDER:MODEL"),
         (("--batch",), "Error: --as, --batch and --cached re-price one finished run: give its id"),
         ((run, "--since", "2025-01-01"), "Error: --since applies to the sums across runs, not to one run"),
+        ((run, "--by", "day"), "Error: --by applies to the sums across runs, not to one run"),
         (("20000101-000000-none", "--batch"), "Error: no run '20000101-000000-none'"),
     ]:
         code, out, err = run_cli(monkeypatch, capsys, "costs", *args, "--db", db)
