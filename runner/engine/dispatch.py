@@ -301,6 +301,8 @@ class Dispatcher:
             cached = self.triage.answered(req.key) or answered.get(req.key)
             if cached is not None:
                 recorder.cached(req, cached)
+                if self.prompt_cache is not None:
+                    self.prompt_cache.forget(req.key)
             elif crew is not None and not batching and req.key not in mine and req.key not in self.inflight:
                 # another process is sending the identical request: wait for its answer
                 crew.wait_for(req.key, lambda answer, req=req: self._answered_elsewhere(req, answer, loop))
@@ -310,6 +312,8 @@ class Dispatcher:
     def _answered_elsewhere(self, req: Task, answer: CachedResponse | None, loop: asyncio.AbstractEventLoop) -> None:
         if answer is not None:
             self.recorder.cached(req, answer)
+            if self.prompt_cache is not None:
+                self.prompt_cache.forget(req.key)
         elif not self.control.stopping:  # the other process gave the claim up: this one sends it
             self._spawn(self._dispatch(req, loop))
 
@@ -426,6 +430,8 @@ class Dispatcher:
         future = self.inflight.pop(key, None)
         if future is not None and not future.done():
             future.set_result(NOT_SENT)
+        if self.prompt_cache is not None:
+            self.prompt_cache.forget(key)
         self._unclaim(key)
 
     def _unclaim(self, key: str) -> None:
@@ -470,7 +476,7 @@ class Dispatcher:
             self.inflight.pop(req.key, None)
             endpoint.slots.release()
             if self.prompt_cache is not None:
-                self.prompt_cache.sent(req)
+                self.prompt_cache.forget(req.key)
 
     async def _follow(self, req: Task, leader: asyncio.Future[Any]) -> None:
         try:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -49,6 +50,8 @@ WARM_FOR = 240.0
 LEVEL = 256
 #: breakpoints a request is sent with at most, its deepest (Anthropic takes four a request)
 MAX_CUTS = 3
+#: prefix counts and cold groups kept at most (beyond, the oldest are forgotten)
+KEPT = 4096
 
 
 def _could_reach(messages: list[dict[str, Any]], minimum: int) -> bool:
@@ -81,7 +84,8 @@ class PromptCachePlan:
         self._on = {stage.name for stage in job.llm_stages() if job.stage_prompt_cache(stage) == "auto"}
         self._providers = providers
         self._rules: dict[str, CacheRule | None] = {}
-        self._tokens: dict[tuple[str, str], int] = {}
+        #: tokens of the prefixes counted lately (a group spanning chunks is counted once), at most KEPT of them
+        self._tokens: OrderedDict[tuple[str, str], int] = OrderedDict()
         #: per request key: its marks, until it is sent
         self._marks: dict[str, CacheMarks] = {}
         #: per group: the answer its first request is waiting for, or when it was last used (warm)
@@ -144,6 +148,8 @@ class PromptCachePlan:
         if tokens is None:
             provider, name = split_model(task.model)
             tokens = self._tokens[(task.model, digest)] = count_input_tokens(provider, name, list(cut.prefix))
+            if len(self._tokens) > KEPT:
+                self._tokens.popitem(last=False)
         return (tokens, (cut.index, cut.offset), digest) if cacheable(tokens, rule) else None
 
     def mark_lines(self, provider: Provider, tasks: list[Task], lines: list[BatchLine]) -> list[BatchLine]:
@@ -168,9 +174,9 @@ class PromptCachePlan:
         """The marks to send ``task`` with (each attempt asks)."""
         return self._marks.get(task.key)
 
-    def sent(self, task: Task) -> None:
-        """``task`` was sent (or will not be): its marks are no longer needed."""
-        self._marks.pop(task.key, None)
+    def forget(self, key: str) -> None:
+        """The request ``key`` was sent, answered otherwise, or will not be sent: its marks are no longer needed."""
+        self._marks.pop(key, None)
 
     def gate(self, task: Task, answer: asyncio.Future[Any]) -> asyncio.Future[Any] | None:
         """What ``task`` waits for before it is sent: its group's first request's ``answer`` while that is on its
@@ -185,6 +191,9 @@ class PromptCachePlan:
             return state
         if state is None or (isinstance(state, float) and now - state > WARM_FOR):
             self._groups[marks.group] = answer
+            if len(self._groups) > KEPT:  # forget the groups gone cold: memory stays flat (invariant 6)
+                self._groups = {group: seen for group, seen in self._groups.items()
+                                if not isinstance(seen, float) or now - seen <= WARM_FOR}
             return None
         self._groups[marks.group] = now
         return None

@@ -229,6 +229,33 @@ async def test_the_gate_holds_a_group_until_its_first_answer_and_lapses_after_th
     assert plan.gate(second, lead) is None and plan.gate(third, loop.create_future()) is lead, "cold again"
 
 
+async def test_groups_gone_cold_are_forgotten_so_memory_stays_flat():
+    from runner.engine.prompt_cache import KEPT
+
+    now = [0.0]
+    plan = PromptCachePlan.__new__(PromptCachePlan)
+    plan.clock = lambda: now[0]
+    plan._marks, plan._groups = {}, {}
+
+    class T:
+        def __init__(self, key: str) -> None:
+            self.key = key
+
+    loop = asyncio.get_running_loop()
+    for i in range(KEPT):
+        plan._marks[f"k{i}"] = CacheMarks(f"g{i}", ((0, 0),))
+        answer = loop.create_future()
+        assert plan.gate(T(f"k{i}"), answer) is None
+        answer.set_result("done")
+        plan.gate(T(f"k{i}"), loop.create_future())  # answered: warm, last used now
+        plan.forget(f"k{i}")
+    assert len(plan._groups) == KEPT and not plan._marks
+    now[0] += WARM_FOR + 1
+    plan._marks["new"] = CacheMarks("fresh", ((0, 0),))
+    plan.gate(T("new"), loop.create_future())
+    assert list(plan._groups) == ["fresh"], "every group gone cold is forgotten"
+
+
 def test_breakpoints_split_a_message_where_the_shared_prefix_ends_and_keep_its_text():
     messages = [{"role": "system", "content": "instructions"}, {"role": "user", "content": "story\n\nquestion"}]
     marked = cache_blocks(messages, CacheMarks("g", ((1, 0), (1, 7)), ttl="1h"))
