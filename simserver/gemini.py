@@ -25,8 +25,10 @@ from .wire import (
     strings,
 )
 
-__all__ = ["GEMINI", "GeminiFormat"]
+__all__ = ["GEMINI", "PERMISSION_DENIED", "GeminiFormat", "gemini_messages"]
 
+#: the ``param`` of an :class:`~simserver.wire.Invalid` that is answered 403 PERMISSION_DENIED, not 400
+PERMISSION_DENIED = "PERMISSION_DENIED"
 _GOOGLE_QUOTA = "type.googleapis.com/google.rpc.QuotaFailure"
 _QUOTA_IDS = {  # bucket kind -> (quotaMetric suffix, quotaId)
     "requests": ("generate_content_requests", "GenerateRequestsPerMinutePerProjectPerModel"),
@@ -36,27 +38,37 @@ _QUOTA_IDS = {  # bucket kind -> (quotaMetric suffix, quotaId)
 }
 
 
+def gemini_messages(body: dict[str, Any], message: str = "GenerateContentRequest") -> list[dict[str, str]]:
+    """The system instruction and contents of a body (a request, or a cached content: ``message`` names it in the
+    errors) as the server's OpenAI-style messages."""
+    messages = []
+    system = body.get("systemInstruction", body.get("system_instruction"))
+    if system is not None:
+        text = joined(system.get("parts"), "text", None) if isinstance(system, dict) else None
+        if text is None:
+            raise Invalid(f"* {message}.system_instruction: only text parts are supported\n")
+        messages.append({"role": "system", "content": text})
+    contents = body.get("contents") or []
+    if not isinstance(contents, list):
+        raise Invalid(f"Invalid JSON payload received. Expected an array at '{message}.contents'.")
+    for i, content in enumerate(contents):
+        role = content.get("role") or "user" if isinstance(content, dict) else None
+        if role not in ("user", "model"):
+            raise Invalid(f"* {message}.contents[{i}].role: Please use a valid role: user, model.\n")
+        text = joined(content.get("parts"), "text", None)
+        if text is None:
+            raise Invalid(f"* {message}.contents[{i}].parts: only text parts are supported\n")
+        messages.append({"role": "assistant" if role == "model" else "user", "content": text})
+    return messages
+
+
 def _parse_gemini(body: Any, request: web.Request) -> Ask:
     if not isinstance(body, dict):
         raise Invalid("Invalid JSON payload received. Expected an object.")
     contents = body.get("contents")
     if not isinstance(contents, list) or not contents:
         raise Invalid("* GenerateContentRequest.contents: contents is not specified\n")
-    messages = []
-    system = body.get("systemInstruction", body.get("system_instruction"))
-    if system is not None:
-        text = joined(system.get("parts"), "text", None) if isinstance(system, dict) else None
-        if text is None:
-            raise Invalid("* GenerateContentRequest.system_instruction: only text parts are supported\n")
-        messages.append({"role": "system", "content": text})
-    for i, content in enumerate(contents):
-        role = content.get("role") or "user" if isinstance(content, dict) else None
-        if role not in ("user", "model"):
-            raise Invalid(f"* GenerateContentRequest.contents[{i}].role: Please use a valid role: user, model.\n")
-        text = joined(content.get("parts"), "text", None)
-        if text is None:
-            raise Invalid(f"* GenerateContentRequest.contents[{i}].parts: only text parts are supported\n")
-        messages.append({"role": "assistant" if role == "model" else "user", "content": text})
+    messages = gemini_messages(body)
     config = body.get("generationConfig", body.get("generation_config")) or {}
     if not isinstance(config, dict):
         raise Invalid("Invalid JSON payload received. 'generationConfig' must be an object.")
@@ -91,6 +103,10 @@ def _parse_gemini(body: Any, request: web.Request) -> Ask:
         ask.enum_text = mime == "text/x.enum"
     elif mime == "application/json":
         ask.json_object = True
+    if body.get("cachedContent", body.get("cached_content")) is not None:
+        from .cached_contents import read_cache  # (imported here: that module builds on this one)
+
+        read_cache(body, request, ask)
     return ask
 
 
@@ -148,6 +164,10 @@ class GeminiFormat(WireFormat):
                           [info])
 
     def bad_request(self, message: str, param: str | None, headers: dict[str, str]) -> web.Response:
+        """A 400 INVALID_ARGUMENT; a 403 PERMISSION_DENIED when ``param`` is :data:`PERMISSION_DENIED` (Gemini's
+        errors name no parameter, so the format's refusals carry their status there: a cached content not found)."""
+        if param == PERMISSION_DENIED:
+            return self.error(403, PERMISSION_DENIED, message, headers)
         return self.error(400, "INVALID_ARGUMENT", message, headers)
 
     @staticmethod

@@ -12,9 +12,11 @@ that the anthropic and google-genai SDKs take as ``base_url``)
     Batch APIs: OpenAI Files and Batches (:mod:`simserver.batch_openai`), Anthropic Message Batches
     (:mod:`simserver.batch_anthropic`), Gemini batch mode (:mod:`simserver.batch_gemini`); shared state and the
     ``batch_*`` knobs in :mod:`simserver.batches`.
+    ``/v1beta/cachedContents``  Gemini's explicit caches (:mod:`simserver.cached_contents`).
     ``GET  /sim/stats``   ``{"received", "by_status", "by_route", "completed_by_digest"}``, and with a response
                           script loaded ``"scripted"`` (answers whose text it gave) and ``"unmatched"``
-                          (requests none of its entries matched); once a batch exists, the ``batch*`` counters.
+                          (requests none of its entries matched); once a batch exists, the ``batch*`` counters;
+                          once an explicit cache was made, ``cached_contents``.
     ``POST /sim/reset``   zeroes the counters, refills the rate-limit buckets, rewinds the script's entries and
                           forgets all batches and files.
     ``POST /sim/batches/{id}/expire``  ends a running batch (any provider's id) now as expired.
@@ -66,7 +68,7 @@ from typing import Any, Self
 
 from aiohttp import web
 
-from . import azure, bedrock, strict, vertex
+from . import azure, bedrock, cached_contents, strict, vertex
 from . import models as model_lookups
 from .answers import canonical, count_prompt_tokens
 from .anthropic import ANTHROPIC
@@ -88,7 +90,7 @@ __all__ = ["SimServer", "serve", "start_server"]
 
 #: modules adding routes of their own (``add_routes(server, app)``): the clouds' paths to the same formats, and the
 #: model lookups a pre-flight check asks
-EXTRA_ROUTES = (azure, bedrock, vertex, model_lookups)
+EXTRA_ROUTES = (azure, bedrock, vertex, model_lookups, cached_contents)
 
 
 class SimServer:
@@ -110,6 +112,8 @@ class SimServer:
         self.stored_objects: dict[str, dict[Any, Any]] = {}
         #: provider prompt caching (simserver.prompt_cache), on the rate limits' clock
         self.prompt_cache = PromptCache(lambda: self.clock())
+        #: Gemini's explicit caches (simserver.cached_contents), on the same clock
+        self.cached_contents = cached_contents.CachedContents(lambda: self.clock())
         self.reset()
 
     @property
@@ -129,6 +133,8 @@ class SimServer:
         stats.update(self.batches.stats())
         if any(self.prompt_cache.stats.values()):
             stats["prompt_cache"] = dict(self.prompt_cache.stats)
+        if (explicit := self.cached_contents.stats()) is not None:
+            stats["cached_contents"] = explicit
         return stats
 
     def reset(self) -> None:
@@ -140,6 +146,7 @@ class SimServer:
         self._buckets.clear()
         self.batches.clear()
         self.prompt_cache.clear()
+        self.cached_contents.clear()
         for held in self.stored_objects.values():
             held.clear()
         if self.script is not None:
@@ -290,7 +297,9 @@ class SimServer:
             return self._finish(turned_away)
         rule = fmt.cache_rule if cfg.prompt_cache else None
         cache_scope = f"{rule}\0{fmt.cache_owner(request)}\0{ask.model}"
-        ask.cache = self.prompt_cache.look_up(rule, cache_scope, ask.messages, body, ask.model, cfg.cache_min_tokens)
+        if ask.cache is None:  # a request naming an explicit cache reads that alone (simserver.cached_contents)
+            ask.cache = self.prompt_cache.look_up(rule, cache_scope, ask.messages, body, ask.model,
+                                                  cfg.cache_min_tokens)
         if cfg.fault_500 and rng.random() < cfg.fault_500:
             return self._finish(fmt.server_error(headers))
         if cfg.fault_503 and rng.random() < cfg.fault_503:
@@ -321,7 +330,10 @@ class SimServer:
         else:
             digest = hashlib.sha256(messages_json.encode()).hexdigest()
             self._completed[digest] = self._completed.get(digest, 0) + 1
-            self.prompt_cache.answered(cache_scope, ask.cache)
+            if isinstance(ask.cache, cached_contents.ExplicitRead):
+                self.cached_contents.answered(ask.cache)
+            else:
+                self.prompt_cache.answered(cache_scope, ask.cache)
             if entry is not None and text is not None:  # delivered: the entry moves to its next text
                 entry.served += 1
                 self._scripted += 1

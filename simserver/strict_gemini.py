@@ -34,12 +34,32 @@ _INTS = {"int32": _INT32, "sint32": _INT32, "sfixed32": _INT32, "uint32": (0, 2*
          "int64": (-(2**63), 2**63 - 1), "sint64": (-(2**63), 2**63 - 1), "uint64": (0, 2**64 - 1)}
 
 
+
+def _field(name: str, type_: str, repeated: bool = False) -> dict[str, Any]:
+    return {"name": name, "type": type_, "repeated": repeated}
+
+
+#: the body of cachedContents.create, which the extract (generative_service, content, safety) does not reach: the
+#: fields of v1beta's CachedContent as the REST reference lists them (ai.google.dev/api/caching#CachedContent);
+#: output-only fields (name, createTime, updateTime, usageMetadata) are taken and ignored, as Google's APIs do
+_CACHED_CONTENT = {
+    "expireTime": _field("expire_time", "google.protobuf.Timestamp"), "ttl": _field("ttl", "google.protobuf.Duration"),
+    "name": _field("name", "string"), "displayName": _field("display_name", "string"),
+    "model": _field("model", "string"), "systemInstruction": _field("system_instruction", "Content"),
+    "contents": _field("contents", "Content", True), "tools": _field("tools", "Tool", True),
+    "toolConfig": _field("tool_config", "ToolConfig"), "createTime": _field("create_time", "google.protobuf.Timestamp"),
+    "updateTime": _field("update_time", "google.protobuf.Timestamp"),
+    "usageMetadata": _field("usage_metadata", "google.protobuf.Value"),
+}
+
+
 @functools.cache
 def _gemini_fields(version: str) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
     """(message -> field lookup by JSON name and by proto name, enum -> values) for one API version."""
     extract = published("gemini_fields.json")[version]
     messages: dict[str, dict[str, Any]] = {}
-    for name, fields in extract["messages"].items():
+    extra = {"CachedContent": _CACHED_CONTENT} if version == "v1beta" else {}
+    for name, fields in {**extract["messages"], **extra}.items():
         fields = {**fields, **_GEMINI_SUPPLEMENT.get((version, name), {})}
         messages[name] = {**{f["name"]: f for f in fields.values()}, **fields}
     return messages, {**extract["enums"], **_SDK_ENUMS}
@@ -142,3 +162,8 @@ def refusal(body: dict[str, Any], model: str, version: str) -> Refusal | None:
             return Refusal(f"Thinking level {level} is not supported for models/{model}; supported levels are "
                            f"{', '.join(e.upper() for e in caps.efforts)}.")
     return None
+
+
+def cached_content_refusal(body: dict[str, Any]) -> Refusal | None:
+    """The refusal of a cachedContents.create body (v1beta) whose fields or values the API does not take."""
+    return _gemini_walk(body, "CachedContent", "", "v1beta")
