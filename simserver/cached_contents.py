@@ -322,7 +322,8 @@ def add_routes(server: Any, app: web.Application) -> None:
         if server.config.strict and isinstance(body, dict) and (
                 refused := strict_gemini.cached_content_refusal(body)) is not None:
             return GEMINI.bad_request(refused.message, None, {})
-        return await handle(request, lambda who: store.resource(store.create(who, body, server.config.cache_min_tokens)))
+        minimum = server.config.cache_min_tokens
+        return await handle(request, lambda who: store.resource(store.create(who, body, minimum)))
 
     async def listed(request: web.Request) -> web.Response:
         def page(who: str) -> dict[str, Any]:
