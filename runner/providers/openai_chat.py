@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, Refused, TransientError
+from runner.errors import BadRequest, ModelSetupError, Refused, TransientError
 
 from .base import (
     CacheMarks,
@@ -40,12 +40,14 @@ from .base import (
     loglikelihood_completion,
     register,
 )
-from .wire import quoted, retry_after_seconds, words
+from .openai_errors import error_code, said, status_error
+from .wire import quoted
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
     import openai
 
     from .batching import Batches
+    from .lean_http import LeanWire
 
 _PARAMS = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "stop", "seed", "response_format",
            "logprobs", "prompt_cache_key")
@@ -129,26 +131,6 @@ def score_echoed(logprobs: Mapping[str, Any], prompt: str, context_length: int) 
     return ContinuationScore(logprob=total, tokens=prompt_tokens - start, greedy=greedy)
 
 
-def _error_body(exc: openai.APIStatusError) -> dict[str, Any]:
-    """The error object of an error answer (``{"error": {...}}`` or the object itself), empty when there is none."""
-    body = exc.body if isinstance(exc.body, dict) else {}
-    inner = body.get("error", body)
-    return inner if isinstance(inner, dict) else {}
-
-
-def _error_code(exc: openai.APIStatusError) -> str:
-    inner = _error_body(exc)
-    return str(inner.get("code") or inner.get("type") or "")
-
-
-def _said(exc: openai.APIStatusError, status: int) -> str:
-    """A refused request's error in the provider's words (status, type, code, parameter, message): what to fix is
-    in the message ("Unsupported parameter: 'top_p' ..."). Only for 4xx answers other than 401/403, whose text
-    may quote part of the key."""
-    inner = _error_body(exc)
-    return words(status, inner.get("type"), inner.get("code"), inner.get("param"), inner.get("message"))
-
-
 @register
 class OpenAIChatProvider(Provider):
     name: ClassVar[str] = "openai"
@@ -169,10 +151,14 @@ class OpenAIChatProvider(Provider):
     scoring_max_tokens: ClassVar[int] = 1
     #: statuses with which a server may refuse a list of prompts (llama-cpp-python: 500)
     _LIST_REFUSED: ClassVar[frozenset[int]] = frozenset({400, 413, 422, 500})
+    #: requests go over the lean wire (``lean_http.py``: JSON over aiohttp, no SDK) rather than the SDK; the SDK
+    #: client is then built only when something asks for it (the Batch API, a test)
+    lean_wire: ClassVar[bool] = False
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
-        self.client: openai.AsyncOpenAI | None = None
+        self._client: openai.AsyncOpenAI | None = None
+        self.wire: LeanWire | None = None
         self.base_url = settings.base_url or self.default_base_url
         #: set once the server refused a list of prompts and took them one by one
         self.one_prompt_per_request = False
@@ -204,10 +190,21 @@ class OpenAIChatProvider(Provider):
 
         return tokens.model_encoding(model)[1]
 
-    async def start(self) -> None:
+    @property
+    def client(self) -> openai.AsyncOpenAI | None:
+        """The SDK's client: built by :meth:`start`, or on first use once started over the lean wire."""
+        if self._client is None and self.wire is not None:
+            self._client = self._sdk_client()
+        return self._client
+
+    @client.setter
+    def client(self, value: openai.AsyncOpenAI | None) -> None:
+        self._client = value
+
+    def _sdk_client(self) -> openai.AsyncOpenAI:
         import openai
 
-        self.client = openai.AsyncOpenAI(
+        return openai.AsyncOpenAI(
             api_key=self.api_key() or "no-key",  # servers that take no key still need a non-empty string
             base_url=self.base_url,
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
@@ -215,14 +212,40 @@ class OpenAIChatProvider(Provider):
             http_client=openai.DefaultAioHttpClient(timeout=self.settings.timeout),
         )
 
+    async def start(self) -> None:
+        if not self.lean_wire:
+            self.client = self._sdk_client()
+            return
+        from .lean_http import LeanWire
+
+        self.wire = LeanWire(self.base_url, self.api_key() or "no-key", self.settings.timeout)
+        self.wire.open()
+
     async def aclose(self) -> None:
-        if self.client is not None:
-            await self.client.close()
-            self.client = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        if self.wire is not None:
+            await self.wire.aclose()
+            self.wire = None
+
+    async def _lean(self, method: str, path: str, body: Any = None, passing: tuple[int, ...] = ()) -> Any:
+        """One request over the lean wire, for :meth:`execute`, :meth:`_echo` and the probes."""
+        assert self.wire is not None, "start() was not awaited"
+        return await self.wire.request(method, path, body, where=self.where, key_variable=self.key_variable,
+                                       passing=passing)
 
     async def probe(self, model: str) -> None:
         """``GET /models/{model}`` (the SDK's ``models.retrieve``), which OpenAI and the simulated server answer
         without charge: a 404 ``model_not_found`` is an unknown model, any other 404 a base URL without the API."""
+        if self.wire is not None:
+            from .lean_http import parsed_or_text, path_segment
+            from .openai_errors import sdk_body
+
+            answer = await self._lean("GET", "/models/" + path_segment(model), passing=(404,))
+            if answer.status == 404:
+                self._unknown_model(model, sdk_body(parsed_or_text(answer.content)))
+            return
         import openai
 
         assert self.client is not None, "start() was not awaited"
@@ -230,11 +253,15 @@ class OpenAIChatProvider(Provider):
             try:
                 await self.client.models.retrieve(model)
             except openai.NotFoundError as exc:
-                if _error_code(exc) == "model_not_found":
-                    raise ModelSetupError(f"{self.name}:{model} is not a model {self.where} knows "
-                                          f"({_said(exc, 404)}): check the model id") from exc
-                raise ModelSetupError(f"{self.name}:{model}: {self.where} has no models endpoint (404): check its "
-                                      "base_url (the API's root, e.g. ending in /v1)") from exc
+                self._unknown_model(model, exc.body, exc)
+
+    def _unknown_model(self, model: str, body: Any, cause: BaseException | None = None) -> None:
+        """The setup error of a 404 from the model lookup (``body`` as the SDK keeps it)."""
+        if error_code(body) == "model_not_found":
+            raise ModelSetupError(f"{self.name}:{model} is not a model {self.where} knows "
+                                  f"({said(body, 404)}): check the model id") from cause
+        raise ModelSetupError(f"{self.name}:{model}: {self.where} has no models endpoint (404): check its "
+                              "base_url (the API's root, e.g. ending in /v1)") from cause
 
     def request_body(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:
         """The Chat Completions body of one request: what :meth:`execute` sends, and a batch line's body."""
@@ -253,6 +280,9 @@ class OpenAIChatProvider(Provider):
         return messages, {**params, "prompt_cache_key": marks.group}
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
+        if self.wire is not None:
+            answer = await self._lean("POST", "/chat/completions", self.request_body(model, messages, params))
+            return self.completion_of(self._json_body(answer.content), answer.headers)
         assert self.client is not None, "start() was not awaited"
         with self.map_errors():
             # The raw response: its JSON body is what the memo stores, parsing it directly costs less than
@@ -261,12 +291,14 @@ class OpenAIChatProvider(Provider):
                 **self.request_body(model, messages, params)
             )
         response = raw.http_response
+        return self.completion_of(self._json_body(response.content), response.headers)
+
+    def _json_body(self, content: bytes) -> Any:
         try:
-            body = json.loads(response.content)
+            return json.loads(content)
         except ValueError as exc:
             raise TransientError(f"{self.where}: the response was not valid JSON ({type(exc).__name__})",
                                  error_class="malformed_response") from exc
-        return self.completion_of(body, response.headers)
 
     def completion_of(self, body: Any, headers: Mapping[str, str] | None = None) -> Completion:
         """A Chat Completions answer (its JSON body, online or a batch line's) as a :class:`Completion`;
@@ -318,7 +350,6 @@ class OpenAIChatProvider(Provider):
             raise BadRequest(f"{self.name}:{model} cannot score log-likelihoods (OpenAI's completions endpoint no "
                              "longer returns prompt logprobs with echo); use a local model, an openai-compatible "
                              "completions server, or the stage's prompt form")
-        assert self.client is not None, "start() was not awaited"
         prompts = [context + continuation for context, continuation in pairs]
         if len(prompts) > 1 and not self.one_prompt_per_request:
             try:
@@ -349,13 +380,14 @@ class OpenAIChatProvider(Provider):
 
     async def _echo(self, model: str, prompts: list[str]) -> tuple[dict[str, Any], dict[str, RateWindow] | None]:
         """One legacy Completions request echoing ``prompts`` with their logprobs: (JSON body, rate windows)."""
-        assert self.client is not None, "start() was not awaited"
-        with self.map_errors():
-            raw = await self.client.completions.with_raw_response.create(
-                model=model, prompt=prompts[0] if len(prompts) == 1 else prompts, echo=True, logprobs=1,
-                max_tokens=self.scoring_max_tokens, temperature=0,
-            )
-        response = raw.http_response
+        request = {"model": model, "prompt": prompts[0] if len(prompts) == 1 else prompts, "echo": True,
+                   "logprobs": 1, "max_tokens": self.scoring_max_tokens, "temperature": 0}
+        if self.wire is not None:
+            response: Any = await self._lean("POST", "/completions", request)
+        else:
+            assert self.client is not None, "start() was not awaited"
+            with self.map_errors():
+                response = (await self.client.completions.with_raw_response.create(**request)).http_response
         try:
             body = json.loads(response.content)
             if not isinstance(body.get("choices"), list):
@@ -382,16 +414,6 @@ class OpenAIChatProvider(Provider):
         where = self.where
         try:
             yield
-        except openai.RateLimitError as exc:
-            if _error_code(exc) == "insufficient_quota":
-                raise QuotaExceeded(f"{where}: insufficient quota (429); add credit or change the key") from exc
-            retry_after = retry_after_seconds(exc.response.headers)
-            raise RateLimited(f"{where}: rate limited (429)", retry_after=retry_after) from exc
-        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise AuthError(
-                f"{where}: the key was refused ({exc.status_code}); check the variable {self.key_variable}",
-                status=exc.status_code,
-            ) from exc
         except openai.APITimeoutError as exc:
             if "Connect" in type(exc.__cause__).__name__:  # the aiohttp transport reports a refusal as this
                 raise TransientError(f"{where}: connection failed ({exc.__cause__})", error_class="connection") from exc
@@ -400,18 +422,12 @@ class OpenAIChatProvider(Provider):
         except openai.APIConnectionError as exc:
             raise TransientError(f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})",
                                  error_class="connection") from exc
-        except openai.APIStatusError as exc:
-            status = exc.status_code
-            if status >= 500 or status in (408, 409):
-                raise TransientError(f"{where}: server error {status}", status=status) from exc
-            code = _error_code(exc)
-            if code == "content_filter" or code == "content_policy_violation":
-                raise BadRequest(f"{where}: the request was blocked by the content filter ({status})",
-                                 status=status, error_class="content_filtered") from exc
-            raise BadRequest(f"{where}: request rejected ({_said(exc, status)})", status=status) from exc
+        except openai.APIStatusError as exc:  # one mapping with the lean wire's (openai_errors.py)
+            raise status_error(where, self.key_variable, exc.status_code, exc.body, exc.response.headers) from exc
         except openai.APIResponseValidationError as exc:
             raise TransientError(f"{where}: the response was not valid JSON",
                                  error_class="malformed_response") from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
                                  error_class="connection") from exc
+

@@ -93,6 +93,7 @@ class _CompatibleEndpoint(OpenAIChatProvider):
     supports_batch: ClassVar[bool] = False  # vLLM, llama.cpp and Ollama have no Batch API in general
     prompt_cache_style: ClassVar[str | None] = None  # a server's own prefix cache needs no planning here
     max_tokens_field: ClassVar[str] = "max_tokens"
+    lean_wire: ClassVar[bool] = True  # vLLM, llama.cpp and Ollama answer the plain JSON the lean wire sends
 
     def __init__(self, settings: ProviderSettings, label: str) -> None:
         super().__init__(settings)
@@ -106,16 +107,14 @@ class _CompatibleEndpoint(OpenAIChatProvider):
         """``GET /models`` (``models.list``): vLLM's and llama.cpp's servers have no per-model lookup, Ollama and
         LM Studio list theirs too. A model the list does not name is unknown, unless the server lists one model
         only: llama.cpp's servers answer any name with their one model (vLLM refuses it on the first request)."""
-        import openai
-
-        assert self.client is not None, "start() was not awaited"
         named = f"{self.name}:{self.label}/{model}"
-        with self.map_errors():
-            try:
-                served = [entry.id async for entry in self.client.models.list()]
-            except openai.NotFoundError as exc:
-                raise ModelSetupError(f"{named}: {self.where} has no models endpoint (404): check the endpoint's "
-                                      "base_url (vLLM, llama.cpp and Ollama serve the API under /v1)") from exc
+        answer = await self._lean("GET", "/models", passing=(404,))
+        if answer.status == 404:
+            raise ModelSetupError(f"{named}: {self.where} has no models endpoint (404): check the endpoint's "
+                                  "base_url (vLLM, llama.cpp and Ollama serve the API under /v1)")
+        listed = self._json_body(answer.content)
+        entries = listed.get("data") if isinstance(listed, dict) else None
+        served = [str(entry["id"]) for entry in entries or () if isinstance(entry, dict) and "id" in entry]
         if len(served) <= 1 or any(_same_model(model, entry) for entry in served):
             return
         listed = ", ".join(served[:10]) + (f" and {len(served) - 10} more" if len(served) > 10 else "")
@@ -139,6 +138,7 @@ class SimProvider(OpenAIChatProvider):
     max_tokens_field: ClassVar[str] = "max_tokens"
     supports_loglikelihood: ClassVar[bool] = True
     scoring_max_tokens: ClassVar[int] = 0  # the simulated server generates nothing for 0
+    lean_wire: ClassVar[bool] = True
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
