@@ -12,6 +12,11 @@ generateContent naming one reads from it.
                                             names which; the google-genai SDK sends none).
     ``DELETE /v1beta/cachedContents/{id}``  ``{}``.
 
+The same on Vertex's paths, ``/{v1,v1beta1}/projects/{p}/locations/{l}/cachedContents[/{id}]``, with Google Cloud's
+OAuth token (:mod:`simserver.vertex`), names ``projects/{p}/locations/{l}/cachedContents/{id}`` and models
+``projects/{p}/locations/{l}/publishers/google/models/X``; a cache is seen only from its project and location.
+Vertex's minimums and error wording are taken as the Gemini API's (no separate table was at hand).
+
 Source: ai.google.dev/gemini-api/docs/caching ("Explicit caching") and the REST reference ai.google.dev/api/caching.
 A cache's tokens N are counted by the server's own rule (:mod:`runner.providers.sim_tokens`), as a prompt made of
 its system instruction and contents is; fewer than the model's minimum (4,096 for gemini-2.5-pro and gemini-3-pro*,
@@ -46,6 +51,7 @@ from aiohttp import web
 from . import strict_gemini
 from .answers import count_prompt_tokens
 from .gemini import GEMINI, PERMISSION_DENIED, GeminiFormat, gemini_messages
+from .vertex import _bearer, _unauthenticated
 from .wire import Ask, Invalid, response
 
 __all__ = ["CACHED_CONTENTS", "CachedContents", "ExplicitRead", "add_routes", "minimum_tokens", "read_cache"]
@@ -58,16 +64,17 @@ _DURATION = re.compile(r"(\d+)(\.\d{1,9})?s")
 
 
 def minimum_tokens(model: str) -> int:
-    """The fewest tokens a cached content of ``model`` may hold (the docs' table)."""
-    name = model.removeprefix("models/")
+    """The fewest tokens a cached content of ``model`` (``models/X``, or Vertex's full name) may hold (the docs'
+    table)."""
+    name = model.rsplit("/", 1)[-1]
     return 4096 if name.startswith(("gemini-2.5-pro", "gemini-3-pro")) else 1024
 
 
 @dataclass(slots=True)
 class _Cache:
-    id: str
+    name: str  #: ``cachedContents/{id}``, on Vertex ``projects/{p}/locations/{l}/cachedContents/{id}``
     owner: str  #: SHA-256 of the key (or project) that made it
-    model: str  #: ``models/X``
+    model: str  #: ``models/X``, on Vertex ``projects/{p}/locations/{l}/publishers/google/models/X``
     display_name: str | None
     messages: list[dict[str, str]]
     tokens: int
@@ -103,9 +110,21 @@ def _invalid(message: str) -> Refused:
     return Refused(400, "INVALID_ARGUMENT", message)
 
 
+def _parent(request: web.Request) -> str:
+    """What a cache's and its model's names start with: nothing on the Gemini API, the project and location on
+    Vertex."""
+    info = request.match_info
+    return f"projects/{info['project']}/locations/{info['location']}/" if "project" in info else ""
+
+
 def _owner(request: web.Request) -> str:
-    held = request.match_info.get("project") or GEMINI.key(request)
+    """Whose caches a request sees: its key's on the Gemini API, its project and location's on Vertex."""
+    held = _parent(request) or GEMINI.key(request)
     return hashlib.sha256(held.encode()).hexdigest()
+
+
+def _model_name(parent: str, model: str) -> str:
+    return f"{parent}publishers/google/models/{model}" if parent else f"models/{model}"
 
 
 class CachedContents:
@@ -134,7 +153,7 @@ class CachedContents:
         now = self.clock()
         for cache in [c for c in self._caches.values() if c.expires <= now]:
             self._ended_token_seconds += cache.tokens * (cache.expires - cache.created)
-            del self._caches[cache.id]
+            del self._caches[cache.name]
         return now
 
     # -- times ------------------------------------------------------------------------------------------
@@ -177,19 +196,20 @@ class CachedContents:
     # -- the resource -----------------------------------------------------------------------------------
 
     def resource(self, cache: _Cache) -> dict[str, Any]:
-        shown: dict[str, Any] = {"name": f"cachedContents/{cache.id}", "model": cache.model}
+        shown: dict[str, Any] = {"name": cache.name, "model": cache.model}
         if cache.display_name is not None:
             shown["displayName"] = cache.display_name
         shown.update({"createTime": self._rfc3339(cache.created), "updateTime": self._rfc3339(cache.updated),
                       "expireTime": self._rfc3339(cache.expires), "usageMetadata": {"totalTokenCount": cache.tokens}})
         return shown
 
-    def create(self, owner: str, body: Any, minimum: int | None) -> _Cache:
+    def create(self, owner: str, parent: str, body: Any, minimum: int | None) -> _Cache:
         if not isinstance(body, dict):
             raise _invalid("Invalid JSON payload received. Expected an object.")
         model = body.get("model")
-        if not isinstance(model, str) or not model.startswith("models/") or model == "models/":
-            raise _invalid("* CachedContent.model: a model name of the form models/{model} is required\n")
+        if not isinstance(model, str) or not re.fullmatch(re.escape(_model_name(parent, "")) + r"[^/]+", model):
+            raise _invalid(f"* CachedContent.model: a model name of the form {_model_name(parent, '{model}')} is "
+                           "required\n")
         display = body.get("displayName", body.get("display_name"))
         if display is not None and (not isinstance(display, str) or len(display) > 128):
             raise _invalid("* CachedContent.display_name: at most 128 characters\n")
@@ -207,16 +227,16 @@ class CachedContents:
         if self._anchor is None:
             self._anchor = (time.time(), now)
         expires = self._expiry(body, now, "cached_content")
-        cache = _Cache(os.urandom(8).hex(), owner, model, display, messages, tokens, now, now,
-                       now + DEFAULT_TTL if expires is None else expires)
-        self._caches[cache.id] = cache
+        cache = _Cache(f"{parent}cachedContents/{os.urandom(8).hex()}", owner, model, display, messages, tokens, now,
+                       now, now + DEFAULT_TTL if expires is None else expires)
+        self._caches[cache.name] = cache
         self._counts["created"] += 1
         return cache
 
     def find(self, owner: str, name: str) -> _Cache:
-        """The live cache ``name`` (``cachedContents/{id}`` or the bare id) of ``owner``; Refused 403 if none."""
+        """The live cache ``name`` (its full name) of ``owner``; Refused 403 if none."""
         self._sweep()
-        cache = self._caches.get(name.removeprefix("cachedContents/"))
+        cache = self._caches.get(name)
         if cache is None or cache.owner != owner:
             raise _not_found()
         return cache
@@ -241,7 +261,7 @@ class CachedContents:
         cache = self.find(owner, name)
         now = self.clock()
         self._ended_token_seconds += cache.tokens * (now - cache.created)
-        del self._caches[cache.id]
+        del self._caches[cache.name]
         self._counts["deleted"] += 1
 
     def listed(self, owner: str) -> list[_Cache]:
@@ -250,7 +270,7 @@ class CachedContents:
 
     # -- generateContent ---------------------------------------------------------------------------------
 
-    def read(self, owner: str, body: dict[str, Any], ask: Ask) -> None:
+    def read(self, owner: str, parent: str, body: dict[str, Any], ask: Ask) -> None:
         """Put the named cache's messages before ``ask``'s and note the read; Invalid (a 400, or a 403 with
         ``param`` PERMISSION_DENIED) when the request cannot use it."""
         if any(body.get(k) is not None for k in ("systemInstruction", "system_instruction", "tools", "toolConfig",
@@ -263,12 +283,12 @@ class CachedContents:
             cache = self.find(owner, named)
         except Refused as exc:
             raise Invalid(exc.message, PERMISSION_DENIED) from exc
-        model = "models/" + ask.model.removeprefix("models/")
+        model = _model_name(parent, ask.model.removeprefix("models/"))
         if model != cache.model:
             raise Invalid(f"Model used by GenerateContent request ({model}) and CachedContent ({cache.model}) has "
                           "to be the same.")
         ask.messages[:0] = [dict(m) for m in cache.messages]
-        ask.cache = ExplicitRead(f"cachedContents/{cache.id}", cache.tokens)
+        ask.cache = ExplicitRead(cache.name, cache.tokens)
 
     def answered(self, read: ExplicitRead) -> None:
         """A request that read ``read`` was answered."""
@@ -287,29 +307,33 @@ def read_cache(body: dict[str, Any], request: web.Request, ask: Ask) -> None:
     if store is None:  # a batch line: no request of its own
         raise Invalid("* GenerateContentRequest.cached_content: the simulated server takes cached contents only in "
                       "online requests\n")
-    store.read(_owner(request), body, ask)
-
-
-def _error(refused: Refused) -> web.Response:
-    return GeminiFormat.error(refused.status, refused.code, refused.message, {})
+    store.read(_owner(request), _parent(request), body, ask)
 
 
 def add_routes(server: Any, app: web.Application) -> None:
-    """The cachedContents routes (see the module docstring) over ``server.cached_contents``."""
+    """The cachedContents routes (see the module docstring) over ``server.cached_contents``, on the Gemini API's
+    paths and on Vertex's."""
     store: CachedContents = server.cached_contents
     app[CACHED_CONTENTS] = store
 
-    async def handle(request: web.Request, action: Callable[[str], Any]) -> web.Response:
+    def refused_key(request: web.Request) -> web.Response | None:
         cfg = server.config
+        if _parent(request):  # Vertex: a token the server issued
+            return _unauthenticated({}) if cfg.require_key and not _bearer(request) else None
         key = GEMINI.key(request)
         if (cfg.require_key or cfg.api_key is not None) and not key:
             return GEMINI.missing_key({})
         if cfg.api_key is not None and key != cfg.api_key:
             return GEMINI.wrong_key({})
+        return None
+
+    async def handle(request: web.Request, action: Callable[[str, str], Any]) -> web.Response:
+        if (refused := refused_key(request)) is not None:
+            return refused
         try:
-            return response(200, action(_owner(request)), {})
+            return response(200, action(_owner(request), _parent(request)), {})
         except Refused as exc:
-            return _error(exc)
+            return GeminiFormat.error(exc.status, exc.code, exc.message, {})
 
     async def body_of(request: web.Request) -> Any:
         try:
@@ -317,16 +341,19 @@ def add_routes(server: Any, app: web.Application) -> None:
         except ValueError:
             return None
 
+    def named(request: web.Request) -> str:
+        return f"{_parent(request)}cachedContents/{request.match_info['id']}"
+
     async def create(request: web.Request) -> web.Response:
         body = await body_of(request)
         if server.config.strict and isinstance(body, dict) and (
                 refused := strict_gemini.cached_content_refusal(body)) is not None:
             return GEMINI.bad_request(refused.message, None, {})
         minimum = server.config.cache_min_tokens
-        return await handle(request, lambda who: store.resource(store.create(who, body, minimum)))
+        return await handle(request, lambda who, parent: store.resource(store.create(who, parent, body, minimum)))
 
     async def listed(request: web.Request) -> web.Response:
-        def page(who: str) -> dict[str, Any]:
+        def page(who: str, parent: str) -> dict[str, Any]:
             caches = store.listed(who)
             size, start = request.query.get("pageSize", ""), request.query.get("pageToken", "")
             size_n = int(size) if size.isdigit() and int(size) > 0 else 100
@@ -339,23 +366,25 @@ def add_routes(server: Any, app: web.Application) -> None:
         return await handle(request, page)
 
     async def get(request: web.Request) -> web.Response:
-        return await handle(request, lambda who: store.resource(store.find(who, request.match_info["id"])))
+        return await handle(request, lambda who, parent: store.resource(store.find(who, named(request))))
 
     async def patch(request: web.Request) -> web.Response:
         body = await body_of(request)
         mask = request.query.get("updateMask", request.query.get("update_mask"))
-        return await handle(request, lambda who: store.resource(store.update(who, request.match_info["id"], body,
-                                                                             mask)))
+        return await handle(request, lambda who, parent: store.resource(store.update(who, named(request), body,
+                                                                                     mask)))
 
     async def delete(request: web.Request) -> web.Response:
-        def gone(who: str) -> dict[str, Any]:
-            store.delete(who, request.match_info["id"])
+        def gone(who: str, parent: str) -> dict[str, Any]:
+            store.delete(who, named(request))
             return {}
 
         return await handle(request, gone)
 
-    app.router.add_post("/v1beta/cachedContents", create)
-    app.router.add_get("/v1beta/cachedContents", listed)
-    app.router.add_get("/v1beta/cachedContents/{id}", get)
-    app.router.add_patch("/v1beta/cachedContents/{id}", patch)
-    app.router.add_delete("/v1beta/cachedContents/{id}", delete)
+    for collection in ("/v1beta/cachedContents", "/{version:v1|v1beta1}/projects/{project}/locations/{location}/"
+                       "cachedContents"):
+        app.router.add_post(collection, create)
+        app.router.add_get(collection, listed)
+        app.router.add_get(collection + "/{id}", get)
+        app.router.add_patch(collection + "/{id}", patch)
+        app.router.add_delete(collection + "/{id}", delete)

@@ -13,8 +13,10 @@ import aiohttp
 import pytest
 from google import genai
 from google.genai import errors, types
+from google.oauth2 import credentials as user_credentials
 
 from simserver import SimConfig, SimServer, start_server
+from simserver.vertex import issue_token
 
 MODEL = "gemini-2.5-flash"
 SYSTEM = "Answer each question about the passage with one letter."  # 55 characters: 14 tokens
@@ -243,3 +245,32 @@ async def test_strict_create_and_update_mask_on_the_wire(srv: SimServer):
         async with http.post(f"{srv.root_url}/v1beta/cachedContents", json={**body, "ttl": "soon"},
                              headers=headers) as bad_ttl:
             assert bad_ttl.status == 400 and "ttl" in (await bad_ttl.json())["error"]["message"]
+
+
+async def test_vertex_caches_live_in_a_project_and_location(srv: SimServer):
+    def vertex(project: str, location: str = "us-central1") -> genai.Client:
+        return genai.Client(vertexai=True, project=project, location=location,
+                            credentials=user_credentials.Credentials(token=issue_token()),
+                            http_options=types.HttpOptions(base_url=srv.root_url, api_version="v1",
+                                                           retry_options=types.HttpRetryOptions(attempts=1)))
+
+    client = vertex("lab")
+    cache = await make_cache(client, ttl="120s")
+    assert cache.name.startswith("projects/lab/locations/us-central1/cachedContents/")
+    assert cache.model == f"projects/lab/locations/us-central1/publishers/google/models/{MODEL}"
+    answer = await client.aio.models.generate_content(model=MODEL, contents=QUESTION,
+                                                      config=answer_config(cached_content=cache.name))
+    assert answer.usage_metadata.cached_content_token_count == CACHED
+    assert answer.usage_metadata.prompt_token_count == CACHED + 3 + tokens(QUESTION)
+    assert (await client.aio.caches.get(name=cache.name)).usage_metadata.total_token_count == CACHED
+    short_name = "cachedContents/" + cache.name.rsplit("/", 1)[-1]  # the SDK puts its project and location first
+    assert (await client.aio.caches.get(name=short_name)).name == cache.name
+    for elsewhere in (vertex("other"), vertex("lab", "europe-west4")):
+        with pytest.raises(errors.ClientError) as unseen:
+            await elsewhere.aio.caches.get(name=short_name)
+        assert unseen.value.code == 403
+    await client.aio.caches.delete(name=cache.name)
+    assert srv.stats()["cached_contents"]["deleted"] == 1
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{srv.root_url}/v1/projects/lab/locations/us-central1/cachedContents") as keyless:
+            assert keyless.status == 401
