@@ -73,7 +73,7 @@ def minimum_tokens(model: str) -> int:
 @dataclass(slots=True)
 class _Cache:
     name: str  #: ``cachedContents/{id}``, on Vertex ``projects/{p}/locations/{l}/cachedContents/{id}``
-    owner: str  #: SHA-256 of the key (or project) that made it
+    owner: str  #: SHA-256 of the key that made it (on Vertex: of its project and location)
     model: str  #: ``models/X``, on Vertex ``projects/{p}/locations/{l}/publishers/google/models/X``
     display_name: str | None
     messages: list[dict[str, str]]
