@@ -161,7 +161,108 @@ def _vars(values: list[str] | None) -> dict[str, str]:
     return out
 
 
-@app.command()
+class _RayCommand(typer.core.TyperCommand):
+    """A command whose ``--ray`` may come without a value: ``--ray`` alone is ``--ray local`` (click's options
+    with an optional value are not available through typer)."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _ray_flag(args))
+
+
+def _ray_flag(args: list[str]) -> list[str]:
+    """``--ray`` not followed by an address ("auto", "local", or anything with a colon) becomes ``--ray=local``."""
+    out = list(args)
+    for i, arg in enumerate(out):
+        following = out[i + 1] if i + 1 < len(out) else ""
+        if arg == "--ray" and not (":" in following or following in ("auto", "local")):
+            out[i] = "--ray=local"
+    return out
+
+
+RayOption = Annotated[
+    str | None,
+    typer.Option("--ray", help="Run the workers as Ray actors, which Ray places and starts again when one dies: "
+                 "--ray alone uses RAY_ADDRESS's cluster or starts a Ray here; --ray ADDRESS joins that cluster "
+                 "(auto, HOST:6379, ray://HOST:10001). Needs Ray: `pip install 'llm-job-runner\\[ray]'`.",
+                 show_default=False),
+]
+
+WorkersOption = Annotated[
+    int | None,
+    typer.Option("--workers", help="How many Ray workers (with --ray; default 2).", show_default=False),
+]
+
+
+def _work_on(job: Job, store: Store, run_id: str, *, summary: bool = False) -> None:
+    """This process as a worker of ``run_id`` (``runner work``, a task of a named run): its share, then the run's
+    end lines (with ``summary``: the accuracy and cost lines and the results files once the run completed)."""
+    outcome = asyncio.run(service.join(job, store, run_id, view=make_view()))
+    totals = outcome.stats.totals()
+    _say(f"this worker: {totals.sent} sent, {totals.cache_hits} cache hits, {totals.errors} failed, "
+         f"{totals.elsewhere} done by other workers; ${totals.spend:,.4f}")
+    if summary and outcome.status == "completed":
+        _summary(store, outcome.run_id, outcome.results)
+    _end(outcome, resumable=False)
+
+
+def _summary(store: Store, run_id: str, results: dict[str, Path] | None) -> None:
+    for line in service.summary_lines(store, run_id):
+        _say(line)
+    for stage, path in (results or {}).items():
+        _say(f"results: {stage} -> {path}")
+
+
+def _on_ray(job: Job, store: Store, db: str | None, run_id: str, address: str, workers: int | None) -> None:
+    """The run's workers as Ray actors (runner/cluster/ray_workers.py); the run's end lines once they are done."""
+    from runner.cluster import ray_workers
+
+    # a password is not sent to the actors: they read RUNNER_DB (or ~/.pgpass) where they run
+    outcome = ray_workers.run_on_ray(job, store, run_id, db=None if db and _has_password(db) else db,
+                                     address=address, workers=workers or 2, view=make_view())
+    done = [report for report in outcome.reports if "sent" in report]
+    _say(f"ray: {len(outcome.reports)} workers ({outcome.joined} processes joined the run): "
+         f"{sum(r['sent'] for r in done)} sent, {sum(r['cache_hits'] for r in done)} cache hits, "
+         f"{sum(r['errors'] for r in done)} failed; ${sum(r['spend'] for r in done):,.4f}")
+    if outcome.status == "completed":
+        _summary(store, run_id, outcome.results)
+    _end(outcome, resumable=True)  # type: ignore[arg-type]
+
+
+def _shared(job: Job, store: Store, db: str | None, run_id: str | None, ray: str | None, workers: int | None, *,
+            allow_partial: bool, no_check: bool) -> None:
+    """``submit --run-id`` and ``submit --ray``: the first process of a named run estimates, checks and creates it,
+    the others find it (the same job, or one sentence) and join it; with --ray, Ray actors do the work."""
+    run = service.named_run(store, run_id, job) if run_id is not None else None
+    created = False
+    if run is None:
+        submission = _announce(service.prepare_submit(job, store, allow_partial=allow_partial))
+        asyncio.run(service.preflight(job, [] if no_check else submission.probe))
+        run, created = service.open_shared_run(job, store, run_id)
+    if run["status"] == "completed":
+        _say(f"run {run['id']}: already completed (job {run['job_name']}); `runner report {run['id']}` shows it")
+        return
+    if created:
+        _say(f"run {run['id']}: started job {job.name}")
+    if ray is not None:
+        return _on_ray(job, store, db, run["id"], ray, workers)
+    if not created:
+        _say(f"run {run['id']}: joining job {job.name} as a worker")
+    _work_on(job, store, run["id"], summary=True)
+
+
+def _announce(submission: service.Submission) -> service.Submission:
+    """A new run's estimate, then its refusal (exit 2), its --allow-partial line and its warnings."""
+    for line in estimates.summary_lines(submission.estimate):
+        _say(line)
+    submission.raise_if_refused()
+    if submission.partial is not None:
+        _say(submission.partial, err=True)
+    for line in submission.warnings:
+        _say(line, err=True)
+    return submission
+
+
+@app.command(cls=_RayCommand)
 def submit(
     job_file: Annotated[Path, typer.Argument(help="The job YAML file.")],
     db: DbOption = None,
@@ -177,20 +278,26 @@ def submit(
     no_check: Annotated[bool, typer.Option(
         "--no-check", help="Send without first probing each model's endpoint (`runner check`), e.g. for a server "
         "whose models list is flaky.")] = False,
+    run_id: Annotated[str | None, typer.Option(
+        "--run-id", help="Name the run (letters, digits, . - _): the first process given this name creates the run, "
+        "every other one with the same job joins it as a worker (the same command for every task of a Slurm array "
+        "or a Kubernetes Indexed Job; a different job under that name is refused), and once it has completed, "
+        "says so and exits 0.", show_default=False)] = None,
+    ray: RayOption = None,
+    workers: WorkersOption = None,
 ) -> None:
     """Validate a job file, estimate its cost, probe each model's endpoint, and run it; print accuracy and cost at
     the end. Refuses (exit 2) when the estimate's worst case exceeds the run's budget, unless --allow-partial; stops
     (exit 1) before any request when an endpoint is unreachable, refuses its key or does not know the model."""
     job = service.apply_settings(_load(job_file, var), budget=budget, limit=limit)
+    if workers is not None and ray is None:
+        raise RunnerError("--workers starts Ray workers: add --ray (or start more processes with the same --run-id)")
+    if run_id is not None:
+        service.check_run_id(run_id)
     store = _store(db)
-    submission = service.prepare_submit(job, store, allow_partial=allow_partial, replan=replan)
-    for line in estimates.summary_lines(submission.estimate):
-        _say(line)
-    submission.raise_if_refused()
-    if submission.partial is not None:
-        _say(submission.partial, err=True)
-    for line in submission.warnings:
-        _say(line, err=True)
+    if run_id is not None or ray is not None:
+        return _shared(job, store, db, run_id, ray, workers, allow_partial=allow_partial, no_check=no_check)
+    submission = _announce(service.prepare_submit(job, store, allow_partial=allow_partial, replan=replan))
     _run(submission.job, store, replan=submission.replan, probe=[] if no_check else submission.probe)
 
 
@@ -302,22 +409,25 @@ def resume(
     _run(job, store, run_id=run["id"])
 
 
-@app.command()
+@app.command(cls=_RayCommand)
 def work(
-    run_id: Annotated[str, typer.Argument(help="The run to join (see `runner runs`).")],
+    run_id: Annotated[str, typer.Argument(help="The run to join (see `runner runs`; a --run-id name too).")],
     db: DbOption = None,
+    ray: RayOption = None,
+    workers: WorkersOption = None,
 ) -> None:
     """Join a run from another process or machine that shares its store (a postgresql:// URL, or the same SQLite
     file): take the chunks of its stages no live worker holds, send them, and take over those of workers that
-    stopped. Requests are never sent twice across workers, and the run's budget holds across all of them."""
+    stopped. Requests are never sent twice across workers, and the run's budget holds across all of them. With
+    --ray, Ray actors join it instead of this process."""
+    if workers is not None and ray is None:
+        raise RunnerError("--workers starts Ray workers: add --ray (or start more `runner work` processes)")
     store = _store(db)
     run, job = service.prepare_join(store, run_id)
+    if ray is not None:
+        return _on_ray(job, store, db, run["id"], ray, workers)
     _say(f"run {run['id']}: joining job {job.name} as a worker")
-    outcome = asyncio.run(service.run(job, store, run_id=run["id"], join=True, view=make_view()))
-    totals = outcome.stats.totals()
-    _say(f"this worker: {totals.sent} sent, {totals.cache_hits} cache hits, {totals.errors} failed, "
-         f"{totals.elsewhere} done by other workers; ${totals.spend:,.4f}")
-    _end(outcome, resumable=False)
+    _work_on(job, store, run["id"])
 
 
 @app.command()

@@ -9,13 +9,20 @@ calls and says or returns what they give back:
 3. :func:`run` executes it (runner/engine/run.py);
 4. :func:`summary_lines`, :func:`exit_code` and :func:`failure_line` say how it ended.
 
+A run that processes share from the start (``--run-id``: a Slurm array's or a Kubernetes Indexed Job's tasks all
+run the same command; ``--ray``: Ray actors) is opened by :func:`open_shared_run` (a named run's first process
+creates it, the others find it by :func:`named_run`, the same job or one sentence) and worked on by :func:`join`,
+each process as a worker of it; the last one to leave says how it ended (:func:`conclude`).
+
 It sits beside the front doors, not in ``runner/engine/``, because it uses the estimate and the summary of
 ``runner/report/``, which read what the engine wrote.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +32,7 @@ from runner.engine import run as engine
 from runner.engine.checks import (
     budget_warnings,
     check_before_sending,
+    check_joinable,
     dataset_warnings,
     load_run_job,
     pid_alive,
@@ -172,6 +180,89 @@ def prepare_resume(store: Store, run_id: str, *, budget: float | None = None) ->
 def prepare_join(store: Store, run_id: str) -> tuple[dict[str, Any], Job]:
     """The run a worker joins, and its job (``runner work``)."""
     return load_run_job(store, run_id)
+
+
+#: a run id a user gives (``--run-id``): it names the run's results folder, so no path separators
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_run_id(run_id: str, option: str = "--run-id") -> str:
+    """A run id a user gives must be 1 to 64 letters, digits, dots, dashes or underscores."""
+    if not RUN_ID.fullmatch(run_id):
+        raise RunnerError(f"{option} {run_id!r} is not a run id: use 1 to 64 letters, digits, '.', '-' or '_', "
+                          "starting with a letter or digit (e.g. --run-id \"eval-$SLURM_ARRAY_JOB_ID\")")
+    return run_id
+
+
+def named_run(store: Store, run_id: str, job: Job) -> dict[str, Any] | None:
+    """The run whose id is exactly ``run_id`` (not a part of another's), or None; one sentence when it was started
+    with another job than ``job`` (the job's content hash, after --budget, --limit and --var, differs)."""
+    from runner.errors import StoreError
+
+    check_run_id(run_id)
+    try:
+        run = store.get_run(run_id)
+    except StoreError:
+        return None
+    if run["id"] != run_id:  # get_run also finds a run by a part of its id
+        return None
+    if run["fingerprint"] != job.fingerprint():
+        raise RunnerError(f"run {run_id} was started with another job ({run['job_name']}, content hash "
+                          f"{run['fingerprint']}; this one: {job.name}, {job.fingerprint()}): give this job another "
+                          "--run-id, or the same job file with the same --budget, --limit and --var")
+    return run
+
+
+def open_shared_run(job: Job, store: Store, run_id: str | None = None) -> tuple[dict[str, Any], bool]:
+    """A new run of ``job`` for processes to join (``run_id`` when given, else a new id), and True; or, when
+    another process created run ``run_id`` at the same moment with the same job, that run and False. Each process
+    then works on it with :func:`join`, so the job must be one workers can share (``check_joinable``)."""
+    from runner.engine.opening import plan_stages
+
+    check_joinable(job)
+    _, _, total = plan_stages(job)
+    row = (job.name, job.path, job.model_dump_json(), job.fingerprint(), total)
+    if run_id is None:
+        created = store.create_run(*row)
+    else:
+        from runner.store.base import RunExists
+
+        try:
+            created = store.create_run(*row, run_id=run_id)
+        except RunExists:
+            found = named_run(store, run_id, job)
+            assert found is not None
+            return found, False
+    seconds = job.deadline_seconds()
+    if seconds is not None:  # as a run one process starts (runner/engine/opening.py)
+        store.set_run(created, deadline=(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)).isoformat())
+    return store.get_run(created), True
+
+
+async def join(job: Job, store: Store, run_id: str, *, view: View | None = None) -> Outcome:
+    """Work on ``run_id`` beside the other processes on it (``runner work``, each task of a named run, each Ray
+    actor), then :func:`conclude`."""
+    outcome = await run(job, store, run_id=run_id, join=True, view=view)
+    conclude(job, store, run_id, outcome.status, outcome.message)
+    return outcome
+
+
+def conclude(job: Job, store: Store, run_id: str, status: str, message: str | None, *,
+             results: bool = False) -> None:
+    """After a worker left ``run_id``, when no process is left on it: a run that did not complete gets this
+    worker's status (the engine marks a joined run only completed: it would show as crashed), and a completed run
+    that one process did alone, or whose workers ran elsewhere (``results``), gets its results files written here
+    from the store."""
+    workers = store.workers(run_id)
+    if any(worker["state"] == "live" for worker in workers):
+        return
+    stored = store.get_run(run_id)
+    if stored["status"] == "running" and status != "completed":
+        from runner.store import now
+
+        store.set_run(run_id, status=status, message=message, finished=now(), pid=None)
+    elif stored["status"] == "completed" and (results or len(workers) <= 1):
+        engine.Results(job, run_id, store).close(rewrite=True)
 
 
 async def run(job: Job, store: Store, *, run_id: str | None = None, join: bool = False, replan: bool = False,
