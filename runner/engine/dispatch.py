@@ -43,6 +43,7 @@ from runner.engine.recorder import Recorder, memo_of
 from runner.engine.reserver import FREE, Reserver
 from runner.engine.retry import Tally
 from runner.engine.stats import RunStats
+from runner.engine.stored_prompts import StoredPrompts
 from runner.engine.triage import Triage
 from runner.engine.workers import POLL, Crew
 from runner.errors import ModelSetupError, ProviderError, QuotaExceeded, Refused, RunnerError
@@ -100,7 +101,9 @@ class Dispatcher:
         if any(getattr(p, "prompt_cache_style", None) for p in providers.values()) and any(
                 job.stage_prompt_cache(stage) == "auto" for stage in job.llm_stages()):
             self.prompt_cache = PromptCachePlan(job, providers)
-            self.sender.marks = self.prompt_cache.marks
+            self.sender.marks, self.sender.ready = self.prompt_cache.marks, self.prompt_cache.ready
+            if any(p.stores_prompts for p in providers.values()):
+                self.prompt_cache.stored = StoredPrompts(run_id=run_id, providers=providers, reserver=self.reserver)
         self.recorder = Recorder(run_id=run_id, job=job, stats=stats, writer=writer, reserver=self.reserver,
                                  triage=self.triage, leases=self.leases, provenance=self.provenance_of)
         #: each (stage, model)'s result-line provenance, built for its first finished task, and each stage's
@@ -261,6 +264,11 @@ class Dispatcher:
                 await asyncio.wait(set(self.tasks))
             elif crew is not None and crew.busy():
                 await asyncio.sleep(POLL / 2)
+
+    async def release_stored_prompts(self) -> None:
+        """Delete the prompt prefixes this run stored at the providers (the run is done with them)."""
+        if self.prompt_cache is not None and self.prompt_cache.stored is not None:
+            await self.prompt_cache.stored.close()
 
     async def _breathe(self) -> None:
         # Let the writer and the view run between chunks, and keep the writer's queue short.

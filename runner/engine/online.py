@@ -5,7 +5,7 @@ tells the endpoint how it went; the retry policy (runner/engine/retry.py) decide
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from runner.engine.endpoints import Endpoints
@@ -34,8 +34,10 @@ class Sender:
         self.leases = leases
         self.stats = stats
         self._retrying = retrying(retry, on_retry=self._count_retry, sleep=sleep)
-        #: a request's prompt-cache marks (runner/engine/prompt_cache.py), set when the run plans them
+        #: a request's prompt-cache marks (runner/engine/prompt_cache.py), set when the run plans them, and what
+        #: makes them ready to send (a stored prefix stored first)
         self.marks: Callable[[Task], CacheMarks | None] | None = None
+        self.ready: Callable[[Task, CacheMarks], Awaitable[CacheMarks]] | None = None
 
     async def send(self, req: Task, endpoint: Endpoint, tries: Tally) -> tuple[Completion, float]:
         """(the answer, the seconds its last attempt took), the provider started first; raises the error that ended
@@ -56,6 +58,9 @@ class Sender:
             await endpoint.ready()
         if self.leases.lost_lease_of(req):  # checked last before each attempt: after a stall, it may be another's
             raise LeaseLost(req.item)
+        marks = self.marks(req) if self.marks is not None and req.call.pairs is None else None
+        if marks is not None and marks.store_key is not None and self.ready is not None:
+            marks = await self.ready(req, marks)
         tries.sent += 1
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -64,7 +69,7 @@ class Sender:
             provider = self.endpoints.providers[call.provider]
             if call.pairs is not None:
                 completion = await provider.loglikelihood(call.model_name, call.pairs)
-            elif self.marks is not None and (marks := self.marks(req)) is not None:
+            elif marks is not None:
                 completion = await provider.execute(
                     call.model_name, *provider.mark_prompt_cache(call.model_name, call.messages, call.params, marks))
             else:

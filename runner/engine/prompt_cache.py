@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from runner.engine.stored_prompts import StoredPrompts
 from runner.plan.prefixes import CacheRule, cache_rule, cacheable, common_prefix, prompt_text, shared_cut
 from runner.plan.request import CHAT, Task
 from runner.providers.base import CacheMarks, Provider, split_model
@@ -90,6 +91,8 @@ class PromptCachePlan:
         self._marks: dict[str, CacheMarks] = {}
         #: per group: the answer its first request is waiting for, or when it was last used (warm)
         self._groups: dict[str, asyncio.Future[Any] | float] = {}
+        #: prefixes stored at the provider (Gemini's explicit cached contents), where a provider keeps them
+        self.stored: StoredPrompts | None = None
 
     def _rule(self, task: Task) -> CacheRule | None:
         model = task.model
@@ -132,6 +135,9 @@ class PromptCachePlan:
                 if levels[position]:
                     kept = tuple(cuts[position][-MAX_CUTS:])
                     self._marks[group[index].key] = CacheMarks(levels[position][-1][2], kept)
+            if self.stored is not None and self.stored.serves(group[0]):
+                self._marks.update(self.stored.choose(rule, [(task, self._marks[task.key]) for task in group
+                                                             if task.key in self._marks]))
 
     def _level(self, task: Task, text: str, chars: int, rule: CacheRule) -> tuple[int, tuple[int, int], str] | None:
         """(tokens, cut, digest) of the first ``chars`` characters of ``task``'s prompt (``text``) cut where a token
@@ -173,6 +179,12 @@ class PromptCachePlan:
     def marks(self, task: Task) -> CacheMarks | None:
         """The marks to send ``task`` with (each attempt asks)."""
         return self._marks.get(task.key)
+
+    async def ready(self, task: Task, marks: CacheMarks) -> CacheMarks:
+        """``marks`` as they are sent: with the name of the stored prefix they read, stored first when needed."""
+        if marks.store_key is None or self.stored is None:
+            return marks
+        return await self.stored.ready(task, marks)
 
     def forget(self, key: str) -> None:
         """The request ``key`` was sent, answered otherwise, or will not be sent: its marks are no longer needed."""

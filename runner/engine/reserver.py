@@ -114,6 +114,31 @@ class Reserver:
                 return None
             await asyncio.sleep(POLL)  # another process's reservations may settle below their worst case
 
+    def reserve_extra(self, stage: str, model: str, key: str, usd: float) -> Reservation | None:
+        """Reserve ``usd`` that is no request's (a prompt prefix stored at the provider, runner/engine/
+        stored_prompts.py) under ``key``, when every budget covering ``stage`` and ``model`` has room for it now;
+        None when one has not: the caller does without. Never waits, never closes a budget."""
+        crew = self.leases.crew
+        worker = crew.worker if crew is not None else None
+        if self.budgets is None:
+            reservation = Reservation([], usd, 0)
+        else:
+            got = self.budgets.try_reserve(stage, model, usd, 0)
+            if isinstance(got, Exhausted):
+                return None
+            reservation = got
+        limits = self.budgets.usd_limits(stage, model) if self.budgets is not None else {}
+        if not limits:
+            reservation.ledger_id = self.store.reserve(self.run_id, stage, model, key, usd, worker)
+            return reservation
+        ledger_id, _, _ = self.store.reserve_within(self.run_id, stage, model, key, usd, limits, worker)
+        if ledger_id is None:
+            assert self.budgets is not None
+            self.budgets.release(reservation)
+            return None
+        reservation.ledger_id = ledger_id
+        return reservation
+
     def hold_again(self, req: Task, ledger_id: int | None) -> Reservation:
         """The reservation of a line an earlier process of the run submitted in a batch, back in this process's
         budgets whether it fits or not (it will be billed); its ledger row is still there."""

@@ -385,6 +385,8 @@ class _Session:
                 raise
             self.cause = self.cause or exc
         cause = self.cause
+        if last and cause is None and self.dispatcher is not None:  # no other worker of the run still reads them
+            await self.dispatcher.release_stored_prompts()
         broken = self.writer.failure is not None or (cause is not None and store_failure(store, cause, run_id))
         # with several workers the live file has this process's lines only: it is rewritten from the store
         self.results.close(rewrite=not broken and (

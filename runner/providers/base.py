@@ -134,6 +134,23 @@ class CacheMarks:
     group: str
     cuts: tuple[tuple[int, int], ...]
     ttl: str = "5m"
+    #: a prefix of whole messages the provider keeps for the runner (Gemini's explicit cached contents,
+    #: runner/engine/stored_prompts.py): its digest while planned, then ``stored``, the provider's name of it, and
+    #: ``held``, how many leading messages it holds (the request then sends only the rest)
+    store_key: str | None = None
+    stored: str | None = None
+    held: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPrompt:
+    """A prompt prefix the provider keeps until ``expires`` (Unix time) under ``name``: ``tokens`` as it counted
+    them, and the label the runner gave it (a run's prefixes are found again by their labels)."""
+
+    name: str
+    tokens: int
+    expires: float
+    label: str = ""
 
 
 @dataclass(slots=True)
@@ -221,6 +238,10 @@ class Provider(ABC):
     #: (breakpoints the request marks, Anthropic's cache_control), "keyed" (automatic, steered by a key: OpenAI's
     #: prompt_cache_key), "implicit" (automatic: Gemini), or None (no prompt cache the runner knows of)
     prompt_cache_style: ClassVar[str | None] = None
+    #: whether its API keeps a prompt prefix the runner stores, billed per token-hour of storage (Gemini's explicit
+    #: cached contents): :meth:`store_prompt` and its neighbours; runner/engine/stored_prompts.py decides when one
+    #: pays for itself
+    stores_prompts: ClassVar[bool] = False
     #: the modules this provider's SDK brings (``("anthropic",)``); :meth:`check_sdk` finds them before anything is
     #: sent, so a missing one is one sentence, not an ImportError in the middle of a run
     sdk_modules: ClassVar[tuple[str, ...]] = ()
@@ -349,6 +370,31 @@ class Provider(ABC):
         runner planned for it (new objects: the task's own, which key the memo, stay as they are); unchanged by
         default."""
         return messages, params
+
+    def stores_prompts_for(self, model: str) -> bool:
+        """Whether the runner may store prompt prefixes of ``model`` with this endpoint (see ``stores_prompts``; a
+        provider's setting may turn it off)."""
+        return self.stores_prompts
+
+    async def store_prompt(self, model: str, messages: list[dict[str, Any]], seconds: float,
+                           label: str) -> StoredPrompt:
+        """Have the provider keep ``messages`` (a prompt's leading messages) for ``seconds``, labelled ``label``."""
+        raise BadRequest(f"{self.name} keeps no stored prompt prefixes")
+
+    async def keep_prompt(self, name: str, seconds: float) -> float:
+        """Keep the stored prefix ``name`` ``seconds`` from now; its new expiry (Unix time)."""
+        raise BadRequest(f"{self.name} keeps no stored prompt prefixes")
+
+    async def drop_prompt(self, name: str) -> None:  # noqa: B027 - optional hook
+        """Delete the stored prefix ``name`` (one already gone is no error)."""
+
+    def prompt_gone(self, name: str) -> bool:
+        """Whether a request found the stored prefix ``name`` gone (expired, deleted) since the last asking."""
+        return False
+
+    async def stored_prompts(self, model: str) -> list[StoredPrompt]:
+        """The prefixes stored for ``model`` that have not expired, with their labels."""
+        return []
 
     def batch_unavailable(self, model: str) -> str | None:
         """Why this endpoint cannot batch ``model`` though the provider has a Batch API (a setting the job leaves

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, Refused, TransientError
 
 from . import capabilities
-from .base import Completion, Provider, ProviderSettings, register
+from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, register
 from .wire import quoted, words
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
@@ -23,6 +23,9 @@ if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the provi
     from google.genai import errors, types
 
     from .batching import Batches
+
+#: the error of a request naming a cached content that expired or was deleted meanwhile (as the API words it)
+_CACHE_GONE = "cachedcontent not found"
 
 #: finish reasons that mean the answer was withheld
 _FILTERED = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"}
@@ -95,11 +98,22 @@ class GeminiProvider(Provider):
     supports_batch: ClassVar[bool] = True
     #: implicit caching: repeated prefixes are cached without a mark (ai.google.dev/gemini-api/docs/caching)
     prompt_cache_style: ClassVar[str | None] = "implicit"
+    #: and explicit caching: a prefix of whole messages kept as a cachedContents resource, read at the cached price
+    #: by every request that names it, its storage billed per token-hour (same page, "Explicit caching")
+    stores_prompts: ClassVar[bool] = True
+
+    class Options(Provider.Options):
+        #: false: never store prompt prefixes as cached contents (prompt_cache: auto then orders requests only)
+        explicit_cache: bool = True
+
+    options: Options
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
         self.client: genai.Client | None = None
         self.where = f"gemini at {settings.base_url or 'generativelanguage.googleapis.com'}"
+        #: stored prefixes a request found gone (expired, deleted): the runner stores them again or does without
+        self.gone_prompts: set[str] = set()
 
     def key_variables(self) -> list[str]:
         if self.settings.api_key_env:
@@ -148,12 +162,17 @@ class GeminiProvider(Provider):
         generateContent's contents and config."""
         from google.genai import types
 
+        stored = params.get("cached_content")
+        if stored:  # the leading messages (every system message among them) are in the cached content
+            messages = messages[params.get("cached_messages") or 0:]
         system = "\n\n".join(m["content"] for m in messages if m.get("role") == "system") or None
         contents = [
             types.Content(role="model" if m["role"] == "assistant" else "user", parts=[types.Part(text=m["content"])])
             for m in messages if m.get("role") != "system"
         ]
         config: dict[str, Any] = {"system_instruction": system, "candidate_count": 1}
+        if stored:
+            config["cached_content"] = stored
         for ours, theirs in (("temperature", "temperature"), ("max_tokens", "max_output_tokens"),
                              ("top_p", "top_p"), ("stop", "stop_sequences"), ("seed", "seed"),
                              ("logprobs", "response_logprobs"), ("presence_penalty", "presence_penalty"),
@@ -178,11 +197,94 @@ class GeminiProvider(Provider):
         return GeminiBatches(self)
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
+        from google.genai import errors
+
         assert self.client is not None, "start() was not awaited"
         contents, config = self.request_of(messages, params, model)
         with self.map_errors():
-            response = await self.client.aio.models.generate_content(model=model, contents=contents, config=config)
+            try:
+                response = await self.client.aio.models.generate_content(model=model, contents=contents,
+                                                                         config=config)
+            except errors.ClientError as exc:
+                stored = params.get("cached_content")
+                if not stored or exc.code not in (403, 404) or _CACHE_GONE not in str(exc.message).lower():
+                    raise
+                # its cached content lapsed between the runner's look and the send: the request goes whole
+                self.gone_prompts.add(stored)
+                whole = {k: v for k, v in params.items() if k not in ("cached_content", "cached_messages")}
+                contents, config = self.request_of(messages, whole, model)
+                response = await self.client.aio.models.generate_content(model=model, contents=contents,
+                                                                         config=config)
         return self.completion_of(response)
+
+    # -- explicit caching: prompt prefixes stored as cachedContents (runner/engine/stored_prompts.py) -------------
+    def stores_prompts_for(self, model: str) -> bool:
+        return self.options.explicit_cache
+
+    def mark_prompt_cache(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
+                          marks: CacheMarks) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """A request whose leading messages are stored names the cached content and sends the rest (the messages
+        stay whole here: :meth:`request_of` leaves out the stored ones, and a request that finds its cached
+        content gone is sent whole)."""
+        if marks.stored is None:
+            return messages, params
+        return messages, {**params, "cached_content": marks.stored, "cached_messages": marks.held}
+
+    def prompt_gone(self, name: str) -> bool:
+        if name in self.gone_prompts:
+            self.gone_prompts.discard(name)
+            return True
+        return False
+
+    @staticmethod
+    def _stored(cached: types.CachedContent) -> StoredPrompt:
+        usage = cached.usage_metadata
+        return StoredPrompt(str(cached.name), int((usage.total_token_count if usage else 0) or 0),
+                            cached.expire_time.timestamp() if cached.expire_time else 0.0,
+                            cached.display_name or "")
+
+    async def store_prompt(self, model: str, messages: list[dict[str, Any]], seconds: float,
+                           label: str) -> StoredPrompt:
+        """``POST /v1beta/cachedContents`` (the SDK's ``caches.create``): the system messages as its
+        systemInstruction, the others as its contents (ai.google.dev/api/caching#method:-cachedcontents.create)."""
+        from google.genai import types
+
+        assert self.client is not None, "start() was not awaited"
+        contents, config = self.request_of(messages, {}, model)
+        with self.map_errors():
+            cached = await self.client.aio.caches.create(model=model, config=types.CreateCachedContentConfig(
+                contents=contents or None, system_instruction=config.system_instruction,
+                ttl=f"{max(1, round(seconds))}s", display_name=label))
+        return self._stored(cached)
+
+    async def keep_prompt(self, name: str, seconds: float) -> float:
+        from google.genai import types
+
+        assert self.client is not None, "start() was not awaited"
+        with self.map_errors():
+            cached = await self.client.aio.caches.update(
+                name=name, config=types.UpdateCachedContentConfig(ttl=f"{max(1, round(seconds))}s"))
+        return self._stored(cached).expires
+
+    async def drop_prompt(self, name: str) -> None:
+        from google.genai import errors
+
+        assert self.client is not None, "start() was not awaited"
+        with self.map_errors():
+            try:
+                await self.client.aio.caches.delete(name=name)
+            except errors.ClientError as exc:
+                if exc.code not in (403, 404):  # gone already (expired): nothing left to pay for
+                    raise
+
+    async def stored_prompts(self, model: str) -> list[StoredPrompt]:
+        assert self.client is not None, "start() was not awaited"
+        found = []
+        with self.map_errors():
+            async for cached in await self.client.aio.caches.list():
+                if str(cached.model or "").rsplit("/", 1)[-1] == model:
+                    found.append(self._stored(cached))
+        return found
 
     def completion_of(self, response: types.GenerateContentResponse) -> Completion:
         """A generateContent answer (online, or a batch job's inlined response) as a :class:`Completion`."""

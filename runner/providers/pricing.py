@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PROVIDER_IDS",
+    "STORAGE_PER_HOUR",
     "Pricing",
     "Rates",
     "UnknownPrice",
@@ -87,6 +88,18 @@ PER = 1_000_000  # rates are USD per this many tokens
 
 #: genai-prices' price-context value that selects the Batch API's prices
 _BATCH = {"processing": "batch"}
+
+
+#: what storing a prompt prefix as an explicit cache costs, USD per million tokens per hour, by Gemini model id
+#: prefix. genai-prices carries no storage price; these are Google's, from ai.google.dev/gemini-api/docs/pricing
+#: ("Context caching price": the storage price per 1,000,000 tokens per hour), as published in November 2026
+STORAGE_PER_HOUR = {
+    "gemini-2.5-pro": 4.50,
+    "gemini-3-pro": 4.50,
+    "gemini-2.5-flash": 1.00,  # and 2.5 Flash-Lite
+    "gemini-3-flash": 1.00,
+    "gemini-2.0-flash": 1.00,
+}
 
 
 class UnknownPrice(RunnerError):
@@ -188,6 +201,8 @@ class Pricing:
             for model, p in given.items() if p.batch_input is not None and p.batch_output is not None}
         #: per model string: fixed rates (job, free), the genai-prices model, or why it is unknown
         self._found: dict[str, Rates | tuple[str, ModelInfo] | str] = {}
+        #: the job's storage prices of explicit prompt caches
+        self._storage = {model: p.cache_storage for model, p in given.items() if p.cache_storage is not None}
 
     # -- lookups -----------------------------------------------------------------------------------
     def _find(self, model: str) -> Rates | tuple[str, ModelInfo] | str:
@@ -253,6 +268,19 @@ class Pricing:
                 f"million tokens (input, output, optionally cached_input)"
             )
         return rates
+
+    def storage(self, model: str) -> float | None:
+        """USD per million tokens per hour that a prompt prefix of ``model`` stored at the provider costs (Gemini's
+        explicit cached contents): the job's ``cache_storage`` price, else Google's published one; None when
+        unknown (the runner then stores nothing: it would not know what it spends)."""
+        if model in self._storage:
+            return self._storage[model]
+        provider, _, model_id = model.partition(":")
+        if provider != "gemini":
+            return None
+        name = model_id.removeprefix("models/")
+        prefix = max((p for p in STORAGE_PER_HOUR if name.startswith(p)), key=len, default=None)
+        return STORAGE_PER_HOUR[prefix] if prefix is not None else None
 
     # -- money ------------------------------------------------------------------------------------
     def cost(

@@ -56,7 +56,7 @@ REASONING_NOTE = "tokens out include reasoning tokens (shown apart), priced as o
 COLUMNS = (
     "stage", "model", "requests", "done", "failed", "cache_hits", "cache_hit_rate", "sent", "input_tokens",
     "cached_input_tokens", "output_tokens", "reasoning_tokens", "cost", "saved", "batched", "batch_saved",
-    "cache_saved",
+    "cache_saved", "stored_prompts",
     "possibly_billed", "errors", "refused", "latency_p50",
     "latency_p95", "scored", "invalid", "accuracy",
     "accuracy_by_seed", "accuracy_mean", "accuracy_std",
@@ -84,6 +84,7 @@ def build(store: Store, run_id: str, judged: str | None = None, by: str | None =
     # spent at their worst case until a resume settles them. While the run is live they are just in flight.
     live = run["status"] == "running" and pid_alive(run.get("pid"))
     possibly = Reads(store).unsettled(run_id, include_reserved=not live)
+    stored = Reads(store).stored_prompt_costs(run_id)
     charged = store.charged(run_id)
     rows = []
     for g in Reads(store).group_summaries(run_id):
@@ -112,12 +113,14 @@ def build(store: Store, run_id: str, judged: str | None = None, by: str | None =
             "output_tokens": tout,
             # thinking tokens of the requests sent: in output_tokens too, and priced as output
             "reasoning_tokens": g.reasoning_tokens,
-            "cost": round(cost, 10),
+            # the answers' cost, and what storing prompt prefixes at the provider cost (Gemini's explicit cache)
+            "cost": round(cost + stored.get((stage, model), 0.0), 10),
+            "stored_prompts": round(stored.get((stage, model), 0.0), 10),
             "saved": round(saved, 10),
             "batched": g.batched,
             "batch_saved": round(g.batch_saved, 10),
-            # what the provider's prompt cache saved on the requests sent, net of its write premium
-            "cache_saved": round(g.cache_saved, 10),
+            # what the provider's prompt cache saved on the requests sent, net of its write premium and storage
+            "cache_saved": round(g.cache_saved - stored.get((stage, model), 0.0), 10),
             "possibly_billed": round(possibly.get((stage, model), (0.0, 0))[0], 10),
             "possibly_billed_requests": possibly.get((stage, model), (0.0, 0))[1],
             "errors": errors,
@@ -150,6 +153,7 @@ def build(store: Store, run_id: str, judged: str | None = None, by: str | None =
         "batched": sum(r["batched"] for r in rows),
         "batch_saved": round(sum(r["batch_saved"] for r in rows), 10),
         "cache_saved": round(sum(r["cache_saved"] for r in rows), 10),
+        "stored_prompts": round(sum(r["stored_prompts"] for r in rows), 10),
         "possibly_billed": round(sum(usd for usd, _ in possibly.values()), 10),
         "possibly_billed_requests": sum(n for _, n in possibly.values()),
         "ledger_charged": round(charged, 10),
@@ -384,8 +388,10 @@ def render(data: dict[str, Any], fmt: str) -> str:
 def prompt_cache_text(t: dict[str, Any]) -> str:
     """The provider prompt cache's part of a run's totals, in words."""
     share = t["cached_input_tokens"] / t["input_tokens"] if t["input_tokens"] else 0.0
+    stored = t.get("stored_prompts") or 0.0
+    kept = f"; net of ${stored:.4f} for the prompt prefixes it stored" if stored else ""
     return (f"by the provider's prompt cache ${t['cache_saved']:.4f} ({t['cached_input_tokens']} input tokens read "
-            f"from it, {pct(share)} of those sent)")
+            f"from it, {pct(share)} of those sent{kept})")
 
 
 def summary_lines(data: dict[str, Any]) -> list[str]:

@@ -77,6 +77,8 @@ class Price(Strict):
     cache_write: float | None = Field(default=None, ge=0)
     #: a prompt-cache write kept for an hour (Anthropic's ttl "1h"); the cache_write price when absent
     cache_write_1h: float | None = Field(default=None, ge=0)
+    #: a prompt prefix stored at the provider (Gemini's explicit cached contents), per million tokens per HOUR
+    cache_storage: float | None = Field(default=None, ge=0)
     #: the Batch API's prices, when the model has one (OpenAI, Anthropic and Gemini charge half)
     batch_input: float | None = Field(default=None, ge=0)
     batch_output: float | None = Field(default=None, ge=0)

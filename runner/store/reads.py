@@ -98,6 +98,13 @@ class Reads:
                                 f" {kinds} GROUP BY stage, model", (run_id,))
         return {(stage, model): (usd, n) for stage, model, usd, n in sqlite_sorted(found, 2)}
 
+    def stored_prompt_costs(self, run_id: str) -> dict[tuple[str, str], float]:
+        """Per (stage, model), what the prompt prefixes the run stored at the provider cost: their creation and
+        storage, less the storage given back when they were deleted early (runner/engine/stored_prompts.py)."""
+        return {(stage, model): zero(usd) for stage, model, usd in self.store.rows(
+            "SELECT stage, model, sum(amount) FROM ledger WHERE run_id = ? AND kind = 'charge' AND key LIKE ?"
+            " GROUP BY stage, model", (run_id, "stored-prompt:%"))}
+
     def ledger_sums(self, by: str, since: str | None) -> list[tuple[str | None, str, str, int, float]]:
         """(group, run id, kind, rows, USD) of the ledger grouped by ``by`` (model, job or day), from ``since``."""
         where, params = ("WHERE l.created >= ?", [since]) if since else ("", [])
