@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Throughput and memory benchmark of the runner against the simulated server (zero latency).
 
-    python bench/throughput.py [--n 10000] [--rows 1000000] [--concurrency 64]
+    python bench/throughput.py [--n 10000] [--rows 1000000] [--concurrency 64] [--compare PATH] [--only ...]
 
 In one run, against ``simserver`` started in its own process on 127.0.0.1, it prints:
 
@@ -18,6 +18,15 @@ In one run, against ``simserver`` started in its own process on 127.0.0.1, it pr
    requests are served from the memo) run in a fresh subprocess (target <= 250 MB), its rows/s and the
    line count of its results file.
 
+6. the runner's CPU per uncached request (the same job of N requests, each run in a fresh process that first
+   warms up on its own small job, CPU measured around ``execute``) and, with ``--compare PATH`` (a checkout of
+   another commit, e.g. ``git worktree add /tmp/wt-base HEAD~3``), the same for that checkout, run alternately
+   (ABBA) with this one, and the ratio now / then (target <= 50 %, issue 25);
+7. start-up: seconds from starting ``runner submit JOB`` to the first request reaching the server (the model
+   probe) and to the first chat request, median of ``--startup`` runs (target <= 0.5 s to the first chat request
+   on a quiet machine), through a relay in front of the server that notes when requests arrive; with
+   ``--compare``, alternately for both checkouts.
+
 Phases 1, 2 and 4 run ``--rounds`` times, interleaved (ABBA), after an untimed warm-up of both paths; each
 figure is the rate over all rounds (requests / summed seconds), printed with every round's own figure, because
 on a small shared machine a single round is noisy.
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -38,22 +48,28 @@ import resource
 import selectors
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+#: the checkout whose runner a child process measures (phases 6 and 7 run the other one's with --compare)
+CODE = Path(os.environ.get("BENCH_CODE") or ROOT).resolve()
+if str(CODE) not in sys.path:
+    sys.path.insert(0, str(CODE))
 
-import openai  # noqa: E402
 import yaml  # noqa: E402
+
+if TYPE_CHECKING:
+    import openai
 
 TARGET_RATIO = 0.70
 TARGET_HITS_PER_S = 20_000.0
@@ -200,6 +216,8 @@ class Meter:
 
 async def bare_sdk(url: str, n: int, concurrency: int, timeout: float, tag: str) -> tuple[int, float]:
     """N distinct requests through the SDK alone, ``concurrency`` worker tasks; returns (answers, seconds)."""
+    import openai
+
     indices = iter(range(n))
     answered = 0
 
@@ -370,6 +388,125 @@ def run_stream(server: SimProcess, tmp: Path, rows: int, concurrency: int, timeo
     return ok and peak_mb <= TARGET_RSS_MB
 
 
+# -- phase 6: CPU per uncached request, each checkout in a fresh process ---------------------------------
+
+def cpu_child(job_path: Path, warm_path: Path, store_path: Path, timeout: float) -> None:
+    """Runs in the subprocess: a warm-up job (imports, first-call caches), then the measured one; prints one JSON
+    line with the CPU seconds of the measured ``execute`` and where ``runner`` was imported from."""
+    import runner
+
+    run_job(warm_path, store_path.with_name("warm.sqlite"), timeout)
+    cpu0 = time.process_time()
+    outcome, seconds = run_job(job_path, store_path, timeout)
+    cpu = time.process_time() - cpu0
+    totals = outcome.stats.totals()
+    print("CPU " + json.dumps({"status": outcome.status, "seconds": seconds, "cpu": cpu, "sent": totals.sent,
+                               "done": totals.done, "runner": str(Path(runner.__file__).resolve().parent.parent),
+                               "results": str(next(iter((outcome.results or {}).values())))}), flush=True)
+
+
+def child_env(code: Path) -> dict[str, str]:
+    return {**os.environ, "BENCH_CODE": str(code), "PYTHONPATH": str(code)}
+
+
+def phase_cpu(server: SimProcess, tmp: Path, code: Path, n: int, warmup: int, concurrency: int, timeout: float,
+              tag: str) -> dict[str, Any]:
+    """One measured run of ``code``'s runner in a fresh process: CPU seconds per request and requests/s."""
+    folder = tmp / tag
+    folder.mkdir()
+    jobs = []
+    for name, count in (("warm", max(warmup, 1)), ("job", n)):
+        dataset = folder / f"{name}.jsonl"
+        write_jsonl(dataset, (distinct_row(i, f"{tag}-{name}") for i in range(count)))
+        write_job(folder / f"{name}.yaml", f"bench-cpu-{name}", dataset, server.url, concurrency, folder / name)
+        jobs.append(folder / f"{name}.yaml")
+    before = server.stats()
+    command = [sys.executable, str(Path(__file__).resolve()), "--cpu-child", "--job", str(jobs[1]), "--warm-job",
+               str(jobs[0]), "--store", str(folder / "store.sqlite"), "--timeout", str(timeout)]
+    child = subprocess.run(command, cwd=code, env=child_env(code), capture_output=True, text=True,
+                           timeout=2 * timeout + 60)
+    lines = [line for line in child.stdout.splitlines() if line.startswith("CPU ")]
+    if child.returncode != 0 or not lines:
+        raise SystemExit(f"CPU run of {code}: exit {child.returncode}\n{child.stderr[-3000:]}")
+    data = json.loads(lines[-1].removeprefix("CPU "))
+    served = completed(server.stats()) - completed(before)
+    if data["runner"] != str(code) or data["status"] != "completed" or data["sent"] != n or served != n + warmup \
+            or count_lines(Path(data["results"])) != n:
+        raise SystemExit(f"CPU run of {code}: {data}, the server completed {served}; expected {n} + {warmup} "
+                         f"requests by the runner under {code}")
+    return {"cpu_ms": 1000 * data["cpu"] / n, "rps": n / data["seconds"]}
+
+
+# -- phase 7: start-up, from `runner submit` to the first request ----------------------------------------
+
+class FirstRequestRelay:
+    """A TCP relay in front of the simulated server that notes when the first request and the first chat request
+    arrive (``time.perf_counter``, comparable with this process's own start times)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/v1"
+        self.first_any: float | None = None
+        self.first_chat: float | None = None
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def reset(self) -> None:
+        self.first_any = self.first_chat = None
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                inbound, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            threading.Thread(target=self._pump, args=(inbound, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, inbound, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket, requests: bool) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                if requests:
+                    seen = time.perf_counter()
+                    if self.first_any is None:
+                        self.first_any = seen
+                    if self.first_chat is None and b"POST " in data and b"/chat/completions" in data:
+                        self.first_chat = seen
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, target):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+
+def phase_startup(relay: FirstRequestRelay, tmp: Path, code: Path, rows: int, timeout: float,
+                  tag: str) -> tuple[float, float]:
+    """One ``runner submit`` of a ``rows``-row job under ``code``, as a user types it, against the relay; returns
+    the seconds to the first request and to the first chat request."""
+    folder = tmp / tag
+    folder.mkdir()
+    dataset = folder / "rows.jsonl"
+    write_jsonl(dataset, (distinct_row(i, tag) for i in range(rows)))
+    job = folder / "job.yaml"
+    write_job(job, "bench-startup", dataset, relay.url, 8, folder / "results")
+    relay.reset()
+    command = [sys.executable, "-c", "import sys; from runner.cli import main; sys.exit(main())", "submit",
+               str(job), "--db", str(folder / "store.sqlite")]
+    started = time.perf_counter()
+    child = subprocess.run(command, cwd=folder, env=child_env(code), capture_output=True, text=True,
+                           timeout=timeout)
+    if child.returncode != 0 or relay.first_any is None or relay.first_chat is None:
+        raise SystemExit(f"runner submit under {code}: exit {child.returncode}\n{child.stdout[-2000:]}"
+                         f"{child.stderr[-2000:]}")
+    return relay.first_any - started, relay.first_chat - started
+
+
 # -- the whole benchmark --------------------------------------------------------------------------------
 
 def code_state() -> str:
@@ -392,6 +529,7 @@ def code_state() -> str:
 
 def versions() -> str:
     import aiohttp
+    import openai
 
     try:
         nproc = subprocess.run(["nproc"], capture_output=True, text=True, timeout=10).stdout.strip()
@@ -465,15 +603,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-timeout", type=float, default=1500.0, help="seconds allowed for phase 5")
     parser.add_argument("--tmp", default=None, help="parent folder of the temporary directory")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--compare", type=Path, default=None, metavar="PATH",
+                        help="another checkout (a git worktree of an earlier commit) measured in phases 6 and 7 "
+                             "alternately with this one")
+    parser.add_argument("--startup", type=int, default=5, help="runs of `runner submit` per checkout in phase 7")
+    parser.add_argument("--startup-rows", type=int, default=20, help="rows of phase 7's job")
+    parser.add_argument("--only", default="main,cpu,startup",
+                        help="the phases to run, comma-separated: main (1-5), cpu (6), startup (7)")
     parser.add_argument("--stream-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cpu-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--job", help=argparse.SUPPRESS)
+    parser.add_argument("--warm-job", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.n < 1 or args.rounds < 1 or args.concurrency < 1 or args.rows < 0 or args.warmup < 0:
-        parser.error("--n, --rounds and --concurrency must be at least 1; --rows and --warmup at least 0")
+    if args.n < 1 or args.rounds < 1 or args.concurrency < 1 or args.rows < 0 or args.warmup < 0 \
+            or args.startup < 1 or args.startup_rows < 1:
+        parser.error("--n, --rounds, --concurrency, --startup and --startup-rows must be at least 1; --rows and "
+                     "--warmup at least 0")
+    only = {part.strip() for part in args.only.split(",") if part.strip()}
+    if not only or only - {"main", "cpu", "startup"}:
+        parser.error("--only takes main, cpu and startup, comma-separated")
+    if args.compare is not None and not (args.compare / "runner" / "__init__.py").is_file():
+        parser.error(f"--compare {args.compare}: no runner package there; give a checkout of the project "
+                     "(git worktree add /tmp/wt-base COMMIT)")
 
     if args.stream_child:
         stream_child(Path(args.job), Path(args.store), args.timeout)
+        return 0
+    if args.cpu_child:
+        cpu_child(Path(args.job), Path(args.warm_job), Path(args.store), args.timeout)
         return 0
 
     def out(text: str) -> None:
@@ -490,79 +648,15 @@ def main(argv: list[str] | None = None) -> int:
     all_met = True
     try:
         out(f"server: {server.url} (pid {server.proc.pid})")
-        if args.warmup > 0:
-            # first calls pay for lazy imports and caches in the SDK, pydantic and jinja2: not measured
-            phase_bare(server, args.warmup, concurrency, args.timeout, "warmup-bare")
-            phase_runner(server, tmp, args.warmup, concurrency, args.timeout, "warmup-runner")
-            out(f"warm-up: {args.warmup} requests through the bare SDK and {args.warmup} through the runner")
-
-        bare_rps: list[float] = []
-        runner_rps: list[float] = []
-        hits_rps: list[float] = []
-        planned_rps: list[float] = []
-
-        def load() -> str:
-            return f"load {os.getloadavg()[0]:.2f}"
-
-        for r in range(1, args.rounds + 1):
-            # ABBA order: odd rounds measure the bare SDK first, even rounds the runner first, so a slow drift
-            # in background load does not favour one side
-            for side in ("bare", "runner") if r % 2 else ("runner", "bare"):
-                if side == "bare":
-                    seconds, m = phase_bare(server, n, concurrency, args.timeout, f"bare-{r}")
-                    bare_rps.append(n / seconds)
-                    out(f"   round {r} bare SDK:   {n / seconds:8,.0f} requests/s ({n:,} in {seconds:.2f} s; "
-                        f"CPU: bench {m.cpu:.1f} s, server {m.server_cpu:.1f} s; {load()})")
-                    continue
-                seconds, m, job_path, store_path, lines = phase_runner(server, tmp, n, concurrency, args.timeout,
-                                                                       f"runner-{r}")
-                runner_rps.append(n / seconds)
-                out(f"   round {r} runner:     {n / seconds:8,.0f} requests/s ({n:,} in {seconds:.2f} s; status "
-                    f"completed, server completed {n:,}, {lines:,} result lines; "
-                    f"CPU: bench {m.cpu:.1f} s, server {m.server_cpu:.1f} s; {load()})")
-                seconds, m = phase_hits(server, job_path, store_path, n, args.timeout)
-                hits_rps.append(n / seconds)
-                out(f"   round {r} cache hits: {n / seconds:8,.0f} hits/s ({n:,} in {seconds:.2f} s; report "
-                    f"cache_hits {n:,}, server received 0; CPU: bench {m.cpu:.1f} s; {load()})")
-                seconds, m = phase_hits(server, job_path, store_path, n, args.timeout, reuse=False)
-                planned_rps.append(n / seconds)
-                out(f"   round {r} hits, planned one by one: {n / seconds:8,.0f} hits/s ({n:,} in {seconds:.2f} s; "
-                    f"report cache_hits {n:,}, server received 0; CPU: bench {m.cpu:.1f} s; {load()})")
-
-        # Each figure is requests over the seconds summed over all rounds (the rate of one long interleaved
-        # run); the median and range of the rounds show the noise.
-        total = n * args.rounds
-
-        def overall(rates: list[float]) -> float:
-            return total / sum(n / rate for rate in rates)
-
-        def spread(rates: list[float]) -> str:
-            return f"median {median(rates):,.0f}, rounds {min(rates):,.0f}-{max(rates):,.0f}"
-
-        bare, runner, hits = overall(bare_rps), overall(runner_rps), overall(hits_rps)
-        out(f"1. bare SDK requests/s:              {bare:,.0f} ({total:,} requests in {args.rounds} rounds; "
-            f"{spread(bare_rps)})")
-        out(f"2. runner uncached requests/s:       {runner:,.0f} ({total:,} requests in {args.rounds} rounds; "
-            f"{spread(runner_rps)}; every run completed, the server counted {n:,} completions each)")
-        ratio = runner / bare
-        ratios = [x / b for x, b in zip(runner_rps, bare_rps, strict=True)]
-        met = ratio >= TARGET_RATIO
-        all_met &= met
-        out(f"3. runner / bare SDK:                {100 * ratio:.1f} % (median of the rounds' ratios "
-            f"{100 * median(ratios):.1f} %, rounds {100 * min(ratios):.0f}-{100 * max(ratios):.0f} %)  "
-            f"target >= {100 * TARGET_RATIO:.0f} %: {'MET' if met else 'MISSED'}")
-        met = hits >= TARGET_HITS_PER_S
-        all_met &= met
-        out(f"4. cache hits/s (re-run):            {hits:,.0f} ({spread(hits_rps)}; each re-run: report "
-            f"cache_hits == {n:,}, server received 0; the unchanged stage replayed whole)  "
-            f"target >= {TARGET_HITS_PER_S:,.0f}/s: {'MET' if met else 'MISSED'}")
-        out(f"4b. cache hits/s, planned one by one: {overall(planned_rps):,.0f} ({spread(planned_rps)}; "
-            "reuse=False, as `--replan`: every request planned, looked up, parsed and recorded)")
-
-        if args.rows > 0:
-            all_met &= run_stream(server, tmp, args.rows, concurrency, args.stream_timeout, out)
+        if "main" in only:
+            all_met &= run_main(args, server, tmp, out)
         else:
-            out("5. streamed job: skipped (--rows 0)")
+            out("1-5. skipped (--only)")
+        sides = [("now", ROOT)] + ([("then", args.compare.resolve())] if args.compare is not None else [])
+        if "cpu" in only:
+            all_met &= run_cpu(args, server, tmp, sides, out)
+        if "startup" in only:
+            all_met &= run_startup(args, server, tmp, sides, out)
         out(f"all targets met: {'yes' if all_met else 'no'}")
         out(f"load average at the end (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         out(f"code at the end: {code_state()}")
@@ -573,6 +667,143 @@ def main(argv: list[str] | None = None) -> int:
             out(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_main(args: argparse.Namespace, server: SimProcess, tmp: Path, out: Callable[[str], None]) -> bool:
+    """Phases 1-5."""
+    n, concurrency = args.n, args.concurrency
+    all_met = True
+    if args.warmup > 0:
+        # first calls pay for lazy imports and caches in the SDK, pydantic and jinja2: not measured
+        phase_bare(server, args.warmup, concurrency, args.timeout, "warmup-bare")
+        phase_runner(server, tmp, args.warmup, concurrency, args.timeout, "warmup-runner")
+        out(f"warm-up: {args.warmup} requests through the bare SDK and {args.warmup} through the runner")
+
+    bare_rps: list[float] = []
+    runner_rps: list[float] = []
+    hits_rps: list[float] = []
+    planned_rps: list[float] = []
+
+    def load() -> str:
+        return f"load {os.getloadavg()[0]:.2f}"
+
+    for r in range(1, args.rounds + 1):
+        # ABBA order: odd rounds measure the bare SDK first, even rounds the runner first, so a slow drift
+        # in background load does not favour one side
+        for side in ("bare", "runner") if r % 2 else ("runner", "bare"):
+            if side == "bare":
+                seconds, m = phase_bare(server, n, concurrency, args.timeout, f"bare-{r}")
+                bare_rps.append(n / seconds)
+                out(f"   round {r} bare SDK:   {n / seconds:8,.0f} requests/s ({n:,} in {seconds:.2f} s; "
+                    f"CPU: bench {m.cpu:.1f} s, server {m.server_cpu:.1f} s; {load()})")
+                continue
+            seconds, m, job_path, store_path, lines = phase_runner(server, tmp, n, concurrency, args.timeout,
+                                                                   f"runner-{r}")
+            runner_rps.append(n / seconds)
+            out(f"   round {r} runner:     {n / seconds:8,.0f} requests/s ({n:,} in {seconds:.2f} s; status "
+                f"completed, server completed {n:,}, {lines:,} result lines; "
+                f"CPU: bench {m.cpu:.1f} s, server {m.server_cpu:.1f} s; {load()})")
+            seconds, m = phase_hits(server, job_path, store_path, n, args.timeout)
+            hits_rps.append(n / seconds)
+            out(f"   round {r} cache hits: {n / seconds:8,.0f} hits/s ({n:,} in {seconds:.2f} s; report "
+                f"cache_hits {n:,}, server received 0; CPU: bench {m.cpu:.1f} s; {load()})")
+            seconds, m = phase_hits(server, job_path, store_path, n, args.timeout, reuse=False)
+            planned_rps.append(n / seconds)
+            out(f"   round {r} hits, planned one by one: {n / seconds:8,.0f} hits/s ({n:,} in {seconds:.2f} s; "
+                f"report cache_hits {n:,}, server received 0; CPU: bench {m.cpu:.1f} s; {load()})")
+
+    # Each figure is requests over the seconds summed over all rounds (the rate of one long interleaved
+    # run); the median and range of the rounds show the noise.
+    total = n * args.rounds
+
+    def overall(rates: list[float]) -> float:
+        return total / sum(n / rate for rate in rates)
+
+    def spread(rates: list[float]) -> str:
+        return f"median {median(rates):,.0f}, rounds {min(rates):,.0f}-{max(rates):,.0f}"
+
+    bare, runner, hits = overall(bare_rps), overall(runner_rps), overall(hits_rps)
+    out(f"1. bare SDK requests/s:              {bare:,.0f} ({total:,} requests in {args.rounds} rounds; "
+        f"{spread(bare_rps)})")
+    out(f"2. runner uncached requests/s:       {runner:,.0f} ({total:,} requests in {args.rounds} rounds; "
+        f"{spread(runner_rps)}; every run completed, the server counted {n:,} completions each)")
+    ratio = runner / bare
+    ratios = [x / b for x, b in zip(runner_rps, bare_rps, strict=True)]
+    met = ratio >= TARGET_RATIO
+    all_met &= met
+    out(f"3. runner / bare SDK:                {100 * ratio:.1f} % (median of the rounds' ratios "
+        f"{100 * median(ratios):.1f} %, rounds {100 * min(ratios):.0f}-{100 * max(ratios):.0f} %)  "
+        f"target >= {100 * TARGET_RATIO:.0f} %: {'MET' if met else 'MISSED'}")
+    met = hits >= TARGET_HITS_PER_S
+    all_met &= met
+    out(f"4. cache hits/s (re-run):            {hits:,.0f} ({spread(hits_rps)}; each re-run: report "
+        f"cache_hits == {n:,}, server received 0; the unchanged stage replayed whole)  "
+        f"target >= {TARGET_HITS_PER_S:,.0f}/s: {'MET' if met else 'MISSED'}")
+    out(f"4b. cache hits/s, planned one by one: {overall(planned_rps):,.0f} ({spread(planned_rps)}; "
+        "reuse=False, as `--replan`: every request planned, looked up, parsed and recorded)")
+
+    if args.rows > 0:
+        all_met &= run_stream(server, tmp, args.rows, concurrency, args.stream_timeout, out)
+    else:
+        out("5. streamed job: skipped (--rows 0)")
+    return all_met
+
+
+def abba(sides: list[tuple[str, Path]], rounds: int) -> Iterator[tuple[int, str, Path]]:
+    """(round, side, checkout) with the sides' order reversed every other round."""
+    for r in range(1, rounds + 1):
+        for name, code in sides if r % 2 else sides[::-1]:
+            yield r, name, code
+
+
+def run_cpu(args: argparse.Namespace, server: SimProcess, tmp: Path, sides: list[tuple[str, Path]],
+            out: Callable[[str], None]) -> bool:
+    """Phase 6: CPU per uncached request of each checkout, fresh processes, ABBA rounds."""
+    figures: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in sides}
+    for r, name, code in abba(sides, args.rounds):
+        got = phase_cpu(server, tmp, code, args.n, args.warmup, args.concurrency, args.timeout, f"cpu-{name}-{r}")
+        figures[name].append(got)
+        out(f"   round {r} {name} ({code}): {got['cpu_ms']:.3f} ms CPU per request, {got['rps']:,.0f} requests/s "
+            f"(load {os.getloadavg()[0]:.2f})")
+    for name, code in sides:
+        cpu = [f["cpu_ms"] for f in figures[name]]
+        out(f"6. CPU per uncached request, {name}: {median(cpu):.3f} ms (median of {len(cpu)}; rounds "
+            f"{min(cpu):.3f}-{max(cpu):.3f}; {median([f['rps'] for f in figures[name]]):,.0f} requests/s) "
+            f"[{code}]")
+    if len(sides) < 2:
+        return True
+    ratios = [a["cpu_ms"] / b["cpu_ms"] for a, b in zip(figures["now"], figures["then"], strict=True)]
+    ratio = median([f["cpu_ms"] for f in figures["now"]]) / median([f["cpu_ms"] for f in figures["then"]])
+    met = ratio <= 0.5
+    out(f"6. CPU per request now / then:      {100 * ratio:.1f} % (rounds {100 * min(ratios):.0f}-"
+        f"{100 * max(ratios):.0f} %)  target <= 50 %: {'MET' if met else 'MISSED'}")
+    return met
+
+
+def run_startup(args: argparse.Namespace, server: SimProcess, tmp: Path, sides: list[tuple[str, Path]],
+                out: Callable[[str], None]) -> bool:
+    """Phase 7: seconds from `runner submit` to the first request and the first chat request, ABBA runs."""
+    relay = FirstRequestRelay(int(server.url.rsplit(":", 1)[1].split("/")[0]))
+    figures: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in sides}
+    try:
+        for r, name, code in abba(sides, args.startup):
+            got = phase_startup(relay, tmp, code, args.startup_rows, args.timeout, f"startup-{name}-{r}")
+            figures[name].append(got)
+            out(f"   run {r} {name}: first request {got[0]:.3f} s, first chat request {got[1]:.3f} s "
+                f"(load {os.getloadavg()[0]:.2f})")
+    finally:
+        relay.close()
+    met = True
+    for name, code in sides:
+        first = median([f[0] for f in figures[name]])
+        chat = median([f[1] for f in figures[name]])
+        verdict = ""
+        if name == "now":
+            met = chat <= 0.5
+            verdict = f"  target <= 0.5 s: {'MET' if met else 'MISSED'}"
+        out(f"7. start-up, {name}: first request {first:.3f} s, first chat request {chat:.3f} s (medians of "
+            f"{len(figures[name])}; `runner submit` of a {args.startup_rows}-row job) [{code}]{verdict}")
+    return met
 
 
 if __name__ == "__main__":
