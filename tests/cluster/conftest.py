@@ -1,0 +1,57 @@
+"""What the cluster tests share: the store every process of a test opens (a SQLite file or a fresh PostgreSQL
+schema), a job against the simulated server, and a local Ray cluster (one per module: starting one takes seconds)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.store import open_store
+from tests.helpers import write_job, write_rows
+
+#: short leases, so a killed worker's chunks are taken over within seconds (as tests/engine/test_workers.py)
+LEASE_TTL = "8"
+#: prices for the simulated model, so every request is charged in the ledger
+PRICES = "prices: {sim:gpt-sim: {input: 1000, output: 2000}}\nbudget: {usd: 1000000}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request, tmp_path: Path) -> str:
+    """The store every process of a test shares: a SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        path = tmp_path / "store.sqlite"
+        open_store(path).close()
+        return str(path)
+    return request.getfixturevalue("pg_url")
+
+
+def sim_job(folder: Path, url: str, rows: int, *, concurrency: int = 2, name: str = "testjob") -> Path:
+    """A job of ``rows`` distinct requests to the simulated server at ``url``, every request priced."""
+    dataset = write_rows(folder / "rows.jsonl", rows)
+    providers = f"providers: {{sim: {{base_url: {json.dumps(url)}, concurrency: {concurrency}}}}}"
+    return write_job(folder / f"{name}.yaml", dataset, models=["sim:gpt-sim"], extra=f"{providers}\n{PRICES}",
+                     name=name)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Any]:
+    """A Ray cluster on 127.0.0.1 with 2 CPUs (each worker asks for one), started in this process: yields the
+    ``ray`` module; the address of its control store is ``ray_cluster.get_runtime_context().gcs_address``. Its
+    processes inherit RUNNER_LEASE_TTL."""
+    import ray
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RUNNER_LEASE_TTL", LEASE_TTL)
+        patch.setenv("RAY_AUTH_MODE", "disabled")  # no token file written for a throwaway cluster
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, node_ip_address="127.0.0.1",
+                 namespace="runner-tests")
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        os.environ.pop("RAY_ADDRESS", None)
