@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import StoreError
-from runner.store._sqlite_utils import sqlite_utils
 from runner.store.base import TASK_COLUMNS, default_path, now
 from runner.store.dialect import SQLITE
 from runner.store.migrations import migrate
@@ -78,13 +77,20 @@ class SQLiteStore(SQLStore):
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-            self.db = sqlite_utils.Database(self.conn)
             migrate(self.conn, SQLITE)
         except sqlite3.DatabaseError as exc:
             found = explain(exc, self.path)
             if found is not None and getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_NOTADB:
                 raise StoreError(found) from None
             raise StoreError(f"the store {self.path} cannot be opened ({exc}); set --db or RUNNER_DB") from None
+
+    @property
+    def db(self) -> Any:
+        """The file through sqlite-utils (``Database``), for looking at its tables; imported when first asked
+        for, which the runner never does: it costs 0.1 s of every start."""
+        from runner.store._sqlite_utils import sqlite_utils
+
+        return sqlite_utils.Database(self.conn)
 
     def close(self) -> None:
         self.conn.close()

@@ -1,0 +1,52 @@
+"""What starting the runner imports: ``runner submit`` reaches its first request in about half a second (issue 25),
+so the command line's modules keep the heavy libraries that a run of the simulated server or an OpenAI-compatible
+server never uses out of the start, importing them where they are used: the OpenAI SDK (the lean wire speaks to
+those servers, runner/providers/lean_http.py), sqlite-utils with numpy and pandas (only for looking at the store's
+tables), rich (only for a terminal's live view)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+KEPT_OUT = ("openai", "sqlite_utils", "numpy", "pandas", "rich")
+
+
+def imported_after(code: str) -> set[str]:
+    probe = f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_the_command_line_imports_none_of_the_heavy_libraries() -> None:
+    loaded = imported_after("import runner.cli")
+    assert "runner.service" in loaded and "runner.store.sqlite" in loaded  # the modules a submit uses are there
+    assert not [name for name in KEPT_OUT if name in loaded]
+
+
+def test_a_simulated_run_starts_without_the_sdk_and_the_live_view_without_a_terminal() -> None:
+    loaded = imported_after(
+        "import asyncio\n"
+        "from runner.providers.base import ProviderSettings\n"
+        "from runner.providers.openai_servers import SimProvider\n"
+        "from runner.report.progress import make_view\n"
+        "import io\n"
+        "make_view(io.StringIO())\n"
+        "provider = SimProvider(ProviderSettings(base_url='http://127.0.0.1:9/v1'))\n"
+        "async def go():\n"
+        "    await provider.start()\n"
+        "    await provider.aclose()\n"
+        "asyncio.run(go())\n")
+    assert "runner.providers.lean_http" in loaded and "aiohttp" in loaded
+    assert not [name for name in KEPT_OUT if name in loaded]
+
+
+def test_the_store_still_shows_its_tables_through_sqlite_utils(tmp_path) -> None:
+    from runner.store import open_store
+
+    store = open_store(tmp_path / "s.sqlite")
+    try:
+        assert "tasks" in store.db.table_names()
+    finally:
+        store.close()
