@@ -197,25 +197,28 @@ class GeminiProvider(Provider):
         return GeminiBatches(self)
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
+        with self.map_errors():
+            response = await self.generate(model, messages, params)
+        return self.completion_of(response)
+
+    async def generate(self, model: str, messages: list[dict[str, str]],
+                       params: dict[str, Any]) -> types.GenerateContentResponse:
+        """generateContent, the SDK's errors let through; a request naming a cached content that lapsed between the
+        runner's look and the send is sent again whole (the runner stores the prefix again for the next)."""
         from google.genai import errors
 
         assert self.client is not None, "start() was not awaited"
         contents, config = self.request_of(messages, params, model)
-        with self.map_errors():
-            try:
-                response = await self.client.aio.models.generate_content(model=model, contents=contents,
-                                                                         config=config)
-            except errors.ClientError as exc:
-                stored = params.get("cached_content")
-                if not stored or exc.code not in (403, 404) or _CACHE_GONE not in str(exc.message).lower():
-                    raise
-                # its cached content lapsed between the runner's look and the send: the request goes whole
-                self.gone_prompts.add(stored)
-                whole = {k: v for k, v in params.items() if k not in ("cached_content", "cached_messages")}
-                contents, config = self.request_of(messages, whole, model)
-                response = await self.client.aio.models.generate_content(model=model, contents=contents,
-                                                                         config=config)
-        return self.completion_of(response)
+        try:
+            return await self.client.aio.models.generate_content(model=model, contents=contents, config=config)
+        except errors.ClientError as exc:
+            stored = params.get("cached_content")
+            if not stored or exc.code not in (403, 404) or _CACHE_GONE not in str(exc.message).lower():
+                raise
+            self.gone_prompts.add(stored)
+            whole = {k: v for k, v in params.items() if k not in ("cached_content", "cached_messages")}
+            contents, config = self.request_of(messages, whole, model)
+            return await self.client.aio.models.generate_content(model=model, contents=contents, config=config)
 
     # -- explicit caching: prompt prefixes stored as cachedContents (runner/engine/stored_prompts.py) -------------
     def stores_prompts_for(self, model: str) -> bool:

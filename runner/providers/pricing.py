@@ -276,7 +276,7 @@ class Pricing:
         if model in self._storage:
             return self._storage[model]
         provider, _, model_id = model.partition(":")
-        if provider != "gemini":
+        if provider not in ("gemini", "vertex"):  # Vertex AI prices Gemini's cache storage as the Gemini API does
             return None
         name = model_id.removeprefix("models/")
         prefix = max((p for p in STORAGE_PER_HOUR if name.startswith(p)), key=len, default=None)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runner.errors import AuthError, BadRequest, ModelSetupError, TransientError
 
 from .anthropic_messages import AnthropicProvider, cache_blocks
-from .base import CacheMarks, Completion, Provider, ProviderSettings, register
+from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, register
 from .gemini import GeminiProvider
 
 if TYPE_CHECKING:  # the SDKs are imported where they are used: discovering the providers must stay light
@@ -79,6 +79,9 @@ class VertexProvider(Provider):
     #: Claude on Vertex caches what a request marks (cache_control, as Anthropic's API); Gemini on Vertex caches
     #: implicitly: both are planned, only Claude's requests are marked (:meth:`mark_prompt_cache`)
     prompt_cache_style: ClassVar[str | None] = "explicit"
+    #: Gemini's prompt prefixes stored as cached contents, as the gemini provider stores them, over the Vertex-mode
+    #: client (cloud.google.com/vertex-ai/generative-ai/docs/context-cache/context-cache-overview)
+    stores_prompts: ClassVar[bool] = True
     default_concurrency: ClassVar[int] = 32
     adaptive: ClassVar[bool] = True
     #: genai-prices' Google provider matches Vertex and falls back to Anthropic's prices for Claude models
@@ -93,6 +96,8 @@ class VertexProvider(Provider):
         location: str | None = None
         #: the Cloud Storage folder batch prediction's input and output files go under, gs://BUCKET/PREFIX
         batch_folder: str | None = None
+        #: false: never store Gemini prompt prefixes as cached contents (prompt_cache: auto then orders only)
+        explicit_cache: bool = True
 
     @classmethod
     def capability_model(cls, model: str) -> tuple[str, str] | None:
@@ -222,17 +227,40 @@ class VertexProvider(Provider):
 
     def mark_prompt_cache(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
                           marks: CacheMarks) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        return (cache_blocks(messages, marks), params) if is_claude(model) else (messages, params)
+        if is_claude(model):
+            return cache_blocks(messages, marks), params
+        return self.gemini.mark_prompt_cache(model, messages, params, marks)
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         if is_claude(model):
             return await self._claude(model, messages, params)
-        gemini = self.gemini
-        assert gemini.client is not None, "start() was not awaited"
-        contents, config = gemini.request_of(messages, params, model)
         with self.map_errors(model):
-            response = await gemini.client.aio.models.generate_content(model=model, contents=contents, config=config)
-        return gemini.completion_of(response)
+            response = await self.gemini.generate(model, messages, params)
+        return self.gemini.completion_of(response)
+
+    # -- Gemini's explicit caching, as the gemini provider does it -------------------------------------------
+    def stores_prompts_for(self, model: str) -> bool:
+        return self.options.explicit_cache and not is_claude(model)
+
+    def prompt_gone(self, name: str) -> bool:
+        return self.gemini.prompt_gone(name)
+
+    async def store_prompt(self, model: str, messages: list[dict[str, Any]], seconds: float,
+                           label: str) -> StoredPrompt:
+        with self.map_errors(model):
+            return await self.gemini.store_prompt(model, messages, seconds, label)
+
+    async def keep_prompt(self, name: str, seconds: float) -> float:
+        with self.map_errors(name):
+            return await self.gemini.keep_prompt(name, seconds)
+
+    async def drop_prompt(self, name: str) -> None:
+        with self.map_errors(name):
+            await self.gemini.drop_prompt(name)
+
+    async def stored_prompts(self, model: str) -> list[StoredPrompt]:
+        with self.map_errors(model):
+            return await self.gemini.stored_prompts(model)
 
     async def _claude(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         claude = self.claude

@@ -387,17 +387,44 @@ LONG_SYSTEM = ("Read the question and the options, then answer with the letter o
                * 180)[:16000]
 
 
-async def test_claude_on_vertex_is_marked_for_the_prompt_cache_and_gemini_is_ordered_for_it(tmp_path, srv: SimServer):
+async def test_claude_on_vertex_is_marked_for_the_prompt_cache_and_gemini_stores_the_instruction(
+        tmp_path, srv: SimServer):
     """Planned prompt caching through both SDKs in Vertex mode: a Claude request carries cache_control where the
-    shared instruction ends (the server caches nothing unmarked for Claude), and every request but each model's
-    first reads the instruction from the server's cache."""
+    shared instruction ends (the server caches nothing unmarked for Claude), and every request but its first reads
+    the instruction from the server's cache; Gemini's twelve requests read it from the cached content stored for
+    them (runner/engine/stored_prompts.py), the first included."""
     path = make_job(tmp_path, srv.root_url, [GEMINI, CLAUDE], 12)
     path.write_text(path.read_text().replace("system: Answer with one letter.",
                                              f"system: {json.dumps(LONG_SYSTEM)}"), encoding="utf-8")
     store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(load_job(path), store)
     assert outcome.status == "completed", outcome.message
-    assert srv.stats()["prompt_cache"]["hits"] == 2 * 11
+    assert srv.stats()["prompt_cache"]["hits"] == 11
+    assert srv.stats()["cached_contents"]["reads"] == 12
     by_model = Counter((json.loads(r["request_json"])["model"], r["cached_tokens"] > 0) for r in store.responses())
-    assert by_model == {(GEMINI.split(":")[1], True): 11, (GEMINI.split(":")[1], False): 1,
+    assert by_model == {(GEMINI.split(":")[1], True): 12,
                         (CLAUDE.split(":")[1], True): 11, (CLAUDE.split(":")[1], False): 1}
+
+
+async def test_gemini_on_vertex_stores_a_shared_system_prompt_once_and_reads_it(tmp_path, srv: SimServer):
+    """Gemini's explicit caching over the Vertex-mode client (runner/engine/stored_prompts.py): the project's
+    cachedContents, named by every request, deleted at the end; Claude on Vertex keeps its breakpoints."""
+    shared = ("Read the question and the options, then answer with the letter of the right option only. " * 70)[:6000]
+    dataset = write_rows(tmp_path / "rows.jsonl", 10)
+    path = tmp_path / "job.yaml"
+    path.write_text(json.dumps({
+        "name": "stored", "output_dir": str(tmp_path / "results"), "models": ["vertex:gemini-2.5-flash"],
+        "providers": {"vertex": {"base_url": srv.root_url, "project": "sim-project", "location": "us-east5"}},
+        "params": {"temperature": 0, "max_tokens": 5}, "prompt_cache": "auto",
+        "stages": [{"name": "mc", "dataset": {"path": str(dataset)},
+                    "prompt": {"system": shared, "user": "{{ question }}\n{{ options_block }}\nAnswer:"},
+                    "choices": {"seeds": [0], "gold": "gold"}, "parse": "letter"}]}), encoding="utf-8")
+    store = open_store(tmp_path / "s.sqlite")
+    outcome = await execute(load_job(path), store)
+    assert outcome.status == "completed", outcome.message
+    cached = srv.stats()["cached_contents"]
+    assert (cached["created"], cached["deleted"], cached["reads"]) == (1, 1, 10)
+    tokens = 3 + 3 + len(shared) // 4
+    assert [r["cached_tokens"] for r in store.responses()] == [tokens] * 10
+    charges = [row for row in store.ledger(outcome.run_id) if row["key"].startswith("stored-prompt:")]
+    assert charges and sum(row["amount"] for row in charges) > 0
