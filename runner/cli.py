@@ -41,6 +41,9 @@ from runner.spec.schema import Job
 from runner.store import Store, open_store
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+    from types import ModuleType
+
     from runner.engine.run import Outcome
 
 #: raise an unexpected error (a bug) instead of printing it in one line: what RUNNER_RAISE_ERRORS=1 does, for a
@@ -212,13 +215,36 @@ def _summary(store: Store, run_id: str, results: dict[str, Path] | None) -> None
         _say(f"results: {stage} -> {path}")
 
 
-def _on_ray(job: Job, store: Store, db: str | None, run_id: str, address: str, workers: int | None) -> None:
+def _check_ray(ray: str | None, workers: int | None, otherwise: str) -> None:
+    """``--workers`` only with ``--ray``; with --ray, Ray installed (said before anything else is done)."""
+    if workers is not None and ray is None:
+        raise RunnerError(f"--workers starts Ray workers: add --ray (or {otherwise})")
+    if ray is not None:
+        from runner.cluster import ray_workers
+
+        ray_workers.import_ray()
+        ray_workers.check_workers(2 if workers is None else workers)
+
+
+def _ray_cluster(store: Store, ray: str | None, workers: int | None) -> AbstractContextManager[ModuleType | None]:
+    """The Ray cluster of ``--ray`` (runner/cluster/ray_workers.py), joined and checked before the run is made;
+    nothing without --ray."""
+    from contextlib import nullcontext
+
+    if ray is None:
+        return nullcontext()
+    from runner.cluster import ray_workers
+
+    return ray_workers.cluster(store, ray, 2 if workers is None else workers)
+
+
+def _on_ray(cluster: ModuleType, job: Job, store: Store, db: str | None, run_id: str, workers: int | None) -> None:
     """The run's workers as Ray actors (runner/cluster/ray_workers.py); the run's end lines once they are done."""
     from runner.cluster import ray_workers
 
     # a password is not sent to the actors: they read RUNNER_DB (or ~/.pgpass) where they run
-    outcome = ray_workers.run_on_ray(job, store, run_id, db=None if db and _has_password(db) else db,
-                                     address=address, workers=workers or 2, view=make_view())
+    outcome = ray_workers.run_on_ray(cluster, job, store, run_id, db=None if db and _has_password(db) else db,
+                                     workers=2 if workers is None else workers, view=make_view())
     done = [report for report in outcome.reports if "sent" in report]
     _say(f"ray: {len(outcome.reports)} workers ({outcome.joined} processes joined the run): "
          f"{sum(r['sent'] for r in done)} sent, {sum(r['cache_hits'] for r in done)} cache hits, "
@@ -233,18 +259,20 @@ def _shared(job: Job, store: Store, db: str | None, run_id: str | None, ray: str
     """``submit --run-id`` and ``submit --ray``: the first process of a named run estimates, checks and creates it,
     the others find it (the same job, or one sentence) and join it; with --ray, Ray actors do the work."""
     run = service.named_run(store, run_id, job) if run_id is not None else None
-    created = False
+    if run is not None and run["status"] == "completed":
+        _say(f"run {run_id}: already completed (job {run['job_name']}); `runner report {run_id}` shows it")
+        return
     if run is None:
         submission = _announce(service.prepare_submit(job, store, allow_partial=allow_partial))
         asyncio.run(service.preflight(job, [] if no_check else submission.probe))
-        run, created = service.open_shared_run(job, store, run_id)
-    if run["status"] == "completed":
-        _say(f"run {run['id']}: already completed (job {run['job_name']}); `runner report {run['id']}` shows it")
-        return
-    if created:
-        _say(f"run {run['id']}: started job {job.name}")
-    if ray is not None:
-        return _on_ray(job, store, db, run["id"], ray, workers)
+    with _ray_cluster(store, ray, workers) as cluster:
+        created = False
+        if run is None:
+            run, created = service.open_shared_run(job, store, run_id)
+        if created:
+            _say(f"run {run['id']}: started job {job.name}")
+        if cluster is not None:
+            return _on_ray(cluster, job, store, db, run["id"], workers)
     if not created:
         _say(f"run {run['id']}: joining job {job.name} as a worker")
     _work_on(job, store, run["id"], summary=True)
@@ -290,8 +318,7 @@ def submit(
     the end. Refuses (exit 2) when the estimate's worst case exceeds the run's budget, unless --allow-partial; stops
     (exit 1) before any request when an endpoint is unreachable, refuses its key or does not know the model."""
     job = service.apply_settings(_load(job_file, var), budget=budget, limit=limit)
-    if workers is not None and ray is None:
-        raise RunnerError("--workers starts Ray workers: add --ray (or start more processes with the same --run-id)")
+    _check_ray(ray, workers, "start more processes with the same --run-id")
     if run_id is not None:
         service.check_run_id(run_id)
     store = _store(db)
@@ -420,12 +447,12 @@ def work(
     file): take the chunks of its stages no live worker holds, send them, and take over those of workers that
     stopped. Requests are never sent twice across workers, and the run's budget holds across all of them. With
     --ray, Ray actors join it instead of this process."""
-    if workers is not None and ray is None:
-        raise RunnerError("--workers starts Ray workers: add --ray (or start more `runner work` processes)")
+    _check_ray(ray, workers, "start more `runner work` processes")
     store = _store(db)
     run, job = service.prepare_join(store, run_id)
-    if ray is not None:
-        return _on_ray(job, store, db, run["id"], ray, workers)
+    with _ray_cluster(store, ray, workers) as cluster:
+        if cluster is not None:
+            return _on_ray(cluster, job, store, db, run["id"], workers)
     _say(f"run {run['id']}: joining job {job.name} as a worker")
     _work_on(job, store, run["id"])
 

@@ -23,6 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -43,6 +46,8 @@ HERE = "local"
 RESTARTS = 3
 #: seconds between two looks at the actors and the store while they run
 POLL = 0.5
+#: the Ray namespace of the actors, each named ``runner-RUN_ID-I-PID`` (I: its index, PID: the command's process)
+NAMESPACE = "runner"
 
 
 def import_ray() -> ModuleType:
@@ -111,7 +116,8 @@ def connect(ray: ModuleType, address: str, workers: int) -> bool:
     """Join the Ray cluster ``--ray`` names; True when this process started it (and so stops it)."""
     if ray.is_initialized():
         return False
-    quiet: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
+    quiet: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR,
+                             "namespace": NAMESPACE}
     try:
         if address == HERE and not os.environ.get("RAY_ADDRESS"):
             # a Ray of this machine with room for every worker (each asks for one CPU)
@@ -132,13 +138,23 @@ def check_reach(ray: ModuleType, store: Store, address: str) -> None:
 
     if not isinstance(store, SQLiteStore):
         return
-    here = ray.util.get_node_ip_address()
-    others = sorted({node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")} - {here})
+    others = sorted({node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")
+                     and not _is_here(node["NodeManagerAddress"])})
     if address.startswith("ray://") or others:
         where = ", ".join(others) if others else address
         raise RunnerError(f"--ray: the store is a SQLite file ({store.path}), which Ray workers on other machines "
                           f"({where}) cannot open; give --db (or RUNNER_DB) a postgresql:// URL, or use a Ray of "
                           "this machine only (--ray without an address)")
+
+
+def _is_here(address: str) -> bool:
+    """Whether ``address`` is one of this machine's (a socket can be bound to it)."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
+            probe.bind((address, 0))
+    except OSError:
+        return False
+    return True
 
 
 def actor_store(store: Store, db: str | None) -> str | None:
@@ -151,51 +167,60 @@ def actor_store(store: Store, db: str | None) -> str | None:
     return db
 
 
-def run_on_ray(job: Job, store: Store, run_id: str, *, db: str | None, address: str, workers: int,
-               view: View) -> RayOutcome:
-    """Start ``workers`` Ray actors on run ``run_id`` of ``job`` and wait for them, showing the run's progress;
-    when none is left, the run's end is recorded (``service.conclude``) and its results files written here."""
-    from runner import service
-    from runner.cluster.watch import refresh
-    from runner.engine.opening import plan_stages
-
+@contextmanager
+def cluster(store: Store, address: str, workers: int) -> Iterator[ModuleType]:
+    """The Ray cluster ``--ray`` names, joined (or started here, and stopped on the way out) and checked before the
+    run is made: Ray installed, ``workers`` valid, the store within the actors' reach."""
     ray = import_ray()
     check_workers(workers)
     started = connect(ray, address, workers)
     try:
         check_reach(ray, store, address)
-        actor = ray.remote(max_restarts=RESTARTS, max_task_retries=RESTARTS)(RunWorker)
-        actors = [actor.options(num_cpus=1, scheduling_strategy="SPREAD").remote(run_id, actor_store(store, db))
-                  for _ in range(workers)]
-        _, stats, _ = plan_stages(job)
-
-        async def watch() -> list[dict[str, Any]]:
-            calls = {actor.work.remote(): index for index, actor in enumerate(actors)}
-            reports: list[dict[str, Any]] = [{} for _ in actors]
-            pending = list(calls)
-            view.start(stats, f"run {run_id} · job {job.name} · {workers} Ray workers")
-            try:
-                while pending:
-                    ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
-                    for ref in ready:
-                        reports[calls[ref]] = _report(ray, ref)
-                    refresh(stats, store, run_id)
-                    if pending:
-                        await asyncio.sleep(POLL)
-            finally:
-                view.stop()
-            return reports
-
-        try:
-            reports = asyncio.run(watch())
-        except KeyboardInterrupt:
-            for each in actors:
-                ray.kill(each, no_restart=True)
-            service.conclude(job, store, run_id, "interrupted", f"interrupted; `runner resume {run_id}` finishes it")
-            raise
+        yield ray
     finally:
         if started:
             ray.shutdown()
+
+
+def run_on_ray(ray: ModuleType, job: Job, store: Store, run_id: str, *, db: str | None, workers: int,
+               view: View) -> RayOutcome:
+    """Start ``workers`` actors on run ``run_id`` of ``job`` (in :func:`cluster`) and wait for them, showing the
+    run's progress; when none is left, the run's end is recorded (``service.conclude``) and its results files
+    written here."""
+    from runner import service
+    from runner.cluster.watch import refresh
+    from runner.engine.opening import plan_stages
+
+    actor = ray.remote(max_restarts=RESTARTS, max_task_retries=RESTARTS)(RunWorker)
+    actors = [actor.options(num_cpus=1, scheduling_strategy="SPREAD", namespace=NAMESPACE,
+                            name=f"runner-{run_id}-{index}-{os.getpid()}").remote(run_id, actor_store(store, db))
+              for index in range(workers)]
+    _, stats, _ = plan_stages(job)
+
+    async def watch() -> list[dict[str, Any]]:
+        calls = {each.work.remote(): index for index, each in enumerate(actors)}
+        reports: list[dict[str, Any]] = [{} for _ in actors]
+        pending = list(calls)
+        view.start(stats, f"run {run_id} · job {job.name} · {workers} Ray workers")
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
+                for ref in ready:
+                    reports[calls[ref]] = _report(ray, ref)
+                refresh(stats, store, run_id)
+                if pending:
+                    await asyncio.sleep(POLL)
+        finally:
+            view.stop()
+        return reports
+
+    try:
+        reports = asyncio.run(watch())
+    except KeyboardInterrupt:
+        for each in actors:
+            ray.kill(each, no_restart=True)
+        service.conclude(job, store, run_id, "interrupted", f"interrupted; `runner resume {run_id}` finishes it")
+        raise
     status, message = _verdict(reports)
     service.conclude(job, store, run_id, status, message, results=True)
     stored = store.get_run(run_id)

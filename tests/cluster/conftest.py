@@ -48,7 +48,7 @@ def ray_cluster() -> Iterator[Any]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RUNNER_LEASE_TTL", LEASE_TTL)
         patch.setenv("RAY_AUTH_MODE", "disabled")  # no token file written for a throwaway cluster
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, node_ip_address="127.0.0.1",
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
                  namespace="runner-tests")
     try:
         yield ray
