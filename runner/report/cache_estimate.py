@@ -17,15 +17,32 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runner.plan.prefixes import CacheRule, cache_rule, cacheable, prefix_use, prompt_text
-from runner.providers.base import provider_class, split_model
-from runner.providers.pricing import PER, Rates
+from runner.providers.base import ProviderSettings, provider_class, split_model
+from runner.providers.pricing import PER, Pricing, Rates
+from runner.spec.schema import Job
 
-__all__ = ["BLOCK", "CacheSums", "caching_rule"]
+__all__ = ["BLOCK", "CacheSums", "caching_rule", "storage_price"]
 
 #: requests grouped at a time
 BLOCK = 1000
 #: prompts of a stage and model the reorder warning compares
 SAMPLE = 32
+
+
+def storage_price(job: Job, model: str) -> float | None:
+    """USD per million tokens per hour of the prefixes the runner stores at the provider for ``model``
+    (runner/engine/stored_prompts.py), or None when it stores none for it."""
+    provider, name = split_model(model)
+    try:
+        cls = provider_class(provider)
+    except KeyError:
+        return None
+    if not cls.stores_prompts:
+        return None
+    settings = job.providers.get(provider) or ProviderSettings()
+    if not cls(settings).stores_prompts_for(name):
+        return None
+    return Pricing(job).storage(model)
 
 
 def caching_rule(model: str) -> CacheRule | None:
@@ -42,8 +59,11 @@ def caching_rule(model: str) -> CacheRule | None:
 class CacheSums:
     """The cache reads and writes expected on one stage and model's requests to send."""
 
-    def __init__(self, stage: str, model: str, rule: CacheRule) -> None:
+    def __init__(self, stage: str, model: str, rule: CacheRule, storage: float | None = None) -> None:
         self.stage, self.model, self.rule = stage, model, rule
+        #: where the runner stores the shared prefixes at the provider (Gemini's explicit caching), their storage
+        #: price per million tokens per hour
+        self.storage = storage
         self.read = 0
         self.written = 0
         self._block: list[tuple[str, Sequence[Mapping[str, Any]]]] = []
@@ -63,9 +83,15 @@ class CacheSums:
         self._block = []
 
     def saving(self, rates: Rates) -> float:
-        """USD the expected reads save, less the expected writes' premium, at the model's base rates."""
+        """USD the expected reads save, less the expected writes' premium, at the model's base rates; a prefix
+        stored at the provider is also read by its first request and kept for the stored prefixes' TTL."""
         self._flush()
-        return (self.read * (rates.input - rates.cached_input) - self.written * (rates.cache_write - rates.input)) / PER
+        saved = self.read * (rates.input - rates.cached_input) - self.written * (rates.cache_write - rates.input)
+        if self.storage is not None:
+            from runner.engine.stored_prompts import TTL  # the engine's modules load only where a model stores
+
+            saved -= self.written * (rates.cached_input + self.storage * TTL / 3600)
+        return saved / PER
 
     def reorder_warning(self) -> str | None:
         """A sentence when the sampled prompts share a cacheable ending but no cacheable beginning."""

@@ -41,7 +41,7 @@ from runner.plan.request import Task
 from runner.plan.stage import StagePlan, model_key
 from runner.providers.pricing import PER, Pricing, Rates
 from runner.providers.tokens import bound_call_tokens, count_call_tokens, exact
-from runner.report.cache_estimate import CacheSums, caching_rule
+from runner.report.cache_estimate import CacheSums, caching_rule, storage_price
 from runner.report.terminal import clean, clean_lines
 from runner.spec.schema import Job
 from runner.store import Reads, Store
@@ -264,8 +264,8 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
             if not count:
                 group.input_tokens = group.input_tokens_bound = None
             rule = caching_rule(model) if job.stage_prompt_cache(stage) == "auto" and count else None
-            builders[model] = _Builder(group, rates, batch, count,
-                                       CacheSums(stage.name, model, rule) if rule is not None else None)
+            builders[model] = _Builder(group, rates, batch, count, CacheSums(
+                stage.name, model, rule, storage_price(job, model)) if rule is not None else None)
         replayed = replayable_tasks(store, stage_address(job, stage, plan), stage.name)
         if replayed is not None:  # unchanged since a run that finished it: all cache hits, nothing to plan
             for model, (n, output_tokens) in replayed.items():

@@ -64,6 +64,28 @@ def test_anthropic_pays_the_write_premium_once_and_reads_at_a_tenth(tmp_path):
     assert group.cost_low_cached == pytest.approx(group.cost_low - saving, rel=1e-9)
 
 
+def test_gemini_stores_the_instruction_and_pays_its_storage_for_the_stored_prompts_ttl(tmp_path):
+    """Gemini's explicit caching (runner/engine/stored_prompts.py): the instruction is stored once (its tokens at
+    the input price, as a plain first request's), read by every request, the first too, and kept for the TTL at
+    Google's storage price; ``explicit_cache: false`` leaves the implicit expectation."""
+    model = "gemini:gemini-2.5-flash"
+    est = estimate(load_job(write_job(tmp_path, model)), open_store(tmp_path / "s.sqlite"))
+    [group] = est.groups
+    shared = count_input_tokens("gemini", "gemini-2.5-flash", [{"role": "system", "content": SHARED}])
+    rates = Pricing().rates(model)
+    assert rates is not None and shared > 1024
+    storage = 1.00 * 600 / 3600  # USD per million tokens per hour, for the 600 s a prefix is stored
+    saving = ((len(WORDS) - 1) * shared * (rates.input - rates.cached_input)
+              - shared * (rates.cached_input + storage)) / PER
+    assert group.cost_low_cached == pytest.approx(group.cost_low - saving, rel=1e-9)
+    path = write_job(tmp_path, model)
+    job = json.loads(path.read_text())
+    path.write_text(json.dumps({**job, "providers": {"gemini": {"explicit_cache": False}}}), encoding="utf-8")
+    [implicit] = estimate(load_job(path), open_store(tmp_path / "t.sqlite")).groups
+    assert implicit.cost_low_cached == pytest.approx(
+        implicit.cost_low - (len(WORDS) - 1) * shared * (rates.input - rates.cached_input) / PER, rel=1e-9)
+
+
 def test_without_planned_caching_there_is_no_cached_figure(tmp_path):
     off = estimate(load_job(write_job(tmp_path, "openai:gpt-4o", prompt_cache="off")), open_store(tmp_path / "s"))
     assert off.groups[0].cost_low_cached is None and "cost_low_cached" not in off.totals
