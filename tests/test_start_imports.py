@@ -2,7 +2,7 @@
 so the command line's modules keep the heavy libraries that a run of the simulated server or an OpenAI-compatible
 server never uses out of the start, importing them where they are used: the OpenAI SDK (the lean wire speaks to
 those servers, runner/providers/lean_http.py), sqlite-utils with numpy and pandas (only for looking at the store's
-tables), rich (only for a terminal's live view)."""
+tables), rich (only for a terminal's live view), genai-prices with its httpx (only to price a paid model)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 
-KEPT_OUT = ("openai", "sqlite_utils", "numpy", "pandas", "rich")
+KEPT_OUT = ("openai", "sqlite_utils", "numpy", "pandas", "rich", "genai_prices", "httpx2")
 
 
 def imported_after(code: str) -> set[str]:

@@ -31,13 +31,11 @@ from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
 from typing import TYPE_CHECKING
 
-import genai_prices
-from genai_prices.data_snapshot import get_snapshot
-from genai_prices.types import ModelInfo, ModelPrice, TieredPrices
-
 from runner.errors import RunnerError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # genai-prices (with httpx) is imported when a price is first looked up: not at every start
+    from genai_prices.types import ModelInfo, ModelPrice, TieredPrices
+
     from runner.spec.schema import Job
     from runner.spec.settings import Price
 
@@ -82,7 +80,6 @@ class _ProviderIds(Mapping[str, str]):
 #: job prices its models, so a provider that bills must set ``price_id`` (or its models be priced in the job).
 PROVIDER_IDS: Mapping[str, str] = _ProviderIds()
 
-GENAI_PRICES = f"genai-prices {genai_prices.__version__}"
 JOB_PRICES = "job prices:"
 PER = 1_000_000  # rates are USD per this many tokens
 
@@ -223,7 +220,7 @@ class Pricing:
         model_id = provider_class(provider).model_behind(model_id, self._settings.get(provider))
         info = _model_info(provider_id, _model_ref(model_id))
         if info is None:
-            return f"{GENAI_PRICES} does not list it"
+            return f"{_genai_prices()} does not list it"
         return provider_id, info
 
     def rates(self, model: str, when: datetime | None = None) -> Rates | None:
@@ -234,7 +231,7 @@ class Pricing:
         if isinstance(found, str):
             return None
         provider_id, info = found
-        return _converted(info.get_prices(_utc(when)), f"{GENAI_PRICES}: {provider_id}/{info.id}")
+        return _converted(info.get_prices(_utc(when)), f"{_genai_prices()}: {provider_id}/{info.id}")
 
     def batch_rates(self, model: str, when: datetime | None = None) -> Rates | None:
         """The model's Batch API rates at ``when`` (default: now): the job's ``batch_input`` / ``batch_output``
@@ -251,7 +248,7 @@ class Pricing:
             for variant in info.price_variants or ()
         ):
             return None
-        return _convert(info.get_prices(moment, _BATCH), f"{GENAI_PRICES}: {provider_id}/{info.id} (batch)")
+        return _convert(info.get_prices(moment, _BATCH), f"{_genai_prices()}: {provider_id}/{info.id} (batch)")
 
     def known(self, model: str, when: datetime | None = None) -> bool:
         """Whether the model has a price; free models (local, sim, openai-compatible) count as known."""
@@ -262,7 +259,7 @@ class Pricing:
         rates = self.rates(model, when)
         if rates is None:
             found = self._find(model)
-            reason = found if isinstance(found, str) else f"{GENAI_PRICES} prices it in units other than tokens"
+            reason = found if isinstance(found, str) else f"{_genai_prices()} prices it in units other than tokens"
             raise UnknownPrice(
                 f"no price for model {model!r} ({reason}); give it one in the job's prices: section, in USD per "
                 f"million tokens (input, output, optionally cached_input)"
@@ -312,9 +309,25 @@ def _model_ref(model_id: str) -> str:
 
 
 @cache
+def _genai_prices() -> str:
+    """``genai-prices VERSION``, the source named in the rates it gives."""
+    import genai_prices
+
+    return f"genai-prices {genai_prices.__version__}"
+
+
+def __getattr__(name: str) -> str:
+    if name == "GENAI_PRICES":
+        return _genai_prices()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@cache
 def _model_info(provider_id: str, model_ref: str) -> ModelInfo | None:
     """genai-prices' model for this provider and model id, or None; misses are cached too (they are not in
     genai-prices)."""
+    from genai_prices.data_snapshot import get_snapshot
+
     try:
         _, info = get_snapshot().find_provider_model(model_ref, None, provider_id, None)
     except LookupError:
@@ -338,6 +351,8 @@ def _converted(price: ModelPrice, source: str) -> Rates | None:
 def _convert(price: ModelPrice, source: str) -> Rates | None:
     """Rates from genai-prices' prices; None when the model is priced only in other units (audio hours,
     characters), which the runner cannot count."""
+    from genai_prices.types import TieredPrices
+
     keys = ("input_mtok", "cache_read_mtok", "cache_write_mtok", "output_mtok", "cache_write_1h_mtok")
     values: dict[str, Decimal | TieredPrices | None] = {key: getattr(price, key, None) for key in keys}
     if values["input_mtok"] is None and values["output_mtok"] is None and any(
@@ -366,6 +381,8 @@ def _price_at(price: Decimal | TieredPrices | None, input_tokens: int) -> float 
     """A price for a request with this many input tokens (genai-prices' rule: the highest tier exceeded)."""
     if price is None:
         return None
+    from genai_prices.types import TieredPrices
+
     if isinstance(price, TieredPrices):
         value = price.base
         for tier in reversed(price.tiers):  # genai-prices keeps them in ascending order
