@@ -10,8 +10,6 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from runner.errors import JobFileError, ModelSetupError, RunnerError
 from runner.evaluate.plugins import PARSER_GROUP, SCORER_GROUP, PluginError, load
 from runner.plan.datasets import format_of_name
@@ -181,6 +179,8 @@ def _load_schema(job: Job, path: Path, lines: dict[Loc, int], loc: Loc, schema: 
             fail(path, lines, loc, f"schema file {exc}")
         if not isinstance(schema, dict):
             fail(path, lines, loc, f"schema file {str(found)!r} does not hold a JSON object")
+    import jsonschema  # 0.03 s: only for a job with a schema
+
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
