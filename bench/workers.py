@@ -2,6 +2,7 @@
 """Several worker processes on one run (``runner work``), against the simulated server.
 
     python bench/workers.py [--n 6000] [--workers 1 2 4] [--rpm 10000] [--rpm-n 16000] [--store postgres]
+    python bench/workers.py --ray [--n 6000] [--ray-workers 4] [--store postgres]
 
 In one run it prints:
 
@@ -12,6 +13,17 @@ In one run it prints:
    the job configuring the same ``rpm``: the 429s the server sent (target 0), and the requests per minute the
    processes held together over the second half of the run (the server's bucket, like each process's, starts
    with a minute's allowance; by the second half it is spent and the limit's pace governs).
+
+With ``--ray`` it prints instead (Ray installed: ``pip install 'llm-job-runner[ray]'``), on one run of ``--n``
+distinct priced requests against the simulated server without latency or limits:
+
+3. ``--ray-workers`` ``runner work`` processes (``submit`` + ``work``) against ``runner submit --ray --workers N``
+   (N Ray actors on a Ray of this machine): requests/s of each from the first task committed to the last, and the
+   requests the server answered more than once (target 0);
+4. ``runner submit --ray ADDRESS --workers N`` on a Ray cluster this script starts, one actor killed
+   (``ray.kill(actor, no_restart=False)``, as a crash) once a quarter of the run is committed: tasks lost (target
+   0), requests charged twice in the ledger (target 0), and the requests the server answered twice, each of which
+   must be one the killed process had in flight (kept as possibly billed).
 
 The store is a PostgreSQL server started for the run (Debian's binaries, as the tests start it: devservers/postgres.py),
 or a SQLite file with ``--store sqlite``. A script, not a test: pytest does not collect ``bench/``.
@@ -54,7 +66,7 @@ def sim_stats(url: str) -> dict:
         return json.load(response)
 
 
-def write_job(folder: Path, url: str, n: int, rpm: int | None) -> Path:
+def write_job(folder: Path, url: str, n: int, rpm: int | None, extra: str = "") -> Path:
     rows = folder / "rows.jsonl"
     with open(rows, "w", encoding="utf-8") as out:
         for i in range(n):
@@ -67,6 +79,7 @@ def write_job(folder: Path, url: str, n: int, rpm: int | None) -> Path:
         f"output_dir: {json.dumps(str(folder / 'results'))}\n"
         f"providers: {{sim: {{base_url: {json.dumps(url)}, concurrency: 64{limits}}}}}\n"
         "retry: {max_attempts: 10, backoff_initial: 0.05, backoff_max: 1, max_elapsed: 120}\n"
+        f"{extra}"
         "stages:\n  - name: mc\n"
         f"    dataset: {{path: {json.dumps(str(rows))}}}\n"
         "    prompt: {user: \"{{ question }}\\n{{ options_block }}\\nAnswer:\"}\n"
@@ -96,6 +109,115 @@ def run_with(processes: int, db: str, job: Path, folder: Path) -> str:
     return run_id
 
 
+#: every request priced, so the ledger charges each one (section 4 counts the charges)
+PRICED = "prices: {sim:gpt-bench: {input: 1, output: 2}}\nbudget: {usd: 1000000}\n"
+
+
+def run_on_ray(workers: int, db: str, job: Path, folder: Path, address: str | None = None,
+               on_started=None) -> tuple[str, str]:
+    """``runner submit --ray [ADDRESS] --workers N``; ``on_started(run_id)`` is called once the run is made.
+    Returns the run id and the command's output."""
+    args = ["submit", str(job), "--db", db, "--ray", *([address] if address else []), "--workers", str(workers)]
+    proc = runner(*args, cwd=folder)
+    lines = []
+    run_id = None
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("run ") and "started job" in line:
+            run_id = line.split()[1].rstrip(":")
+            if on_started is not None:
+                on_started(run_id)
+    out, err = proc.communicate(timeout=1800)
+    assert proc.returncode == 0 and run_id, f"{proc.args}: {err[-2000:]}"
+    return run_id, "".join(lines) + out
+
+
+def twice(url: str) -> int:
+    """Requests the simulated server answered more than once (the extra answers)."""
+    return sum(n - 1 for n in sim_stats(url)["completed_by_digest"].values())
+
+
+def ray_sections(args: argparse.Namespace, new_db, folder: Path) -> None:
+    """Sections 3 and 4 (``--ray``)."""
+    import threading
+
+    import ray
+
+    n, workers = args.n, args.ray_workers
+    print(f"\n3. one run of {n:,} distinct requests, simulated server without latency or limits: {workers} `runner "
+          f"work` processes against {workers} Ray actors")
+    for label in ("processes", "ray"):
+        sim, url = start_sim(None)
+        try:
+            job_dir = folder / f"ray3-{label}"
+            job_dir.mkdir()
+            job = write_job(job_dir, url, n, None, PRICED)
+            db = new_db(f"ray3-{label}")
+            started = time.monotonic()
+            run_id = run_with(workers, db, job, job_dir) if label == "processes" else run_on_ray(
+                workers, db, job, job_dir)[0]
+            wall = time.monotonic() - started
+            extra = twice(url)
+        finally:
+            sim.terminate()
+            sim.wait(timeout=10)
+        tasks, seconds = span(commit_times(db, run_id))
+        what = f"{workers} runner processes" if label == "processes" else f"{workers} Ray actors     "
+        print(f"   {what}: {tasks:,} tasks in {seconds:.1f} s = {tasks / seconds:,.0f} requests/s ({wall:.1f} s wall "
+              f"with start-up); requests sent twice: {extra}")
+
+    print(f"\n4. the same with {workers} Ray actors, one killed (as a crash) once a quarter of the run is committed; "
+          "leases of 8 s (RUNNER_LEASE_TTL)")
+    os.environ["RUNNER_LEASE_TTL"] = "8"  # the Ray started here passes it on to the actors
+    ray.init(num_cpus=max(workers, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1", namespace="bench", logging_level="ERROR")
+    sim, url = start_sim(None)
+    try:
+        job_dir = folder / "ray4"
+        job_dir.mkdir()
+        job = write_job(job_dir, url, n, None, PRICED)
+        db = new_db("ray4")
+        killed: list[str] = []
+
+        def kill_when_a_quarter_is_done(run_id: str) -> None:
+            def watch() -> None:
+                store = open_store(db)
+                try:
+                    while len(store.tasks(run_id, status="done")) < n // 4:
+                        time.sleep(0.2)
+                finally:
+                    store.close()
+                names = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                               if a["name"].startswith(f"runner-{run_id}-"))
+                ray.kill(ray.get_actor(names[0], namespace="runner"), no_restart=False)
+                killed.append(names[0])
+            threading.Thread(target=watch, daemon=True).start()
+
+        started = time.monotonic()
+        run_id, out = run_on_ray(workers, db, job, job_dir, ray.get_runtime_context().gcs_address,
+                                 kill_when_a_quarter_is_done)
+        wall = time.monotonic() - started
+        extra = twice(url)
+    finally:
+        sim.terminate()
+        sim.wait(timeout=10)
+        ray.shutdown()
+    store = open_store(db)
+    try:
+        done = len(store.tasks(run_id, status="done"))
+        charges = Counter(row["key"] for row in store.ledger(run_id, kind="charge"))
+        possibly = len(store.ledger(run_id, kind="possibly_billed"))
+        states = Counter(w["state"] for w in store.workers(run_id))
+    finally:
+        store.close()
+    tasks, seconds = span(commit_times(db, run_id))
+    victim = killed[0] if killed else "NONE"
+    print(f"   killed {victim}; {tasks:,} tasks in {seconds:.1f} s ({wall:.1f} s wall); workers on the run: "
+          f"{dict(states)}")
+    print(f"   lost: {n - done}; charged twice: {sum(1 for c in charges.values() if c > 1)}; sent twice: {extra} "
+          f"(possibly billed, the killed process's requests in flight: {possibly})")
+
+
 def commit_times(db: str, run_id: str) -> list[float]:
     """When each task of a run was committed (epoch seconds), ascending."""
     store = open_store(db)
@@ -119,6 +241,8 @@ def main() -> None:
     parser.add_argument("--rpm-n", type=int, default=30_000)
     parser.add_argument("--rpm-workers", type=int, default=4)
     parser.add_argument("--store", choices=["postgres", "sqlite"], default="postgres")
+    parser.add_argument("--ray", action="store_true", help="sections 3 and 4: Ray actors against runner processes")
+    parser.add_argument("--ray-workers", type=int, default=4)
     args = parser.parse_args()
 
     folder = Path(tempfile.mkdtemp(prefix="runner-bench-workers-"))
@@ -137,6 +261,13 @@ def main() -> None:
         return str(path)
 
     print(f"machine: {os.cpu_count()} cores; store: {args.store}; python {sys.version.split()[0]}")
+    if args.ray:
+        try:
+            ray_sections(args, new_db, folder)
+        finally:
+            if server is not None:
+                server.stop()
+        return
     try:
         print(f"\n1. one run of {args.n:,} distinct requests, simulated server without latency or limits")
         for processes in args.workers:
