@@ -14,7 +14,9 @@ limits each model to ``--rpm`` requests a minute with ``--latency`` seconds per 
 - **WinoDict 5-shot**: the bundled build's items (``--items`` of them), each asked as a two-option question after
   its five solved examples (the paper's 5-shot context), seeds 0, 1, 2;
 - **long context**: ``--docs`` documents of ~6,000 tokens (twelve MC-Test stories each), every question of their
-  stories asked about the whole document.
+  stories asked about the whole document; and the same with each document in the system message ("long ctx,
+  system"), whose shared part is whole messages: Gemini's rows then store it as an explicit cached content
+  (runner/engine/stored_prompts.py), and its "auto" includes the creation and storage the ledger charged.
 
 Models: ``openai:gpt-4o``, ``anthropic:claude-opus-4-1`` and ``gemini:gemini-2.5-flash``, priced by genai-prices.
 For each job and model the script prints the input cost of each run, the saving of ``auto`` over ``off``, and the
@@ -107,7 +109,9 @@ def winodict_job(folder: Path, n: int) -> dict[str, Any]:
                         "choices": {"field": "options", "gold": "label", "seeds": [0, 1, 2]}, "parse": "letter"}]}
 
 
-def longdoc_job(folder: Path, docs: int) -> dict[str, Any]:
+def longdoc_job(folder: Path, docs: int, *, in_system: bool = False) -> dict[str, Any]:
+    """The long-context job; ``in_system``: each document in the system message, the question alone in the user
+    message (the layout whose shared part is whole messages, which Gemini's explicit caching stores)."""
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
     source = stories(12 * docs)
@@ -120,11 +124,14 @@ def longdoc_job(folder: Path, docs: int) -> dict[str, Any]:
                              "options": item["options"], "gold": item["options"].index(item["gold_option"])})
     data = folder / "longdoc.jsonl"
     data.write_text("\n".join(json.dumps(row) for row in rows), encoding="utf-8")
-    return {"name": "longdoc", "params": {"temperature": 0, "max_tokens": 8},
+    instruction = "Answer with the letter of the right option only."
+    prompt = {"system": instruction + "\n\nDocument:\n{{ document }}",
+              "user": "Question: {{ question }}\n{{ options_block }}\nAnswer:"} if in_system else \
+        {"system": instruction,
+         "user": "Document:\n{{ document }}\n\nQuestion: {{ question }}\n{{ options_block }}\nAnswer:"}
+    return {"name": "longdoc-system" if in_system else "longdoc", "params": {"temperature": 0, "max_tokens": 8},
             "stages": [{"name": "qa", "dataset": {"path": str(data), "id": "id"},
-                        "prompt": {"system": "Answer with the letter of the right option only.",
-                                   "user": "Document:\n{{ document }}\n\nQuestion: {{ question }}\n{{ options_block }}"
-                                           "\nAnswer:"},
+                        "prompt": prompt,
                         "choices": {"field": "options", "gold": "gold", "seeds": [0]}, "parse": "letter"}]}
 
 
@@ -199,7 +206,8 @@ def main() -> None:
             base = Path(tmp)
             jobs = {"Know-No MC-Test": mctest_job(base, args.stories),
                     "WinoDict 5-shot": winodict_job(base, args.items),
-                    "long context": longdoc_job(base, args.docs)}
+                    "long context": longdoc_job(base, args.docs),
+                    "long ctx, system": longdoc_job(base / "system", args.docs, in_system=True)}
             for model in MODELS:  # imports, each SDK's first client: not timed
                 run(longdoc_job(base / "warm", 1), base / "warm" / model.replace(":", "-"), server.url, model, "off")
             print(f"latency {args.latency} s, {args.rpm} requests a minute per model; cost in USD; saved: against "
