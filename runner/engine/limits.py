@@ -1,4 +1,4 @@
-"""Per-endpoint rate limits (ARCHITECTURE.md invariant 5).
+"""Per-endpoint rate limits (ARCHITECTURE.md invariant 5) and the requests each endpoint keeps in flight.
 
 An endpoint is provider + key + model: two models of one provider do not share limits. Each has
 
@@ -6,8 +6,12 @@ An endpoint is provider + key + model: two models of one provider do not share l
   job's configured value, or from the first response's rate-limit headers when the job sets none; headers
   keep it in step with the server afterwards (its ``remaining``), and a configured value stays the ceiling;
 - a pause shared by every request after a 429, for its Retry-After;
-- a concurrency bound. While no rate-limit headers have been seen (local servers send none) the bound is
-  adaptive: it halves on errors and grows by one per window of good responses while latency holds.
+- a bound on the requests in flight. Where a request limit is known (configured or from headers) it follows
+  Little's law: the rate the buckets allow times the mean answer latency, with headroom, so a 6,000 RPM key with
+  20 s answers keeps about 2,000 in flight. While no rate-limit headers have been seen (local servers send none)
+  it ramps: doubling per window of clean answers until latency rises above its floor or errors come, then
+  additive increase and multiplicative decrease (:class:`Ramp`). An explicit ``concurrency`` caps both, and
+  ``max_in_flight`` (memory) and the process's open-files limit bound them.
 
 When several processes work on one run (runner/engine/workers.py) each takes an equal share of every bucket:
 its capacity, its refill and what the server says remains, so together they stay within the server's limit.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import statistics
 from collections import deque
 from collections.abc import Callable
 
@@ -24,6 +29,21 @@ from runner.providers.base import RateWindow
 
 #: the kinds of limit a response's headers may carry, each counted per minute
 KINDS = ("requests", "tokens", "input_tokens", "output_tokens")
+
+#: requests in flight per endpoint when neither the provider's nor the job's ``max_in_flight`` (nor an explicit
+#: ``concurrency``) says: at the 15-20 kB the runner holds per request in flight (bench/latency.py), at most about
+#: 160 MB; enough for a 10,000 RPM key with 30 s answers (6,258 with the headroom)
+DEFAULT_MAX_IN_FLIGHT = 8192
+#: Little's law's target is rate x mean latency times this (latency's spread, the bucket's bursts) ...
+HEADROOM = 1.25
+#: ... plus this many, so that an endpoint with short answers still has a few to spare
+SLACK = 8
+#: weight of the newest answer in the mean latency (about the last 20 answers count)
+LATENCY_WEIGHT = 0.05
+#: a window's median latency this far above the floor is queueing: the ramp stops doubling and backs off
+RISE = 1.5
+#: open files kept for everything but connections (the store, its journal, logs, the SDKs' own)
+RESERVED_FILES = 256
 
 
 class Bucket:
@@ -134,38 +154,80 @@ class Slots:
                 future.set_result(None)
 
 
-class Adaptive:
-    """Additive increase, multiplicative decrease of an endpoint's concurrency, for servers that say nothing
-    about their limits. Grows by one after ``limit`` good answers in a row whose latency stays within twice
-    the best seen; halves on an error, at most once per latency window so one burst counts once."""
+def connection_room(wanted: int) -> int:
+    """Connections this process may hold at once, up to ``wanted``: its open-files limit less
+    ``RESERVED_FILES``. A soft limit below ``wanted`` is raised towards the hard one first (each connection
+    in flight is an open file)."""
+    try:
+        import resource
+    except ImportError:  # no RLIMIT_NOFILE to respect (Windows)
+        return wanted
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = wanted + RESERVED_FILES
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raised = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft - RESERVED_FILES))
 
-    __slots__ = ("_clock", "best", "ceiling", "good", "last_cut", "slots")
 
-    def __init__(self, slots: Slots, ceiling: int, clock: Callable[[], float]) -> None:
+class Ramp:
+    """The bound on requests in flight of a server that states no limits. Slow start: each clean answer adds
+    one, so the bound doubles per window (as many answers as the bound was when the window opened). At each
+    window's end its median latency is set against the floor (the lowest window median seen): past ``RISE`` x the
+    floor the server queues, and the bound is cut to what it answered without queueing (Little's law: bound x
+    floor / median, at least half the window's opening bound). Once latency rose or an error came, growth is
+    additive: ``step`` per clean window; an error halves the bound, at most once per latency window (one burst
+    counts once)."""
+
+    __slots__ = ("_clock", "ceiling", "doubling", "floor", "last_cut", "size", "slots", "step", "window")
+
+    def __init__(self, slots: Slots, ceiling: int, clock: Callable[[], float], step: int = 4) -> None:
         self.slots = slots
         self.ceiling = ceiling
-        self.best = math.inf
-        self.good = 0
+        self.step = step
+        self.doubling = True
+        self.floor = math.inf
+        #: the latencies of the window so far, and the answers that close it
+        self.window: list[float] = []
+        self.size = slots.limit
         self.last_cut = -math.inf
         self._clock = clock
 
     def success(self, latency: float) -> None:
-        self.best = min(self.best, latency)
-        if latency > 2 * self.best + 0.005:  # queueing somewhere: hold, do not grow
-            self.good = 0
+        window = self.window
+        window.append(latency)
+        slots = self.slots
+        if self.doubling and slots.limit < self.ceiling:
+            slots.resize(slots.limit + 1)
+        if len(window) < self.size:
             return
-        self.good += 1
-        if self.good >= self.slots.limit and self.slots.limit < self.ceiling:
-            self.good = 0
-            self.slots.resize(self.slots.limit + 1)
+        median = statistics.median(window)
+        window.clear()
+        self.floor = min(self.floor, median)
+        limit = slots.limit
+        if median > RISE * self.floor + 0.005:  # queueing somewhere
+            self.doubling = False
+            slots.resize(max(self.size // 2, int(limit * self.floor / median)))
+        elif not self.doubling:
+            slots.resize(min(limit + self.step, self.ceiling))
+        self.size = slots.limit
 
     def failure(self) -> None:
         now = self._clock()
-        self.good = 0
-        if now - self.last_cut < max(self.best, 0.05) * 2:
+        self.doubling = False
+        self.window.clear()
+        spacing = self.floor if self.floor < math.inf else 1.0  # no window measured yet: a second
+        if now - self.last_cut < max(spacing, 0.05) * 2:
             return
         self.last_cut = now
         self.slots.resize(max(1, self.slots.limit // 2))
+        self.size = self.slots.limit
 
 
 class Endpoint:
@@ -175,7 +237,9 @@ class Endpoint:
         self,
         name: str,
         *,
-        concurrency: int,
+        concurrency: int | None = None,
+        max_in_flight: int | None = None,
+        opening: int = 16,
         rpm: int | None = None,
         tpm: int | None = None,
         itpm: int | None = None,
@@ -185,6 +249,9 @@ class Endpoint:
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], object] = asyncio.sleep,
     ) -> None:
+        """``concurrency``: the user's explicit bound (a hard cap; fixed where no limit is known).
+        ``max_in_flight``: the memory bound (``DEFAULT_MAX_IN_FLIGHT`` when neither is set). ``opening``: the
+        bound after the first answer until a latency is known (the provider's default concurrency)."""
         self.name = name
         self._clock = clock or asyncio.get_running_loop().time
         self._sleep = sleep
@@ -196,13 +263,21 @@ class Endpoint:
         self.buckets: dict[str, Bucket] = {
             kind: self._bucket(limit, limit) for kind, limit in self.ceilings.items() if limit
         }
-        self.ceiling = concurrency
+        bounds = [bound for bound in (concurrency, max_in_flight) if bound]
+        #: the most requests ever in flight: the explicit concurrency, the memory bound, the open files
+        self.ceiling = connection_room(min(bounds) if bounds else DEFAULT_MAX_IN_FLIGHT)
         #: bounds the requests in flight (and so the tasks and memory the dispatcher holds). The first request
         #: goes alone: its answer brings the server's limits, or a refused key, before anything else is sent.
         self.slots = Slots(1)
-        self.opening = min(adaptive_start, concurrency) if adaptive else concurrency
+        #: the bound while a known limit cannot be turned into requests yet (tokens per request unknown)
+        self.fallback = min(concurrency or opening, self.ceiling)
+        self.opening = min(adaptive_start, self.ceiling) if adaptive else self.fallback
         self.probing = True
-        self.adaptive = Adaptive(self.slots, concurrency, self._clock) if adaptive else None
+        self.ramp = Ramp(self.slots, self.ceiling, self._clock, step=adaptive_start) if adaptive else None
+        #: mean answer latency (seconds), for Little's law
+        self.latency: float | None = None
+        #: mean tokens a request takes from each token bucket, to turn a token limit into requests
+        self.per_request: dict[str, float] = {}
         #: the last windows the server reported, for the live view and the report
         self.reported: dict[str, RateWindow] = {}
         #: loop time before which nothing is sent (set by a 429's Retry-After)
@@ -233,10 +308,14 @@ class Endpoint:
         buckets = self.buckets
         if not buckets:
             return
+        per_request = self.per_request
         for kind, amount in (("requests", 1), ("tokens", input_tokens + output_tokens),
                              ("input_tokens", input_tokens), ("output_tokens", output_tokens)):
             bucket = buckets.get(kind)
             if bucket is not None and amount > 0:
+                if kind != "requests":
+                    mean = per_request.get(kind)
+                    per_request[kind] = amount if mean is None else mean + LATENCY_WEIGHT * (amount - mean)
                 await bucket.take(amount)
 
     def answered(self) -> None:
@@ -246,11 +325,12 @@ class Endpoint:
             self.slots.resize(self.opening)
 
     def observe(self, rate: dict[str, RateWindow] | None, latency: float) -> None:
-        """A response arrived: learn the server's limits from its headers, or adapt to its latency."""
+        """A response arrived: learn the server's limits from its headers, or ramp on its latency; then size the
+        requests in flight to the limits and the latency."""
+        mean = self.latency
+        self.latency = latency if mean is None else mean + LATENCY_WEIGHT * (latency - mean)
         if rate:
-            if self.adaptive is not None:  # the server states its limits: they govern, not our guesses
-                self.adaptive = None
-                self.slots.resize(self.ceiling)
+            self.ramp = None  # the server states its limits: they govern, not our guesses
             self.reported.update(rate)
             for kind, window in rate.items():
                 bucket = self.buckets.get(kind)
@@ -261,13 +341,40 @@ class Endpoint:
                         bucket.resize(window.limit)
                 if bucket is not None and window.remaining is not None:
                     bucket.sync(window.remaining, latency)
-        elif self.adaptive is not None:
-            self.adaptive.success(latency)
+        elif self.ramp is not None:
+            self.ramp.success(latency)
+            return
+        if self.buckets and not self.probing:
+            self.retarget()
+
+    def allowed_rate(self) -> float | None:
+        """Requests per second this process's share of the buckets allows, or None while no limit is known: the
+        request bucket's refill, and each token bucket's refill over the tokens a request takes from it."""
+        rates = []
+        for kind, bucket in self.buckets.items():
+            if kind == "requests":
+                rates.append(bucket.rate)
+            elif (tokens := self.per_request.get(kind)) is not None and tokens > 0:
+                rates.append(bucket.rate / tokens)
+        return min(rates) if rates else None
+
+    def in_flight_target(self) -> int | None:
+        """Little's law: the requests in flight that keep the allowed rate up at the mean latency, with headroom,
+        within the ceiling; None while the rate or the latency is unknown."""
+        rate = self.allowed_rate()
+        if rate is None or self.latency is None:
+            return None
+        return max(1, min(math.ceil(rate * self.latency * HEADROOM) + SLACK, self.ceiling))
+
+    def retarget(self) -> None:
+        target = self.in_flight_target() or self.fallback
+        if target != self.slots.limit:
+            self.slots.resize(target)
 
     def failed(self) -> None:
         """A request failed in a way that says the server is loaded (429, 5xx, timeout, dropped connection)."""
-        if self.adaptive is not None:
-            self.adaptive.failure()
+        if self.ramp is not None:
+            self.ramp.failure()
 
     def __repr__(self) -> str:
         return f"<Endpoint {self.name} slots={self.slots.limit} paused_until={self.paused_until:.2f}>"

@@ -334,6 +334,9 @@ class Job(Strict):
     #: number of seconds); what no batch has answered by then is sent online
     deadline: str | None = None
     batch: BatchSettings = Field(default_factory=BatchSettings)
+    #: requests in flight per endpoint at most, a memory bound (15-20 kB each: bench/latency.py); a
+    #: provider's own ``max_in_flight`` wins, an explicit ``concurrency`` caps it further
+    max_in_flight: Annotated[int | None, within(1, 1_000_000)] = None
 
     @field_validator("deadline", mode="before")
     @classmethod

@@ -1,4 +1,5 @@
-"""Per-endpoint limits: token buckets learned from headers, the adaptive concurrency, the 429 pause.
+"""Per-endpoint limits: token buckets learned from headers, the 429 pause (the bound on requests in flight:
+test_concurrency.py).
 
 A fake clock drives every bucket: no test sleeps for real.
 """
@@ -9,7 +10,7 @@ import asyncio
 
 import pytest
 
-from runner.engine.limits import Adaptive, Bucket, Endpoint, Slots
+from runner.engine.limits import Bucket, Endpoint, Slots
 from runner.providers.anthropic_messages import anthropic_rate
 from runner.providers.base import RateWindow
 from runner.providers.openai_chat import duration_seconds, openai_rate
@@ -105,36 +106,6 @@ async def test_a_cancelled_waiter_gives_back_a_slot_it_was_handed():
     assert slots.held == 0 and not slots.waiters
 
 
-def test_adaptive_grows_by_one_per_window_while_latency_holds_and_halves_on_errors():
-    clock = FakeClock()
-    slots = Slots(4)
-    adaptive = Adaptive(slots, ceiling=64, clock=clock)
-    for _ in range(4):
-        adaptive.success(0.1)
-    assert slots.limit == 5
-    for _ in range(5):
-        adaptive.success(0.5)  # five times the best latency: queueing, so no growth
-    assert slots.limit == 5
-    adaptive.failure()
-    assert slots.limit == 2
-    adaptive.failure()  # the same burst of errors: counted once
-    assert slots.limit == 2
-    clock.now += 1.0
-    adaptive.failure()
-    adaptive.failure()
-    clock.now += 1.0
-    adaptive.failure()
-    assert slots.limit == 1  # never below one
-
-
-def test_adaptive_stops_at_the_ceiling():
-    slots = Slots(3)
-    adaptive = Adaptive(slots, ceiling=4, clock=FakeClock())
-    for _ in range(100):
-        adaptive.success(0.01)
-    assert slots.limit == 4
-
-
 async def test_an_endpoint_learns_its_limits_from_headers_and_drops_adaptation():
     clock = FakeClock()
     endpoint = Endpoint("e", concurrency=64, adaptive=True, clock=clock, sleep=clock.sleep)
@@ -142,7 +113,7 @@ async def test_an_endpoint_learns_its_limits_from_headers_and_drops_adaptation()
     endpoint.answered()
     assert endpoint.slots.limit == 4  # then the adaptive start
     endpoint.observe({"requests": RateWindow(limit=600, remaining=590, reset=1.0)}, latency=0.0)
-    assert endpoint.adaptive is None and endpoint.slots.limit == 64
+    assert endpoint.ramp is None and endpoint.slots.limit == 8  # Little's law: 10/s x 0 s, plus the slack
     requests = endpoint.buckets["requests"]
     assert requests.capacity == 600 and requests.level == 590
     for _ in range(585):  # what the server said is left, less the margin

@@ -1,0 +1,230 @@
+"""The bound on an endpoint's requests in flight (runner/engine/limits.py): Little's law where a limit is known, the
+ramp where none is, the memory bound, an explicit concurrency, the open-files room, and the connection pool the
+providers' clients are told to allow (runner/engine/endpoints.py).
+
+A fake clock drives every endpoint: no test sleeps for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from runner.engine import endpoints, limits
+from runner.engine.endpoints import connection_pool_size, in_flight_bound
+from runner.engine.limits import DEFAULT_MAX_IN_FLIGHT, RESERVED_FILES, Endpoint, Ramp, Slots
+from runner.providers.base import ProviderSettings, RateWindow
+
+
+@pytest.fixture(autouse=True)
+def open_files_aplenty(monkeypatch):
+    """The process's open-files limit is its own test (in a subprocess): here it bounds nothing."""
+    monkeypatch.setattr(limits, "connection_room", lambda wanted: wanted)
+    monkeypatch.setattr(endpoints, "connection_room", lambda wanted: wanted)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+def opened(endpoint: Endpoint) -> Endpoint:
+    endpoint.answered()  # the first answer: the probe is over
+    return endpoint
+
+
+def test_in_flight_follows_a_configured_limit_times_the_latency():
+    clock = FakeClock()
+    endpoint = opened(Endpoint("e", rpm=6000, opening=64, clock=clock, sleep=clock.sleep))
+    assert endpoint.slots.limit == 64  # no latency known yet: the provider's opening
+    endpoint.observe(None, latency=20.0)
+    # 100 requests a second for 20 s: 2,000 in flight, with a quarter's headroom and the slack
+    assert endpoint.slots.limit == 2508
+    for _ in range(200):
+        endpoint.observe(None, latency=10.0)  # answers got faster: fewer in flight keep the limit busy
+    assert endpoint.latency == pytest.approx(10.0, rel=1e-3)
+    assert endpoint.slots.limit == pytest.approx(100 * 10 * 1.25 + 8, abs=1)
+
+
+def test_a_limit_learned_from_headers_ends_the_ramp_and_sets_the_target():
+    clock = FakeClock()
+    endpoint = opened(Endpoint("e", adaptive=True, clock=clock, sleep=clock.sleep))
+    assert endpoint.slots.limit == 4 and endpoint.ramp is not None
+    endpoint.observe({"requests": RateWindow(limit=6000, remaining=5999)}, latency=20.0)
+    assert endpoint.ramp is None and endpoint.slots.limit == 2508
+
+
+def test_each_process_sizes_its_in_flight_to_its_share_of_the_limit():
+    clock = FakeClock()
+    endpoint = opened(Endpoint("e", rpm=6000, clock=clock, sleep=clock.sleep))
+    endpoint.set_share(0.25)
+    endpoint.observe(None, latency=20.0)
+    assert endpoint.slots.limit == 25 * 20 * 1.25 + 8
+
+
+async def test_a_token_limit_bounds_the_requests_in_flight_by_the_tokens_each_takes():
+    clock = FakeClock()
+    endpoint = opened(Endpoint("e", rpm=6000, tpm=60_000, clock=clock, sleep=clock.sleep))
+    await endpoint.ready(input_tokens=500, output_tokens=500)  # 1,000 tokens a request: 1 request a second
+    endpoint.observe(None, latency=20.0)
+    assert endpoint.allowed_rate() == pytest.approx(1.0)
+    assert endpoint.slots.limit == 1 * 20 * 1.25 + 8
+
+
+async def test_a_token_limit_alone_waits_for_a_request_before_it_counts():
+    clock = FakeClock()
+    endpoint = opened(Endpoint("e", tpm=60_000, opening=32, clock=clock, sleep=clock.sleep))
+    endpoint.observe(None, latency=5.0)
+    assert endpoint.in_flight_target() is None and endpoint.slots.limit == 32  # tokens per request unknown
+    await endpoint.ready(input_tokens=90, output_tokens=10)
+    endpoint.observe(None, latency=5.0)
+    assert endpoint.slots.limit == math.ceil(10 * 5 * 1.25) + 8
+
+
+def test_the_memory_bound_caps_the_target():
+    clock = FakeClock()
+    endpoint = opened(Endpoint("e", rpm=6000, max_in_flight=500, clock=clock, sleep=clock.sleep))
+    endpoint.observe(None, latency=20.0)
+    assert endpoint.slots.limit == 500
+    unbounded = opened(Endpoint("e", rpm=600_000, clock=clock, sleep=clock.sleep))
+    unbounded.observe(None, latency=60.0)
+    assert unbounded.slots.limit == DEFAULT_MAX_IN_FLIGHT  # the default bound when nothing is set
+
+
+def test_an_explicit_concurrency_caps_the_target_and_stays_fixed_without_a_limit():
+    clock = FakeClock()
+    endpoint = opened(Endpoint("e", concurrency=100, rpm=6000, clock=clock, sleep=clock.sleep))
+    endpoint.observe(None, latency=20.0)
+    assert endpoint.slots.limit == 100  # Little's law wants 2,508: the user's concurrency wins
+    below = opened(Endpoint("e", concurrency=100, rpm=600, clock=clock, sleep=clock.sleep))
+    below.observe(None, latency=2.0)
+    assert below.slots.limit == 10 * 2 * 1.25 + 8  # under the cap, Little's law still sizes it
+    fixed = opened(Endpoint("e", concurrency=100, clock=clock, sleep=clock.sleep))
+    for _ in range(1000):
+        fixed.observe(None, latency=0.01)
+    assert fixed.slots.limit == 100 and fixed.ramp is None  # no limit known: exactly the user's concurrency
+    above = opened(Endpoint("e", concurrency=20_000, rpm=600_000, clock=clock, sleep=clock.sleep))
+    above.observe(None, latency=60.0)
+    assert above.slots.limit == 20_000  # an explicit concurrency is not cut to the default memory bound
+    both = opened(Endpoint("e", concurrency=300, max_in_flight=200, rpm=6000, clock=clock, sleep=clock.sleep))
+    both.observe(None, latency=20.0)
+    assert both.slots.limit == 200  # an explicit memory bound below it is
+
+
+def test_the_ramp_doubles_per_window_of_clean_answers():
+    slots = Slots(4)
+    ramp = Ramp(slots, ceiling=1000, clock=FakeClock())
+    sizes = []
+    for _ in range(5):
+        for _ in range(ramp.size):
+            ramp.success(2.0)
+        sizes.append(slots.limit)
+    assert sizes == [8, 16, 32, 64, 128] and ramp.doubling
+
+
+def test_the_ramp_stops_at_the_ceiling():
+    slots = Slots(4)
+    ramp = Ramp(slots, ceiling=50, clock=FakeClock())
+    for _ in range(1000):
+        ramp.success(0.01)
+    assert slots.limit == 50
+
+
+def test_rising_latency_cuts_the_ramp_to_what_the_server_served_without_queueing_then_growth_is_additive():
+    slots = Slots(4)
+    ramp = Ramp(slots, ceiling=10_000, clock=FakeClock(), step=4)
+    while slots.limit < 64:
+        ramp.success(1.0)
+    assert slots.limit == 64 == ramp.size and ramp.floor == pytest.approx(1.0)
+    for _ in range(64):
+        ramp.success(3.0)  # the server queues: three times the floor, while the bound grew to 128
+    assert not ramp.doubling
+    assert slots.limit == 128 // 3  # Little's law: what it served at the floor's latency
+    for _ in range(ramp.size):
+        ramp.success(1.0)
+    assert slots.limit == 128 // 3 + 4  # clean again: one step per window, no more doubling
+    for _ in range(ramp.size):
+        ramp.success(1.2)  # a little slower, not queueing
+    assert slots.limit == 128 // 3 + 8
+
+
+def test_errors_halve_the_ramp_once_per_latency_window():
+    clock = FakeClock()
+    slots = Slots(4)
+    ramp = Ramp(slots, ceiling=10_000, clock=clock)
+    while slots.limit < 128:
+        ramp.success(0.5)
+    ramp.failure()
+    assert slots.limit == 64 and not ramp.doubling
+    ramp.failure()  # the same burst of 429s: counted once
+    assert slots.limit == 64
+    clock.now += 1.0  # two floors later
+    ramp.failure()
+    assert slots.limit == 32
+    for _ in range(40):
+        ramp.failure()
+        clock.now += 1.0
+    assert slots.limit == 1  # never below one
+
+
+def test_an_endpoint_ramps_from_its_start_and_backs_off_on_429s():
+    clock = FakeClock()
+    endpoint = opened(Endpoint("e", adaptive=True, clock=clock, sleep=clock.sleep))
+    for _ in range(4 + 8 + 16):
+        endpoint.observe(None, latency=2.0)
+    assert endpoint.slots.limit >= 32  # doubled per window, not one more per window as before
+    before = endpoint.slots.limit
+    endpoint.failed()
+    assert endpoint.slots.limit == before // 2
+
+
+def test_an_endpoint_ramps_up_to_its_memory_bound():
+    clock = FakeClock()
+    endpoint = opened(Endpoint("e", adaptive=True, max_in_flight=300, clock=clock, sleep=clock.sleep))
+    for _ in range(5000):
+        endpoint.observe(None, latency=2.0)
+    assert endpoint.slots.limit == 300
+
+
+def test_bounds_from_settings():
+    assert in_flight_bound(ProviderSettings()) is None
+    assert in_flight_bound(ProviderSettings(), job_bound=700) == 700
+    assert connection_pool_size(ProviderSettings()) == DEFAULT_MAX_IN_FLIGHT
+    assert connection_pool_size(ProviderSettings(), job_bound=700) == 700
+    assert connection_pool_size(ProviderSettings(concurrency=50), job_bound=700) == 50
+    assert connection_pool_size(ProviderSettings(concurrency=5000), job_bound=700) == 700
+    assert connection_pool_size(ProviderSettings(), job_bound=700, endpoints=3) == 2100
+
+
+ROOM = """
+import json, resource, sys
+from runner.engine.limits import connection_room
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2])))
+got = connection_room(int(sys.argv[3]))
+print(json.dumps([got, resource.getrlimit(resource.RLIMIT_NOFILE)[0]]))
+"""
+
+
+def room(soft: int, hard: int, wanted: int) -> list[int]:
+    out = subprocess.run([sys.executable, "-c", ROOM, str(soft), str(hard), str(wanted)], capture_output=True,
+                         text=True, check=True, timeout=60)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_NOFILE is POSIX")
+def test_the_open_files_limit_is_raised_for_the_connections_or_bounds_them():
+    assert room(4096, 4096, 1000) == [1000, 4096]  # room enough: nothing changes
+    assert room(1024, 4096, 2000) == [2000, 2000 + RESERVED_FILES]  # the soft limit raised as far as needed
+    assert room(1024, 1500, 2000) == [1500 - RESERVED_FILES, 1500]  # the hard limit bounds the connections
