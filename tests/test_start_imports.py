@@ -1,7 +1,7 @@
 """What starting the runner imports: ``runner submit`` reaches its first request in about half a second (issue 25),
 so the command line's modules keep the heavy libraries that a run of the simulated server or an OpenAI-compatible
-server never uses out of the start, importing them where they are used: the OpenAI SDK (the lean wire speaks to
-those servers, runner/providers/lean_http.py), sqlite-utils with numpy and pandas (only for looking at the store's
+server never uses out of the start, importing them where they are used: the OpenAI SDK and aiohttp (the lean wire
+speaks to those servers, with h11, runner/providers/lean_http.py), sqlite-utils with numpy and pandas (only for looking at the store's
 tables), rich (only for a terminal's live view), genai-prices with its httpx (only to price a paid model)."""
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def test_a_simulated_run_starts_without_the_sdk_and_the_live_view_without_a_term
         "    await provider.start()\n"
         "    await provider.aclose()\n"
         "asyncio.run(go())\n")
-    assert "runner.providers.lean_http" in loaded and "aiohttp" in loaded
-    assert not [name for name in KEPT_OUT if name in loaded]
+    assert "runner.providers.lean_http" in loaded and "h11" in loaded
+    assert not [name for name in (*KEPT_OUT, "aiohttp") if name in loaded]
 
 
 def test_the_store_still_shows_its_tables_through_sqlite_utils(tmp_path) -> None:

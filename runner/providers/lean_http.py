@@ -1,23 +1,34 @@
-"""The lean wire: Chat Completions (and the legacy Completions, the models lookups) as JSON over one aiohttp
-session, without the OpenAI SDK's typed request transformation and its httpx layer, which cost about half the CPU
-of an uncached request against a fast server (issue 25's profile). For the servers that speak the OpenAI format
-and nothing more: the simulated server (``sim``), the user's own (``openai-compatible``) and the local presets
-(``ollama``, ``vllm``); api.openai.com and Azure keep the SDK, whose error types and auth matter there.
+"""The lean wire: Chat Completions (and the legacy Completions, the models lookups) as JSON over HTTP/1.1
+connections of our own, kept alive and reused, with h11 (python-hyper's HTTP/1.1 protocol library, which httpx's
+transport uses too) reading and writing the messages on asyncio streams. It replaces the OpenAI SDK, whose typed
+request transformation and httpx layer cost about half the CPU of an uncached request against a fast server
+(issue 25's profile), for the servers that speak the OpenAI format and nothing more: the simulated server
+(``sim``), the user's own (``openai-compatible``) and the local presets (``ollama``, ``vllm``); api.openai.com and
+Azure keep the SDK, whose error types and auth matter there.
+
+Why not aiohttp's client: importing it costs 0.1 s of every start (it builds two TLS contexts, reading the system's
+certificates, at import), and its requests cost half as much CPU again as these (``bench/throughput.py``). Here a
+TLS context is made only for an ``https`` base URL, when its first connection opens.
 
 It behaves as the SDK path does: the same headers a server reads (``Authorization: Bearer``, JSON in and out), the
-same timeouts (the setting bounds connecting and each read, not the whole answer), a non-2xx answer mapped by the
-one mapping both paths share (:func:`runner.providers.openai_errors.status_error`), and the transport's failures
-worded as the SDK path words them (a read that timed out; a connection that failed, with aiohttp's reason)."""
+same timeout (it bounds connecting and each read, not the whole answer), a non-2xx answer mapped by the one
+mapping both paths share (:func:`runner.providers.openai_errors.status_error`), and the transport's failures
+worded as the SDK path words them (a read that timed out; a connection that could not be made, with the reason).
+HTTP(S)_PROXY is not read: these servers are the user's own or local."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import ssl
+import time
+import zlib
 from collections.abc import Collection, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
-import aiohttp
+import h11
 
 from runner.errors import TransientError
 
@@ -27,71 +38,13 @@ __all__ = ["Answer", "LeanWire", "parsed_or_text", "path_segment"]
 
 #: the characters RFC 3986 allows in a path segment unescaped (as the SDK quotes a model id into a path)
 _SEGMENT_SAFE = "!$&'()*+,;=:@-._~"
+#: seconds an idle connection is kept for reuse (a server closes its idle ones after a while: vLLM's uvicorn after 5)
+IDLE_SECONDS = 4.0
+_READ = 1 << 16
 
 
 def path_segment(value: str) -> str:
     return quote(value, safe=_SEGMENT_SAFE)
-
-
-class Answer:
-    """One HTTP answer: its status, headers (case-insensitive) and body bytes."""
-
-    __slots__ = ("status", "headers", "content")
-
-    def __init__(self, status: int, headers: Mapping[str, str], content: bytes) -> None:
-        self.status = status
-        self.headers = headers
-        self.content = content
-
-
-class LeanWire:
-    """JSON requests to one OpenAI-compatible base URL; :meth:`open` inside the event loop, :meth:`aclose` after."""
-
-    def __init__(self, base_url: str | None, api_key: str, timeout: float, *, connections: int = 1000) -> None:
-        root = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-        self.base_url = root.rstrip("/")
-        self.timeout = timeout
-        self.connections = connections
-        self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json",
-                         "Accept": "application/json"}
-        self.session: aiohttp.ClientSession | None = None
-
-    def open(self) -> None:
-        if self.session is None:
-            self.session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.connections),
-                # as the SDK's aiohttp transport applies its timeout: to connecting and to each read
-                timeout=aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_connect=self.timeout,
-                                              sock_read=self.timeout),
-                headers=self._headers, auto_decompress=True, raise_for_status=False,
-            )
-
-    async def aclose(self) -> None:
-        if self.session is not None:
-            await self.session.close()
-            self.session = None
-
-    async def request(self, method: str, path: str, body: Any = None, *, where: str, key_variable: str,
-                      passing: Collection[int] = ()) -> Answer:
-        """Send one request (``path`` after the base URL, e.g. ``/chat/completions``) and return its answer; a
-        non-2xx answer whose status is not in ``passing`` raises the runner's error for it, a failed transport
-        a :class:`TransientError`."""
-        assert self.session is not None, "open() was not called"
-        data = None if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        try:
-            async with self.session.request(method, self.base_url + path, data=data, allow_redirects=False) as reply:
-                content = await reply.read()
-                status, headers = reply.status, reply.headers
-        except aiohttp.SocketTimeoutError as exc:
-            raise TransientError(f"{where}: timed out after {self.timeout:g} s", error_class="timeout") from exc
-        except aiohttp.ClientConnectionError as exc:  # refused, reset, a connect that timed out
-            raise TransientError(f"{where}: connection failed ({exc})", error_class="connection") from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
-                                 error_class="connection") from exc
-        if 200 <= status < 300 or status in passing:
-            return Answer(status, headers, content)
-        raise status_error(where, key_variable, status, sdk_body(parsed_or_text(content)), headers)
 
 
 def parsed_or_text(content: bytes) -> Any:
@@ -101,3 +54,175 @@ def parsed_or_text(content: bytes) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+class Answer:
+    """One HTTP answer: its status, headers (names in lower case) and body bytes."""
+
+    __slots__ = ("content", "headers", "status")
+
+    def __init__(self, status: int, headers: Mapping[str, str], content: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.content = content
+
+
+class _Closed(Exception):
+    """A kept-alive connection the server had closed before answering (sent again on a new one)."""
+
+
+class _Connection:
+    __slots__ = ("idle_since", "protocol", "reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.protocol = h11.Connection(h11.CLIENT)
+        self.idle_since = 0.0
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class LeanWire:
+    """JSON requests to one OpenAI-compatible base URL over kept-alive connections; :meth:`aclose` at the end."""
+
+    def __init__(self, base_url: str | None, api_key: str, timeout: float) -> None:
+        url = urlsplit(base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1")
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"not an http(s) URL: {base_url!r}")
+        self.tls = url.scheme == "https"
+        self.host = url.hostname
+        self.port = url.port or (443 if self.tls else 80)
+        self.prefix = url.path.rstrip("/")
+        self.timeout = timeout
+        host = url.netloc.rpartition("@")[2]
+        self._headers = [("Host", host), ("Authorization", f"Bearer {api_key}"), ("Accept", "application/json"),
+                         ("User-Agent", "runner-lean-wire")]
+        self._idle: list[_Connection] = []
+        self._context: ssl.SSLContext | None = None
+        self._closed = False
+
+    def open(self) -> None:
+        """Nothing to open before the first request (kept for the provider's start)."""
+
+    async def aclose(self) -> None:
+        self._closed = True  # connections still answering are closed when they end
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+    async def request(self, method: str, path: str, body: Any = None, *, where: str, key_variable: str,
+                      passing: Collection[int] = ()) -> Answer:
+        """Send one request (``path`` after the base URL, e.g. ``/chat/completions``) and return its answer; a
+        non-2xx answer whose status is not in ``passing`` raises the runner's error for it, a failed transport
+        a :class:`TransientError`."""
+        headers = list(self._headers)
+        data = b""
+        if body is not None:
+            data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+            headers += [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+        message = h11.Request(method=method, target=self.prefix + path, headers=headers)
+        try:
+            try:
+                status, answer_headers, content = await self._exchange(self._reused(), message, data)
+            except _Closed:  # the server closed a kept-alive connection: once more on a new one
+                status, answer_headers, content = await self._exchange(None, message, data)
+        except TimeoutError as exc:
+            raise TransientError(f"{where}: timed out after {self.timeout:g} s", error_class="timeout") from exc
+        except (OSError, h11.ProtocolError, zlib.error, _Closed) as exc:
+            raise TransientError(f"{where}: connection failed ({self._reason(exc)})",
+                                 error_class="connection") from exc
+        if 200 <= status < 300 or status in passing:
+            return Answer(status, answer_headers, content)
+        raise status_error(where, key_variable, status, sdk_body(parsed_or_text(content)), answer_headers)
+
+    def _reason(self, exc: BaseException) -> str:
+        if isinstance(exc, _ConnectFailed):  # as aiohttp words it, which the SDK path passes on
+            return f"Cannot connect to host {self.host}:{self.port} ssl:default [{exc.reason}]"
+        if isinstance(exc, _Closed | h11.ProtocolError):
+            return "Server disconnected"
+        return type(exc).__name__
+
+    def _reused(self) -> _Connection | None:
+        """The most recently used idle connection still open, or None."""
+        now = time.monotonic()
+        while self._idle:
+            connection = self._idle.pop()
+            if now - connection.idle_since < IDLE_SECONDS and not connection.reader.at_eof():
+                return connection
+            connection.close()
+        return None
+
+    async def _connect(self) -> _Connection:
+        if self.tls and self._context is None:
+            self._context = ssl.create_default_context()
+        try:
+            async with asyncio.timeout(self.timeout):
+                reader, writer = await asyncio.open_connection(
+                    self.host, self.port, ssl=self._context if self.tls else None, limit=_READ)
+        except TimeoutError as exc:
+            raise _ConnectFailed("connection timed out") from exc
+        except OSError as exc:
+            raise _ConnectFailed(exc.strerror or str(exc)) from exc
+        return _Connection(reader, writer)
+
+    async def _exchange(self, connection: _Connection | None, message: h11.Request,
+                        data: bytes) -> tuple[int, dict[str, str], bytes]:
+        """One request and its answer on ``connection`` (a new one when None). A reused connection that ends
+        before any byte of the answer raises :class:`_Closed`."""
+        reused = connection is not None
+        if connection is None:
+            connection = await self._connect()
+        protocol, reader, writer = connection.protocol, connection.reader, connection.writer
+        kept = False
+        try:
+            out = protocol.send(message)
+            if data:
+                out += protocol.send(h11.Data(data=data))
+            writer.write(out + protocol.send(h11.EndOfMessage()))
+            await writer.drain()
+            status, headers, chunks, started = 0, {}, [], False
+            while True:
+                event = protocol.next_event()
+                if event is h11.NEED_DATA:
+                    async with asyncio.timeout(self.timeout):
+                        received = await reader.read(_READ)
+                    if not received and reused and not started:
+                        raise _Closed
+                    started = True
+                    protocol.receive_data(received)
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}
+                elif isinstance(event, h11.Data):
+                    chunks.append(event.data)
+                elif isinstance(event, h11.EndOfMessage):
+                    break
+                elif isinstance(event, h11.ConnectionClosed):
+                    raise h11.RemoteProtocolError("the connection closed before the answer ended")
+            content = b"".join(chunks)
+            encoding = headers.get("content-encoding", "identity")
+            if encoding in ("gzip", "deflate"):
+                content = zlib.decompress(content, 47)  # 47: either header
+            if protocol.our_state is h11.DONE and protocol.their_state is h11.DONE and not self._closed:
+                protocol.start_next_cycle()
+                connection.idle_since = time.monotonic()
+                self._idle.append(connection)
+                kept = True
+            return status, headers, content
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            if reused:
+                raise _Closed from exc
+            raise
+        finally:
+            if not kept:
+                connection.close()
+
+
+class _ConnectFailed(OSError):
+    """No connection could be made (refused, unreachable, timed out)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
