@@ -210,10 +210,15 @@ def ray_sections(args: argparse.Namespace, new_db, folder: Path) -> None:
         states = Counter(w["state"] for w in store.workers(run_id))
     finally:
         store.close()
-    tasks, seconds = span(commit_times(db, run_id))
+    stamps = commit_times(db, run_id)
+    tasks, seconds = span(stamps)
+    gap = max((b - a for a, b in zip(stamps, stamps[1:], strict=False)), default=0.0)
+    per10 = Counter(int((t - stamps[0]) // 10) for t in stamps)
+    timeline = ", ".join(str(per10.get(i, 0)) for i in range(max(per10) + 1)) if stamps else ""
     victim = killed[0] if killed else "NONE"
     print(f"   killed {victim}; {tasks:,} tasks in {seconds:.1f} s ({wall:.1f} s wall); workers on the run: "
-          f"{dict(states)}")
+          f"{dict(states)}; longest pause between two commits {gap:.1f} s")
+    print(f"   tasks committed per 10 s: {timeline}")
     print(f"   lost: {n - done}; charged twice: {sum(1 for c in charges.values() if c > 1)}; sent twice: {extra} "
           f"(possibly billed, the killed process's requests in flight: {possibly})")
 

@@ -38,7 +38,9 @@ from runner.engine.checks import (
     pid_alive,
     set_budget,
 )
-from runner.errors import RunnerError
+from runner.engine.opening import plan_stages
+from runner.errors import RunnerError, StoreError
+from runner.store import now
 
 if TYPE_CHECKING:
     from runner.engine.run import Outcome, View
@@ -197,8 +199,6 @@ def check_run_id(run_id: str, option: str = "--run-id") -> str:
 def named_run(store: Store, run_id: str, job: Job) -> dict[str, Any] | None:
     """The run whose id is exactly ``run_id`` (not a part of another's), or None; one sentence when it was started
     with another job than ``job`` (the job's content hash, after --budget, --limit and --var, differs)."""
-    from runner.errors import StoreError
-
     check_run_id(run_id)
     try:
         run = store.get_run(run_id)
@@ -217,8 +217,6 @@ def open_shared_run(job: Job, store: Store, run_id: str | None = None) -> tuple[
     """A new run of ``job`` for processes to join (``run_id`` when given, else a new id), and True; or, when
     another process created run ``run_id`` at the same moment with the same job, that run and False. Each process
     then works on it with :func:`join`, so the job must be one workers can share (``check_joinable``)."""
-    from runner.engine.opening import plan_stages
-
     check_joinable(job)
     _, _, total = plan_stages(job)
     row = (job.name, job.path, job.model_dump_json(), job.fingerprint(), total)
@@ -258,8 +256,6 @@ def conclude(job: Job, store: Store, run_id: str, status: str, message: str | No
         return
     stored = store.get_run(run_id)
     if stored["status"] == "running" and status != "completed":
-        from runner.store import now
-
         store.set_run(run_id, status=status, message=message, finished=now(), pid=None)
     elif stored["status"] == "completed" and (results or len(workers) <= 1):
         engine.Results(job, run_id, store).close(rewrite=True)

@@ -31,7 +31,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from runner import service
+from runner.cluster.watch import refresh
+from runner.engine.opening import plan_stages
 from runner.errors import RunnerError
+from runner.store import SQLiteStore, open_store
 
 if TYPE_CHECKING:
     from runner.engine.run import View
@@ -69,9 +73,6 @@ class RunWorker:
 
     def work(self) -> dict[str, Any]:
         """Join the run until its stages are done; what this process did, or the one sentence that stopped it."""
-        from runner import service
-        from runner.store import open_store
-
         try:
             store = open_store(self.db)
         except RunnerError as exc:
@@ -134,8 +135,6 @@ def connect(ray: ModuleType, address: str, workers: int) -> bool:
 def check_reach(ray: ModuleType, store: Store, address: str) -> None:
     """A SQLite file is seen by actors on this machine only: with a Ray cluster of several machines (or a Ray
     client connection, whose actors run on the cluster), one sentence asking for a shared store."""
-    from runner.store import SQLiteStore
-
     if not isinstance(store, SQLiteStore):
         return
     others = sorted({node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")
@@ -160,8 +159,6 @@ def _is_here(address: str) -> bool:
 def actor_store(store: Store, db: str | None) -> str | None:
     """The store as the actors open it: a SQLite file by its absolute path (an actor's working folder is Ray's),
     else ``db`` (None: their RUNNER_DB)."""
-    from runner.store import SQLiteStore
-
     if isinstance(store, SQLiteStore):
         return str(Path(store.path).resolve())
     return db
@@ -187,10 +184,6 @@ def run_on_ray(ray: ModuleType, job: Job, store: Store, run_id: str, *, db: str 
     """Start ``workers`` actors on run ``run_id`` of ``job`` (in :func:`cluster`) and wait for them, showing the
     run's progress; when none is left, the run's end is recorded (``service.conclude``) and its results files
     written here."""
-    from runner import service
-    from runner.cluster.watch import refresh
-    from runner.engine.opening import plan_stages
-
     actor = ray.remote(max_restarts=RESTARTS, max_task_retries=RESTARTS)(RunWorker)
     actors = [actor.options(num_cpus=1, scheduling_strategy="SPREAD", namespace=NAMESPACE,
                             name=f"runner-{run_id}-{index}-{os.getpid()}").remote(run_id, actor_store(store, db))
