@@ -1,0 +1,159 @@
+"""The lean wire's connections (``runner/providers/lean_http.py``) against a raw HTTP/1.1 server of the test's own
+(asyncio streams), which answers as it is told: kept-alive connections are reused, one the server closed before
+answering is sent again once on a new connection, chunked and gzip answers are read whole, an answer cut short is a
+connection error, a request that waits too long a timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from runner.errors import RateLimited, TransientError
+from runner.providers.lean_http import LeanWire
+
+OK = json.dumps({"choices": [{"message": {"content": "B"}, "finish_reason": "stop"}]}).encode()
+
+
+class RawServer:
+    """Counts connections and requests; ``respond(connection_index, request_index_on_it)`` gives the raw bytes to
+    write back (None: close the connection without answering; ``(seconds, bytes, close)``: wait that long first,
+    and close the connection after writing when ``close``)."""
+
+    def __init__(self, respond: Callable[[int, int], bytes | None | tuple[float, bytes, bool]]) -> None:
+        self.respond = respond
+        self.connections = 0
+        self.requests: list[bytes] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        index = self.connections
+        self.connections += 1
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                body = await reader.readexactly(length)
+                self.requests.append(head + body)
+                answer = self.respond(index, served)
+                served += 1
+                if answer is None:
+                    break
+                seconds, answer, close = answer if isinstance(answer, tuple) else (0.0, answer, False)
+                await asyncio.sleep(seconds)
+                writer.write(answer)
+                await writer.drain()
+                if close:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def plain(body: bytes = OK, status: str = "200 OK", extra: str = "") -> bytes:
+    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n{extra}\r\n"
+            .encode() + body)
+
+
+@pytest.fixture
+async def raw() -> AsyncIterator[Callable[[Callable[..., Any]], Any]]:
+    servers: list[asyncio.base_events.Server] = []
+
+    async def start(respond: Callable[[int, int], Any]) -> tuple[RawServer, LeanWire]:
+        state = RawServer(respond)
+        server = await asyncio.start_server(state.handle, "127.0.0.1", 0)
+        servers.append(server)
+        port = server.sockets[0].getsockname()[1]
+        return state, LeanWire(f"http://127.0.0.1:{port}/v1", "k", timeout=0.5)
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+async def ask(wire: LeanWire) -> Any:
+    answer = await wire.request("POST", "/chat/completions", {"model": "m", "messages": []}, where="srv",
+                                key_variable="KEY")
+    return json.loads(answer.content)
+
+
+async def test_one_kept_alive_connection_serves_requests_one_after_another(raw) -> None:
+    state, wire = await raw(lambda c, r: plain())
+    for _ in range(20):
+        assert (await ask(wire))["choices"][0]["message"]["content"] == "B"
+    await wire.aclose()
+    assert state.connections == 1 and len(state.requests) == 20
+    first = state.requests[0]
+    assert first.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+    assert b"\r\nAuthorization: Bearer k\r\n" in first and b"\r\nHost: 127.0.0.1:" in first
+    assert first.endswith(b'{"model":"m","messages":[]}')
+
+
+async def test_concurrent_requests_each_take_a_connection_and_give_it_back(raw) -> None:
+    state, wire = await raw(lambda c, r: (0.01, plain(), False))
+    for _ in range(3):
+        await asyncio.gather(*(ask(wire) for _ in range(8)))
+    await wire.aclose()
+    assert state.connections == 8 and len(state.requests) == 24
+
+
+async def test_a_kept_alive_connection_the_server_closed_is_sent_again_on_a_new_one(raw) -> None:
+    # every connection answers its first request and closes at the second without answering
+    state, wire = await raw(lambda c, r: plain() if r == 0 else None)
+    for _ in range(3):
+        await ask(wire)
+    await wire.aclose()
+    assert state.connections == 3 and len(state.requests) == 5  # requests 2 and 3 were each sent twice
+
+
+async def test_a_new_connection_closed_before_answering_is_a_connection_error(raw) -> None:
+    state, wire = await raw(lambda c, r: None)
+    with pytest.raises(TransientError) as failed:
+        await ask(wire)
+    assert failed.value.error_class == "connection" and "Server disconnected" in str(failed.value)
+    assert state.connections == 1  # a fresh connection is not tried again: the runner's retry decides
+
+
+async def test_an_answer_cut_short_is_a_connection_error(raw) -> None:
+    state, wire = await raw(lambda c, r: (0.0, plain()[:-5], True))
+    with pytest.raises(TransientError, match="connection failed") as failed:
+        await ask(wire)
+    assert failed.value.error_class == "connection"
+
+
+async def test_chunked_and_gzip_answers_are_read_whole(raw) -> None:
+    packed = gzip.compress(OK)
+    chunked = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+               + b"".join(b"%x\r\n%s\r\n" % (len(OK[i:i + 7]), OK[i:i + 7]) for i in range(0, len(OK), 7))
+               + b"0\r\n\r\n")
+    answers = [chunked, plain(packed, extra="Content-Encoding: gzip\r\n")]
+    state, wire = await raw(lambda c, r: answers[r])
+    assert (await ask(wire))["choices"][0]["finish_reason"] == "stop"
+    assert (await ask(wire))["choices"][0]["finish_reason"] == "stop"
+    await wire.aclose()
+    assert state.connections == 1
+
+
+async def test_an_answer_slower_than_the_timeout_is_a_timeout(raw) -> None:
+    state, wire = await raw(lambda c, r: (2.0, plain(), False))
+    with pytest.raises(TransientError, match=r"timed out after 0\.5 s") as failed:
+        await ask(wire)
+    assert failed.value.error_class == "timeout"
+
+
+async def test_an_error_answer_is_mapped_and_its_connection_kept(raw) -> None:
+    body = json.dumps({"error": {"message": "slow down", "type": "requests", "code": "rate_limit_exceeded"}}).encode()
+    state, wire = await raw(lambda c, r: plain(body, "429 Too Many Requests", "retry-after-ms: 250\r\n")
+                            if r == 0 else plain())
+    with pytest.raises(RateLimited) as limited:
+        await ask(wire)
+    assert limited.value.retry_after == pytest.approx(0.25)
+    await ask(wire)
+    await wire.aclose()
+    assert state.connections == 1
