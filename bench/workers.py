@@ -2,7 +2,7 @@
 """Several worker processes on one run (``runner work``), against the simulated server.
 
     python bench/workers.py [--n 6000] [--workers 1 2 4] [--rpm 10000] [--rpm-n 16000] [--store postgres]
-    python bench/workers.py --ray [--n 6000] [--ray-workers 4] [--store postgres]
+    python bench/workers.py --ray [--n 6000] [--ray-workers 4] [--rounds 3] [--store postgres]
 
 In one run it prints:
 
@@ -17,9 +17,10 @@ In one run it prints:
 With ``--ray`` it prints instead (Ray installed: ``pip install 'llm-job-runner[ray]'``), on one run of ``--n``
 distinct priced requests against the simulated server without latency or limits:
 
-3. ``--ray-workers`` ``runner work`` processes (``submit`` + ``work``) against ``runner submit --ray --workers N``
-   (N Ray actors on a Ray of this machine): requests/s of each from the first task committed to the last, and the
-   requests the server answered more than once (target 0);
+3. ``--ray-workers`` ``runner work`` processes (``submit`` + ``work``) against ``runner submit --ray ADDRESS
+   --workers N`` (N Ray actors on a Ray this script starts once), in turn for ``--rounds`` rounds: requests/s of each
+   from the first task committed to the last, their medians, and the requests the server answered more than once
+   (target 0);
 4. ``runner submit --ray ADDRESS --workers N`` on a Ray cluster this script starts, one actor killed
    (``ray.kill(actor, no_restart=False)``, as a crash) once a quarter of the run is committed: tasks lost (target
    0), requests charged twice in the ledger (target 0), and the requests the server answered twice, each of which
@@ -139,38 +140,47 @@ def twice(url: str) -> int:
 
 def ray_sections(args: argparse.Namespace, new_db, folder: Path) -> None:
     """Sections 3 and 4 (``--ray``)."""
+    import atexit
     import threading
 
     import ray
 
     n, workers = args.n, args.ray_workers
-    print(f"\n3. one run of {n:,} distinct requests, simulated server without latency or limits: {workers} `runner "
-          f"work` processes against {workers} Ray actors")
-    for label in ("processes", "ray"):
-        sim, url = start_sim(None)
-        try:
-            job_dir = folder / f"ray3-{label}"
-            job_dir.mkdir()
-            job = write_job(job_dir, url, n, None, PRICED)
-            db = new_db(f"ray3-{label}")
-            started = time.monotonic()
-            run_id = run_with(workers, db, job, job_dir) if label == "processes" else run_on_ray(
-                workers, db, job, job_dir)[0]
-            wall = time.monotonic() - started
-            extra = twice(url)
-        finally:
-            sim.terminate()
-            sim.wait(timeout=10)
-        tasks, seconds = span(commit_times(db, run_id))
-        what = f"{workers} runner processes" if label == "processes" else f"{workers} Ray actors     "
-        print(f"   {what}: {tasks:,} tasks in {seconds:.1f} s = {tasks / seconds:,.0f} requests/s ({wall:.1f} s wall "
-              f"with start-up); requests sent twice: {extra}")
-
-    print(f"\n4. the same with {workers} Ray actors, one killed (as a crash) once a quarter of the run is committed; "
-          "leases of 8 s (RUNNER_LEASE_TTL)")
-    os.environ["RUNNER_LEASE_TTL"] = "8"  # the Ray started here passes it on to the actors
+    os.environ["RUNNER_LEASE_TTL"] = "8"  # every process's, the actors' too (the Ray started here passes it on)
     ray.init(num_cpus=max(workers, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False,
              _node_ip_address="127.0.0.1", namespace="bench", logging_level="ERROR")
+    atexit.register(ray.shutdown)
+    address = ray.get_runtime_context().gcs_address
+    print(f"\n3. one run of {n:,} distinct requests, simulated server without latency or limits: {workers} `runner "
+          f"work` processes against {workers} Ray actors (on a Ray started once for the script), in turn, "
+          f"{args.rounds} rounds; leases of 8 s (RUNNER_LEASE_TTL)")
+    rates: dict[str, list[float]] = {"processes": [], "ray": []}
+    for round_ in range(args.rounds):
+        for label in ("processes", "ray"):
+            sim, url = start_sim(None)
+            try:
+                job_dir = folder / f"ray3-{label}-{round_}"
+                job_dir.mkdir()
+                job = write_job(job_dir, url, n, None, PRICED)
+                db = new_db(f"ray3-{label}-{round_}")
+                started = time.monotonic()
+                run_id = run_with(workers, db, job, job_dir) if label == "processes" else run_on_ray(
+                    workers, db, job, job_dir, address)[0]
+                wall = time.monotonic() - started
+                extra = twice(url)
+            finally:
+                sim.terminate()
+                sim.wait(timeout=10)
+            tasks, seconds = span(commit_times(db, run_id))
+            rates[label].append(tasks / seconds)
+            what = f"{workers} runner processes" if label == "processes" else f"{workers} Ray actors     "
+            print(f"   {what}: {tasks:,} tasks in {seconds:.1f} s = {tasks / seconds:,.0f} requests/s ({wall:.1f} s "
+                  f"wall with start-up); requests sent twice: {extra}", flush=True)
+    middle = {label: sorted(values)[len(values) // 2] for label, values in rates.items()}
+    print(f"   median: processes {middle['processes']:,.0f} requests/s, Ray actors {middle['ray']:,.0f} requests/s "
+          f"(Ray / processes = {middle['ray'] / middle['processes']:.2f})")
+
+    print(f"\n4. the same with {workers} Ray actors, one killed (as a crash) once a quarter of the run is committed")
     sim, url = start_sim(None)
     try:
         job_dir = folder / "ray4"
@@ -194,8 +204,7 @@ def ray_sections(args: argparse.Namespace, new_db, folder: Path) -> None:
             threading.Thread(target=watch, daemon=True).start()
 
         started = time.monotonic()
-        run_id, out = run_on_ray(workers, db, job, job_dir, ray.get_runtime_context().gcs_address,
-                                 kill_when_a_quarter_is_done)
+        run_id, out = run_on_ray(workers, db, job, job_dir, address, kill_when_a_quarter_is_done)
         wall = time.monotonic() - started
         extra = twice(url)
     finally:
@@ -248,6 +257,7 @@ def main() -> None:
     parser.add_argument("--store", choices=["postgres", "sqlite"], default="postgres")
     parser.add_argument("--ray", action="store_true", help="sections 3 and 4: Ray actors against runner processes")
     parser.add_argument("--ray-workers", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3, help="section 3's rounds (each: processes, then Ray)")
     args = parser.parse_args()
 
     folder = Path(tempfile.mkdtemp(prefix="runner-bench-workers-"))
