@@ -101,6 +101,18 @@ def _container() -> dict:
     return container
 
 
+def test_the_manifest_is_a_valid_kubernetes_job():
+    """Checked against Kubernetes' own published schema (kubernetes-validate ships it), strictly: a misspelt or
+    misplaced field fails. 1.31: the first release with pod failure policies generally available."""
+    import kubernetes_validate
+
+    for doc in yaml.safe_load_all(MANIFEST.read_text(encoding="utf-8")):
+        kubernetes_validate.validate(doc, "1.31", strict=True)
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate({**doc, "spec": {**doc["spec"], "completionmode": "Indexed"}}, "1.31",
+                                     strict=True)
+
+
 def _expand(text: str, env: dict[str, str]) -> str:
     """Kubernetes' $(NAME) in a container's command and arguments."""
     return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), text)
