@@ -46,6 +46,8 @@ def test_two_ray_workers_share_a_run_and_send_each_request_once(tmp_path, sim_se
     assert proc.returncode == 0, err
     run_id = out.split("run ", 1)[1].split(":", 1)[0]
     assert f"run {run_id}: completed" in out and "ray: 2 workers (2 processes joined the run)" in out, out
+    # the command sends nothing itself: its live view counts what the store says the actors finished
+    assert "[runner] mc sim:gpt-sim: 400/400 (100%)" in err, err
 
     completed = sim_stats(sim_server)["completed_by_digest"]
     assert len(completed) == 400 and set(completed.values()) == {1}, "a request was sent twice"
