@@ -103,9 +103,6 @@ class LeanWire:
         self._context: ssl.SSLContext | None = None
         self._closed = False
 
-    def open(self) -> None:
-        """Nothing to open before the first request (kept for the provider's start)."""
-
     async def aclose(self) -> None:
         self._closed = True  # connections still answering are closed when they end
         idle, self._idle = self._idle, []

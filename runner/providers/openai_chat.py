@@ -1,4 +1,7 @@
-"""Chat Completions through the official OpenAI SDK (async client, aiohttp transport, no SDK retries).
+"""Chat Completions through the official OpenAI SDK (async client, aiohttp transport, no SDK retries), or, for
+the servers that are the user's own or local (``lean_wire``: sim, openai-compatible, ollama, vllm), as plain JSON
+over the lean wire (``runner/providers/lean_http.py``), which spares the SDK's request transformation (about half
+the CPU of a request against a fast server) and its import.
 
 Three providers share this code:
 
@@ -219,7 +222,6 @@ class OpenAIChatProvider(Provider):
         from .lean_http import LeanWire
 
         self.wire = LeanWire(self.base_url, self.api_key() or "no-key", self.settings.timeout)
-        self.wire.open()
 
     async def aclose(self) -> None:
         if self._client is not None:
