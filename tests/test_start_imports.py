@@ -1,8 +1,9 @@
 """What starting the runner imports: ``runner submit`` reaches its first request in about half a second (issue 25),
 so the command line's modules keep the heavy libraries that a run of the simulated server or an OpenAI-compatible
 server never uses out of the start, importing them where they are used: the OpenAI SDK and aiohttp (the lean wire
-speaks to those servers, with h11, runner/providers/lean_http.py), sqlite-utils with numpy and pandas (only for looking at the store's
-tables), rich (only for a terminal's live view), genai-prices with its httpx (only to price a paid model)."""
+speaks to those servers, with h11, runner/providers/lean_http.py), sqlite-utils with numpy and pandas (only for
+looking at the store's tables), rich (only for a terminal's live view), genai-prices with its httpx (only to price
+a paid model)."""
 
 from __future__ import annotations
 
