@@ -1,16 +1,18 @@
 #!/usr/bin/env python
 """Requests in flight at long latencies: Little's law under a limit, the ramp without one, memory per request.
 
-    python bench/latency.py                 # all three parts at full size (about 4 minutes)
-    python bench/latency.py --quick         # smaller sizes, about a minute
+    python bench/latency.py                 # all three parts at full size (about 10 minutes)
+    python bench/latency.py --quick         # smaller sizes, about 3 minutes
     python bench/latency.py --part limit --requests 10000 --rpm 6000 --latency 20
 
 Each part runs the simulated server in its own process and the runner in another (so its peak RSS is its own):
 
 1. ``limit``: ``--requests`` at ``--latency`` s under a server-enforced ``--rpm`` the job does not state (the
-   runner learns it from the headers). Prints the answer rate in steady state (from the first answers plus 5 s to
-   the last wave, where the in-flight bound, not the minute's burst, sets the pace) over the limit, the 429s, the
-   most requests in flight and the runner's peak RSS.
+   runner learns it from the headers), with a fresh key (the server's bucket holds a minute's burst) and with one
+   whose burst another client spent just before (``--key``). Prints the answer rate in steady state (from one
+   latency after the runner's first answer to the start of the last wave) over the limit, the 429s, the most
+   requests in flight and the runner's peak RSS. The rate may pass the limit while the bucket still holds what it
+   saved up (the burst, or what refilled while the first request went alone).
 2. ``plain``: ``--plain-requests`` at ``--plain-latency`` s with no limit: the runner (the job sets only
    ``max_in_flight: --in-flight``, so it ramps from 4) against a plain aiohttp client holding ``--in-flight``
    requests in flight from the start. Prints both wall times and their ratio.
@@ -209,19 +211,20 @@ def part_limit(args: argparse.Namespace) -> None:
             server.stop()
         rate, window = steady_rate(samples, args.latency, spent, args.requests + spent)
         rss = (figures["peak_kb"] - figures["floor_kb"]) / 1024
-        # the fastest any client could be: what the server's bucket holds at the start goes at once, the rest at the
-        # limit, and the last answer one latency later
-        ideal = max(0, args.requests - (args.rpm - spent)) / (args.rpm / 60) + args.latency
+        # with a fresh key, the fastest any client could be: the minute's burst at once, the rest at the limit, the
+        # last answer one latency later
+        ideal = max(0, args.requests - args.rpm) / (args.rpm / 60) + args.latency
+        best = f" (the bucket allows {ideal:.0f} s at best: {ideal / figures['seconds']:.0%})" if not spent else ""
         what = "a fresh key (its minute's burst in the bucket)" if key == "fresh" else \
             "a key whose minute's burst was spent elsewhere"
+        steady = f"{rate:,.0f} answers/min over {window:.0f} s of steady state = {rate / args.rpm:.1%} of the limit" \
+            if window > 1.0 else "no steady state (the requests fit in what the bucket held)"
         print(f"limit, {what}: {args.requests:,} requests at {args.latency:g} s under {args.rpm:,} RPM (learned from "
-              f"headers): {rate:,.0f} answers/min over {window:.0f} s of steady state = {rate / args.rpm:.1%} of the "
-              f"limit; {final['by_status'].get('429', 0)} x 429; {figures['done']:,} done, {figures['errors']} "
-              f"errors, {figures['status']} in {figures['seconds']:.1f} s (the bucket allows {ideal:.0f} s at best: "
-              f"{ideal / figures['seconds']:.0%}); at most {figures['peak_in_flight']:,} in "
-              f"flight (Little's law: {args.rpm / 60 * args.latency:,.0f}); runner peak RSS "
-              f"{figures['peak_kb'] / 1024:.0f} MB ({rss:.0f} MB above its floor of {figures['floor_kb'] / 1024:.0f} "
-              f"MB)")
+              f"headers): {steady}; {final['by_status'].get('429', 0)} x 429; {figures['done']:,} done, "
+              f"{figures['errors']} errors, {figures['status']} in {figures['seconds']:.1f} s{best}; at most "
+              f"{figures['peak_in_flight']:,} in flight (Little's law: {args.rpm / 60 * args.latency:,.0f}); "
+              f"runner peak RSS {figures['peak_kb'] / 1024:.0f} MB ({rss:.0f} MB above its floor of "
+              f"{figures['floor_kb'] / 1024:.0f} MB)")
 
 
 async def plain_client(url: str, requests: int, in_flight: int) -> tuple[int, float]:

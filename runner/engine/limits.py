@@ -7,11 +7,12 @@ An endpoint is provider + key + model: two models of one provider do not share l
   keep it in step with the server afterwards (its ``remaining``), and a configured value stays the ceiling;
 - a pause shared by every request after a 429, for its Retry-After;
 - a bound on the requests in flight. Where a request limit is known (configured or from headers) it follows
-  Little's law: the rate the buckets allow times the mean answer latency, with headroom, so a 6,000 RPM key with
-  20 s answers keeps about 2,000 in flight. While no rate-limit headers have been seen (local servers send none)
-  it ramps: doubling per window of clean answers until latency rises above its floor or errors come, then
-  additive increase and multiplicative decrease (:class:`Ramp`). An explicit ``concurrency`` caps both, and
-  ``max_in_flight`` (memory) and the process's open-files limit bound them.
+  Little's law: the rate the buckets allow times the mean answer latency, with headroom, plus what they hold
+  saved up; a 6,000 RPM key with 20 s answers keeps about 2,500 in flight once its first minute is spent. While no
+  rate-limit headers have been seen (local servers send none) it ramps: doubling per window of clean answers until
+  latency rises above its floor or errors come, then additive increase and multiplicative decrease
+  (:class:`Ramp`). An explicit ``concurrency`` caps both, and ``max_in_flight`` (memory) and the process's
+  open-files limit bound them.
 
 When several processes work on one run (runner/engine/workers.py) each takes an equal share of every bucket:
 its capacity, its refill and what the server says remains, so together they stay within the server's limit.
@@ -69,6 +70,11 @@ class Bucket:
         self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
         self.stamp = now
         return now
+
+    def available(self) -> float:
+        """What the bucket holds now."""
+        self._refill()
+        return max(0.0, self.level)
 
     @property
     def margin(self) -> float:
@@ -347,24 +353,23 @@ class Endpoint:
         if self.buckets and not self.probing:
             self.retarget()
 
-    def allowed_rate(self) -> float | None:
-        """Requests per second this process's share of the buckets allows, or None while no limit is known: the
-        request bucket's refill, and each token bucket's refill over the tokens a request takes from it."""
-        rates = []
-        for kind, bucket in self.buckets.items():
-            if kind == "requests":
-                rates.append(bucket.rate)
-            elif (tokens := self.per_request.get(kind)) is not None and tokens > 0:
-                rates.append(bucket.rate / tokens)
-        return min(rates) if rates else None
-
     def in_flight_target(self) -> int | None:
-        """Little's law: the requests in flight that keep the allowed rate up at the mean latency, with headroom,
-        within the ceiling; None while the rate or the latency is unknown."""
-        rate = self.allowed_rate()
-        if rate is None or self.latency is None:
+        """Little's law over a token bucket: the requests the buckets let go within one mean latency (what each
+        holds now, plus its refill over the latency with headroom), in requests (a token bucket's over the mean
+        tokens a request takes from it), plus the slack, within the ceiling. None while no limit can be counted in
+        requests or no latency is known. In steady state a bucket holds next to nothing and this is rate x
+        latency; a fresh key's saved-up minute goes at once, as the server's own bucket allows."""
+        latency = self.latency
+        if latency is None:
             return None
-        return max(1, min(math.ceil(rate * self.latency * HEADROOM) + SLACK, self.ceiling))
+        allowed = math.inf
+        for kind, bucket in self.buckets.items():
+            per = 1.0 if kind == "requests" else self.per_request.get(kind)
+            if per:
+                allowed = min(allowed, (bucket.available() + bucket.rate * latency * HEADROOM) / per)
+        if allowed == math.inf:
+            return None
+        return max(1, min(math.ceil(allowed) + SLACK, self.ceiling))
 
     def retarget(self) -> None:
         target = self.in_flight_target() or self.fallback

@@ -12,13 +12,16 @@ import json
 import math
 import subprocess
 import sys
+from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 
 from runner.engine import endpoints, limits
-from runner.engine.endpoints import connection_pool_size, in_flight_bound
+from runner.engine.endpoints import Endpoints, connection_pool_size, in_flight_bound
 from runner.engine.limits import DEFAULT_MAX_IN_FLIGHT, RESERVED_FILES, Endpoint, Ramp, Slots
 from runner.providers.base import ProviderSettings, RateWindow
+from tests.fakes import FakeProvider
 
 
 @pytest.fixture(autouse=True)
@@ -45,32 +48,45 @@ def opened(endpoint: Endpoint) -> Endpoint:
     return endpoint
 
 
+def spent(endpoint: Endpoint) -> Endpoint:
+    """The server says nothing is left in any bucket: the key's saved-up minute is gone."""
+    for bucket in endpoint.buckets.values():
+        bucket.sync(remaining=0, age=0.0)
+    return endpoint
+
+
 def test_in_flight_follows_a_configured_limit_times_the_latency():
     clock = FakeClock()
     endpoint = opened(Endpoint("e", rpm=6000, opening=64, clock=clock, sleep=clock.sleep))
     assert endpoint.slots.limit == 64  # no latency known yet: the provider's opening
     endpoint.observe(None, latency=20.0)
+    assert endpoint.slots.limit == DEFAULT_MAX_IN_FLIGHT  # a fresh key's minute (6,000) and 2,500 more: the bound
+    spent(endpoint).observe(None, latency=20.0)
     # 100 requests a second for 20 s: 2,000 in flight, with a quarter's headroom and the slack
     assert endpoint.slots.limit == 2508
     for _ in range(200):
         endpoint.observe(None, latency=10.0)  # answers got faster: fewer in flight keep the limit busy
     assert endpoint.latency == pytest.approx(10.0, rel=1e-3)
     assert endpoint.slots.limit == pytest.approx(100 * 10 * 1.25 + 8, abs=1)
+    clock.now += 3.0
+    endpoint.observe(None, latency=10.0)
+    assert endpoint.slots.limit == pytest.approx(300 + 100 * 10 * 1.25 + 8, abs=1)  # 3 s of refill saved up
 
 
 def test_a_limit_learned_from_headers_ends_the_ramp_and_sets_the_target():
     clock = FakeClock()
     endpoint = opened(Endpoint("e", adaptive=True, clock=clock, sleep=clock.sleep))
     assert endpoint.slots.limit == 4 and endpoint.ramp is not None
-    endpoint.observe({"requests": RateWindow(limit=6000, remaining=5999)}, latency=20.0)
-    assert endpoint.ramp is None and endpoint.slots.limit == 2508
+    endpoint.observe({"requests": RateWindow(limit=6000, remaining=0)}, latency=20.0)
+    # nothing left when the server admitted it, 2,000 refilled in the 20 s since; and Little's law's 2,508
+    assert endpoint.ramp is None and endpoint.slots.limit == 2000 + 2508
 
 
 def test_each_process_sizes_its_in_flight_to_its_share_of_the_limit():
     clock = FakeClock()
     endpoint = opened(Endpoint("e", rpm=6000, clock=clock, sleep=clock.sleep))
     endpoint.set_share(0.25)
-    endpoint.observe(None, latency=20.0)
+    spent(endpoint).observe(None, latency=20.0)
     assert endpoint.slots.limit == 25 * 20 * 1.25 + 8
 
 
@@ -78,8 +94,7 @@ async def test_a_token_limit_bounds_the_requests_in_flight_by_the_tokens_each_ta
     clock = FakeClock()
     endpoint = opened(Endpoint("e", rpm=6000, tpm=60_000, clock=clock, sleep=clock.sleep))
     await endpoint.ready(input_tokens=500, output_tokens=500)  # 1,000 tokens a request: 1 request a second
-    endpoint.observe(None, latency=20.0)
-    assert endpoint.allowed_rate() == pytest.approx(1.0)
+    spent(endpoint).observe(None, latency=20.0)
     assert endpoint.slots.limit == 1 * 20 * 1.25 + 8
 
 
@@ -90,6 +105,8 @@ async def test_a_token_limit_alone_waits_for_a_request_before_it_counts():
     assert endpoint.in_flight_target() is None and endpoint.slots.limit == 32  # tokens per request unknown
     await endpoint.ready(input_tokens=90, output_tokens=10)
     endpoint.observe(None, latency=5.0)
+    assert endpoint.slots.limit == math.ceil((59_900 + 1000 * 5 * 1.25) / 100) + 8  # the minute's tokens, too
+    spent(endpoint).observe(None, latency=5.0)
     assert endpoint.slots.limit == math.ceil(10 * 5 * 1.25) + 8
 
 
@@ -105,10 +122,10 @@ def test_the_memory_bound_caps_the_target():
 
 def test_an_explicit_concurrency_caps_the_target_and_stays_fixed_without_a_limit():
     clock = FakeClock()
-    endpoint = opened(Endpoint("e", concurrency=100, rpm=6000, clock=clock, sleep=clock.sleep))
+    endpoint = spent(opened(Endpoint("e", concurrency=100, rpm=6000, clock=clock, sleep=clock.sleep)))
     endpoint.observe(None, latency=20.0)
     assert endpoint.slots.limit == 100  # Little's law wants 2,508: the user's concurrency wins
-    below = opened(Endpoint("e", concurrency=100, rpm=600, clock=clock, sleep=clock.sleep))
+    below = spent(opened(Endpoint("e", concurrency=100, rpm=600, clock=clock, sleep=clock.sleep)))
     below.observe(None, latency=2.0)
     assert below.slots.limit == 10 * 2 * 1.25 + 8  # under the cap, Little's law still sizes it
     fixed = opened(Endpoint("e", concurrency=100, clock=clock, sleep=clock.sleep))
@@ -198,6 +215,25 @@ def test_an_endpoint_ramps_up_to_its_memory_bound():
     assert endpoint.slots.limit == 300
 
 
+class RampingProvider(FakeProvider):
+    adaptive: ClassVar[bool] = True
+
+
+async def test_endpoints_are_built_with_the_jobs_bound_and_the_providers_settings():
+    request = SimpleNamespace(provider="p", model_name="m")
+    limited = Endpoints({"p": FakeProvider(ProviderSettings(rpm=6000))}, max_in_flight=300).of(request)
+    assert limited.ceiling == 300 and limited.ramp is None
+    limited.answered()
+    assert limited.slots.limit == FakeProvider.default_concurrency  # until a latency is known
+    limited.observe(None, latency=20.0)
+    assert limited.slots.limit == 300
+    ramping = Endpoints({"p": RampingProvider(ProviderSettings())}).of(request)
+    assert ramping.ramp is not None and ramping.ceiling == DEFAULT_MAX_IN_FLIGHT
+    fixed = Endpoints({"p": RampingProvider(ProviderSettings(concurrency=5))}, max_in_flight=300).of(request)
+    fixed.answered()
+    assert fixed.ramp is None and fixed.slots.limit == 5 and fixed.ceiling == 5
+
+
 def test_bounds_from_settings():
     assert in_flight_bound(ProviderSettings()) is None
     assert in_flight_bound(ProviderSettings(), job_bound=700) == 700
@@ -225,6 +261,13 @@ def room(soft: int, hard: int, wanted: int) -> list[int]:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_NOFILE is POSIX")
 def test_the_open_files_limit_is_raised_for_the_connections_or_bounds_them():
-    assert room(4096, 4096, 1000) == [1000, 4096]  # room enough: nothing changes
-    assert room(1024, 4096, 2000) == [2000, 2000 + RESERVED_FILES]  # the soft limit raised as far as needed
-    assert room(1024, 1500, 2000) == [1500 - RESERVED_FILES, 1500]  # the hard limit bounds the connections
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    top = 4096 if hard == resource.RLIM_INFINITY else min(hard, 4096)  # a process may lower its hard limit only
+    if top < 1024:
+        pytest.skip(f"a hard open-files limit of {top} leaves no room to test in")
+    fits = top - RESERVED_FILES - 100
+    assert room(top, top, fits) == [fits, top]  # room enough: nothing changes
+    assert room(512, top, fits) == [fits, fits + RESERVED_FILES]  # the soft limit raised as far as needed
+    assert room(512, top, 2 * top) == [top - RESERVED_FILES, top]  # the hard limit bounds the connections

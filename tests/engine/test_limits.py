@@ -113,7 +113,8 @@ async def test_an_endpoint_learns_its_limits_from_headers_and_drops_adaptation()
     endpoint.answered()
     assert endpoint.slots.limit == 4  # then the adaptive start
     endpoint.observe({"requests": RateWindow(limit=600, remaining=590, reset=1.0)}, latency=0.0)
-    assert endpoint.ramp is None and endpoint.slots.limit == 8  # Little's law: 10/s x 0 s, plus the slack
+    # Little's law over the bucket (the 590 it holds, 10/s over no latency, plus the slack), within the concurrency
+    assert endpoint.ramp is None and endpoint.in_flight_target() == 64 and endpoint.slots.limit == 64
     requests = endpoint.buckets["requests"]
     assert requests.capacity == 600 and requests.level == 590
     for _ in range(585):  # what the server said is left, less the margin
