@@ -41,6 +41,7 @@ from runner.engine.checks import (
 from runner.engine.opening import plan_stages
 from runner.errors import RunnerError, StoreError
 from runner.store import now
+from runner.store.base import RunExists
 
 if TYPE_CHECKING:
     from runner.engine.run import Outcome, View
@@ -223,8 +224,6 @@ def open_shared_run(job: Job, store: Store, run_id: str | None = None) -> tuple[
     if run_id is None:
         created = store.create_run(*row)
     else:
-        from runner.store.base import RunExists
-
         try:
             created = store.create_run(*row, run_id=run_id)
         except RunExists:

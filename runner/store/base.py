@@ -100,6 +100,10 @@ class Fenced(StoreError):
     """A write refused because its worker lost the lease it was made for, or was declared dead."""
 
 
+class RunExists(StoreError):
+    """A run was to be created under an id (``--run-id``) that another run already has."""
+
+
 @dataclass(slots=True)
 class Finished:
     """One finished task on its way to the store: its row, the memo and ledger rows it brings, and the
@@ -143,8 +147,10 @@ class Store(ABC):
 
     # -- runs --------------------------------------------------------------------------------------
     @abstractmethod
-    def create_run(self, job_name: str, job_path: str, job_json: str, fingerprint: str, total: int) -> str:
-        """A new run, status ``running``; returns its id."""
+    def create_run(self, job_name: str, job_path: str, job_json: str, fingerprint: str, total: int,
+                   run_id: str | None = None) -> str:
+        """A new run, status ``running``; returns its id: ``run_id`` when given (:class:`RunExists` when a run
+        has it: of several processes creating one named run at once, one creates it), else a new one."""
 
     @abstractmethod
     def get_run(self, run_id: str) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from runner.store.base import (
     Fence,
     Fenced,
     Finished,
+    RunExists,
     Store,
     dumps,
     now,
@@ -136,11 +137,15 @@ class SQLStore(Store):
         return self.dicts(f"SELECT * FROM responses ORDER BY created{c} NULLS FIRST, key{c}")
 
     # -- runs --------------------------------------------------------------------------------------
-    def create_run(self, job_name: str, job_path: str, job_json: str, fingerprint: str, total: int) -> str:
-        run_id = dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-        self.execute("INSERT INTO runs (id, job_name, job_path, job_json, fingerprint, status, total, pid, created,"
-                 " started) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
-                 (run_id, job_name, job_path, job_json, fingerprint, total, os.getpid(), now(), now()))
+    def create_run(self, job_name: str, job_path: str, job_json: str, fingerprint: str, total: int,
+                   run_id: str | None = None) -> str:
+        run_id = run_id or dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+        inserted = self.row(  # RETURNING: a row only when this process inserted it (both databases)
+            "INSERT INTO runs (id, job_name, job_path, job_json, fingerprint, status, total, pid, created, started)"
+            " VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id",
+            (run_id, job_name, job_path, job_json, fingerprint, total, os.getpid(), now(), now()))
+        if inserted is None:
+            raise RunExists(f"a run {run_id!r} exists already")
         return run_id
 
     def get_run(self, run_id: str) -> dict[str, Any]:
