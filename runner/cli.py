@@ -1,7 +1,9 @@
 """The ``runner`` command: submit, check, estimate, validate, resume, work, runs, report, compare, costs, sim
 (and explain, from runner/cli_costs.py).
 
-Just over ~450 lines: eleven commands, each only its arguments and its printing (the work is in runner/service.py).
+About 560 lines, over the ~450 aimed at: eleven commands, each only its arguments and its printing, with the
+printing of named runs and Ray workers (the work is in runner/service.py and runner/cluster/; the --ray and
+--workers options in runner/cli_cluster.py).
 
 Every error a user can cause ends in ``Error: <one sentence>`` on stderr and a non-zero exit (2 for a job
 file that does not validate or a submit whose worst case exceeds its budget, 1 otherwise), never a traceback.
@@ -30,18 +32,15 @@ except ImportError:  # an older typer runs on click itself
     from click.exceptions import Abort  # type: ignore[assignment]
 
 from runner import service
+from runner.cli_cluster import RayCommand, RayOption, WorkersOption, check_ray, ray_cluster
 from runner.errors import RunnerError
-from runner.report import costs as cost_sums
 from runner.report import estimate as estimates
-from runner.report import runs as run_list
-from runner.report import summary as reports
 from runner.report.progress import make_view
 from runner.report.terminal import clean
 from runner.spec.schema import Job
 from runner.store import Store, open_store
 
 if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
     from types import ModuleType
 
     from runner.engine.run import Outcome
@@ -164,38 +163,6 @@ def _vars(values: list[str] | None) -> dict[str, str]:
     return out
 
 
-class _RayCommand(typer.core.TyperCommand):
-    """A command whose ``--ray`` may come without a value: ``--ray`` alone is ``--ray local`` (click's options
-    with an optional value are not available through typer)."""
-
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, _ray_flag(args))
-
-
-def _ray_flag(args: list[str]) -> list[str]:
-    """``--ray`` not followed by an address ("auto", "local", or anything with a colon) becomes ``--ray=local``."""
-    out = list(args)
-    for i, arg in enumerate(out):
-        following = out[i + 1] if i + 1 < len(out) else ""
-        if arg == "--ray" and not (":" in following or following in ("auto", "local")):
-            out[i] = "--ray=local"
-    return out
-
-
-RayOption = Annotated[
-    str | None,
-    typer.Option("--ray", help="Run the workers as Ray actors, which Ray places and starts again when one dies: "
-                 "--ray alone uses RAY_ADDRESS's cluster or starts a Ray here; --ray ADDRESS joins that cluster "
-                 "(auto, HOST:6379, ray://HOST:10001). Needs Ray: `pip install 'llm-job-runner\\[ray]'`.",
-                 show_default=False),
-]
-
-WorkersOption = Annotated[
-    int | None,
-    typer.Option("--workers", help="How many Ray workers (with --ray; default 2).", show_default=False),
-]
-
-
 def _work_on(job: Job, store: Store, run_id: str, *, summary: bool = False) -> None:
     """This process as a worker of ``run_id`` (``runner work``, a task of a named run): its share, then the run's
     end lines (with ``summary``: the accuracy and cost lines and the results files once the run completed)."""
@@ -213,29 +180,6 @@ def _summary(store: Store, run_id: str, results: dict[str, Path] | None) -> None
         _say(line)
     for stage, path in (results or {}).items():
         _say(f"results: {stage} -> {path}")
-
-
-def _check_ray(ray: str | None, workers: int | None, otherwise: str) -> None:
-    """``--workers`` only with ``--ray``; with --ray, Ray installed (said before anything else is done)."""
-    if workers is not None and ray is None:
-        raise RunnerError(f"--workers starts Ray workers: add --ray (or {otherwise})")
-    if ray is not None:
-        from runner.cluster import ray_workers
-
-        ray_workers.import_ray()
-        ray_workers.check_workers(2 if workers is None else workers)
-
-
-def _ray_cluster(store: Store, ray: str | None, workers: int | None) -> AbstractContextManager[ModuleType | None]:
-    """The Ray cluster of ``--ray`` (runner/cluster/ray_workers.py), joined and checked before the run is made;
-    nothing without --ray."""
-    from contextlib import nullcontext
-
-    if ray is None:
-        return nullcontext()
-    from runner.cluster import ray_workers
-
-    return ray_workers.cluster(store, ray, 2 if workers is None else workers)
 
 
 def _on_ray(cluster: ModuleType, job: Job, store: Store, db: str | None, run_id: str, workers: int | None) -> None:
@@ -265,7 +209,7 @@ def _shared(job: Job, store: Store, db: str | None, run_id: str | None, ray: str
     if run is None:
         submission = _announce(service.prepare_submit(job, store, allow_partial=allow_partial))
         asyncio.run(service.preflight(job, [] if no_check else submission.probe))
-    with _ray_cluster(store, ray, workers) as cluster:
+    with ray_cluster(store, ray, workers) as cluster:
         created = False
         if run is None:
             run, created = service.open_shared_run(job, store, run_id)
@@ -290,7 +234,7 @@ def _announce(submission: service.Submission) -> service.Submission:
     return submission
 
 
-@app.command(cls=_RayCommand)
+@app.command(cls=RayCommand)
 def submit(
     job_file: Annotated[Path, typer.Argument(help="The job YAML file.")],
     db: DbOption = None,
@@ -318,7 +262,7 @@ def submit(
     the end. Refuses (exit 2) when the estimate's worst case exceeds the run's budget, unless --allow-partial; stops
     (exit 1) before any request when an endpoint is unreachable, refuses its key or does not know the model."""
     job = service.apply_settings(_load(job_file, var), budget=budget, limit=limit)
-    _check_ray(ray, workers, "start more processes with the same --run-id")
+    check_ray(ray, workers, "start more processes with the same --run-id")
     if run_id is not None:
         service.check_run_id(run_id)
     store = _store(db)
@@ -387,6 +331,8 @@ def costs(
     """Spend across runs, from the ledger: per model, job or day, the runs, requests charged, USD charged, USD
     possibly billed (requests in flight when a run was killed) and the money saved by cache hits. With RUN: that
     run's requests re-priced (--as another model, --batch, --cached) beside what was paid."""
+    from runner.report import costs as cost_sums  # imported by the command that uses it: a leaner start
+
     if fmt not in cost_sums.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(cost_sums.FORMATS)}, not {fmt!r}")
     if run is not None or as_models or batch or cached:
@@ -436,7 +382,7 @@ def resume(
     _run(job, store, run_id=run["id"])
 
 
-@app.command(cls=_RayCommand)
+@app.command(cls=RayCommand)
 def work(
     run_id: Annotated[str, typer.Argument(help="The run to join (see `runner runs`; a --run-id name too).")],
     db: DbOption = None,
@@ -447,10 +393,10 @@ def work(
     file): take the chunks of its stages no live worker holds, send them, and take over those of workers that
     stopped. Requests are never sent twice across workers, and the run's budget holds across all of them. With
     --ray, Ray actors join it instead of this process."""
-    _check_ray(ray, workers, "start more `runner work` processes")
+    check_ray(ray, workers, "start more `runner work` processes")
     store = _store(db)
     run, job = service.prepare_join(store, run_id)
-    with _ray_cluster(store, ray, workers) as cluster:
+    with ray_cluster(store, ray, workers) as cluster:
         if cluster is not None:
             return _on_ray(cluster, job, store, db, run["id"], workers)
     _say(f"run {run['id']}: joining job {job.name} as a worker")
@@ -465,6 +411,8 @@ def runs(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
 ) -> None:
     """List runs: id, job, status (crashed: killed while running), progress, spend, started."""
+    from runner.report import runs as run_list
+
     if fmt not in run_list.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(run_list.FORMATS)}, not {fmt!r}")
     _emit(run_list.render(run_list.build(_store(db), service.check_limit(limit)), fmt), output, fmt)
@@ -495,6 +443,8 @@ def report(
         html_report.write(_store(db), run_id, output, judged=judged, by=by)
         _say(f"wrote {output}")
         return
+    from runner.report import summary as reports
+
     if fmt not in reports.FORMATS:
         raise RunnerError(f"--format must be one of {', '.join(reports.FORMATS)}, not {fmt!r}")
     store = _store(db)
