@@ -51,8 +51,8 @@ class Endpoints:
                 name, concurrency=s.concurrency, max_in_flight=in_flight_bound(s, self.max_in_flight),
                 opening=provider.default_concurrency, rpm=s.rpm, tpm=s.tpm, itpm=s.itpm, otpm=s.otpm,
                 # a job that configures nothing lets the endpoint find its own concurrency until the
-                # server's headers state the limits
-                adaptive=not limited and provider.adaptive,
+                # server's headers state the limits: a ramp from the provider's default
+                adaptive=not limited and provider.adaptive, adaptive_start=provider.default_concurrency,
             )
             if self.crew is not None:
                 found.set_share(1 / self.crew.live)

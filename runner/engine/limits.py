@@ -279,7 +279,7 @@ class Endpoint:
         self.fallback = min(concurrency or opening, self.ceiling)
         self.opening = min(adaptive_start, self.ceiling) if adaptive else self.fallback
         self.probing = True
-        self.ramp = Ramp(self.slots, self.ceiling, self._clock, step=adaptive_start) if adaptive else None
+        self.ramp = Ramp(self.slots, self.ceiling, self._clock) if adaptive else None
         #: mean answer latency (seconds), for Little's law
         self.latency: float | None = None
         #: mean tokens a request takes from each token bucket, to turn a token limit into requests

@@ -227,8 +227,10 @@ async def test_endpoints_are_built_with_the_jobs_bound_and_the_providers_setting
     assert limited.slots.limit == FakeProvider.default_concurrency  # until a latency is known
     limited.observe(None, latency=20.0)
     assert limited.slots.limit == 300
-    ramping = Endpoints({"p": RampingProvider(ProviderSettings())}).of(request)
+    ramping = opened(Endpoints({"p": RampingProvider(ProviderSettings())}).of(request))
+    # no limit known: a ramp from the provider's default, up to the default memory bound
     assert ramping.ramp is not None and ramping.ceiling == DEFAULT_MAX_IN_FLIGHT
+    assert ramping.slots.limit == RampingProvider.default_concurrency
     fixed = Endpoints({"p": RampingProvider(ProviderSettings(concurrency=5))}, max_in_flight=300).of(request)
     fixed.answered()
     assert fixed.ramp is None and fixed.slots.limit == 5 and fixed.ceiling == 5
