@@ -107,6 +107,7 @@ def child(job_path: str, store_path: str) -> None:
     print("LATENCY " + json.dumps({
         "status": outcome.status, "seconds": seconds, "peak_in_flight": flying["peak"], "floor_kb": floor_kb,
         "peak_kb": proc_status_kb("VmHWM") or 0, "done": totals.done, "errors": totals.errors,
+        "retries": totals.retries,
     }), flush=True)
 
 
@@ -219,11 +220,12 @@ def part_limit(args: argparse.Namespace) -> None:
             "a key whose minute's burst was spent elsewhere"
         steady = f"{rate:,.0f} answers/min over {window:.0f} s of steady state = {rate / args.rpm:.1%} of the limit" \
             if window > 1.0 else "no steady state (the requests fit in what the bucket held)"
+        little = args.rpm / 60 * args.latency
         print(f"limit, {what}: {args.requests:,} requests at {args.latency:g} s under {args.rpm:,} RPM (learned from "
-              f"headers): {steady}; {final['by_status'].get('429', 0)} x 429; {figures['done']:,} done, "
-              f"{figures['errors']} errors, {figures['status']} in {figures['seconds']:.1f} s{best}; at most "
-              f"{figures['peak_in_flight']:,} in flight (Little's law: {args.rpm / 60 * args.latency:,.0f}); "
-              f"runner peak RSS {figures['peak_kb'] / 1024:.0f} MB ({rss:.0f} MB above its floor of "
+              f"headers): {steady}; {final['by_status'].get('429', 0)} x 429 ({figures['retries']} retries); "
+              f"{figures['done']:,} done, {figures['errors']} errors, {figures['status']} in "
+              f"{figures['seconds']:.1f} s{best}; at most {figures['peak_in_flight']:,} in flight (Little's law: "
+              f"{little:,.0f}); runner peak RSS {figures['peak_kb'] / 1024:.0f} MB ({rss:.0f} MB above its floor of "
               f"{figures['floor_kb'] / 1024:.0f} MB)")
 
 
