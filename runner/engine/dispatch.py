@@ -91,7 +91,7 @@ class Dispatcher:
         self.stages = {stage.name: stage for stage in job.stages}
         self.control = RunControl()
         self.leases = ChunkLeases(stats)
-        self.endpoints = Endpoints(providers)
+        self.endpoints = Endpoints(providers, max_in_flight=job.max_in_flight)
         self.triage = Triage(store, run_id, stats)
         self.reserver = Reserver(run_id=run_id, job=job, store=store, stats=stats, control=self.control,
                                  leases=self.leases, resume=resume)

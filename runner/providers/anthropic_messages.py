@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, Refused, TransientError
 
 from . import capabilities
-from .base import CacheMarks, Completion, Provider, ProviderSettings, RateWindow, register
+from .base import CacheMarks, Completion, Provider, ProviderSettings, RateWindow, http_limits, register
 from .wire import quoted, retry_after_seconds, words
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
@@ -156,7 +156,8 @@ class AnthropicProvider(Provider):
             base_url=self.settings.base_url,
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
-            http_client=anthropic.DefaultAioHttpClient(timeout=self.settings.timeout),
+            http_client=anthropic.DefaultAioHttpClient(timeout=self.settings.timeout,
+                                                       limits=http_limits(self.settings)),
             default_headers={"anthropic-version": self.api_version},
         )
 

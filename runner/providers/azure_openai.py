@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from runner.errors import AuthError, BadRequest, ModelSetupError, ProviderError, TransientError
 
-from .base import Completion, ProviderSettings, _importable, register
+from .base import Completion, ProviderSettings, _importable, http_limits, register
 from .openai_chat import OpenAIChatProvider, openai_rate
 
 if TYPE_CHECKING:
@@ -169,7 +169,8 @@ class AzureOpenAIProvider(OpenAIChatProvider):
             api_version=self.api_version,
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
-            http_client=openai.DefaultAioHttpClient(timeout=self.settings.timeout),
+            http_client=openai.DefaultAioHttpClient(timeout=self.settings.timeout,
+                                                    limits=http_limits(self.settings)),
         )
 
     async def aclose(self) -> None:

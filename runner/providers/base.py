@@ -77,6 +77,8 @@ class ProviderSettings(BaseModel):
     itpm: int | None = Field(default=None, gt=0)
     otpm: int | None = Field(default=None, gt=0)
     concurrency: int | None = Field(default=None, gt=0)
+    #: requests in flight per endpoint at most (memory: 15-20 kB each); default the job's, else 8,192
+    max_in_flight: int | None = Field(default=None, gt=0, le=1_000_000)
     timeout: float = Field(default=60.0, gt=0)
     #: the API version sent (anthropic: 2023-06-01 or 2026-10-21; runner.providers.capabilities)
     api_version: str | None = None
@@ -408,6 +410,19 @@ class Provider(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release clients and files."""
+
+
+def http_limits(settings: ProviderSettings) -> Any:
+    """The connection pool of an SDK's aiohttp client (``limits=`` of openai's and anthropic's
+    ``DefaultAioHttpClient``), as large as the requests the engine lets go to one endpoint at once
+    (``connection_pool_size`` of runner/engine/endpoints.py): the SDKs' default of 1,000 would queue the rest inside
+    the SDK, unseen by the runner."""
+    import httpx2  # the SDKs' HTTP layer
+
+    from runner.engine.endpoints import connection_pool_size  # imported when a client is made: no import cycle
+
+    size = connection_pool_size(settings)
+    return httpx2.Limits(max_connections=size, max_keepalive_connections=size)
 
 
 # -- the registry ------------------------------------------------------------------------------------------

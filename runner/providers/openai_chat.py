@@ -40,6 +40,7 @@ from .base import (
     Provider,
     ProviderSettings,
     RateWindow,
+    http_limits,
     loglikelihood_completion,
     register,
 )
@@ -212,7 +213,8 @@ class OpenAIChatProvider(Provider):
             base_url=self.base_url,
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
-            http_client=openai.DefaultAioHttpClient(timeout=self.settings.timeout),
+            http_client=openai.DefaultAioHttpClient(timeout=self.settings.timeout,
+                                                    limits=http_limits(self.settings)),
         )
 
     async def start(self) -> None:

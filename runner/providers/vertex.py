@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runner.errors import AuthError, BadRequest, ModelSetupError, TransientError
 
 from .anthropic_messages import AnthropicProvider, cache_blocks
-from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, register
+from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, http_limits, register
 from .gemini import GeminiProvider
 
 if TYPE_CHECKING:  # the SDKs are imported where they are used: discovering the providers must stay light
@@ -216,7 +216,7 @@ class VertexProvider(Provider):
                 self.claude.client = sdk.AsyncAnthropicVertex(
                     region=self.location, project_id=self.project, credentials=self.credentials,
                     base_url=f"{root}/v1" if root else None, max_retries=0, timeout=timeout,  # runner-owned retries
-                    http_client=sdk.DefaultAioHttpClient(timeout=timeout))
+                    http_client=sdk.DefaultAioHttpClient(timeout=timeout, limits=http_limits(self.settings)))
         return self.claude.client
 
     async def aclose(self) -> None:

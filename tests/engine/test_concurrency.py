@@ -273,3 +273,33 @@ def test_the_open_files_limit_is_raised_for_the_connections_or_bounds_them():
     assert room(top, top, fits) == [fits, top]  # room enough: nothing changes
     assert room(512, top, fits) == [fits, fits + RESERVED_FILES]  # the soft limit raised as far as needed
     assert room(512, top, 2 * top) == [top - RESERVED_FILES, top]  # the hard limit bounds the connections
+
+
+async def test_the_jobs_max_in_flight_reaches_the_dispatchers_endpoints_and_a_providers_own_wins(tmp_path, monkeypatch):
+    from runner.engine.dispatch import Dispatcher
+    from runner.engine.stats import RunStats
+    from runner.providers.base import provider_class
+    from runner.spec.job import job_from_dict
+    from runner.store import Writer, open_store
+
+    (tmp_path / "d.jsonl").write_text('{"q": "a"}\n', encoding="utf-8")
+    job = job_from_dict({"name": "j", "models": ["sim:m"], "max_in_flight": 300,
+                         "providers": {"sim": {"rpm": 6000}},
+                         "stages": [{"name": "s", "dataset": {"path": str(tmp_path / "d.jsonl")},
+                                     "prompt": {"user": "{{ q }}"}}]}, base_dir=tmp_path)
+    store = open_store(tmp_path / "s.sqlite")
+    providers = {"sim": provider_class("sim")(job.providers["sim"])}
+    dispatcher = Dispatcher(run_id="r", job=job, store=store, writer=Writer(store, lambda batch: None),
+                            providers=providers, stats=RunStats())
+    endpoint = dispatcher.endpoints.of(SimpleNamespace(provider="sim", model_name="m"))
+    assert endpoint.ceiling == 300
+    own = Endpoints({"p": FakeProvider(ProviderSettings(rpm=6000, max_in_flight=40))}, max_in_flight=300)
+    assert own.of(SimpleNamespace(provider="p", model_name="m")).ceiling == 40
+
+
+def test_the_sdk_clients_pools_are_sized_to_the_endpoints_bound():
+    from runner.providers.base import http_limits
+
+    assert http_limits(ProviderSettings(concurrency=1500)).max_connections == 1500
+    assert http_limits(ProviderSettings(max_in_flight=2500)).max_keepalive_connections == 2500
+    assert http_limits(ProviderSettings()).max_connections == connection_pool_size(ProviderSettings())
