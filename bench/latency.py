@@ -66,7 +66,7 @@ def write_job(folder: Path, url: str, rows: int, settings: dict[str, Any], job_e
 
 def child(job_path: str, store_path: str) -> None:
     """Runs in the subprocess: execute the job, counting requests in flight, then print one JSON line."""
-    from runner.engine import endpoints, limits
+    from runner.engine import limits
     from runner.engine.run import execute
     from runner.spec.job import load_job
     from runner.store import open_store
@@ -87,13 +87,6 @@ def child(job_path: str, store_path: str) -> None:
     limits.Slots.release = counted_release  # type: ignore[method-assign]
     job = load_job(Path(job_path))
     store = open_store(Path(store_path))
-    # the job's max_in_flight, whether or not the dispatcher hands it to its Endpoints yet
-    endpoints_init = endpoints.Endpoints.__init__
-
-    def with_job_bound(self: endpoints.Endpoints, providers: Any, max_in_flight: int | None = None) -> None:
-        endpoints_init(self, providers, max_in_flight or job.max_in_flight)
-
-    endpoints.Endpoints.__init__ = with_job_bound  # type: ignore[method-assign]
     floor_kb = proc_status_kb("VmRSS") or 0
 
     async def go() -> tuple[Any, float]:
