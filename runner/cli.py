@@ -554,6 +554,7 @@ def main() -> None:
 
 
 from runner import cli_costs  # noqa: E402, F401  registers `runner explain` on the app
+from runner import cli_view  # noqa: E402, F401  registers `runner view` on the app
 
 if __name__ == "__main__":
     main()

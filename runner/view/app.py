@@ -1,0 +1,228 @@
+"""``runner view``'s web app: aiohttp.web routes over one store, pages from Jinja2 templates (runner/view/templates/,
+autoescaped: a run's texts are always shown as text), JSON endpoints for the pages' polling. Read-only: no route
+writes to the store.
+
+Pages: ``/`` the runs, ``/runs/{id}`` a run (the static HTML report's rendering), ``/runs/{id}/answers`` its
+answers (searched and filtered, paged), ``/compare`` two runs or two models, ``/costs`` spend and savings.
+JSON: ``/api/runs`` and ``/api/runs/{id}/answers``, paged as their pages are.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jinja2
+from aiohttp import web
+from markupsafe import Markup
+
+from runner.errors import RunnerError
+from runner.report import compare as comparisons
+from runner.report import costs as spend
+from runner.report import html as html_report
+from runner.report.item_scores import stage_items
+from runner.store import Store
+from runner.view.queries import ANSWER_OUTCOMES, RUN_SORTS, AnswerFilter, RunFilter, ViewQueries
+
+__all__ = ["PAGE_SIZE", "STORE", "make_app"]
+
+STORE: web.AppKey[Store] = web.AppKey("store", Store)
+QUERIES: web.AppKey[ViewQueries] = web.AppKey("queries", ViewQueries)
+TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
+#: rows per page of runs and of answers (``?limit=`` up to MAX_PAGE)
+PAGE_SIZE = 50
+MAX_PAGE = 500
+#: answers of a run embedded in its page (the answers page has them all, paged)
+RUN_PAGE_SAMPLES = 20
+#: items listed where two sides disagree
+MAX_DISAGREEMENTS = 200
+
+
+def make_app(store: Store) -> web.Application:
+    app = web.Application(middlewares=[_errors])
+    app[STORE] = store
+    app[QUERIES] = ViewQueries(store)
+    app[TEMPLATES] = jinja2.Environment(loader=jinja2.PackageLoader("runner.view", "templates"), autoescape=True,
+                                        undefined=jinja2.StrictUndefined)
+    app.router.add_get("/", runs_page)
+    app.router.add_get("/api/runs", runs_json)
+    app.router.add_get("/runs/{run}", run_page)
+    app.router.add_get("/runs/{run}/answers", answers_page)
+    app.router.add_get("/api/runs/{run}/answers", answers_json)
+    app.router.add_get("/compare", compare_page)
+    app.router.add_get("/costs", costs_page)
+    return app
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """A RunnerError (an unknown run, runs that share nothing, a bad parameter) as a page saying it."""
+    try:
+        return await handler(request)
+    except RunnerError as exc:
+        if request.path.startswith("/api/"):
+            return web.json_response({"error": str(exc)}, status=400)
+        return _page(request, "error.html", status=400, title="Error", message=str(exc))
+
+
+def _page(request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:
+    text = request.app[TEMPLATES].get_template(template).render(**context)
+    return web.Response(text=text, content_type="text/html", charset="utf-8", status=status,
+                        headers={"Content-Security-Policy": "default-src 'self'; script-src 'self' 'unsafe-inline';"
+                                 " style-src 'unsafe-inline'; img-src 'self' data:"})
+
+
+def _int(request: web.Request, name: str, default: int, high: int | None = None) -> int:
+    text = request.query.get(name, "")
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise RunnerError(f"?{name}= takes a whole number, not {text!r}") from None
+    if value < 0:
+        raise RunnerError(f"?{name}= takes a number of 0 or more, not {value}")
+    return min(value, high) if high is not None else value
+
+
+# -- runs ------------------------------------------------------------------------------------------------
+def _run_filter(request: web.Request) -> RunFilter:
+    sort = request.query.get("sort", "started")
+    if sort not in RUN_SORTS:
+        raise RunnerError(f"?sort= is one of {', '.join(RUN_SORTS)}, not {sort!r}")
+    return RunFilter(text=request.query.get("q", "").strip(), status=request.query.get("status", ""), sort=sort,
+                     descending=request.query.get("order", "desc") != "asc",
+                     limit=_int(request, "limit", PAGE_SIZE, MAX_PAGE), offset=_int(request, "offset", 0))
+
+
+async def runs_json(request: web.Request) -> web.Response:
+    f = _run_filter(request)
+    runs, total = request.app[QUERIES].runs(f)
+    return web.json_response({"runs": runs, "total": total, "limit": f.limit, "offset": f.offset})
+
+
+async def runs_page(request: web.Request) -> web.Response:
+    f = _run_filter(request)
+    runs, total = request.app[QUERIES].runs(f)
+    return _page(request, "runs.html", title="Runs", runs=runs, total=total, f=f, sorts=list(RUN_SORTS),
+                 statuses=request.app[QUERIES].statuses(), pages=_pages(request, f.limit, f.offset, total))
+
+
+def _pages(request: web.Request, limit: int, offset: int, total: int) -> dict[str, Any]:
+    """Links to the previous and next pages (the query with another offset)."""
+    def link(to: int) -> str:
+        return str(request.rel_url.update_query(offset=str(to)))
+
+    return {"first": offset + 1 if total else 0, "last": min(offset + limit, total), "total": total,
+            "previous": link(max(0, offset - limit)) if offset > 0 else None,
+            "next": link(offset + limit) if offset + limit < total else None}
+
+
+# -- a run -----------------------------------------------------------------------------------------------
+async def run_page(request: web.Request) -> web.Response:
+    store = request.app[STORE]
+    run = store.get_run(request.match_info["run"])
+    report = html_report.render(html_report.build(store, run["id"], max_samples=RUN_PAGE_SAMPLES))
+    body = report.split("<body>", 1)[1].rsplit("</body>", 1)[0]  # the report's own (escaped) rendering
+    return _page(request, "run.html", title=f"Run {run['id']}", run=run, report=Markup(body),
+                 report_css=Markup(html_report.CSS))
+
+
+# -- answers ---------------------------------------------------------------------------------------------
+def _answer_filter(request: web.Request) -> AnswerFilter:
+    q = request.query
+    outcome = q.get("outcome", "")
+    if outcome and outcome not in ANSWER_OUTCOMES:
+        raise RunnerError(f"?outcome= is one of {', '.join(ANSWER_OUTCOMES)}, not {outcome!r}")
+    return AnswerFilter(text=q.get("q", "").strip(), stage=q.get("stage", ""), model=q.get("model", ""),
+                        outcome=outcome, error_class=q.get("error_class", ""), row=q.get("row", ""),
+                        limit=_int(request, "limit", PAGE_SIZE, MAX_PAGE), offset=_int(request, "offset", 0))
+
+
+async def answers_json(request: web.Request) -> web.Response:
+    run = request.app[STORE].get_run(request.match_info["run"])
+    f = _answer_filter(request)
+    answers, total = request.app[QUERIES].answers(run["id"], f)
+    return web.json_response({"answers": answers, "total": total, "limit": f.limit, "offset": f.offset})
+
+
+async def answers_page(request: web.Request) -> web.Response:
+    run = request.app[STORE].get_run(request.match_info["run"])
+    f = _answer_filter(request)
+    queries = request.app[QUERIES]
+    answers, total = queries.answers(run["id"], f)
+    for answer in answers:
+        answer["messages"] = _messages(answer["request"])
+        answer["outcome"] = html_report.outcome(answer["result"])
+        answer["parsed"] = _text(answer["result"].get("parsed"))
+        answer["answer"] = _text(answer["result"].get("response"))
+    return _page(request, "answers.html", title=f"Answers of run {run['id']}", run=run, answers=answers, f=f,
+                 facets=queries.facets(run["id"]), outcomes=ANSWER_OUTCOMES,
+                 pages=_pages(request, f.limit, f.offset, total))
+
+
+def _text(value: Any) -> str | None:
+    return value if value is None or isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _messages(request: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(role, text) of the prompt as sent: the memo's messages, a log-likelihood call's pairs, else its JSON."""
+    if request is None:
+        return []
+    if "messages" in request:
+        return [(str(m.get("role")), m["content"] if isinstance(m.get("content"), str)
+                 else json.dumps(m.get("content"), ensure_ascii=False, indent=1)) for m in request["messages"]]
+    if "pairs" in request:
+        return [(f"option {i}", f"{context}{continuation}") for i, (context, continuation) in
+                enumerate(request["pairs"])]
+    return [("request", json.dumps(request, ensure_ascii=False, indent=1))]
+
+
+# -- compare ---------------------------------------------------------------------------------------------
+async def compare_page(request: web.Request) -> web.Response:
+    q = request.query
+    a, b = q.get("a", "").strip(), q.get("b", "").strip()
+    if not a:
+        return _page(request, "compare.html", title="Compare", data=None, a=a, b=b, model_a="", model_b="",
+                     headers=[], table=[], disagreements=[], note=comparisons.METHOD_NOTE)
+    model_a, model_b = q.get("model_a", "").strip(), q.get("model_b", "").strip()
+    models = (model_a, model_b) if model_a and model_b else None
+    store = request.app[STORE]
+    data = comparisons.build(store, a, b or None, models=models)
+    return _page(request, "compare.html", title="Compare", data=data, a=a, b=b, model_a=model_a, model_b=model_b,
+                 title_line=comparisons._title(data), headers=comparisons._headers(data),
+                 table=comparisons._table(data), disagreements=_disagreements(store, data),
+                 note=comparisons.METHOD_NOTE)
+
+
+def _disagreements(store: Store, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Items scored on both sides whose mean scores differ, per compared row (up to MAX_DISAGREEMENTS)."""
+    out: list[dict[str, Any]] = []
+    loaded: dict[tuple[str, str], Any] = {}
+    for row in data["rows"]:
+        sides = []
+        for run, model in ((row["run_a"], row["model_a"]), (row["run_b"], row["model_b"])):
+            if (run, row["stage"]) not in loaded:
+                loaded[run, row["stage"]] = stage_items(store, run, row["stage"])
+            items = loaded[run, row["stage"]].scores.get(model)
+            sides.append(items.means() if items else {})
+        for item in sorted(set(sides[0]) & set(sides[1])):
+            if sides[0][item] != sides[1][item] and len(out) < MAX_DISAGREEMENTS:
+                out.append({"stage": row["stage"], "item": item, "run_a": row["run_a"], "model_a": row["model_a"],
+                            "score_a": sides[0][item], "run_b": row["run_b"], "model_b": row["model_b"],
+                            "score_b": sides[1][item]})
+    return out
+
+
+# -- costs -----------------------------------------------------------------------------------------------
+async def costs_page(request: web.Request) -> web.Response:
+    store = request.app[STORE]
+    since = spend.parse_since(request.query.get("since") or None)
+    tables = []
+    for by in spend.BY:
+        data = spend.build(store, by=by, since=since)
+        savings = request.app[QUERIES].savings(by, since)
+        for row in data["rows"]:
+            row["batch_saved"], row["cache_saved"] = savings.get(str(row[by]), (0.0, 0.0))
+        tables.append({"by": by, "data": data})
+    return _page(request, "costs.html", title="Costs", tables=tables, since=since or "")

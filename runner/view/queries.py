@@ -1,0 +1,168 @@
+"""The viewer's questions of the store (``runner view``): a page of runs and a page of a run's answers, each one
+query with LIMIT/OFFSET (never every row), written once for SQLite and PostgreSQL through the store's dialect.
+
+A run's models and budget come from its job JSON (a page of runs reads a page of job JSONs); its progress and
+spend are counted as ``runner runs`` counts them (runner/store/sql.py's list_runs), and a run recorded as running
+whose process is gone is ``crashed``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from runner.store import Store
+from runner.store.dialect import zero
+from runner.store.reads import UNKNOWN_JOB
+from runner.store.sql import SQLStore
+
+__all__ = ["ANSWER_OUTCOMES", "RUN_SORTS", "AnswerFilter", "RunFilter", "ViewQueries"]
+
+#: sort keys of the runs page → their SQL
+RUN_SORTS = {"started": "r.created", "job": "r.job_name", "status": "r.status", "spend": "spend", "id": "r.id"}
+#: the answers page's outcome filter (a task's status)
+ANSWER_OUTCOMES = ("done", "failed")
+_LIKE_ESCAPE = "!"
+
+
+def like_pattern(text: str) -> str:
+    """``%text%`` with LIKE's wildcards in ``text`` taken literally (escaped with ``!``)."""
+    escaped = text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    return f"%{escaped}%"
+
+
+@dataclass(slots=True)
+class RunFilter:
+    text: str = ""
+    status: str = ""
+    sort: str = "started"
+    descending: bool = True
+    limit: int = 50
+    offset: int = 0
+
+
+@dataclass(slots=True)
+class AnswerFilter:
+    text: str = ""
+    stage: str = ""
+    model: str = ""
+    outcome: str = ""
+    error_class: str = ""
+    row: str = ""
+    limit: int = 50
+    offset: int = 0
+
+
+class ViewQueries:
+    """Paged reads of one store for the viewer."""
+
+    def __init__(self, store: Store) -> None:
+        assert isinstance(store, SQLStore), "the viewer reads SQL stores (runner/store/sqlite.py or postgres.py)"
+        self.store = store
+        self.dialect = store.dialect
+
+    # -- runs ------------------------------------------------------------------------------------------
+    def runs(self, f: RunFilter) -> tuple[list[dict[str, Any]], int]:
+        """(a page of runs as plain data, how many runs match the filter)."""
+        from runner.engine.checks import pid_alive
+
+        where, args = self._run_where(f)
+        order = RUN_SORTS.get(f.sort, "r.created")
+        text_order = self.dialect.text_order if order.startswith("r.") and order != "r.status" else ""
+        found = self.store.dicts(
+            "SELECT r.id, r.job_name, r.job_json, r.status, r.total, r.pid, r.message, r.created, r.started,"
+            " r.finished, (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'done') AS done,"
+            " (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'failed') AS failed,"
+            " (SELECT sum(amount) FROM ledger l WHERE l.run_id = r.id AND l.kind IN ('charge', 'possibly_billed'))"
+            f" AS spend FROM runs r{where} ORDER BY {order}{text_order} {'DESC' if f.descending else 'ASC'}"
+            f" NULLS LAST, r.id LIMIT ? OFFSET ?", (*args, f.limit, f.offset))
+        total = int(self.store.row(f"SELECT count(*) FROM runs r{where}", args)[0])
+        runs = []
+        for r in found:
+            job = _job(r["job_json"])
+            status = r["status"]
+            if status == "running" and not pid_alive(r["pid"]):
+                status = "crashed"
+            budget = (job.get("budget") or {}).get("usd")
+            runs.append({"id": r["id"], "job": r["job_name"], "status": status, "done": int(r["done"] or 0),
+                         "failed": int(r["failed"] or 0), "total": int(r["total"] or 0),
+                         "spend": round(zero(r["spend"]), 10), "budget": budget,
+                         "models": [str(m) for m in job.get("models") or []], "started": r["started"] or r["created"],
+                         "finished": r["finished"], "message": r["message"]})
+        return runs, total
+
+    def _run_where(self, f: RunFilter) -> tuple[str, list[Any]]:
+        clauses, args = [], []
+        if f.text:
+            clauses.append(f"(r.id LIKE ? ESCAPE '{_LIKE_ESCAPE}' OR r.job_name LIKE ? ESCAPE '{_LIKE_ESCAPE}')")
+            args += [like_pattern(f.text)] * 2
+        if f.status:
+            clauses.append("r.status = ?")
+            args.append(f.status)
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
+
+    def statuses(self) -> list[str]:
+        return [s for (s,) in self.store.rows(f"SELECT DISTINCT status FROM runs ORDER BY 1{self.dialect.text_order}")
+                if s]
+
+    # -- a run's answers --------------------------------------------------------------------------------
+    def answers(self, run_id: str, f: AnswerFilter) -> tuple[list[dict[str, Any]], int]:
+        """(a page of a run's answers, each its result line with the task's figures and the request from the
+        memo, how many match the filter)."""
+        where, args = self._answer_where(run_id, f)
+        found = self.store.dicts(
+            "SELECT t.stage, t.model, t.row_id, t.status, t.cache_hit, t.error_class, t.cost, t.key, t.score,"
+            f" t.result_json, m.request_json FROM tasks t LEFT JOIN responses m ON m.key = t.key{where}"
+            f" ORDER BY t.{self.dialect.task_order} LIMIT ? OFFSET ?", (*args, f.limit, f.offset))
+        total = int(self.store.row(f"SELECT count(*) FROM tasks t{where}", args)[0])
+        answers = []
+        for row in found:
+            result = _job(row["result_json"])
+            request = _job(row["request_json"]) if row["request_json"] else None
+            answers.append({"stage": row["stage"], "model": row["model"], "row": row["row_id"],
+                            "status": row["status"], "cache_hit": bool(row["cache_hit"]),
+                            "error_class": row["error_class"], "cost": zero(row["cost"]), "key": row["key"],
+                            "score": row["score"], "result": result, "request": request})
+        return answers, total
+
+    def _answer_where(self, run_id: str, f: AnswerFilter) -> tuple[str, list[Any]]:
+        clauses, args = ["t.run_id = ?"], [run_id]
+        for column, value in (("t.stage", f.stage), ("t.model", f.model), ("t.status", f.outcome),
+                              ("t.error_class", f.error_class), ("t.row_id", f.row)):
+            if value:
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        if f.text:
+            clauses.append(f"t.result_json LIKE ? ESCAPE '{_LIKE_ESCAPE}'")
+            args.append(like_pattern(f.text))
+        return " WHERE " + " AND ".join(clauses), args
+
+    def facets(self, run_id: str) -> dict[str, list[str]]:
+        """The stages, models and error classes of a run's tasks (the answers page's filter choices)."""
+        order = self.dialect.text_order
+        groups = self.store.rows("SELECT stage, model FROM tasks WHERE run_id = ? GROUP BY stage, model", (run_id,))
+        errors = self.store.rows("SELECT DISTINCT error_class FROM tasks WHERE run_id = ? AND error_class IS NOT NULL"
+                                 f" ORDER BY 1{order}", (run_id,))
+        return {"stages": sorted({s for s, _ in groups}), "models": sorted({m for _, m in groups}),
+                "error_classes": [e for (e,) in errors]}
+
+    # -- savings ----------------------------------------------------------------------------------------
+    def savings(self, by: str, since: str | None = None) -> dict[str, tuple[float, float]]:
+        """Per group (model, job or day, as ``runner costs --by`` groups tasks, from ``since``): (USD saved by the
+        Batch API's price, USD saved by the provider's prompt cache)."""
+        group = {"model": "t.model", "job": f"coalesce(r.job_name, '{UNKNOWN_JOB}')",
+                 "day": "substr(t.updated, 1, 10)"}[by]
+        where, args = (" AND t.updated >= ?", [since]) if since else ("", [])
+        found = self.store.rows(
+            f"SELECT {group}, sum(t.batch_saved), sum(t.cache_saved) FROM tasks t LEFT JOIN runs r ON r.id = t.run_id"
+            f" WHERE (t.batch_saved > 0 OR t.cache_saved > 0){where} GROUP BY 1", args)
+        return {str(g if g is not None else "-"): (zero(b), zero(c)) for g, b, c in found}
+
+
+def _job(text: str | None) -> dict[str, Any]:
+    try:
+        found = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
