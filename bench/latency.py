@@ -39,6 +39,7 @@ if str(ROOT) not in sys.path:
 import aiohttp  # noqa: E402
 import yaml  # noqa: E402
 
+from bench.ratelimit import sample  # noqa: E402
 from bench.throughput import SimProcess, proc_status_kb  # noqa: E402
 
 SETTLE = 5.0  # seconds after the first answers before the steady-state window opens
@@ -113,20 +114,6 @@ def run_child(job_path: Path, store_path: Path) -> dict[str, Any]:
     raise RuntimeError(f"the runner's process printed no figures:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
 
 
-async def sample(root: str, samples: list[tuple[float, int, int]], stop: asyncio.Event) -> None:
-    """Every 0.5 s: (time, answers so far, 429s so far) from the server's own counters."""
-    async with aiohttp.ClientSession() as session:
-        while not stop.is_set():
-            async with session.get(root + "/sim/stats") as response:
-                stats = await response.json()
-            by_status = stats["by_status"]
-            samples.append((time.monotonic(), int(by_status.get("200", 0)), int(by_status.get("429", 0))))
-            try:
-                await asyncio.wait_for(stop.wait(), 0.5)
-            except TimeoutError:
-                pass
-
-
 async def spend_the_burst(server: SimProcess, requests: int) -> asyncio.Future[Any]:
     """Send ``requests`` (a minute's worth) from another client and return once the server admitted them all, as
     if the key had been busy elsewhere: the server's bucket is then empty and the runner meets the limit at once.
@@ -158,7 +145,7 @@ async def sampled_child(server: SimProcess, job_path: Path, store_path: Path, sp
     spending = await spend_the_burst(server, spent) if spent else None
     samples: list[tuple[float, int, int]] = []
     stop = asyncio.Event()
-    poller = asyncio.ensure_future(sample(server.root, samples, stop))
+    poller = asyncio.ensure_future(sample(server.root, samples, stop, every=0.5))
     runner = asyncio.ensure_future(asyncio.to_thread(run_child, job_path, store_path))
     if spending is not None:
         await spending

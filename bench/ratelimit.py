@@ -60,8 +60,8 @@ def write_job(folder: Path, url: str, rows: int, rpm: int | None) -> Path:
     return path
 
 
-async def sample(root: str, samples: list[tuple[float, int, int]], stop: asyncio.Event) -> None:
-    """Every 0.25 s: (time, answers so far, 429s so far) from the server's own counters."""
+async def sample(root: str, samples: list[tuple[float, int, int]], stop: asyncio.Event, every: float = 0.25) -> None:
+    """Every ``every`` seconds: (time, answers so far, 429s so far) from the server's own counters."""
     async with aiohttp.ClientSession() as session:
         while not stop.is_set():
             async with session.get(root + "/sim/stats") as response:
@@ -69,7 +69,7 @@ async def sample(root: str, samples: list[tuple[float, int, int]], stop: asyncio
             by_status = stats["by_status"]
             samples.append((time.monotonic(), int(by_status.get("200", 0)), int(by_status.get("429", 0))))
             try:
-                await asyncio.wait_for(stop.wait(), 0.25)
+                await asyncio.wait_for(stop.wait(), every)
             except TimeoutError:
                 pass
 

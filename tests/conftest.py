@@ -69,6 +69,19 @@ def pg_url(pg_server: Any) -> str:
     return pg_server.new_schema()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store every process of a test shares (several workers of one run): a SQLite file, made before the
+    processes start so that they only open it, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        path = tmp_path / "store.sqlite"
+        from runner.store import open_store
+
+        open_store(path).close()
+        return str(path)
+    return request.getfixturevalue("pg_url")
+
+
 @pytest.fixture
 def fake_provider() -> Iterator[type]:
     """Register tests.fakes.FakeProvider as provider ``fake`` for one test, then unregister it."""

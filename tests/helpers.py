@@ -210,3 +210,14 @@ sys.argv = ["runner", *sys.argv[1:]]
 from runner.cli import main
 main()
 """
+
+
+def done_tasks(db: str | Path) -> int:
+    """How many tasks of every run the store at ``db`` holds as done."""
+    from runner.store import open_store
+
+    store = open_store(db)
+    try:
+        return len(store.tasks(status="done"))
+    finally:
+        store.close()

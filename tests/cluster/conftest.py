@@ -11,23 +11,12 @@ from typing import Any
 
 import pytest
 
-from runner.store import open_store
 from tests.helpers import write_job, write_rows
 
 #: short leases, so a killed worker's chunks are taken over within seconds (as tests/engine/test_workers.py)
 LEASE_TTL = "8"
 #: prices for the simulated model, so every request is charged in the ledger
 PRICES = "prices: {sim:gpt-sim: {input: 1000, output: 2000}}\nbudget: {usd: 1000000}"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request, tmp_path: Path) -> str:
-    """The store every process of a test shares: a SQLite file, or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        path = tmp_path / "store.sqlite"
-        open_store(path).close()
-        return str(path)
-    return request.getfixturevalue("pg_url")
 
 
 def sim_job(folder: Path, url: str, rows: int, *, concurrency: int = 2, name: str = "testjob") -> Path:

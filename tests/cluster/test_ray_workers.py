@@ -15,7 +15,7 @@ import pytest
 
 from runner.store import open_store
 from tests.cluster.conftest import sim_job
-from tests.helpers import only_error, runner_cmd, sim_stats
+from tests.helpers import done_tasks, only_error, runner_cmd, sim_stats
 
 
 def _start(args: list[str], cwd: Path) -> subprocess.Popen:
@@ -24,14 +24,6 @@ def _start(args: list[str], cwd: Path) -> subprocess.Popen:
 
 def _address(ray) -> str:
     return ray.get_runtime_context().gcs_address
-
-
-def _done(db: str) -> int:
-    store = open_store(db)
-    try:
-        return len(store.tasks(status="done"))
-    finally:
-        store.close()
 
 
 def _actors(ray, prefix: str) -> list[str]:
@@ -75,7 +67,7 @@ def test_a_killed_ray_worker_is_started_again_and_nothing_is_lost_or_charged_twi
     job = sim_job(tmp_path, sim_server, rows=400)
     proc = _start(["submit", str(job), "--db", db, "--ray", _address(ray_cluster), "--workers", "2"], tmp_path)
     deadline = time.monotonic() + 90
-    while _done(db) < 80:
+    while done_tasks(db) < 80:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the Ray workers did not start"
         time.sleep(0.1)

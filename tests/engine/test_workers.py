@@ -16,22 +16,12 @@ from pathlib import Path
 import pytest
 
 from runner.store import open_store
-from tests.helpers import runner_cmd, sim_stats, write_job, write_rows
+from tests.helpers import done_tasks, runner_cmd, sim_stats, write_job, write_rows
 
 #: short leases, so a killed worker's chunks are taken over within seconds (long enough that a process busy
 #: importing a provider's SDK under a loaded machine still beats in time)
 ENV_TTL = "8"
 PRICES = "prices: {sim:gpt-sim: {input: 1000, output: 2000}}"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request, tmp_path: Path) -> str:
-    """The store every process of a test shares: a SQLite file, or a fresh PostgreSQL database."""
-    if request.param == "sqlite":
-        path = tmp_path / "store.sqlite"
-        open_store(path).close()  # made before the processes start, which then only open it
-        return str(path)
-    return request.getfixturevalue("pg_url")
 
 
 def _env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,14 +51,6 @@ def _run_id(proc: subprocess.Popen) -> str:
 def _wait(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str, str]:
     out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out, err
-
-
-def _done(db: str) -> int:
-    store = open_store(db)
-    try:
-        return len(store.tasks(status="done"))
-    finally:
-        store.close()
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:
@@ -141,7 +123,7 @@ def test_a_killed_worker_loses_nothing_and_is_billed_once(tmp_path, sim_server, 
     owner = _start(["submit", str(job), "--db", db], tmp_path)
     run_id = _run_id(owner)
     victim = _start(["work", run_id, "--db", db], tmp_path)
-    _wait_for(lambda: _done(db) >= 60, 60, "60 finished tasks")
+    _wait_for(lambda: done_tasks(db) >= 60, 60, "60 finished tasks")
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=10)
     code, out, err = _wait(owner)
@@ -245,7 +227,7 @@ def test_a_stopped_worker_declared_dead_is_fenced_out(tmp_path, sim_server, db, 
     owner = _start(["submit", str(job), "--db", db, *args], tmp_path)
     run_id = _run_id(owner)
     victim = _start(["work", run_id, "--db", db], tmp_path)
-    _wait_for(lambda: _done(db) >= 40 and _victim_leases(db, victim.pid) > 0, 60, "the victim holding a lease")
+    _wait_for(lambda: done_tasks(db) >= 40 and _victim_leases(db, victim.pid) > 0, 60, "the victim holding a lease")
     victim.send_signal(signal.SIGSTOP)
     try:
         # its leases expire (8 s) and the owner, at the end of the stage, takes them over; or the owner runs out of
