@@ -1,0 +1,153 @@
+"""``runner view`` in headless Chromium (Debian's, as tests/report/test_html_report.py drives it): a run started
+while the runs page is open appears and its progress moves without a reload; a comparison of two runs shows the
+paired difference ``runner compare`` prints; a search finds an answer by its text; an answer written as markup is
+shown as text and runs no script. The pages ask nothing of any host but the viewer's."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from playwright.async_api import BrowserContext, async_playwright
+
+from runner.engine.run import execute
+from runner.report import compare
+from tests.helpers import fresh
+from tests.view.conftest import EVIL, NEEDLE, job, rows, script
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+CHROMIUM = Path("/usr/bin/chromium")
+#: rows of the run started during the test (two models, two at a time, 0.1 s each: about 3 s)
+LIVE_ROWS = 30
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def browser(tmp_path_factory) -> AsyncIterator[tuple[BrowserContext, list[str]]]:
+    """A Chromium context, and the list of the URLs it asked of any host but 127.0.0.1 (aborted)."""
+    elsewhere: list[str] = []
+
+    async def local_only(route: Any) -> None:
+        if re.match(r"^(https?|wss?)://127\.0\.0\.1[:/]", route.request.url) or route.request.url.startswith("data:"):
+            await route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            await route.abort()
+
+    async with async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("profile")), executable_path=str(CHROMIUM), headless=True,
+            viewport={"width": 1000, "height": 800}, device_scale_factor=1,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        await context.route("**/*", local_only)
+        try:
+            yield context, elsewhere
+        finally:
+            await context.close()
+    assert elsewhere == []
+
+
+async def test_a_run_started_while_the_page_is_open_shows_up_and_its_progress_moves(view_runs, served, browser):
+    context, _ = browser
+    store, tmp = view_runs["store"], view_runs["tmp"]
+    page = await context.new_page()
+    await page.goto(served + "/")
+    assert await page.locator("#runs tbody tr").count() == 2
+    await page.evaluate("window.__same_page = true")
+    server = fresh(view_runs["server"], script=str(script(tmp / "script.yaml")), latency=0.1)
+    slow = job(tmp, "live", rows(tmp / "live.jsonl", "a slow one", LIVE_ROWS), server.url, concurrency=2)
+    known = {r["id"] for r in store.list_runs()}
+    task = asyncio.create_task(execute(slow, store))
+    try:
+        for _ in range(100):
+            new = [r["id"] for r in store.list_runs() if r["id"] not in known]
+            if new:
+                break
+            await asyncio.sleep(0.05)
+        (run,) = new
+        progress = page.locator(f'#runs tr[data-run="{run}"] td.progress')
+        await progress.wait_for(timeout=5000)
+        assert await page.locator(f'#runs tr[data-run="{run}"] td.status').inner_text() == "running"
+        first = await progress.inner_text()
+        done, total = map(int, first.split("/"))
+        assert total == 2 * LIVE_ROWS and done < total
+        await page.wait_for_function(
+            "([run, first]) => { const td = document.querySelector(`#runs tr[data-run='${run}'] td.progress`);"
+            " return td && td.textContent !== first; }", arg=[run, first], timeout=10000)
+        later = int((await progress.inner_text()).split("/")[0])
+        assert done < later <= total
+        outcome = await task
+        assert outcome.status == "completed"
+        await page.wait_for_function(
+            "run => { const tr = document.querySelector(`#runs tr[data-run='${run}']`);"
+            " return tr && tr.querySelector('td.status').textContent === 'completed'; }", arg=run, timeout=5000)
+        assert await progress.inner_text() == f"{total}/{total}"
+        assert await page.evaluate("window.__same_page") is True  # never reloaded
+    finally:
+        if not task.done():
+            task.cancel()
+        fresh(view_runs["server"], script=str(script(tmp / "script.yaml")))
+
+
+async def test_a_comparison_shows_the_paired_difference_runner_compare_prints(view_runs, served, browser):
+    context, _ = browser
+    a, b = view_runs["a"], view_runs["b"]
+    data = compare.build(view_runs["store"], a, b)
+    text = " ".join(compare.render(data, "text").split())
+    page = await context.new_page()
+    await page.goto(f"{served}/compare")
+    await page.fill("input[name=a]", a)
+    await page.fill("input[name=b]", b)
+    await page.click("button[type=submit]")
+    table = page.locator("table.compare tbody tr")
+    assert await table.count() == len(data["rows"]) == 2
+    headers = await page.locator("table.compare thead th").all_inner_texts()
+    assert headers == compare._headers(data)
+    for i, row in enumerate(data["rows"]):
+        shown = await table.nth(i).locator("td").all_inner_texts()
+        assert shown == compare._table(data)[i]
+        assert " ".join(shown) in text  # the text report's line, cell for cell
+        difference, interval = shown[headers.index("B - A (points)")], shown[headers.index("95% CI")]
+        assert difference == f"{100 * row['difference']:+.1f}"
+        assert interval == ("-" if row["low"] is None else f"[{100 * row['low']:+.1f}, {100 * row['high']:+.1f}]")
+    assert any(row["low"] is not None for row in data["rows"])
+    link = page.locator("table.disagree a").first
+    await link.click()
+    assert await page.locator(".answer").count() == 1
+
+
+async def test_a_search_finds_an_answer_by_its_text(view_runs, served, browser):
+    context, _ = browser
+    page = await context.new_page()
+    await page.goto(f"{served}/runs/{view_runs['a']}/answers")
+    assert await page.locator(".answer").count() == 24
+    await page.fill("input[name=q]", NEEDLE)
+    await page.click("button[type=submit]")
+    answers = page.locator(".answer")
+    assert await answers.count() == 1
+    assert await answers.locator("pre.response").inner_text() == f"I like {NEEDLE}"
+    assert "Answer with one letter." in await answers.inner_text()  # the prompt as sent, from the memo
+    assert await page.locator(".pages .count").first.inner_text() == "1–1 of 1"
+
+
+async def test_an_answer_written_as_markup_is_shown_as_text_and_runs_no_script(view_runs, served, browser):
+    context, _ = browser
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    for path in (f"/runs/{view_runs['a']}/answers?q=window.__x", f"/runs/{view_runs['a']}"):
+        await page.goto(served + path)
+        shown = page.get_by_text(EVIL, exact=False).first
+        await shown.scroll_into_view_if_needed()
+        if "answers" in path:
+            assert await page.locator("pre.response").inner_text() == EVIL
+            assert await shown.is_visible()
+        assert await page.evaluate("[typeof window.__x, typeof window.__y]") == ["undefined", "undefined"]
+        assert await page.locator("img").count() == 0
+    assert errors == []
