@@ -21,6 +21,8 @@ DEFAULT_PORT = 8431
 
 async def serve(runner: web.AppRunner, host: str, port: int, open_browser: bool) -> None:
     """Serve until interrupted; the URL is printed (and opened) once the socket listens."""
+    from aiohttp import web
+
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     try:
@@ -58,4 +60,7 @@ def view(
     if not 0 <= port <= 65535:
         raise RunnerError(f"--port must be between 0 and 65535, not {port}")
     runner = web.AppRunner(make_app(_store(db)), access_log=None)
-    asyncio.run(serve(runner, host, port, not no_browser))
+    try:
+        asyncio.run(serve(runner, host, port, not no_browser))
+    except KeyboardInterrupt:  # Ctrl-C is how it stops
+        _say("runner view: stopped")

@@ -5,6 +5,7 @@ with one sentence."""
 from __future__ import annotations
 
 import html
+import re
 
 import aiohttp
 import markupsafe
@@ -109,3 +110,32 @@ async def test_the_costs_page_has_the_sums_of_runner_costs(view_runs, served):
         totals = costs.build(view_runs["store"], by=by)["totals"]
         assert f'data-by="{by}"' in page and f"${totals['charged']:.4f}" in page
     assert "since must be a date" in await _get(f"{served}/costs?since=yesterday", status=400)
+
+
+async def test_runner_view_serves_the_store_on_127_0_0_1_and_says_when_the_port_is_taken(view_runs, tmp_path):
+    import asyncio
+    import socket
+    import subprocess
+    import sys
+
+    # not `python -m runner.cli`: run as __main__, the module is not the runner.cli that cli_view registers on
+    command = [sys.executable, "-c", "from runner.cli import main; main()", "view", "--db",
+               str(view_runs["db"]), "--no-browser"]
+    process = subprocess.Popen([*command, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = await asyncio.to_thread(process.stdout.readline)
+        url = re.fullmatch(r"runner view: (http://127\.0\.0\.1:(\d+)/) \(read-only; Ctrl-C stops it\)\n", line)
+        assert url, line
+        data = await _get(url.group(1) + "api/runs")
+        assert {r["id"] for r in data["runs"]} == {view_runs["a"], view_runs["b"]}
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            done = await asyncio.to_thread(subprocess.run, [*command, "--port", str(port)], capture_output=True,
+                                           text=True, timeout=60)
+        assert done.returncode == 1 and done.stderr == (f"Error: port {port} on 127.0.0.1 is in use: choose another "
+                                                        "with --port N\n")
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
