@@ -132,7 +132,10 @@ async def test_a_search_finds_an_answer_by_its_text(view_runs, served, browser):
     answers = page.locator(".answer")
     assert await answers.count() == 1
     assert await answers.locator("pre.response").inner_text() == f"I like {NEEDLE}"
-    assert "Answer with one letter." in await answers.inner_text()  # the prompt as sent, from the memo
+    prompt = answers.locator("details.prompt")
+    assert "Answer with one letter." not in await prompt.inner_text()  # folded until asked for
+    await prompt.locator("summary").click()
+    assert "Answer with one letter." in await prompt.inner_text()  # the prompt as sent, from the memo
     assert await page.locator(".pages .count").first.inner_text() == "1–1 of 1"
 
 
