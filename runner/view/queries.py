@@ -24,6 +24,8 @@ RUN_SORTS = {"started": "r.created", "job": "r.job_name", "status": "r.status", 
 #: the answers page's outcome filter (a task's status)
 ANSWER_OUTCOMES = ("done", "failed")
 _LIKE_ESCAPE = "!"
+#: a run's spend, as `runner runs` counts it (charged and possibly billed)
+_SPEND = "SELECT sum(amount) FROM ledger l WHERE l.run_id = {run} AND l.kind IN ('charge', 'possibly_billed')"
 
 
 def like_pattern(text: str) -> str:
@@ -61,6 +63,8 @@ class ViewQueries:
         assert isinstance(store, SQLStore), "the viewer reads SQL stores (runner/store/sqlite.py or postgres.py)"
         self.store = store
         self.dialect = store.dialect
+        #: the figures of runs that are not running, by (run id, status, finished)
+        self._settled: dict[tuple[str, str, str | None], tuple[int, int, float]] = {}
 
     # -- runs ------------------------------------------------------------------------------------------
     def runs(self, f: RunFilter) -> tuple[list[dict[str, Any]], int]:
@@ -69,28 +73,49 @@ class ViewQueries:
 
         where, args = self._run_where(f)
         order = RUN_SORTS.get(f.sort, "r.created")
-        text_order = self.dialect.text_order if order.startswith("r.") and order != "r.status" else ""
+        if order == "spend":
+            order = f"({_SPEND.format(run='r.id')})"
+        text_order = self.dialect.text_order if order in ("r.created", "r.job_name", "r.id") else ""
         found = self.store.dicts(
             "SELECT r.id, r.job_name, r.job_json, r.status, r.total, r.pid, r.message, r.created, r.started,"
-            " r.finished, (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'done') AS done,"
-            " (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'failed') AS failed,"
-            " (SELECT sum(amount) FROM ledger l WHERE l.run_id = r.id AND l.kind IN ('charge', 'possibly_billed'))"
-            f" AS spend FROM runs r{where} ORDER BY {order}{text_order} {'DESC' if f.descending else 'ASC'}"
-            f" NULLS LAST, r.id LIMIT ? OFFSET ?", (*args, f.limit, f.offset))
+            f" r.finished FROM runs r{where} ORDER BY {order}{text_order} {'DESC' if f.descending else 'ASC'}"
+            " NULLS LAST, r.id LIMIT ? OFFSET ?", (*args, f.limit, f.offset))
         total = int(self.store.row(f"SELECT count(*) FROM runs r{where}", args)[0])
+        figures = self._figures(found)
         runs = []
         for r in found:
             job = _job(r["job_json"])
             status = r["status"]
             if status == "running" and not pid_alive(r["pid"]):
                 status = "crashed"
-            budget = (job.get("budget") or {}).get("usd")
-            runs.append({"id": r["id"], "job": r["job_name"], "status": status, "done": int(r["done"] or 0),
-                         "failed": int(r["failed"] or 0), "total": int(r["total"] or 0),
-                         "spend": round(zero(r["spend"]), 10), "budget": budget,
+            finished, failed, spent = figures[r["id"]]
+            runs.append({"id": r["id"], "job": r["job_name"], "status": status, "done": finished - failed,
+                         "failed": failed, "total": int(r["total"] or 0), "spend": round(spent, 10),
+                         "budget": (job.get("budget") or {}).get("usd"),
                          "models": [str(m) for m in job.get("models") or []], "started": r["started"] or r["created"],
                          "finished": r["finished"], "message": r["message"]})
         return runs, total
+
+    def _figures(self, runs: list[dict[str, Any]]) -> dict[str, tuple[int, int, float]]:
+        """Per run: (finished tasks, failed tasks, USD charged and possibly billed), in one grouped query each for
+        the page's runs. A run that is not running keeps its figures (kept here while its status and finish time
+        stay the same), so the page's poll counts only the running ones."""
+        figures = {r["id"]: self._settled[r["id"], r["status"], r["finished"]] for r in runs
+                   if (r["id"], r["status"], r["finished"]) in self._settled}
+        ask = [r["id"] for r in runs if r["id"] not in figures]
+        if ask:
+            where, args = self.dialect.in_list("run_id", ask)
+            counts = {run: (int(n), int(failed or 0)) for run, n, failed in self.store.rows(
+                "SELECT run_id, count(*), sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END) FROM tasks"
+                f" WHERE {where} GROUP BY run_id", args)}
+            spent = dict(self.store.rows(f"SELECT run_id, sum(amount) FROM ledger WHERE {where}"
+                                         " AND kind IN ('charge', 'possibly_billed') GROUP BY run_id", args))
+            for run in ask:
+                figures[run] = (*counts.get(run, (0, 0)), zero(spent.get(run)))
+        for r in runs:
+            if r["status"] != "running":
+                self._settled[r["id"], r["status"], r["finished"]] = figures[r["id"]]
+        return figures
 
     def _run_where(self, f: RunFilter) -> tuple[str, list[Any]]:
         clauses, args = [], []
