@@ -8,6 +8,7 @@ whose process is gone is ``crashed``.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -89,11 +90,12 @@ class ViewQueries:
             if status == "running" and not pid_alive(r["pid"]):
                 status = "crashed"
             finished, failed, spent = figures[r["id"]]
+            rate, eta = _pace(finished, int(r["total"] or 0), r["started"]) if status == "running" else (None, None)
             runs.append({"id": r["id"], "job": r["job_name"], "status": status, "done": finished - failed,
                          "failed": failed, "total": int(r["total"] or 0), "spend": round(spent, 10),
                          "budget": (job.get("budget") or {}).get("usd"),
                          "models": [str(m) for m in job.get("models") or []], "started": r["started"] or r["created"],
-                         "finished": r["finished"], "message": r["message"]})
+                         "finished": r["finished"], "message": r["message"], "rate": rate, "eta": eta})
         return runs, total
 
     def _figures(self, runs: list[dict[str, Any]]) -> dict[str, tuple[int, int, float]]:
@@ -183,6 +185,23 @@ class ViewQueries:
             f"SELECT {group}, sum(t.batch_saved), sum(t.cache_saved) FROM tasks t LEFT JOIN runs r ON r.id = t.run_id"
             f" WHERE (t.batch_saved > 0 OR t.cache_saved > 0){where} GROUP BY 1", args)
         return {str(g if g is not None else "-"): (zero(b), zero(c)) for g, b, c in found}
+
+
+def _pace(finished: int, total: int, started: str | None) -> tuple[float | None, float | None]:
+    """(tasks finished per second since the run started, seconds left at that pace) of a running run."""
+    try:
+        since = dt.datetime.fromisoformat(started) if started else None
+    except ValueError:
+        since = None
+    if since is None or not finished:
+        return None, None
+    if since.tzinfo is None:
+        since = since.replace(tzinfo=dt.UTC)
+    elapsed = (dt.datetime.now(dt.UTC) - since).total_seconds()
+    if elapsed <= 0:
+        return None, None
+    rate = finished / elapsed
+    return round(rate, 3), round(max(0, total - finished) / rate, 1)
 
 
 def _job(text: str | None) -> dict[str, Any]:

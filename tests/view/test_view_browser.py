@@ -82,12 +82,16 @@ async def test_a_run_started_while_the_page_is_open_shows_up_and_its_progress_mo
             " return td && td.textContent !== first; }", arg=[run, first], timeout=10000)
         later = int((await progress.inner_text()).split("/")[0])
         assert done < later <= total
+        pace = await page.locator(f'#runs tr[data-run="{run}"] td.pace').inner_text()
+        if later < total:  # tasks per second and the seconds left, while it runs
+            assert re.fullmatch(r"\d+\.\d/s · \d+ s", pace), pace
         outcome = await task
         assert outcome.status == "completed"
         await page.wait_for_function(
             "run => { const tr = document.querySelector(`#runs tr[data-run='${run}']`);"
             " return tr && tr.querySelector('td.status').textContent === 'completed'; }", arg=run, timeout=5000)
         assert await progress.inner_text() == f"{total}/{total}"
+        assert await page.locator(f'#runs tr[data-run="{run}"] td.pace').inner_text() == ""
         assert await page.evaluate("window.__same_page") is True  # never reloaded
     finally:
         if not task.done():
