@@ -130,8 +130,7 @@ class ViewQueries:
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
 
     def statuses(self) -> list[str]:
-        return [s for (s,) in self.store.rows(f"SELECT DISTINCT status FROM runs ORDER BY 1{self.dialect.text_order}")
-                if s]
+        return sorted(s for (s,) in self.store.rows("SELECT DISTINCT status FROM runs") if s)
 
     # -- a run's answers --------------------------------------------------------------------------------
     def answers(self, run_id: str, f: AnswerFilter) -> tuple[list[dict[str, Any]], int]:
@@ -167,12 +166,11 @@ class ViewQueries:
 
     def facets(self, run_id: str) -> dict[str, list[str]]:
         """The stages, models and error classes of a run's tasks (the answers page's filter choices)."""
-        order = self.dialect.text_order
         groups = self.store.rows("SELECT stage, model FROM tasks WHERE run_id = ? GROUP BY stage, model", (run_id,))
-        errors = self.store.rows("SELECT DISTINCT error_class FROM tasks WHERE run_id = ? AND error_class IS NOT NULL"
-                                 f" ORDER BY 1{order}", (run_id,))
+        errors = self.store.rows("SELECT DISTINCT error_class FROM tasks WHERE run_id = ? AND error_class IS NOT NULL",
+                                 (run_id,))
         return {"stages": sorted({s for s, _ in groups}), "models": sorted({m for _, m in groups}),
-                "error_classes": [e for (e,) in errors]}
+                "error_classes": sorted(e for (e,) in errors)}
 
     # -- savings ----------------------------------------------------------------------------------------
     def savings(self, by: str, since: str | None = None) -> dict[str, tuple[float, float]]:

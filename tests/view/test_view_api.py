@@ -140,3 +140,38 @@ async def test_runner_view_serves_the_store_on_127_0_0_1_and_says_when_the_port_
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+async def test_the_same_reads_over_postgresql(view_runs, pg_url, tmp_path):
+    from aiohttp import web
+
+    from runner.engine.run import execute
+    from runner.store import open_store
+    from runner.view.app import make_app
+    from tests.view.conftest import job, rows
+
+    store = open_store(pg_url)
+    outcome = await execute(job(tmp_path, "viewpg", rows(tmp_path / "a.jsonl", "which is right?"),
+                                view_runs["server"].url), store)
+    run = outcome.run_id
+    runner = web.AppRunner(make_app(store), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        for sort in ("started", "spend", "job"):
+            data = await _get(f"{base}/api/runs?sort={sort}&q=viewp")
+            (shown,) = data["runs"]
+            assert (shown["id"], shown["done"], shown["total"]) == (run, ROWS * 2, ROWS * 2)
+            assert shown["spend"] == pytest.approx(store.charged(run)) and shown["spend"] > 0
+        found = await _get(f"{base}/api/runs/{run}/answers?q={NEEDLE.split()[1]}")
+        assert [a["result"]["response"] for a in found["answers"]] == [f"I like {NEEDLE}"]
+        page = await _get(f"{base}/api/runs/{run}/answers?limit=5&offset=20&model=sim:alpha")
+        assert page["total"] == ROWS and len(page["answers"]) == 0
+        assert len((await _get(f"{base}/api/runs/{run}/answers?limit=5&offset=10"))["answers"]) == 5
+        assert "sim:beta" in await _get(f"{base}/compare?a={run}")
+        assert "viewpg" in await _get(f"{base}/costs")
+        assert str(markupsafe.escape(EVIL)) in await _get(f"{base}/runs/{run}/answers?q=__x")
+        assert "Per stage and model" in await _get(f"{base}/runs/{run}")
+    finally:
+        await runner.cleanup()
