@@ -158,3 +158,13 @@ async def test_an_answer_written_as_markup_is_shown_as_text_and_runs_no_script(v
         assert await page.evaluate("[typeof window.__x, typeof window.__y]") == ["undefined", "undefined"]
         assert await page.locator("img").count() == 0
     assert errors == []
+
+
+async def test_no_page_is_wider_than_a_1000_px_window(view_runs, served, browser):
+    context, _ = browser
+    page = await context.new_page()  # the context's viewport is 1,000 px wide
+    a, b = view_runs["a"], view_runs["b"]
+    for path in ("/", f"/runs/{a}", f"/runs/{a}/answers", f"/compare?a={a}&b={b}", "/costs"):
+        await page.goto(served + path)
+        width = await page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 1000, (path, width)
