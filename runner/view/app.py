@@ -206,12 +206,17 @@ def _disagreements(store: Store, data: dict[str, Any]) -> list[dict[str, Any]]:
                 loaded[run, row["stage"]] = stage_items(store, run, row["stage"])
             items = loaded[run, row["stage"]].scores.get(model)
             sides.append(items.means() if items else {})
-        for item in sorted(set(sides[0]) & set(sides[1])):
+        for item in sorted(set(sides[0]) & set(sides[1]), key=_item_order):
             if sides[0][item] != sides[1][item] and len(out) < MAX_DISAGREEMENTS:
                 out.append({"stage": row["stage"], "item": item, "run_a": row["run_a"], "model_a": row["model_a"],
                             "score_a": sides[0][item], "run_b": row["run_b"], "model_b": row["model_b"],
                             "score_b": sides[1][item]})
     return out
+
+
+def _item_order(item: str) -> tuple[int, int, str]:
+    """Row numbers in numeric order, then other ids as text."""
+    return (0, int(item), "") if item.isdigit() else (1, 0, item)
 
 
 # -- costs -----------------------------------------------------------------------------------------------
@@ -224,5 +229,7 @@ async def costs_page(request: web.Request) -> web.Response:
         savings = request.app[QUERIES].savings(by, since)
         for row in data["rows"]:
             row["batch_saved"], row["cache_saved"] = savings.get(str(row[by]), (0.0, 0.0))
+        for name in ("batch_saved", "cache_saved"):
+            data["totals"][name] = sum(row[name] for row in data["rows"])
         tables.append({"by": by, "data": data})
     return _page(request, "costs.html", title="Costs", tables=tables, since=since or "")

@@ -175,3 +175,20 @@ async def test_the_same_reads_over_postgresql(view_runs, pg_url, tmp_path):
         assert "Per stage and model" in await _get(f"{base}/runs/{run}")
     finally:
         await runner.cleanup()
+
+
+async def test_savings_by_the_batch_api_and_the_prompt_cache_are_summed_per_group(tmp_path):
+    from runner.store import open_store
+    from runner.view.queries import ViewQueries
+
+    store = open_store(tmp_path / "s.sqlite")
+    run = store.create_run("savejob", "j.yaml", "{}", "fp", 3)
+    tasks = [("1", "m:a", 0.25, 0.0, "2026-01-01"), ("2", "m:a", 0.5, 0.125, "2026-01-02"),
+             ("3", "m:b", None, 0.0625, "2026-01-02"), ("4", "m:b", None, None, "2026-01-02")]
+    for item, model, batch, cache, day in tasks:
+        store.execute("INSERT INTO tasks (run_id, stage, item, model, status, batch_saved, cache_saved, updated)"
+                      " VALUES (?, 'mc', ?, ?, 'done', ?, ?, ?)", (run, item, model, batch, cache, day))
+    queries = ViewQueries(store)
+    assert queries.savings("model") == {"m:a": (0.75, 0.125), "m:b": (0.0, 0.0625)}
+    assert queries.savings("job") == {"savejob": (0.75, 0.1875)}
+    assert queries.savings("day", since="2026-01-02") == {"2026-01-02": (0.5, 0.1875)}
