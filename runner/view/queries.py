@@ -65,7 +65,7 @@ class ViewQueries:
         self.store = store
         self.dialect = store.dialect
         #: the figures of runs that are not running, by (run id, status, finished)
-        self._settled: dict[tuple[str, str, str | None], tuple[int, int, float]] = {}
+        self._settled: dict[tuple[str, str, str | None], tuple[int, int, float | None, float]] = {}
 
     # -- runs ------------------------------------------------------------------------------------------
     def runs(self, f: RunFilter) -> tuple[list[dict[str, Any]], int]:
@@ -89,31 +89,31 @@ class ViewQueries:
             status = r["status"]
             if status == "running" and not pid_alive(r["pid"]):
                 status = "crashed"
-            finished, failed, spent = figures[r["id"]]
+            finished, failed, score, spent = figures[r["id"]]
             rate, eta = _pace(finished, int(r["total"] or 0), r["started"]) if status == "running" else (None, None)
             runs.append({"id": r["id"], "job": r["job_name"], "status": status, "done": finished - failed,
-                         "failed": failed, "total": int(r["total"] or 0), "spend": round(spent, 10),
+                         "failed": failed, "total": int(r["total"] or 0), "score": score, "spend": round(spent, 10),
                          "budget": (job.get("budget") or {}).get("usd"),
                          "models": [str(m) for m in job.get("models") or []], "started": r["started"] or r["created"],
                          "finished": r["finished"], "message": r["message"], "rate": rate, "eta": eta})
         return runs, total
 
-    def _figures(self, runs: list[dict[str, Any]]) -> dict[str, tuple[int, int, float]]:
-        """Per run: (finished tasks, failed tasks, USD charged and possibly billed), in one grouped query each for
-        the page's runs. A run that is not running keeps its figures (kept here while its status and finish time
-        stay the same), so the page's poll counts only the running ones."""
+    def _figures(self, runs: list[dict[str, Any]]) -> dict[str, tuple[int, int, float | None, float]]:
+        """Per run: (finished tasks, failed tasks, mean score of its scored tasks, USD charged and possibly billed),
+        in one grouped query each for the page's runs. A run that is not running keeps its figures (kept here while
+        its status and finish time stay the same), so the page's poll counts only the running ones."""
         figures = {r["id"]: self._settled[r["id"], r["status"], r["finished"]] for r in runs
                    if (r["id"], r["status"], r["finished"]) in self._settled}
         ask = [r["id"] for r in runs if r["id"] not in figures]
         if ask:
             where, args = self.dialect.in_list("run_id", ask)
-            counts = {run: (int(n), int(failed or 0)) for run, n, failed in self.store.rows(
-                "SELECT run_id, count(*), sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END) FROM tasks"
+            counts = {run: (int(n), int(failed or 0), score) for run, n, failed, score in self.store.rows(
+                "SELECT run_id, count(*), sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END), avg(score) FROM tasks"
                 f" WHERE {where} GROUP BY run_id", args)}
             spent = dict(self.store.rows(f"SELECT run_id, sum(amount) FROM ledger WHERE {where}"
                                          " AND kind IN ('charge', 'possibly_billed') GROUP BY run_id", args))
             for run in ask:
-                figures[run] = (*counts.get(run, (0, 0)), zero(spent.get(run)))
+                figures[run] = (*counts.get(run, (0, 0, None)), zero(spent.get(run)))
         for r in runs:
             if r["status"] != "running":
                 self._settled[r["id"], r["status"], r["finished"]] = figures[r["id"]]

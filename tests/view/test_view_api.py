@@ -35,6 +35,8 @@ async def test_the_runs_endpoint_counts_what_the_store_holds_and_pages(view_runs
         assert (run["done"], run["failed"], run["total"]) == (len(tasks), 0, ROWS * 2)
         assert run["status"] == "completed" and run["models"] == ["sim:alpha", "sim:beta"] and run["budget"] == 5
         assert run["rate"] is None and run["eta"] is None  # a pace only while running
+        scores = [t["score"] for t in tasks if t["score"] is not None]
+        assert run["score"] == pytest.approx(sum(scores) / len(scores))
         assert run["spend"] == pytest.approx(store.charged(run["id"])) and run["spend"] > 0
     newest_first = [r["id"] for r in data["runs"]]
     assert newest_first == [view_runs["b"], view_runs["a"]]
