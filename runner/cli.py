@@ -553,8 +553,10 @@ def main() -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-from runner import cli_costs  # noqa: E402, F401  registers `runner explain` on the app
-from runner import cli_view  # noqa: E402, F401  registers `runner view` on the app
+from runner import cli_costs, cli_view  # noqa: E402, F401, I001  register `runner explain` and `runner view`
 
+# python -m runner.cli runs this file as __main__: the commands registered above are on runner.cli's app
 if __name__ == "__main__":
-    main()
+    from runner.cli import main as registered
+
+    registered()

@@ -163,12 +163,12 @@ def _test(row: dict[str, Any]) -> str:
     return "-"
 
 
-def _headers(data: dict[str, Any]) -> list[str]:
+def headers(data: dict[str, Any]) -> list[str]:
     sides = ["model A", "model B"] if data["mode"] == "models" else ["model"]
     return ["stage", *sides, "items", "only A", "only B", "A", "B", "B - A (points)", "95% CI", "test", "p"]
 
 
-def _table(data: dict[str, Any]) -> list[list[str]]:
+def table_rows(data: dict[str, Any]) -> list[list[str]]:
     out = []
     for row in data["rows"]:
         sides = [row["model_a"], row["model_b"]] if data["mode"] == "models" else [row["model_a"]]
@@ -178,7 +178,7 @@ def _table(data: dict[str, Any]) -> list[list[str]]:
     return out
 
 
-def _title(data: dict[str, Any]) -> str:
+def title(data: dict[str, Any]) -> str:
     a, b = data["a"], data["b"]
     if a["run"] == b["run"]:
         which = "every pair of its models" if data["every_pair"] else "two of its models"
@@ -196,17 +196,17 @@ def render(data: dict[str, Any], fmt: str) -> str:
         writer.writeheader()
         writer.writerows(data["rows"])
         return buffer.getvalue()
-    headers, title = _headers(data), _title(data)
+    heads, name = headers(data), title(data)
     if fmt == "html":
-        return _html(title, headers, _table(data))
-    table = [[clean(cell) for cell in row] for row in _table(data)]
+        return _html(name, heads, table_rows(data))
+    table = [[clean(cell) for cell in row] for row in table_rows(data)]
     if fmt == "md":
         cells = [[cell.replace("|", "\\|") for cell in row] for row in table]
-        lines = [f"**{clean(title)}**", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers),
+        lines = [f"**{clean(name)}**", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads),
                  *("| " + " | ".join(row) + " |" for row in cells), "", METHOD_NOTE]
         return "\n".join(clean_lines(lines)) + "\n"
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
-    lines = [clean(title), "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(heads)]
+    lines = [clean(name), "  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
     lines += [METHOD_NOTE]
     return "\n".join(clean_lines(lines)) + "\n"

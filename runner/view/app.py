@@ -190,8 +190,8 @@ async def compare_page(request: web.Request) -> web.Response:
     store = request.app[STORE]
     data = comparisons.build(store, a, b or None, models=models)
     return _page(request, "compare.html", title="Compare", data=data, a=a, b=b, model_a=model_a, model_b=model_b,
-                 title_line=comparisons._title(data), headers=comparisons._headers(data),
-                 table=comparisons._table(data), disagreements=_disagreements(store, data),
+                 title_line=comparisons.title(data), headers=comparisons.headers(data),
+                 table=comparisons.table_rows(data), disagreements=_disagreements(store, data),
                  note=comparisons.METHOD_NOTE)
 
 

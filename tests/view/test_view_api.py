@@ -94,7 +94,7 @@ async def test_the_compare_page_holds_the_text_reports_cells_and_the_items_that_
     data = compare.build(store, a, b)
     text = compare.render(data, "text")
     page = await _get(f"{served}/compare?a={a}&b={b}")
-    for row in compare._table(data):
+    for row in compare.table_rows(data):
         assert f"{row[-4]} {row[-3]}" in " ".join(text.split())  # B - A and its interval, as `runner compare` prints
         assert "".join(f"<td>{html.escape(cell)}</td>" for cell in row) in page
     scores = {run: {(t["model"], t["row_id"]): t["score"] for t in store.tasks(run)} for run in (a, b)}

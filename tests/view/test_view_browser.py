@@ -112,10 +112,10 @@ async def test_a_comparison_shows_the_paired_difference_runner_compare_prints(vi
     table = page.locator("table.compare tbody tr")
     assert await table.count() == len(data["rows"]) == 2
     headers = await page.locator("table.compare thead th").all_inner_texts()
-    assert headers == compare._headers(data)
+    assert headers == compare.headers(data)
     for i, row in enumerate(data["rows"]):
         shown = await table.nth(i).locator("td").all_inner_texts()
-        assert shown == compare._table(data)[i]
+        assert shown == compare.table_rows(data)[i]
         assert " ".join(shown) in text  # the text report's line, cell for cell
         difference, interval = shown[headers.index("B - A (points)")], shown[headers.index("95% CI")]
         assert difference == f"{100 * row['difference']:+.1f}"
