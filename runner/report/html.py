@@ -37,6 +37,11 @@ def build(store: Store, run_id: str, judged: str | None = None, max_samples: int
     data = reports.build(store, run_id, judged=judged, by=by)
     run = data["run"]["id"]
     data["heatmaps"] = []
+    for stage in dict.fromkeys(row["stage"] for row in data["rows"]):
+        chance = chance_levels(json.loads(line) for line in store.iter_results(run, stage))
+        for row in data["rows"]:
+            if row["stage"] == stage:
+                row["chance"] = chance.get(row["model"])
     for row in data["rows"]:
         heatmap = position_counts(store, run, row["stage"], row["model"]) if row.get("position_bias") else None
         if heatmap and heatmap["n"]:
@@ -49,6 +54,20 @@ def build(store: Store, run_id: str, judged: str | None = None, max_samples: int
     data["samples"] = samples
     data["samples_total"] = data["totals"]["requests"]
     return data
+
+
+def chance_levels(results: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Per model, the accuracy of guessing uniformly: the mean over its scored answers of 1 / the number of options
+    shown (models whose answers showed no options are left out)."""
+    sums: dict[str, list[float]] = {}
+    for result in results:
+        shown = result.get("options_shown") or result.get("permutation")
+        if result.get("score") is None or not shown:
+            continue
+        acc = sums.setdefault(result.get("model"), [0.0, 0])
+        acc[0] += 1 / len(shown)
+        acc[1] += 1
+    return {model: total / n for model, (total, n) in sums.items()}
 
 
 def position_counts(store: Store, run_id: str, stage: str, model: str) -> dict[str, Any]:
@@ -303,7 +322,8 @@ def render(data: dict[str, Any]) -> str:
     if accuracy:
         parts += ["<h2>Accuracy per model</h2>",
                   '<p class="note">Bar: mean over the choice seeds; whisker: ± one standard deviation; dots: each '
-                  "seed's accuracy.</p>", accuracy]
+                  "seed's accuracy; dashed red line: chance (1 / the options shown, mean over the scored "
+                  "answers).</p>", accuracy]
     parts += ["<h2>Cost per stage and model</h2>",
               f'<p class="note">Total ${t["cost"]:.4f} spent, ${t["saved"]:.4f} saved by the cache, '
               f'${t["batch_saved"]:.4f} saved by the Batch API ({t["batched"]} batched of {t["sent"]} sent), '

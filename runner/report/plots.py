@@ -40,7 +40,8 @@ def _row_label(row: dict[str, Any]) -> str:
 
 
 def accuracy_plot(rows: list[dict[str, Any]]) -> str:
-    """Horizontal bars: mean accuracy over seeds, ± one standard deviation, each seed's accuracy as a dot."""
+    """Horizontal bars: mean accuracy over seeds, ± one standard deviation, each seed's accuracy as a dot, and a
+    dashed chance line where the row's ``chance`` is set (a stage choosing among options)."""
     bars = [r for r in rows if r["scored"] or r.get("judged_by")]
     if not bars:
         return ""
@@ -68,6 +69,13 @@ def accuracy_plot(rows: list[dict[str, Any]]) -> str:
         for seed, value in r["accuracy_by_seed"].items():
             body.append(f'<circle cx="{x(value):.1f}" cy="{mid:.1f}" r="3" fill="{ORANGE}" stroke="#111827" '
                         f'stroke-width="0.5"><title>seed {esc(seed)}: {100 * value:.1f}%</title></circle>')
+        chance = r.get("chance")
+        if chance is not None:  # choosing among options: what guessing uniformly would score
+            body.append(f'<line class="chance" x1="{x(chance):.1f}" y1="{y + 2}" x2="{x(chance):.1f}" '
+                        f'y2="{y + step - 2}" stroke="#dc2626" stroke-width="1.5" stroke-dasharray="3,2">'
+                        f'<title>chance {100 * chance:.1f}% (1 / options shown, mean over scored answers)</title>'
+                        '</line>')
+            body.append(_text(x(chance) + 2, y + 6, f"chance {100 * chance:.0f}%", "start", "chance"))
         end = max([mean + (std or 0), *r["accuracy_by_seed"].values()])
         body.append(_text(x(end) + 8, mid + 4, text))
     return _svg(left + width + right, height, body, "accuracy per stage and model, mean ± std over seeds",

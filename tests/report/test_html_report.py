@@ -21,6 +21,7 @@ from runner.report import cells as report_cells
 from runner.report import funnel, item_scores, layouts
 from runner.report import html as html_report
 from runner.report import summary as reports
+from runner.report.plots import accuracy_plot
 from runner.spec.job import load_job
 from runner.store import open_store
 from tests.helpers import fresh, run_cli, write_job, write_rows
@@ -337,3 +338,33 @@ async def test_fields_with_many_values_are_left_out_unless_asked_for_with_by(bui
     assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
     assert err.startswith(f"Error: --by topic: no stage of run {run} records a field 'topic' (recorded: number, "
                           "subject)")
+
+
+def _accuracy_row(stage: str, chance: float | None) -> dict:
+    return {"stage": stage, "model": "m", "scored": 4, "accuracy_mean": 0.5, "accuracy_std": 0.1,
+            "accuracy_by_seed": {"0": 0.4, "1": 0.6}, "chance": chance}
+
+
+async def test_chance_line_sits_at_one_over_the_options_shown_and_is_absent_for_free_text():
+    """A 4-option stage's line at 25%, a 2-option stage's at 50% (x = 270 + share × 420), none for free text;
+    unscored and failed answers do not count toward the mean."""
+    four = [{"model": "m", "score": 1.0, "options_shown": ["a", "b", "c", "d"]},
+            {"model": "m", "score": None, "options_shown": ["a", "b"]}]
+    two = [{"model": "m", "score": 0.0, "permutation": [1, 0]}]
+    mixed = [{"model": "m", "score": 1.0, "permutation": [0, 1]}, {"model": "m", "score": 0.0,
+                                                                   "options_shown": ["a", "b", "c", "d"]}]
+    free = [{"model": "m", "score": 1.0, "response": "Paris"}]
+    levels = {name: html_report.chance_levels(rs) for name, rs in
+              (("four", four), ("two", two), ("mixed", mixed), ("free", free))}
+    assert levels == {"four": {"m": 0.25}, "two": {"m": 0.5}, "mixed": {"m": 0.375}, "free": {}}
+    svg = accuracy_plot([_accuracy_row(n, levels[n].get("m")) for n in ("four", "two", "free")])
+    lines = re.findall(r'<line class="chance" x1="([\d.]+)" y1="([\d.]+)"', svg)
+    assert [(float(x), float(y)) for x, y in lines] == [(270 + 0.25 * 420, 30.0), (270 + 0.5 * 420, 60.0)]
+    assert "<title>chance 25.0%" in svg and "<title>chance 50.0%" in svg and svg.count('class="chance"') == 4
+
+
+async def test_the_report_draws_each_rows_chance_line_from_its_four_shown_options(built):
+    data = html_report.build(built["store"], built["run"], max_samples=1)
+    assert {r["model"]: r["chance"] for r in data["rows"]} == {m: 0.25 for m in MODELS}
+    assert len(re.findall(r'<line class="chance" x1="375.0"', built["page"])) == len(
+        [r for r in data["rows"] if r["scored"] or r.get("judged_by")])
