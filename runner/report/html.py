@@ -191,20 +191,47 @@ def _messages(request: dict[str, Any] | None) -> str:
     return f"<pre>{esc(json.dumps(request, ensure_ascii=False, indent=1))}</pre>"
 
 
+def shown_options(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The options as shown, in order: letter, text (from the result line's ``options_shown``, else read back from
+    the prompt as sent, else None), the original option index when the permutation is stored, and whether it is
+    the gold one."""
+    perm, gold = result.get("permutation"), result.get("gold")
+    texts = result.get("options_shown") or _options_in_prompt(result.get("_request"), len(perm) if perm else 0)
+    count = len(texts) if texts else len(perm or [])
+    out = []
+    for i in range(count):
+        original = perm[i] if perm and i < len(perm) else None
+        out.append({"letter": LETTERS[i] if i < len(LETTERS) else str(i), "text": texts[i] if texts else None,
+                    "index": original, "gold": original is not None and original == gold})
+    return out
+
+
+def _options_in_prompt(request: dict[str, Any] | None, count: int) -> list[str] | None:
+    """The option texts of a prompt whose options block (runner/plan/choices.py ``options_block``: one "A. text"
+    line per option) has exactly ``count`` lines, A first; None when no such block is found."""
+    if not count or count > len(LETTERS) or not request or not request.get("messages"):
+        return None
+    content = request["messages"][-1].get("content")
+    lines = content.splitlines() if isinstance(content, str) else []
+    for start, line in enumerate(lines):
+        block = lines[start:start + count]
+        if line.startswith("A. ") and len(block) == count and all(
+                b.startswith(f"{LETTERS[i]}. ") for i, b in enumerate(block)):
+            after = lines[start + count] if start + count < len(lines) else ""
+            if not after.startswith(f"{LETTERS[count] if count < len(LETTERS) else '?'}. "):
+                return [b[3:] for b in block]
+    return None
+
+
 def _options(result: dict[str, Any]) -> str:
-    shown = result.get("options_shown")
-    perm = result.get("permutation")
-    gold = result.get("gold")
-    if shown:
-        items = "".join(f"<li>{esc(LETTERS[i] if i < len(LETTERS) else i)}. {esc(option)}"
-                        + (" <b>(gold)</b>" if perm and i < len(perm) and perm[i] == gold else "") + "</li>"
-                        for i, option in enumerate(shown))
-        return f'<ol class="options">{items}</ol>'
-    if perm:
-        order = ", ".join(f"{LETTERS[i] if i < len(LETTERS) else i} = option {p}" + (" (gold)" if p == gold else "")
-                          for i, p in enumerate(perm))
-        return f"<p>Shown order: {esc(order)} (the option texts are in the prompt above).</p>"
-    return ""
+    options = shown_options(result)
+    if not options:
+        return ""
+    items = "".join(f"<li>{esc(o['letter'])}. "
+                    + (esc(o["text"]) if o["text"] is not None else f"option {esc(o['index'])} (its text is in the "
+                       "prompt above)")
+                    + (" <b>(gold)</b>" if o["gold"] else "") + "</li>" for o in options)
+    return f'<ol class="options">{items}</ol>'
 
 
 def _field(name: str, value: Any) -> str:

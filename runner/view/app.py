@@ -156,6 +156,7 @@ async def answers_page(request: web.Request) -> web.Response:
         answer["outcome"] = html_report.outcome(answer["result"])
         answer["parsed"] = _text(answer["result"].get("parsed"))
         answer["answer"] = _text(answer["result"].get("response"))
+        answer["options"] = html_report.shown_options({**answer["result"], "_request": answer["request"]})
     return _page(request, "answers.html", title=f"Answers of run {run['id']}", run=run, answers=answers, f=f,
                  facets=queries.facets(run["id"]), outcomes=ANSWER_OUTCOMES,
                  pages=_pages(request, f.limit, f.offset, total))

@@ -131,7 +131,7 @@ async def test_one_sample_per_task_with_its_prompt_escaped(built):
     # the prompt's <script> is shown as text, never run; the page has only its own script
     assert EVIL not in page and html.escape(EVIL) in page
     assert page.count("<script>") == 1
-    assert "no idea" in page and "Maybe so" in page and "Shown order: A = option" in page
+    assert "no idea" in page and "Maybe so" in page and '<ol class="options"><li>A. ' in page
     assert "Answer with one letter." in page  # the system prompt, from the memo
     assert 'id="left-out"' not in page
 
@@ -368,3 +368,29 @@ async def test_the_report_draws_each_rows_chance_line_from_its_four_shown_option
     assert {r["model"]: r["chance"] for r in data["rows"]} == {m: 0.25 for m in MODELS}
     assert len(re.findall(r'<line class="chance" x1="375.0"', built["page"])) == len(
         [r for r in data["rows"] if r["scored"] or r.get("judged_by")])
+
+
+async def test_the_answers_show_each_options_text_in_its_shown_order_not_its_index(built):
+    """Without ``options_shown`` in the result line the texts are read back from the prompt as sent; each listed in
+    the permuted order with the gold one marked, escaped; a prompt without an options block keeps the indices."""
+    rows = [json.loads(line) for line in (built["tmp"] / "rows.jsonl").read_text().splitlines()]
+    data = html_report.build(built["store"], built["run"], max_samples=40)
+    checked = 0
+    for result in data["samples"]:
+        if result.get("_request") is None or not result.get("permutation"):
+            continue
+        choices = rows[int(result["id"]) - 1]["choices"]  # ids: line numbers from 1
+        options = html_report.shown_options(result)
+        assert [o["text"] for o in options] == [choices[p] for p in result["permutation"]]
+        assert [o["gold"] for o in options] == [p == result["gold"] for p in result["permutation"]]
+        page = html_report.sample_html(result)
+        assert "".join(f"<li>{o['letter']}. {html.escape(o['text'])}" + (" <b>(gold)</b>" if o["gold"] else "")
+                       + "</li>" for o in options) in page
+        assert "= option" not in page
+        checked += 1
+    assert checked >= 30
+    evil = {"permutation": [1, 0], "gold": 0, "options_shown": [EVIL, "plain"]}
+    assert f"<li>A. {html.escape(EVIL)}</li><li>B. plain <b>(gold)</b></li>" in html_report.sample_html(evil)
+    blind = html_report.sample_html({"permutation": [1, 0], "gold": 1, "_request": {"messages": [
+        {"role": "user", "content": "no options here"}]}})
+    assert "<li>A. option 1 (its text is in the prompt above) <b>(gold)</b></li>" in blind
