@@ -3,7 +3,7 @@ autoescaped: a run's texts are always shown as text), JSON endpoints for the pag
 writes to the store.
 
 Pages: ``/`` the runs, ``/runs/{id}`` a run (the static HTML report's rendering), ``/runs/{id}/answers`` its
-answers (searched and filtered, paged), ``/compare`` two runs or two models, ``/costs`` spend and savings.
+answers (searched and filtered, paged), ``/compare`` two or more runs or models, ``/costs`` spend and savings.
 JSON: ``/api/runs`` and ``/api/runs/{id}/answers``, paged as their pages are.
 """
 
@@ -181,37 +181,75 @@ def _messages(request: dict[str, Any] | None) -> list[tuple[str, str]]:
 
 # -- compare ---------------------------------------------------------------------------------------------
 async def compare_page(request: web.Request) -> web.Response:
+    """``?a=&b=`` (with ``model_a``/``model_b``) compares two sides; ``?run=A&run=B&run=C`` (optionally with one
+    ``model`` for all or one per run) or ``?run=A&model=X&model=Y&model=Z`` compares each side with the first."""
     q = request.query
     a, b = q.get("a", "").strip(), q.get("b", "").strip()
-    if not a:
-        return _page(request, "compare.html", title="Compare", data=None, a=a, b=b, model_a="", model_b="",
-                     headers=[], table=[], disagreements=[], note=comparisons.METHOD_NOTE)
     model_a, model_b = q.get("model_a", "").strip(), q.get("model_b", "").strip()
-    models = (model_a, model_b) if model_a and model_b else None
+    context: dict[str, Any] = {"title": "Compare", "a": a, "b": b, "model_a": model_a, "model_b": model_b,
+                               "note": comparisons.METHOD_NOTE, "sides": [], "pairs": [], "groups": []}
+    pairs = _compare_pairs(request)
+    if not a and not pairs:
+        return _page(request, "compare.html", **context)
+    if a:
+        pairs = [(a, b or None, (model_a, model_b) if model_a and model_b else None)]
     store = request.app[STORE]
-    data = comparisons.build(store, a, b or None, models=models)
-    return _page(request, "compare.html", title="Compare", data=data, a=a, b=b, model_a=model_a, model_b=model_b,
-                 title_line=comparisons.title(data), headers=comparisons.headers(data),
-                 table=comparisons.table_rows(data), disagreements=_disagreements(store, data),
-                 note=comparisons.METHOD_NOTE)
+    built = [comparisons.build(store, run_a, run_b, models=models) for run_a, run_b, models in pairs]
+    context["pairs"] = [{"title": comparisons.title(data), "headers": comparisons.headers(data),
+                         "table": comparisons.table_rows(data)} for data in built]
+    context["groups"] = _disagreements(store, built)
+    return _page(request, "compare.html", **context)
 
 
-def _disagreements(store: Store, data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Items scored on both sides whose mean scores differ, per compared row (up to MAX_DISAGREEMENTS)."""
-    out: list[dict[str, Any]] = []
+def _compare_pairs(request: web.Request) -> list[tuple[str, str | None, tuple[str, str] | None]]:
+    """(baseline run, other run, (baseline model, other model)) per side compared with the first."""
+    runs = [r.strip() for r in request.query.getall("run", []) if r.strip()]
+    models = [m.strip() for m in request.query.getall("model", []) if m.strip()]
+    if not runs:
+        if models:
+            raise RunnerError("?model= needs a ?run= to compare its models in")
+        return []
+    if len(runs) == 1:
+        if len(models) < 2:
+            raise RunnerError("one ?run= compares two or more models: add ?model=X&model=Y, or add another ?run=")
+        return [(runs[0], None, (models[0], m)) for m in models[1:]]
+    if len(models) > 1 and len(models) != len(runs):
+        raise RunnerError(f"?model= is given once (the same model in every run) or once per ?run= ({len(runs)}), "
+                          f"not {len(models)} times")
+    if len(models) == 1:
+        models = models * len(runs)
+    return [(runs[0], run, (models[0], models[i + 1]) if models else None) for i, run in enumerate(runs[1:])]
+
+
+def _disagreements(store: Store, built: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per baseline (stage, run, model): the items scored on the baseline where any compared side scored them
+    differently, each with every side's score (None where a side did not score it); up to MAX_DISAGREEMENTS items
+    in all."""
     loaded: dict[tuple[str, str], Any] = {}
-    for row in data["rows"]:
-        sides = []
-        for run, model in ((row["run_a"], row["model_a"]), (row["run_b"], row["model_b"])):
-            if (run, row["stage"]) not in loaded:
-                loaded[run, row["stage"]] = stage_items(store, run, row["stage"])
-            items = loaded[run, row["stage"]].scores.get(model)
-            sides.append(items.means() if items else {})
-        for item in sorted(set(sides[0]) & set(sides[1]), key=_item_order):
-            if sides[0][item] != sides[1][item] and len(out) < MAX_DISAGREEMENTS:
-                out.append({"stage": row["stage"], "item": item, "run_a": row["run_a"], "model_a": row["model_a"],
-                            "score_a": sides[0][item], "run_b": row["run_b"], "model_b": row["model_b"],
-                            "score_b": sides[1][item]})
+
+    def means(run: str, stage: str, model: str) -> dict[str, float]:
+        if (run, stage) not in loaded:
+            loaded[run, stage] = stage_items(store, run, stage)
+        items = loaded[run, stage].scores.get(model)
+        return items.means() if items else {}
+
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for data in built:
+        for row in data["rows"]:
+            key = (row["stage"], row["run_a"], row["model_a"])
+            group = groups.setdefault(key, {"stage": row["stage"], "run": row["run_a"], "model": row["model_a"],
+                                            "scores": means(row["run_a"], row["stage"], row["model_a"]), "sides": []})
+            side = {"run": row["run_b"], "model": row["model_b"]}
+            if side not in [{"run": s["run"], "model": s["model"]} for s in group["sides"]]:
+                group["sides"].append({**side, "scores": means(row["run_b"], row["stage"], row["model_b"])})
+    out, left = [], MAX_DISAGREEMENTS
+    for group in groups.values():
+        differ = [item for item in sorted(group["scores"], key=_item_order)
+                  if any(item in s["scores"] and s["scores"][item] != group["scores"][item] for s in group["sides"])]
+        group["items"] = [{"item": item, "score": group["scores"][item],
+                           "sides": [s["scores"].get(item) for s in group["sides"]]} for item in differ[:left]]
+        left -= len(group["items"])
+        out.append(group)
     return out
 
 

@@ -8,6 +8,11 @@ import json
 
 import aiohttp
 import pytest
+import pytest_asyncio
+
+from runner.engine.run import execute
+from runner.report import compare
+from tests.view.conftest import job, rows
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -31,3 +36,54 @@ async def test_the_answers_page_lists_the_option_texts_in_their_shown_order(view
                                                                           else "") + "</li>"
                         for i, p in enumerate(result["permutation"]))
         assert f'<ol class="options">{shown}</ol>' in page
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def third(view_runs) -> str:
+    """Run C: run A's first 6 rows again (cache hits, so alpha is right on each, as in run A)."""
+    tmp = view_runs["tmp"]
+    dataset = rows(tmp / "c.jsonl", "which is right?", count=6)
+    outcome = await execute(job(tmp, "viewc", dataset, view_runs["server"].url), view_runs["store"])
+    assert outcome.status == "completed"
+    return outcome.run_id
+
+
+def _scores(store, run: str) -> dict[tuple[str, str], float]:
+    return {(t["model"], t["row_id"]): t["score"] for t in store.tasks(run)}
+
+
+async def test_three_runs_are_each_compared_with_the_first(view_runs, served, third):
+    store, a, b, c = view_runs["store"], view_runs["a"], view_runs["b"], third
+    page = await _get(f"{served}/compare?run={b}&run={a}&run={c}")
+    for other in (a, c):  # each pair's table as `runner compare B OTHER` prints it
+        data = compare.build(store, b, other)
+        assert '<h2 class="pair-title"' in page and html.escape(compare.title(data)) in page
+        for row in compare.table_rows(data):
+            assert "".join(f"<td>{html.escape(cell)}</td>" for cell in row) in page
+    scores = {run: _scores(store, run) for run in (a, b, c)}
+    differ = sorted((m, r) for (m, r), s in scores[b].items()
+                    if scores[a].get((m, r), s) != s or scores[c].get((m, r), s) != s)
+    assert differ and {m for m, _ in differ} == {"sim:alpha"}
+    for model, row in differ:
+        for run in (a, b, c) if (model, row) in scores[c] else (a, b):
+            link = f'/runs/{run}/answers?stage=mc&model={model.replace(":", "%3A")}&row={row}"'
+            assert link in page, (run, row)
+    assert page.count(f'<a href="/runs/{b}/answers') == len(differ)
+    assert page.count(f'<a href="/runs/{c}/answers') == len([d for d in differ if d in scores[c]])  # C: rows 1-6
+    assert page.count('<table class="compare">') == 2
+
+
+async def test_three_models_of_a_run_and_bad_combinations_are_answered_in_one_sentence(view_runs, served, third):
+    store, a, b, c = view_runs["store"], view_runs["a"], view_runs["b"], third
+    page = await _get(f"{served}/compare?run={a}&model=sim:alpha&model=sim:beta&model=sim:beta")
+    data = compare.build(store, a, None, models=("sim:alpha", "sim:beta"))
+    for row in compare.table_rows(data):
+        assert page.count("".join(f"<td>{html.escape(cell)}</td>" for cell in row)) == 2
+    per_run = await _get(f"{served}/compare?run={a}&run={b}&run={c}&model=sim:alpha&model=sim:beta&model=sim:alpha")
+    for other, models in ((b, ("sim:alpha", "sim:beta")), (c, ("sim:alpha", "sim:alpha"))):
+        for row in compare.table_rows(compare.build(store, a, other, models=models)):
+            assert "".join(f"<td>{html.escape(cell)}</td>" for cell in row) in per_run
+    bad = await _get(f"{served}/compare?run={a}&run={b}&run={c}&model=sim:alpha&model=sim:beta", status=400)
+    assert "?model= is given once (the same model in every run) or once per ?run= (3), not 2 times" in bad
+    alone = await _get(f"{served}/compare?run={a}", status=400)
+    assert "one ?run= compares two or more models" in alone
