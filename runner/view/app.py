@@ -4,7 +4,9 @@ writes to the store.
 
 Pages: ``/`` the runs, ``/runs/{id}`` a run (the static HTML report's rendering), ``/runs/{id}/answers`` its
 answers (searched and filtered, paged), ``/compare`` two or more runs or models, ``/costs`` spend and savings.
-JSON: ``/api/runs`` and ``/api/runs/{id}/answers``, paged as their pages are.
+JSON: ``/api/runs`` and ``/api/runs/{id}/answers``, paged as their pages are; ``/api/runs/{id}/explain`` (runner
+explain's answer for one item, which the answers page's "why not a cache hit" panel shows). A run's page re-prices
+it (``?as=MODEL&batch=1&cached=1``, as ``runner costs RUN --as`` does).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from markupsafe import Markup
 from runner.errors import RunnerError
 from runner.report import compare as comparisons
 from runner.report import costs as spend
+from runner.report import explain as explanations
 from runner.report import html as html_report
+from runner.report import whatif
 from runner.report.item_scores import stage_items
 from runner.store import Store
 from runner.view.queries import ANSWER_OUTCOMES, RUN_SORTS, AnswerFilter, RunFilter, ViewQueries
@@ -49,6 +53,7 @@ def make_app(store: Store) -> web.Application:
     app.router.add_get("/runs/{run}", run_page)
     app.router.add_get("/runs/{run}/answers", answers_page)
     app.router.add_get("/api/runs/{run}/answers", answers_json)
+    app.router.add_get("/api/runs/{run}/explain", explain_json)
     app.router.add_get("/compare", compare_page)
     app.router.add_get("/costs", costs_page)
     return app
@@ -124,8 +129,29 @@ async def run_page(request: web.Request) -> web.Response:
     run = store.get_run(request.match_info["run"])
     report = html_report.render(html_report.build(store, run["id"], max_samples=RUN_PAGE_SAMPLES))
     body = report.split("<body>", 1)[1].rsplit("</body>", 1)[0]  # the report's own (escaped) rendering
+    as_models = [m for value in request.query.getall("as", []) for m in value.replace(",", " ").split()]
+    batch, cached = request.query.get("batch") == "1", request.query.get("cached") == "1"
+    priced = None
+    if as_models or batch or cached:  # `runner costs RUN --as MODEL --batch --cached`, as it prints it
+        priced = whatif.render(whatif.build(store, run["id"], as_models=as_models, batch=batch, cached=cached),
+                               "text")
     return _page(request, "run.html", title=f"Run {run['id']}", run=run, report=Markup(body),
-                 report_css=Markup(html_report.CSS))
+                 report_css=Markup(html_report.CSS), as_models=as_models, batch=batch, cached=cached,
+                 whatif=priced)
+
+
+async def explain_json(request: web.Request) -> web.Response:
+    """``runner explain RUN --item ITEM --stage STAGE``'s answer, as data and as its text; ``key=`` keeps only
+    that request (one answer's)."""
+    run = request.app[STORE].get_run(request.match_info["run"])
+    item, stage = request.query.get("item", "").strip(), request.query.get("stage", "").strip() or None
+    if not item:
+        raise RunnerError("?item= names the item to explain (a dataset row's id)")
+    data = explanations.build(request.app[STORE], item, run_id=run["id"], stage=stage)
+    key = request.query.get("key", "").strip()
+    if key:
+        data["requests"] = [r for r in data["requests"] if r["key"] == key]
+    return web.json_response({**data, "text": explanations.render(data, "text")})
 
 
 # -- answers ---------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """``runner view`` in headless Chromium (Debian's, as tests/report/test_html_report.py drives it): a run started
 while the runs page is open appears and its progress moves without a reload; a comparison of two runs shows the
-paired difference ``runner compare`` prints; a search finds an answer by its text; an answer written as markup is
-shown as text and runs no script. The pages ask nothing of any host but the viewer's."""
+paired difference ``runner compare`` prints; the "why not a cache hit" panel fills with ``runner explain``'s
+text; a search finds an answer by its text; an answer written as markup is shown as text and runs no script. The
+pages ask nothing of any host but the viewer's."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest_asyncio
 from playwright.async_api import BrowserContext, async_playwright
 
 from runner.engine.run import execute
-from runner.report import compare
+from runner.report import compare, explain
 from tests.helpers import fresh
 from tests.view.conftest import EVIL, NEEDLE, job, rows, script
 
@@ -124,6 +125,25 @@ async def test_a_comparison_shows_the_paired_difference_runner_compare_prints(vi
     link = page.locator("table.disagree a").first
     await link.click()
     assert await page.locator(".answer").count() == 1
+
+
+async def test_the_why_not_a_cache_hit_panel_fills_with_runner_explains_text(view_runs, served, browser):
+    context, _ = browser
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    await page.goto(f"{served}/runs/{view_runs['a']}/answers?row=2&model=sim%3Aalpha")
+    answer = page.locator(".answer")
+    assert await answer.count() == 1
+    panel = answer.locator("pre.explain-text")
+    assert not await panel.is_visible()
+    await answer.locator("button.explain-button").click()
+    await page.wait_for_function("document.querySelector('pre.explain-text').textContent.length > 5")
+    key = await answer.locator(".explain").get_attribute("data-key")
+    data = explain.build(view_runs["store"], "2", run_id=view_runs["a"], stage="mc")
+    expected = explain.render({**data, "requests": [r for r in data["requests"] if r["key"] == key]}, "text")
+    assert await panel.inner_text() == expected and "sent by this run: a miss" in expected
+    assert errors == []
 
 
 async def test_a_search_finds_an_answer_by_its_text(view_runs, served, browser):
