@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest_asyncio
 from aiohttp import web
 
@@ -82,3 +83,12 @@ async def served(view_runs) -> AsyncIterator[str]:
     await site.start()
     yield f"http://127.0.0.1:{runner.addresses[0][1]}"
     await runner.cleanup()
+
+
+async def fetch(url: str, status: int = 200) -> dict | str:
+    """GET ``url``, expecting ``status``: the JSON it answers, else its text."""
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        assert response.status == status, await response.text()
+        if response.content_type == "application/json":
+            return await response.json()
+        return await response.text()
