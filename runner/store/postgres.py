@@ -17,7 +17,11 @@ A worker's process may stop inside a transaction (a stopped or swapped-out proce
 holds row locks or the run's reservation lock, and every other worker would wait on them until it wakes. So a
 worker's session ends a transaction left idle longer than a quarter of its lease (``idle_in_transaction_session_
 timeout``): the server rolls it back and frees its locks; when the process wakes, it connects again and runs the
-whole transaction again, where its fence (a lease now another worker's) refuses what it may no longer write.
+whole transaction again, where its fence (a lease now another worker's) refuses what it may no longer write. The
+bound holds only for a session that is idle while its process is stopped: no statement inside a transaction is
+pipelined (:mod:`runner.store.pg_batches`), since a pipeline cut before its Sync leaves the session active, and the
+timeout never fires for an active session. A worker's session is named ``runner WORKER`` (``application_name``), so
+``pg_stat_activity`` says which worker holds what.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from runner.errors import StoreError
 from runner.store.base import TASK_COLUMNS, now
 from runner.store.dialect import POSTGRES
 from runner.store.migrations import migrate
+from runner.store.pg_batches import execute_batched
 from runner.store.sql import SQLStore, T, Tx
 
 #: seconds to wait for the server when the URL does not say (``connect_timeout``)
@@ -45,6 +50,8 @@ CONNECT_TIMEOUT_S = 10
 _FETCH = 2000
 #: the session's bound on a transaction left idle (module docstring)
 _STALL_SQL = "SELECT set_config('idle_in_transaction_session_timeout', %s, false)"
+#: the session's name in pg_stat_activity
+_NAME_SQL = "SELECT set_config('application_name', %s, false)"
 #: the server's clock in seconds since the epoch
 _CLOCK = "extract(epoch from clock_timestamp())::float8"
 _C = POSTGRES.text_order
@@ -122,7 +129,8 @@ class _Tx:
         return self.conn.execute(POSTGRES.sql(sql), args)
 
     def executemany(self, sql: str, rows: Any) -> None:
-        self.conn.cursor().executemany(POSTGRES.sql(sql), rows)
+        # never psycopg's executemany: its pipeline keeps a stopped process's session active (pg_batches.py)
+        execute_batched(self.execute, sql, rows)
 
 
 class PostgresStore(SQLStore):
@@ -139,6 +147,9 @@ class PostgresStore(SQLStore):
         self._url = url
         #: the session's bound on a transaction left idle, in ms (0: none); set when a worker joins a run
         self._stall_ms = 0
+        #: the session's application_name once a worker joins a run (``runner WORKER``): pg_stat_activity then says
+        #: which worker each session is, and what it holds
+        self._app_name = ""
         try:
             self.conn = self._connect()
         except psycopg.Error as exc:
@@ -161,6 +172,8 @@ class PostgresStore(SQLStore):
         conn = psycopg.connect(self._url, autocommit=True, **kwargs)
         if self._stall_ms:
             conn.execute(_STALL_SQL, (f"{self._stall_ms}ms",))
+        if self._app_name:
+            conn.execute(_NAME_SQL, (self._app_name,))
         return conn
 
     def _bound_stalls(self, ttl: float) -> None:
@@ -206,8 +219,8 @@ class PostgresStore(SQLStore):
             except psycopg.errors.IdleInTransactionSessionTimeout as exc:
                 self._reconnect_after(exc)
             except psycopg.OperationalError as exc:
-                # The server's reason does not always reach the client (in pipeline mode, executemany's, it says only
-                # that the connection closed): a connection lost inside a transaction open for longer than the bound
+                # The server's reason does not always reach the client (it may say only that the connection
+                # closed): a connection lost inside a transaction open for longer than the bound
                 # is taken for the bound's end. Lost before COMMIT was sent, the transaction did not commit, so it may
                 # run again; lost at COMMIT, whether it committed is unknown, and it is not. A connection lost
                 # otherwise (a terminated backend, a restart) is the store going away, as before.
@@ -272,6 +285,9 @@ class PostgresStore(SQLStore):
     # -- several processes on one run (runner/engine/workers.py): times are the server's clock -------------------
     def join_run(self, run_id: str, worker: str, host: str, pid: int, ttl: float) -> None:
         self._bound_stalls(ttl)
+        self._app_name = f"runner {worker}"[:63]  # the server keeps 63 bytes
+        with self._lock:
+            self.conn.execute(_NAME_SQL, (self._app_name,))
         self.execute("INSERT INTO workers (id, run_id, host, pid, started, seen, state) VALUES"
                  f" (?, ?, ?, ?, ?, {_CLOCK} + ?, 'live') ON CONFLICT (id) DO UPDATE SET"
                  " run_id = excluded.run_id, host = excluded.host, pid = excluded.pid, started = excluded.started,"

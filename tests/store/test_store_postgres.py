@@ -513,9 +513,9 @@ def test_a_worker_stopped_inside_a_transaction_holds_no_lock_past_its_bound(pg_u
 
 
 def test_a_write_whose_transaction_the_server_ended_runs_again_whole(pg_url: str, monkeypatch) -> None:
-    """A worker paused inside its fenced write (after the fence check, before the batched inserts, which run in
-    psycopg's pipeline mode where the server's reason is lost): the server ends the idle transaction, the write
-    connects again and runs whole, once: one task row, one charge, the reservation released."""
+    """A worker paused inside its fenced write (after the fence check, before the batched inserts): the server ends
+    the idle transaction, the write connects again and runs whole, once: one task row, one charge, the reservation
+    released."""
     from runner.store.base import Fence, Finished
 
     store = open_store(pg_url)
