@@ -22,8 +22,10 @@ from runner.store.base import TASK_COLUMNS, default_path, now
 from runner.store.dialect import SQLITE
 from runner.store.migrations import migrate
 from runner.store.sql import SQLStore, T, Tx
+from runner.store.sqlite_lock import ATTEMPT_S, LockWait, StoreLocked
 
-BUSY_TIMEOUT_S = 30.0
+#: what SQLite's busy handler waits for the write lock in one attempt; runner/store/sqlite_lock.py waits longer
+BUSY_TIMEOUT_S = ATTEMPT_S
 
 # The task's time stamp is taken by SQLite at commit: one clock read per row, none in Python's hot path. REPLACE
 # gives a task run again a new rowid: it moves to the end of the run's order.
@@ -47,6 +49,12 @@ def explain(exc: BaseException, path: str, run_id: str | None = None) -> str | N
     primary = code & 0xFF if isinstance(code, int) else None
     where = shlex.quote(path)
     resume = f"`runner resume {run_id}`" if run_id else "try again"
+    if isinstance(exc, StoreLocked):
+        holder = exc.holder
+        wake = (f"continue it (`kill -CONT {holder.pid}`) or end it" if holder is not None and holder.stopped
+                else "let it finish or end it")
+        return (f"the store {path} stayed locked by {holder or 'another process'} for {exc.waited:.0f} s "
+                f"(RUNNER_STORE_WAIT): {wake}, then {resume}")
     if primary in _FULL or "disk is full" in text:
         return f"the disk holding the store {path} is full ({text}): free space, then {resume}"
     if primary in _CORRUPT or "malformed" in text or "not a database" in text:
@@ -72,6 +80,8 @@ class SQLiteStore(SQLStore):
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = str(path or default_path())
+        #: waits for a write lock another process holds (runner/store/sqlite_lock.py)
+        self.lock_wait = LockWait(self.path, self._set_busy)
         try:
             self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             self.conn.execute("PRAGMA journal_mode=WAL")
@@ -101,20 +111,33 @@ class SQLiteStore(SQLStore):
         return explain(exc, self.path, run_id)
 
     # -- primitives (runner/store/sql.py) ---------------------------------------------------------------------
+    # A statement that finds the store locked by another process past the busy handler is tried again, saying who
+    # holds it, up to RUNNER_STORE_WAIT (runner/store/sqlite_lock.py): a statement refused with SQLITE_BUSY did
+    # nothing, so running it again is safe.
+    def _waiting(self, attempt: Callable[[], T]) -> T:
+        changes = self.conn.total_changes
+        return self.lock_wait.run(attempt, lambda: self.conn.in_transaction or self.conn.total_changes != changes)
+
+    def _set_busy(self, seconds: float) -> None:
+        self.conn.execute(f"PRAGMA busy_timeout={int(seconds * 1000)}")
+
     def rows(self, sql: str, args: Any = ()) -> list[tuple]:
-        return self.conn.execute(sql, args).fetchall()
+        return self._waiting(lambda: self.conn.execute(sql, args).fetchall())
 
     def row(self, sql: str, args: Any = ()) -> tuple | None:
-        found = self.conn.execute(sql, args).fetchall()  # all: a RETURNING statement ends once its rows are read
+        # all rows: a RETURNING statement ends once its rows are read
+        found = self._waiting(lambda: self.conn.execute(sql, args).fetchall())
         return found[0] if found else None
 
     def execute(self, sql: str, args: Any = ()) -> int:
-        return self.conn.execute(sql, args).rowcount
+        return self._waiting(lambda: self.conn.execute(sql, args).rowcount)
 
     def dicts(self, sql: str, args: Any = ()) -> list[dict[str, Any]]:
-        cursor = self.conn.execute(sql, args)
-        names = [c[0] for c in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor]
+        def attempt() -> list[dict[str, Any]]:
+            cursor = self.conn.execute(sql, args)
+            names = [c[0] for c in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor]
+        return self._waiting(attempt)
 
     def stream(self, sql: str, args: Any = ()) -> Iterator[tuple]:
         yield from self.conn.execute(sql, args)
@@ -122,7 +145,7 @@ class SQLiteStore(SQLStore):
     def atomic(self, body: Callable[[Tx], T]) -> T:
         """``body`` in one transaction that takes the write lock at its start (``BEGIN IMMEDIATE``)."""
         conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
+        self._waiting(lambda: conn.execute("BEGIN IMMEDIATE"))
         try:
             result = body(conn)
             conn.execute("COMMIT")
@@ -135,8 +158,8 @@ class SQLiteStore(SQLStore):
 
     # -- several processes on one run (runner/engine/workers.py): times are this process's clock ------------
     def join_run(self, run_id: str, worker: str, host: str, pid: int, ttl: float) -> None:
-        self.conn.execute("INSERT OR REPLACE INTO workers (id, run_id, host, pid, started, seen, state)"
-                          " VALUES (?, ?, ?, ?, ?, ?, 'live')", (worker, run_id, host, pid, now(), time.time() + ttl))
+        self.execute("INSERT OR REPLACE INTO workers (id, run_id, host, pid, started, seen, state)"
+                     " VALUES (?, ?, ?, ?, ?, ?, 'live')", (worker, run_id, host, pid, now(), time.time() + ttl))
 
     def heartbeat(self, worker: str, ttl: float) -> list[tuple[str, int, int]] | None:
         until = time.time() + ttl
