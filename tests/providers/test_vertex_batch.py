@@ -173,11 +173,13 @@ async def test_refused_failed_and_expired_lines_map_as_online(srv: SimServer, mo
 
 async def test_a_cancel_keeps_the_finished_lines_and_the_rest_go_again(srv: SimServer):
     srv.configure(batch_delay=1.0)
+    now = [1000.0]
+    srv.clock = lambda: now[0]  # the server's clock, stepped: lines 0 and 1 are done at 0.25 and 0.5 s, 2 at 0.75 s
     vertex = await started(srv)
     try:
         batches = vertex.batches()
         batch_id = await batches.submit(GEMINI, lines_of(4), label="run/mc/g r0 #cccc")
-        await asyncio.sleep(0.6)
+        now[0] += 0.6
         await batches.cancel(batch_id)
         await batches.cancel(batch_id)  # idempotent once it ended
         status = await batches.status(batch_id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ def load(tmp_path: Path, name: str, url: str | None, tag: str, *, models: list[s
         for stage in job["stages"]:
             stage["choices"]["seeds"] = seeds
     job["output_dir"] = str(tmp_path / "results")
-    path = ROOT / "jobs" / f".test-{name}-{tag}-{tmp_path.name}.yaml"
+    path = ROOT / "jobs" / f".test-{name}-{tag}-{os.getpid()}-{tmp_path.name}.yaml"  # one file per test process
     path.write_text(yaml.safe_dump(job, sort_keys=False), encoding="utf-8")
     try:
         return load_job(path, variables)

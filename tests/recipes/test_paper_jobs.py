@@ -6,6 +6,7 @@ re-run is all cache hits."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ def on_the_simulator(tmp_path: Path, name: str, url: str) -> Path:
     job["providers"] = {"sim": {"base_url": url, "concurrency": 32}}
     job["limit"] = 10
     job["output_dir"] = str(tmp_path / "results")
-    path = ROOT / "jobs" / f".test-{name}-{tmp_path.name}.yaml"  # beside the original: same relative paths
+    # beside the original (same relative paths), one file per test process
+    path = ROOT / "jobs" / f".test-{name}-{os.getpid()}-{tmp_path.name}.yaml"
     path.write_text(yaml.safe_dump(job, sort_keys=False), encoding="utf-8")
     return path
 

@@ -115,10 +115,10 @@ async def test_openai_delay_statuses(srv: SimServer, oa: openai.AsyncOpenAI, now
 
 
 async def test_openai_real_time_delay(srv: SimServer, oa: openai.AsyncOpenAI) -> None:
-    srv.configure(batch_delay=0.3)
+    srv.configure(batch_delay=1.0)  # long enough that a loaded machine still retrieves it in progress
     created = await openai_batch(oa, {"x": chat_bodies(1)[0]})
     assert (await oa.batches.retrieve(created.id)).status == "in_progress"
-    await asyncio.sleep(0.35)
+    await asyncio.sleep(1.05)
     assert (await oa.batches.retrieve(created.id)).status == "completed"
 
 

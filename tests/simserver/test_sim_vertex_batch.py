@@ -190,12 +190,14 @@ async def test_jobs_are_listed_by_filter_and_page(srv: SimServer):
 
 async def test_a_cancel_and_an_expiry_leave_the_unfinished_lines_out_of_the_output(srv: SimServer):
     srv.configure(batch_delay=1.0)
+    now = [1000.0]
+    srv.clock = lambda: now[0]  # the server's clock, stepped: lines 0 and 1 are done at 0.25 and 0.5 s, 2 at 0.75 s
     src = put(srv, "in/input.jsonl", [{"request": {**GEMINI_LINE["request"],
                                                    "contents": [{"role": "user", "parts": [{"text": f"q{i}"}]}]}}
                                       for i in range(4)])
     client, job = await create(srv, "gemini-2.0-flash", src)
     _, other = await create(srv, "gemini-2.0-flash", src, name="other")
-    await asyncio.sleep(0.6)
+    now[0] += 0.6
     await client.aio.batches.cancel(name=job.name)
     cancelled = await client.aio.batches.get(name=job.name)
     assert cancelled.state == types.JobState.JOB_STATE_CANCELLED
