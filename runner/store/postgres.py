@@ -183,7 +183,7 @@ class PostgresStore(SQLStore):
         if ms != self._stall_ms:
             self._stall_ms = ms
             with self._lock:
-                self.conn.execute(_STALL_SQL, (f"{ms}ms",))
+                self._live().execute(_STALL_SQL, (f"{ms}ms",))
 
     def close(self) -> None:
         with self._lock:
@@ -213,8 +213,9 @@ class PostgresStore(SQLStore):
         with self._lock:
             body_done, started = False, time.monotonic()
             try:
-                with self.conn.transaction():
-                    yield self.conn
+                conn = self._live()
+                with conn.transaction():
+                    yield conn
                     body_done = True
             except psycopg.errors.IdleInTransactionSessionTimeout as exc:
                 self._reconnect_after(exc)
@@ -238,6 +239,16 @@ class PostgresStore(SQLStore):
             raise exc from None
         raise _Stalled from exc
 
+    def _live(self) -> psycopg.Connection:
+        """The connection, a new one when the last was lost or ended (a statement that failed on it raised already;
+        without this, every later call would fail with "the connection is closed" though the server is there).
+        Called holding the lock."""
+        if self.conn.closed or self.conn.broken:
+            with suppress(psycopg.Error):
+                self.conn.close()
+            self.conn = self._connect()
+        return self.conn
+
     def atomic(self, body: Callable[[Tx], T]) -> T:
         return _deadlock_retried(self._atomic_once)(body)
 
@@ -247,26 +258,26 @@ class PostgresStore(SQLStore):
 
     def rows(self, sql: str, args: Any = ()) -> list[tuple]:
         with self._lock:
-            return self.conn.execute(POSTGRES.sql(sql), args).fetchall()
+            return self._live().execute(POSTGRES.sql(sql), args).fetchall()
 
     def row(self, sql: str, args: Any = ()) -> tuple | None:
         with self._lock:
-            return self.conn.execute(POSTGRES.sql(sql), args).fetchone()
+            return self._live().execute(POSTGRES.sql(sql), args).fetchone()
 
     def execute(self, sql: str, args: Any = ()) -> int:
         with self._lock:
-            return self.conn.execute(POSTGRES.sql(sql), args).rowcount
+            return self._live().execute(POSTGRES.sql(sql), args).rowcount
 
     def dicts(self, sql: str, args: Any = ()) -> list[dict[str, Any]]:
         with self._lock:
-            cursor = self.conn.execute(POSTGRES.sql(sql), args)
+            cursor = self._live().execute(POSTGRES.sql(sql), args)
             names = [c.name for c in cursor.description or []]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def stream(self, sql: str, args: Any = ()) -> Iterator[tuple]:
         """A query's rows through a server-side cursor, fetched in slices: memory does not grow with the result."""
         with self._lock:
-            cursor = self.conn.cursor(f"runner_stream_{next(self._cursors)}", withhold=True)
+            cursor = self._live().cursor(f"runner_stream_{next(self._cursors)}", withhold=True)
             cursor.execute(POSTGRES.sql(sql), args)
         try:
             while True:
@@ -287,7 +298,7 @@ class PostgresStore(SQLStore):
         self._bound_stalls(ttl)
         self._app_name = f"runner {worker}"[:63]  # the server keeps 63 bytes
         with self._lock:
-            self.conn.execute(_NAME_SQL, (self._app_name,))
+            self._live().execute(_NAME_SQL, (self._app_name,))
         self.execute("INSERT INTO workers (id, run_id, host, pid, started, seen, state) VALUES"
                  f" (?, ?, ?, ?, ?, {_CLOCK} + ?, 'live') ON CONFLICT (id) DO UPDATE SET"
                  " run_id = excluded.run_id, host = excluded.host, pid = excluded.pid, started = excluded.started,"
