@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -33,11 +34,35 @@ from tests.helpers import (
 )
 
 
+def _compiled_once() -> None:
+    """Compiled bytecode kept for the test processes and the processes they start, in one folder outside the tree.
+
+    Where PYTHONDONTWRITEBYTECODE is set (this project's machines and CI set it), every ``runner`` process a test
+    starts compiled the project from source (0.2 s of CPU each, hundreds of processes a run) and pytest rewrote every
+    test module's asserts again in every worker. Set here, before the workers start, so they and their children
+    inherit it."""
+    if not sys.dont_write_bytecode and not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX") or str(Path(tempfile.gettempdir()) /
+                                                          f"llm-job-runner-pycache-{os.getuid()}")
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = prefix
+
+
+_compiled_once()
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """A bug in the CLI run in this process raises with its traceback instead of printing one line."""
+    """A bug in the CLI run in this process raises with its traceback instead of printing one line. The embedded
+    model's threads sleep while they wait, as the provider sets before it loads llama_cpp: set here too, because a
+    test may import llama_cpp itself before any provider does."""
     import runner.cli
+    from runner.providers.local_llama import sleeping_openmp_threads
 
     runner.cli.RAISE_UNEXPECTED = True
+    sleeping_openmp_threads()
 
 
 @pytest.fixture(autouse=True)

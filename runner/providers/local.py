@@ -33,6 +33,7 @@ from .local_llama import (
     evaluate_all_logits,
     reusing_llama,
     score_evaluated,
+    sleeping_openmp_threads,
     without_extra_buffers,
 )
 from .local_weights import (
@@ -171,6 +172,7 @@ class LocalProvider(Provider):
         return llm
 
     def _load(self, path: Path) -> Any:
+        sleeping_openmp_threads()
         try:
             from llama_cpp import Llama
         except ImportError as exc:

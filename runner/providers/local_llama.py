@@ -36,6 +36,7 @@ model's.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,6 +51,15 @@ PREFIX_STATE_BYTES = 256 << 20
 LEGACY_N_BATCH = 512
 
 
+def sleeping_openmp_threads() -> None:
+    """llama.cpp's OpenMP threads sleep while they wait for each other instead of spinning (``OMP_WAIT_POLICY``
+    PASSIVE, unless the environment sets it). Spinning threads hold both cores while one of them waits for a core
+    that something else has (the event loop sending other models' requests, another process): on 2 cores with one
+    busy, a prompt evaluated at 105 tokens/s spinning and at 140-178 sleeping; alone, both gave 180-190
+    (bench/RESULTS.md). libgomp reads the setting when it loads, so this runs before llama_cpp is first imported."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 @contextlib.contextmanager
 def without_extra_buffers() -> Iterator[None]:
     """Load weights without llama.cpp's "extra" CPU buffer types (AMX, repacked layouts).
@@ -58,6 +68,7 @@ def without_extra_buffers() -> Iterator[None]:
     ``ggml_backend_amx_mul_mat`` on the first decode of this Q4_1 model (seen on this project's machines).
     ``Llama`` has no argument for it, so the default model parameters are wrapped while it loads.
     """
+    sleeping_openmp_threads()
     from llama_cpp import llama_cpp as low
 
     original = low.llama_model_default_params
@@ -99,6 +110,7 @@ def reusing_llama(llama_class: type) -> type:
     """A subclass of llama-cpp-python's ``Llama`` that reuses prompt prefixes without changing any answer."""
     import ctypes
 
+    sleeping_openmp_threads()
     import llama_cpp as low
     import numpy as np
 

@@ -260,3 +260,24 @@ async def test_the_model_runs_in_its_own_lower_priority_thread_one_call_after_th
     assert first[0] == second[0] != threading.get_native_id()  # one worker thread, not the event loop's
     assert first[1] == min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICE)
     assert provider._worker is None
+
+
+def test_the_models_threads_sleep_while_they_wait_unless_the_environment_says_otherwise(monkeypatch) -> None:
+    """OMP_WAIT_POLICY is PASSIVE before llama_cpp loads (spinning threads made a 12.6 s job take 26 s alone and
+    463 s beside one busy process: bench/RESULTS.md), and a value the user set is kept. The model's process sees it:
+    a subprocess that loads the provider and then llama_cpp reports what its OpenMP runtime was given."""
+    import subprocess
+
+    from runner.providers.local_llama import sleeping_openmp_threads
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    sleeping_openmp_threads()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    sleeping_openmp_threads()
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    probe = ("import os\nfrom runner.providers.local_llama import without_extra_buffers\n"
+             "with without_extra_buffers():\n    import llama_cpp\nprint(os.environ.get('OMP_WAIT_POLICY'))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "PASSIVE", done.stderr
