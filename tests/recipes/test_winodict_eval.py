@@ -4,7 +4,8 @@ by the log-likelihood of its continuation (0, 1 and 5 shots) and asks chat model
 
 On the simulated server (its /v1/completions answers echo + logprobs by a rule a test can recompute) the sums
 and choices are checked by hand; on the embedded model and on llama.cpp's own server (slow) the job runs on a
-20-item slice and its table prints. The embedded model answers at chance: only shapes and agreement are pinned.
+7-item slice (one twin, every form of its word) and its table prints. The embedded model answers at chance: only
+shapes and agreement are pinned.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from tests.helpers import ROOT, run_cli
 BUILD = ROOT / "jobs" / "winodict-build.yaml"
 EVAL = ROOT / "jobs" / "winodict-eval.yaml"
 SLICE = 20
+#: items scored on the embedded model and on llama.cpp's server: one twin's seven (its five synthetic-word buckets,
+#: the original word with its definition and without), each at every shot count
+SLOW_SLICE = 7
 SHOTS = (0, 1, 5)
 
 
@@ -138,12 +142,12 @@ def test_a_chat_only_model_in_the_loglikelihood_stage_fails_with_a_sentence(tmp_
 @pytest.mark.slow
 async def test_winodict_on_the_embedded_model_prints_the_table(tmp_path, items):
     job = load_job(EVAL, {"items": str(items)})
-    job.limit, job.output_dir = SLICE, str(tmp_path / "results")
+    job.limit, job.output_dir = SLOW_SLICE, str(tmp_path / "results")
     store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(job, store)
     assert outcome.status == "completed", outcome.message
     scored = read(outcome.results["loglikelihood"])
-    assert len(scored) == SLICE * len(SHOTS)
+    assert len(scored) == SLOW_SLICE * len(SHOTS)
     assert all(line["valid"] and len(line["logprobs"]) == 2 and all(lp < 0 for lp in line["logprobs"])
                for line in scored)
     layout = report.build(store, outcome.run_id)["layout"]
@@ -156,7 +160,7 @@ async def test_winodict_on_the_embedded_model_prints_the_table(tmp_path, items):
 
 @pytest.mark.slow
 async def test_winodict_on_llama_cpp_server_prints_the_table(tmp_path, items, llama_server):
-    """The same GGUF behind llama.cpp's own server (openai-compatible: echo + logprobs) takes the 20-item slice at
+    """The same GGUF behind llama.cpp's own server (openai-compatible: echo + logprobs) takes the 7-item slice at
     zero shots and the table prints. Its figures are not the embedded model's: llama-cpp-python 0.3.36's server
     returns prompt logprobs shifted by one token (the upstream bug DESIGN notes;
     tests/providers/test_loglikelihood_providers.py pins it), so only the shape is checked here."""
@@ -167,7 +171,7 @@ async def test_winodict_on_llama_cpp_server_prints_the_table(tmp_path, items, ll
     path = tmp_path / "winodict-eval.yaml"
     path.write_text(text, encoding="utf-8")
     job = load_job(path, {"items": str(items), "model": "openai-compatible:llama/smollm2"})
-    job.limit, job.output_dir = SLICE, str(tmp_path / "results")
+    job.limit, job.output_dir = SLOW_SLICE, str(tmp_path / "results")
     job.stages = [stage for stage in job.stages if stage.name == "loglikelihood"]
     # zero-shot only: the server computes every prompt token's logprobs in Python, about 15 s for a 5-shot pair
     job.stages[0].variants = {"shots": [0]}
@@ -177,7 +181,7 @@ async def test_winodict_on_llama_cpp_server_prints_the_table(tmp_path, items, ll
     served = await execute(job, store)
     assert served.status == "completed", served.message
     scored = read(served.results["loglikelihood"])
-    assert len(scored) == SLICE
+    assert len(scored) == SLOW_SLICE
     assert all(line["valid"] and len(line["logprobs"]) == 2 and all(lp < 0 for lp in line["logprobs"])
                for line in scored)
     data = report.build(store, served.run_id)
