@@ -17,6 +17,9 @@ from runner.store import open_store
 from tests.cluster.conftest import sim_job
 from tests.helpers import done_tasks, only_error, runner_cmd, sim_stats
 
+#: one local Ray cluster for the module (its fixture), so its tests stay in one test process (pyproject's loadgroup)
+pytestmark = pytest.mark.xdist_group("ray")
+
 
 def _start(args: list[str], cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(runner_cmd(*args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
