@@ -112,9 +112,7 @@ async def test_runner_view_serves_the_store_on_127_0_0_1_and_says_when_the_port_
     import subprocess
     import sys
 
-    # not `python -m runner.cli`: run as __main__, the module is not the runner.cli that cli_view registers on
-    command = [sys.executable, "-c", "from runner.cli import main; main()", "view", "--db",
-               str(view_runs["db"]), "--no-browser"]
+    command = [sys.executable, "-m", "runner.cli", "view", "--db", str(view_runs["db"]), "--no-browser"]
     process = subprocess.Popen([*command, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = await asyncio.to_thread(process.stdout.readline)
