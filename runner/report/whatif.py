@@ -242,8 +242,9 @@ def render(data: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json_text(data)
     if fmt == "csv":
-        return csv_text(COLUMNS, [*data["rows"], *({"stage": "total", "target": total["target"], "paid": total["paid"],
-                                                  "cost": total["cost"]} for total in data["totals"])])
+        totals = [{"stage": "total", "target": t["target"], "paid": t["paid"], "cost": t["cost"]}
+                  for t in data["totals"]]
+        return csv_text(COLUMNS, [*data["rows"], *totals])
     how = " at Batch API prices" if data["batch"] else ""
     how += " with provider prompt caching" if data["cached"] else ""
     head = f"Run {data['run']} (job {data['job']}) re-priced{how}"
