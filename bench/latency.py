@@ -40,7 +40,7 @@ import aiohttp  # noqa: E402
 import yaml  # noqa: E402
 
 from bench.ratelimit import sample  # noqa: E402
-from bench.throughput import SimProcess, proc_status_kb  # noqa: E402
+from bench.throughput_common import SimProcess, proc_status_kb  # noqa: E402
 
 SETTLE = 5.0  # seconds after the first answers before the steady-state window opens
 

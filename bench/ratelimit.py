@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
 import aiohttp  # noqa: E402
 import yaml  # noqa: E402
 
-from bench.throughput import SimProcess  # noqa: E402
+from bench.throughput_common import SimProcess  # noqa: E402
 from runner.engine.run import execute  # noqa: E402
 from runner.spec.job import load_job  # noqa: E402
 from runner.store import open_store  # noqa: E402

@@ -12,15 +12,13 @@ rows of that day and later.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import io
-import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runner.errors import RunnerError
+from runner.report.tables import Column, Table, csv_text, json_text
 from runner.store import Reads, Store
 from runner.store.reads import UNKNOWN_JOB
 
@@ -132,21 +130,16 @@ def _cells(r: dict[str, Any], by: str) -> list[str]:
 def render(data: dict[str, Any], fmt: str) -> str:
     by = data["by"]
     if fmt == "json":
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        return json_text(data)
     if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=(by, *COLUMNS, "possibly_billed_requests", "cache_hits",
-                                                    "in_flight"), extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(data["rows"])
-        writer.writerow(data["totals"])
-        return buffer.getvalue()
+        return csv_text((by, *COLUMNS, "possibly_billed_requests", "cache_hits", "in_flight"),
+                        [*data["rows"], data["totals"]])
     since = f" since {data['since']}" if data["since"] else ""
     head = f"Costs by {by}{since} · {data['db']}"
     if not data["rows"]:
         return f"{head}\nno spend recorded{since}\n"
-    headers = [by, *HEADERS]
-    table = [_cells(r, by) for r in data["rows"]] + [_cells(data["totals"], by)]
+    table = Table([Column(h) for h in (by, *HEADERS)],
+                  [_cells(r, by) for r in data["rows"]] + [_cells(data["totals"], by)])
     t = data["totals"]
     notes = [f"Total: ${t['charged']:,.4f} charged for {t['requests_charged']:,} requests in {t['runs']:,} runs"
              + (f", ${t['possibly_billed']:,.4f} possibly billed (the worst case of {t['possibly_billed_requests']:,} "
@@ -155,13 +148,8 @@ def render(data: dict[str, Any], fmt: str) -> str:
     if t["in_flight"]:
         notes.append(f"In flight now: ${t['in_flight']:,.4f} reserved by running runs (not counted above)")
     if fmt == "md":
-        lines = [f"**{head}**", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        lines += ["| " + " | ".join(row) + " |" for row in table]
-        return "\n".join(lines + [""] + notes) + "\n"
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
-    lines = [head, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
-    return "\n".join(lines + notes) + "\n"
+        return "\n".join([f"**{head}**", "", *table.markdown(), "", *notes]) + "\n"
+    return "\n".join([head, *table.text(), *notes]) + "\n"
 
 
 def whatif_run(run: str | None, since: str | None, by: str = "model") -> str:

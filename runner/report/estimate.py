@@ -26,9 +26,6 @@ request; everything else is per chunk.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import time
 from collections.abc import Iterable, Iterator
@@ -42,6 +39,7 @@ from runner.plan.stage import StagePlan, model_key
 from runner.providers.pricing import PER, Pricing, Rates
 from runner.providers.tokens import bound_call_tokens, count_call_tokens, exact
 from runner.report.cache_estimate import CacheSums, caching_rule, storage_price
+from runner.report.tables import Column, Table, csv_text, json_text
 from runner.report.terminal import clean, clean_lines
 from runner.spec.schema import Job
 from runner.store import Reads, Store
@@ -418,16 +416,11 @@ def _total_range(t: dict[str, Any]) -> str:
 
 def render(est: Estimate, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(est.as_dict(), indent=2, ensure_ascii=False) + "\n"
+        return json_text(est.as_dict())
     if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for g in est.groups:
-            writer.writerow(asdict(g))
-        writer.writerow({"stage": "total", "model": "", **{k: v for k, v in est.totals.items() if k in CSV_COLUMNS}})
-        return buffer.getvalue()
-    table = [[clean(cell) for cell in _row(g)] for g in est.groups]
+        total = {"stage": "total", "model": "", **{k: v for k, v in est.totals.items() if k in CSV_COLUMNS}}
+        return csv_text(CSV_COLUMNS, [*(asdict(g) for g in est.groups), total])
+    table = Table([Column(h) for h in HEADERS], [[clean(cell) for cell in _row(g)] for g in est.groups])
     head = clean(f"Estimate · job {est.job} · {est.path}")
     notes = summary_lines(est)
     notes.append("in cache: answered before, free; to send: the rest, less repeats of an identical request (sent "
@@ -436,13 +429,8 @@ def render(est: Estimate, fmt: str) -> str:
                  "output expected: mean output tokens of similar stored responses × requests to send; worst: every "
                  "input token (exact or bound) at the dearest input price and max_tokens output tokens per request")
     if fmt == "md":
-        lines = [f"**{head}**", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-        lines += ["| " + " | ".join(row) + " |" for row in table]
-        return "\n".join(clean_lines(lines + [""] + notes)) + "\n"
-    widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(HEADERS)]
-    lines = [head, "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
-    return "\n".join(clean_lines(lines + notes)) + "\n"
+        return "\n".join(clean_lines([f"**{head}**", "", *table.markdown(), "", *notes])) + "\n"
+    return "\n".join(clean_lines([head, *table.text(), *notes])) + "\n"
 
 
 def over_budget(est: Estimate, budget_usd: float | None, *, allow_partial: str = "add --allow-partial",

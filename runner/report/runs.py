@@ -7,11 +7,9 @@ gone was killed without a chance to say so: its status is ``crashed`` (``runner 
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from typing import Any
 
+from runner.report.tables import Column, Table, csv_text, json_text
 from runner.store import Store
 
 __all__ = ["FIELDS", "FORMATS", "build", "render"]
@@ -45,24 +43,26 @@ def _progress(r: dict[str, Any]) -> str:
     return f"{r['done'] + r['failed']}/{r['total']}" + (f" ({r['failed']} failed)" if r["failed"] else "")
 
 
+#: the text table's columns: each cell padded to its width alone, as a line of ``runner runs`` always was
+TEXT_COLUMNS = (Column("id", width=22), Column("job", width=20), Column("status", width=12),
+                Column("progress", right=True, width=16), Column("spend", right=True, width=10),
+                Column("started", gap="  "))
+#: the Markdown table's columns (progress and spend right-aligned)
+MD_COLUMNS = (Column("id"), Column("job"), Column("status"), Column("progress", right=True),
+              Column("spend", right=True), Column("started"), Column("finished"))
+
+
 def render(data: dict[str, Any], fmt: str) -> str:
     runs = data["runs"]
     if fmt == "json":
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        return json_text(data)
     if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=FIELDS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(runs)
-        return buffer.getvalue()
+        return csv_text(FIELDS, runs, lineterminator="\n")
     if not runs:
         return "no runs yet\n"
     if fmt == "md":
-        lines = ["| id | job | status | progress | spend | started | finished |", "|---|---|---|---:|---:|---|---|"]
-        lines += [f"| {r['id']} | {r['job']} | {r['status']} | {_progress(r)} | ${r['spend']:.4f} | "
-                  f"{_when(r['started'])} | {_when(r['finished'])} |" for r in runs]
-        return "\n".join(lines) + "\n"
-    lines = [f"{'id':<22} {'job':<20} {'status':<12} {'progress':>16} {'spend':>10}  started"]
-    lines += [f"{r['id']:<22} {r['job']:<20} {r['status']:<12} {_progress(r):>16} ${r['spend']:>9.4f}  "
-              f"{_when(r['started'])}" for r in runs]
-    return "\n".join(lines) + "\n"
+        rows = [[r["id"], r["job"], r["status"], _progress(r), f"${r['spend']:.4f}", _when(r["started"]),
+                 _when(r["finished"])] for r in runs]
+        return "\n".join(Table(MD_COLUMNS, rows).markdown()) + "\n"
+    rows = [[r["id"], r["job"], r["status"], _progress(r), f"${r['spend']:>9.4f}", _when(r["started"])] for r in runs]
+    return "\n".join(Table(TEXT_COLUMNS, rows).text(gap=" ", fit=False)) + "\n"

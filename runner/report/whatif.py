@@ -19,8 +19,6 @@ sentence. Nothing here sends a request.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -31,6 +29,7 @@ from runner.plan.prefixes import cache_rule, prefix_use
 from runner.providers.base import provider_class, split_model
 from runner.providers.pricing import Pricing, Rates
 from runner.providers.tokens import count_input_tokens, exact
+from runner.report.tables import Column, Table, csv_text, json_text
 from runner.spec.schema import Job
 from runner.store import Reads, Store
 
@@ -241,22 +240,17 @@ def _cells(r: Mapping[str, Any], cached: bool) -> list[str]:
 
 def render(data: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        return json_text(data)
     if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(data["rows"])
-        for total in data["totals"]:
-            writer.writerow({"stage": "total", "target": total["target"], "paid": total["paid"],
-                             "cost": total["cost"]})
-        return buffer.getvalue()
+        totals = [{"stage": "total", "target": t["target"], "paid": t["paid"], "cost": t["cost"]}
+                  for t in data["totals"]]
+        return csv_text(COLUMNS, [*data["rows"], *totals])
     how = " at Batch API prices" if data["batch"] else ""
     how += " with provider prompt caching" if data["cached"] else ""
     head = f"Run {data['run']} (job {data['job']}) re-priced{how}"
     if not data["rows"]:
         return "\n".join([head, "no finished request to price", *data["notes"]]) + "\n"
-    table = [_cells(r, data["cached"]) for r in data["rows"]]
+    table = Table([Column(h) for h in HEADERS], [_cells(r, data["cached"]) for r in data["rows"]])
     notes = [f"Total on {t['target']}: {_usd(t['cost'])} against {_usd(t['paid'])} paid" for t in data["totals"]]
     notes += data["notes"]
     notes.append("requests: the run's distinct done requests, cache hits included (another model's memo does not "
@@ -264,10 +258,5 @@ def render(data: dict[str, Any], fmt: str) -> str:
                  "where the runner has the target's tokenizer (exact), else the paid count (estimate); output tokens "
                  "as paid (assumed); prices of today")
     if fmt == "md":
-        lines = [f"**{head}**", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-        lines += ["| " + " | ".join(row) + " |" for row in table]
-        return "\n".join(lines + [""] + notes) + "\n"
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(HEADERS)]
-    lines = [head, "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
-    return "\n".join(lines + notes) + "\n"
+        return "\n".join([f"**{head}**", "", *table.markdown(), "", *notes]) + "\n"
+    return "\n".join([head, *table.text(), *notes]) + "\n"

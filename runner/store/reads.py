@@ -1,6 +1,7 @@
 """The read side: the questions the reports, the estimate and the cost sums ask of a store, written once for
 SQLite and PostgreSQL (spelled through :mod:`runner.store.dialect`). The engine never asks them, so they are not
-part of :class:`~runner.store.base.Store`; ``runner/report/*`` (and a future viewer) ask ``Reads(store)``.
+part of :class:`~runner.store.base.Store`; ``runner/report/*`` ask ``Reads(store)`` (the viewer's paged reads are
+:mod:`runner.store.view_reads`).
 
 It lives in the store package, not in ``runner/report/``, because its SQL depends on the schema and the dialects
 as the store's own queries do: a migration and the queries that read its tables change together, in one place.

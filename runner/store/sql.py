@@ -1,12 +1,13 @@
 """The store's queries, written once for SQLite and PostgreSQL: :class:`SQLStore` implements every method of
-:class:`~runner.store.base.Store` whose SQL both databases accept (spelled through :mod:`runner.store.dialect`).
+:class:`~runner.store.base.Store` whose SQL both databases accept (spelled through :mod:`runner.store.dialect`):
+the memo, runs, tasks, the ledger, Batch API requests, replayed stages and pipelines' stage outputs, over the
+primitives of :class:`~runner.store.sql_base.SQLBase` and with the worker protocol's shared queries of
+:class:`~runner.store.sql_workers.WorkerSQL`.
 
 A backend (:mod:`runner.store.sqlite`, :mod:`runner.store.postgres`) adds its connection, its transactions
-(:meth:`SQLStore.atomic`), the statements whose SQL must differ (a task row's upsert, which renews its order) and
-the worker protocol's time-critical methods, which read each database's own clock and locks.
-
-Longer than ~450 lines because it is the whole :class:`Store` interface's SQL in one place: a split by table would
-part the transactions that span tables (a batch's tasks, memo rows, charges and claims are one).
+(:meth:`SQLBase.atomic`), the statements whose SQL must differ (a task row's upsert, which renews its order) and
+the worker protocol's time-critical methods, which read each database's own clock and locks. The run listing
+(:func:`runs_sql`) is shared with the viewer's page of runs (:mod:`runner.store.view_reads`).
 """
 
 from __future__ import annotations
@@ -15,16 +16,13 @@ import datetime as dt
 import json
 import os
 import secrets
-from collections.abc import Callable, Iterator
-from typing import Any, Protocol, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 from runner.errors import StoreError
 from runner.store.base import (
     FENCED_RESERVATION_SQL,
-    HELD_SQL,
     LEDGER_COLUMNS,
-    LEFT_RESERVATIONS_SQL,
-    LIVE_SQL,
     RESPONSE_COLUMNS,
     TASK_COLUMNS,
     CachedResponse,
@@ -32,11 +30,14 @@ from runner.store.base import (
     Fenced,
     Finished,
     RunExists,
-    Store,
     dumps,
     now,
 )
 from runner.store.dialect import Dialect, sqlite_sorted, zero
+from runner.store.sql_base import T, Tx, insert_sql, upsert
+from runner.store.sql_workers import WorkerSQL
+
+__all__ = ["EPSILON", "RUN_SPEND", "SPENT", "SQLStore", "T", "Tx", "runs_sql", "upsert"]
 
 #: tolerance of float sums of money (USD) against a budget; far below a cent
 EPSILON = 1e-9
@@ -47,74 +48,29 @@ _MEMO = ("response_text, finish_reason, input_tokens, output_tokens, cached_toke
          " coalesce(reasoning_tokens, 0)")
 
 
-def _insert(table: str, columns: tuple[str, ...], tail: str = "") -> str:
-    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}){tail}"
-
-
-def upsert(table: str, columns: tuple[str, ...], key: tuple[str, ...]) -> str:
-    """Insert a row, or replace the columns of the row with the same ``key`` (both databases' ON CONFLICT)."""
-    rest = [c for c in columns if c not in key]
-    return _insert(table, columns, f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET "
-                   + ", ".join(f"{c} = excluded.{c}" for c in rest))
-
-
 # A memo row is never overwritten: the first answer to a request is the answer.
-_RESPONSE_SQL = _insert("responses", RESPONSE_COLUMNS, " ON CONFLICT DO NOTHING")
-_LEDGER_SQL = _insert("ledger", LEDGER_COLUMNS)
-_RESERVE_SQL = _insert("ledger", (*LEDGER_COLUMNS, "worker"), " RETURNING id")
+_RESPONSE_SQL = insert_sql("responses", RESPONSE_COLUMNS, " ON CONFLICT DO NOTHING")
+_LEDGER_SQL = insert_sql("ledger", LEDGER_COLUMNS)
+_RESERVE_SQL = insert_sql("ledger", (*LEDGER_COLUMNS, "worker"), " RETURNING id")
+#: the ledger kinds a run's spend counts: charged, and possibly billed (in flight when a run was killed)
+SPENT = "('charge', 'possibly_billed')"
+#: a run's spend, ``{run}`` the column or placeholder that names the run
+RUN_SPEND = f"SELECT sum(amount) FROM ledger l WHERE l.run_id = {{run}} AND l.kind IN {SPENT}"
 
 
-class Cursor(Protocol):
-    rowcount: int
-
-    def fetchone(self) -> Any: ...
-
-    def fetchall(self) -> list[Any]: ...
-
-
-class Tx(Protocol):
-    """A transaction's statements, with ``?`` placeholders (sqlite3's Connection is one)."""
-
-    def execute(self, sql: str, args: Any = ()) -> Cursor: ...
-
-    def executemany(self, sql: str, rows: Any) -> Any: ...
+def runs_sql(dialect: Dialect, columns: str, *, where: str = "", order: str = "r.created", text: bool = True,
+             descending: bool = True, then: str = "", offset: bool = False) -> str:
+    """The run listing: ``columns`` of the runs ``r`` that ``where`` keeps (a clause with its leading space), by
+    ``order`` (in code point order where ``text``; NULLs last; then by ``then``, e.g. ``", r.id"``), the first
+    ``?`` (from the ``?``-th with ``offset``). ``runner runs`` (:meth:`SQLStore.list_runs`) and the viewer's page
+    of runs (:meth:`runner.store.view_reads.ViewReads.runs`) both list runs with it."""
+    return (f"SELECT {columns} FROM runs r{where} ORDER BY {order}{dialect.text_order if text else ''}"
+            f" {'DESC' if descending else 'ASC'} NULLS LAST{then} LIMIT ?{' OFFSET ?' if offset else ''}")
 
 
-T = TypeVar("T")
-
-
-class SQLStore(Store):
+class SQLStore(WorkerSQL):
     """Every query both databases accept, once. Subclasses set :attr:`dialect` and :attr:`task_sql` and provide
-    the primitives below (each one statement, its own transaction) and :meth:`atomic`."""
-
-    dialect: Dialect
-    #: a finished task's row, replacing the row of a task run again (a new place in the run's order)
-    task_sql: str
-    #: the task table's columns, without PostgreSQL's seq
-    task_columns: str
-
-    # -- primitives ------------------------------------------------------------------------------------------
-    def rows(self, sql: str, args: Any = ()) -> list[tuple]:
-        raise NotImplementedError
-
-    def row(self, sql: str, args: Any = ()) -> tuple | None:
-        raise NotImplementedError
-
-    def execute(self, sql: str, args: Any = ()) -> int:
-        """One statement; its row count."""
-        raise NotImplementedError
-
-    def dicts(self, sql: str, args: Any = ()) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def stream(self, sql: str, args: Any = ()) -> Iterator[tuple]:
-        """A query's rows, fetched as they are read: memory does not grow with the result."""
-        raise NotImplementedError
-
-    def atomic(self, body: Callable[[Tx], T]) -> T:
-        """``body`` in one transaction that holds the write lock (SQLite) or is run again when the server chose it as
-        a deadlock's victim (PostgreSQL)."""
-        raise NotImplementedError
+    the primitives of :class:`~runner.store.sql_base.SQLBase` and :meth:`atomic`."""
 
     # -- the memo ----------------------------------------------------------------------------------
     def lookup(self, key: str) -> CachedResponse | None:
@@ -162,12 +118,10 @@ class SQLStore(Store):
         self.execute(f"UPDATE runs SET {assignments} WHERE id = ?", (*fields.values(), run_id))
 
     def list_runs(self, limit: int = 50) -> list[dict[str, Any]]:
-        found = self.dicts(
-            "SELECT r.*, (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'done') AS done,"
+        found = self.dicts(runs_sql(
+            self.dialect, "r.*, (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'done') AS done,"
             " (SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND t.status = 'failed') AS failed,"
-            " (SELECT sum(amount) FROM ledger l WHERE l.run_id = r.id"
-            " AND l.kind IN ('charge', 'possibly_billed')) AS spend"
-            f" FROM runs r ORDER BY r.created{self.dialect.text_order} DESC NULLS LAST LIMIT ?", (limit,))
+            f" ({RUN_SPEND.format(run='r.id')}) AS spend"), (limit,))
         for run in found:
             run["spend"] = zero(run["spend"])
         return found
@@ -245,22 +199,6 @@ class SQLStore(Store):
                 self.drop_claims(tx, sorted(row[0] for row in responses))
             return refused
         return self.atomic(body)
-
-    def drop_claims(self, tx: Tx, keys: list[str], worker: str | None = None) -> None:
-        """Remove the claims of these keys (sorted: one lock order for every process). PostgreSQL takes the list as
-        one parameter; SQLite runs one statement per key, so that its statement cache holds one text and not one per
-        batch size. With ``worker``, only that worker's claims."""
-        mine, extra = ("", ()) if worker is None else (" AND worker = ?", (worker,))
-        if self.dialect.one_parameter_list:
-            tx.execute(f"DELETE FROM claims WHERE key = ANY(?){mine}", (keys, *extra))
-        else:
-            tx.executemany(f"DELETE FROM claims WHERE key = ?{mine}", [(key, *extra) for key in keys])
-
-    def holds(self, tx: Tx, fence: Fence) -> bool:
-        """Whether the lease is still the fence's worker's, with its token, and that worker live (in a transaction;
-        PostgreSQL locks the lease row until it ends, so it cannot be taken over while the write commits)."""
-        return tx.execute(HELD_SQL + self.dialect.hold_lock, (fence.run_id, fence.stage, fence.chunk, fence.worker,
-                                                              fence.token)).fetchone() is not None
 
     def copy_tasks(self, source: str, source_stage: str, run_id: str, stage: str) -> list[tuple[str, int, int, float,
                                                                                                    float]]:
@@ -340,7 +278,7 @@ class SQLStore(Store):
 
     def spent(self, run_id: str) -> list[tuple[str, str, float, int]]:
         money = {(stage, model): usd for stage, model, usd in self.rows(
-            "SELECT stage, model, sum(amount) FROM ledger WHERE run_id = ? AND kind IN ('charge', 'possibly_billed')"
+            f"SELECT stage, model, sum(amount) FROM ledger WHERE run_id = ? AND kind IN {SPENT}"
             " GROUP BY stage, model", (run_id,))}
         tokens = {(stage, model): n for stage, model, n in self.rows(
             # failed tasks count too: a refusal's tokens were billed
@@ -406,46 +344,6 @@ class SQLStore(Store):
             batch["by_status"] = dict(sqlite_sorted(self.rows(
                 "SELECT status, count(*) FROM batch_lines WHERE batch_id = ? GROUP BY status", (batch["id"],)), 1))
         return found
-
-    # -- several processes on one run: what needs no clock ------------------------------------------------
-    def leave_run(self, worker: str) -> None:
-        def body(tx: Tx) -> None:
-            tx.execute("UPDATE workers SET state = 'left' WHERE id = ? AND state = 'live'", (worker,))
-            tx.execute(LEFT_RESERVATIONS_SQL, (worker,))
-            tx.execute("UPDATE leases SET expires = 0 WHERE worker = ? AND done = 0", (worker,))
-            tx.execute("DELETE FROM claims WHERE worker = ?", (worker,))
-        self.atomic(body)
-
-    def finish_chunks(self, run_id: str, stage: str, worker: str, chunks: list[int] | None = None,
-                      tokens: list[int] | None = None) -> None:
-        mark = "UPDATE leases SET done = 1 WHERE run_id = ? AND stage = ? AND worker = ?"
-        if chunks is None:
-            self.execute(f"{mark} AND done = 0 AND {LIVE_SQL}", (run_id, stage, worker))
-        elif tokens is None:
-            where, args = self.dialect.in_list("chunk", sorted(chunks))
-            self.execute(f"{mark} AND {where} AND {LIVE_SQL}", (run_id, stage, worker, *args))
-        else:
-            rows = [(run_id, stage, worker, chunk, token) for chunk, token in zip(chunks, tokens, strict=True)]
-            self.atomic(lambda tx: tx.executemany(f"{mark} AND chunk = ? AND token = ? AND {LIVE_SQL}", rows))
-
-    def open_chunks(self, run_id: str, stage: str) -> int:
-        return int(self.row("SELECT count(*) FROM leases WHERE run_id = ? AND stage = ? AND done = 0",
-                            (run_id, stage))[0])
-
-    def reset_chunks(self, run_id: str) -> None:
-        self.execute("DELETE FROM leases WHERE run_id = ?", (run_id,))
-
-    def release_keys(self, keys: list[str], worker: str) -> None:
-        if keys:
-            self.atomic(lambda tx: self.drop_claims(tx, sorted(keys), worker))
-
-    def resolve_worker(self, run_id: str, worker: str) -> int:
-        def body(tx: Tx) -> int:
-            possibly = tx.execute("UPDATE ledger SET kind = 'possibly_billed' WHERE run_id = ? AND worker = ?"
-                                  " AND kind = 'reserved'", (run_id, worker)).rowcount
-            tx.execute("UPDATE workers SET state = 'dead' WHERE id = ?", (worker,))
-            return possibly
-        return self.atomic(body)
 
     # -- evaluation stages finished whole (runner/engine/replay.py) -----------------------------------------
     def replayable(self, digest: str) -> tuple[str, int] | None:

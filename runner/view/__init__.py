@@ -1,2 +1,2 @@
-"""``runner view``: a local, read-only web app over the store (runner/view/app.py: routes; queries.py: the paged
-reads; templates/: the pages). The command is runner/cli_view.py."""
+"""``runner view``: a local, read-only web app over the store (runner/view/app.py: routes; templates/: the pages).
+Its paged reads are the store's (runner/store/view_reads.py); the command is runner/cli/view.py."""

@@ -7,10 +7,15 @@ answers (searched and filtered, paged), ``/compare`` two or more runs or models,
 JSON: ``/api/runs`` and ``/api/runs/{id}/answers``, paged as their pages are; ``/api/runs/{id}/explain`` (runner
 explain's answer for one item, which the answers page's "why not a cache hit" panel shows). A run's page re-prices
 it (``?as=MODEL&batch=1&cached=1``, as ``runner costs RUN --as`` does).
+
+Every read is the store's: its paged reads (runs, answers, filter choices, savings) are
+:class:`~runner.store.view_reads.ViewReads`, the rest the reports' (runner/report/). Here a run is only shown: a
+run recorded as running whose process is gone is ``crashed``, a running one has its pace.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -26,12 +31,12 @@ from runner.report import html as html_report
 from runner.report import whatif
 from runner.report.item_scores import stage_items
 from runner.store import Store
-from runner.view.queries import ANSWER_OUTCOMES, RUN_SORTS, AnswerFilter, RunFilter, ViewQueries
+from runner.store.view_reads import ANSWER_OUTCOMES, RUN_SORTS, AnswerFilter, RunFilter, ViewReads
 
 __all__ = ["PAGE_SIZE", "STORE", "make_app"]
 
 STORE: web.AppKey[Store] = web.AppKey("store", Store)
-QUERIES: web.AppKey[ViewQueries] = web.AppKey("queries", ViewQueries)
+READS: web.AppKey[ViewReads] = web.AppKey("reads", ViewReads)
 TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
 #: rows per page of runs and of answers (``?limit=`` up to MAX_PAGE)
 PAGE_SIZE = 50
@@ -45,7 +50,7 @@ MAX_DISAGREEMENTS = 200
 def make_app(store: Store) -> web.Application:
     app = web.Application(middlewares=[_errors])
     app[STORE] = store
-    app[QUERIES] = ViewQueries(store)
+    app[READS] = ViewReads(store)
     app[TEMPLATES] = jinja2.Environment(loader=jinja2.PackageLoader("runner.view", "templates"), autoescape=True,
                                         undefined=jinja2.StrictUndefined)
     app.router.add_get("/", runs_page)
@@ -100,17 +105,55 @@ def _run_filter(request: web.Request) -> RunFilter:
                      limit=_int(request, "limit", PAGE_SIZE, MAX_PAGE), offset=_int(request, "offset", 0))
 
 
+def _runs(request: web.Request, f: RunFilter) -> tuple[list[dict[str, Any]], int]:
+    """(a page of runs as the pages show them, how many match): a run recorded as running whose process is gone is
+    ``crashed``; a running one has its pace; its budget and models are its job's."""
+    from runner.engine.checks import pid_alive
+
+    found, total = request.app[READS].runs(f)
+    runs = []
+    for r in found:
+        status = r["status"]
+        if status == "running" and not pid_alive(r["pid"]):
+            status = "crashed"
+        finished, failed, total_tasks = r["finished_tasks"], r["failed"], int(r["total"] or 0)
+        rate, eta = _pace(finished, total_tasks, r["started"]) if status == "running" else (None, None)
+        runs.append({"id": r["id"], "job": r["job_name"], "status": status, "done": finished - failed,
+                     "failed": failed, "total": total_tasks, "score": r["score"], "spend": round(r["spend"], 10),
+                     "budget": (r["job"].get("budget") or {}).get("usd"),
+                     "models": [str(m) for m in r["job"].get("models") or []], "started": r["started"] or r["created"],
+                     "finished": r["finished"], "message": r["message"], "rate": rate, "eta": eta})
+    return runs, total
+
+
+def _pace(finished: int, total: int, started: str | None) -> tuple[float | None, float | None]:
+    """(tasks finished per second since the run started, seconds left at that pace) of a running run."""
+    try:
+        since = dt.datetime.fromisoformat(started) if started else None
+    except ValueError:
+        since = None
+    if since is None or not finished:
+        return None, None
+    if since.tzinfo is None:
+        since = since.replace(tzinfo=dt.UTC)
+    elapsed = (dt.datetime.now(dt.UTC) - since).total_seconds()
+    if elapsed <= 0:
+        return None, None
+    rate = finished / elapsed
+    return round(rate, 3), round(max(0, total - finished) / rate, 1)
+
+
 async def runs_json(request: web.Request) -> web.Response:
     f = _run_filter(request)
-    runs, total = request.app[QUERIES].runs(f)
+    runs, total = _runs(request, f)
     return web.json_response({"runs": runs, "total": total, "limit": f.limit, "offset": f.offset})
 
 
 async def runs_page(request: web.Request) -> web.Response:
     f = _run_filter(request)
-    runs, total = request.app[QUERIES].runs(f)
+    runs, total = _runs(request, f)
     return _page(request, "runs.html", title="Runs", runs=runs, total=total, f=f, sorts=list(RUN_SORTS),
-                 statuses=request.app[QUERIES].statuses(), pages=_pages(request, f.limit, f.offset, total))
+                 statuses=request.app[READS].statuses(), pages=_pages(request, f.limit, f.offset, total))
 
 
 def _pages(request: web.Request, limit: int, offset: int, total: int) -> dict[str, Any]:
@@ -168,15 +211,15 @@ def _answer_filter(request: web.Request) -> AnswerFilter:
 async def answers_json(request: web.Request) -> web.Response:
     run = request.app[STORE].get_run(request.match_info["run"])
     f = _answer_filter(request)
-    answers, total = request.app[QUERIES].answers(run["id"], f)
+    answers, total = request.app[READS].answers(run["id"], f)
     return web.json_response({"answers": answers, "total": total, "limit": f.limit, "offset": f.offset})
 
 
 async def answers_page(request: web.Request) -> web.Response:
     run = request.app[STORE].get_run(request.match_info["run"])
     f = _answer_filter(request)
-    queries = request.app[QUERIES]
-    answers, total = queries.answers(run["id"], f)
+    reads = request.app[READS]
+    answers, total = reads.answers(run["id"], f)
     for answer in answers:
         answer["messages"] = _messages(answer["request"])
         answer["outcome"] = html_report.outcome(answer["result"])
@@ -184,7 +227,7 @@ async def answers_page(request: web.Request) -> web.Response:
         answer["answer"] = _text(answer["result"].get("response"))
         answer["options"] = html_report.shown_options({**answer["result"], "_request": answer["request"]})
     return _page(request, "answers.html", title=f"Answers of run {run['id']}", run=run, answers=answers, f=f,
-                 facets=queries.facets(run["id"]), outcomes=ANSWER_OUTCOMES,
+                 facets=reads.facets(run["id"]), outcomes=ANSWER_OUTCOMES,
                  pages=_pages(request, f.limit, f.offset, total))
 
 
@@ -291,7 +334,7 @@ async def costs_page(request: web.Request) -> web.Response:
     tables = []
     for by in spend.BY:
         data = spend.build(store, by=by, since=since)
-        savings = request.app[QUERIES].savings(by, since)
+        savings = request.app[READS].savings(by, since)
         for row in data["rows"]:
             row["batch_saved"], row["cache_saved"] = savings.get(str(row[by]), (0.0, 0.0))
         for name in ("batch_saved", "cache_saved"):

@@ -22,6 +22,7 @@ from runner.errors import StoreError
 from runner.store import Reads, SQLiteStore, open_store
 from runner.store.base import LEDGER_COLUMNS, RESPONSE_COLUMNS, TASK_COLUMNS
 from runner.store.postgres import PostgresStore, redact
+from runner.store.view_reads import RUN_SORTS, AnswerFilter, RunFilter, ViewReads
 from tests.helpers import ROOT, run_cli, write_job, write_rows
 
 
@@ -280,6 +281,50 @@ def test_every_answer_equals_sqlites_in_value_type_and_order(tmp_path: Path, pg_
     assert _typed(post.copy_tasks(run_post, "mc", judge_post, "again")) == \
         _typed(lite.copy_tasks(run_lite, "mc", judge_lite, "again"))
     assert _typed(_answers(post, judge_post, run_post)) == _typed(_answers(lite, judge_lite, run_lite))
+
+
+def _view_answers(store: Any) -> dict[str, Any]:
+    """Every question ``runner view`` asks (runner/store/view_reads.py), with its answer, of a filled store with
+    three runs in three statuses."""
+    run_id, judge = _fill(store)
+    store.set_run(judge, status="completed", finished="2024-01-06T00:00:00", message="done")
+    job = json.dumps({"budget": {"usd": 2.5}, "models": ["sim:a-model"]})
+    store.set_run(store.create_run("view_job%", "v.yaml", job, "fp", 3), id="20240101-000000-cccc",
+                  created="2024-01-03", status="failed")
+    reads, out = ViewReads(store), {}
+
+    def runs(f: RunFilter) -> tuple[list[dict[str, Any]], int]:
+        found, total = reads.runs(f)
+        return [{k: v for k, v in run.items() if k not in ("pid", "started")} for run in found], total
+
+    for sort in RUN_SORTS:
+        for descending in (True, False):
+            out[f"runs by {sort} {descending}"] = runs(RunFilter(sort=sort, descending=descending))
+    out["runs again (settled figures)"] = runs(RunFilter())
+    for name, f in (("text", RunFilter(text="aaaa")), ("wildcard", RunFilter(text="_job%")),
+                    ("status", RunFilter(status="completed")), ("page", RunFilter(limit=1, offset=1)),
+                    ("past the end", RunFilter(offset=5))):
+        out[f"runs {name}"] = runs(f)
+    out["statuses"] = reads.statuses()
+    for name, a in (("all", AnswerFilter()), ("model", AnswerFilter(stage="mc", model="sim:a-model")),
+                    ("failed", AnswerFilter(outcome="failed")), ("error", AnswerFilter(error_class="rate_limited")),
+                    ("row", AnswerFilter(row="item3")), ("text", AnswerFilter(text='"gold":"yes"')),
+                    ("page", AnswerFilter(limit=3, offset=2))):
+        out[f"answers {name}"] = reads.answers(run_id, a)
+    out["answers of the judge"] = reads.answers(judge, AnswerFilter(text="true"))
+    out["facets"] = reads.facets(run_id), reads.facets(judge), reads.facets("no-run")
+    for by in ("model", "job", "day"):
+        out[f"savings {by}"] = reads.savings(by), reads.savings(by, "2024-01-02"), reads.savings(by, "2999-01-01")
+    return out
+
+
+def test_the_viewers_reads_equal_sqlites_in_value_type_and_order(tmp_path: Path, pg_url: str) -> None:
+    expected, got = _view_answers(open_store(tmp_path / "s.sqlite")), _view_answers(open_store(pg_url))
+    assert got.keys() == expected.keys()
+    for name in expected:
+        assert _typed(got[name]) == _typed(expected[name]), name
+    assert expected["runs by started True"][1] == 3 and expected["runs wildcard"][1] == 1
+    assert len(expected["answers all"][0]) == expected["answers all"][1] > len(expected["answers failed"][0]) == 2
 
 
 def test_first_task_is_a_task_of_the_run(pg_url: str) -> None:

@@ -112,9 +112,7 @@ async def test_runner_view_serves_the_store_on_127_0_0_1_and_says_when_the_port_
     import subprocess
     import sys
 
-    # not `python -m runner.cli`: run as __main__, the module is not the runner.cli that cli_view registers on
-    command = [sys.executable, "-c", "from runner.cli import main; main()", "view", "--db",
-               str(view_runs["db"]), "--no-browser"]
+    command = [sys.executable, "-m", "runner.cli", "view", "--db", str(view_runs["db"]), "--no-browser"]
     process = subprocess.Popen([*command, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = await asyncio.to_thread(process.stdout.readline)
@@ -172,7 +170,7 @@ async def test_the_same_reads_over_postgresql(view_runs, pg_url, tmp_path):
 
 async def test_savings_by_the_batch_api_and_the_prompt_cache_are_summed_per_group(tmp_path):
     from runner.store import open_store
-    from runner.view.queries import ViewQueries
+    from runner.store.view_reads import ViewReads
 
     store = open_store(tmp_path / "s.sqlite")
     run = store.create_run("savejob", "j.yaml", "{}", "fp", 3)
@@ -181,7 +179,7 @@ async def test_savings_by_the_batch_api_and_the_prompt_cache_are_summed_per_grou
     for item, model, batch, cache, day in tasks:
         store.execute("INSERT INTO tasks (run_id, stage, item, model, status, batch_saved, cache_saved, updated)"
                       " VALUES (?, 'mc', ?, ?, 'done', ?, ?, ?)", (run, item, model, batch, cache, day))
-    queries = ViewQueries(store)
+    queries = ViewReads(store)
     assert queries.savings("model") == {"m:a": (0.75, 0.125), "m:b": (0.0, 0.0625)}
     assert queries.savings("job") == {"savejob": (0.75, 0.1875)}
     assert queries.savings("day", since="2026-01-02") == {"2026-01-02": (0.5, 0.1875)}

@@ -1,32 +1,35 @@
-"""The viewer's questions of the store (``runner view``): a page of runs and a page of a run's answers, each one
-query with LIMIT/OFFSET (never every row), written once for SQLite and PostgreSQL through the store's dialect.
+"""The viewer's questions of the store (``runner view``, runner/view/app.py): a page of runs and a page of a run's
+answers, each one query with LIMIT/OFFSET (never every row), their filter choices, and the savings per group,
+written once for SQLite and PostgreSQL through the store's dialect.
 
-A run's models and budget come from its job JSON (a page of runs reads a page of job JSONs); its progress and
-spend are counted as ``runner runs`` counts them (runner/store/sql.py's list_runs), and a run recorded as running
-whose process is gone is ``crashed``.
+A page of runs is listed by the store's own run listing (:func:`runner.store.sql.runs_sql`, which ``runner runs``
+lists with) and its spend counted as ``runner runs`` counts it (:data:`runner.store.sql.RUN_SPEND`); its tasks
+and spend in one grouped query each. It lives in the store package beside :mod:`runner.store.reads` for the same
+reason: its SQL reads the schema the migrations make.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from dataclasses import dataclass
 from typing import Any
 
-from runner.store import Store
+from runner.store.base import Store
 from runner.store.dialect import zero
 from runner.store.reads import UNKNOWN_JOB
-from runner.store.sql import SQLStore
+from runner.store.sql import RUN_SPEND, SPENT, SQLStore, runs_sql
 
-__all__ = ["ANSWER_OUTCOMES", "RUN_SORTS", "AnswerFilter", "RunFilter", "ViewQueries"]
+__all__ = ["ANSWER_OUTCOMES", "RUN_SORTS", "AnswerFilter", "RunFilter", "ViewReads", "like_pattern"]
 
 #: sort keys of the runs page → their SQL
 RUN_SORTS = {"started": "r.created", "job": "r.job_name", "status": "r.status", "spend": "spend", "id": "r.id"}
+#: the runs page's sorts in code point order
+_TEXT_SORTS = ("r.created", "r.job_name", "r.id")
 #: the answers page's outcome filter (a task's status)
 ANSWER_OUTCOMES = ("done", "failed")
 _LIKE_ESCAPE = "!"
-#: a run's spend, as `runner runs` counts it (charged and possibly billed)
-_SPEND = "SELECT sum(amount) FROM ledger l WHERE l.run_id = {run} AND l.kind IN ('charge', 'possibly_billed')"
+#: the columns of a run on the runs page
+_RUN_COLUMNS = "r.id, r.job_name, r.job_json, r.status, r.total, r.pid, r.message, r.created, r.started, r.finished"
 
 
 def like_pattern(text: str) -> str:
@@ -57,7 +60,7 @@ class AnswerFilter:
     offset: int = 0
 
 
-class ViewQueries:
+class ViewReads:
     """Paged reads of one store for the viewer."""
 
     def __init__(self, store: Store) -> None:
@@ -69,33 +72,22 @@ class ViewQueries:
 
     # -- runs ------------------------------------------------------------------------------------------
     def runs(self, f: RunFilter) -> tuple[list[dict[str, Any]], int]:
-        """(a page of runs as plain data, how many runs match the filter)."""
-        from runner.engine.checks import pid_alive
-
+        """(a page of runs, how many runs match the filter). Each run is its row (``job`` its job JSON read,
+        ``{}`` when unreadable) with its figures: ``finished`` and ``failed`` tasks, mean ``score`` of the scored
+        ones, ``spend`` (USD charged and possibly billed)."""
         where, args = self._run_where(f)
         order = RUN_SORTS.get(f.sort, "r.created")
-        if order == "spend":
-            order = f"({_SPEND.format(run='r.id')})"
-        text_order = self.dialect.text_order if order in ("r.created", "r.job_name", "r.id") else ""
-        found = self.store.dicts(
-            "SELECT r.id, r.job_name, r.job_json, r.status, r.total, r.pid, r.message, r.created, r.started,"
-            f" r.finished FROM runs r{where} ORDER BY {order}{text_order} {'DESC' if f.descending else 'ASC'}"
-            " NULLS LAST, r.id LIMIT ? OFFSET ?", (*args, f.limit, f.offset))
+        found = self.store.dicts(runs_sql(
+            self.dialect, _RUN_COLUMNS, where=where,
+            order=f"({RUN_SPEND.format(run='r.id')})" if order == "spend" else order, text=order in _TEXT_SORTS,
+            descending=f.descending, then=", r.id", offset=True), (*args, f.limit, f.offset))
         total = int(self.store.row(f"SELECT count(*) FROM runs r{where}", args)[0])
         figures = self._figures(found)
         runs = []
         for r in found:
-            job = _job(r["job_json"])
-            status = r["status"]
-            if status == "running" and not pid_alive(r["pid"]):
-                status = "crashed"
-            finished, failed, score, spent = figures[r["id"]]
-            rate, eta = _pace(finished, int(r["total"] or 0), r["started"]) if status == "running" else (None, None)
-            runs.append({"id": r["id"], "job": r["job_name"], "status": status, "done": finished - failed,
-                         "failed": failed, "total": int(r["total"] or 0), "score": score, "spend": round(spent, 10),
-                         "budget": (job.get("budget") or {}).get("usd"),
-                         "models": [str(m) for m in job.get("models") or []], "started": r["started"] or r["created"],
-                         "finished": r["finished"], "message": r["message"], "rate": rate, "eta": eta})
+            done, failed, score, spent = figures[r["id"]]
+            runs.append({**{k: v for k, v in r.items() if k != "job_json"}, "job": _object(r["job_json"]),
+                         "finished_tasks": done, "failed": failed, "score": score, "spend": spent})
         return runs, total
 
     def _figures(self, runs: list[dict[str, Any]]) -> dict[str, tuple[int, int, float | None, float]]:
@@ -111,7 +103,7 @@ class ViewQueries:
                 "SELECT run_id, count(*), sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END), avg(score) FROM tasks"
                 f" WHERE {where} GROUP BY run_id", args)}
             spent = dict(self.store.rows(f"SELECT run_id, sum(amount) FROM ledger WHERE {where}"
-                                         " AND kind IN ('charge', 'possibly_billed') GROUP BY run_id", args))
+                                         f" AND kind IN {SPENT} GROUP BY run_id", args))
             for run in ask:
                 figures[run] = (*counts.get(run, (0, 0, None)), zero(spent.get(run)))
         for r in runs:
@@ -144,8 +136,8 @@ class ViewQueries:
         total = int(self.store.row(f"SELECT count(*) FROM tasks t{where}", args)[0])
         answers = []
         for row in found:
-            result = _job(row["result_json"])
-            request = _job(row["request_json"]) if row["request_json"] else None
+            result = _object(row["result_json"])
+            request = _object(row["request_json"]) if row["request_json"] else None
             answers.append({"stage": row["stage"], "model": row["model"], "row": row["row_id"],
                             "status": row["status"], "cache_hit": bool(row["cache_hit"]),
                             "error_class": row["error_class"], "cost": zero(row["cost"]), "key": row["key"],
@@ -185,24 +177,8 @@ class ViewQueries:
         return {str(g if g is not None else "-"): (zero(b), zero(c)) for g, b, c in found}
 
 
-def _pace(finished: int, total: int, started: str | None) -> tuple[float | None, float | None]:
-    """(tasks finished per second since the run started, seconds left at that pace) of a running run."""
-    try:
-        since = dt.datetime.fromisoformat(started) if started else None
-    except ValueError:
-        since = None
-    if since is None or not finished:
-        return None, None
-    if since.tzinfo is None:
-        since = since.replace(tzinfo=dt.UTC)
-    elapsed = (dt.datetime.now(dt.UTC) - since).total_seconds()
-    if elapsed <= 0:
-        return None, None
-    rate = finished / elapsed
-    return round(rate, 3), round(max(0, total - finished) / rate, 1)
-
-
-def _job(text: str | None) -> dict[str, Any]:
+def _object(text: str | None) -> dict[str, Any]:
+    """A JSON object column read, ``{}`` when empty or not an object."""
     try:
         found = json.loads(text) if text else {}
     except ValueError:

@@ -1,6 +1,6 @@
-"""The ``runner`` command's cluster options, apart from runner/cli.py (which is at its size): ``--ray [ADDRESS]``
-and ``--workers N`` of ``submit`` and ``work``, checked before anything is done, and the Ray cluster they join
-(runner/cluster/ray_workers.py, imported only when --ray is given)."""
+"""The ``runner`` command's cluster options, ``--ray [ADDRESS]`` and ``--workers N`` of ``submit`` and ``work``
+(runner/cli/run.py): checked before anything is done, and the Ray cluster they join (runner/cluster/ray_workers.py,
+imported only when --ray is given). Options, not commands: it registers none."""
 
 from __future__ import annotations
 

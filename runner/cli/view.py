@@ -1,5 +1,5 @@
-"""``runner view``: the store's runs, answers, comparisons and costs in the browser. A command of the ``runner``
-app (runner/cli.py imports this module to register it); the web app is runner/view/app.py."""
+"""``runner view``: the store's runs, answers, comparisons and costs in the browser; the web app is
+runner/view/app.py, imported (with aiohttp.web and Jinja2) only when the command runs."""
 
 from __future__ import annotations
 
@@ -10,13 +10,19 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runner.cli import DbOption, _say, _store, app
+from runner.cli.common import DbOption, open_db, say
 from runner.errors import RunnerError
 
 if TYPE_CHECKING:
     from aiohttp import web
 
+__all__ = ["DEFAULT_PORT", "register", "serve", "view"]
+
 DEFAULT_PORT = 8431
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(view)
 
 
 async def serve(runner: web.AppRunner, host: str, port: int, open_browser: bool) -> None:
@@ -34,7 +40,7 @@ async def serve(runner: web.AppRunner, host: str, port: int, open_browser: bool)
         raise RunnerError(f"cannot listen on {host}:{port} ({exc.strerror}): choose another --host or --port") from None
     bound = runner.addresses[0][1] if runner.addresses else port
     url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}/"
-    _say(f"runner view: {url} (read-only; Ctrl-C stops it)")
+    say(f"runner view: {url} (read-only; Ctrl-C stops it)")
     if open_browser:
         webbrowser.open(url)
     try:
@@ -43,7 +49,6 @@ async def serve(runner: web.AppRunner, host: str, port: int, open_browser: bool)
         await runner.cleanup()
 
 
-@app.command()
 def view(
     db: DbOption = None,
     port: Annotated[int, typer.Option("--port", help="The port to listen on (0: any free one).")] = DEFAULT_PORT,
@@ -59,8 +64,8 @@ def view(
 
     if not 0 <= port <= 65535:
         raise RunnerError(f"--port must be between 0 and 65535, not {port}")
-    runner = web.AppRunner(make_app(_store(db)), access_log=None)
+    runner = web.AppRunner(make_app(open_db(db)), access_log=None)
     try:
         asyncio.run(serve(runner, host, port, not no_browser))
     except KeyboardInterrupt:  # Ctrl-C is how it stops
-        _say("runner view: stopped")
+        say("runner view: stopped")

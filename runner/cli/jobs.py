@@ -1,0 +1,72 @@
+"""The commands that read a job file before a run: ``runner check`` (each endpoint probed), ``runner estimate``
+(the cost, runner/report/estimate.py) and ``runner validate`` (the file and its datasets' rows)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runner import service
+from runner.cli.common import DbOption, LimitOption, VarOption, check_format, emit, load_job, open_db, say
+from runner.report import estimate as estimates
+
+__all__ = ["check", "estimate", "register", "validate"]
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(check)
+    app.command()(estimate)
+    app.command()(validate)
+
+
+def check(
+    job_file: Annotated[Path, typer.Argument(help="The job YAML file.")],
+    var: VarOption = None,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", help="Seconds each endpoint may take to answer (default: RUNNER_CHECK_TIMEOUT or 3).",
+        show_default=False)] = None,
+) -> None:
+    """Ask each model's endpoint once, with its cheapest call (a model lookup or models list, never a paid
+    request), and print one line per model: ok, or what is wrong (unreachable, key refused, unknown model, missing
+    key or SDK). Exit 1 when any failed."""
+    from runner import preflight
+
+    job = load_job(job_file, var)
+    results = asyncio.run(preflight.probe_models(job, timeout=timeout))
+    for line in preflight.lines(results):
+        say(line)
+    if not all(probe.ok for probe in results):
+        raise typer.Exit(1)
+
+
+def estimate(
+    job_file: Annotated[Path, typer.Argument(help="The job YAML file.")],
+    db: DbOption = None,
+    fmt: Annotated[str, typer.Option("--format", help="text, json, csv or md.")] = "text",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
+    limit: LimitOption = None,
+    var: VarOption = None,
+) -> None:
+    """Before a run, per stage and model: requests, cache hits, input tokens, output tokens (max and expected from
+    history), and the cost range of what is left to send (and at Batch API prices). Needs no API key."""
+    check_format(fmt, estimates.FORMATS)
+    job = load_job(job_file, var)
+    if limit is not None:
+        job.limit = service.check_limit(limit)
+    text = estimates.render(estimates.estimate(job, open_db(db)), fmt)
+    emit(text, output, fmt)
+
+
+def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML file.")], var: VarOption = None) -> None:
+    """Only validate a job file (exit 2 with file:line and the key when it is wrong) and the rows of its datasets
+    (exit 1 with the dataset's file:line: a repeated id, a gold answer that is not one of the options)."""
+    job = load_job(job_file, var)
+    warnings = service.validate_datasets(job)
+    stages = ", ".join(f"{s.name} ({len(job.stage_models(s))} model(s))" if s.is_llm else f"{s.name} "
+                       f"({s.data_ops()[0]})" for s in job.stages)
+    say(f"{job_file}: valid job {job.name!r}: {stages}")
+    for line in warnings:
+        say(line, err=True)
