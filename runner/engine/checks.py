@@ -1,11 +1,10 @@
 """What is checked and said before a run sends anything: every provider has its key, a budget has its prices and
 bounds, log-likelihood stages have providers that score, the results folders can be written, a job can be split
-between workers (``runner work``); the warnings a front door shows before a run; ``--budget``; the stored job of a
-run to resume. :func:`runner.engine.run.execute` makes the checks; :mod:`runner.service` says the rest."""
+between workers (``runner work``); the warnings a front door shows before a run; the stored job of a run to
+resume. :func:`runner.engine.run.execute` makes the checks; :mod:`runner.service` says the rest."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,9 @@ from typing import Any
 from runner.engine.batch import check_batch_modes
 from runner.engine.budget import budgets_of
 from runner.errors import OutputError, RunnerError, StoreError
+from runner.processes import pid_alive  # noqa: F401 - runner/view/queries.py imports it from here
 from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
 from runner.spec.schema import Job
-from runner.spec.settings import JobBudget
 from runner.store import Store
 
 
@@ -165,16 +164,6 @@ def _unnamed_gold(stage: Any) -> bool:
     return (stage.choices.gold if stage.choices is not None else stage.gold) is None
 
 
-def set_budget(job: Job, usd: float) -> None:
-    """``--budget USD``: the run's USD limit, over what the job file says."""
-    if not usd > 0:
-        raise RunnerError(f"--budget must be more than 0 USD (got {usd:g})")
-    if job.budget is None:
-        job.budget = JobBudget(usd=usd)
-    else:
-        job.budget.usd = usd
-
-
 def load_run_job(store: Store, run_id: str) -> tuple[dict[str, Any], Job]:
     """The job a run was started with, as it was then (the file may have changed since)."""
     run = store.get_run(run_id)
@@ -195,14 +184,3 @@ def check_before_sending(job: Job) -> dict[str, Provider]:
     check_loglikelihood(job, providers)
     check_output(job)
     return providers
-
-
-def pid_alive(pid: Any) -> bool:
-    """Whether process ``pid`` lives on this machine."""
-    if not pid:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except (OSError, ValueError):
-        return False
-    return True

@@ -17,13 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from runner.engine.checks import (  # noqa: F401  (importable from here as before)
-    budget_warnings,
-    check_before_sending,
-    check_joinable,
-    pid_alive,
-    set_budget,
-)
+from runner.engine.checks import check_before_sending, check_joinable
 from runner.engine.dispatch import Dispatcher
 from runner.engine.failures import is_output_errno, stop_error, store_failure
 from runner.engine.opening import open_run, plan_stages, recover
@@ -34,6 +28,7 @@ from runner.engine.stats import RunStats
 from runner.engine.workers import Crew
 from runner.errors import RunnerError
 from runner.plan.stage import StagePlan
+from runner.processes import pid_alive  # noqa: F401 - runner/report/ imports it from here
 from runner.providers.base import Provider
 from runner.spec.schema import Job
 from runner.store import Finished, Store, Writer, now
