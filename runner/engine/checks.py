@@ -11,6 +11,7 @@ from typing import Any
 
 from runner.engine.batch import check_batch_modes
 from runner.engine.budget import budgets_of
+from runner.engine.endpoints import connection_pool_size
 from runner.errors import OutputError, RunnerError, StoreError
 from runner.processes import pid_alive  # noqa: F401 - runner/view/queries.py imports it from here
 from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
@@ -45,14 +46,21 @@ def job_models(job: Job) -> list[str]:
 def build_providers(job: Job) -> dict[str, Provider]:
     """One provider object per provider the job names (not started: that waits for a cache miss), after
     checking that each has its SDK installed and the key it needs, so a missing package or variable stops the job
-    before any request."""
+    before any request. Each is handed its settings (and its ``endpoints:`` entries') with the connection pool its
+    SDK clients need for what the engine lets go to one endpoint at once, the job's ``max_in_flight`` included
+    (:func:`~runner.engine.endpoints.connection_pool_size`)."""
+
+    def sized(settings: ProviderSettings) -> ProviderSettings:
+        return settings.with_pool_size(connection_pool_size(settings, job.max_in_flight))
+
+    endpoints = {label: sized(settings) for label, settings in job.endpoints.items()}
     providers: dict[str, Provider] = {}
     for model in job_models(job):
         name, model_name = split_model(model)
         provider = providers.get(name)
         if provider is None:
-            settings = job.providers.get(name) or ProviderSettings()
-            provider = providers[name] = provider_class(name)(settings, job.endpoints)
+            provider = providers[name] = provider_class(name)(sized(job.providers.get(name) or ProviderSettings()),
+                                                              endpoints)
         provider.check_sdk(model_name)
         provider.check_key(model_name)
     return providers

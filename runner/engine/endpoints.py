@@ -1,6 +1,8 @@
 """A run's providers and their endpoints: each endpoint's limits (runner/engine/limits.py) built on its first
 request, each provider started (clients opened, weights loaded) on its first cache miss, once; and the connection
-pool a provider's HTTP client needs for the requests its endpoints keep in flight."""
+pool a provider's HTTP client needs for the requests its endpoints keep in flight (computed here, handed to each
+provider in its settings when the run builds it: ``build_providers`` in runner/engine/checks.py; the providers
+never import the engine)."""
 
 from __future__ import annotations
 

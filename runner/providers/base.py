@@ -63,6 +63,13 @@ if TYPE_CHECKING:
     from .batching import Batches
 
 
+#: requests in flight per endpoint when neither the provider's nor the job's ``max_in_flight`` (nor an explicit
+#: ``concurrency``) says: at the 15-20 kB the runner holds per request in flight (bench/latency.py), at most about
+#: 160 MB; enough for a 10,000 RPM key with 30 s answers (6,258 with the headroom). The engine's bound
+#: (runner/engine/limits.py), and the SDKs' connection pools where the engine sized none (:func:`http_limits`).
+DEFAULT_MAX_IN_FLIGHT = 8192
+
+
 class ProviderSettings(BaseModel):
     """Per-provider settings from the job file's ``providers:`` section (all optional)."""
 
@@ -77,7 +84,8 @@ class ProviderSettings(BaseModel):
     itpm: int | None = Field(default=None, gt=0)
     otpm: int | None = Field(default=None, gt=0)
     concurrency: int | None = Field(default=None, gt=0)
-    #: requests in flight per endpoint at most (memory: 15-20 kB each); default the job's, else 8,192
+    #: requests in flight per endpoint at most (memory: 15-20 kB each); default the job's, else
+    #: ``DEFAULT_MAX_IN_FLIGHT`` (8,192)
     max_in_flight: int | None = Field(default=None, gt=0, le=1_000_000)
     timeout: float = Field(default=60.0, gt=0)
     #: the API version sent (anthropic: 2023-06-01 or 2026-10-21; runner.providers.capabilities)
@@ -89,6 +97,9 @@ class ProviderSettings(BaseModel):
     #: keys no field above names but some registered provider's ``Options`` declares; each provider
     #: validates the ones it gets against its own ``Options`` (``Provider.options_from``)
     _provider_options: dict[str, Any] = PrivateAttr(default_factory=dict)
+    #: the connections an SDK client made with these settings may hold, as the engine sized them
+    #: (:meth:`with_pool_size`); not a setting of the job file, never dumped
+    _pool_size: int | None = PrivateAttr(default=None)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -116,6 +127,25 @@ class ProviderSettings(BaseModel):
     def provider_options(self) -> dict[str, Any]:
         """The provider-declared keys given beside the shared ones (see ``Provider.Options``)."""
         return dict(self._provider_options)
+
+    def with_pool_size(self, size: int) -> ProviderSettings:
+        """These settings, with the connection pool the engine computed for their SDK clients (the requests it lets
+        go to one endpoint at once: ``connection_pool_size`` of runner/engine/endpoints.py, from this provider's
+        bounds and the job's ``max_in_flight``). A copy: the job's own settings are left as the file gave them."""
+        sized = self.model_copy()
+        sized._pool_size = size
+        return sized
+
+    @property
+    def pool_size(self) -> int:
+        """The connections an SDK client made with these settings may hold: as the engine sized them
+        (:meth:`with_pool_size`), else (settings no engine sized: a provider built directly) these settings' own
+        bound on requests in flight, an explicit ``concurrency`` or ``max_in_flight``, else
+        ``DEFAULT_MAX_IN_FLIGHT``."""
+        if self._pool_size is not None:
+            return self._pool_size
+        bounds = [bound for bound in (self.concurrency, self.max_in_flight) if bound]
+        return min(bounds) if bounds else DEFAULT_MAX_IN_FLIGHT
 
 
 @dataclass(slots=True, frozen=True)
@@ -415,13 +445,11 @@ class Provider(ABC):
 def http_limits(settings: ProviderSettings) -> Any:
     """The connection pool of an SDK's aiohttp client (``limits=`` of openai's and anthropic's
     ``DefaultAioHttpClient``), as large as the requests the engine lets go to one endpoint at once
-    (``connection_pool_size`` of runner/engine/endpoints.py): the SDKs' default of 1,000 would queue the rest inside
-    the SDK, unseen by the runner."""
+    (``settings.pool_size``, which the engine sets when it builds the providers): the SDKs' default of 1,000 would
+    queue the rest inside the SDK, unseen by the runner."""
     import httpx2  # the SDKs' HTTP layer
 
-    from runner.engine.endpoints import connection_pool_size  # imported when a client is made: no import cycle
-
-    size = connection_pool_size(settings)
+    size = settings.pool_size
     return httpx2.Limits(max_connections=size, max_keepalive_connections=size)
 
 

@@ -303,3 +303,24 @@ def test_the_sdk_clients_pools_are_sized_to_the_endpoints_bound():
     assert http_limits(ProviderSettings(concurrency=1500)).max_connections == 1500
     assert http_limits(ProviderSettings(max_in_flight=2500)).max_keepalive_connections == 2500
     assert http_limits(ProviderSettings()).max_connections == connection_pool_size(ProviderSettings())
+
+
+async def test_the_jobs_max_in_flight_sizes_the_sdk_clients_pool(tmp_path, monkeypatch):
+    # the engine builds the providers with the pool their endpoints' bound needs, the job's max_in_flight included;
+    # the provider's SDK client is made with it (the providers never import the engine to learn it)
+    from runner.engine.checks import build_providers
+    from runner.spec.job import job_from_dict
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    (tmp_path / "d.jsonl").write_text('{"q": "a"}\n', encoding="utf-8")
+    job = job_from_dict({"name": "j", "models": ["openai:gpt-4o"], "max_in_flight": 7,
+                         "stages": [{"name": "s", "dataset": {"path": str(tmp_path / "d.jsonl")},
+                                     "prompt": {"user": "{{ q }}"}}]}, base_dir=tmp_path)
+    provider = build_providers(job)["openai"]
+    await provider.start()
+    try:
+        pool = provider.client._client._transport.limits  # the SDK's aiohttp transport
+        assert pool.max_connections == pool.max_keepalive_connections == connection_pool_size(
+            ProviderSettings(), job_bound=7) == 7
+    finally:
+        await provider.aclose()
