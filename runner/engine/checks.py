@@ -9,7 +9,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from runner.engine.batch import check_batch_modes
 from runner.engine.budget import budgets_of
 from runner.engine.endpoints import connection_pool_size
 from runner.errors import OutputError, RunnerError, StoreError
@@ -106,6 +105,29 @@ def check_prices(job: Job) -> None:
         if any(job.model_params(stage, model).get("max_tokens") is None for model in job.stage_models(stage)):
             raise RunnerError(f"{where}: stage {stage.name} has no params.max_tokens, and a budget needs a bound "
                               "on output tokens to reserve a request's worst case")
+
+
+class BatchModeError(RunnerError):
+    """A stage asks for ``mode: batch`` with a model whose provider has no Batch API."""
+
+    exit_code = 2
+
+
+def check_batch_modes(job: Job, providers: dict[str, Provider]) -> None:
+    """``mode: batch`` needs every model of the stage to have a Batch API; say which does not."""
+    for stage in job.llm_stages():
+        if job.stage_mode(stage) != "batch":
+            continue
+        for model in job.stage_models(stage):
+            provider = providers[model.partition(":")[0]]
+            if not getattr(provider, "supports_batch", False):
+                reason = provider.batch_unavailable(model.partition(":")[2])
+                if reason:  # a provider with a Batch API that this job's settings leave out says what to set
+                    raise BatchModeError(f"{job.path or 'the job file'}: stage {stage.name}: {reason}")
+                raise BatchModeError(
+                    f"{job.path or 'the job file'}: stage {stage.name} has mode: batch, but {model} has no Batch "
+                    "API (OpenAI, Anthropic, Gemini, Azure OpenAI, Vertex AI, Bedrock and sim: have one): set mode: "
+                    "auto (batch where there is one, online elsewhere) or mode: online for that stage")
 
 
 class CannotScore(RunnerError):
