@@ -4,7 +4,7 @@ batches, at the Batch API's price, into the same memo and ledger as online reque
 The state every step reads and changes is held in two parts of its own: each line's (its waiting tasks, group,
 reservation and resubmissions: :class:`~runner.engine.batch_lines.BatchLines`) and what the store and the live view
 know of each batch (:class:`~runner.engine.batch_records.BatchRecords`); this module moves the lines through the
-batches.
+batches. A run whose stages are all online has a :class:`NoBatcher`, which wants no task.
 
 For each stage and model, the requests the memo cannot answer are grouped (identical requests once: a line's
 custom id is the request's cache key) into batches of at most ``batch.max_requests``. Before a batch is submitted,
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from runner.engine.batch_lines import BatchLines
@@ -41,7 +41,7 @@ from runner.engine.batch_records import BatchRecords, OpenBatch
 from runner.engine.budget import LATER, Reservation
 from runner.engine.control import RunControl
 from runner.engine.endpoints import Endpoints
-from runner.engine.prompt_cache import PromptCachePlan
+from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
 from runner.engine.recorder import Recorder
 from runner.engine.reserver import Reserver
 from runner.engine.stats import RunStats
@@ -57,14 +57,15 @@ CANCEL_POLL = 1.0
 
 class Batcher:
     """The Batch API side of one run. It reaches the engine only through the parts it is given: the reserver and
-    the recorder every line goes through, the endpoints (providers started once), the run's control flag, and
-    ``send_online(task)`` for the lines a deadline leaves to be sent online. What the store and the live view know
-    of its batches is kept by :class:`BatchRecords`."""
+    the recorder every line goes through, the endpoints (providers started once), the run's control flag, the
+    prompt-cache plan that marks a batch's lines, and ``send_online(task)`` for the lines a deadline leaves to be
+    sent online. What the store and the live view know of its batches is kept by :class:`BatchRecords`."""
 
     def __init__(self, *, job: Job, run_id: str, store: Store, stats: RunStats, control: RunControl,
                  endpoints: Endpoints, reserver: Reserver, recorder: Recorder, writer: Writer,
-                 send_online: Callable[[Task], Awaitable[bool]], sleep: Callable[[float], Any],
-                 deadline: float | None, spawn: Callable[[Awaitable[Any]], None]) -> None:
+                 prompt_cache: PromptCachePlan | NoPromptCache, send_online: Callable[[Task], Awaitable[bool]],
+                 sleep: Callable[[float], Any], deadline: float | None,
+                 spawn: Callable[[Awaitable[Any]], None]) -> None:
         self.job = job
         self.run_id = run_id
         self.store = store
@@ -93,7 +94,7 @@ class Batcher:
         self.too_few: set[str] = set()
         self.online_stages: set[str] = set()
         #: provider prompt caching planned (the dispatcher's), to mark the lines of a batch
-        self.prompt_cache: PromptCachePlan | None = None
+        self.prompt_cache = prompt_cache
 
     # -- which tasks go through a batch ------------------------------------------------------------------
     def wants(self, task: Task) -> bool:
@@ -111,6 +112,9 @@ class Batcher:
         if not getattr(self.endpoints.providers[task.provider], "supports_batch", False):
             return False  # ``mode: batch`` was refused at the start for such a model; ``auto`` sends it online
         return mode == "batch" or not self.past_window()
+
+    def wants_any(self, tasks: Iterable[Task]) -> bool:
+        return any(self.wants(task) for task in tasks)
 
     def past_window(self) -> bool:
         """Whether too little time is left before the deadline to wait for a batch."""
@@ -176,8 +180,7 @@ class Batcher:
         except ProviderError as exc:
             self._refuse(keys, exc)
             return
-        if self.prompt_cache is not None:
-            lines = self.prompt_cache.mark_lines(self.endpoints.providers[first.provider], sent, lines)
+        lines = self.prompt_cache.mark_lines(self.endpoints.providers[first.provider], sent, lines)
         # a provider may need several batches where the count alone allows one (Gemini: inline requests under 20 MB)
         chunks = getattr(client, "chunks", None)
         for part in chunks(first.model_name, lines) if chunks is not None else [lines]:
@@ -412,3 +415,29 @@ class Batcher:
             for task in online:
                 if not await self.send_online(task):
                     break
+
+
+class NoBatcher:
+    """The Batch API side of a run whose stages are all ``mode: online``: it wants no task, so nothing is ever
+    batched, submitted, waited for or collected. The dispatcher and the run hold it in place of :class:`Batcher`
+    and call it without asking which they have."""
+
+    __slots__ = ()
+
+    def wants(self, task: Task) -> bool:
+        return False
+
+    def wants_any(self, tasks: Iterable[Task]) -> bool:
+        return False
+
+    async def add(self, task: Task) -> None:
+        raise AssertionError(f"no stage of this run uses a Batch API, so none wants {task.key}")
+
+    async def submit_pending(self, stage: str) -> None:
+        pass
+
+    async def finish(self, stages: set[str]) -> None:
+        pass
+
+    def busy(self, stage: str) -> bool:
+        return False

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from runner.engine.assembly import assemble
 from runner.engine.checks import check_before_sending, check_joinable
 from runner.engine.dispatch import Dispatcher
 from runner.engine.failures import is_output_errno, stop_error, store_failure
@@ -160,11 +161,10 @@ class _Session:
             self.results.open(rewrite=self.resume)
         self.writer.start()
         # a joining worker, like a resume, counts what the run spent so far and skips the tasks that are done
-        dispatcher = self.dispatcher = Dispatcher(
+        dispatcher = self.dispatcher = assemble(
             run_id=self.run_id, job=self.job, store=self.store, writer=self.writer, providers=self.providers,
-            stats=self.stats, resume=self.resume or self.join, deadline=self.deadline)
-        dispatcher.crew, dispatcher.joined = self.crew, self.join
-        self.crew.on_live = dispatcher.share_limits
+            stats=self.stats, crew=self.crew, resume=self.resume or self.join, joined=self.join,
+            deadline=self.deadline)
         self.crew.join()
         self.committed.append(dispatcher.committed)
         self.stats.budgets = dispatcher.budgets
@@ -208,7 +208,7 @@ class _Session:
             await dispatcher.run_stage(plan, wait_for_batches=False)
             if dispatcher.stopping:
                 break
-            if dispatcher.batcher is not None and dispatcher.batcher.busy(plan.stage.name):
+            if dispatcher.batcher.busy(plan.stage.name):
                 waiting.append((plan, address))
             elif address is not None:
                 await self.writer.flush()

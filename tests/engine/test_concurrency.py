@@ -276,7 +276,7 @@ def test_the_open_files_limit_is_raised_for_the_connections_or_bounds_them():
 
 
 async def test_the_jobs_max_in_flight_reaches_the_dispatchers_endpoints_and_a_providers_own_wins(tmp_path, monkeypatch):
-    from runner.engine.dispatch import Dispatcher
+    from runner.engine.assembly import assemble
     from runner.engine.stats import RunStats
     from runner.providers.base import provider_class
     from runner.spec.job import job_from_dict
@@ -289,8 +289,8 @@ async def test_the_jobs_max_in_flight_reaches_the_dispatchers_endpoints_and_a_pr
                                      "prompt": {"user": "{{ q }}"}}]}, base_dir=tmp_path)
     store = open_store(tmp_path / "s.sqlite")
     providers = {"sim": provider_class("sim")(job.providers["sim"])}
-    dispatcher = Dispatcher(run_id="r", job=job, store=store, writer=Writer(store, lambda batch: None),
-                            providers=providers, stats=RunStats())
+    dispatcher = assemble(run_id="r", job=job, store=store, writer=Writer(store, lambda batch: None),
+                          providers=providers, stats=RunStats())
     endpoint = dispatcher.endpoints.of(SimpleNamespace(provider="sim", model_name="m"))
     assert endpoint.ceiling == 300
     own = Endpoints({"p": FakeProvider(ProviderSettings(rpm=6000, max_in_flight=40))}, max_in_flight=300)
