@@ -93,7 +93,7 @@ class Batcher:
         #: stages they are of (waited for as a stage's batches are: :meth:`busy`)
         self.too_few: set[str] = set()
         self.online_stages: set[str] = set()
-        #: provider prompt caching planned (the dispatcher's), to mark the lines of a batch
+        #: provider prompt caching planned (the run's plan, or the null one), to mark the lines of a batch
         self.prompt_cache = prompt_cache
 
     # -- which tasks go through a batch ------------------------------------------------------------------

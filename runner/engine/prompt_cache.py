@@ -78,7 +78,7 @@ def _intervals(links: list[int]) -> list[tuple[int, int, int]]:
 
 
 class PromptCachePlan:
-    """The dispatcher's prompt-cache groups: which requests lead, which wait, and the marks each is sent with."""
+    """The run's prompt-cache groups: which requests lead, which wait, and the marks each is sent with."""
 
     def __init__(self, job: Job, providers: dict[str, Provider], clock: Callable[[], float] = time.monotonic, *,
                  stored: StoredPrompts | NoStoredPrompts | None = None) -> None:
