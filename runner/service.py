@@ -35,11 +35,11 @@ from runner.engine.checks import (
     check_joinable,
     dataset_warnings,
     load_run_job,
-    pid_alive,
-    set_budget,
 )
 from runner.engine.opening import plan_stages
 from runner.errors import RunnerError, StoreError
+from runner.processes import pid_alive
+from runner.spec.overrides import set_budget
 from runner.store import now
 from runner.store.base import RunExists
 

@@ -1,8 +1,10 @@
 """The Batch API side of the engine: stages in ``mode: batch`` (or ``auto``) send their requests as provider
 batches, at the Batch API's price, into the same memo and ledger as online requests.
 
-(Over ~450 lines because every step, from a batch's intent to its collection, reads and changes one state: each
-line's waiting tasks, reservation, batch and resubmissions; cut apart, the steps would pass that state around.)
+The state every step reads and changes is held in two parts of its own: each line's (its waiting tasks, group,
+reservation and resubmissions: :class:`~runner.engine.batch_lines.BatchLines`) and what the store and the live view
+know of each batch (:class:`~runner.engine.batch_records.BatchRecords`); this module moves the lines through the
+batches. A run whose stages are all online has a :class:`NoBatcher`, which wants no task.
 
 For each stage and model, the requests the memo cannot answer are grouped (identical requests once: a line's
 custom id is the request's cache key) into batches of at most ``batch.max_requests``. Before a batch is submitted,
@@ -29,79 +31,46 @@ everything else is sent online.
 
 from __future__ import annotations
 
-import datetime as dt
 import secrets
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from runner.engine.batch_lines import BatchLines
+from runner.engine.batch_records import BatchRecords, OpenBatch
 from runner.engine.budget import LATER, Reservation
 from runner.engine.control import RunControl
 from runner.engine.endpoints import Endpoints
-from runner.engine.prompt_cache import PromptCachePlan
-from runner.engine.recorder import Recorder, memo_of
+from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
+from runner.engine.recorder import Recorder
 from runner.engine.reserver import Reserver
-from runner.engine.stats import BatchView, RunStats
-from runner.errors import AuthError, ProviderError, QuotaExceeded, RunnerError
+from runner.engine.stats import RunStats
+from runner.errors import AuthError, ProviderError, QuotaExceeded
 from runner.plan.request import Task
-from runner.providers.base import Completion, Provider
 from runner.providers.batching import ENDED, REFUSED, Batches, BatchLine, batch_label
 from runner.spec.schema import Job
 from runner.store import Store, Writer
 
 #: seconds between looks at batches being cancelled at a deadline
 CANCEL_POLL = 1.0
-#: a batch's state in the store from the intent to submit it until the provider's id is written
-SUBMITTING = "submitting"
-#: what the live view shows for a batch's provider id while it is being looked up
-LOOKING_UP = "(looking it up)"
-
-
-@dataclass
-class OpenBatch:
-    """A submitted batch this process waits for (submitted by it, or by an earlier one of the same run)."""
-
-    id: str
-    stage: str
-    model: str
-    provider: str
-    provider_batch_id: str
-    round: int
-    #: request key -> ledger reservation id
-    keys: dict[str, int | None] = field(default_factory=dict)
-    cancelled: bool = False
-    #: what it was submitted under (:func:`batch_label`), and when its intent was recorded (epoch seconds)
-    label: str = ""
-    since: float = 0.0
-    #: why the submit failed, when it failed in a way that may hide an accepted batch
-    error: ProviderError | None = None
-
-    @property
-    def unknown(self) -> bool:
-        """Whether the provider's id is not known yet (an intent, or a submit whose answer was lost)."""
-        return not self.provider_batch_id
-
-
-class BatchModeError(RunnerError):
-    """A stage asks for ``mode: batch`` with a model whose provider has no Batch API."""
-
-    exit_code = 2
 
 
 class Batcher:
     """The Batch API side of one run. It reaches the engine only through the parts it is given: the reserver and
-    the recorder every line goes through, the endpoints (providers started once), the run's control flag, and
-    ``send_online(task)`` for the lines a deadline leaves to be sent online."""
+    the recorder every line goes through, the endpoints (providers started once), the run's control flag, the
+    prompt-cache plan that marks a batch's lines, and ``send_online(task)`` for the lines a deadline leaves to be
+    sent online. What the store and the live view know of its batches is kept by :class:`BatchRecords`."""
 
     def __init__(self, *, job: Job, run_id: str, store: Store, stats: RunStats, control: RunControl,
                  endpoints: Endpoints, reserver: Reserver, recorder: Recorder, writer: Writer,
-                 send_online: Callable[[Task], Awaitable[bool]], sleep: Callable[[float], Any],
-                 deadline: float | None, spawn: Callable[[Awaitable[Any]], None]) -> None:
+                 prompt_cache: PromptCachePlan | NoPromptCache, send_online: Callable[[Task], Awaitable[bool]],
+                 sleep: Callable[[float], Any], deadline: float | None,
+                 spawn: Callable[[Awaitable[Any]], None]) -> None:
         self.job = job
         self.run_id = run_id
         self.store = store
         self.stats = stats
+        self.records = BatchRecords(run_id=run_id, store=store, stats=stats)
         self.control = control
         self.endpoints = endpoints
         self.reserver = reserver
@@ -115,35 +84,27 @@ class Batcher:
         self.settings = job.batch
         #: when the run's answers are needed (epoch seconds), for ``mode: auto``
         self.deadline = deadline
-        #: per (stage, model): the first task of each key not yet submitted
-        self.pending: dict[tuple[str, str], list[Task]] = {}
-        #: per request key: every task waiting for its answer (pending, or in a submitted batch)
-        self.waiting: dict[str, list[Task]] = {}
-        self.reservations: dict[str, Reservation] = {}
-        #: per request key: the batch an earlier process of this run submitted it in
-        self.resumed: dict[str, OpenBatch] = {}
+        #: where each request stands: its waiting tasks, group, reservation, resubmissions
+        self.lines = BatchLines(store=store, reserver=reserver, recorder=recorder)
+        #: the batches this process waits for, by id, and the stages whose earlier batches were read back
         self.open: dict[str, OpenBatch] = {}
-        #: per request key: how many times it was submitted again
-        self.resubmits: dict[str, int] = {}
-        #: request keys submitted again after a batch was refused for other lines (a second refusal fails them)
-        self.refiled: set[str] = set()
         self.loaded: set[str] = set()
         #: request keys sent online because their group was smaller than the provider's Batch API takes, and the
         #: stages they are of (waited for as a stage's batches are: :meth:`busy`)
         self.too_few: set[str] = set()
         self.online_stages: set[str] = set()
-        #: provider prompt caching planned (the dispatcher's), to mark the lines of a batch
-        self.prompt_cache: PromptCachePlan | None = None
+        #: provider prompt caching planned (the run's plan, or the null one), to mark the lines of a batch
+        self.prompt_cache = prompt_cache
 
     # -- which tasks go through a batch ------------------------------------------------------------------
     def wants(self, task: Task) -> bool:
-        if task.key in self.waiting:
+        if task.key in self.lines.waiting:
             return True
         if task.key in self.too_few:
             return False
         stage = self.stages[task.stage]
         self._load(stage.name)
-        if task.key in self.resumed:
+        if task.key in self.lines.resumed:
             return True
         mode = self.job.stage_mode(stage)
         if mode == "online" or task.call.kind != "chat":
@@ -151,6 +112,9 @@ class Batcher:
         if not getattr(self.endpoints.providers[task.provider], "supports_batch", False):
             return False  # ``mode: batch`` was refused at the start for such a model; ``auto`` sends it online
         return mode == "batch" or not self.past_window()
+
+    def wants_any(self, tasks: Iterable[Task]) -> bool:
+        return any(self.wants(task) for task in tasks)
 
     def past_window(self) -> bool:
         """Whether too little time is left before the deadline to wait for a batch."""
@@ -164,39 +128,19 @@ class Batcher:
         if stage in self.loaded:
             return
         self.loaded.add(stage)
-        for row in self.store.open_batches(self.run_id, stage):
-            batch = OpenBatch(row["id"], stage, row["model"], row["model"].partition(":")[0],
-                              row["provider_batch_id"] or "", row["round"],
-                              {key: ledger for key, (ledger, status) in row["lines"].items() if status == "pending"})
-            if batch.unknown:  # an intent: the provider may have accepted it; ``finish`` looks it up first
-                batch.label = batch_label(self.run_id, stage, batch.model, batch.round, batch.keys)
-                batch.since = _epoch(row["created"])
+        for batch in self.records.left(stage):  # an intent among them is looked up first (``finish``)
             self.open[batch.id] = batch
-            self.stats.batches[batch.id] = BatchView(stage, batch.model, batch.provider_batch_id or LOOKING_UP,
-                                                       len(batch.keys), provider_state=row["provider_state"] or "",
-                                                       round=batch.round)
             for key in batch.keys:
-                self.resumed[key] = batch
+                self.lines.resumed[key] = batch
 
     # -- collecting and submitting -------------------------------------------------------------------------
     async def add(self, task: Task) -> None:
-        key = task.key
-        waiting = self.waiting.get(key)
-        if waiting is not None:  # an identical request is in a batch already: it shares that answer
-            waiting.append(task)
-            return
-        self.waiting[key] = [task]
-        batch = self.resumed.get(key)
-        if batch is not None:  # submitted by an earlier process of this run: wait for it, send nothing
-            self.reservations[key] = self.reserver.hold_again(task, batch.keys.get(key))
-            return
-        group = self.pending.setdefault((task.stage, task.model), [])
-        group.append(task)
-        if len(group) >= self.settings.max_requests:
+        group = self.lines.hold(task)
+        if group is not None and len(group) >= self.settings.max_requests:
             await self.submit(task.stage, task.model)
 
     async def submit(self, stage: str, model: str) -> None:
-        tasks = self.pending.pop((stage, model), [])
+        tasks = self.lines.pending.pop((stage, model), [])
         floor = getattr(self.endpoints.providers[tasks[0].provider], "batch_min_lines", 1) if tasks else 1
         if len(tasks) < floor:
             self._too_few(stage, model, tasks, floor)
@@ -211,22 +155,22 @@ class Batcher:
                 later.append(task)
                 continue
             if reservation is None:  # a budget ran out: this request and its twins stay for a resume
-                for twin in self.waiting.pop(task.key, [])[1:]:
+                for twin in self.lines.waiting.pop(task.key, [])[1:]:
                     self.stats.counters(twin.stage, twin.model).over_budget += 1
                 continue
             assert isinstance(reservation, Reservation)
-            self.reservations[task.key] = reservation
+            self.lines.reservations[task.key] = reservation
             lines.append(BatchLine(task.key, task.call.messages, task.call.params))
             sent.append(task)
             keys[task.key] = reservation.ledger_id
         if later:
-            self.pending[(stage, model)] = later
+            self.lines.pending[(stage, model)] = later
         if not lines:
             return
         if len(lines) < floor:  # a budget let fewer through than the Batch API takes: given back, decided again
             for task in sent:
-                self.reserver.release(self.reservations.pop(task.key))
-            self.pending.pop((stage, model), None)
+                self.reserver.release(self.lines.reservations.pop(task.key))
+            self.lines.pending.pop((stage, model), None)
             self._too_few(stage, model, [*sent, *later], floor, budget=True)
             return
         first = tasks[0]
@@ -236,8 +180,7 @@ class Batcher:
         except ProviderError as exc:
             self._refuse(keys, exc)
             return
-        if self.prompt_cache is not None:
-            lines = self.prompt_cache.mark_lines(self.endpoints.providers[first.provider], sent, lines)
+        lines = self.prompt_cache.mark_lines(self.endpoints.providers[first.provider], sent, lines)
         # a provider may need several batches where the count alone allows one (Gemini: inline requests under 20 MB)
         chunks = getattr(client, "chunks", None)
         for part in chunks(first.model_name, lines) if chunks is not None else [lines]:
@@ -250,53 +193,42 @@ class Batcher:
                     keys: dict[str, int | None]) -> None:
         """Record the intent to submit one batch of reserved lines, submit it and record its id; a refusal fails
         its lines, an error that may hide an accepted batch leaves it to be looked up (:meth:`_resolve`)."""
-        round_ = max((self.resubmits.get(line.custom_id, 0) for line in lines), default=0)
+        round_ = max((self.lines.resubmits.get(line.custom_id, 0) for line in lines), default=0)
         # the run's id, the stage and a random part: a resumed process must not reuse an earlier process's ids
         batch = OpenBatch(f"{self.run_id}:{stage}:{secrets.token_hex(4)}", stage, model, first.provider, "",
                           round_, keys, label=batch_label(self.run_id, stage, model, round_, keys),
                           since=time.time())
-        self.store.record_batch(batch.id, self.run_id, stage, model, None, round_, list(keys.items()),
-                                  state=SUBMITTING)
+        self.records.intend(batch)
         try:
             provider_id = await client.submit(first.model_name, lines, label=batch.label)
         except ProviderError as exc:
             if not exc.retryable:  # refused: the provider has no such batch
-                self.store.drop_batch(batch.id)
+                self.records.drop(batch)
                 self._refuse(keys, exc)
                 return
             batch.error = exc  # a timeout or a server error: the batch may have been accepted all the same
             self._track(batch)
             return
         self._track(batch)
-        self._adopt(batch, provider_id)
+        self.records.adopt(batch, provider_id)
 
     def _track(self, batch: OpenBatch) -> None:
         self.open[batch.id] = batch
-        self.stats.batches[batch.id] = BatchView(batch.stage, batch.model, batch.provider_batch_id or LOOKING_UP,
-                                                   len(batch.keys), provider_state=SUBMITTING, round=batch.round)
-
-    def _adopt(self, batch: OpenBatch, provider_id: str) -> None:
-        """The provider has the batch: its id goes into the store (the intent becomes a running batch)."""
-        batch.provider_batch_id, batch.error = provider_id, None
-        self.store.update_batch(batch.id, provider_batch_id=provider_id, state="running", provider_state="submitted")
-        view = self.stats.batches.get(batch.id)
-        if view is not None:
-            view.provider_batch_id, view.provider_state = provider_id, "submitted"
+        self.records.track(batch)
 
     async def _resolve(self, batch: OpenBatch) -> None:
         """A batch whose provider id is not known: ask the provider for it by its label (and lines). Found, it is
         adopted and polled; not there, its lines go back to be submitted; undecided, it is asked again next poll."""
         try:
             await self.endpoints.start(batch.provider)
-            known = {b["provider_batch_id"] for b in self.store.batches(self.run_id) if b["provider_batch_id"]}
             found = await self._client(batch.provider).find(batch.label, list(batch.keys), since=batch.since,
-                                                            known=known)
+                                                            known=self.records.known_ids())
         except ProviderError as exc:
             if not exc.retryable:
                 raise
             return  # a passing failure of a look: look again at the next poll
         if found.batch_id is not None:
-            self._adopt(batch, found.batch_id)
+            self.records.adopt(batch, found.batch_id)
             self.stats.notes.append(f"batch {found.batch_id} ({batch.stage} {batch.model}, {len(batch.keys)} "
                                       "requests) was accepted but not recorded before: found by its label, adopted")
         elif not found.undecided:
@@ -308,31 +240,26 @@ class Batcher:
         auto stage's deadline."""
         online: list[Task] = []
         late = self._auto(batch.stage) and self.past_deadline()
+        lines = self.lines
         for key, ledger_id in batch.keys.items():
-            self.resumed.pop(key, None)
-            reservation = self.reservations.pop(key, None)
-            if reservation is not None:
-                self.reserver.release(reservation)
-            elif ledger_id is not None:
-                self.store.release(ledger_id)
-            tasks = self.waiting.get(key)
+            lines.resumed.pop(key, None)
+            lines.give_back(key, ledger_id)
+            tasks = lines.waiting.get(key)
             if not tasks:
-                self.waiting.pop(key, None)
+                lines.waiting.pop(key, None)
                 continue
             if late:
-                del self.waiting[key]
+                del lines.waiting[key]
                 online.extend(tasks)
-            elif batch.error is not None and self.resubmits.get(key, 0) >= self.settings.max_resubmits:
-                del self.waiting[key]
-                for task in tasks:
-                    self.recorder.failed(task, batch.error, attempts=1 + self.resubmits.get(key, 0), batch=True)
+            elif batch.error is not None and lines.resubmits.get(key, 0) >= self.settings.max_resubmits:
+                del lines.waiting[key]
+                lines.fail(key, tasks, batch.error)
+            elif batch.error is not None:
+                lines.resubmit(batch.stage, batch.model, key, tasks)
             else:
-                if batch.error is not None:
-                    self.resubmits[key] = self.resubmits.get(key, 0) + 1
-                self.pending.setdefault((batch.stage, batch.model), []).append(tasks[0])
-        self.store.drop_batch(batch.id)
+                lines.pending.setdefault((batch.stage, batch.model), []).append(tasks[0])
+        self.records.drop(batch)
         self.open.pop(batch.id, None)
-        self.stats.batches.pop(batch.id, None)
         if online:
             for task in online:
                 if not await self.send_online(task):
@@ -345,14 +272,14 @@ class Batcher:
         Otherwise it goes online, at the online price (left waiting, it could never be answered), each request
         a task of the dispatcher's own, so the batches of other stages are polled meanwhile."""
         if any((b.stage, b.model) == (stage, model) or budget for b in self.open.values()):
-            self.pending.setdefault((stage, model), []).extend(tasks)
+            self.lines.pending.setdefault((stage, model), []).extend(tasks)
             return
         self.stats.notes.append(f"stage {stage}: {len(tasks)} requests of {model} sent online: its Batch API takes "
                                 f"at least {floor} requests a batch")
         self.online_stages.add(stage)
         for task in tasks:
             self.too_few.add(task.key)
-            for waiting in self.waiting.pop(task.key, [task]):
+            for waiting in self.lines.waiting.pop(task.key, [task]):
                 self.spawn(self.send_online(waiting))
 
     def _refuse(self, keys: dict[str, int | None], exc: ProviderError | None) -> None:
@@ -360,14 +287,10 @@ class Batcher:
         reservations released) for a resume."""
         if exc is None:
             for key, ledger_id in keys.items():
-                reservation = self.reservations.pop(key, None)
-                if reservation is not None:
-                    self.reserver.release(reservation)
-                elif ledger_id is not None:
-                    self.store.release(ledger_id)
-                self.waiting.pop(key, None)
+                self.lines.give_back(key, ledger_id)
+                self.lines.waiting.pop(key, None)
             return
-        self._fail_lines(keys, exc)
+        self.lines.refuse(keys, exc)
         if isinstance(exc, AuthError | QuotaExceeded):
             self.control.fail(exc)
 
@@ -405,7 +328,7 @@ class Batcher:
 
     async def submit_pending(self, stage: str) -> None:
         """Submit the stage's lines not yet in a batch."""
-        for group in [g for g in self.pending if g[0] == stage]:
+        for group in [g for g in self.lines.pending if g[0] == stage]:
             if self.control.stopping:
                 return
             await self.submit(*group)
@@ -413,7 +336,7 @@ class Batcher:
     def busy(self, stage: str) -> bool:
         """Whether the stage has lines not yet submitted or batches not yet collected (an earlier process's too)."""
         self._load(stage)
-        return any(g[0] == stage for g in self.pending) or any(b.stage == stage for b in self.open.values()) \
+        return any(g[0] == stage for g in self.lines.pending) or any(b.stage == stage for b in self.open.values()) \
             or stage in self.online_stages
 
     def _auto(self, stage: str) -> bool:
@@ -442,11 +365,7 @@ class Batcher:
             if not exc.retryable:
                 raise
             return False  # a passing failure of a look: look again at the next poll
-        view = self.stats.batches.get(batch.id)
-        if view is not None:
-            view.provider_state, view.succeeded, view.failed = status.provider_state, status.succeeded, status.failed
-            view.state = status.state
-        self.store.update_batch(batch.id, state=status.state, provider_state=status.provider_state)
+        self.records.polled(batch, status)
         return status.state == ENDED
 
     async def _collect(self, batch: OpenBatch) -> None:
@@ -456,92 +375,69 @@ class Batcher:
         statuses: dict[str, str] = {}
         online: list[Task] = []
         late = self._auto(batch.stage) and self.past_deadline()
+        lines = self.lines
         for key in batch.keys:
             result = results.get(key)
-            tasks = self.waiting.pop(key, [])
-            self.resumed.pop(key, None)
-            reservation = self.reservations.pop(key, None)
+            tasks = lines.waiting.pop(key, [])
+            lines.resumed.pop(key, None)
+            reservation = lines.reservations.pop(key, None)
             if result is not None and result.completion is not None:
                 statuses[key] = "done"
                 if tasks:
-                    self._answer(tasks, result.completion, reservation or Reservation([], 0.0, 0, batch.keys[key]))
+                    lines.answer(tasks, result.completion, reservation or Reservation([], 0.0, 0, batch.keys[key]))
                 elif batch.keys[key] is not None:  # answered for a task this process did not plan
                     self.store.release(batch.keys[key])  # type: ignore[arg-type]
                 continue
-            if reservation is not None:
-                self.reserver.release(reservation)
-            elif batch.keys[key] is not None:
-                self.store.release(batch.keys[key])  # type: ignore[arg-type]
+            lines.release(reservation, batch.keys[key])
             retry = result is None or result.retry
             # a line refused with its batch for other lines is submitted again once, whatever max_resubmits says
             refused = result is not None and result.error is not None and result.error.error_class == REFUSED
-            if refused and key in self.refiled:
+            if refused and key in lines.refiled:
                 retry = False
             if tasks and retry and late:
                 statuses[key] = "online"
                 online.extend(tasks)
-            elif tasks and retry and (refused or self.resubmits.get(key, 0) < self.settings.max_resubmits):
+            elif tasks and retry and (refused or lines.resubmits.get(key, 0) < self.settings.max_resubmits):
                 statuses[key] = "retry"
                 if refused:
-                    self.refiled.add(key)
-                self.resubmits[key] = self.resubmits.get(key, 0) + 1
-                self.waiting[key] = tasks
-                self.pending.setdefault((batch.stage, batch.model), []).append(tasks[0])
+                    lines.refiled.add(key)
+                lines.resubmit(batch.stage, batch.model, key, tasks)
             else:
                 statuses[key] = "failed"
-                error = (result.error if result is not None and result.error is not None
-                         else ProviderError("the batch ended without answering this request"))
-                for task in tasks:
-                    self.recorder.failed(task, error, attempts=1 + self.resubmits.get(key, 0), batch=True)
+                lines.fail(key, tasks, result.error if result is not None and result.error is not None
+                           else ProviderError("the batch ended without answering this request"))
         # The answers are committed before the batch is marked collected: a crash in between leaves the batch open,
         # and a resume reads its results again (answered lines are then cache hits) instead of paying for them twice.
         await self.writer.flush()
-        self.store.finish_batch(batch.id, statuses)
+        self.records.collected(batch, statuses)
         self.open.pop(batch.id, None)
-        view = self.stats.batches.get(batch.id)
-        if view is not None:
-            view.state = "collected"
         if online:
             for task in online:
                 if not await self.send_online(task):
                     break
 
-    def _answer(self, tasks: list[Task], c: Completion, reservation: Reservation) -> None:
-        first, twins = tasks[0], tasks[1:]
-        self.recorder.fresh(first, c, 1, None, reservation, batch=True)
-        for twin in twins:  # identical requests of other tasks: one line, one bill, the answer shared
-            self.recorder.cached(twin, memo_of(c))
 
-    def _fail_lines(self, keys: dict[str, int | None], exc: ProviderError) -> None:
-        for key in keys:
-            reservation = self.reservations.pop(key, None)
-            if reservation is not None:
-                self.reserver.release_budgets(reservation)
-            for task in self.waiting.pop(key, []):
-                self.recorder.failed(task, exc, attempts=1, release_id=keys[key])
-                keys[key] = None  # the first failure removes the reservation row
+class NoBatcher:
+    """The Batch API side of a run whose stages are all ``mode: online``: it wants no task, so nothing is ever
+    batched, submitted, waited for or collected. The dispatcher and the run hold it in place of :class:`Batcher`
+    and call it without asking which they have."""
 
+    __slots__ = ()
 
-def _epoch(stamp: str | None) -> float:
-    """A store timestamp (ISO 8601, UTC) in epoch seconds; now when there is none."""
-    if not stamp:
-        return time.time()
-    when = dt.datetime.fromisoformat(stamp)
-    return (when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)).timestamp()
+    def wants(self, task: Task) -> bool:
+        return False
 
+    def wants_any(self, tasks: Iterable[Task]) -> bool:
+        return False
 
-def check_batch_modes(job: Job, providers: dict[str, Provider]) -> None:
-    """``mode: batch`` needs every model of the stage to have a Batch API; say which does not."""
-    for stage in job.llm_stages():
-        if job.stage_mode(stage) != "batch":
-            continue
-        for model in job.stage_models(stage):
-            provider = providers[model.partition(":")[0]]
-            if not getattr(provider, "supports_batch", False):
-                reason = provider.batch_unavailable(model.partition(":")[2])
-                if reason:  # a provider with a Batch API that this job's settings leave out says what to set
-                    raise BatchModeError(f"{job.path or 'the job file'}: stage {stage.name}: {reason}")
-                raise BatchModeError(
-                    f"{job.path or 'the job file'}: stage {stage.name} has mode: batch, but {model} has no Batch "
-                    "API (OpenAI, Anthropic, Gemini, Azure OpenAI, Vertex AI, Bedrock and sim: have one): set mode: "
-                    "auto (batch where there is one, online elsewhere) or mode: online for that stage")
+    async def add(self, task: Task) -> None:
+        raise AssertionError(f"no stage of this run uses a Batch API, so none wants {task.key}")
+
+    async def submit_pending(self, stage: str) -> None:
+        pass
+
+    async def finish(self, stages: set[str]) -> None:
+        pass
+
+    def busy(self, stage: str) -> bool:
+        return False

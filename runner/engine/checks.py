@@ -1,21 +1,19 @@
 """What is checked and said before a run sends anything: every provider has its key, a budget has its prices and
 bounds, log-likelihood stages have providers that score, the results folders can be written, a job can be split
-between workers (``runner work``); the warnings a front door shows before a run; ``--budget``; the stored job of a
-run to resume. :func:`runner.engine.run.execute` makes the checks; :mod:`runner.service` says the rest."""
+between workers (``runner work``); the warnings a front door shows before a run; the stored job of a run to
+resume. :func:`runner.engine.run.execute` makes the checks; :mod:`runner.service` says the rest."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from runner.engine.batch import check_batch_modes
 from runner.engine.budget import budgets_of
+from runner.engine.endpoints import connection_pool_size
 from runner.errors import OutputError, RunnerError, StoreError
 from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
 from runner.spec.schema import Job
-from runner.spec.settings import JobBudget
 from runner.store import Store
 
 
@@ -46,14 +44,21 @@ def job_models(job: Job) -> list[str]:
 def build_providers(job: Job) -> dict[str, Provider]:
     """One provider object per provider the job names (not started: that waits for a cache miss), after
     checking that each has its SDK installed and the key it needs, so a missing package or variable stops the job
-    before any request."""
+    before any request. Each is handed its settings (and its ``endpoints:`` entries') with the connection pool its
+    SDK clients need for what the engine lets go to one endpoint at once, the job's ``max_in_flight`` included
+    (:func:`~runner.engine.endpoints.connection_pool_size`)."""
+
+    def sized(settings: ProviderSettings) -> ProviderSettings:
+        return settings.with_pool_size(connection_pool_size(settings, job.max_in_flight))
+
+    endpoints = {label: sized(settings) for label, settings in job.endpoints.items()}
     providers: dict[str, Provider] = {}
     for model in job_models(job):
         name, model_name = split_model(model)
         provider = providers.get(name)
         if provider is None:
-            settings = job.providers.get(name) or ProviderSettings()
-            provider = providers[name] = provider_class(name)(settings, job.endpoints)
+            provider = providers[name] = provider_class(name)(sized(job.providers.get(name) or ProviderSettings()),
+                                                              endpoints)
         provider.check_sdk(model_name)
         provider.check_key(model_name)
     return providers
@@ -99,6 +104,29 @@ def check_prices(job: Job) -> None:
         if any(job.model_params(stage, model).get("max_tokens") is None for model in job.stage_models(stage)):
             raise RunnerError(f"{where}: stage {stage.name} has no params.max_tokens, and a budget needs a bound "
                               "on output tokens to reserve a request's worst case")
+
+
+class BatchModeError(RunnerError):
+    """A stage asks for ``mode: batch`` with a model whose provider has no Batch API."""
+
+    exit_code = 2
+
+
+def check_batch_modes(job: Job, providers: dict[str, Provider]) -> None:
+    """``mode: batch`` needs every model of the stage to have a Batch API; say which does not."""
+    for stage in job.llm_stages():
+        if job.stage_mode(stage) != "batch":
+            continue
+        for model in job.stage_models(stage):
+            provider = providers[model.partition(":")[0]]
+            if not getattr(provider, "supports_batch", False):
+                reason = provider.batch_unavailable(model.partition(":")[2])
+                if reason:  # a provider with a Batch API that this job's settings leave out says what to set
+                    raise BatchModeError(f"{job.path or 'the job file'}: stage {stage.name}: {reason}")
+                raise BatchModeError(
+                    f"{job.path or 'the job file'}: stage {stage.name} has mode: batch, but {model} has no Batch "
+                    "API (OpenAI, Anthropic, Gemini, Azure OpenAI, Vertex AI, Bedrock and sim: have one): set mode: "
+                    "auto (batch where there is one, online elsewhere) or mode: online for that stage")
 
 
 class CannotScore(RunnerError):
@@ -165,16 +193,6 @@ def _unnamed_gold(stage: Any) -> bool:
     return (stage.choices.gold if stage.choices is not None else stage.gold) is None
 
 
-def set_budget(job: Job, usd: float) -> None:
-    """``--budget USD``: the run's USD limit, over what the job file says."""
-    if not usd > 0:
-        raise RunnerError(f"--budget must be more than 0 USD (got {usd:g})")
-    if job.budget is None:
-        job.budget = JobBudget(usd=usd)
-    else:
-        job.budget.usd = usd
-
-
 def load_run_job(store: Store, run_id: str) -> tuple[dict[str, Any], Job]:
     """The job a run was started with, as it was then (the file may have changed since)."""
     run = store.get_run(run_id)
@@ -195,14 +213,3 @@ def check_before_sending(job: Job) -> dict[str, Provider]:
     check_loglikelihood(job, providers)
     check_output(job)
     return providers
-
-
-def pid_alive(pid: Any) -> bool:
-    """Whether process ``pid`` lives on this machine."""
-    if not pid:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except (OSError, ValueError):
-        return False
-    return True

@@ -1,139 +1,106 @@
-"""The async engine: for each request of a stage, serve it from the memo or send it through its endpoint's
-limits, with bounded retries, and hand the finished task to the store's writer.
+"""The async engine's loop: for each chunk of a stage's tasks, serve what the memo answers and hand the others to
+their way (runner/engine/inflight.py), with chunks leased from the other workers of the run; then wait for the
+stage's requests (and Batch API batches) to end. A cache hit never leaves the dispatch loop (no task is created
+for it).
 
-About 490 lines since admission per endpoint (issue 23) and prompt caching (issue 24): the line a busy endpoint's
-requests wait in (`_wait_in_line`) and a prompt-cache group's wait for its first answer (`_after_first`) belong
-with the in-flight bookkeeping they share with `_dispatch`; moving them out together is the next cut.
-
-The dispatcher coordinates the parts that do each job: :class:`~runner.engine.triage.Triage` (what a chunk of
-tasks needs), :class:`~runner.engine.leases.ChunkLeases` (chunks leased with the other workers of the run),
-:class:`~runner.engine.reserver.Reserver` (budget reservations), :class:`~runner.engine.online.Sender` (an online
-request's attempts), :class:`~runner.engine.recorder.Recorder` (finished tasks into the store) and
-:class:`~runner.engine.batch.Batcher` (stages that use a Batch API). What it keeps itself: identical requests sent
-once (the others follow the one on its way), request claims, and the tasks in flight.
-
-The per-request path for a fresh request is: take an endpoint slot, wait for its limiters, call the
-provider, queue the result. A cache hit never leaves the dispatch loop (no task is created for it).
-
-Admission is per endpoint: a request whose endpoint has no free slot waits in that endpoint's own line (a task of
-its own, which reserves its budget once it has the slot) while the dispatch loop goes on handing the chunk's other
-requests to their endpoints, so a slow endpoint (the embedded model, one request at a time) does not set the pace
-of the others in the same stage (a run that has used one endpoint so far waits in the loop: nothing else could go
-on, and a line costs a few per cent of throughput). A line is bounded (``ENDPOINT_LINE``; ``LEASE`` while other
-workers share the run, so one worker does not lease far ahead of what it sends); past it the loop waits for the
-slot itself.
+The dispatcher is assembled with its parts by :func:`runner.engine.assembly.assemble`, and coordinates them:
+``Triage`` (what a chunk of tasks needs), ``ChunkLeases`` (chunks leased with the other workers of the run),
+``InFlight`` (one task's way: an identical request joined, the budget reserved, the endpoint's slot, the send),
+``Recorder`` (finished tasks into the store), the Batch API side (``Batcher``, or ``NoBatcher`` when every stage is
+online) and the prompt-cache plan (``PromptCachePlan``, or ``NoPromptCache``). What it keeps itself: the loop over
+chunks, request claims with other processes (through the ``Crew``), the waits for a stage's end (``drain``), the
+stop and the abandon, and each (stage, model)'s result-line provenance (:class:`Provenance`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
 from typing import Any
 
-from runner.engine.batch import Batcher
-from runner.engine.budget import Budgets, Reservation, Scope, budgets_of
-from runner.engine.control import RunControl
-from runner.engine.endpoints import Endpoints
+from runner.engine.batch import Batcher, NoBatcher
+from runner.engine.budget import Budgets, Scope, budgets_of
+from runner.engine.control import RunControl, Spawned
+from runner.engine.inflight import InFlight
 from runner.engine.leases import CHUNK, LEASE, ChunkLeases, chunks
-from runner.engine.limits import Endpoint
-from runner.engine.online import LeaseLost, Sender
-from runner.engine.prompt_cache import PromptCachePlan
-from runner.engine.recorder import Recorder, memo_of
-from runner.engine.reserver import FREE, Reserver
-from runner.engine.retry import Tally
-from runner.engine.stats import RunStats
-from runner.engine.stored_prompts import StoredPrompts
+from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
+from runner.engine.recorder import Recorder
+from runner.engine.reserver import Reserver
 from runner.engine.triage import Triage
 from runner.engine.workers import POLL, Crew
-from runner.errors import ModelSetupError, ProviderError, QuotaExceeded, Refused, RunnerError
+from runner.errors import RunnerError
 from runner.evaluate.results import line_provenance
 from runner.plan.prompts import Prompt, load_prompt
 from runner.plan.request import Task
 from runner.plan.stage import StagePlan
-from runner.providers.base import Provider
 from runner.spec.schema import Job
-from runner.store import CachedResponse, Finished, Store, Writer
+from runner.store import CachedResponse, Finished, Writer
 
-__all__ = ["Dispatcher", "budgets_of"]
+__all__ = ["Dispatcher", "Provenance", "budgets_of"]
 
 #: results queued for the writer before the dispatch loop waits for it to catch up
 WRITER_BACKLOG = 4096
-#: what tasks following an identical request get when it was not sent after all
-NOT_SENT: Any = object()
-#: requests that may wait in one endpoint's line for a slot while the dispatch loop goes on (see the docstring)
-ENDPOINT_LINE = 4096
+
+
+class Provenance:
+    """Each (stage, model)'s result-line provenance: the same for every task of its stage and model (the run, the
+    job's fingerprint, the prompt, the model id and parameters of its call), built once per pair, for the first of
+    its tasks the recorder records. The dispatcher tells it each stage's prompt as the stage's plan rendered it."""
+
+    def __init__(self, job: Job, run_id: str) -> None:
+        self.job = job
+        self.run_id = run_id
+        self.stages = {stage.name: stage for stage in job.stages}
+        self.built: dict[tuple[str, str], dict[str, Any]] = {}
+        #: each stage's prompt as its plan rendered it (the template its lines' provenance names)
+        self.prompts: dict[str, Prompt] = {}
+
+    def of(self, req: Task) -> dict[str, Any]:
+        """The provenance of ``req``'s result line."""
+        found = self.built.get((req.stage, req.model))
+        if found is None:
+            prompt = self.prompts.get(req.stage) or load_prompt(self.job, self.stages[req.stage].prompt)
+            found = self.built[req.stage, req.model] = line_provenance(
+                run_id=self.run_id, job_hash=self.job.fingerprint(), prompt=prompt, model_id=req.call.model_id,
+                params=req.call.params)
+        return found
 
 
 class Dispatcher:
-    def __init__(
-        self,
-        *,
-        run_id: str,
-        job: Job,
-        store: Store,
-        writer: Writer,
-        providers: dict[str, Provider],
-        stats: RunStats,
-        resume: bool = False,
-        sleep: Callable[[float], Any] = asyncio.sleep,
-        deadline: float | None = None,
-    ) -> None:
-        """``deadline``: when the run's answers are needed (epoch seconds), for stages in ``mode: auto``."""
-        self.run_id = run_id
-        self.job = job
-        self.store = store
-        self.writer = writer
-        self.providers = providers
-        self.stats = stats
-        self.resume = resume
-        self.sleep = sleep
-        self.stages = {stage.name: stage for stage in job.stages}
-        self.control = RunControl()
-        self.leases = ChunkLeases(stats)
-        self.endpoints = Endpoints(providers, max_in_flight=job.max_in_flight)
-        self.triage = Triage(store, run_id, stats)
-        self.reserver = Reserver(run_id=run_id, job=job, store=store, stats=stats, control=self.control,
-                                 leases=self.leases, resume=resume)
-        self.sender = Sender(endpoints=self.endpoints, leases=self.leases, stats=stats, retry=job.retry, sleep=sleep)
-        #: provider prompt caching planned (prompt_cache: auto) where a stage may use it
-        self.prompt_cache: PromptCachePlan | None = None
-        if any(getattr(p, "prompt_cache_style", None) for p in providers.values()) and any(
-                job.stage_prompt_cache(stage) == "auto" for stage in job.llm_stages()):
-            self.prompt_cache = PromptCachePlan(job, providers)
-            self.sender.marks, self.sender.ready = self.prompt_cache.marks, self.prompt_cache.ready
-            if any(p.stores_prompts for p in providers.values()):
-                self.prompt_cache.stored = StoredPrompts(run_id=run_id, providers=providers, reserver=self.reserver)
-        self.recorder = Recorder(run_id=run_id, job=job, stats=stats, writer=writer, reserver=self.reserver,
-                                 triage=self.triage, leases=self.leases, provenance=self.provenance_of)
-        #: each (stage, model)'s result-line provenance, built for its first finished task, and each stage's
-        #: prompt as its plan rendered it
-        self.provenance: dict[tuple[str, str], dict[str, Any]] = {}
-        self.prompts: dict[str, Prompt] = {}
-        #: the Batch API side of the engine, when a stage may use it
-        self.batcher: Batcher | None = None
-        if any(job.stage_mode(stage) != "online" for stage in job.llm_stages()):
-            self.batcher = Batcher(job=job, run_id=run_id, store=store, stats=stats, control=self.control,
-                                   endpoints=self.endpoints, reserver=self.reserver, recorder=self.recorder,
-                                   writer=writer, send_online=self.send_online, sleep=sleep, deadline=deadline,
-                                   spawn=self._spawn)
-        if self.batcher is not None:
-            self.batcher.prompt_cache = self.prompt_cache
-        #: requests on their way, by key: the answer, the error that ended it, NOT_SENT, or None (not sent)
-        self.inflight: dict[str, asyncio.Future[Any]] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
-        #: joined a run another process started (``runner work``): every chunk is checked for done tasks
-        self.joined = False
+    """One run's dispatch loop over its parts (each given, never built here: :mod:`runner.engine.assembly`)."""
 
-    # -- what run.py reads and sets ------------------------------------------------------------------
+    def __init__(self, *, job: Job, writer: Writer, control: RunControl, leases: ChunkLeases, triage: Triage,
+                 reserver: Reserver, recorder: Recorder, flight: InFlight, batcher: Batcher | NoBatcher,
+                 prompt_cache: PromptCachePlan | NoPromptCache, provenance: Provenance, spawned: Spawned,
+                 resume: bool = False, joined: bool = False) -> None:
+        """``resume``: every chunk is checked for tasks an earlier attempt finished; ``joined``: the run was joined
+        (``runner work``): the chunks of other processes are checked too."""
+        self.job = job
+        self.writer = writer
+        self.control = control
+        self.leases = leases
+        self.triage = triage
+        self.reserver = reserver
+        self.recorder = recorder
+        self.flight = flight
+        self.endpoints = flight.endpoints
+        self.batcher = batcher
+        self.prompt_cache = prompt_cache
+        self.provenance = provenance
+        self.spawned = spawned
+        self.resume = resume
+        self.joined = joined
+
+    # -- what run.py reads ----------------------------------------------------------------------------
     @property
     def crew(self) -> Crew | None:
-        """This process's membership of the run (leases, claims, shared budgets), set by the engine."""
+        """This process's membership of the run (leases, claims, shared budgets), given by the engine."""
         return self.leases.crew
 
-    @crew.setter
-    def crew(self, crew: Crew | None) -> None:
-        self.leases.crew = self.endpoints.crew = crew
+    @property
+    def tasks(self) -> set[asyncio.Task[Any]]:
+        """The asyncio tasks in flight (requests sent or waiting, tasks following an identical request)."""
+        return self.spawned.tasks
 
     @property
     def stopping(self) -> bool:
@@ -159,10 +126,6 @@ class Dispatcher:
         self.triage.committed(batch)
         self.leases.committed(batch)
 
-    def share_limits(self, live: int) -> None:
-        """Split every endpoint's rate limits with the ``live`` processes working on the run now."""
-        self.endpoints.share(live)
-
     def request_stop(self) -> None:
         """First Ctrl-C: dispatch nothing new; in-flight requests finish and are recorded."""
         self.control.stop()
@@ -170,19 +133,8 @@ class Dispatcher:
     def abandon(self) -> None:
         """Second Ctrl-C: cancel in-flight requests. They are not recorded; a resume sends them again."""
         self.control.stop()
-        for task in list(self.tasks):
+        for task in list(self.spawned.tasks):
             task.cancel()
-
-    def provenance_of(self, req: Task) -> dict[str, Any]:
-        """The provenance of ``req``'s result line: the same for every task of its stage and model (the run, the
-        job's fingerprint, the prompt, the model id and parameters of its call), built once per pair."""
-        found = self.provenance.get((req.stage, req.model))
-        if found is None:
-            prompt = self.prompts.get(req.stage) or load_prompt(self.job, self.stages[req.stage].prompt)
-            found = self.provenance[req.stage, req.model] = line_provenance(
-                run_id=self.run_id, job_hash=self.job.fingerprint(), prompt=prompt, model_id=req.call.model_id,
-                params=req.call.params)
-        return found
 
     # -- a stage ------------------------------------------------------------------------------------
     async def run_stage(self, plan: StagePlan, *, wait_for_batches: bool = True) -> None:
@@ -190,7 +142,7 @@ class Dispatcher:
         caller waits for several stages' batches together with :meth:`finish_batches`)."""
         loop = asyncio.get_running_loop()
         stage = plan.stage.name
-        self.prompts[stage] = plan.prompt  # the template its lines' provenance names
+        self.provenance.prompts[stage] = plan.prompt  # the template its lines' provenance names
         control = self.control
         crew = self.crew
         # A pipeline runs in one process (a stage may run again for a retry round): its chunks are not leased.
@@ -220,7 +172,7 @@ class Dispatcher:
         await self.drain()
         if leasing:
             await self._finish_leases(plan, loop)
-        if self.batcher is not None and not control.stopping:
+        if not control.stopping:
             await self.batcher.submit_pending(plan.stage.name)  # its batches start while later stages are planned
         if wait_for_batches:
             await self.finish_batches({plan.stage.name})
@@ -250,36 +202,30 @@ class Dispatcher:
 
     async def finish_batches(self, stages: set[str]) -> None:
         """Wait for the Batch API batches of these stages (and send online what a deadline leaves)."""
-        if self.batcher is not None:
-            await self.batcher.finish(stages)
-            await self.drain()  # what a deadline sent online
+        await self.batcher.finish(stages)
+        await self.drain()  # what a deadline sent online
 
     async def drain(self) -> None:
         """Wait for every request in flight (and, with other workers, for the answers they fetch)."""
         crew = self.crew
-        while self.tasks or (crew is not None and crew.busy()):
+        tasks = self.spawned.tasks
+        while tasks or (crew is not None and crew.busy()):
             if self.control.stopping and crew is not None:
                 crew.waiting.clear()  # answers another process is fetching are not waited for
-            if self.tasks:
-                await asyncio.wait(set(self.tasks))
+            if tasks:
+                await asyncio.wait(set(tasks))
             elif crew is not None and crew.busy():
                 await asyncio.sleep(POLL / 2)
 
     async def release_stored_prompts(self) -> None:
         """Delete the prompt prefixes this run stored at the providers (the run is done with them)."""
-        if self.prompt_cache is not None and self.prompt_cache.stored is not None:
-            await self.prompt_cache.stored.close()
+        await self.prompt_cache.stored.close()
 
     async def _breathe(self) -> None:
         # Let the writer and the view run between chunks, and keep the writer's queue short.
         await asyncio.sleep(0)
         while self.writer.queue.qsize() > WRITER_BACKLOG:
             await asyncio.sleep(0.005)
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
 
     # -- a chunk ------------------------------------------------------------------------------------
     async def _dispatch_chunk(self, chunk: list[Task], loop: asyncio.AbstractEventLoop, *, check_done: bool,
@@ -290,7 +236,7 @@ class Dispatcher:
         if lease_of is not None:
             self.leases.hold(chunk, lease_of, done)
         hits, to_send = self.triage.sort(chunk, done)
-        if self.prompt_cache is not None and to_send:
+        if to_send:
             self.prompt_cache.plan(to_send)
         recorder = self.recorder
         for req, cached in hits:
@@ -299,9 +245,9 @@ class Dispatcher:
         mine: set[str] = set()
         answered: dict[str, CachedResponse] = {}
         # Batch API lines are not claimed: a claim held until a batch ends would keep other processes waiting on it.
-        batching = self.batcher is not None and any(self.batcher.wants(req) for req in to_send)
+        batching = self.batcher.wants_any(to_send)
         if crew is not None and to_send and not batching:
-            mine, answered = crew.claim(sorted({req.key for req in to_send} - set(self.inflight)))
+            mine, answered = crew.claim(sorted({req.key for req in to_send} - set(self.flight.on_way)))
         for req in to_send:
             if self.control.stopping:
                 break
@@ -309,196 +255,16 @@ class Dispatcher:
             cached = self.triage.answered(req.key) or answered.get(req.key)
             if cached is not None:
                 recorder.cached(req, cached)
-                if self.prompt_cache is not None:
-                    self.prompt_cache.forget(req.key)
-            elif crew is not None and not batching and req.key not in mine and req.key not in self.inflight:
+                self.prompt_cache.forget(req.key)
+            elif crew is not None and not batching and req.key not in mine and req.key not in self.flight.on_way:
                 # another process is sending the identical request: wait for its answer
                 crew.wait_for(req.key, lambda answer, req=req: self._answered_elsewhere(req, answer, loop))
-            elif not await self._dispatch(req, loop):
+            elif not await self.flight.dispatch(req, loop):
                 break
 
     def _answered_elsewhere(self, req: Task, answer: CachedResponse | None, loop: asyncio.AbstractEventLoop) -> None:
         if answer is not None:
             self.recorder.cached(req, answer)
-            if self.prompt_cache is not None:
-                self.prompt_cache.forget(req.key)
+            self.prompt_cache.forget(req.key)
         elif not self.control.stopping:  # the other process gave the claim up: this one sends it
-            self._spawn(self._dispatch(req, loop))
-
-    # -- one task -----------------------------------------------------------------------------------
-    async def send_online(self, req: Task) -> bool:
-        """Dispatch one task the memo cannot answer (the Batch API side sends online what a deadline leaves); False
-        when the run is stopping and nothing more should be dispatched."""
-        return await self._dispatch(req, asyncio.get_running_loop())
-
-    async def _dispatch(self, req: Task, loop: asyncio.AbstractEventLoop) -> bool:
-        """Send one task that is not in the memo (or join the identical request on its way, or hand it to the
-        Batch API); False when the run is stopping and nothing more should be dispatched."""
-        leader = self.inflight.get(req.key)
-        if leader is not None:  # the same request is on its way already: pay once, share the answer
-            self._spawn(self._follow(req, leader))
-            return True
-        reserver = self.reserver
-        if reserver.closed(req):
-            self.stats.counters(req.stage, req.model).over_budget += 1
-            self.leases.take_fence(req)
-            self._unclaim(req.key)
-            return True
-        if self.batcher is not None and self.batcher.wants(req):
-            # a Batch API stage runs in the process that started it; its lines are recorded whenever they come back
-            self.leases.take_fence(req)
-            await self.batcher.add(req)
-            return not self.control.stopping
-        if self.leases.lost_lease_of(req):  # its lease was taken over: another worker does it
-            self.leases.take_fence(req)
-            self.stats.counters(req.stage, req.model).elsewhere += 1
-            self._unclaim(req.key)
-            return True
-        # On its way from here: an identical task dispatched meanwhile follows this one instead of sending it too.
-        self.inflight[req.key] = loop.create_future()
-        endpoint = self.endpoints.of(req)
-        if self.prompt_cache is not None and (
-                first := self.prompt_cache.gate(req, self.inflight[req.key])) is not None:
-            self._spawn(self._after_first(first, req, endpoint))  # its prompt-cache group's first is on its way
-            return True
-        slots = endpoint.slots
-        # busy endpoint: the loop goes on with the others (with one endpoint so far, nothing could go on meanwhile)
-        if len(self.endpoints.by_name) > 1 and (slots.held >= slots.limit or slots.waiters) \
-                and len(slots.waiters) < self._line_limit():
-            self._spawn(self._wait_in_line(req, endpoint))
-            return True
-        if reserver.free(req.model):
-            reservation = FREE  # nothing to reserve or record: no coroutine on the common free path
-        else:
-            reservation = await reserver.reserve(req)
-        if reservation is None:  # a budget ran out: this request stays for a resume
-            self._not_sent(req.key)
-            return not self.control.stopping
-        assert isinstance(reservation, Reservation)
-        await endpoint.slots.acquire()
-        if self.control.stopping:
-            endpoint.slots.release()
-            reserver.release(reservation)
-            self._not_sent(req.key)
-            return False
-        self._spawn(self._send(req, endpoint, reservation))
-        return True
-
-    def _line_limit(self) -> int:
-        crew = self.crew
-        return ENDPOINT_LINE if crew is None or crew.live <= 1 else LEASE
-
-    async def _wait_in_line(self, req: Task, endpoint: Endpoint) -> None:
-        """Send ``req`` once its endpoint has a slot for it; its budget is reserved then, before it is sent, so a
-        request waiting in line holds no reservation."""
-        held = False
-        try:
-            await endpoint.slots.acquire()
-            held = True
-            if self.control.stopping:
-                reservation = None
-            elif self.reserver.free(req.model):
-                reservation = FREE
-            else:
-                reservation = await self.reserver.reserve(req)
-        except asyncio.CancelledError:  # abandoned (second Ctrl-C) before it was sent: a resume sends it
-            if held:
-                endpoint.slots.release()
-            future = self.inflight.pop(req.key, None)
-            if future is not None:
-                future.cancel()
-            raise
-        except RunnerError as exc:  # the store refused the reservation (a full disk): the run ends on it, as the
-            if held:                # dispatch loop's own reservation would end it, instead of a lost task's error
-                endpoint.slots.release()
-            self._not_sent(req.key)
-            self.control.fail(exc)
-            return
-        if reservation is None:  # a stop, or a budget that ran out: this request stays for a resume
-            endpoint.slots.release()
-            self._not_sent(req.key)
-            return
-        assert isinstance(reservation, Reservation)
-        await self._send(req, endpoint, reservation)
-
-    async def _after_first(self, first: asyncio.Future[Any], req: Task, endpoint: Endpoint) -> None:
-        """Send ``req`` once the first request of its prompt-cache group has its answer (or failed)."""
-        try:
-            await asyncio.shield(first)
-        except asyncio.CancelledError:
-            if not first.cancelled():  # this task itself was abandoned: a resume sends it
-                future = self.inflight.pop(req.key, None)
-                if future is not None:
-                    future.cancel()
-                raise
-        await self._wait_in_line(req, endpoint)
-
-    def _not_sent(self, key: str) -> None:
-        """A request that was on its way is not sent after all: tasks following it dispatch themselves again."""
-        future = self.inflight.pop(key, None)
-        if future is not None and not future.done():
-            future.set_result(NOT_SENT)
-        if self.prompt_cache is not None:
-            self.prompt_cache.forget(key)
-        self._unclaim(key)
-
-    def _unclaim(self, key: str) -> None:
-        """Give up this process's claim of a request it will not send (another process may send it)."""
-        crew = self.crew
-        if crew is not None and key not in self.inflight:
-            crew.release(key)
-
-    async def _send(self, req: Task, endpoint: Endpoint, reservation: Reservation) -> None:
-        future = self.inflight[req.key]
-        tries = Tally()
-        try:
-            completion, latency = await self.sender.send(req, endpoint, tries)
-        except LeaseLost:  # taken over before it was sent (again): another worker does it
-            self.reserver.release(reservation)
-            self.leases.take_fence(req)
-            self.stats.counters(req.stage, req.model).elsewhere += 1
-            future.set_result(NOT_SENT)
-            if self.crew is not None:
-                self.crew.release(req.key)
-        except ModelSetupError as exc:  # nothing was sent; the run cannot go on without this provider
-            self.reserver.release(reservation)
-            future.set_result(None)
-            self.control.fail(exc)
-        except ProviderError as exc:
-            # An error answer is not billed (its reservation goes back), but a refusal's answer may be.
-            self.recorder.failed(req, exc, tries.sent, reservation.ledger_id, reservation=reservation)
-            future.set_result(exc)
-            if isinstance(exc, QuotaExceeded):
-                self.control.fail(exc)
-        except asyncio.CancelledError:
-            # Abandoned in flight: it may have been billed. Its reservation stays in the ledger, and the
-            # report shows it as possibly billed until a resume settles it.
-            future.cancel()
-            raise
-        else:
-            try:
-                self.recorder.fresh(req, completion, tries.sent, latency, reservation)
-            finally:  # whatever happens, requests waiting for this answer get it
-                future.set_result(completion)
-        finally:
-            self.inflight.pop(req.key, None)
-            endpoint.slots.release()
-            if self.prompt_cache is not None:
-                self.prompt_cache.forget(req.key)
-
-    async def _follow(self, req: Task, leader: asyncio.Future[Any]) -> None:
-        try:
-            completion = await asyncio.shield(leader)
-        except asyncio.CancelledError:
-            return
-        if completion is NOT_SENT:  # the request it followed was not sent (a budget, a stop): try on its own
-            if not self.control.stopping:
-                await self._dispatch(req, asyncio.get_running_loop())
-            return
-        if isinstance(completion, Refused):  # refused for this task too, and billed once (to the request sent)
-            self.recorder.failed(req, Refused(str(completion)), 0)
-            return
-        if completion is None or isinstance(completion, ProviderError):
-            self.recorder.failed(req, ProviderError("the identical request sent for another task failed"), 0)
-            return
-        self.recorder.cached(req, memo_of(completion))
+            self.spawned.spawn(self.flight.dispatch(req, loop))

@@ -1,6 +1,8 @@
 """A run's providers and their endpoints: each endpoint's limits (runner/engine/limits.py) built on its first
 request, each provider started (clients opened, weights loaded) on its first cache miss, once; and the connection
-pool a provider's HTTP client needs for the requests its endpoints keep in flight."""
+pool a provider's HTTP client needs for the requests its endpoints keep in flight (computed here, handed to each
+provider in its settings when the run builds it: ``build_providers`` in runner/engine/checks.py; the providers
+never import the engine)."""
 
 from __future__ import annotations
 
@@ -29,14 +31,15 @@ def connection_pool_size(settings: ProviderSettings, job_bound: int | None = Non
 
 
 class Endpoints:
-    def __init__(self, providers: dict[str, Provider], max_in_flight: int | None = None) -> None:
+    def __init__(self, providers: dict[str, Provider], max_in_flight: int | None = None, *,
+                 crew: Crew | None = None) -> None:
         self.providers = providers
         #: the job's ``max_in_flight``: each endpoint's memory bound where its provider sets none
         self.max_in_flight = max_in_flight
         #: by endpoint name (provider + key + model: ``Provider.endpoint_key``)
         self.by_name: dict[str, Endpoint] = {}
         #: the processes working on the run, when several may: each takes its share of the rate limits
-        self.crew: Crew | None = None
+        self.crew = crew
         self._starting: dict[str, asyncio.Future[None]] = {}
 
     def of(self, req: Task) -> Endpoint:

@@ -1,34 +1,23 @@
-"""What a run that the store or a results file stopped says: the store's own sentence for its failure, a results
-file that cannot be written, where the answers the store could not take are kept, and the one error the run ends
-with (runner/engine/run.py raises it once everything queued is committed)."""
+"""What a run that the store or a results file stopped says: the store's own sentence for its failure, where the
+answers the store could not take are kept, and the one error the run ends with (runner/engine/run.py raises it
+once everything queued is committed). A results file's own sentence is ``output_error``, beside the files in
+runner/engine/results_files.py."""
 
 from __future__ import annotations
 
 import errno
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from runner.engine.results_files import Results
 from runner.errors import OutputError, RunnerError, StoreFailed
 from runner.spec.schema import Job
 from runner.store import Store, Writer
 from runner.store.writer import save_unstored
 
-if TYPE_CHECKING:
-    from runner.engine.run import Results
-
-
 #: errors of a file or folder that a user fixes (space, permissions, a read-only or missing folder)
 _OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EIO,
                   errno.EEXIST, errno.ENOENT, errno.EISDIR, errno.EFBIG}
-
-
-def output_error(exc: OSError, path: Path | str, run_id: str | None) -> OutputError:
-    """One sentence for a results file or folder that cannot be written, with how to go on."""
-    then = f", then `runner resume {run_id}`" if run_id else ", then run it again"
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return OutputError(f"the disk holding {path} is full: free space{then}", path)
-    return OutputError(f"{path} cannot be written ({exc.strerror or exc}): fix that{then}", path)
 
 
 def store_failure(store: Store, exc: BaseException, run_id: str | None = None) -> str | None:

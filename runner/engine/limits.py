@@ -26,15 +26,12 @@ import statistics
 from collections import deque
 from collections.abc import Callable
 
-from runner.providers.base import RateWindow
+# DEFAULT_MAX_IN_FLIGHT: the default of the max_in_flight setting, beside the setting (the SDKs' pools use it too)
+from runner.providers.base import DEFAULT_MAX_IN_FLIGHT, RateWindow
 
 #: the kinds of limit a response's headers may carry, each counted per minute
 KINDS = ("requests", "tokens", "input_tokens", "output_tokens")
 
-#: requests in flight per endpoint when neither the provider's nor the job's ``max_in_flight`` (nor an explicit
-#: ``concurrency``) says: at the 15-20 kB the runner holds per request in flight (bench/latency.py), at most about
-#: 160 MB; enough for a 10,000 RPM key with 30 s answers (6,258 with the headroom)
-DEFAULT_MAX_IN_FLIGHT = 8192
 #: Little's law's target is rate x mean latency times this (latency's spread, the bucket's bursts) ...
 HEADROOM = 1.25
 #: ... plus this many, so that an endpoint with short answers still has a few to spare

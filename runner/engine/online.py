@@ -5,18 +5,19 @@ tells the endpoint how it went; the retry policy (runner/engine/retry.py) decide
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from runner.engine.endpoints import Endpoints
 from runner.engine.leases import ChunkLeases
 from runner.engine.limits import Endpoint
+from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
 from runner.engine.reserver import input_tokens
 from runner.engine.retry import Tally, retrying
 from runner.engine.stats import RunStats
 from runner.errors import AuthError, ProviderError, RateLimited, TransientError
 from runner.plan.request import Task
-from runner.providers.base import CacheMarks, Completion
+from runner.providers.base import Completion
 from runner.spec.settings import RetrySettings
 
 #: transient errors that say the server is loaded (the adaptive concurrency backs off on these)
@@ -29,15 +30,14 @@ class LeaseLost(Exception):
 
 class Sender:
     def __init__(self, *, endpoints: Endpoints, leases: ChunkLeases, stats: RunStats, retry: RetrySettings,
-                 sleep: Callable[[float], Any]) -> None:
+                 sleep: Callable[[float], Any], prompt_cache: PromptCachePlan | NoPromptCache) -> None:
+        """``prompt_cache``: the run's prompt-cache plan (runner/engine/prompt_cache.py), which gives a request's
+        marks and makes them ready to send (a stored prefix stored first); :class:`NoPromptCache` marks nothing."""
         self.endpoints = endpoints
         self.leases = leases
         self.stats = stats
         self._retrying = retrying(retry, on_retry=self._count_retry, sleep=sleep)
-        #: a request's prompt-cache marks (runner/engine/prompt_cache.py), set when the run plans them, and what
-        #: makes them ready to send (a stored prefix stored first)
-        self.marks: Callable[[Task], CacheMarks | None] | None = None
-        self.ready: Callable[[Task, CacheMarks], Awaitable[CacheMarks]] | None = None
+        self.prompt_cache = prompt_cache
 
     async def send(self, req: Task, endpoint: Endpoint, tries: Tally) -> tuple[Completion, float]:
         """(the answer, the seconds its last attempt took), the provider started first; raises the error that ended
@@ -58,9 +58,9 @@ class Sender:
             await endpoint.ready()
         if self.leases.lost_lease_of(req):  # checked last before each attempt: after a stall, it may be another's
             raise LeaseLost(req.item)
-        marks = self.marks(req) if self.marks is not None and req.call.pairs is None else None
-        if marks is not None and marks.store_key is not None and self.ready is not None:
-            marks = await self.ready(req, marks)
+        marks = self.prompt_cache.marks(req) if req.call.pairs is None else None
+        if marks is not None and marks.store_key is not None:
+            marks = await self.prompt_cache.ready(req, marks)
         tries.sent += 1
         loop = asyncio.get_running_loop()
         started = loop.time()

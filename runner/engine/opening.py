@@ -9,10 +9,10 @@ import os
 import socket
 from collections.abc import Callable
 
-from runner.engine.checks import pid_alive
 from runner.engine.failures import unstored_paths
 from runner.engine.stats import RunStats
 from runner.plan.stage import StagePlan
+from runner.processes import pid_alive
 from runner.spec.schema import Job
 from runner.store import Store
 from runner.store.writer import store_unstored

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from runner.engine.stored_prompts import StoredPrompts
+from runner.engine.stored_prompts import NoStoredPrompts, StoredPrompts
 from runner.plan.prefixes import CacheRule, cache_rule, cacheable, common_prefix, prompt_text, shared_cut
 from runner.plan.request import CHAT, Task
 from runner.providers.base import CacheMarks, Provider, split_model
@@ -43,7 +43,7 @@ from runner.providers.batching import BatchLine
 from runner.providers.tokens import count_input_tokens, message_text
 from runner.spec.schema import Job
 
-__all__ = ["WARM_FOR", "PromptCachePlan"]
+__all__ = ["WARM_FOR", "NoPromptCache", "PromptCachePlan"]
 
 #: seconds a group stays warm after its last request was sent (the providers keep a prefix 5 minutes)
 WARM_FOR = 240.0
@@ -78,9 +78,11 @@ def _intervals(links: list[int]) -> list[tuple[int, int, int]]:
 
 
 class PromptCachePlan:
-    """The dispatcher's prompt-cache groups: which requests lead, which wait, and the marks each is sent with."""
+    """The run's prompt-cache groups: which requests lead, which wait, and the marks each is sent with."""
 
-    def __init__(self, job: Job, providers: dict[str, Provider], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, job: Job, providers: dict[str, Provider], clock: Callable[[], float] = time.monotonic, *,
+                 stored: StoredPrompts | NoStoredPrompts | None = None) -> None:
+        """``stored``: the prefixes the run stores at a provider that keeps them (none by default)."""
         self.clock = clock
         self._on = {stage.name for stage in job.llm_stages() if job.stage_prompt_cache(stage) == "auto"}
         self._providers = providers
@@ -92,7 +94,7 @@ class PromptCachePlan:
         #: per group: the answer its first request is waiting for, or when it was last used (warm)
         self._groups: dict[str, asyncio.Future[Any] | float] = {}
         #: prefixes stored at the provider (Gemini's explicit cached contents), where a provider keeps them
-        self.stored: StoredPrompts | None = None
+        self.stored: StoredPrompts | NoStoredPrompts = stored if stored is not None else NoStoredPrompts()
 
     def _rule(self, task: Task) -> CacheRule | None:
         model = task.model
@@ -135,7 +137,7 @@ class PromptCachePlan:
                 if levels[position]:
                     kept = tuple(cuts[position][-MAX_CUTS:])
                     self._marks[group[index].key] = CacheMarks(levels[position][-1][2], kept)
-            if self.stored is not None and self.stored.serves(group[0]):
+            if self.stored.serves(group[0]):
                 self._marks.update(self.stored.choose(rule, [(task, self._marks[task.key]) for task in group
                                                              if task.key in self._marks]))
 
@@ -182,7 +184,7 @@ class PromptCachePlan:
 
     async def ready(self, task: Task, marks: CacheMarks) -> CacheMarks:
         """``marks`` as they are sent: with the name of the stored prefix they read, stored first when needed."""
-        if marks.store_key is None or self.stored is None:
+        if marks.store_key is None:  # only the stored prefixes set one
             return marks
         return await self.stored.ready(task, marks)
 
@@ -209,3 +211,33 @@ class PromptCachePlan:
             return None
         self._groups[marks.group] = now
         return None
+
+
+class NoPromptCache:
+    """The plan of a run that plans no provider prompt caching (no stage with ``prompt_cache: auto``, or no provider
+    whose API caches prompts): no request waits for another or is marked, and nothing is stored at a provider. The
+    dispatcher, the sender and the Batch API side hold it in place of :class:`PromptCachePlan` and call it without
+    asking which they have; each call does nothing."""
+
+    __slots__ = ()
+
+    #: no prefix is stored at a provider: the run's end has nothing to delete
+    stored = NoStoredPrompts()
+
+    def plan(self, tasks: list[Task]) -> None:
+        pass
+
+    def forget(self, key: str) -> None:
+        pass
+
+    def gate(self, task: Task, answer: asyncio.Future[Any]) -> asyncio.Future[Any] | None:
+        return None
+
+    def marks(self, task: Task) -> CacheMarks | None:
+        return None
+
+    async def ready(self, task: Task, marks: CacheMarks) -> CacheMarks:
+        return marks
+
+    def mark_lines(self, provider: Provider, tasks: list[Task], lines: list[BatchLine]) -> list[BatchLine]:
+        return lines

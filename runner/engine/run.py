@@ -1,9 +1,9 @@
 """Run a job (or resume a run, or join one as a worker): :func:`execute` in named phases. Before the run row exists
 the stages are planned (runner/engine/opening.py) and the job is checked (runner/engine/checks.py); then the run is
 opened and a resume's leftovers recovered (runner/engine/opening.py); then one :class:`_Session` starts the results
-files, the writer and the dispatcher, dispatches each stage (replayed whole where unchanged), takes Ctrl-C, and
-finishes: the run's status in the store, or the one error a failed store or results file ends it with
-(runner/engine/failures.py)."""
+files (runner/engine/results_files.py), the writer and the dispatcher, dispatches each stage (replayed whole where
+unchanged), takes Ctrl-C, and finishes: the run's status in the store, or the one error a failed store or results
+file ends it with (runner/engine/failures.py)."""
 
 from __future__ import annotations
 
@@ -11,28 +11,23 @@ import asyncio
 import contextlib
 import datetime as dt
 import gc
-import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import Protocol
 
-from runner.engine.checks import (  # noqa: F401  (importable from here as before)
-    budget_warnings,
-    check_before_sending,
-    check_joinable,
-    pid_alive,
-    set_budget,
-)
+from runner.engine.assembly import assemble
+from runner.engine.checks import check_before_sending, check_joinable
 from runner.engine.dispatch import Dispatcher
-from runner.engine.failures import is_output_errno, output_error, stop_error, store_failure
+from runner.engine.failures import is_output_errno, stop_error, store_failure
 from runner.engine.opening import open_run, plan_stages, recover
 from runner.engine.pipeline import Pipeline
 from runner.engine.replay import record_if_complete, replay, stage_address
+from runner.engine.results_files import Results
 from runner.engine.stats import RunStats
 from runner.engine.workers import Crew
-from runner.errors import OutputError, RunnerError
+from runner.errors import RunnerError
 from runner.plan.stage import StagePlan
 from runner.providers.base import Provider
 from runner.spec.schema import Job
@@ -63,103 +58,6 @@ class Outcome:
     stats: RunStats
     message: str | None = None
     results: dict[str, Path] | None = None
-
-
-class Results:
-    """Per-stage JSONL files, appended as batches are committed. After a crash the file may lack lines the
-    store has (killed between commit and write), so a resume rewrites it from the store at both ends: each
-    finished task appears exactly once.
-
-    A file that cannot be written (a full disk) ends the writing of every file, not the run's storing: the first
-    error is kept in :attr:`failure` and ``on_failure`` stops the dispatching; the store keeps every answer, and the
-    resume rewrites the files from it."""
-
-    def __init__(self, job: Job, run_id: str, store: Store) -> None:
-        self.run_id = run_id
-        self.store = store
-        self.paths = {stage.name: job.results_path(stage, run_id) for stage in job.llm_stages()}
-        self.handles: dict[str, IO[str]] = {}
-        self.opened = False
-        #: the error that stopped the writing of the files, when one did
-        self.failure: OutputError | None = None
-        self.on_failure: Callable[[BaseException], None] | None = None
-
-    def failed(self, exc: OSError, path: Path | str) -> OutputError:
-        """The sentence for a results file that cannot be written (kept as :attr:`failure` when it is the first)."""
-        error = output_error(exc, path, self.run_id)
-        if self.failure is None:
-            self.failure = error
-        return error
-
-    def open(self, rewrite: bool) -> None:
-        """Start each file: from the store's finished tasks when resuming, empty otherwise."""
-        for stage, path in self.paths.items():
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                if rewrite:
-                    self._rewrite(stage, path)
-                else:
-                    path.write_text("", encoding="utf-8")
-                self.handles[stage] = open(path, "a", encoding="utf-8")
-            except OSError as exc:
-                raise self.failed(exc, path) from None
-        self.opened = True
-
-    def on_commit(self, batch: list[Finished]) -> None:
-        if not self.handles or self.failure is not None:  # a joining worker writes no live file
-            return
-        touched: set[str] = set()
-        stage = batch[0].stage if batch else ""
-        try:
-            for item in batch:
-                stage = item.stage
-                self.handles[stage].write(item.result_line + "\n")
-                touched.add(stage)
-            for stage in touched:
-                self.handles[stage].flush()
-        except OSError as exc:
-            error = self.failed(exc, self.paths.get(stage, stage))
-            self._drop()
-            if self.on_failure is not None:
-                self.on_failure(error)
-
-    def _drop(self) -> None:
-        """Close the files after a write failed: what they still buffer cannot be written either."""
-        for handle in self.handles.values():
-            try:
-                handle.close()
-            except OSError:
-                pass
-        self.handles.clear()
-
-    def close(self, rewrite: bool) -> None:
-        """Close the files. A resumed run rewrites them from the store: a task that failed before and was
-        sent again has two lines in the live file, and the store has the last one."""
-        try:
-            for handle in self.handles.values():
-                handle.close()
-        except OSError as exc:
-            self.failed(exc, next(iter(self.paths.values())))
-        self._drop()
-        if rewrite and self.failure is None:
-            for stage, path in self.paths.items():
-                try:
-                    self._rewrite(stage, path)
-                except OSError as exc:
-                    self.failed(exc, path)
-                    break
-
-    def _rewrite(self, stage: str, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.part")  # several workers may rewrite at once
-        try:
-            with open(partial, "w", encoding="utf-8") as out:
-                out.writelines(line + "\n" for line in self.store.iter_results(self.run_id, stage))
-            partial.replace(path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                partial.unlink(missing_ok=True)  # a full disk gets its space back
-            raise
 
 
 async def execute(
@@ -262,11 +160,10 @@ class _Session:
             self.results.open(rewrite=self.resume)
         self.writer.start()
         # a joining worker, like a resume, counts what the run spent so far and skips the tasks that are done
-        dispatcher = self.dispatcher = Dispatcher(
+        dispatcher = self.dispatcher = assemble(
             run_id=self.run_id, job=self.job, store=self.store, writer=self.writer, providers=self.providers,
-            stats=self.stats, resume=self.resume or self.join, deadline=self.deadline)
-        dispatcher.crew, dispatcher.joined = self.crew, self.join
-        self.crew.on_live = dispatcher.share_limits
+            stats=self.stats, crew=self.crew, resume=self.resume or self.join, joined=self.join,
+            deadline=self.deadline)
         self.crew.join()
         self.committed.append(dispatcher.committed)
         self.stats.budgets = dispatcher.budgets
@@ -310,7 +207,7 @@ class _Session:
             await dispatcher.run_stage(plan, wait_for_batches=False)
             if dispatcher.stopping:
                 break
-            if dispatcher.batcher is not None and dispatcher.batcher.busy(plan.stage.name):
+            if dispatcher.batcher.busy(plan.stage.name):
                 waiting.append((plan, address))
             elif address is not None:
                 await self.writer.flush()

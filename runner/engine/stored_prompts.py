@@ -53,7 +53,7 @@ from runner.providers.tokens import count_input_tokens
 from runner.store.base import now
 from runner.store.rows import LedgerRow
 
-__all__ = ["KEY", "TTL", "StoredPrompts"]
+__all__ = ["KEY", "TTL", "NoStoredPrompts", "StoredPrompts"]
 
 log = logging.getLogger(__name__)
 
@@ -275,3 +275,23 @@ class StoredPrompts:
             storage = self.pricing.storage(prefix.model) or 0.0
             if left > 0 and storage:
                 self._charge(prefix, stored, -stored.tokens * storage * left / 3600 / PER, None)
+
+
+class NoStoredPrompts:
+    """The stored prefixes of a run none of whose providers keeps any (``Provider.stores_prompts``): it serves no
+    request, so nothing is chosen, stored, kept or deleted. :class:`~runner.engine.prompt_cache.PromptCachePlan`
+    holds it in place of :class:`StoredPrompts` and calls it without asking which it has."""
+
+    __slots__ = ()
+
+    def serves(self, task: Task) -> bool:
+        return False
+
+    def choose(self, rule: CacheRule, planned: list[tuple[Task, CacheMarks]]) -> dict[str, CacheMarks]:
+        return {}
+
+    async def ready(self, task: Task, marks: CacheMarks) -> CacheMarks:
+        return marks
+
+    async def close(self) -> None:
+        """Nothing was stored: nothing to delete."""

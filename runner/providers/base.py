@@ -20,31 +20,26 @@ the bundled ones in this package's pyproject.toml and a plug-in's in its own pac
 
         async def execute(self, model, messages, params) -> Completion: ...
 
-The registry lists the entry points' names without importing anything (:func:`provider_names`) and imports a
-class the first time a job names it (:func:`provider_class`), so a plug-in that fails to import, or a cloud
-provider whose module is missing, is one sentence when it is named and harmless when it is not. Provider modules
-import their SDKs inside the methods that use them, so that loading a class (``runner validate``) stays light.
-:func:`register` adds a class directly (tests' fakes; ``@register`` on a bundled class is harmless).
+The registry (:data:`PROVIDERS`, an entry-point registry of runner/providers/registry.py over :class:`Provider`)
+lists the entry points' names without importing anything (:func:`provider_names`) and imports a class the first
+time a job names it (:func:`provider_class`), so a plug-in that fails to import, or a cloud provider whose module is
+missing, is one sentence when it is named and harmless when it is not. Provider modules import their SDKs inside
+the methods that use them, so that loading a class (``runner validate``) stays light. :func:`register` adds a class
+directly (tests' fakes; ``@register`` on a bundled class is harmless).
 
-Over ~450 lines since issue 23 gave the contract its probe, SDK check and model mappings and the registry its entry
-points: the registry (from ``register`` down) is the part to move to a module of its own.
+This module is the contract's one import point: the records a provider trades in (:class:`Completion` and the
+others of runner/providers/records.py) are imported from here. The engine hands a provider what it needs (its
+settings, with the connection pool its SDK clients need: :meth:`ProviderSettings.with_pool_size`); nothing here
+imports runner/engine.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
 import importlib.util
-import json
-import math
 import os
-import pkgutil
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import (
     BaseModel,
@@ -58,9 +53,32 @@ from pydantic import (
 )
 
 from runner.errors import BadRequest, ModelSetupError
+from runner.providers.records import (
+    CacheMarks,
+    Completion,
+    ContinuationScore,
+    RateWindow,
+    StoredPrompt,
+    loglikelihood_completion,
+    parse_loglikelihoods,
+)
+from runner.providers.registry import EntryPointRegistry
 
 if TYPE_CHECKING:
     from .batching import Batches
+
+__all__ = [
+    "DEFAULT_MAX_IN_FLIGHT", "ENTRY_POINT_GROUP", "PROVIDERS", "CacheMarks", "Completion", "ContinuationScore",
+    "Provider", "ProviderSettings", "RateWindow", "StoredPrompt", "http_limits", "loglikelihood_completion",
+    "parse_loglikelihoods", "provider_class", "provider_names", "register", "split_model", "unregister",
+]
+
+
+#: requests in flight per endpoint when neither the provider's nor the job's ``max_in_flight`` (nor an explicit
+#: ``concurrency``) says: at the 15-20 kB the runner holds per request in flight (bench/latency.py), at most about
+#: 160 MB; enough for a 10,000 RPM key with 30 s answers (6,258 with the headroom). The engine's bound
+#: (runner/engine/limits.py), and the SDKs' connection pools where the engine sized none (:func:`http_limits`).
+DEFAULT_MAX_IN_FLIGHT = 8192
 
 
 class ProviderSettings(BaseModel):
@@ -77,7 +95,8 @@ class ProviderSettings(BaseModel):
     itpm: int | None = Field(default=None, gt=0)
     otpm: int | None = Field(default=None, gt=0)
     concurrency: int | None = Field(default=None, gt=0)
-    #: requests in flight per endpoint at most (memory: 15-20 kB each); default the job's, else 8,192
+    #: requests in flight per endpoint at most (memory: 15-20 kB each); default the job's, else
+    #: ``DEFAULT_MAX_IN_FLIGHT`` (8,192)
     max_in_flight: int | None = Field(default=None, gt=0, le=1_000_000)
     timeout: float = Field(default=60.0, gt=0)
     #: the API version sent (anthropic: 2023-06-01 or 2026-10-21; runner.providers.capabilities)
@@ -89,6 +108,9 @@ class ProviderSettings(BaseModel):
     #: keys no field above names but some registered provider's ``Options`` declares; each provider
     #: validates the ones it gets against its own ``Options`` (``Provider.options_from``)
     _provider_options: dict[str, Any] = PrivateAttr(default_factory=dict)
+    #: the connections an SDK client made with these settings may hold, as the engine sized them
+    #: (:meth:`with_pool_size`); not a setting of the job file, never dumped
+    _pool_size: int | None = PrivateAttr(default=None)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -117,102 +139,24 @@ class ProviderSettings(BaseModel):
         """The provider-declared keys given beside the shared ones (see ``Provider.Options``)."""
         return dict(self._provider_options)
 
+    def with_pool_size(self, size: int) -> ProviderSettings:
+        """These settings, with the connection pool the engine computed for their SDK clients (the requests it lets
+        go to one endpoint at once: ``connection_pool_size`` of runner/engine/endpoints.py, from this provider's
+        bounds and the job's ``max_in_flight``). A copy: the job's own settings are left as the file gave them."""
+        sized = self.model_copy()
+        sized._pool_size = size
+        return sized
 
-@dataclass(slots=True, frozen=True)
-class RateWindow:
-    """One limit as a response's headers told it: its size, what is left, and seconds until it is full."""
-
-    limit: int | None = None
-    remaining: int | None = None
-    reset: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CacheMarks:
-    """The prompt-cache plan of one request (runner/engine/prompt_cache.py): the group of requests sharing its
-    prefix (a digest of that prefix), and where its shared prefixes end, shortest first, each as (message index,
-    characters into that message; 0: the end of the message before), with the lifetime to ask for ("5m", "1h")."""
-
-    group: str
-    cuts: tuple[tuple[int, int], ...]
-    ttl: str = "5m"
-    #: a prefix of whole messages the provider keeps for the runner (Gemini's explicit cached contents,
-    #: runner/engine/stored_prompts.py): its digest while planned, then ``stored``, the provider's name of it, and
-    #: ``held``, how many leading messages it holds (the request then sends only the rest)
-    store_key: str | None = None
-    stored: str | None = None
-    held: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class StoredPrompt:
-    """A prompt prefix the provider keeps until ``expires`` (Unix time) under ``name``: ``tokens`` as it counted
-    them, and the label the runner gave it (a run's prefixes are found again by their labels)."""
-
-    name: str
-    tokens: int
-    expires: float
-    label: str = ""
-
-
-@dataclass(slots=True)
-class Completion:
-    """What came back from one request."""
-
-    text: str
-    finish_reason: str | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    #: input tokens written to a prompt cache (Anthropic prices them apart)
-    cache_write_tokens: int = 0
-    #: of ``cache_write_tokens``, those written for an hour (Anthropic's ``ttl: "1h"``, priced higher again)
-    cache_write_1h_tokens: int = 0
-    #: the provider's response as JSON-able data, stored in the memo
-    raw: dict[str, Any] = field(default_factory=dict)
-    #: the model's thinking as the API returned it (thinking blocks, thought parts, ``<think>`` of open models),
-    #: kept apart from ``text``, which is the answer alone; None when there was none
-    thinking: str | None = None
-    #: output tokens spent thinking, where the API reports them (OpenAI reasoning_tokens, Gemini thoughtsTokenCount);
-    #: already counted in ``output_tokens``
-    reasoning_tokens: int = 0
-    #: rate-limit windows from the response headers, by kind: requests, tokens, input_tokens, output_tokens
-    rate: dict[str, RateWindow] | None = None
-
-
-@dataclass(slots=True)
-class ContinuationScore:
-    """How likely a model finds one continuation after its context."""
-
-    logprob: float  # summed natural-log probability of the continuation's tokens given the context
-    tokens: int     # how many tokens the continuation has
-    greedy: bool    # whether each continuation token was the model's most likely one
-
-
-def loglikelihood_completion(scores: Iterable[ContinuationScore], input_tokens: int,
-                             raw: dict[str, Any] | None = None) -> Completion:
-    """The :class:`Completion` of a log-likelihood request: ``text`` is a compact JSON list with one
-    ``{"logprob", "tokens", "greedy"}`` object per (context, continuation) pair, in the pairs' order (read it back
-    with :func:`parse_loglikelihoods`); ``input_tokens`` are the tokens scored; nothing is generated."""
-    items = [{"logprob": float(s.logprob), "tokens": int(s.tokens), "greedy": bool(s.greedy)} for s in scores]
-    for item in items:
-        if not math.isfinite(item["logprob"]):
-            raise ValueError(f"a log-likelihood must be a finite number, not {item['logprob']!r}")
-    text = json.dumps(items, separators=(",", ":"), allow_nan=False)
-    return Completion(text=text, finish_reason="scored", input_tokens=input_tokens, output_tokens=0,
-                      raw=raw if raw is not None else {})
-
-
-def parse_loglikelihoods(text: str) -> list[ContinuationScore]:
-    """The scores a log-likelihood :class:`Completion`'s ``text`` holds; ``ValueError`` if it holds none."""
-    try:
-        items = json.loads(text)
-        if not isinstance(items, list):
-            raise TypeError("not a list")
-        return [ContinuationScore(logprob=float(item["logprob"]), tokens=int(item["tokens"]),
-                                  greedy=bool(item["greedy"])) for item in items]
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ValueError(f"not a list of log-likelihood scores: {text[:80]!r}") from exc
+    @property
+    def pool_size(self) -> int:
+        """The connections an SDK client made with these settings may hold: as the engine sized them
+        (:meth:`with_pool_size`), else (settings no engine sized: a provider built directly) these settings' own
+        bound on requests in flight, an explicit ``concurrency`` or ``max_in_flight``, else
+        ``DEFAULT_MAX_IN_FLIGHT``."""
+        if self._pool_size is not None:
+            return self._pool_size
+        bounds = [bound for bound in (self.concurrency, self.max_in_flight) if bound]
+        return min(bounds) if bounds else DEFAULT_MAX_IN_FLIGHT
 
 
 class Provider(ABC):
@@ -412,70 +356,6 @@ class Provider(ABC):
         """Release clients and files."""
 
 
-def http_limits(settings: ProviderSettings) -> Any:
-    """The connection pool of an SDK's aiohttp client (``limits=`` of openai's and anthropic's
-    ``DefaultAioHttpClient``), as large as the requests the engine lets go to one endpoint at once
-    (``connection_pool_size`` of runner/engine/endpoints.py): the SDKs' default of 1,000 would queue the rest inside
-    the SDK, unseen by the runner."""
-    import httpx2  # the SDKs' HTTP layer
-
-    from runner.engine.endpoints import connection_pool_size  # imported when a client is made: no import cycle
-
-    size = connection_pool_size(settings)
-    return httpx2.Limits(max_connections=size, max_keepalive_connections=size)
-
-
-# -- the registry ------------------------------------------------------------------------------------------
-
-ProviderT = TypeVar("ProviderT", bound=type[Provider])
-
-#: the entry-point group naming every provider class, the bundled ones (this package's pyproject.toml) and
-#: plug-ins' alike: ``name = "module:Class"``
-ENTRY_POINT_GROUP = "runner.providers"
-#: provider name -> class: the classes loaded so far, and those :func:`register` was handed directly (tests' fakes)
-_registry: dict[str, type[Provider]] = {}
-#: alias -> provider name
-_aliases: dict[str, str] = {}
-#: provider name -> the entry points claiming it (one per distinct ``module:Class``), read once
-_entry_points: dict[str, list[EntryPoint]] | None = None
-_loading = threading.RLock()
-
-
-@overload
-def register(cls: ProviderT, aliases: Iterable[str] = ()) -> ProviderT: ...
-@overload
-def register(cls: None = None, aliases: Iterable[str] = ()) -> Callable[[ProviderT], ProviderT]: ...
-def register(cls: ProviderT | None = None, aliases: Iterable[str] = ()) -> Any:
-    """Make a provider class known under its ``name`` (and ``aliases``): ``register(FooProvider)``, or as a
-    class decorator, ``@register`` or ``@register(aliases=("f",))``. Registering the same class again (a module
-    imported twice) replaces it; another class under a taken name is a ``ValueError``."""
-    names = tuple(aliases)
-
-    def add(cls: ProviderT) -> ProviderT:
-        name = getattr(cls, "name", None)
-        if not (isinstance(cls, type) and issubclass(cls, Provider)) or not isinstance(name, str) or not name:
-            raise TypeError(f"register() takes a Provider subclass with a name, not {cls!r}")
-        for key in (name, *names):
-            if ":" in key or not key:
-                raise ValueError(f"provider name {key!r} must be non-empty and without ':'")
-            holder = _registry.get(_aliases.get(key, key))
-            if holder is not None and _qualified(holder) != _qualified(cls):
-                raise ValueError(f"provider name {key!r} is taken by {_qualified(holder)}")
-        _registry[name] = cls
-        for alias in names:
-            _aliases[alias] = name
-        return cls
-
-    return add if cls is None else add(cls)
-
-
-def unregister(name: str) -> type[Provider] | None:
-    """Forget the provider ``name`` and its aliases (tests register fakes for one test); returns its class."""
-    for alias in [alias for alias, target in _aliases.items() if target == name]:
-        del _aliases[alias]
-    return _registry.pop(name, None)
-
-
 def _importable(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -483,76 +363,35 @@ def _importable(module: str) -> bool:
         return False
 
 
-def _qualified(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
+def http_limits(settings: ProviderSettings) -> Any:
+    """The connection pool of an SDK's aiohttp client (``limits=`` of openai's and anthropic's
+    ``DefaultAioHttpClient``), as large as the requests the engine lets go to one endpoint at once
+    (``settings.pool_size``, which the engine sets when it builds the providers): the SDKs' default of 1,000 would
+    queue the rest inside the SDK, unseen by the runner."""
+    import httpx2  # the SDKs' HTTP layer
+
+    size = settings.pool_size
+    return httpx2.Limits(max_connections=size, max_keepalive_connections=size)
 
 
-def _provider_entry_points() -> dict[str, list[EntryPoint]]:
-    """The ``runner.providers`` entry points of every installed distribution, by name, read once without
-    importing anything. Two entries with the same target (a package installed twice on the path) count once."""
-    global _entry_points
-    if _entry_points is None:
-        found: dict[str, list[EntryPoint]] = {}
-        for entry in _installed_entry_points():
-            claims = found.setdefault(entry.name, [])
-            if all(other.value != entry.value for other in claims):
-                claims.append(entry)
-        _entry_points = found
-    return _entry_points
+# -- the registry ------------------------------------------------------------------------------------------
 
-
-def _installed_entry_points() -> list[EntryPoint]:
-    entries = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
-    if not any(entry.value.startswith(f"{__package__}.") for entry in entries):
-        # this package run from a source tree without its installed metadata: its own modules stand in
-        entries += _bundled_without_metadata()
-    return entries
-
-
-def _bundled_without_metadata() -> list[EntryPoint]:
-    """The provider classes this package's own modules define, as entry points (only when no installed metadata
-    names them, e.g. a source tree put on the path); provider modules import no SDK at their top."""
-    package = importlib.import_module(__package__ or "runner.providers")
-    entries = []
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name in ("base", "tokens", "pricing") or info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
-        for attribute, value in vars(module).items():
-            if (isinstance(value, type) and issubclass(value, Provider) and value.__module__ == module.__name__
-                    and not attribute.startswith("_") and isinstance(value.__dict__.get("name"), str)):
-                entries.append(EntryPoint(value.name, f"{module.__name__}:{attribute}", ENTRY_POINT_GROUP))
-    return entries
-
-
-def _origin(entry: EntryPoint) -> str:
-    """Where an entry point comes from, for messages: its distribution and its line."""
-    dist = entry.dist.name if entry.dist is not None else "an unnamed package"
-    return f"the {dist} package's entry point {entry.name} = {entry.value!r}"
-
-
-def _load(name: str, claims: list[EntryPoint]) -> type[Provider]:
-    """Import the class an entry point names and register it; each way this fails is one sentence."""
-    if len(claims) > 1:
-        raise ModelSetupError(f"provider {name!r} is claimed twice, by {_origin(claims[0])} and by "
-                              f"{_origin(claims[1])}: uninstall one of them")
-    entry = claims[0]
-    try:
-        loaded = entry.load()
-    except Exception as exc:  # noqa: BLE001 - a plug-in's import may raise anything; said in one sentence
-        raise ModelSetupError(f"provider {name!r} cannot be loaded from {_origin(entry)}: "
-                              f"{type(exc).__name__}: {exc}") from None
-    if not (isinstance(loaded, type) and issubclass(loaded, Provider)):
-        raise ModelSetupError(f"provider {name!r} cannot be loaded from {_origin(entry)}: {loaded!r} is not a "
-                              "subclass of runner.providers.base.Provider")
-    if getattr(loaded, "name", None) != name:
-        raise ModelSetupError(f"provider {name!r} cannot be loaded from {_origin(entry)}: its class is named "
-                              f"{getattr(loaded, 'name', None)!r}; the entry point's name and the class's name "
-                              "must be the same")
-    try:
-        return register(loaded)
-    except ValueError as exc:  # an alias of the class taken by another provider
-        raise ModelSetupError(f"provider {name!r} cannot be loaded from {_origin(entry)}: {exc}") from None
+#: the entry-point group naming every provider class, the bundled ones (this package's pyproject.toml) and
+#: plug-ins' alike: ``name = "module:Class"``
+ENTRY_POINT_GROUP = "runner.providers"
+#: every provider, by name (runner/providers/registry.py): the entry points of ``ENTRY_POINT_GROUP``, loaded when
+#: first named, and the classes handed to :func:`register` directly (tests' fakes). Without installed metadata this
+#: package's own modules stand in for the entry points, less those that define no provider class.
+PROVIDERS: EntryPointRegistry[type[Provider]] = EntryPointRegistry(
+    Provider, ENTRY_POINT_GROUP, package=__package__ or "runner.providers", skip=("base", "tokens", "pricing"),
+    noun="provider")
+register = PROVIDERS.register
+unregister = PROVIDERS.unregister
+#: the known providers' names, sorted (``aliases=True``: with their aliases); nothing is imported to list them
+provider_names = PROVIDERS.names
+#: the provider class a name (or alias) names, loaded from its entry point the first time it is asked for;
+#: ``KeyError`` for no such provider, ``ModelSetupError`` (one sentence) when its entry point does not load
+provider_class = PROVIDERS.load
 
 
 def _declared_options() -> set[str]:
@@ -564,31 +403,7 @@ def _declared_options() -> set[str]:
             provider_class(name)
         except ModelSetupError:
             pass
-    return {key for cls in list(_registry.values()) for key in cls.Options.model_fields}
-
-
-def provider_names(*, aliases: bool = False) -> list[str]:
-    """The known providers' names, sorted (with their aliases too when ``aliases``): the entry points' and the
-    registered classes'. Nothing is imported to list them."""
-    names = {*_provider_entry_points(), *_registry}
-    return sorted([*names, *_aliases] if aliases else names)
-
-
-def provider_class(name: str) -> type[Provider]:
-    """The provider class named ``name`` (or one of its aliases), loaded from its entry point the first time it
-    is asked for; ``KeyError`` when no provider has that name, ``ModelSetupError`` (one sentence) when its entry
-    point does not load or is claimed by two packages."""
-    found = _registry.get(_aliases.get(name, name))  # the hot path (token counts, prices): no lock once loaded
-    if found is not None:
-        return found
-    with _loading:
-        found = _registry.get(_aliases.get(name, name))
-        if found is not None:
-            return found
-        claims = _provider_entry_points().get(name)
-        if not claims:
-            raise KeyError(f"unknown provider {name!r} (known: {', '.join(provider_names())})")
-        return _load(name, claims)
+    return {key for cls in list(PROVIDERS.classes.values()) for key in cls.Options.model_fields}
 
 
 def split_model(spec: str) -> tuple[str, str]:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runner.errors import RunnerError
+from runner.processes import pid_alive
 from runner.report.tables import Column, Table, csv_text, json_text
 from runner.store import Reads, Store
 from runner.store.reads import UNKNOWN_JOB
@@ -63,8 +64,6 @@ def build(store: Store, *, by: str = "model", since: str | None = None) -> dict[
     """Sums per group, and totals, as plain data (what ``render`` shows and ``--format json`` prints)."""
     if by not in BY:
         raise RunnerError(f"--by must be one of {', '.join(BY)}, not {by!r}")
-    from runner.engine.run import pid_alive  # run imports the engine; keep this light to import
-
     since = parse_since(since)
     live = {run_id for run_id, pid in Reads(store).running_runs() if pid_alive(pid)}
     rows: dict[str, Row] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runner.processes import pid_alive
 from runner.report.tables import Column, Table, csv_text, json_text
 from runner.store import Store
 
@@ -21,8 +22,6 @@ FIELDS = ("id", "job", "status", "done", "failed", "total", "spend", "started", 
 
 def build(store: Store, limit: int = 50) -> dict[str, Any]:
     """The newest ``limit`` runs as plain data (what ``render`` shows and ``--format json`` prints)."""
-    from runner.engine.run import pid_alive  # run imports the engine; keep this light to import
-
     runs = []
     for r in store.list_runs(limit):
         status = r["status"]

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from runner.plan.choices import LETTERS
+from runner.processes import pid_alive
 from runner.report import funnel, item_scores, layouts
 from runner.report.cells import (
     CI_NOTE,
@@ -41,13 +42,6 @@ from runner.report.cells import (
 )
 from runner.report.terminal import clean, clean_lines
 from runner.store import Reads, Store
-
-
-def pid_alive(pid: Any) -> bool:
-    from runner.engine.run import pid_alive as alive  # run imports the engine; keep report light to import
-
-    return alive(pid)
-
 
 FORMATS = ("text", "json", "csv", "md")
 #: the footnote of the tokens out column

@@ -24,6 +24,7 @@ from aiohttp import web
 from markupsafe import Markup
 
 from runner.errors import RunnerError
+from runner.processes import pid_alive
 from runner.report import compare as comparisons
 from runner.report import costs as spend
 from runner.report import explain as explanations
@@ -108,8 +109,6 @@ def _run_filter(request: web.Request) -> RunFilter:
 def _runs(request: web.Request, f: RunFilter) -> tuple[list[dict[str, Any]], int]:
     """(a page of runs as the pages show them, how many match): a run recorded as running whose process is gone is
     ``crashed``; a running one has its pace; its budget and models are its job's."""
-    from runner.engine.checks import pid_alive
-
     found, total = request.app[READS].runs(f)
     runs = []
     for r in found:

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from runner.engine.budget import Scope
-from runner.engine.run import execute, set_budget
+from runner.engine.run import execute
 from runner.errors import RunnerError
 from runner.providers.pricing import Pricing
 from runner.report import summary as report
 from runner.spec.job import load_job
+from runner.spec.overrides import set_budget
 from runner.store import Store, open_store
 from simserver import SimConfig, SimServer, start_server
 
@@ -180,7 +181,7 @@ def test_scope_describes_itself():
 
 
 async def test_budget_warnings_name_what_to_add(tmp_path, server: SimServer, monkeypatch):
-    from runner.engine.run import budget_warnings
+    from runner.engine.checks import budget_warnings
 
     job = load_job(write_job(tmp_path, server.url, ["q"], usd=None, concurrency=1, max_tokens=5))
     assert budget_warnings(job) == [

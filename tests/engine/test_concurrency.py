@@ -276,7 +276,7 @@ def test_the_open_files_limit_is_raised_for_the_connections_or_bounds_them():
 
 
 async def test_the_jobs_max_in_flight_reaches_the_dispatchers_endpoints_and_a_providers_own_wins(tmp_path, monkeypatch):
-    from runner.engine.dispatch import Dispatcher
+    from runner.engine.assembly import assemble
     from runner.engine.stats import RunStats
     from runner.providers.base import provider_class
     from runner.spec.job import job_from_dict
@@ -289,8 +289,8 @@ async def test_the_jobs_max_in_flight_reaches_the_dispatchers_endpoints_and_a_pr
                                      "prompt": {"user": "{{ q }}"}}]}, base_dir=tmp_path)
     store = open_store(tmp_path / "s.sqlite")
     providers = {"sim": provider_class("sim")(job.providers["sim"])}
-    dispatcher = Dispatcher(run_id="r", job=job, store=store, writer=Writer(store, lambda batch: None),
-                            providers=providers, stats=RunStats())
+    dispatcher = assemble(run_id="r", job=job, store=store, writer=Writer(store, lambda batch: None),
+                          providers=providers, stats=RunStats())
     endpoint = dispatcher.endpoints.of(SimpleNamespace(provider="sim", model_name="m"))
     assert endpoint.ceiling == 300
     own = Endpoints({"p": FakeProvider(ProviderSettings(rpm=6000, max_in_flight=40))}, max_in_flight=300)
@@ -303,3 +303,24 @@ def test_the_sdk_clients_pools_are_sized_to_the_endpoints_bound():
     assert http_limits(ProviderSettings(concurrency=1500)).max_connections == 1500
     assert http_limits(ProviderSettings(max_in_flight=2500)).max_keepalive_connections == 2500
     assert http_limits(ProviderSettings()).max_connections == connection_pool_size(ProviderSettings())
+
+
+async def test_the_jobs_max_in_flight_sizes_the_sdk_clients_pool(tmp_path, monkeypatch):
+    # the engine builds the providers with the pool their endpoints' bound needs, the job's max_in_flight included;
+    # the provider's SDK client is made with it (the providers never import the engine to learn it)
+    from runner.engine.checks import build_providers
+    from runner.spec.job import job_from_dict
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    (tmp_path / "d.jsonl").write_text('{"q": "a"}\n', encoding="utf-8")
+    job = job_from_dict({"name": "j", "models": ["openai:gpt-4o"], "max_in_flight": 7,
+                         "stages": [{"name": "s", "dataset": {"path": str(tmp_path / "d.jsonl")},
+                                     "prompt": {"user": "{{ q }}"}}]}, base_dir=tmp_path)
+    provider = build_providers(job)["openai"]
+    await provider.start()
+    try:
+        pool = provider.client._client._transport.limits  # the SDK's aiohttp transport
+        assert pool.max_connections == pool.max_keepalive_connections == connection_pool_size(
+            ProviderSettings(), job_bound=7) == 7
+    finally:
+        await provider.aclose()

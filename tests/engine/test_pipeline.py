@@ -298,7 +298,8 @@ async def test_a_stage_with_failed_requests_is_not_kept_and_the_next_run_sends_o
 
 
 async def test_a_pipeline_stopped_by_its_budget_resumes_where_it_stopped(tmp_path, fake):
-    from runner.engine.checks import load_run_job, set_budget
+    from runner.engine.checks import load_run_job
+    from runner.spec.overrides import set_budget
 
     path = pipeline_job(tmp_path)
     priced = "models: [fake:m]\nprices: {fake:m: {input: 1000, output: 1000}}"

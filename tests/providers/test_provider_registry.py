@@ -73,12 +73,12 @@ def on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     folder = tmp_path / "site"
     folder.mkdir()
     monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.setattr(base, "_entry_points", None)
-    before = set(base._registry)
+    monkeypatch.setattr(base.PROVIDERS, "_entry_points", None)
+    before = set(base.PROVIDERS.classes)
     try:
         yield folder
     finally:
-        for name in set(base._registry) - before:
+        for name in set(base.PROVIDERS.classes) - before:
             unregister(name)
         for module in [m for m in sys.modules if getattr(sys.modules[m], "__file__", "") and
                        str(folder) in str(sys.modules[m].__file__)]:

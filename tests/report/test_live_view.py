@@ -9,11 +9,12 @@ import pytest
 from rich.console import Console
 
 from runner.engine.budget import Budgets, Scope
-from runner.engine.run import execute, set_budget
+from runner.engine.run import execute
 from runner.engine.stats import RunStats
 from runner.errors import BadRequest
 from runner.report.progress import LiveView, PlainView, budget_line, budget_parts, time_line
 from runner.spec.job import load_job
+from runner.spec.overrides import set_budget
 from runner.store import open_store
 from tests.helpers import write_job, write_rows
 

@@ -113,7 +113,7 @@ def test_a_full_results_disk_stops_the_run_and_the_resume_pays_nothing_twice(tmp
 async def test_enospc_on_the_results_file_stops_dispatching_and_keeps_every_answer(tmp_path, fake_provider,
                                                                                    monkeypatch):
     """The same with ENOSPC injected into the results file's writes (no mount needed)."""
-    import runner.engine.run as run_module
+    import runner.engine.results_files as run_module
     from runner.engine.run import execute
     from runner.errors import RunnerError
     from runner.spec.job import load_job

@@ -1,0 +1,182 @@
+"""The capability table's data: one :class:`Rule` per model family and API, each with the document it comes from,
+tried in order (the first whose pattern matches the model id applies), and the API versions and thinking allowances
+the runner sends. runner/providers/capabilities.py reads it, with what the models.dev catalogue says folded in, and
+shapes each stage's parameters by it; ``TABLE_VERSION`` is the date the table was last checked against its
+sources. Data only: nothing here is looked up or imported from the rest of the runner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+TABLE_VERSION = "2026-11-24"
+
+#: the Anthropic API versions the runner knows, and the one it sends unless ``providers: {anthropic:
+#: {api_version: ...}}`` says otherwise. 2026-10-21 (the default of anthropic SDK 2.x) refuses temperature, top_p
+#: and top_k for every model, even at their default values (Anthropic's versioning page and the 2026-10-21 migration
+#: guide, platform.claude.com/docs/en/api/versioning); 2023-06-01 still takes them for the models that do, which a
+#: temperature-0 evaluation needs. Pinned so that an SDK upgrade cannot change what is sent.
+ANTHROPIC_VERSIONS = ("2023-06-01", "2026-10-21")
+ANTHROPIC_DEFAULT_VERSION = "2023-06-01"
+#: Gemini's API version: v1beta serves systemInstruction, responseMimeType, responseJsonSchema, thinkingConfig and
+#: batch mode; v1 (google-genai 3.x's default) has none of the first four (generativelanguage v1 and v1beta
+#: protos, googleapis/googleapis google/ai/generativelanguage/{v1,v1beta}/generative_service.proto)
+GEMINI_API_VERSION = "v1beta"
+#: the answer's room on Anthropic when a job sets no max_tokens (the Messages API requires one); as
+#: anthropic_messages.DEFAULT_MAX_TOKENS
+ANTHROPIC_REQUIRED_CAP = 1024
+
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+#: output tokens the runner adds to the cap for thinking when a job names an effort but no budget (the thinking
+#: allowance): the job's ``max_tokens`` is the answer's room, thinking gets its own on top. OpenAI's reasoning
+#: guide suggests reserving about 25,000 tokens for reasoning and answer when starting out; these are the runner's
+#: defaults per level, overridden by ``reasoning: {budget_tokens: N}``.
+EFFORT_ALLOWANCE = {"none": 0, "minimal": 1024, "low": 4096, "medium": 16384, "high": 32768, "xhigh": 65536,
+                    "max": 65536}
+#: the effort an always-reasoning model uses when the job sets none (OpenAI's default is medium)
+DEFAULT_EFFORT = "medium"
+#: a thinking budget for an effort, for APIs that take only a budget (Gemini 2.5, Claude's budget form)
+EFFORT_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576, "xhigh": 32768, "max": 32768}
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What one model family's API takes. ``None`` for a range means the parameter is refused."""
+
+    provider: str
+    #: a regular expression matched (``re.match``) against the model id
+    pattern: str
+    family: str
+    source: str
+    temperature: tuple[float, float] | None = (0.0, 2.0)
+    top_p: bool = True
+    #: False: temperature and top_p may not both be set
+    temperature_with_top_p: bool = True
+    #: presence_penalty and frequency_penalty (-2 to 2, the job's range): False when the API refuses them
+    penalties: bool = True
+    #: the most stop sequences a request may carry; 0: none at all
+    max_stop: int | None = None
+    #: the seed's range; None: the API has no seed (it is not sent, and a job's seed is refused)
+    seed: tuple[int, int] | None = None
+    logprobs: bool = False
+    #: "never": no thinking; "optional": off unless asked; "default": on unless turned off; "always": cannot be off
+    reasoning: Literal["never", "optional", "default", "always"] = "never"
+    #: the effort levels the API takes, () when it takes none
+    efforts: tuple[str, ...] = ()
+    #: the range a thinking budget may take, None when the API takes no budget
+    budget: tuple[int, int] | None = None
+    #: whether a budget of 0 turns thinking off (Gemini 2.5 Flash)
+    budget_zero_off: bool = False
+    #: whether thinking counts against the output cap (all three APIs: max_completion_tokens, max_tokens,
+    #: maxOutputTokens), so the runner widens the cap by the thinking allowance
+    thinking_in_cap: bool = True
+    #: structured outputs with a JSON Schema
+    schema: bool = False
+    #: JSON mode without a schema (OpenAI json_object, Gemini responseMimeType)
+    json_mode: bool = False
+    #: sampling parameters refused while thinking is on (Claude's budget form: temperature and top_k)
+    no_sampling_when_thinking: bool = False
+    #: the output token limit when models.dev does not say
+    max_output: int | None = None
+
+
+_OPENAI_DOC = "OpenAI OpenAPI document, CreateChatCompletionRequest (extract kept in simserver/published/)"
+_OPENAI_REASONING = ("OpenAI reasoning guide (platform.openai.com/docs/guides/reasoning): reasoning models take "
+                     "reasoning_effort, count reasoning tokens in max_completion_tokens, and refuse temperature "
+                     "other than 1, top_p, logprobs and (but gpt-5.5 and later) stop: 400 unsupported_parameter")
+_ANTHROPIC_SAMPLING = ("Anthropic models overview and migration notes: Claude Opus 4.7 and later, Sonnet 5 and later, "
+                       "Haiku 5.5, Fable and Mythos refuse temperature, top_p and top_k on every API version; adaptive "
+                       "thinking only, depth by output_config.effort")
+_ANTHROPIC_4X = ("Anthropic models overview: Opus 4.1 and later, Sonnet 4.5 and later, Haiku 4.5 refuse temperature "
+                 "and top_p together ('temperature and top_p cannot both be specified for this model')")
+_ANTHROPIC_THINKING = ("Anthropic extended thinking (platform.claude.com/docs/en/build-with-claude/extended-thinking):"
+                       " thinking {type: enabled, budget_tokens >= 1024 and < max_tokens}; not compatible with "
+                       "temperature or top_k")
+_ANTHROPIC_STRUCTURED = ("Anthropic structured outputs (platform.claude.com/docs/en/build-with-claude/"
+                         "structured-outputs): output_config.format json_schema on Sonnet 4.5, Opus 4.1, Haiku 4.5 "
+                         "and later")
+_GEMINI_DOC = ("Gemini API GenerationConfig (ai.google.dev/api/generate-content#generationconfig): at most 5 "
+               "stopSequences, seed int32, temperature 0-2")
+_OPENAI_PENALTIES = ("OpenAI reasoning guide: reasoning models refuse presence_penalty and frequency_penalty, as they "
+                     "refuse temperature")
+_ANTHROPIC_PENALTIES = ("Anthropic Messages API reference (and the anthropic SDK's MessageCreateParams): no "
+                        "presence or frequency penalty field")
+_GEMINI_PENALTIES = ("Gemini 2.5 and later answer 400 'Penalty is not enabled for models/gemini-2.5-flash' to "
+                     "presencePenalty/frequencyPenalty (PublicAffairs/openai-gemini#63, BerriAI/litellm#32273); "
+                     "Gemini 2.0 and 1.5 take them")
+_GEMINI_THINKING = ("Gemini thinking guide (ai.google.dev/gemini-api/docs/thinking): thinkingBudget 128-32768 on 2.5 "
+                    "Pro (cannot be turned off), 0-24576 on 2.5 Flash (0 turns it off), 512-24576 on 2.5 Flash-Lite "
+                    "(off by default); Gemini 3 takes thinkingLevel and cannot be turned off")
+
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+
+RULES: tuple[Rule, ...] = (
+    # -- OpenAI ---------------------------------------------------------------------------------------------
+    Rule("openai", r"gpt-5\.(?:[5-9]|\d\d)", "gpt-5.5+", f"{_OPENAI_REASONING}; {_OPENAI_PENALTIES}; {_OPENAI_DOC}",
+         temperature=None, top_p=False, penalties=False, max_stop=4, seed=INT64, reasoning="default",
+         efforts=("none", "low", "medium", "high", "xhigh"), schema=True, json_mode=True, max_output=128000),
+    Rule("openai", r"gpt-5(?:\.\d+)?-chat", "gpt-5-chat", f"models.dev; {_OPENAI_DOC}", max_stop=4, seed=INT64,
+         schema=True, json_mode=True, max_output=16384),
+    Rule("openai", r"gpt-5\.[1-4]", "gpt-5.1-5.4", f"{_OPENAI_REASONING}; {_OPENAI_PENALTIES}; {_OPENAI_DOC}",
+         temperature=None, top_p=False, penalties=False, max_stop=0, seed=INT64, reasoning="default",
+         efforts=("none", "low", "medium", "high", "xhigh"), schema=True, json_mode=True, max_output=128000),
+    Rule("openai", r"gpt-5", "gpt-5", f"{_OPENAI_REASONING}; {_OPENAI_PENALTIES}; {_OPENAI_DOC}", temperature=None,
+         top_p=False, penalties=False, max_stop=0, seed=INT64, reasoning="always",
+         efforts=("minimal", "low", "medium", "high"), schema=True, json_mode=True, max_output=128000),
+    Rule("openai", r"o\d", "o-series", f"{_OPENAI_REASONING}; {_OPENAI_PENALTIES}; {_OPENAI_DOC}", temperature=None,
+         top_p=False, penalties=False, max_stop=0, seed=INT64, reasoning="always", efforts=("low", "medium", "high"),
+         schema=True, json_mode=True, max_output=100000),
+    Rule("openai", r"gpt-4o-2024-05-13|gpt-4-|gpt-4$|gpt-3\.5", "gpt-4 (no schema)", _OPENAI_DOC, max_stop=4,
+         seed=INT64, logprobs=True, json_mode=True, max_output=4096),
+    Rule("openai", r"", "chat", _OPENAI_DOC, max_stop=4, seed=INT64, logprobs=True, schema=True, json_mode=True,
+         max_output=16384),
+    # -- Anthropic: no penalties on any model ----------------------------------------------------------------
+    Rule("anthropic", r"claude-(?:fable|mythos)", "claude-fable", f"{_ANTHROPIC_SAMPLING}; {_ANTHROPIC_PENALTIES}",
+         temperature=None, top_p=False, penalties=False, reasoning="always",
+         efforts=("low", "medium", "high", "xhigh", "max"), schema=True, max_output=128000),
+    Rule("anthropic", r"claude-(?:opus-4-[7-9]|opus-[5-9]|sonnet-[5-9]|haiku-[5-9])", "claude-4.7+",
+         f"{_ANTHROPIC_SAMPLING}; {_ANTHROPIC_PENALTIES}", temperature=None, top_p=False, penalties=False,
+         reasoning="optional", efforts=("low", "medium", "high", "xhigh", "max"), schema=True, max_output=128000),
+    Rule("anthropic", r"claude-(?:opus|sonnet)-4-6", "claude-4.6",
+         f"{_ANTHROPIC_4X}; {_ANTHROPIC_THINKING}; {_ANTHROPIC_PENALTIES}", temperature=(0.0, 1.0),
+         temperature_with_top_p=False, penalties=False, reasoning="optional",
+         efforts=("low", "medium", "high", "max"), budget=(1024, 128000), schema=True,
+         no_sampling_when_thinking=True, max_output=128000),
+    Rule("anthropic", r"claude-(?:opus-4-[15]|sonnet-4-5|haiku-4-5)", "claude-4.1-4.5",
+         f"{_ANTHROPIC_4X}; {_ANTHROPIC_THINKING}; {_ANTHROPIC_STRUCTURED}; {_ANTHROPIC_PENALTIES}",
+         temperature=(0.0, 1.0), temperature_with_top_p=False, penalties=False, reasoning="optional",
+         budget=(1024, 64000), schema=True, no_sampling_when_thinking=True, max_output=64000),
+    Rule("anthropic", r"claude-(?:opus-4|sonnet-4|3-7-sonnet)", "claude-3.7-4.0",
+         f"{_ANTHROPIC_THINKING}; {_ANTHROPIC_PENALTIES}", temperature=(0.0, 1.0), penalties=False,
+         reasoning="optional", budget=(1024, 64000), no_sampling_when_thinking=True, max_output=64000),
+    Rule("anthropic", r"", "claude-3", f"Anthropic Messages API reference: temperature 0-1; {_ANTHROPIC_PENALTIES}",
+         temperature=(0.0, 1.0), penalties=False, max_output=8192),
+    # -- Gemini ---------------------------------------------------------------------------------------------
+    Rule("gemini", r"gemini-[3-9]", "gemini-3", f"{_GEMINI_THINKING}; {_GEMINI_PENALTIES}; {_GEMINI_DOC}",
+         penalties=False, max_stop=5, seed=INT32, reasoning="always", efforts=("minimal", "low", "medium", "high"),
+         budget=(128, 32768), schema=True, json_mode=True, max_output=65536),
+    Rule("gemini", r"gemini-2\.5-pro", "gemini-2.5-pro", f"{_GEMINI_THINKING}; {_GEMINI_PENALTIES}; {_GEMINI_DOC}",
+         penalties=False, max_stop=5, seed=INT32, reasoning="always", budget=(128, 32768), schema=True,
+         json_mode=True, max_output=65536),
+    Rule("gemini", r"gemini-2\.5-flash-lite", "gemini-2.5-flash-lite",
+         f"{_GEMINI_THINKING}; {_GEMINI_PENALTIES}; {_GEMINI_DOC}", penalties=False, max_stop=5, seed=INT32,
+         reasoning="optional", budget=(512, 24576), budget_zero_off=True, schema=True, json_mode=True,
+         max_output=65536),
+    Rule("gemini", r"gemini-2\.5|gemini-(?:flash|pro)", "gemini-2.5-flash",
+         f"{_GEMINI_THINKING}; {_GEMINI_PENALTIES}; {_GEMINI_DOC}", penalties=False, max_stop=5, seed=INT32,
+         reasoning="default", budget=(1, 24576), budget_zero_off=True, schema=True, json_mode=True,
+         max_output=65536),
+    Rule("gemini", r"", "gemini", f"{_GEMINI_DOC}; {_GEMINI_PENALTIES}", max_stop=5, seed=INT32, logprobs=True,
+         schema=True, json_mode=True, max_output=8192),
+    # -- AWS Bedrock's Converse API (Claude on Bedrock is looked up as anthropic, by its Claude name) -----------
+    Rule("bedrock", r"", "converse", "botocore's bedrock-runtime service model (botocore/data/bedrock-runtime/"
+         "2023-09-30/service-2.json), InferenceConfiguration: maxTokens >= 1, temperature 0-1, topP 0-1, "
+         "stopSequences; no seed, penalties, logprobs, response format or thinking through Converse",
+         temperature=(0.0, 1.0), penalties=False),
+    # -- the embedded model -----------------------------------------------------------------------------------
+    Rule("local", r"", "embedded", "runner/providers/local.py: llama-cpp-python's create_chat_completion with "
+         "temperature, max_tokens, top_p, presence_penalty, frequency_penalty, stop and a uint32 seed; no "
+         "thinking, no response format", seed=(0, 2**32 - 1)),
+)
