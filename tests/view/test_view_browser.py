@@ -54,6 +54,16 @@ async def browser(tmp_path_factory) -> AsyncIterator[tuple[BrowserContext, list[
     assert elsewhere == []
 
 
+
+async def until(read, done, seconds: float, what: str) -> None:
+    """Read the page from here until ``done(await read())``, for at most ``seconds``. Not Playwright's
+    ``wait_for_function``: it evaluates its expression as a string, which the viewer's Content-Security-Policy
+    (no 'unsafe-eval') refuses whenever the first look finds the condition false."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not done(value := await read()):
+        assert asyncio.get_running_loop().time() < deadline, f"waited {seconds} s for {what}; last seen {value!r}"
+        await asyncio.sleep(0.05)
+
 async def test_a_run_started_while_the_page_is_open_shows_up_and_its_progress_moves(view_runs, served, browser):
     context, _ = browser
     store, tmp = view_runs["store"], view_runs["tmp"]
@@ -78,9 +88,7 @@ async def test_a_run_started_while_the_page_is_open_shows_up_and_its_progress_mo
         first = await progress.inner_text()
         done, total = map(int, first.split("/"))
         assert total == 2 * LIVE_ROWS and done < total
-        await page.wait_for_function(
-            "([run, first]) => { const td = document.querySelector(`#runs tr[data-run='${run}'] td.progress`);"
-            " return td && td.textContent !== first; }", arg=[run, first], timeout=10000)
+        await until(lambda: progress.inner_text(), lambda text: text != first, 10, "the run's progress to move")
         later = int((await progress.inner_text()).split("/")[0])
         assert done < later <= total
         pace = await page.locator(f'#runs tr[data-run="{run}"] td.pace').inner_text()
@@ -88,9 +96,8 @@ async def test_a_run_started_while_the_page_is_open_shows_up_and_its_progress_mo
             assert re.fullmatch(r"\d+\.\d/s · \d+ s", pace), pace
         outcome = await task
         assert outcome.status == "completed"
-        await page.wait_for_function(
-            "run => { const tr = document.querySelector(`#runs tr[data-run='${run}']`);"
-            " return tr && tr.querySelector('td.status').textContent === 'completed'; }", arg=run, timeout=5000)
+        status = page.locator(f'#runs tr[data-run="{run}"] td.status')
+        await until(lambda: status.inner_text(), lambda text: text == "completed", 5, "the run shown completed")
         assert await progress.inner_text() == f"{total}/{total}"
         assert await page.locator(f'#runs tr[data-run="{run}"] td.pace').inner_text() == ""
         assert await page.evaluate("window.__same_page") is True  # never reloaded
@@ -138,7 +145,7 @@ async def test_the_why_not_a_cache_hit_panel_fills_with_runner_explains_text(vie
     panel = answer.locator("pre.explain-text")
     assert not await panel.is_visible()
     await answer.locator("button.explain-button").click()
-    await page.wait_for_function("document.querySelector('pre.explain-text').textContent.length > 5")
+    await until(lambda: panel.text_content(), lambda text: len(text or "") > 5, 10, "the explain panel filled")
     key = await answer.locator(".explain").get_attribute("data-key")
     data = explain.build(view_runs["store"], "2", run_id=view_runs["a"], stage="mc")
     expected = explain.render({**data, "requests": [r for r in data["requests"] if r["key"] == key]}, "text")
