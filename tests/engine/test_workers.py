@@ -121,11 +121,14 @@ def test_two_submits_of_one_job_at_once_send_it_once(tmp_path, sim_server, db, m
 @pytest.mark.parametrize("sim_server", [0.05], indirect=True)
 def test_a_killed_worker_loses_nothing_and_is_billed_once(tmp_path, sim_server, db, monkeypatch):
     _env(monkeypatch)
-    job = _job(tmp_path, sim_server, rows=300, extra=f"{PRICES}\nbudget: {{usd: 1000000}}")
+    # about 7 s for the owner alone: time for the victim to join and lease its part
+    job = _job(tmp_path, sim_server, rows=300, concurrency=2, extra=f"{PRICES}\nbudget: {{usd: 1000000}}")
     owner = _start(["submit", str(job), "--db", db], tmp_path)
     run_id = _run_id(owner)
     victim = _start(["work", run_id, "--db", db], tmp_path)
-    _wait_for(lambda: done_tasks(db) >= 60, 60, "60 finished tasks")
+    # killed once it works on the run (a loaded machine may start it after the owner finished 60 tasks)
+    _wait_for(lambda: done_tasks(db) >= 60 and _victim_leases(db, victim.pid) > 0, 60,
+              "60 finished tasks and the victim holding a lease")
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=10)
     code, out, err = _wait(owner)
