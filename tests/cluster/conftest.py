@@ -1,5 +1,6 @@
 """What the cluster tests share: the store every process of a test opens (a SQLite file or a fresh PostgreSQL
-schema), a job against the simulated server, and a local Ray cluster (one per module: starting one takes seconds)."""
+schema), a job against the simulated server, and a local Ray cluster (one per test process, started by the first
+test that asks for it: starting one takes 20 s of a loaded machine)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def sim_job(folder: Path, url: str, rows: int, *, concurrency: int = 2, name: st
                      name=name)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Any]:
     """A Ray cluster on 127.0.0.1 with 2 CPUs (each worker asks for one), started in this process: yields the
     ``ray`` module; the address of its control store is ``ray_cluster.get_runtime_context().gcs_address``. Its

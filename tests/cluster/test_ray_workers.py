@@ -17,7 +17,7 @@ from runner.store import open_store
 from tests.cluster.conftest import sim_job
 from tests.helpers import done_tasks, only_error, runner_cmd, sim_stats
 
-#: one local Ray cluster for the module (its fixture), so its tests stay in one test process (pyproject's loadgroup)
+#: one local Ray cluster (a session fixture): its tests stay in one test process (pyproject's loadgroup)
 pytestmark = pytest.mark.xdist_group("ray")
 
 
