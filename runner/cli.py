@@ -56,6 +56,23 @@ app = typer.Typer(
     help="Run LLM API jobs from YAML files: cached, resumable, with live progress and cost reports.",
 )
 
+def _print_version(asked: bool) -> None:
+    """``runner --version``: the version naming the commit that runs (runner/version.py), then exit."""
+    if asked:
+        from runner.version import version
+
+        typer.echo(f"runner {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the runner's version (the git commit it runs), exit.")] = False,
+) -> None:
+    pass
+
+
 DbOption = Annotated[
     str | None,
     typer.Option("--db", help="The store: a SQLite file, or a postgresql://user@host/db URL shared by several "
