@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Annotated
 
 import typer
 from typer.models import CommandInfo
@@ -53,6 +54,7 @@ def build_app() -> typer.Typer:
         pretty_exceptions_enable=False,
         help="Run LLM API jobs from YAML files: cached, resumable, with live progress and cost reports.",
     )
+    app.callback()(_options)
     for module in (run, jobs, reports, sim, view):
         module.register(app)
     app.registered_commands.sort(key=lambda command: COMMANDS.index(_name(command)))
@@ -61,6 +63,22 @@ def build_app() -> typer.Typer:
 
 def _name(command: CommandInfo) -> str:
     return command.name or command.callback.__name__  # type: ignore[union-attr]
+
+
+def _print_version(asked: bool) -> None:
+    """``runner --version``: the version naming the commit that runs (runner/version.py), then exit."""
+    if asked:
+        from runner.version import version
+
+        typer.echo(f"runner {version()}")
+        raise typer.Exit()
+
+
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the runner's version (the git commit it runs), exit.")] = False,
+) -> None:
+    pass
 
 
 app = build_app()

@@ -21,8 +21,6 @@ builds it once per pair and hands the same object to each line.
 
 from __future__ import annotations
 
-import importlib.metadata
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from runner.evaluate import plugins
@@ -34,22 +32,15 @@ from runner.plan.request import Task
 from runner.providers.base import parse_loglikelihoods
 from runner.recipes import parse_items
 from runner.spec.schema import Stage
+from runner.version import version
 
 if TYPE_CHECKING:
     from runner.plan.prompts import Prompt
 
-#: the distribution whose version a result line names
-DISTRIBUTION = "llm-job-runner"
-
-
-@cache
 def runner_version() -> str:
-    """The installed runner's version, as importlib.metadata reads it (an editable install of a git checkout: the
-    version pyproject.toml had when it was installed)."""
-    try:
-        return importlib.metadata.version(DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:  # imported from a source tree that was never installed
-        return "unknown"
+    """The runner's version naming the code that runs (:func:`runner.version.version`: in a git checkout, its
+    commit now, even in an editable install made commits ago; asked once per process)."""
+    return version()
 
 
 def line_provenance(*, run_id: str, job_hash: str, prompt: Prompt, model_id: str,

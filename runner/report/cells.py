@@ -121,6 +121,8 @@ def sent_with_lines(data: dict[str, Any]) -> list[str]:
     if sent.get("capabilities"):
         parts.append(f"capability table of {sent['capabilities']}"
                      + (f" with models.dev {sent['models_dev']}" if sent.get("models_dev") else ""))
+    if sent.get("runner"):
+        parts.append(f"runner {sent['runner']}")
     lines = [f"sent with: {'; '.join(parts)}"] if parts else []
     for stage, models in sorted((sent.get("dropped") or {}).items()):
         for model, dropped in sorted(models.items()):

