@@ -65,6 +65,7 @@ def test_the_sbatch_script_runs_one_command_in_every_task():
     assert "SLURM_ARRAY_JOB_ID" in runs[0][runs[0].index("--run-id") + 1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sim_server", [0.03], indirect=True)
 def test_slurm_array_tasks_make_one_run(tmp_path, sim_server, db, monkeypatch):
     bash = shutil.which("bash")
@@ -118,6 +119,7 @@ def _expand(text: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), text)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sim_server", [0.03], indirect=True)
 def test_kubernetes_indexed_job_pods_make_one_run(tmp_path, sim_server, db, monkeypatch):
     rows = 300

@@ -24,6 +24,7 @@ def _submit(job: Path, db: str, run_id: str, cwd: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sim_server", [0.03], indirect=True)
 def test_three_tasks_with_one_command_make_one_run_and_send_each_request_once(tmp_path, sim_server, db,
                                                                                monkeypatch):

@@ -33,6 +33,7 @@ def _actors(ray, prefix: str) -> list[str]:
     return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(prefix))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sim_server", [0.02], indirect=True)
 def test_two_ray_workers_share_a_run_and_send_each_request_once(tmp_path, sim_server, db, ray_cluster):
     job = sim_job(tmp_path, sim_server, rows=400)
@@ -63,6 +64,7 @@ def test_two_ray_workers_share_a_run_and_send_each_request_once(tmp_path, sim_se
     assert sorted(ids, key=int) == [str(i) for i in range(1, 401)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sim_server", [0.05], indirect=True)
 def test_a_killed_ray_worker_is_started_again_and_nothing_is_lost_or_charged_twice(tmp_path, sim_server, pg_url,
                                                                                   ray_cluster):

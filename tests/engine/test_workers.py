@@ -118,6 +118,7 @@ def test_two_submits_of_one_job_at_once_send_it_once(tmp_path, sim_server, db, m
     store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sim_server", [0.05], indirect=True)
 def test_a_killed_worker_loses_nothing_and_is_billed_once(tmp_path, sim_server, db, monkeypatch):
     _env(monkeypatch)
@@ -307,6 +308,7 @@ def _victim_running(tmp_path: Path, sim_server: str, db: str, budget: str) -> tu
     return owner, victim, run_id, usd
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", ["ample", "tight"])
 @pytest.mark.parametrize("sim_server", [0.05], indirect=True)
 def test_a_stopped_worker_declared_dead_is_fenced_out(tmp_path, sim_server, db, monkeypatch, budget):
@@ -349,6 +351,7 @@ def _stop_inside_a_transaction(pg_url: str, victim: subprocess.Popen) -> str:
     raise AssertionError("the victim was never caught inside a transaction in 2,000 tries")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sim_server", [0.05], indirect=True)
 def test_a_worker_stopped_inside_a_postgresql_transaction_is_taken_over(tmp_path, sim_server, pg_url, monkeypatch):
     """Stopped in the middle of a transaction (its row locks held), the victim keeps them no longer than a quarter of
@@ -384,6 +387,7 @@ def _stop_inside_a_write(db: str, victim: subprocess.Popen) -> None:
     raise AssertionError("the victim was never caught holding the write lock in 5,000 tries")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sim_server", [0.05], indirect=True)
 def test_a_worker_stopped_inside_a_sqlite_write_makes_the_others_wait_and_say_who(tmp_path, sim_server,
                                                                                   monkeypatch):
@@ -409,6 +413,7 @@ def test_a_worker_stopped_inside_a_sqlite_write_makes_the_others_wait_and_say_wh
     _check_fenced_run(db, run_id, sim_server, outcomes, "ample", usd)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sim_server", [0.05], indirect=True)
 def test_a_sqlite_store_locked_past_the_wait_ends_the_run_in_one_sentence_and_resumes(tmp_path, sim_server,
                                                                                       monkeypatch):
