@@ -19,6 +19,9 @@ that the anthropic and google-genai SDKs take as ``base_url``)
                           once an explicit cache was made, ``cached_contents``.
     ``POST /sim/reset``   zeroes the counters, refills the rate-limit buckets, rewinds the script's entries and
                           forgets all batches and files.
+    ``GET  /sim/in_flight``  ``{"in_flight": n}``: model requests being answered now (hanging, waiting out the
+                          latency). A reset does not end them and they count when they end: one server reused
+                          for another test waits for 0 first.
     ``POST /sim/batches/{id}/expire``  ends a running batch (any provider's id) now as expired.
     ``POST /sim/config``  JSON object of :class:`SimConfig` fields to change at run time; ``"script"`` loads
                           that file (a 400 if it cannot be loaded), ``null`` drops the script.
@@ -107,6 +110,8 @@ class SimServer:
         self._closing = asyncio.Event()
         self.clock: Callable[[], float] = time.monotonic  #: the rate limits' clock; tests may replace it
         self._runner: web.AppRunner | None = None
+        #: model requests being answered now (a reset leaves them be: they may count after it)
+        self.in_flight = 0
         self.batches = BatchStore(self)  #: the Batch APIs' batches and files (simserver.batches)
         #: the clouds' object stores, by service ("gcs", "s3"): (bucket, name) -> object; emptied by a reset
         self.stored_objects: dict[str, dict[Any, Any]] = {}
@@ -176,6 +181,7 @@ class SimServer:
         app.router.add_post("/v1/models/{model}:generateContent", self._gemini)
         app.router.add_get("/sim/stats", self._stats)
         app.router.add_post("/sim/reset", self._reset)
+        app.router.add_get("/sim/in_flight", self._in_flight)
         app.router.add_post("/sim/config", self._config)
         app.router.add_post("/sim/batches/{batch_id}/expire", self._expire_batch)
         for batches in (OpenAIBatches(self), AnthropicBatches(self), GeminiBatches(self)):
@@ -261,6 +267,13 @@ class SimServer:
         return await self._serve(request, fmt)
 
     async def _serve(self, request: web.Request, fmt: WireFormat) -> web.Response:
+        self.in_flight += 1
+        try:
+            return await self._serve_one(request, fmt)
+        finally:
+            self.in_flight -= 1
+
+    async def _serve_one(self, request: web.Request, fmt: WireFormat) -> web.Response:
         self._received += 1
         self._by_route[fmt.name] = self._by_route.get(fmt.name, 0) + 1
         cfg = self.config
@@ -345,6 +358,9 @@ class SimServer:
     async def _reset(self, request: web.Request) -> web.Response:
         self.reset()
         return web.json_response(self.stats())
+
+    async def _in_flight(self, request: web.Request) -> web.Response:
+        return web.json_response({"in_flight": self.in_flight})
 
     def expire_batch(self, batch_id: str) -> bool:
         """End a running batch of any provider now as expired; False when there is no such batch."""

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,7 +20,7 @@ import pytest_asyncio
 from google import genai
 
 from runner.providers import base
-from simserver import SimServer, start_server
+from simserver import SimConfig, SimServer, start_server
 from tests.helpers import (
     LLAMA_LAUNCHER,
     LLAMA_START_TIMEOUT,
@@ -121,22 +122,88 @@ def fake_provider() -> Iterator[type]:
         FakeProvider.reset()
 
 
-@pytest.fixture
-def sim_server(request) -> Iterator[str]:
-    """The simulated server in its own process (latency from ``indirect`` parametrization, default 20 ms);
-    yields its base URL."""
-    latency = getattr(request, "param", 0.02)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "simserver", "--port", "0", "--latency", str(latency)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    try:
-        line = proc.stdout.readline()
+class _SimProcesses:
+    """The simulated servers in their own processes, one per latency, started once per test process and reset
+    for each test (a process costs 0.8 s of CPU to start, and some fifty tests take one)."""
+
+    #: how long a reused server may take to finish the last test's requests (a killed client's, still waiting out
+    #: the latency) before it is replaced by a new process instead (a hang of hang_seconds, say)
+    DRAIN_S = 3.0
+
+    def __init__(self) -> None:
+        self.running: dict[float, tuple[subprocess.Popen[str], str]] = {}
+
+    def fresh(self, latency: float) -> str:
+        """The base URL of a server with latency ``latency``, as a new process would be: default config, zero
+        counters, no batch, file or request of an earlier test."""
+        held = self.running.get(latency)
+        if held is not None and not (held[0].poll() is None and self._drained(held[1])):
+            self._stop(held[0])
+            held = None
+        if held is None:
+            held = self.running[latency] = self._start(latency)
+        root = held[1].removesuffix("/v1")
+        # every field, so a test's /sim/config changes end with it (a new seed also restarts the fault dice)
+        config = dataclasses.asdict(SimConfig(latency=latency))
+        for path, body in (("/sim/config", config), ("/sim/reset", {})):
+            request = urllib.request.Request(root + path, data=json.dumps(body).encode(), method="POST",
+                                             headers={"content-type": "application/json"})
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                answer.read()
+        return held[1]
+
+    @staticmethod
+    def _start(latency: float) -> tuple[subprocess.Popen[str], str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "simserver", "--port", "0", "--latency", str(latency)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        line = proc.stdout.readline()  # type: ignore[union-attr]
         assert "listening on" in line, line
-        yield line.rsplit(" ", 1)[-1].strip()
-    finally:
+        return proc, line.rsplit(" ", 1)[-1].strip()
+
+    def _drained(self, url: str) -> bool:
+        deadline = time.monotonic() + self.DRAIN_S
+        while True:
+            try:
+                with urllib.request.urlopen(url.removesuffix("/v1") + "/sim/in_flight", timeout=5) as answer:
+                    if json.load(answer)["in_flight"] == 0:
+                        return True
+            except (OSError, ValueError):
+                return False
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+    @staticmethod
+    def _stop(proc: subprocess.Popen[str]) -> None:
         proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def stop_all(self) -> None:
+        for proc, _ in self.running.values():
+            self._stop(proc)
+        self.running.clear()
+
+
+@pytest.fixture(scope="session")
+def _sim_processes() -> Iterator[_SimProcesses]:
+    processes = _SimProcesses()
+    try:
+        yield processes
+    finally:
+        processes.stop_all()
+
+
+@pytest.fixture
+def sim_server(request: pytest.FixtureRequest, _sim_processes: _SimProcesses) -> str:
+    """The simulated server in its own process (latency from ``indirect`` parametrization, default 20 ms), as
+    fresh as a new one; its base URL."""
+    return _sim_processes.fresh(float(getattr(request, "param", 0.02)))
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
