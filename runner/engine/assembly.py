@@ -81,7 +81,7 @@ def assemble(
         crew.on_live = endpoints.share  # the rate limits are split again as processes join and leave
     triage = Triage(store, run_id, stats)
     reserver = Reserver(run_id=run_id, job=job, store=store, stats=stats, control=control, leases=leases,
-                        resume=resume)
+                        resume=resume, settled=writer.next_commit)
     prompt_cache = prompt_cache_plan(job, providers, run_id=run_id, reserver=reserver)
     sender = Sender(endpoints=endpoints, leases=leases, stats=stats, retry=job.retry, sleep=sleep,
                     prompt_cache=prompt_cache)

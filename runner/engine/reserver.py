@@ -6,6 +6,7 @@ run's prices (the Batch API's for a batch line)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from runner.engine.budget import LATER, Budgets, Exhausted, Reservation, Scope, budgets_of
 from runner.engine.control import RunControl
@@ -35,8 +36,12 @@ def input_tokens(req: Task) -> int:
 
 class Reserver:
     def __init__(self, *, run_id: str, job: Job, store: Store, stats: RunStats, control: RunControl,
-                 leases: ChunkLeases, resume: bool = False) -> None:
+                 leases: ChunkLeases, resume: bool = False,
+                 settled: Callable[[float], Awaitable[None]] | None = None) -> None:
         self.run_id = run_id
+        #: waits (at most the given seconds) until this process's settled requests are written to the store
+        #: (the writer's next commit); without one, the given seconds
+        self.settled = settled if settled is not None else asyncio.sleep
         self.store = store
         self.stats = stats
         self.control = control
@@ -112,7 +117,9 @@ class Reserver:
                 return LATER
             if self.control.stopping:
                 return None
-            await asyncio.sleep(POLL)  # another process's reservations may settle below their worst case
+            # this process's answers, settled here but still on their way to the store, or another process's
+            # reservations, may settle below their worst case
+            await self.settled(POLL)
 
     def reserve_extra(self, stage: str, model: str, key: str, usd: float) -> Reservation | None:
         """Reserve ``usd`` that is no request's (a prompt prefix stored at the provider, runner/engine/

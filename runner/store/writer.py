@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,6 +49,8 @@ class Writer:
         self.failure: BaseException | None = None
         #: what was queued after the store failed (or in the batch that failed), in order
         self.unstored: list[Finished] = []
+        #: set by the next commit (then replaced by a new one): see :meth:`next_commit`
+        self._committed = asyncio.Event()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="store-writer")
@@ -87,9 +90,18 @@ class Writer:
                 self._commit(batch)
             finally:
                 self._last_commit = loop.time()
+                self._committed.set()
+                self._committed = asyncio.Event()
                 for _ in range(taken):
                     self.queue.task_done()
             await asyncio.sleep(0)
+
+    async def next_commit(self, timeout: float) -> None:
+        """Return once the next batch is committed, or after ``timeout`` seconds. A reservation the store refused
+        while this process's own settled requests were still queued here fits once they are committed: waiting
+        for that instead of a fixed pause took 95 requests under a tight budget from 16 s to a fraction of it."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._committed.wait(), timeout)
 
     async def flush(self) -> None:
         """Wait until everything queued so far is committed (a pipeline stage reads its results next)."""

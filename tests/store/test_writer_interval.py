@@ -58,3 +58,21 @@ async def test_a_full_batch_does_not_wait() -> None:
     await asyncio.sleep(0.2)  # far less than 5 s: two full batches went at once
     assert store.batches == [["a"], [0, 1, 2, 3], [4, 5, 6, 7]]
     await writer.close()
+
+
+async def test_next_commit_returns_at_the_commit_not_at_its_timeout() -> None:
+    """What the reserver waits on when the store refuses a reservation while this process's settled answers are
+    still queued here (runner/engine/reserver.py): the commit that writes them, not a fixed pause."""
+    store = CountingStore()
+    writer = Writer(store, lambda batch: None, min_interval=0.0)  # type: ignore[arg-type]
+    writer.start()
+    waiting = asyncio.create_task(writer.next_commit(60.0))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # nothing committed yet
+    writer.put("settled")
+    await asyncio.wait_for(waiting, 10)  # well before its 60 s: the commit woke it
+    assert store.batches == [["settled"]]
+    # and with no commit, it returns after its timeout, raising nothing
+    await asyncio.wait_for(writer.next_commit(0.05), 10)
+    await writer.close()
+
