@@ -66,6 +66,24 @@ def pytest_configure(config: pytest.Config) -> None:
     sleeping_openmp_threads()
 
 
+#: after the slow tests (the longest), the test modules whose tests take longest in the fast path (``--durations``:
+#: the embedded model, a wheel build, thousands of random requests) run first: started last, one of them kept a test
+#: process busy after the others had finished
+LONGEST_FIRST = ("tests/test_quickstart.py", "tests/providers/test_token_bounds.py", "tests/test_wheel.py",
+                 "tests/providers/test_loglikelihood_providers.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first, then the longest modules' tests, everything else in its order (the same in every test
+    process)."""
+    def first(item: pytest.Item) -> tuple[bool, int]:
+        path = item.nodeid.split("::", 1)[0]
+        return (item.get_closest_marker("slow") is None,
+                LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST))
+
+    items.sort(key=first)
+
+
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test gets its own store and results folder; no test reads a user's cache.sqlite."""

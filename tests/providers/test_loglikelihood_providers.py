@@ -158,6 +158,7 @@ async def test_a_context_ending_in_a_space_scores_the_merged_token_as_the_contin
     assert empty_start == 1 and empty_tokens[0] == llm.token_bos()  # an empty context starts from BOS
 
 
+@pytest.mark.slow  # the embedded model loaded three times, eight answers and scores: 15 s of one test process
 async def test_chat_answers_after_scoring_are_bit_identical_to_a_fresh_models() -> None:
     async with Probe(reuse_prefix=False) as fresh:
         expected = {"target": await fresh.ask(TARGET), "shuffled": await fresh.ask(SHUFFLED)}
