@@ -27,13 +27,10 @@ import datetime as dt
 import json
 import os
 import platform
-import selectors
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import throughput_common  # noqa: E402  (bench/, this script's folder)
 import yaml  # noqa: E402
 
 TARGET_RATIO = 1.20
@@ -48,39 +46,14 @@ SIM_MODELS = ("sim:alpha", "sim:beta")
 LOCAL_MODEL = "local:smollm2"
 
 
-class SimProcess:
+class SimProcess(throughput_common.SimProcess):
     """``python -m simserver`` on a free port of 127.0.0.1, with a fixed latency."""
 
     def __init__(self, latency: float, timeout: float = 20.0) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "simserver", "--host", "127.0.0.1", "--port", "0", "--latency", str(latency)],
-            cwd=ROOT, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-        )
-        assert self.proc.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout):
-                self.stop()
-                raise RuntimeError(f"the simulated server printed nothing within {timeout:g} s")
-        line = self.proc.stdout.readline().strip()
-        prefix = "simulated server listening on "
-        if not line.startswith(prefix):
-            self.stop()
-            raise RuntimeError(f"unexpected first line from the simulated server: {line!r}")
-        self.url = line.removeprefix(prefix)
+        super().__init__(timeout, ["--latency", str(latency)])
 
     def completed(self) -> int:
-        with urllib.request.urlopen(self.url.removesuffix("/v1") + "/sim/stats", timeout=30) as response:
-            return int(json.loads(response.read())["by_status"].get("200", 0))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        return int(self.stats()["by_status"].get("200", 0))
 
 
 def write_rows(path: Path, count: int, tag: str, other_until: int = 0) -> Path:
