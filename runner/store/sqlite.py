@@ -22,7 +22,7 @@ from runner.store.base import TASK_COLUMNS, default_path, now
 from runner.store.dialect import SQLITE
 from runner.store.migrations import migrate
 from runner.store.sql import SQLStore, T, Tx
-from runner.store.sqlite_lock import ATTEMPT_S, LockWait, StoreLocked
+from runner.store.sqlite_lock import ATTEMPT_S, LockWait, StoreLocked, is_busy
 
 #: what SQLite's busy handler waits for the write lock in one attempt; runner/store/sqlite_lock.py waits longer
 BUSY_TIMEOUT_S = ATTEMPT_S
@@ -33,6 +33,24 @@ _TASK_SQL = (
     f"INSERT OR REPLACE INTO tasks ({', '.join(TASK_COLUMNS)}, updated) "
     f"VALUES ({', '.join('?' for _ in TASK_COLUMNS)}, {SQLITE.stamp})"
 )
+
+
+def _enter_wal(conn: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode=WAL``, tried again for up to BUSY_TIMEOUT_S while another process opening the same new
+    file holds it: turning a file to WAL needs it alone for an instant, and SQLite refuses that at once, without its
+    busy handler (waiting could deadlock), so processes started together on a new store would otherwise fail now
+    and then with "database is locked". A file already in WAL mode answers at once."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 _FULL = {sqlite3.SQLITE_FULL}
@@ -84,7 +102,7 @@ class SQLiteStore(SQLStore):
         self.lock_wait = LockWait(self.path, self._set_busy)
         try:
             self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            self.conn.execute("PRAGMA journal_mode=WAL")
+            _enter_wal(self.conn)
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
             migrate(self.conn, SQLITE)

@@ -464,6 +464,27 @@ async def test_writer_close_with_nothing_queued(store: SQLiteStore) -> None:
     assert count(store, "tasks") == 0
 
 
+def test_a_new_store_waits_for_another_process_writing_the_file_before_turning_it_to_wal(tmp_path: Path) -> None:
+    """Another connection writes the new file (not yet WAL) when the store opens it: SQLite refuses the switch to
+    WAL at once, without its busy handler, since waiting could deadlock; the store tries again until the other
+    commits (this is what failed one start in a few hundred when three runs opened a new store together)."""
+    import threading
+
+    db = tmp_path / "new.sqlite"
+    other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE other_process (x)")
+    locked = sqlite3.connect(db, timeout=0.1, isolation_level=None)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        locked.execute("PRAGMA journal_mode=WAL")  # what SQLite does without the store's waiting
+    locked.close()
+    threading.Timer(0.3, other.execute, ("COMMIT",)).start()
+    store = SQLiteStore(db)
+    assert store.conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert store.list_runs() == []
+    other.close()
+
+
 # SQLite only (its file's write lock): tests/store/test_store_postgres.py has PostgreSQL's advisory lock's test
 def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path: Path) -> None:
     """Several runs started at once on a store that does not exist yet: the first migrates it while the others
