@@ -67,9 +67,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 #: after the slow tests (the longest), the test modules whose tests take longest in the fast path (``--durations``:
-#: the embedded model, a wheel build, thousands of random requests) run first: started last, one of them kept a test
-#: process busy after the others had finished
-LONGEST_FIRST = ("tests/test_quickstart.py", "tests/providers/test_token_bounds.py", "tests/test_wheel.py",
+#: the embedded model, thousands of random requests) run first: started last, one of them kept a test process busy
+#: after the others had finished
+LONGEST_FIRST = ("tests/test_quickstart.py", "tests/providers/test_token_bounds.py",
                  "tests/providers/test_loglikelihood_providers.py")
 
 

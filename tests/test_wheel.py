@@ -115,6 +115,7 @@ def _sources(target: Path) -> Path:
     return target
 
 
+@pytest.mark.slow  # a wheel built and installed in a new virtualenv: 5.5 s
 @pytest.mark.skipif(not _can_build_wheels(), reason="building the wheel offline needs `pip install wheel` "
                                                     "(or setuptools>=70.1)")
 def test_the_wheel_ships_the_bundled_files_and_runs_from_an_empty_folder(tmp_path, sim_server) -> None:

@@ -47,7 +47,9 @@ def configure(url: str, **config: object) -> None:
     urllib.request.urlopen(request, timeout=5).read()
 
 
-@pytest.mark.parametrize("provider", list(CLOUD))
+# OpenAI's in the fast path; the others' (the same adoption through each provider's batch API) with the whole suite
+@pytest.mark.parametrize("provider", [pytest.param(name, marks=() if name == "openai" else pytest.mark.slow)
+                                      for name in CLOUD])
 def test_a_batch_accepted_but_not_recorded_is_adopted_by_the_resume(tmp_path: Path, sim_server: str, provider: str):
     model, variable = CLOUD[provider]
     url = sim_server if provider == "openai" else sim_server.removesuffix("/v1")

@@ -62,6 +62,7 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # several worker processes at once: 7 s
 @pytest.mark.parametrize("sim_server", [0.03], indirect=True)
 def test_workers_split_a_run_and_send_each_request_once(tmp_path, sim_server, db, monkeypatch):
     _env(monkeypatch)
@@ -94,6 +95,7 @@ def test_workers_split_a_run_and_send_each_request_once(tmp_path, sim_server, db
     assert sorted(ids, key=int) == [str(i) for i in range(1, 601)], "every result exactly once in the file"
 
 
+@pytest.mark.slow  # several worker processes at once: 3 to 4 s
 @pytest.mark.parametrize("sim_server", [0.03], indirect=True)
 def test_two_submits_of_one_job_at_once_send_it_once(tmp_path, sim_server, db, monkeypatch):
     _env(monkeypatch)
@@ -159,6 +161,7 @@ def test_a_killed_worker_loses_nothing_and_is_billed_once(tmp_path, sim_server, 
     assert sorted(ids, key=int) == [str(i) for i in range(1, 301)]
 
 
+@pytest.mark.slow  # several worker processes at once: 3 s
 @pytest.mark.parametrize("sim_server", [0.03], indirect=True)
 def test_one_budget_holds_across_workers(tmp_path, sim_server, db, monkeypatch):
     _env(monkeypatch)

@@ -447,6 +447,7 @@ def _digest(messages: list) -> str:
                                      ensure_ascii=False).encode()).hexdigest()
 
 
+@pytest.mark.slow  # a provider's kill and resume in new processes (the engine's stays in the fast path): 6 s
 @pytest.mark.parametrize("sim_server", [0.05], indirect=True)
 def test_kill_9_then_resume_sends_nothing_twice(tmp_path, sim_server, monkeypatch):
     monkeypatch.setenv("AZURE_OPENAI_API_KEY", "any")  # the subprocess server takes any key
@@ -459,6 +460,7 @@ def test_kill_9_then_resume_sends_nothing_twice(tmp_path, sim_server, monkeypatc
     assert len(open_store(db).tasks(run_id, status="done")) == 40
 
 
+@pytest.mark.slow  # a provider's batch killed and resumed (the engine's stays in the fast path): 6.5 s
 def test_a_batch_run_killed_while_polling_resumes_without_submitting_twice(tmp_path, sim_server, monkeypatch):
     monkeypatch.setenv("AZURE_OPENAI_API_KEY", "any")
     request = urllib.request.Request(sim_server.removesuffix("/v1") + "/sim/config",

@@ -396,6 +396,7 @@ def _done(db: Path, run_id: str) -> tuple[int, int]:
         store.close()
 
 
+@pytest.mark.slow  # a provider's batch killed and resumed (the engine's stays in the fast path): 4 s
 def test_a_batch_run_killed_while_polling_resumes_without_submitting_twice(tmp_path, sim_server):
     _set_delay(sim_server, 2.0)
     job = write_job(tmp_path, sim_server.removesuffix("/v1"), mode="batch")
@@ -424,6 +425,7 @@ def test_a_batch_run_killed_while_polling_resumes_without_submitting_twice(tmp_p
 KILLED_AFTER_SUBMIT = killed_after_submit("bedrock_batch.BedrockBatches")
 
 
+@pytest.mark.slow  # a provider's batch killed and resumed (the engine's stays in the fast path): 3.5 s
 def test_a_job_accepted_but_not_recorded_is_found_by_its_name_and_adopted(tmp_path, sim_server):
     job = write_job(tmp_path, sim_server.removesuffix("/v1"), mode="batch")
     db = tmp_path / "s.sqlite"

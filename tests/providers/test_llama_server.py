@@ -21,10 +21,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from runner.engine.run import execute
 from runner.spec.job import load_job
 from runner.store import open_store
 from tests.helpers import LlamaServer, tail, write_job, write_rows
+
+pytestmark = pytest.mark.slow  # llama.cpp's server started and the embedded model's weights loaded in it
 
 MODEL = "openai-compatible:llama/smollm2"
 ROWS = 4

@@ -180,6 +180,7 @@ async def test_a_prompt_longer_than_the_context_is_a_bad_request_and_the_model_g
         await provider.aclose()
 
 
+@pytest.mark.slow  # the embedded model loaded twice: 6 s
 async def test_each_weights_file_is_loaded_on_its_first_request_and_kept(tmp_path, monkeypatch):
     """A path names its own file, loaded beside the aliases' one; a provider asked only for a path never looks for
     the embedded model (here it is nowhere: finding it would mean a download)."""

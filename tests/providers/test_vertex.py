@@ -333,6 +333,7 @@ def finished(db: Path) -> int:
         store.close()
 
 
+@pytest.mark.slow  # a provider's kill and resume in new processes (the engine's stays in the fast path): 7 s
 @pytest.mark.parametrize("sim_server", [0.02], indirect=True)
 def test_sigkill_then_resume_sends_nothing_twice(tmp_path, sim_server, monkeypatch, private_key):
     root = sim_server.removesuffix("/v1")

@@ -413,6 +413,7 @@ def sub_env(tmp_path: Path, sim_server: str, private_key: str) -> dict[str, str]
     return env
 
 
+@pytest.mark.slow  # a provider's batch killed and resumed (the engine's stays in the fast path): 5 s
 def test_a_batch_run_killed_while_polling_resumes_without_submitting_twice(tmp_path, sim_server, sub_env):
     root = sim_server.removesuffix("/v1")
     _configure(root, batch_delay=2.0)
@@ -450,6 +451,7 @@ def test_a_batch_run_killed_while_polling_resumes_without_submitting_twice(tmp_p
 KILLED_AFTER_SUBMIT = killed_after_submit("vertex_batch.VertexBatches")
 
 
+@pytest.mark.slow  # a provider's batch killed and resumed (the engine's stays in the fast path): 5 s
 def test_a_job_accepted_but_not_recorded_is_found_by_its_label_and_adopted(tmp_path, sim_server, sub_env):
     root = sim_server.removesuffix("/v1")
     _configure(root, batch_delay=1.0)
