@@ -33,6 +33,7 @@ from runner.report import whatif
 from runner.report.item_scores import stage_items
 from runner.store import Store
 from runner.store.view_reads import ANSWER_OUTCOMES, RUN_SORTS, AnswerFilter, RunFilter, ViewReads
+from runner.view.guard import Guard
 
 __all__ = ["PAGE_SIZE", "STORE", "make_app"]
 
@@ -48,8 +49,10 @@ RUN_PAGE_SAMPLES = 20
 MAX_DISAGREEMENTS = 200
 
 
-def make_app(store: Store) -> web.Application:
-    app = web.Application(middlewares=[_errors])
+def make_app(store: Store, guard: Guard | None = None) -> web.Application:
+    """The viewer over ``store``; ``guard`` says who may read it (runner/view/guard.py: by default its own address
+    only, without a token; ``runner view`` gives it a token)."""
+    app = web.Application(middlewares=[(guard or Guard()).middleware, _errors])
     app[STORE] = store
     app[READS] = ViewReads(store)
     app[TEMPLATES] = jinja2.Environment(loader=jinja2.PackageLoader("runner.view", "templates"), autoescape=True,
@@ -80,7 +83,7 @@ def _page(request: web.Request, template: str, status: int = 200, **context: Any
     text = request.app[TEMPLATES].get_template(template).render(**context)
     return web.Response(text=text, content_type="text/html", charset="utf-8", status=status,
                         headers={"Content-Security-Policy": "default-src 'self'; script-src 'self' 'unsafe-inline';"
-                                 " style-src 'unsafe-inline'; img-src 'self' data:"})
+                                 " style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'"})
 
 
 def _int(request: web.Request, name: str, default: int, high: int | None = None) -> int:

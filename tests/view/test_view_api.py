@@ -116,9 +116,10 @@ async def test_runner_view_serves_the_store_on_127_0_0_1_and_says_when_the_port_
     process = subprocess.Popen([*command, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = await asyncio.to_thread(process.stdout.readline)
-        url = re.fullmatch(r"runner view: (http://127\.0\.0\.1:(\d+)/) \(read-only; Ctrl-C stops it\)\n", line)
+        url = re.fullmatch(r"runner view: (http://127\.0\.0\.1:(\d+)/)\?token=(\S+) \(read-only; Ctrl-C stops it\)\n",
+                           line)
         assert url, line
-        data = await fetch(url.group(1) + "api/runs")
+        data = await fetch(url.group(1) + "api/runs?token=" + url.group(3))
         assert {r["id"] for r in data["runs"]} == {view_runs["a"], view_runs["b"]}
         with socket.socket() as taken:
             taken.bind(("127.0.0.1", 0))

@@ -1,8 +1,9 @@
 """``runner view`` in headless Chromium (Debian's, as tests/report/test_html_report.py drives it): a run started
 while the runs page is open appears and its progress moves without a reload; a comparison of two runs shows the
 paired difference ``runner compare`` prints; the "why not a cache hit" panel fills with ``runner explain``'s
-text; a search finds an answer by its text; an answer written as markup is shown as text and runs no script. The
-pages ask nothing of any host but the viewer's."""
+text; a search finds an answer by its text; an answer written as markup is shown as text and runs no script; a
+page under another name that resolves to 127.0.0.1 (DNS rebinding) and a request without the token are refused,
+and another site's script cannot read the API. The pages ask nothing of any host but the viewer's."""
 
 from __future__ import annotations
 
@@ -14,16 +15,22 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from aiohttp import web
 from playwright.async_api import BrowserContext, async_playwright
 
 from runner.engine.run import execute
 from runner.report import compare, explain
+from runner.store import open_store
+from runner.view.app import make_app
+from runner.view.guard import Guard
 from tests.helpers import fresh
 from tests.view.conftest import EVIL, NEEDLE, job, rows, script
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 CHROMIUM = Path("/usr/bin/chromium")
+#: a name the browser resolves to 127.0.0.1, as a rebinding attacker's own name would
+REBOUND = "evil.example"
 #: rows of the run started during the test (two models, two at a time, 0.1 s each: about 3 s)
 LIVE_ROWS = 30
 
@@ -34,7 +41,8 @@ async def browser(tmp_path_factory) -> AsyncIterator[tuple[BrowserContext, list[
     elsewhere: list[str] = []
 
     async def local_only(route: Any) -> None:
-        if re.match(r"^(https?|wss?)://127\.0\.0\.1[:/]", route.request.url) or route.request.url.startswith("data:"):
+        if re.match(rf"^(https?|wss?)://(127\.0\.0\.1|{re.escape(REBOUND)})[:/]", route.request.url) \
+                or route.request.url.startswith("data:"):
             await route.continue_()
         else:
             elsewhere.append(route.request.url)
@@ -45,6 +53,7 @@ async def browser(tmp_path_factory) -> AsyncIterator[tuple[BrowserContext, list[
             str(tmp_path_factory.mktemp("profile")), executable_path=str(CHROMIUM), headless=True,
             viewport={"width": 1000, "height": 800}, device_scale_factor=1,
             args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"])
         await context.route("**/*", local_only)
         try:
@@ -195,3 +204,45 @@ async def test_no_page_is_wider_than_a_1000_px_window(view_runs, served, browser
         await page.goto(served + path)
         width = await page.evaluate("document.documentElement.scrollWidth")
         assert width <= 1000, (path, width)
+
+
+async def test_a_rebound_name_and_a_request_without_the_token_are_refused_and_the_token_opens_the_page(
+        view_runs, browser):
+    context, _ = browser
+    token = "the-token-of-this-test"
+    viewer = web.AppRunner(make_app(open_store(view_runs["db"]), Guard(token)), access_log=None)
+    attacker = web.Application()  # another site on this machine, whose script tries to read the viewer's API
+
+    async def attack_page(request: web.Request) -> web.Response:
+        return web.Response(text="<p>attacker</p>", content_type="text/html")
+
+    attacker.router.add_get("/", attack_page)
+    elsewhere = web.AppRunner(attacker, access_log=None)
+    for runner in (viewer, elsewhere):
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port, other = viewer.addresses[0][1], elsewhere.addresses[0][1]
+    page = await context.new_page()
+    try:
+        # the attacker's name resolves to 127.0.0.1: Chromium sends Host: evil.example:PORT, and is refused
+        response = await page.goto(f"http://{REBOUND}:{port}/?token={token}")
+        assert response.status == 403 and "only at its own address" in await page.inner_text("body")
+        response = await page.goto(f"http://127.0.0.1:{port}/costs")
+        assert response.status == 403 and "asks for its token" in await page.inner_text("body")
+
+        response = await page.goto(f"http://127.0.0.1:{port}/?token={token}")
+        assert response.status == 200 and page.url == f"http://127.0.0.1:{port}/"  # the token left the URL
+        assert await page.locator("#runs tbody tr").count() == 2
+        rows_seen = await page.evaluate("fetch('/api/runs').then(r => r.json()).then(d => d.runs.length)")
+        assert rows_seen == 2  # the page's own requests carry the cookie
+        assert (await page.goto(f"http://127.0.0.1:{port}/costs")).status == 200
+
+        # with the viewer's cookie in the browser, another site's script still cannot read an answer (no CORS)
+        await page.goto(f"http://127.0.0.1:{other}/")
+        outcome = await page.evaluate(f"""fetch('http://127.0.0.1:{port}/api/runs', {{credentials: 'include'}})
+            .then(r => r.text()).then(t => 'read: ' + t, e => 'refused: ' + e.name)""")
+        assert outcome == "refused: TypeError", outcome
+    finally:
+        await page.close()
+        for runner in (viewer, elsewhere):
+            await runner.cleanup()
