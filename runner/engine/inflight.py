@@ -18,6 +18,7 @@ slot itself. A request of a prompt-cache group whose first request is on its way
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from runner.engine.batch import Batcher, NoBatcher
@@ -212,6 +213,15 @@ class InFlight:
             # report shows it as possibly billed until a resume settles it.
             future.cancel()
             raise
+        except Exception as exc:  # noqa: BLE001 - a defect, or an SDK that cannot take the request
+            # The run ends on it, resumable: the task stays unanswered (never "completed" without it), its
+            # reservation stays as possibly billed, and what waits for this answer (identical requests, its
+            # prompt-cache group) is let go instead of waiting for ever.
+            future.set_result(NOT_SENT)
+            self.control.fail(RunnerError(f"unexpected {type(exc).__name__} sending a request to {req.model}: "
+                                          f"{exc}; the run is resumable (RUNNER_RAISE_ERRORS=1 shows where)"))
+            if os.environ.get("RUNNER_RAISE_ERRORS"):
+                raise
         else:
             try:
                 self.recorder.fresh(req, completion, tries.sent, latency, reservation)

@@ -325,3 +325,31 @@ async def test_a_batch_marks_its_groups_for_an_hour_and_answers_as_online(
         [marked] = [block for block in turn["content"] if "cache_control" in block]
         assert marked["cache_control"] == {"type": "ephemeral", "ttl": "1h"} and marked["text"].startswith("Story ")
     assert answers["batch"] == answers["online"]
+
+
+@pytest.mark.parametrize("prompt_cache", ["off", "auto"])
+async def test_an_unexpected_error_sending_one_request_ends_the_run_resumable_and_nothing_waits_for_it(
+        tmp_path: Path, server: SimServer, monkeypatch: pytest.MonkeyPatch, prompt_cache: str):
+    """A defect (or an SDK that cannot take a parameter: openai 1.89 has no ``prompt_cache_key``) raised while one
+    request is sent: before, its prompt-cache group's other requests waited for it for ever (the run hung), and
+    without the cache the run ended "completed" with that task neither answered nor failed."""
+    from runner.engine import online
+
+    original, calls = online.Sender._attempt, []
+
+    async def first_fails(self: Any, req: Any, endpoint: Any, tries: Any) -> Any:
+        calls.append(req.key)
+        if len(calls) == 1:
+            raise TypeError("create() got an unexpected keyword argument 'prompt_cache_key'")
+        return await original(self, req, endpoint, tries)
+
+    monkeypatch.setattr(online.Sender, "_attempt", first_fails)
+    path = write_story_job(tmp_path, server.url, prompt_cache, stories=2, questions=3)
+    store = open_store(tmp_path / "s.sqlite")
+    outcome = await asyncio.wait_for(execute(load_job(path), store), 30)
+    assert outcome.status != "completed"
+    assert "unexpected TypeError sending a request to sim:gpt-4o: create() got an unexpected keyword" in \
+        outcome.message
+    assert len(store.tasks(outcome.run_id, status="done")) < 6
+    again = await asyncio.wait_for(execute(load_job(path), store, run_id=outcome.run_id), 30)
+    assert again.status == "completed" and len(store.tasks(outcome.run_id, status="done")) == 6
