@@ -139,13 +139,13 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
             with problems:
                 fail(path, lines, ("providers", name, "api_version"),
                      f"api_version is an anthropic setting; {name} sends the version the runner pins")
-    job.sent_with.update(sent_with(job))
     for name, endpoint in job.endpoints.items():
         if not endpoint.base_url:
             with problems:
                 fail(path, lines, ("endpoints", name),
                      "an endpoint needs base_url: (e.g. http://127.0.0.1:8000/v1)")
     problems.raise_any()
+    job.sent_with.update(sent_with(job))  # of a job that passed: every model name splits
 
 
 def validation_context() -> dict[str, Any]:

@@ -147,6 +147,18 @@ MALFORMED = [
         3, "models[0]", "must be written provider:model", id="model-without-provider",
     ),
     pytest.param(
+        "  - sim:gpt-test\n", "  - 'sim:'\n",
+        3, "models[0]", "model 'sim:' has no model name after the colon: write it as sim:MODEL", id="model-name-empty",
+    ),
+    pytest.param(
+        "  - sim:gpt-test\n", "  - 'anthropic:  '\n",
+        3, "models[0]", "model 'anthropic:  ' has no model name after the colon", id="model-name-blank",
+    ),
+    pytest.param(
+        "    parse: letter\n", "    parse: letter\n    models: [sim:ok, 'openai:']\n",
+        21, "stages[0].models[1]", "model 'openai:' has no model name after the colon", id="model-name-empty-in-stage",
+    ),
+    pytest.param(
         "    parse: letter\n", "    parse: letter\n    models: [sim:ok, other:bad]\n",
         21, "stages[0].models[1]", "unknown provider 'other'", id="unknown-provider-in-stage",
     ),
@@ -302,8 +314,10 @@ def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         ("  temperature: 0\n", "  temperature: hot\n", ":5: params.temperature: "),
         ("  - sim:gpt-test\n", "  - nosuch:model\n", ":3: models[0]: "),
         ("  max_tokens: 16\n", "  max_tokens: [16\n", ":7: not valid YAML"),
+        # it ended in "unexpected ValueError" (the versions sent with were read before the problems were raised)
+        ("  - sim:gpt-test\n", "  - 'sim:'\n", ":3: models[0]: model 'sim:' has no model name after the colon"),
     ],
-    ids=["wrong-type", "unknown-provider", "yaml-syntax"],
+    ids=["wrong-type", "unknown-provider", "yaml-syntax", "empty-model-name"],
 )
 def test_cli_validate_bad_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], old: str, new: str,
