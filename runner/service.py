@@ -109,13 +109,34 @@ def load_job_file(path: str | os.PathLike[str], vars: Mapping[str, str] | None =
     return load_job(located, dict(vars or {})), located if bundled else None
 
 
-def validate_datasets(job: Job) -> list[str]:
-    """``runner validate``'s check of the datasets' rows (a repeated id, a gold answer that is not one of the
-    options: raised with the dataset's file:line), and the warnings a run of the job would show about them."""
-    from runner.plan.stage import check_datasets
+@dataclass
+class Validation:
+    """What ``runner validate`` found in a job file: ``problems``, each one sentence (the job file's, then its
+    datasets' rows'), and when there are none the job and the ``warnings`` a run of it would show about its data."""
 
-    check_datasets(job)
-    return dataset_warnings(job)
+    problems: list[str]
+    job: Job | None
+    warnings: list[str]
+    #: the bundled job file read instead, when the path named one (``jobs/quickstart.yaml``)
+    bundled: Path | None
+
+
+def validate_job_file(path: str | os.PathLike[str], vars: Mapping[str, str] | None = None) -> Validation:
+    """Every problem of a job file in one go: the file's own (every key, every ``${name}``) and, for each stage
+    whose dataset can be read despite them, its rows' (a repeated id, a gold answer that is not one of the
+    options, a row that cannot be read), each named with the dataset's file:line."""
+    from runner.bundled import locate_job
+    from runner.plan.stage import dataset_problems
+    from runner.spec.job import examine_job
+
+    located, bundled = locate_job(path)
+    examined = examine_job(located, dict(vars or {}))
+    problems = list(examined.problems)
+    for dataset, choices, limit in examined.readable_datasets():
+        problems += [p for p in dataset_problems(dataset, choices, limit) if p not in problems]  # a file read twice
+    job = examined.job if not problems else None
+    return Validation(problems, job, dataset_warnings(job) if job is not None else [],
+                      located if bundled else None)
 
 
 def check_limit(limit: int, option: str = "--limit") -> int:

@@ -9,7 +9,8 @@ runner/cli/common.py, the cluster options of submit and work runner/cli/cluster.
 another, or this one.
 
 Every error a user can cause ends in ``Error: <one sentence>`` on stderr and a non-zero exit (2 for a job
-file that does not validate or a submit whose worst case exceeds its budget, 1 otherwise), never a traceback.
+file that does not validate, a problem ``runner validate`` finds in a dataset's rows, or a submit whose worst case
+exceeds its budget, 1 otherwise), never a traceback.
 ``RUNNER_RAISE_ERRORS=1`` shows tracebacks of unexpected errors, for bug reports.
 """
 

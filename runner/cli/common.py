@@ -22,7 +22,7 @@ from runner.spec.schema import Job
 from runner.store import Store, open_store
 
 __all__ = ["BudgetOption", "DbOption", "LimitOption", "VarOption", "check_format", "emit", "has_password",
-           "load_job", "open_db", "opened", "say"]
+           "load_job", "open_db", "opened", "say", "var_values"]
 
 DbOption = Annotated[
     str | None,
@@ -103,13 +103,14 @@ def has_password(db: str) -> bool:
 def load_job(job_file: Path, var: list[str] | None) -> Job:
     """Load a job file; a path that does not exist here but names a bundled job (``jobs/quickstart.yaml``) loads
     that one, and says so."""
-    job, bundled = service.load_job_file(job_file, _vars(var))
+    job, bundled = service.load_job_file(job_file, var_values(var))
     if bundled is not None:
         say(f"using the bundled {job_file} ({bundled})", err=True)
     return job
 
 
-def _vars(values: list[str] | None) -> dict[str, str]:
+def var_values(values: list[str] | None) -> dict[str, str]:
+    """``--var NAME=VALUE`` options as a mapping."""
     out: dict[str, str] = {}
     for value in values or []:
         name, sep, text = value.partition("=")

@@ -10,8 +10,19 @@ from typing import Annotated
 import typer
 
 from runner import service
-from runner.cli.common import DbOption, LimitOption, VarOption, check_format, emit, load_job, open_db, say
+from runner.cli.common import (
+    DbOption,
+    LimitOption,
+    VarOption,
+    check_format,
+    emit,
+    load_job,
+    open_db,
+    say,
+    var_values,
+)
 from runner.report import estimate as estimates
+from runner.spec.problems import JobFileProblems
 
 __all__ = ["check", "estimate", "register", "validate"]
 
@@ -61,12 +72,18 @@ def estimate(
 
 
 def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML file.")], var: VarOption = None) -> None:
-    """Only validate a job file (exit 2 with file:line and the key when it is wrong) and the rows of its datasets
-    (exit 1 with the dataset's file:line: a repeated id, a gold answer that is not one of the options)."""
-    job = load_job(job_file, var)
-    warnings = service.validate_datasets(job)
+    """Only validate a job file and the rows of its datasets, saying every problem found in one go (the file's
+    file:line and key; a dataset's file:line: a repeated id, a gold answer that is not one of the options). Exit 2
+    when there is any."""
+    found = service.validate_job_file(job_file, var_values(var))
+    if found.bundled is not None:
+        say(f"using the bundled {job_file} ({found.bundled})", err=True)
+    if found.problems:
+        raise JobFileProblems(job_file, found.problems)
+    job = found.job
+    assert job is not None  # a job without problems is built
     stages = ", ".join(f"{s.name} ({len(job.stage_models(s))} model(s))" if s.is_llm else f"{s.name} "
                        f"({s.data_ops()[0]})" for s in job.stages)
     say(f"{job_file}: valid job {job.name!r}: {stages}")
-    for line in warnings:
+    for line in found.warnings:
         say(line, err=True)

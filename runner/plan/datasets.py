@@ -61,6 +61,21 @@ def dataset_format(path: str | Path, given: str | None = None) -> str:
     return format_of_name(path) or "jsonl"
 
 
+def folder_problem(path: str | Path, given: str | None = None) -> str | None:
+    """What is wrong with a folder named as a dataset (``given``: its ``dataset.format``), said after its name:
+    only a Hugging Face dataset folder is read as one; None when it is one."""
+    if given not in (None, "hf"):
+        return f"is a directory, not a {given} file"
+    if not _saved_by_datasets(Path(path)):
+        return ("is a directory, and not one written by Hugging Face datasets' save_to_disk (it has no state.json "
+                "or dataset_dict.json)")
+    return None
+
+
+def _saved_by_datasets(folder: Path) -> bool:
+    return (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file()
+
+
 def _settings(source: str | Path | Dataset) -> tuple[str, str | None, str | None]:
     """(path, given format, split) of a ``dataset:`` setting or a bare path."""
     if isinstance(source, (str, Path)):
@@ -376,7 +391,7 @@ def _hf_folder(path: str) -> Any:
     if not folder.is_dir():
         raise RunnerError(f"{path}: a Hugging Face dataset is a folder written by save_to_disk, and this is a file; "
                           "name its format with dataset.format (format hf)")
-    if not (folder / "state.json").is_file() and not (folder / "dataset_dict.json").is_file():
+    if not _saved_by_datasets(folder):
         raise RunnerError(f"{path}: not a folder written by Hugging Face datasets' save_to_disk (it has no state.json "
                           "or dataset_dict.json) (format hf)")
     try:

@@ -71,19 +71,22 @@ def model_key(model: str, endpoints: dict[str, Any], job: Job | None = None) -> 
 def dataset_rows(job: Job, stage: Stage) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """(line number, row id, row) of a stage's dataset: its rows, or with ``explode`` the elements of each
     row's list, merged with the row's other fields; at most the job's limit."""
-    dataset = stage.dataset
-    assert dataset is not None
-    limit = job.stage_limit(stage)
+    assert stage.dataset is not None
+    return _rows(stage.dataset, job.stage_limit(stage))
+
+
+def _rows(dataset: Dataset, limit: int | None) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """:func:`dataset_rows` of ``dataset``, at most ``limit`` rows."""
     count = 0
     # Ids named by a field must be unique (row numbers are, and so are ``<id>.<n>`` of unique ids): two rows with
     # one id would be paid for twice and kept as one task. Only a hash of each id is kept, so memory stays small.
     seen: set[int] | None = set() if dataset.id is not None else None
     for line_no, number, row in read_dataset(dataset, None if dataset.explode else limit):
-        row_id = dataset_row_id(stage, line_no, row, number)
+        row_id = _row_id(dataset, line_no, row, number)
         if seen is not None:
             digest = hash(row_id)
             if digest in seen:
-                _refuse_repeated_id(stage, row_id, line_no)
+                _refuse_repeated_id(dataset, row_id, line_no)
             seen.add(digest)
         if dataset.explode is None:
             yield line_no, row_id, row
@@ -99,15 +102,14 @@ def dataset_rows(job: Job, stage: Stage) -> Iterator[tuple[int, str, dict[str, A
             yield line_no, f"{row_id}.{n}", {**parent, **element}
 
 
-def _refuse_repeated_id(stage: Stage, row_id: str, line_no: int) -> None:
+def _refuse_repeated_id(dataset: Dataset, row_id: str, line_no: int) -> None:
     """Raise naming both lines when an earlier row has ``row_id`` (a hash seen before may be another id's)."""
-    assert stage.dataset is not None
-    path = stage.dataset.path
-    for first, number, row in read_dataset(stage.dataset):
+    path = dataset.path
+    for first, number, row in read_dataset(dataset):
         if first >= line_no:
             return
-        if dataset_row_id(stage, first, row, number) == row_id:
-            raise RunnerError(f"{path}:{line_no}: id {row_id!r} (field {stage.dataset.id!r}) was already used on line "
+        if _row_id(dataset, first, row, number) == row_id:
+            raise RunnerError(f"{path}:{line_no}: id {row_id!r} (field {dataset.id!r}) was already used on line "
                               f"{first} ({path}:{first}); each row's id must be unique: fix the rows, name another id "
                               "field, or leave out dataset.id to number rows by line")
 
@@ -115,11 +117,15 @@ def _refuse_repeated_id(stage: Stage, row_id: str, line_no: int) -> None:
 def dataset_row_id(stage: Stage, line_no: int, row: dict[str, Any], number: int | None = None) -> str:
     """The row's id: its ``dataset.id`` field, else its number among the rows (``line_no`` when not given)."""
     assert stage.dataset is not None
-    id_field = stage.dataset.id
+    return _row_id(stage.dataset, line_no, row, number)
+
+
+def _row_id(dataset: Dataset, line_no: int, row: dict[str, Any], number: int | None = None) -> str:
+    id_field = dataset.id
     if id_field is None:
         return str(line_no if number is None else number)
     if id_field not in row:
-        raise RunnerError(f"{stage.dataset.path}:{line_no}: the row has no id field {id_field!r}")
+        raise RunnerError(f"{dataset.path}:{line_no}: the row has no id field {id_field!r}")
     return str(row[id_field])
 
 
@@ -174,17 +180,45 @@ def gold_index(where: str, line_no: int, row: dict[str, Any], choices: Choices, 
 def check_datasets(job: Job) -> None:
     """Read every dataset a stage reads, streamed, for what only its rows can say: rows readable in their format,
     ids unique (with ``dataset.id``), each multiple-choice row's options present and its gold one of them. Raises
-    RunnerError naming the file and line. ``runner validate`` runs it; a run finds the same while it plans."""
+    RunnerError naming the file and line of the first problem; a run finds the same while it plans."""
     for stage in job.stages:
         if stage.dataset is None:
             continue
-        choices = stage.choices if stage.is_llm else None
+        problems = dataset_problems(stage.dataset, stage.choices if stage.is_llm else None, job.stage_limit(stage),
+                                    most=1)
+        if problems:
+            raise RunnerError(problems[0])
+
+
+#: the problems :func:`dataset_problems` says of one dataset at most, by default
+MOST_ROW_PROBLEMS = 20
+
+
+def dataset_problems(dataset: Dataset, choices: Choices | None, limit: int | None,
+                     most: int = MOST_ROW_PROBLEMS) -> list[str]:
+    """Each problem of a dataset's rows (``file:line: what``; the first ``limit`` rows): a row with options or a
+    gold that is not one of them is said and the reading goes on, while a row that cannot be read or an id used
+    twice ends it. At most ``most`` problems, then a sentence saying the reading stopped there."""
+    problems: list[str] = []
+    stopped = False
+    try:
         shared = _options_file(choices.options_file) if choices is not None and choices.options_file else None
-        for line_no, _, row in dataset_rows(job, stage):
+        for line_no, _, row in _rows(dataset, limit):
             if choices is None:
                 continue
-            options = row_options(stage.dataset.path, line_no, row, choices, shared)
-            gold_index(stage.dataset.path, line_no, row, choices, options)
+            try:
+                gold_index(dataset.path, line_no, row, choices, row_options(dataset.path, line_no, row, choices,
+                                                                            shared))
+            except RunnerError as exc:
+                problems.append(str(exc))
+                if len(problems) >= most:
+                    stopped = True
+                    break
+    except RunnerError as exc:  # a row that cannot be read, an id used twice: the rows after it are not read
+        problems.append(str(exc))
+    if stopped and most > 1:
+        problems.append(f"{dataset.path}: {most} rows have problems; the rows after them were not checked")
+    return problems
 
 
 class StagePlan:

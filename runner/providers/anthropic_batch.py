@@ -5,16 +5,21 @@ Submit: ``{"custom_id", "params"}`` per line, the params exactly as the online p
 the conversation, ``max_tokens`` or the default cap, ``stop_sequences``, and temperature / top_p as body
 fields); the client is the online path's, so the pinned ``anthropic-version`` header goes with every call.
 Custom ids must match ``^[a-zA-Z0-9_-]{1,64}$`` (Anthropic refuses the whole batch otherwise, so they are
-checked before anything is sent). A Message Batch
-has no name or metadata: the label is not sent anywhere.
+checked before anything is sent). A Message Batch has no name or metadata, so the label goes into every custom id
+instead (:func:`wire_id`): 16 hex digits of the label's hash (the label names the run, stage, model, round and
+every line), then the engine's id, a 64-hex request key written in 43 base64url characters. Two runs sending the
+same requests send the same keys, and only this prefix tells their batches apart. :func:`engine_id` reads the
+engine's id back from a result (and takes an id without the prefix, from a batch submitted before ids had it, as
+it is).
 
 Find (a batch the provider accepted but the store never recorded): with no label to look for, a batch is known by
-its requests' custom ids, which the API gives back only in an ended batch's results. ``messages.batches.list``
-pages through the workspace's batches, most recent first (``limit`` 100, ``after_id``), back to the intent's time;
-a candidate was created within :data:`SUBMIT_WINDOW` of the intent, is not one the store knows, and holds as many
-requests (``request_counts``) as the batch had lines. An ended candidate is the batch when its results carry
-exactly those custom ids; a candidate still running leaves the answer ``undecided`` (the engine looks again at its
-next poll), so a batch that was never accepted is submitted again only once no running candidate may be it.
+its requests' custom ids (each holding the label's hash), which the API gives back only in an ended batch's
+results. ``messages.batches.list`` pages through the workspace's batches, most recent first (``limit`` 100,
+``after_id``), back to the intent's time; a candidate was created within :data:`SUBMIT_WINDOW` of the intent, is
+not one the store knows, and holds as many requests (``request_counts``) as the batch had lines. An ended
+candidate is the batch when its results carry exactly the custom ids its label and lines make; a candidate still
+running leaves the answer ``undecided`` (the engine looks again at its next poll), so a batch that was never
+accepted is submitted again only once no running candidate may be it.
 
 Results: every request has a result, matched by custom id. ``succeeded`` is a completion built as online from
 the Message (``AnthropicProvider.completion_of``); ``errored`` is the online mapping of the error's type
@@ -25,6 +30,8 @@ are retried.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
@@ -49,6 +56,11 @@ if TYPE_CHECKING:
     from .anthropic_messages import AnthropicProvider
 
 _CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_KEY = re.compile(r"[0-9a-f]{64}")
+#: hex digits of the label's hash that begin every custom id, then one character saying how the engine's id follows:
+#: ``_`` a request key in base64url, ``-`` the id as it is (one of at most :data:`MAX_PLAIN` characters)
+TAG = 16
+MAX_PLAIN = 64 - TAG - 1
 #: batches a list page holds in ``find``
 PAGE = 100
 #: seconds after its intent a batch can have been created: the submit call started then and ends within its timeout
@@ -74,18 +86,21 @@ class AnthropicBatches(SDKBatches):
 
     async def submit(self, model: str, lines: list[BatchLine], *, label: str) -> str:
         check_lines(self.where, lines)
-        bad = next((line.custom_id for line in lines if not _CUSTOM_ID.fullmatch(line.custom_id)), None)
+        bad = next((line.custom_id for line in lines if not _KEY.fullmatch(line.custom_id)
+                    and not (len(line.custom_id) <= MAX_PLAIN and _CUSTOM_ID.fullmatch(line.custom_id))), None)
         if bad is not None:
-            raise BadRequest(f"{self.where}: custom id {bad!r} must be 1 to 64 letters, digits, '-' or '_' "
-                             "(Message Batches refuse any other)")
-        requests = [{"custom_id": line.custom_id, "params": self.params(model, line)} for line in lines]
+            raise BadRequest(f"{self.where}: custom id {bad!r} must be a request key or 1 to {MAX_PLAIN} letters, "
+                             "digits, '-' or '_' (Message Batches refuse a custom id of more than 64 of them, and "
+                             f"the batch's label takes {TAG + 1})")
+        requests = [{"custom_id": wire_id(label, line.custom_id), "params": self.params(model, line)}
+                    for line in lines]
         with self.errors():
             batch = await self.client.messages.batches.create(requests=requests)
         return str(batch.id)
 
     async def find(self, label: str, custom_ids: Collection[str], *, since: float,
                    known: Collection[str] = ()) -> Lookup:
-        wanted = set(custom_ids)
+        wanted = {wire_id(label, custom_id) for custom_id in custom_ids}
         undecided = 0
         with self.errors():
             async for batch in self.client.messages.batches.list(limit=PAGE):
@@ -125,7 +140,7 @@ class AnthropicBatches(SDKBatches):
     def _line(self, item: Any) -> BatchResult:
         import anthropic
 
-        custom_id, result = str(item.custom_id), item.result
+        custom_id, result = engine_id(str(item.custom_id)), item.result
         raw = item.to_dict(mode="json")
         if result.type == "succeeded":
             return answered(custom_id, lambda: self.provider.completion_of(result.message.to_dict(mode="json")), raw)
@@ -142,3 +157,24 @@ class AnthropicBatches(SDKBatches):
     async def _cancel(self, batch_id: str) -> None:
         with self.errors():
             await self.client.messages.batches.cancel(batch_id)
+
+
+def wire_id(label: str, custom_id: str) -> str:
+    """The custom id a line is sent with: the label's hash, then the engine's ``custom_id`` (a request key
+    compacted to fit Anthropic's 64 characters)."""
+    tag = hashlib.sha256(label.encode("utf-8")).hexdigest()[:TAG]
+    if _KEY.fullmatch(custom_id):
+        return f"{tag}_{base64.urlsafe_b64encode(bytes.fromhex(custom_id)).decode('ascii').rstrip('=')}"
+    return f"{tag}-{custom_id}"
+
+
+def engine_id(sent: str) -> str:
+    """The engine's id of a line sent as ``sent`` (:func:`wire_id`); an id without a label's hash as it is."""
+    tag, kind, rest = sent[:TAG], sent[TAG:TAG + 1], sent[TAG + 1:]
+    if len(tag) < TAG or any(c not in "0123456789abcdef" for c in tag):
+        return sent
+    if kind == "-" and rest:
+        return rest
+    if kind == "_" and len(rest) == 43:
+        return base64.urlsafe_b64decode(rest + "=").hex()
+    return sent

@@ -407,8 +407,11 @@ def _declared_options() -> set[str]:
 
 
 def split_model(spec: str) -> tuple[str, str]:
-    """``"sim:gpt-4o"`` -> ``("sim", "gpt-4o")``."""
+    """``"sim:gpt-4o"`` -> ``("sim", "gpt-4o")``; ValueError (its message one sentence naming the model) when either
+    part is missing or blank."""
     provider, sep, model = spec.partition(":")
-    if not sep or not provider or not model:
+    if not sep or not provider.strip():
         raise ValueError(f"model {spec!r} must be written provider:model, e.g. local:smollm2")
+    if not model.strip():
+        raise ValueError(f"model {spec!r} has no model name after the colon: write it as {provider.strip()}:MODEL")
     return provider, model

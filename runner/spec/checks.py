@@ -12,7 +12,7 @@ from typing import Any
 
 from runner.errors import JobFileError, ModelSetupError, RunnerError
 from runner.evaluate.plugins import PARSER_GROUP, SCORER_GROUP, PluginError, load
-from runner.plan.datasets import format_of_name
+from runner.plan.datasets import folder_problem, format_of_name
 from runner.plan.prompts import PromptError, expression_error, load_prompt
 from runner.providers.base import provider_class, provider_names, split_model
 from runner.providers.capabilities import (
@@ -25,7 +25,7 @@ from runner.providers.capabilities import (
 from runner.providers.local_weights import name_problem
 from runner.recipes import get_parser, get_step, parser_names, step_names
 from runner.spec.fields import MAX_VARIANTS
-from runner.spec.files import resolve_file
+from runner.spec.files import not_a_file, resolve_file
 from runner.spec.problems import Problems, fail
 from runner.spec.schema import BUILTIN_PARSES, FORMAT_OF_NAME, Job, Stage, shaped_params
 from runner.spec.yamlfile import Loc, load_yaml_bounded
@@ -61,12 +61,12 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
         with problems:
             _check_data_op(path, lines, loc, stage)
         if stage.dataset is not None:
-            found = resolve_file(job, stage.dataset.path, folder=True)
-            if found is None:
-                with problems:
-                    fail(path, lines, loc + ("dataset", "path"),
-                         f"dataset file {stage.dataset.path!r} does not exist")
-            else:
+            with problems:
+                found = _found(job, path, lines, loc + ("dataset", "path"), "dataset file", stage.dataset.path,
+                               folder=True)
+                unread = folder_problem(found, stage.dataset.format) if found.is_dir() else None
+                if unread is not None:
+                    fail(path, lines, loc + ("dataset", "path"), f"dataset path {stage.dataset.path!r} {unread}")
                 stage.dataset.path = str(found)
         if not stage.is_llm:
             continue
@@ -88,13 +88,9 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
             with problems:
                 fail(path, lines, loc + ("parse",), f"no parser named {stage.parse!r}{hint}")
         if stage.choices is not None and stage.choices.options_file is not None:
-            options = resolve_file(job, stage.choices.options_file)
-            if options is None:
-                with problems:
-                    fail(path, lines, loc + ("choices", "options_file"),
-                         f"options file {stage.choices.options_file!r} does not exist")
-            else:
-                stage.choices.options_file = str(options)
+            with problems:
+                stage.choices.options_file = str(_found(job, path, lines, loc + ("choices", "options_file"),
+                                                        "options file", stage.choices.options_file))
         try:
             load_prompt(job, stage.prompt)  # type: ignore[arg-type]  # an LLM stage has one
         except PromptError as exc:
@@ -139,19 +135,31 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
             with problems:
                 fail(path, lines, ("providers", name, "api_version"),
                      f"api_version is an anthropic setting; {name} sends the version the runner pins")
-    job.sent_with.update(sent_with(job))
     for name, endpoint in job.endpoints.items():
         if not endpoint.base_url:
             with problems:
                 fail(path, lines, ("endpoints", name),
                      "an endpoint needs base_url: (e.g. http://127.0.0.1:8000/v1)")
     problems.raise_any()
+    job.sent_with.update(sent_with(job))  # of a job that passed: every model name splits
 
 
 def validation_context() -> dict[str, Any]:
     """What the schema's own validators take from the plan, handed to ``Job.model_validate`` by the loader: the
     dataset reader's ``format_of_name`` (a ``split:`` is refused on a dataset its name says is a file)."""
     return {FORMAT_OF_NAME: format_of_name}
+
+
+def _found(job: Job, path: Path, lines: dict[Loc, int], loc: Loc, what: str, relative: str, *,
+           folder: bool = False) -> Path:
+    """The file (or, with ``folder``, the folder) a job names at ``loc``; when there is none, what stands there
+    instead (a pipe, a device, a directory) or that nothing does, said at ``loc``."""
+    found = resolve_file(job, relative, folder=folder)
+    if found is None:
+        kind = not_a_file(job, relative, folder=folder)
+        fail(path, lines, loc, f"{what} {relative!r} is {kind}, not a regular file" if kind is not None
+             else f"{what} {relative!r} does not exist")
+    return found
 
 
 def _check_plugins(job: Job, path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:
@@ -171,9 +179,7 @@ def _load_schema(job: Job, path: Path, lines: dict[Loc, int], loc: Loc, schema: 
                  ) -> dict[str, Any]:
     """A stage's ``schema:``, read from its file when it names one, checked as a JSON Schema."""
     if isinstance(schema, str):
-        found = resolve_file(job, schema)
-        if found is None:
-            fail(path, lines, loc, f"schema file {schema!r} does not exist")
+        found = _found(job, path, lines, loc, "schema file", schema)
         try:
             schema = load_yaml_bounded(found, "schema file")  # JSON is YAML; read within the job file's bounds
         except JobFileError as exc:

@@ -5,15 +5,18 @@ a :class:`JobFileError` naming ``file:line`` and the key."""
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from runner.errors import JobFileError
+from runner.plan.datasets import folder_problem
 from runner.spec.checks import check_job, validation_context
-from runner.spec.problems import JobFileProblems, fail, position
-from runner.spec.schema import Job
+from runner.spec.files import find_file
+from runner.spec.problems import JobFileProblems, position
+from runner.spec.schema import Choices, Dataset, Job
 from runner.spec.variables import substitute_vars
 from runner.spec.yamlfile import Loc, dotted, line_of, load_with_lines
 
@@ -21,11 +24,17 @@ from runner.spec.yamlfile import Loc, dotted, line_of, load_with_lines
 def load_job(path: str | Path, overrides: dict[str, str] | None = None) -> Job:
     """Parse, validate and resolve a job file; raise :class:`JobFileError` naming file:line and key.
     ``overrides`` are ``--var name=value`` values, over the file's ``vars:``."""
+    return examine_job(path, overrides).passed()
+
+
+def examine_job(path: str | Path, overrides: dict[str, str] | None = None) -> Examined:
+    """A job file validated as :func:`load_job` does, every problem gathered instead of raised; what could not be
+    read as YAML at all is still raised (a JobFileError: there is nothing more to say about it)."""
     path = Path(path)
     data, lines = load_with_lines(path)
     if not isinstance(data, dict):
         raise JobFileError(f"{path}:1: a job file must be a mapping of keys (name, models, stages, ...)")
-    return _validated(data, path, lines, overrides, job_path=str(path), base_dir=path.resolve().parent)
+    return _examined(data, path, lines, overrides, job_path=str(path), base_dir=path.resolve().parent)
 
 
 #: what errors in a job given as a mapping (:func:`job_from_dict`) name instead of ``file:line``
@@ -41,27 +50,113 @@ def job_from_dict(data: dict[str, Any], overrides: dict[str, str] | None = None,
         raise JobFileError(f"{DICT_JOB}: a job must be a mapping of keys (name, models, stages, ...), "
                            f"not {type(data).__name__}")
     base = Path(base_dir).expanduser().resolve() if base_dir is not None else Path.cwd()
-    return _validated(data, DICT_JOB, {}, overrides, job_path="", base_dir=base)
+    return _examined(data, DICT_JOB, {}, overrides, job_path="", base_dir=base).passed()
 
 
-def _validated(data: dict[str, Any], path: Path, lines: dict[Loc, int], overrides: dict[str, str] | None, *,
-               job_path: str, base_dir: Path) -> Job:
-    data = substitute_vars(path, lines, data, overrides or {})
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+@dataclass
+class Examined:
+    """A job file examined: its problems, each ``file:line: key: what`` in the file's order, and the job when it
+    has none. Also what ``runner validate`` needs to read the datasets of a job that has problems."""
+
+    path: Path
+    problems: list[str]
+    #: the job, built and checked; None when it has a problem
+    job: Job | None
+    #: the file's data with its ``${name}``s replaced where they could be
+    data: dict[str, Any]
+    #: the keys whose strings still hold a ``${name}`` that could not be replaced
+    broken: set[Loc]
+    base_dir: Path
+
+    def passed(self) -> Job:
+        """The job; :class:`JobFileProblems` with every problem when it has any."""
+        if self.problems:
+            raise JobFileProblems(self.path, self.problems)
+        assert self.job is not None  # a job without problems is built
+        return self.job
+
+    def readable_datasets(self) -> list[tuple[Dataset, Choices | None, int | None]]:
+        """(dataset, its options when the stage chooses among some, the rows to read at most) of each stage whose
+        dataset can be read despite the job's problems: its ``dataset:`` (and ``choices:``, else the options are
+        left unchecked) valid and without an unfilled ``${name}``, and the file there. Paths are resolved."""
+        if self.job is not None:
+            return [(s.dataset, s.choices if s.is_llm else None, self.job.stage_limit(s)) for s in self.job.stages
+                    if s.dataset is not None]
+        limit = self.data.get("limit")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1 or self._broken(("limit",)):
+            limit = None
+        stages = self.data.get("stages")
+        found: list[tuple[Dataset, Choices | None, int | None]] = []
+        for index, raw in enumerate(stages if isinstance(stages, list) else []):
+            if not isinstance(raw, dict) or self._broken(("stages", index, "dataset")):
+                continue
+            dataset = self._valid(Dataset, raw.get("dataset"))
+            choices = self._valid(Choices, raw.get("choices")) if raw.get("prompt") is not None \
+                and not self._broken(("stages", index, "choices")) else None
+            where = find_file(self.base_dir, dataset.path, folder=True) if dataset is not None else None
+            if dataset is None or where is None or (where.is_dir() and folder_problem(where, dataset.format)):
+                continue
+            dataset.path = str(where)
+            if choices is not None and choices.options_file is not None:
+                options = find_file(self.base_dir, choices.options_file)
+                choices = choices.model_copy(update={"options_file": str(options)}) if options else None
+            limits = [n for n in (limit, dataset.limit) if n is not None]
+            found.append((dataset, choices, min(limits) if limits else None))
+        return found
+
+    def _broken(self, loc: Loc) -> bool:
+        return any(broken[:len(loc)] == loc for broken in self.broken)
+
+    @staticmethod
+    def _valid(model: type[ModelT], raw: Any) -> ModelT | None:
+        if not isinstance(raw, dict):
+            return None
+        try:
+            return model.model_validate(raw, context=validation_context())
+        except ValidationError:
+            return None
+
+
+def _examined(data: dict[str, Any], path: Path, lines: dict[Loc, int], overrides: dict[str, str] | None, *,
+              job_path: str, base_dir: Path) -> Examined:
+    substituted = substitute_vars(path, lines, data, overrides or {})
+    data, problems = substituted.data, list(substituted.problems)
     for reserved in ("path", "base_dir"):
         if reserved in data:
-            fail(path, lines, (reserved,), f"unknown key {reserved!r}")
+            problems.append(f"{position(path, lines, (reserved,))}: {reserved}: unknown key {reserved!r}")
+    job: Job | None = None
     try:
-        job = Job.model_validate(data, context=validation_context())
+        job = Job.model_validate({k: v for k, v in data.items() if k not in ("path", "base_dir")},
+                                 context=validation_context())
     except ValidationError as exc:
-        raise _all_errors(path, lines, exc) from None
-    job.path = job_path
-    job.base_dir = str(base_dir)
-    check_job(job, path, lines)
-    return job
+        problems += _all_errors(path, lines, exc, substituted.broken)
+    if job is not None:
+        job.path = job_path
+        job.base_dir = str(base_dir)
+    if job is not None and not problems:  # a job with a var left unfilled is not checked further: it is not the job
+        try:
+            check_job(job, path, lines)
+        except JobFileProblems as exc:
+            problems += exc.problems
+        except JobFileError as exc:
+            problems.append(str(exc))
+    problems.sort(key=lambda problem: _line_in(path, problem))  # stable: in the file's order, then as found
+    return Examined(path, problems, None if problems else job, data, substituted.broken, base_dir)
 
 
-def _all_errors(path: Path, lines: dict[Loc, int], exc: ValidationError) -> JobFileProblems:
-    """Every problem pydantic found, one ``file:line: key: what`` each, in the file's order."""
+def _line_in(path: Path, problem: str) -> int:
+    """The line a problem names (``file:line: ...``); 0 for one that names none (a ``--var``)."""
+    rest = problem.removeprefix(f"{path}:")
+    digits = rest[:len(rest) - len(rest.lstrip("0123456789"))]
+    return int(digits) if rest != problem and digits else 0
+
+
+def _all_errors(path: Path, lines: dict[Loc, int], exc: ValidationError, broken: set[Loc]) -> list[str]:
+    """Every problem pydantic found, one ``file:line: key: what`` each, in the file's order; none at or under a key
+    in ``broken`` (a string whose ``${name}`` could not be filled in: that is its problem)."""
     errors = exc.errors(include_url=False)
     # A prompt written as a mapping also fails the plain-string branch of its union: report the other.
     errors = [e for e in errors if not (e["loc"][-1:] == ("str",) and e["type"] == "string_type")] or errors
@@ -70,6 +165,8 @@ def _all_errors(path: Path, lines: dict[Loc, int], exc: ValidationError) -> JobF
     found: list[tuple[int, int, str]] = []
     for error in sorted(errors, key=lambda e: e["type"] != "extra_forbidden"):
         loc = _clean_loc(error["loc"])
+        if any(loc[:len(key)] == key for key in broken):
+            continue
         kind = error["type"]
         if kind == "extra_forbidden":
             message = f"unknown key {loc[-1]!r}"
@@ -88,7 +185,7 @@ def _all_errors(path: Path, lines: dict[Loc, int], exc: ValidationError) -> JobF
         text = f"{position(path, lines, loc)}: {dotted(loc) or 'job'}: {message}"
         if all(text != seen for _, _, seen in found):
             found.append((line_of(lines, loc), len(found), text))
-    return JobFileProblems(path, [text for _, _, text in sorted(found)])
+    return [text for _, _, text in sorted(found)]
 
 
 def _allowed_keys(loc: Loc) -> list[str]:

@@ -22,12 +22,21 @@ bound holds only for a session that is idle while its process is stopped: no sta
 pipelined (:mod:`runner.store.pg_batches`), since a pipeline cut before its Sync leaves the session active, and the
 timeout never fires for an active session. A worker's session is named ``runner WORKER`` (``application_name``), so
 ``pg_stat_activity`` says which worker holds what.
+
+A server that ends this process's session (``pg_terminate_backend``, a restart, a failover) is connected to again,
+tried with a growing pause for up to ``RUNNER_STORE_WAIT`` seconds (:data:`RECONNECT_WAIT_S` by default), before
+the run ends, resumable. Only what is certain not to have been applied, or is safe to do twice, is done again:
+a session found ended before a statement is sent (the server's goodbye waits on the socket: :meth:`PostgresStore.
+_ended`, a poll that costs no round trip), which is the usual case, as the server ends an idle session; a
+transaction cut before its COMMIT was sent, run again whole; a read. A single write, or a COMMIT, cut while the
+server had it may have been applied: that one still ends the run (``failure``).
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -43,9 +52,17 @@ from runner.store.dialect import POSTGRES
 from runner.store.migrations import migrate
 from runner.store.pg_batches import execute_batched
 from runner.store.sql import SQLStore, T, Tx
+from runner.store.sqlite_lock import store_wait
 
 #: seconds to wait for the server when the URL does not say (``connect_timeout``)
 CONNECT_TIMEOUT_S = 10
+#: seconds a session the server ended is tried again in all, unless RUNNER_STORE_WAIT says otherwise
+RECONNECT_WAIT_S = 30.0
+#: the first pause between two tries to connect again, doubled after each up to :data:`_PAUSE_MAX_S`
+_PAUSE_S = 0.1
+_PAUSE_MAX_S = 2.0
+#: a statement that only reads (no row locks), so it may be sent again when the session ended under it
+_READ = re.compile(r"\s*SELECT\b(?!.*\bFOR\s+(UPDATE|SHARE|NO\s+KEY|KEY)\b)", re.IGNORECASE | re.DOTALL)
 #: rows per round trip when a result is streamed
 _FETCH = 2000
 #: the session's bound on a transaction left idle (module docstring)
@@ -65,15 +82,16 @@ _TASK_SQL = (
 
 
 class _Stalled(Exception):
-    """The server ended this process's transaction, left idle past the session's bound (the process stopped inside
-    it): rolled back, so it may run again on a new connection."""
+    """The server ended this process's transaction before its COMMIT was sent: left idle past the session's bound
+    (the process stopped inside it), or the session ended (module docstring). Rolled back, so it may run again on
+    a new connection."""
 
 
 def _deadlock_retried(method: Callable[..., Any]) -> Callable[..., Any]:
     """Run again a transaction PostgreSQL chose as a deadlock's victim (processes claiming, beating and committing
     at once may lock the same claims rows in different orders; keys are sorted where one statement takes many), or
-    ended because this process stopped inside it (:class:`_Stalled`). Each method so marked is one transaction, with
-    nothing committed before it, so running it again is safe."""
+    ended before its COMMIT (:class:`_Stalled`). Each method so marked is one transaction, with nothing committed
+    before it, so running it again is safe."""
     def retried(*args: Any, **kwargs: Any) -> Any:
         for attempt in range(5):
             try:
@@ -150,6 +168,10 @@ class PostgresStore(SQLStore):
         #: the session's application_name once a worker joins a run (``runner WORKER``): pg_stat_activity then says
         #: which worker each session is, and what it holds
         self._app_name = ""
+        #: seconds a session the server ended is tried again in all (module docstring)
+        self._wait = store_wait(RECONNECT_WAIT_S)
+        #: the current session's goodbye from the server, if it said one (:meth:`_ended`)
+        self._farewell: list[str] = []
         try:
             self.conn = self._connect()
         except psycopg.Error as exc:
@@ -170,6 +192,10 @@ class PostgresStore(SQLStore):
         if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self._url):
             kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
         conn = psycopg.connect(self._url, autocommit=True, **kwargs)
+        farewell: list[str] = []  # the server's FATAL, said unasked when it ends the session (_ended)
+        conn.add_notice_handler(lambda diag: farewell.append(diag.sqlstate or "")
+                                if diag.severity_nonlocalized in ("FATAL", "PANIC") else None)
+        self._farewell = farewell
         if self._stall_ms:
             conn.execute(_STALL_SQL, (f"{self._stall_ms}ms",))
         if self._app_name:
@@ -208,10 +234,11 @@ class PostgresStore(SQLStore):
     # -- plumbing -------------------------------------------------------------------------------------------
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection]:
-        """One transaction on the connection, no other thread's statement inside it. Ended by the server because
-        this process stopped inside it: a new connection, and :class:`_Stalled` for the method to run it again."""
+        """One transaction on the connection, no other thread's statement inside it. Ended by the server before its
+        COMMIT was sent (this process stopped inside it, or the session ended): a new connection, and
+        :class:`_Stalled` for the method to run it again."""
         with self._lock:
-            body_done, started = False, time.monotonic()
+            body_done = False
             try:
                 conn = self._live()
                 with conn.transaction():
@@ -220,34 +247,78 @@ class PostgresStore(SQLStore):
             except psycopg.errors.IdleInTransactionSessionTimeout as exc:
                 self._reconnect_after(exc)
             except psycopg.OperationalError as exc:
-                # The server's reason does not always reach the client (it may say only that the connection
-                # closed): a connection lost inside a transaction open for longer than the bound
-                # is taken for the bound's end. Lost before COMMIT was sent, the transaction did not commit, so it may
-                # run again; lost at COMMIT, whether it committed is unknown, and it is not. A connection lost
-                # otherwise (a terminated backend, a restart) is the store going away, as before.
-                if body_done or not self._stall_ms or time.monotonic() - started < self._stall_ms / 1000:
+                # Lost before COMMIT was sent (the stall bound's end, which the server does not always manage to
+                # say, or the session ended), the transaction did not commit, so it runs again; lost at COMMIT,
+                # whether it committed is unknown, and it does not. An error that leaves the connection working
+                # (a statement's own) is no loss.
+                if body_done or not self.conn.broken:
                     raise
                 self._reconnect_after(exc)
 
     def _reconnect_after(self, exc: psycopg.Error) -> None:
         """A new connection after the server ended this one inside a transaction, and :class:`_Stalled` for the
-        method to run that transaction again; ``exc`` itself when the server cannot be reached."""
-        self.conn.close()
+        method to run that transaction again; ``exc`` itself when the server is not back within the wait."""
+        with suppress(psycopg.Error):
+            self.conn.close()
         try:
-            self.conn = self._connect()
+            self.conn = self._reconnected()
         except psycopg.Error:
             raise exc from None
         raise _Stalled from exc
 
+    def _reconnected(self) -> psycopg.Connection:
+        """A new connection, tried again with a growing pause while the server refuses it (restarting, or not
+        taking connections), for :attr:`_wait` seconds in all; the last refusal when it does not come back."""
+        deadline, pause = time.monotonic() + self._wait, _PAUSE_S
+        while True:
+            try:
+                return self._connect()
+            except psycopg.OperationalError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, _PAUSE_MAX_S)
+
     def _live(self) -> psycopg.Connection:
-        """The connection, a new one when the last was lost or ended (a statement that failed on it raised already;
-        without this, every later call would fail with "the connection is closed" though the server is there).
-        Called holding the lock."""
-        if self.conn.closed or self.conn.broken:
+        """The connection, a new one when the last was lost or ended: after a statement failed on it (it raised
+        already; without this, every later call would fail with "the connection is closed" though the server is
+        there), or found ended before anything is sent on it (:meth:`_ended`). Called holding the lock."""
+        if self.conn.closed or self.conn.broken or self._ended():
             with suppress(psycopg.Error):
                 self.conn.close()
-            self.conn = self._connect()
+            self.conn = self._reconnected()
         return self.conn
+
+    def _ended(self) -> bool:
+        """Whether the server ended this idle session: its goodbye (FATAL, e.g. 57P01 "terminating connection due
+        to administrator command") and the end of the stream wait unread on the socket. A poll, no round trip;
+        anything else unread (a notice, a parameter's new value) is taken in as libpq would."""
+        if self.conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            return False
+        try:
+            if not select.select([self.conn.fileno()], [], [], 0)[0]:
+                return False
+            pgconn = self.conn.pgconn
+            pgconn.consume_input()  # raises at the end of the stream
+            pgconn.is_busy()  # parses what came: a goodbye goes to the notice handler (_connect)
+        except (psycopg.OperationalError, OSError, ValueError):
+            return True
+        return bool(self._farewell) or self.conn.pgconn.status != psycopg.pq.ConnStatus.OK
+
+    def _again(self, sql: str, run: Callable[[psycopg.Connection], T]) -> T:
+        """``run`` a single statement on the live connection; a read is run again on a new connection when the
+        session ended under it (a write is not: it may have been applied)."""
+        with self._lock:
+            try:
+                return run(self._live())
+            except psycopg.OperationalError:
+                if not self.conn.broken or not _READ.match(sql):
+                    raise
+                with suppress(psycopg.Error):
+                    self.conn.close()
+                self.conn = self._reconnected()
+                return run(self.conn)
 
     def atomic(self, body: Callable[[Tx], T]) -> T:
         return _deadlock_retried(self._atomic_once)(body)
@@ -257,22 +328,20 @@ class PostgresStore(SQLStore):
             return body(_Tx(conn))
 
     def rows(self, sql: str, args: Any = ()) -> list[tuple]:
-        with self._lock:
-            return self._live().execute(POSTGRES.sql(sql), args).fetchall()
+        return self._again(sql, lambda conn: conn.execute(POSTGRES.sql(sql), args).fetchall())
 
     def row(self, sql: str, args: Any = ()) -> tuple | None:
-        with self._lock:
-            return self._live().execute(POSTGRES.sql(sql), args).fetchone()
+        return self._again(sql, lambda conn: conn.execute(POSTGRES.sql(sql), args).fetchone())
 
     def execute(self, sql: str, args: Any = ()) -> int:
-        with self._lock:
-            return self._live().execute(POSTGRES.sql(sql), args).rowcount
+        return self._again(sql, lambda conn: conn.execute(POSTGRES.sql(sql), args).rowcount)
 
     def dicts(self, sql: str, args: Any = ()) -> list[dict[str, Any]]:
-        with self._lock:
-            cursor = self._live().execute(POSTGRES.sql(sql), args)
+        def run(conn: psycopg.Connection) -> list[dict[str, Any]]:
+            cursor = conn.execute(POSTGRES.sql(sql), args)
             names = [c.name for c in cursor.description or []]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return self._again(sql, run)
 
     def stream(self, sql: str, args: Any = ()) -> Iterator[tuple]:
         """A query's rows through a server-side cursor, fetched in slices: memory does not grow with the result."""

@@ -58,18 +58,20 @@ class Holder:
         return f"process {self.pid}{' (stopped)' if self.stopped else ''}"
 
 
-def store_wait() -> float:
-    """RUNNER_STORE_WAIT's seconds, or :data:`DEFAULT_WAIT_S`; a value that is no positive number is refused."""
+def store_wait(default: float = DEFAULT_WAIT_S) -> float:
+    """RUNNER_STORE_WAIT's seconds, or ``default`` (SQLite's lock: :data:`DEFAULT_WAIT_S`; a PostgreSQL server
+    that went away: runner/store/postgres.py's ``RECONNECT_WAIT_S``); a value that is no positive number is
+    refused."""
     value = os.environ.get("RUNNER_STORE_WAIT")
     if not value:
-        return DEFAULT_WAIT_S
+        return default
     try:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
     if not seconds > 0:
         raise RunnerError(f"RUNNER_STORE_WAIT={value!r} is not a positive number of seconds (the default is "
-                          f"{DEFAULT_WAIT_S:g})")
+                          f"{default:g})")
     return seconds
 
 

@@ -406,7 +406,7 @@ def test_validate_names_the_csv_line_of_a_bad_letter(tmp_path: Path, monkeypatch
     lines[5] = lines[5].replace(",B,arithmetic", ",F,arithmetic")  # the row on line 6, after the two-line cell
     path = write(tmp_path / "mmlu.csv", "\n".join(lines) + "\n")
     code, _, err = run_cli(monkeypatch, capsys, "validate", str(mmlu_job(tmp_path, path)))
-    assert code == 1
+    assert code == 2
     assert err.strip() == f"Error: {path}:6: the gold answer 'F' is not one of the options, nor a letter among A to D"
 
 
@@ -503,7 +503,7 @@ def test_validate_reads_every_row_of_a_parquet_job(tmp_path: Path, monkeypatch, 
     rows[6]["answer"] = "Z"
     parquet = write_parquet(tmp_path / "mmlu.parquet", rows)
     code, _, err = run_cli(monkeypatch, capsys, "validate", str(mmlu_job(tmp_path, parquet)))
-    assert code == 1
+    assert code == 2
     assert err.strip() == (f"Error: {parquet}:7: the gold answer 'Z' is not one of the options, nor a letter among "
                            "A to D")
 

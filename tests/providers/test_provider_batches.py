@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -148,8 +149,10 @@ async def test_batch_answers_equal_the_online_answers(srv: SimServer, kind: str)
 async def test_line_errors_and_expired_lines_come_back_to_retry(srv: SimServer, kind: str) -> None:
     lines = make_lines(12)
     ids = [line.custom_id for line in lines]
-    expired = picked("expire", ids, 0.25)
-    errored = picked("error", ids, 0.35) - expired
+    # the server picks by the custom id it was sent (Anthropic's carries the label's hash before the engine's id)
+    sent = {anthropic_batch.wire_id("run/stage", i) if kind == "anthropic" else i: i for i in ids}
+    expired = {sent[i] for i in picked("expire", list(sent), 0.25)}
+    errored = {sent[i] for i in picked("error", list(sent), 0.35)} - expired
     assert expired and errored and len(expired | errored) < len(ids)
     srv.configure(batch_expire=0.25, batch_line_errors=0.35)
     async with opened(kind, srv) as provider:
@@ -368,10 +371,42 @@ async def test_anthropic_finds_a_running_batch_once_its_custom_ids_can_be_read(s
 
 async def test_anthropic_custom_ids_are_checked_before_sending(srv: SimServer) -> None:
     async with opened("anthropic", srv) as provider:
-        with pytest.raises(BadRequest, match="1 to 64 letters"):
-            await provider.batches().submit("m", [BatchLine("run:1/a", [{"role": "user", "content": "x"}], {})],
-                                            label="run/stage")
+        for bad in ("run:1/a", "x" * 48):
+            with pytest.raises(BadRequest, match="a request key or 1 to 47 letters"):
+                await provider.batches().submit("m", [BatchLine(bad, [{"role": "user", "content": "x"}], {})],
+                                                label="run/stage")
     assert "batches" not in srv.stats()
+
+
+async def test_anthropic_finds_its_own_runs_batch_of_the_same_requests_not_another_runs(srv: SimServer) -> None:
+    """Two runs sending the same requests send the same request keys: each line's custom id carries its batch's
+    label too (a Message Batch has no other place for it), so each run adopts its own batch. The keys, 64 hex
+    digits, are sent in 43 characters to leave room for the label's 17 within Anthropic's 64."""
+    srv.configure(batch_delay=0.0)
+    since = time.time()
+    keys = [hashlib.sha256(f"request {i}".encode()).hexdigest() for i in range(3)]
+    lines = [BatchLine(key, line.messages, line.params) for key, line in zip(keys, make_lines(3), strict=True)]
+    labels = [batch_label(run, "stage", "anthropic:sim-model", 0, keys) for run in ("run-a", "run-b")]
+    async with opened("anthropic", srv) as provider:
+        batches = provider.batches()
+        ours, theirs = [await batches.submit("sim-model", lines, label=label) for label in labels]
+        for batch_id in (ours, theirs):
+            await ended(batches, batch_id)
+        assert await batches.find(labels[0], keys, since=since) == Lookup(ours)  # theirs is the newer one
+        assert await batches.find(labels[1], keys, since=since) == Lookup(theirs)
+        assert await batches.find(labels[0], keys, since=since, known={ours}) == Lookup(None)
+        assert [r.custom_id for r in await batches.results(ours)] == keys
+    sent = [line.custom_id for line in sim_batch(srv, ours).lines]
+    assert [len(one) for one in sent] == [60] * 3 and all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", one) for one in sent)
+    assert len({one[:16] for one in sent}) == 1 and not set(sent) & {
+        line.custom_id for line in sim_batch(srv, theirs).lines}
+
+
+async def test_anthropic_reads_the_custom_ids_of_a_batch_sent_before_they_carried_the_label() -> None:
+    key = hashlib.sha256(b"x").hexdigest()
+    assert anthropic_batch.engine_id(key) == key and anthropic_batch.engine_id("row-0") == "row-0"
+    assert anthropic_batch.engine_id(anthropic_batch.wire_id("run/s", key)) == key
+    assert anthropic_batch.engine_id(anthropic_batch.wire_id("run/s", "row-0")) == "row-0"
 
 
 async def test_providers_without_a_batch_api_say_to_use_online_mode() -> None:

@@ -167,6 +167,50 @@ def test_a_folder_is_not_a_job_file(tmp_path: Path) -> None:
     assert error_of(tmp_path) == f"{tmp_path}: not a regular file (a folder); a job file must be a YAML file on disk"
 
 
+# -- a dataset path that is not a file ----------------------------------------------------------------------
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_dataset_that_is_a_pipe_is_said_so_and_never_opened(tmp_path: Path) -> None:
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)
+    path = tmp_path / "job.yaml"
+    path.write_text(job_text(fifo), encoding="utf-8")
+    done = bounded_run("validate", str(path), timeout=30)  # opening the pipe would wait for a writer for ever
+    assert done.returncode == 2
+    assert only_error(done.stderr) == f"Error: {path}:6: stages[0].dataset.path: dataset file {str(fifo)!r} is a " \
+                                      "named pipe (FIFO), not a regular file"
+
+
+@pytest.mark.parametrize(("dataset", "problem"), [
+    ("/dev/null", "dataset file '/dev/null' is a device, not a regular file"),
+    ("{folder}, format: jsonl", "dataset path '{folder}' is a directory, not a jsonl file"),
+    ("{folder}", "dataset path '{folder}' is a directory, and not one written by Hugging Face datasets' save_to_disk "
+                 "(it has no state.json or dataset_dict.json)"),
+], ids=["device", "directory-as-jsonl", "directory-not-saved-by-datasets"])
+def test_a_dataset_that_is_not_a_file_is_said_so(tmp_path: Path, monkeypatch, capsys, dataset: str,
+                                                  problem: str) -> None:
+    """Each used to be "does not exist" (a device) or a dataset error from the first read (a folder)."""
+    if dataset == "/dev/null" and not Path(dataset).exists():
+        pytest.skip("no /dev/null here")
+    folder = tmp_path / "rows.jsonl"
+    folder.mkdir()
+    path = tmp_path / "job.yaml"
+    path.write_text(job_text(Path(dataset.format(folder=folder))), encoding="utf-8")
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert (code, out) == (2, "")
+    assert only_error(err) == f"Error: {path}:6: stages[0].dataset.path: {problem.format(folder=folder)}"
+
+
+def test_an_options_file_that_is_a_directory_is_said_so(tmp_path: Path) -> None:
+    rows = write_rows(tmp_path / "rows.jsonl", 2)
+    (tmp_path / "options.json").mkdir()
+    path = tmp_path / "job.yaml"
+    text = job_text(rows).replace("choices: {seeds: [0],", "choices: {options_file: options.json, seeds: [0],")
+    path.write_text(text, encoding="utf-8")
+    assert error_of(path) == f"{path}:8: stages[0].choices.options_file: options file 'options.json' is a " \
+                             "directory, not a regular file"
+
+
 def test_a_job_file_over_the_size_limit(tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
     with open(path, "w", encoding="utf-8") as out:

@@ -147,6 +147,18 @@ MALFORMED = [
         3, "models[0]", "must be written provider:model", id="model-without-provider",
     ),
     pytest.param(
+        "  - sim:gpt-test\n", "  - 'sim:'\n",
+        3, "models[0]", "model 'sim:' has no model name after the colon: write it as sim:MODEL", id="model-name-empty",
+    ),
+    pytest.param(
+        "  - sim:gpt-test\n", "  - 'anthropic:  '\n",
+        3, "models[0]", "model 'anthropic:  ' has no model name after the colon", id="model-name-blank",
+    ),
+    pytest.param(
+        "    parse: letter\n", "    parse: letter\n    models: [sim:ok, 'openai:']\n",
+        21, "stages[0].models[1]", "model 'openai:' has no model name after the colon", id="model-name-empty-in-stage",
+    ),
+    pytest.param(
         "    parse: letter\n", "    parse: letter\n    models: [sim:ok, other:bad]\n",
         21, "stages[0].models[1]", "unknown provider 'other'", id="unknown-provider-in-stage",
     ),
@@ -302,8 +314,10 @@ def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         ("  temperature: 0\n", "  temperature: hot\n", ":5: params.temperature: "),
         ("  - sim:gpt-test\n", "  - nosuch:model\n", ":3: models[0]: "),
         ("  max_tokens: 16\n", "  max_tokens: [16\n", ":7: not valid YAML"),
+        # it ended in "unexpected ValueError" (the versions sent with were read before the problems were raised)
+        ("  - sim:gpt-test\n", "  - 'sim:'\n", ":3: models[0]: model 'sim:' has no model name after the colon"),
     ],
-    ids=["wrong-type", "unknown-provider", "yaml-syntax"],
+    ids=["wrong-type", "unknown-provider", "yaml-syntax", "empty-model-name"],
 )
 def test_cli_validate_bad_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], old: str, new: str,
@@ -443,6 +457,84 @@ def test_cli_validate_lists_every_cross_field_problem(
     assert [(line, key) for line, key, _ in problems] == [
         (3, "models[0]"), (13, "stages[0].dataset.path"), (20, "stages[0].parse")]
     assert "did you mean 'letter'" in problems[2][2]
+
+
+def _keyed_rows(path: Path, golds: list[object], ids: list[str]) -> Path:
+    rows = [{**ROWS[0], "id": row_id, "gold": gold} for row_id, gold in zip(ids, golds, strict=True)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def test_cli_validate_says_a_var_problem_and_the_datasets_problems_in_one_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The battery's case: a ``${var}`` problem hid the dataset's repeated id until it was fixed, and the two ended
+    with different exit codes (2 and 1)."""
+    rows = _keyed_rows(tmp_path / "keyed.jsonl", [0, 1], ["a", "a"])
+    text = variant("      path: DATASET\n", f"      path: {rows}\n      id: id\n")  # lines below move down one
+    path = write_job(tmp_path, text.replace('"Answer with one letter."', '"Answer ${how}."'))
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"{path}:16: stages[0].prompt.system: ${{how}} is not defined: add it to vars: or pass --var how=VALUE",
+        f"{rows}:2: id 'a' (field 'id') was already used on line 1 ({rows}:1); each row's id must be unique: fix the "
+        "rows, name another id field, or leave out dataset.id to number rows by line",
+        f"Error: 2 problems in {path}"]
+    # a run is refused for the job file's problem before its rows are read
+    code, _, submitted = run_cli(monkeypatch, capsys, "submit", str(path))
+    assert code == 2 and submitted.splitlines()[-1].startswith(f"Error: {path}:16: stages[0].prompt.system: ${{how}}")
+    # the var fixed: the repeated id alone, with the same exit code
+    path.write_text(path.read_text(encoding="utf-8").replace("${how}", "one letter"), encoding="utf-8")
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith(f"Error: {rows}:2: id 'a' (field 'id')")
+
+
+def test_cli_validate_says_every_problem_of_the_file_and_of_the_rows_it_can_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = _keyed_rows(tmp_path / "keyed.jsonl", [0, 9, 1, "Z", 2], ["a", "b", "c", "d", "c"])
+    text = variant("      path: DATASET\n", f"      path: {rows}\n      id: id\n")
+    text = text.replace("  temperature: 0\n", "  temperature: hot\n").replace("sim:gpt-test", "sim:${model}")
+    # a second stage whose dataset path holds an undefined var: its rows cannot be read, so they are not
+    text += "  - name: other\n    dataset: {path: '${folder}/rows.jsonl'}\n    prompt: {user: hi}\n"
+    path = write_job(tmp_path, text)
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 2
+    lines = err.splitlines()
+    assert lines[:3] == [
+        f"{path}:3: models[0]: ${{model}} is not defined: add it to vars: or pass --var model=VALUE",
+        f"{path}:5: params.temperature: Input should be a valid number, unable to parse string as a number (got "
+        "'hot')",
+        f"{path}:23: stages[1].dataset.path: ${{folder}} is not defined: add it to vars: or pass --var "
+        "folder=VALUE"]
+    assert lines[3:] == [
+        f"{rows}:2: gold 9 (field 'gold') is not an option's index: the row has 4 options, numbered 0 to 3",
+        f"{rows}:4: the gold answer 'Z' is not one of the options, nor a letter among A to D",
+        f"{rows}:5: id 'c' (field 'id') was already used on line 3 ({rows}:3); each row's id must be unique: fix the "
+        "rows, name another id field, or leave out dataset.id to number rows by line",
+        f"Error: 6 problems in {path}"]
+
+
+def test_cli_validate_says_at_most_twenty_row_problems_of_a_dataset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = _keyed_rows(tmp_path / "keyed.jsonl", [7] * 30, [f"r{n}" for n in range(30)])
+    path = write_job(tmp_path, variant("      path: DATASET\n", f"      path: {rows}\n"))
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    lines = err.splitlines()
+    assert code == 2 and len(lines) == 22
+    assert lines[19] == f"{rows}:20: gold 7 (field 'gold') is not an option's index: the row has 4 options, numbered " \
+                        "0 to 3"
+    assert lines[20:] == [f"{rows}: 20 rows have problems; the rows after them were not checked",
+                          f"Error: 21 problems in {path}"]
+
+
+def test_every_undefined_var_is_said(tmp_path: Path) -> None:
+    path = write_job(tmp_path, variant("name: test-job\n", "name: ${a}-${b}\n").replace("sim:gpt-test", "sim:${c}"))
+    with pytest.raises(JobFileError) as info:
+        load_job(path)
+    assert [split_error(path, line)[:2] for line in info.value.problems] == [(1, "name"), (3, "models[0]")]
+    assert "${a} is not defined" in info.value.problems[0]  # a string's first undefined var is its problem
 
 
 def test_one_problem_is_still_one_error_line(tmp_path: Path) -> None:

@@ -282,7 +282,8 @@ def test_a_postgresql_backend_terminated_mid_run_is_said_and_the_run_resumes(tmp
 
     job = sim_job(tmp_path, sim_server, rows=300, concurrency=4)
     open_store(pg_url).close()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RUNNER_DB": pg_url}
+    # the runner tries to connect again for 2 s (RUNNER_STORE_WAIT), then ends the run, resumable
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RUNNER_DB": pg_url, "RUNNER_STORE_WAIT": "2"}
     proc = subprocess.Popen(runner_cmd("submit", str(job)), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -291,7 +292,8 @@ def test_a_postgresql_backend_terminated_mid_run_is_said_and_the_run_resumes(tmp
             assert time.monotonic() < deadline and proc.poll() is None, "the run did not get going"
             time.sleep(0.05)
         # the server goes away for this database: its sessions ended and no new one taken until the resume (with
-        # its sessions only ended, the runner connects again and the run goes on, which is right but not this test)
+        # its sessions only ended, or back within the wait, the runner connects again and the run goes on: the
+        # test below)
         with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
             conn.execute("ALTER DATABASE runner_tests ALLOW_CONNECTIONS false")
             killed = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
@@ -311,4 +313,39 @@ def test_a_postgresql_backend_terminated_mid_run_is_said_and_the_run_resumes(tmp
     resumed = subprocess.run(runner_cmd("resume", run_id), cwd=tmp_path, env=env, capture_output=True, text=True,
                              timeout=180)
     assert resumed.returncode == 0, resumed.stderr
+    answered_once(sim_server, 300)
+
+
+@pytest.mark.parametrize("sim_server", [0.05], indirect=True)
+def test_a_postgresql_backend_terminated_mid_run_is_connected_to_again_and_the_run_completes(
+        tmp_path, sim_server, pg_server, pg_url):
+    """The server ends the run's session and takes no new one for 2 s (a restart): the runner tries to connect
+    again (RUNNER_STORE_WAIT, 30 s by default) and goes on; every request is answered once, in one run."""
+    import psycopg
+
+    job = sim_job(tmp_path, sim_server, rows=300, concurrency=4)
+    open_store(pg_url).close()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RUNNER_DB": pg_url}
+    proc = subprocess.Popen(runner_cmd("submit", str(job)), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while sim_stats(sim_server)["received"] < 30:
+            assert time.monotonic() < deadline and proc.poll() is None, "the run did not get going"
+            time.sleep(0.05)
+        with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
+            conn.execute("ALTER DATABASE runner_tests ALLOW_CONNECTIONS false")
+            killed = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
+                                  " AND pid != pg_backend_pid()", ("runner_tests",)).fetchall()
+            time.sleep(2)
+            conn.execute("ALTER DATABASE runner_tests ALLOW_CONNECTIONS true")
+        assert killed
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
+            conn.execute("ALTER DATABASE runner_tests ALLOW_CONNECTIONS true")
+    assert proc.returncode == 0, err
+    assert f"run {run_id_of(out)}: completed" in out
     answered_once(sim_server, 300)

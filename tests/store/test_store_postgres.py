@@ -589,3 +589,140 @@ def test_a_write_whose_transaction_the_server_ended_runs_again_whole(pg_url: str
     assert [t["status"] for t in store.tasks(run_id)] == ["done"]
     assert [(row["kind"], row["amount"]) for row in store.ledger(run_id)] == [("charge", 0.25)]
     store.close()
+
+
+# -- a session the server ends: connected again within RUNNER_STORE_WAIT, only what is safe done again --------------
+
+def _end_session(pg_server: pg.PgServer, store: PostgresStore, *, shut: bool = False) -> None:
+    """End ``store``'s session on the server, as ``pg_terminate_backend`` or a restart does; ``shut``: and take no
+    new connection to its database until :func:`_open`."""
+    import psycopg
+
+    pid = store.conn.info.backend_pid
+    with psycopg.connect(pg_server.url("postgres"), autocommit=True) as admin:
+        if shut:
+            admin.execute(f"ALTER DATABASE {pg.TEST_DB} ALLOW_CONNECTIONS false")
+        assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            time.sleep(0.01)  # the backend has gone, its goodbye is on this process's socket
+
+
+def _open(pg_server: pg.PgServer) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_server.url("postgres"), autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {pg.TEST_DB} ALLOW_CONNECTIONS true")
+
+
+def test_a_write_after_the_server_ended_the_idle_session_goes_once_on_a_new_one(pg_server: pg.PgServer,
+                                                                              pg_url: str) -> None:
+    """The usual case: the server ends a session between two statements. The next one, a write that would be
+    wrong twice (a reservation is a new ledger row), goes on a new session, once."""
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    run_id = store.create_run("j", "j.yaml", "{}", "fp", 1)
+    before = store.conn.info.backend_pid
+    _end_session(pg_server, store)
+    store.reserve(run_id, "mc", "sim:m", "k1", 0.5)
+    assert store.conn.info.backend_pid != before
+    assert [row["key"] for row in store.ledger(run_id)] == ["k1"]
+    store.close()
+
+
+def test_a_transaction_cut_before_its_commit_runs_again_whole(pg_server: pg.PgServer, pg_url: str) -> None:
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    run_id = store.create_run("j", "j.yaml", "{}", "fp", 1)
+    attempts: list[int] = []
+
+    def body(tx: Any) -> None:
+        attempts.append(store.conn.info.backend_pid)
+        tx.execute("INSERT INTO ledger (run_id, stage, model, key, kind, amount, created) VALUES"
+                   " (?, 'mc', 'sim:m', 'k1', 'charge', 0.25, 'now')", (run_id,))
+        if len(attempts) == 1:
+            _end_session(pg_server, store)  # cut inside the transaction, its insert not committed
+        tx.execute("SELECT 1")
+
+    store.atomic(body)
+    assert len(attempts) == 2 and attempts[0] != attempts[1]
+    assert [(row["key"], row["kind"]) for row in store.ledger(run_id)] == [("k1", "charge")]
+    store.close()
+
+
+def test_a_read_cut_by_the_server_is_read_again_and_a_write_is_not(pg_server: pg.PgServer, pg_url: str) -> None:
+    """A session ended while a statement runs: a read is sent again on a new session; a write (it may have been
+    applied when the session ended) is not, and says the store went away."""
+    import psycopg
+
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    run_id = store.create_run("j", "j.yaml", "{}", "fp", 1)
+
+    def end_soon() -> threading.Thread:
+        pid = store.conn.info.backend_pid
+
+        def end() -> None:
+            with psycopg.connect(pg_server.url("postgres"), autocommit=True) as admin:
+                while not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s AND query LIKE %s",
+                                        (pid, "%pg_sleep%")).fetchone():
+                    time.sleep(0.01)
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        thread = threading.Thread(target=end)
+        thread.start()
+        return thread
+
+    ender = end_soon()
+    assert store.rows("SELECT count(*) FROM runs, pg_sleep(2) WHERE id = ?", (run_id,)) == [(1,)]
+    ender.join()
+    ender = end_soon()
+    with pytest.raises(psycopg.OperationalError) as info:
+        store.execute("UPDATE runs SET status = 'x' FROM pg_sleep(2) WHERE id = ?", (run_id,))
+    ender.join()
+    assert "went away" in (store.failure(info.value, run_id) or "")
+    assert store.get_run(run_id)["status"] != "x"  # and the next call has a session again
+    store.close()
+
+
+def test_a_server_back_within_the_wait_is_connected_to_again(pg_server: pg.PgServer, pg_url: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNNER_STORE_WAIT", "20")
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    run_id = store.create_run("j", "j.yaml", "{}", "fp", 1)
+    _end_session(pg_server, store, shut=True)
+    opener = threading.Timer(1.0, _open, (pg_server,))
+    opener.start()
+    try:
+        started = time.monotonic()
+        store.reserve(run_id, "mc", "sim:m", "k1", 0.5)
+        waited = time.monotonic() - started
+    finally:
+        opener.join()
+    assert 0.9 < waited < 10, waited
+    assert [row["key"] for row in store.ledger(run_id)] == ["k1"]
+    store.close()
+
+
+def test_a_server_not_back_within_the_wait_ends_in_one_sentence(pg_server: pg.PgServer, pg_url: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import psycopg
+
+    monkeypatch.setenv("RUNNER_STORE_WAIT", "1.5")
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    run_id = store.create_run("j", "j.yaml", "{}", "fp", 1)
+    _end_session(pg_server, store, shut=True)
+    try:
+        started = time.monotonic()
+        with pytest.raises(psycopg.OperationalError) as info:
+            store.reserve(run_id, "mc", "sim:m", "k1", 0.5)
+        waited = time.monotonic() - started
+    finally:
+        _open(pg_server)
+    assert 1.0 < waited < 5, waited
+    said = store.failure(info.value, run_id)
+    assert said is not None and said.startswith(f"the PostgreSQL store {store.path} went away (") and \
+        said.endswith(f"once the server is back, `runner resume {run_id}` (with the same --db or RUNNER_DB) "
+                      "continues the run")
+    assert [row["key"] for row in store.ledger(run_id)] == []  # the server is back: nothing was written
+    store.close()
