@@ -117,8 +117,9 @@ async def test_recorded_rows_read_back_from_the_store_with_the_same_values(tmp_p
     stored = store.lookup_many([answered.key])[answered.key]
     assert stored == CachedResponse("B", "stop", 12, 3, 0, pytest.approx(usd(12, 3)), "think first", 2)
     assert hit.key not in store.lookup_many([hit.key])  # a cache hit writes no memo row
-    charges = sorted((row["key"], row["amount"]) for row in store.ledger(run_id, kind="charge"))
-    assert charges == sorted([(answered.key, pytest.approx(usd(12, 3))), (refused.key, pytest.approx(usd(7, 5, 1)))])
+    charges = sorted((row["key"], row["amount"], row["tokens"]) for row in store.ledger(run_id, kind="charge"))
+    assert charges == sorted([(answered.key, pytest.approx(usd(12, 3)), 15),
+                              (refused.key, pytest.approx(usd(7, 5, 1)), 12)])
     assert store.ledger(run_id, kind="reserved") == []  # both reservations became charges in the same commit
     run = reserver.budgets.run  # type: ignore[union-attr]
     assert (run.spent_usd, run.reserved_usd, run.inflight) == (pytest.approx(usd(12, 3) + usd(7, 5, 1)), 0.0, 0)
