@@ -95,8 +95,13 @@ class Budgets:
         return {scope.kind if scope.kind == "run" else f"{scope.kind}:{scope.name}": scope.usd
                 for scope in self.covering(stage, model) if scope.usd is not None}
 
+    def token_limits(self, stage: str, model: str) -> dict[str, int]:
+        """The token limits covering a request, by the store's scope names (as :meth:`usd_limits`)."""
+        return {scope.kind if scope.kind == "run" else f"{scope.kind}:{scope.name}": scope.tokens
+                for scope in self.covering(stage, model) if scope.tokens is not None}
+
     def scope_named(self, name: str) -> Scope:
-        """The budget a store scope name (from :meth:`usd_limits`) stands for."""
+        """The budget a store scope name (from :meth:`usd_limits` or :meth:`token_limits`) stands for."""
         kind, _, which = name.partition(":")
         return self.run if kind == "run" else (self.stages if kind == "stage" else self.models)[which]
 

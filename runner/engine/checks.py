@@ -76,11 +76,6 @@ def check_joinable(job: Job) -> None:
     if job.is_pipeline:
         raise NotJoinable(f"job {job.name} is a pipeline: its stages run in one process; `runner work` joins jobs "
                           "whose stages are all evaluations")
-    tokens = job.budget is not None and (job.budget.tokens is not None or any(
-        limit.tokens is not None for limit in job.budget.models.values()))
-    if tokens or any(stage.budget is not None and stage.budget.tokens is not None for stage in job.stages):
-        raise NotJoinable(f"job {job.name} has a token budget, which each process counts on its own: only USD budgets "
-                          "are shared by the processes on a run; run it in one process, or budget it in USD")
     for stage in job.llm_stages():
         if job.stage_mode(stage) != "online":
             raise NotJoinable(f"stage {stage.name} of job {job.name} uses a Batch API (mode: {job.stage_mode(stage)})"

@@ -75,7 +75,7 @@ class Recorder:
         response = ResponseRow(req.key, req.provider, req.call.model_id, req.call.canonical, c.text, dumps(c.raw),
                                c.finish_reason, c.input_tokens, c.output_tokens, c.cached_tokens, cost, latency, now(),
                                c.thinking, c.reasoning_tokens)  # positional, as the task row in _record
-        ledger = self._charge(req, cost)
+        ledger = self._charge(req, cost, c.input_tokens + c.output_tokens)
         self._record(req, counters, c.text, c.finish_reason, c.input_tokens, c.output_tokens, cost=cost,
                      latency=latency, cache_hit=False, attempts=attempts, response=response, ledger=ledger,
                      cached_tokens=c.cached_tokens, release_id=reservation.ledger_id, batch_saved=batch_saved,
@@ -109,7 +109,7 @@ class Recorder:
             counters.tokens_in += billed.input_tokens
             counters.tokens_out += billed.output_tokens
             counters.reasoning_tokens += billed.reasoning_tokens
-            ledger = self._charge(req, cost)
+            ledger = self._charge(req, cost, tokens)
         self.reserver.settle_failure(req, reservation, billed is not None, cost, tokens)
         result = result_line(self.stages[req.stage], req, None, status="failed", cache_hit=False,
                              notes=self.stats.notes,
@@ -127,12 +127,13 @@ class Recorder:
         self.writer.put(Finished(task=task, ledger=ledger, result_line=line, stage=req.stage, release_id=release_id,
                                  fence=self.leases.take_fence(req)))
 
-    def _charge(self, req: Task, cost: float) -> LedgerRow | None:
-        """The ledger row of what ``req`` cost (None when it cost nothing)."""
-        if cost <= 0:
+    def _charge(self, req: Task, cost: float, tokens: int) -> LedgerRow | None:
+        """The ledger row of what ``req`` cost, in USD and tokens (None when it cost nothing, or only tokens that no
+        token budget counts)."""
+        if cost <= 0 and not (tokens > 0 and self.reserver.counts_tokens(req.stage, req.model)):
             return None
         return LedgerRow(run_id=self.run_id, stage=req.stage, model=req.model, key=req.key, kind="charge",
-                         amount=cost, created=now())
+                         amount=cost, created=now(), tokens=tokens)
 
     def _record(
         self, req: Task, counters: Counters, text: str, finish_reason: str | None, input_tokens: int,

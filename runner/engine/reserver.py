@@ -1,7 +1,7 @@
-"""A request's budget reservation (ARCHITECTURE.md invariant 3): its worst case reserved against the budgets that
-cover it (runner/engine/budget.py) and in the store's ledger before it is sent, settled to what its answer cost or
-given back; a budget that has no room left closes its stage, its model or the run. Also what an answer costs at the
-run's prices (the Batch API's for a batch line)."""
+"""A request's budget reservation (ARCHITECTURE.md invariant 3): its worst case (USD and tokens) reserved against the
+budgets that cover it (runner/engine/budget.py) and in the store's ledger before it is sent, settled to what its
+answer cost or given back; a budget that has no room left closes its stage, its model or the run. Also what an answer
+costs at the run's prices (the Batch API's for a batch line)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ class Reserver:
         self.closed_stages: set[str] = set()
         self.closed_models: set[tuple[str, str]] = set()
         self._free: dict[str, bool] = {}
+        self._counts_tokens: dict[tuple[str, str], bool] = {}
 
     # -- before a request is sent ------------------------------------------------------------------------
     def closed(self, req: Task) -> bool:
@@ -90,17 +91,19 @@ class Reserver:
                     self.out_of_budget(req, got.scope)
                     return None
                 reservation = got
-            limits = self.budgets.usd_limits(req.stage, req.model) if self.budgets is not None else {}
-            if usd <= 0:
+            limits, token_limits = self._limits(req.stage, req.model)
+            if usd <= 0 and not token_limits:
                 return reservation
             try:
-                if not limits:
+                if not limits and not token_limits:
                     reservation.ledger_id = self.store.reserve(self.run_id, req.stage, req.model, req.key, usd, worker,
-                                                               fence=fence)
+                                                               fence=fence, tokens=tokens)
                     return reservation
-                # The store has the last word: it counts what every process working on the run spent and reserved.
-                ledger_id, blocked, inflight = self.store.reserve_within(self.run_id, req.stage, req.model, req.key,
-                                                                         usd, limits, worker, fence=fence)
+                # The store has the last word: it counts what every process working on the run spent and reserved,
+                # in USD and in tokens.
+                ledger_id, blocked, inflight = self.store.reserve_within(
+                    self.run_id, req.stage, req.model, req.key, usd, limits, worker, fence=fence, tokens=tokens,
+                    token_limits=token_limits)
             except Fenced:  # its lease was taken over: not sent (the caller drops it)
                 self.release_budgets(reservation)
                 self.leases.fenced(req, fence)
@@ -155,6 +158,20 @@ class Reserver:
         reservation = self.budgets.hold(req.stage, req.model, usd, tokens)
         reservation.ledger_id = ledger_id
         return reservation
+
+    def _limits(self, stage: str, model: str) -> tuple[dict[str, float], dict[str, int]]:
+        """The USD and the token limits covering a request, by the store's scope names (none without budgets)."""
+        if self.budgets is None:
+            return {}, {}
+        return self.budgets.usd_limits(stage, model), self.budgets.token_limits(stage, model)
+
+    def counts_tokens(self, stage: str, model: str) -> bool:
+        """Whether a token budget covers requests of ``stage`` and ``model``: then even an answer that cost nothing
+        is charged in the ledger, with its tokens, so every process on the run counts them."""
+        found = self._counts_tokens.get((stage, model))
+        if found is None:
+            found = self._counts_tokens[stage, model] = bool(self._limits(stage, model)[1])
+        return found
 
     def worst_case(self, req: Task, *, batch: bool = False) -> tuple[float, int]:
         """(USD, tokens) the request can cost at most: its input tokens (exact, or a true upper bound where the

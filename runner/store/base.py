@@ -10,7 +10,7 @@ What is kept:
                 thinking text and reasoning tokens, kept apart from the answer)
     runs        one row per run: its job as JSON, status, pid, totals
     tasks       one row per finished (done or failed) task of a run, with its result line
-    ledger      money: reservations in flight, charges, and possibly billed amounts after a crash
+    ledger      money and tokens: reservations in flight, charges, and possibly billed amounts after a crash
     stage_replays, stage_outputs, stage_rows, run_stages
                 content-addressed stage results (replay of evaluation stages, pipeline stage outputs)
 
@@ -226,9 +226,10 @@ class Store(ABC):
     # -- the ledger ----------------------------------------------------------------------------------
     @abstractmethod
     def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float, worker: str | None = None, *,
-                fence: Fence | None = None) -> int:
-        """Record a request's worst-case cost before it is sent, committed at once so a crash leaves it;
-        returns the reservation's id. With a ``fence``, :class:`Fenced` when that lease does not hold."""
+                fence: Fence | None = None, tokens: int = 0) -> int:
+        """Record a request's worst-case cost (``usd`` and ``tokens``) before it is sent, committed at once so a
+        crash leaves it; returns the reservation's id. With a ``fence``, :class:`Fenced` when that lease does not
+        hold."""
 
     @abstractmethod
     def release(self, ledger_id: int) -> None:
@@ -236,12 +237,14 @@ class Store(ABC):
 
     @abstractmethod
     def resolve_reservations(self, run_id: str) -> tuple[int, int]:
-        """After a crash: a reservation whose answer is in the memo is settled to its cost; the others stay
-        charged at their worst case as 'possibly_billed'. Returns (settled, possibly billed)."""
+        """After a crash: a reservation whose answer is in the memo is settled to its cost and tokens; the others
+        stay charged at their worst case (USD and tokens) as 'possibly_billed'. Returns (settled, possibly
+        billed)."""
 
     @abstractmethod
     def spent(self, run_id: str) -> list[tuple[str, str, float, int]]:
-        """(stage, model, USD charged or possibly billed, tokens sent) of a run so far, for a resume's budgets."""
+        """(stage, model, USD charged or possibly billed, tokens sent or possibly billed) of a run so far, for a
+        resume's budgets."""
 
     @abstractmethod
     def charged(self, run_id: str) -> float:
@@ -369,12 +372,14 @@ class Store(ABC):
 
     @abstractmethod
     def reserve_within(self, run_id: str, stage: str, model: str, key: str, usd: float,
-                       limits: dict[str, float], worker: str | None = None, *, fence: Fence | None = None
+                       limits: dict[str, float], worker: str | None = None, *, fence: Fence | None = None,
+                       tokens: int = 0, token_limits: dict[str, int] | None = None
                        ) -> tuple[int | None, str | None, int]:
-        """Reserve a request's worst case in the ledger only if it fits every budget in ``limits`` (USD by scope:
-        ``run``, ``stage:NAME``, ``model:NAME``) counting every process's charges and reservations, in one
-        transaction. Returns (ledger id, None, 0), or (None, the scope without room, reservations in flight in
-        it). With a ``fence``, :class:`Fenced` when that lease does not hold."""
+        """Reserve a request's worst case (``usd`` and ``tokens``) in the ledger only if it fits every budget in
+        ``limits`` (USD by scope: ``run``, ``stage:NAME``, ``model:NAME``) and in ``token_limits`` (tokens, by the
+        same scope names), counting every process's charges and reservations, in one transaction. Returns (ledger
+        id, None, 0), or (None, the scope without room, reservations in flight in it). With a ``fence``,
+        :class:`Fenced` when that lease does not hold."""
 
     # -- evaluation stages finished whole (runner/engine/replay.py) -----------------------------------------
     @abstractmethod

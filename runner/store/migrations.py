@@ -9,7 +9,8 @@ for a reason, the reason is said:
   REPLACE`` renews; the PostgreSQL store orders by ``seq`` and gives a replaced task the next one;
 - ``ledger.id``: SQLite's INTEGER PRIMARY KEY (the rowid), PostgreSQL's BIGSERIAL (never reused);
 - SQLite's tables keyed by text only are WITHOUT ROWID;
-- the triggers that keep budget_use (m009) are SQLite triggers, or one plpgsql function in PostgreSQL.
+- the triggers that keep budget_use (m009, made again with the tokens by m013) are SQLite triggers, or one plpgsql
+  function in PostgreSQL.
 """
 
 from __future__ import annotations
@@ -132,31 +133,37 @@ def m008_batches(db: Schema) -> None:
 _BUDGET_KINDS = "('reserved', 'charge', 'possibly_billed')"
 
 
-def _use_upsert(row: str, sign: str) -> str:
-    """Add (sign "") or remove (sign "-") a ledger row's amount in the three budget_use rows it counts in."""
+def _use_upsert(row: str, sign: str, *, tokens: bool) -> str:
+    """Add (sign "") or remove (sign "-") a ledger row's amount (and with ``tokens`` its tokens, from m013) in the
+    three budget_use rows it counts in."""
     inflight = f"{sign}(CASE WHEN {row}.kind = 'reserved' THEN 1 ELSE 0 END)"
-    values = ", ".join(f"({row}.run_id, {scope}, {sign}{row}.amount, {inflight})"
+    count = f", {sign}{row}.tokens" if tokens else ""
+    values = ", ".join(f"({row}.run_id, {scope}, {sign}{row}.amount, {inflight}{count})"
                        for scope in ("'run'", f"'stage:' || {row}.stage", f"'model:' || {row}.model"))
-    return (f"INSERT INTO budget_use (run_id, scope, usd, inflight) SELECT * FROM (VALUES {values}) AS v"
-            f" WHERE {row}.kind IN {_BUDGET_KINDS} ON CONFLICT (run_id, scope) DO UPDATE SET"
-            " usd = budget_use.usd + excluded.usd, inflight = budget_use.inflight + excluded.inflight;")
+    return (f"INSERT INTO budget_use (run_id, scope, usd, inflight{', tokens' if tokens else ''}) SELECT * FROM"
+            f" (VALUES {values}) AS v WHERE {row}.kind IN {_BUDGET_KINDS} ON CONFLICT (run_id, scope) DO UPDATE SET"
+            " usd = budget_use.usd + excluded.usd, inflight = budget_use.inflight + excluded.inflight"
+            + (", tokens = budget_use.tokens + excluded.tokens;" if tokens else ";"))
 
 
-def _budget_triggers(db: Schema) -> None:
+def _budget_triggers(db: Schema, *, tokens: bool = False) -> None:
     """Triggers that keep budget_use the sums of the ledger: three SQLite triggers, or PostgreSQL's three calling
-    one plpgsql function (the trigger syntax differs; the statement they run is :func:`_use_upsert`)."""
+    one plpgsql function (the trigger syntax differs; the statement they run is :func:`_use_upsert`). m009 made
+    them without ``tokens``; m013 makes them again with it."""
+    columns = "kind, amount, tokens" if tokens else "kind, amount"
     if db.dialect.name == "sqlite":
-        db.execute("CREATE TRIGGER ledger_use_insert AFTER INSERT ON ledger BEGIN " + _use_upsert("NEW", "") + " END")
-        db.execute("CREATE TRIGGER ledger_use_delete AFTER DELETE ON ledger BEGIN " + _use_upsert("OLD", "-")
-                   + " END")
-        db.execute("CREATE TRIGGER ledger_use_update AFTER UPDATE OF kind, amount ON ledger BEGIN "
-                   + _use_upsert("OLD", "-") + _use_upsert("NEW", "") + " END")
+        db.execute("CREATE TRIGGER ledger_use_insert AFTER INSERT ON ledger BEGIN "
+                   + _use_upsert("NEW", "", tokens=tokens) + " END")
+        db.execute("CREATE TRIGGER ledger_use_delete AFTER DELETE ON ledger BEGIN "
+                   + _use_upsert("OLD", "-", tokens=tokens) + " END")
+        db.execute(f"CREATE TRIGGER ledger_use_update AFTER UPDATE OF {columns} ON ledger BEGIN "
+                   + _use_upsert("OLD", "-", tokens=tokens) + _use_upsert("NEW", "", tokens=tokens) + " END")
         return
-    db.execute("CREATE FUNCTION ledger_use() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-               " IF TG_OP IN ('DELETE', 'UPDATE') THEN " + _use_upsert("OLD", "-") + " END IF;"
-               " IF TG_OP IN ('INSERT', 'UPDATE') THEN " + _use_upsert("NEW", "") + " END IF;"
+    db.execute("CREATE OR REPLACE FUNCTION ledger_use() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+               " IF TG_OP IN ('DELETE', 'UPDATE') THEN " + _use_upsert("OLD", "-", tokens=tokens) + " END IF;"
+               " IF TG_OP IN ('INSERT', 'UPDATE') THEN " + _use_upsert("NEW", "", tokens=tokens) + " END IF;"
                " RETURN NULL; END $$")
-    for event, name in (("INSERT", "insert"), ("DELETE", "delete"), ("UPDATE OF kind, amount", "update")):
+    for event, name in (("INSERT", "insert"), ("DELETE", "delete"), (f"UPDATE OF {columns}", "update")):
         db.execute(f"CREATE TRIGGER ledger_use_{name} AFTER {event} ON ledger FOR EACH ROW"
                    " EXECUTE FUNCTION ledger_use()")
 
@@ -210,6 +217,24 @@ def m012_prompt_cache_savings(db: Schema) -> None:
     """Provider prompt caching: what each task's cache reads saved against the same input uncached, less the
     premium of its cache writes (NULL for tasks of earlier versions, read as 0)."""
     db.add_column("tasks", "cache_saved", "real")
+
+
+@migration
+def m013_ledger_tokens(db: Schema) -> None:
+    """Token budgets across processes: each ledger row's tokens (a reservation's worst case, a charge's input and
+    output tokens, kept by a possibly billed row), and per run and budget scope their sum in budget_use, kept by the
+    triggers (made again with the tokens), which a reservation checks as it checks USD. A charge an earlier version
+    wrote takes the tokens of its answer in the memo (a billed refusal's or a stored prompt's, which the memo has
+    not, count 0)."""
+    db.execute("ALTER TABLE ledger ADD COLUMN tokens {int} NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE budget_use ADD COLUMN tokens {int} NOT NULL DEFAULT 0")
+    for name in ("insert", "delete", "update"):
+        db.execute(f"DROP TRIGGER ledger_use_{name}" + ("" if db.dialect.name == "sqlite" else " ON ledger"))
+    _budget_triggers(db, tokens=True)
+    # the update trigger adds each charge's tokens to budget_use as it takes them
+    db.execute("UPDATE ledger SET tokens = (SELECT coalesce(r.input_tokens, 0) + coalesce(r.output_tokens, 0)"
+               " FROM responses r WHERE r.key = ledger.key)"
+               " WHERE kind = 'charge' AND key IN (SELECT key FROM responses)")
 
 
 def migrate(conn: Any, dialect: Dialect) -> None:

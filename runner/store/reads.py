@@ -107,10 +107,12 @@ class Reads:
             " GROUP BY stage, model", (run_id, "stored-prompt:%"))}
 
     def ledger_sums(self, by: str, since: str | None) -> list[tuple[str | None, str, str, int, float]]:
-        """(group, run id, kind, rows, USD) of the ledger grouped by ``by`` (model, job or day), from ``since``."""
+        """(group, run id, kind, rows, USD) of the ledger grouped by ``by`` (model, job or day), from ``since``. A
+        charge of tokens alone (an answer that cost nothing, kept for a token budget) is not counted as a row."""
         where, params = ("WHERE l.created >= ?", [since]) if since else ("", [])
-        found = self.store.rows(f"SELECT {_GROUP_SQL[by][0]}, l.run_id, l.kind, count(*), sum(l.amount) FROM ledger l"
-                                f" LEFT JOIN runs r ON r.id = l.run_id {where} GROUP BY 1, 2, 3", params)
+        found = self.store.rows(f"SELECT {_GROUP_SQL[by][0]}, l.run_id, l.kind,"
+                                " count(CASE WHEN l.kind != 'charge' OR l.amount > 0 THEN 1 END), sum(l.amount)"
+                                f" FROM ledger l LEFT JOIN runs r ON r.id = l.run_id {where} GROUP BY 1, 2, 3", params)
         return sqlite_sorted([(*row[:4], zero(row[4])) for row in found], 3)
 
     def saved_sums(self, by: str, since: str | None) -> list[tuple[str | None, str, int, float]]:

@@ -62,7 +62,7 @@ class ResponseRow(NamedTuple):
 
 
 class LedgerRow(NamedTuple):
-    """A ledger entry (a charge: what an answer or a billed refusal cost)."""
+    """A ledger entry (a charge: what an answer or a billed refusal cost, in USD and in tokens)."""
 
     run_id: str
     stage: str
@@ -71,3 +71,5 @@ class LedgerRow(NamedTuple):
     kind: str
     amount: float
     created: str
+    #: input + output tokens billed (what a token budget counts; 0 for a charge that is no request's)
+    tokens: int = 0

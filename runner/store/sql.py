@@ -51,6 +51,7 @@ _MEMO = ("response_text, finish_reason, input_tokens, output_tokens, cached_toke
 # A memo row is never overwritten: the first answer to a request is the answer.
 _RESPONSE_SQL = insert_sql("responses", RESPONSE_COLUMNS, " ON CONFLICT DO NOTHING")
 _LEDGER_SQL = insert_sql("ledger", LEDGER_COLUMNS)
+#: a reservation: its worst case in USD (``amount``) and in ``tokens``, and the worker that made it
 _RESERVE_SQL = insert_sql("ledger", (*LEDGER_COLUMNS, "worker"), " RETURNING id")
 #: the ledger kinds a run's spend counts: charged, and possibly billed (in flight when a run was killed)
 SPENT = "('charge', 'possibly_billed')"
@@ -228,10 +229,11 @@ class SQLStore(WorkerSQL):
 
     # -- the ledger ----------------------------------------------------------------------------------
     def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float, worker: str | None = None, *,
-                fence: Fence | None = None) -> int:
+                fence: Fence | None = None, tokens: int = 0) -> int:
         if fence is not None:
-            return int(self.reserve_within(run_id, stage, model, key, usd, {}, worker, fence=fence)[0] or 0)
-        row = self.row(_RESERVE_SQL, (run_id, stage, model, key, "reserved", usd, now(), worker))
+            return int(self.reserve_within(run_id, stage, model, key, usd, {}, worker, fence=fence,
+                                           tokens=tokens)[0] or 0)
+        row = self.row(_RESERVE_SQL, (run_id, stage, model, key, "reserved", usd, now(), tokens, worker))
         return int(row[0]) if row else 0
 
     def lock_run_budget(self, tx: Tx, run_id: str) -> None:
@@ -239,22 +241,29 @@ class SQLStore(WorkerSQL):
         :meth:`atomic` holds already)."""
 
     def reserve_within(self, run_id: str, stage: str, model: str, key: str, usd: float,
-                       limits: dict[str, float], worker: str | None = None, *, fence: Fence | None = None
+                       limits: dict[str, float], worker: str | None = None, *, fence: Fence | None = None,
+                       tokens: int = 0, token_limits: dict[str, int] | None = None
                        ) -> tuple[int | None, str | None, int]:
+        token_limits = token_limits or {}
+
         def body(tx: Tx) -> tuple[int | None, str | None, int]:
             if fence is not None and not self.holds(tx, fence):
                 raise Fenced(f"worker {fence.worker} lost its lease of chunk {fence.chunk} of stage {fence.stage}")
             self.lock_run_budget(tx, run_id)  # no other process reserves between the check and the insert
-            where, args = self.dialect.in_list("scope", list(limits))
-            used = {scope: (usd_, inflight) for scope, usd_, inflight in tx.execute(
-                f"SELECT scope, usd, inflight FROM budget_use WHERE run_id = ? AND {where}", (run_id, *args)
+            where, args = self.dialect.in_list("scope", sorted(set(limits) | set(token_limits)))
+            used = {scope: (usd_, tokens_, inflight) for scope, usd_, tokens_, inflight in tx.execute(
+                f"SELECT scope, usd, tokens, inflight FROM budget_use WHERE run_id = ? AND {where}", (run_id, *args)
             ).fetchall()}
             for scope, limit in limits.items():
-                spent, inflight = used.get(scope, (0.0, 0))
+                spent, _, inflight = used.get(scope, (0.0, 0, 0))
                 if spent + usd > limit + EPSILON:
                     return None, scope, int(inflight)
+            for scope, most in token_limits.items():
+                _, spent_tokens, inflight = used.get(scope, (0.0, 0, 0))
+                if int(spent_tokens) + tokens > most:
+                    return None, scope, int(inflight)
             # fetchall: a RETURNING statement is finished only once its rows are read
-            (ledger_id,) = tx.execute(_RESERVE_SQL, (run_id, stage, model, key, "reserved", usd, now(),
+            (ledger_id,) = tx.execute(_RESERVE_SQL, (run_id, stage, model, key, "reserved", usd, now(), tokens,
                                                      worker)).fetchall()[0]
             return int(ledger_id), None, 0
         return self.atomic(body)
@@ -265,7 +274,9 @@ class SQLStore(WorkerSQL):
     def resolve_reservations(self, run_id: str) -> tuple[int, int]:
         def body(tx: Tx) -> tuple[int, int]:
             settled = tx.execute(
-                "UPDATE ledger SET kind = 'charge', amount = (SELECT cost FROM responses r WHERE r.key = ledger.key)"
+                "UPDATE ledger SET kind = 'charge', amount = (SELECT cost FROM responses r WHERE r.key = ledger.key),"
+                " tokens = (SELECT coalesce(r.input_tokens, 0) + coalesce(r.output_tokens, 0) FROM responses r"
+                " WHERE r.key = ledger.key)"
                 " WHERE run_id = ? AND kind = 'reserved' AND key IN (SELECT key FROM responses)", (run_id,)).rowcount
             # a reservation of a line still in a submitted batch is neither: the batch is polled again
             possibly = tx.execute(
@@ -284,8 +295,13 @@ class SQLStore(WorkerSQL):
             # failed tasks count too: a refusal's tokens were billed
             "SELECT stage, model, CAST(sum(input_tokens + output_tokens) AS BIGINT) FROM tasks WHERE run_id = ?"
             " AND cache_hit = 0 GROUP BY stage, model", (run_id,))}
-        return [(stage, model, money.get((stage, model), 0.0), int(tokens.get((stage, model)) or 0))
-                for stage, model in sorted(set(money) | set(tokens))]
+        # requests whose answers were lost count at their worst case, as their USD does (ARCHITECTURE.md invariant 3)
+        possibly = {(stage, model): n for stage, model, n in self.rows(
+            "SELECT stage, model, CAST(sum(tokens) AS BIGINT) FROM ledger WHERE run_id = ? AND kind = 'possibly_billed'"
+            " GROUP BY stage, model", (run_id,))}
+        return [(stage, model, money.get((stage, model), 0.0),
+                 int(tokens.get((stage, model)) or 0) + int(possibly.get((stage, model)) or 0))
+                for stage, model in sorted(set(money) | set(tokens) | set(possibly))]
 
     def charged(self, run_id: str) -> float:
         return float(self.row("SELECT coalesce(sum(amount), 0) FROM ledger WHERE run_id = ? AND kind = 'charge'",

@@ -41,8 +41,10 @@ def test_each_rows_fields_are_columns_of_its_table_in_a_fresh_store(tmp_path: Pa
 
 
 def test_a_row_is_the_parameter_tuple_in_field_order():
-    row = LedgerRow(run_id="r", stage="s", model="m", key="k", kind="charge", amount=0.5, created="t")
-    assert row == ("r", "s", "m", "k", "charge", 0.5, "t") and row.amount == 0.5
+    row = LedgerRow(run_id="r", stage="s", model="m", key="k", kind="charge", amount=0.5, created="t", tokens=9)
+    assert row == ("r", "s", "m", "k", "charge", 0.5, "t", 9) and row.amount == 0.5
+    # a row written by an earlier version (unstored answers saved aside, runner/store/writer.py) has no tokens: 0
+    assert LedgerRow(*row[:7]).tokens == 0
     values = {name: f"v{n}" for n, name in enumerate(RESPONSE_COLUMNS)}
     assert ResponseRow(**values) == tuple(values[c] for c in RESPONSE_COLUMNS)
 
@@ -115,8 +117,9 @@ async def test_recorded_rows_read_back_from_the_store_with_the_same_values(tmp_p
     stored = store.lookup_many([answered.key])[answered.key]
     assert stored == CachedResponse("B", "stop", 12, 3, 0, pytest.approx(usd(12, 3)), "think first", 2)
     assert hit.key not in store.lookup_many([hit.key])  # a cache hit writes no memo row
-    charges = sorted((row["key"], row["amount"]) for row in store.ledger(run_id, kind="charge"))
-    assert charges == sorted([(answered.key, pytest.approx(usd(12, 3))), (refused.key, pytest.approx(usd(7, 5, 1)))])
+    charges = sorted((row["key"], row["amount"], row["tokens"]) for row in store.ledger(run_id, kind="charge"))
+    assert charges == sorted([(answered.key, pytest.approx(usd(12, 3)), 15),
+                              (refused.key, pytest.approx(usd(7, 5, 1)), 12)])
     assert store.ledger(run_id, kind="reserved") == []  # both reservations became charges in the same commit
     run = reserver.budgets.run  # type: ignore[union-attr]
     assert (run.spent_usd, run.reserved_usd, run.inflight) == (pytest.approx(usd(12, 3) + usd(7, 5, 1)), 0.0, 0)

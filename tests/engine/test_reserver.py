@@ -142,3 +142,29 @@ async def test_a_stopping_run_stops_waiting_for_the_store(tmp_path: Path, fake_p
     assert await asyncio.wait_for(waiting, 5) is None
     assert parts.reserver.exhausted is None and not parts.reserver.closed(parts.tasks[0])
 
+
+
+async def test_a_token_budget_is_reserved_in_the_store_and_has_its_last_word(tmp_path: Path, fake_provider):
+    """A token budget over a model that costs nothing: each request's worst-case tokens are still a ledger
+    reservation (every process on the run counts them), another process's token reservation holds the room it took,
+    and one that no longer fits with nothing in flight closes the budget it covers."""
+    (tmp_path / "probe").mkdir()
+    probe = Parts(tmp_path / "probe")
+    tokens = probe.reserver.worst_case(probe.tasks[0])[1]
+    parts = Parts(tmp_path, stage_extra=f"    budget: {{tokens: {tokens * 2 + tokens // 2}}}")
+    assert parts.reserver.counts_tokens("mc", MODEL) and not parts.reserver.priced(MODEL)
+    first = await parts.reserver.reserve(parts.tasks[0])
+    assert isinstance(first, Reservation) and first.ledger_id is not None
+    assert [(row["amount"], row["tokens"]) for row in parts.store.ledger(parts.run_id)] == [(0.0, tokens)]
+    other = parts.store.reserve(parts.run_id, "mc", MODEL, "another-request", 0.0, "another-worker", tokens=tokens)
+    waiting = asyncio.ensure_future(parts.reserver.reserve(parts.tasks[1]))
+    await asyncio.sleep(POLL * 3)
+    assert not waiting.done()  # half a request's room is left while two are in flight: it waits
+    parts.store.release(other)
+    second = await asyncio.wait_for(waiting, 5)
+    assert isinstance(second, Reservation) and second.ledger_id is not None
+    parts.reserver.release(first)
+    parts.reserver.release(second)
+    parts.store.write_batch([], [], [(parts.run_id, "mc", MODEL, "spent", "charge", 0.0, "t", tokens * 2)])
+    assert await parts.reserver.reserve(parts.tasks[2]) is None  # half a request's room, nothing in flight
+    assert parts.reserver.closed(parts.tasks[3]) and parts.reserver.exhausted is None

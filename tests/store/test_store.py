@@ -48,7 +48,7 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
     "ledger": (
         {
             "id": int, "run_id": str, "stage": str, "model": str, "key": str, "kind": str, "amount": float,
-            "created": str, "worker": str,
+            "created": str, "worker": str, "tokens": int,
         },
         ["id"],
     ),
@@ -66,11 +66,11 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
     "leases": ({"run_id": str, "stage": str, "chunk": int, "worker": str, "expires": float, "done": int, "token": int},
                ["run_id", "stage", "chunk"]),
     "claims": ({"key": str, "worker": str, "expires": float}, ["key"]),
-    "budget_use": ({"run_id": str, "scope": str, "usd": float, "inflight": int}, ["run_id", "scope"]),
+    "budget_use": ({"run_id": str, "scope": str, "usd": float, "inflight": int, "tokens": int}, ["run_id", "scope"]),
 }
 MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs", "m006_pipelines",
                    "m007_stage_replays", "m008_batches", "m009_workers", "m010_thinking",
-                   "m011_fencing", "m012_prompt_cache_savings"]
+                   "m011_fencing", "m012_prompt_cache_savings", "m013_ledger_tokens"]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -171,7 +171,7 @@ def task(run_id: str, item: str, key: str, status: str = "done", cost: float = 0
 
 def ledger(run_id: str, key: str, amount: float = 0.001) -> tuple:
     values = {"run_id": run_id, "stage": "mc", "model": "sim:gpt-test", "key": key, "kind": "charge",
-              "amount": amount, "created": "2024-01-01T00:00:00"}
+              "amount": amount, "created": "2024-01-01T00:00:00", "tokens": 12}
     return tuple(values[c] for c in LEDGER_COLUMNS)
 
 

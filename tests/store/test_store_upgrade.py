@@ -3,7 +3,8 @@ code before the migrations were written once (commit 541657b; tests/store/data/m
 one at m008 (before the workers' tables and the budget triggers) and one at m011 (every migration then).
 
 Each, opened by this code, has every migration recorded once, the schema a new store has (tables, columns, types,
-keys, indexes, triggers), the rows it held, and a working ledger (the budget sums its triggers keep)."""
+keys, indexes, triggers), the rows it held, and a working ledger (the budget sums its triggers keep, in USD and, from
+m013, in tokens)."""
 
 from __future__ import annotations
 
@@ -72,9 +73,17 @@ def _check_upgraded(old: Any, new: Any, level: str) -> None:
     # and the store goes on working: a reservation within the budget, then a charge that settles it
     got, blocked, _ = old.reserve_within(RUN, "mc", "sim:m", "k9", 1.0, {"run": charged + 1.5})
     assert got is not None and blocked is None
-    old.write_batch([], [], [(RUN, "mc", "sim:m", "k9", "charge", 0.25, "2024-01-02T00:00:00")], [(got,)])
+    old.write_batch([], [], [(RUN, "mc", "sim:m", "k9", "charge", 0.25, "2024-01-02T00:00:00", 12)], [(got,)])
     assert old.reserve_within(RUN, "mc", "sim:m", "k10", 1.0, {"run": charged + 1.5})[1] == "run"
     assert _budget(old)[1] == (RUN, "run", pytest.approx(charged + 0.75), 1)
+    # m013: the charges took their answers' tokens from the memo (10 in, 2 out each), the open reservation none
+    # (its worst case was not recorded); budget_use counts them, and a token reservation goes on from there
+    before = 24 if level == "m011" else 12
+    assert {row["key"]: row["tokens"] for row in old.ledger(RUN)} == {
+        **({"k1": 12, "k2": 12} if level == "m011" else {"k1": 12}), "k3": 0, "k9": 12}
+    assert old.rows("SELECT tokens FROM budget_use WHERE run_id = ? AND scope = 'run'", (RUN,)) == [(before + 12,)]
+    assert old.reserve_within(RUN, "mc", "sim:m", "k10", 0.0, {}, tokens=10, token_limits={"run": before + 21}
+                              )[1] == "run"
 
 
 @pytest.mark.parametrize("level", ["m008", "m011"])

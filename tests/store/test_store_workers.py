@@ -1,6 +1,6 @@
 """The store's operations for several processes on one run, on SQLite and on PostgreSQL: leases taken a chunk of
-leases at a time and finished one by one, a leaving worker's open reservations, budget sums kept by the ledger's
-triggers, and a reservation refused by the store while another process's reservations are in flight."""
+leases at a time and finished one by one, a leaving worker's open reservations, budget sums (USD and tokens) kept by
+the ledger's triggers, and a reservation refused by the store while another process's reservations are in flight."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_budget_sums_follow_the_ledger_and_bound_every_process(store):
     # another process: the stage's 0.7 has 0.2 left while the first reservation is in flight
     assert store.reserve_within(run_id, "mc", "sim:m", "k2", 0.3, limits, "w2") == (None, "stage:mc", 1)
     # settled at its actual cost (the writer's commit: a charge and the reservation removed), room comes back
-    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.1, "2026-01-01T00:00:00")
+    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.1, "2026-01-01T00:00:00", 40)
     store.write_batch([], [], [charge], [(first,)])
     second, blocked, _ = store.reserve_within(run_id, "mc", "sim:m", "k2", 0.3, limits, "w2")
     assert second is not None and blocked is None
@@ -67,6 +67,65 @@ def test_budget_sums_follow_the_ledger_and_bound_every_process(store):
     store.release(second)
     assert store.reserve_within(run_id, "other", "sim:m", "k3", 0.95, {"run": 1.0}, "w2") == (None, "run", 0)
     assert store.reserve_within(run_id, "other", "sim:m", "k3", 0.9, {"run": 1.0}, "w2")[0] is not None
+
+
+def _tokens(store: Any, run_id: str) -> dict[str, tuple[int, int]]:
+    """Per budget scope, (tokens, reservations in flight) that the ledger's triggers keep in budget_use."""
+    return {scope: (int(tokens), int(inflight)) for scope, tokens, inflight in store.rows(
+        "SELECT scope, tokens, inflight FROM budget_use WHERE run_id = ?", (run_id,))}
+
+
+def test_token_sums_follow_the_ledger_and_bound_every_process(store):
+    """A token budget as the store keeps it for every process: a reservation's worst-case tokens, then the charge's
+    actual tokens, then a possibly billed reservation's worst case, each counted against the limits in one
+    transaction, as USD are."""
+    run_id = _run(store)
+    limits = {"run": 1000, "model:sim:m": 600}
+    first, blocked, _ = store.reserve_within(run_id, "mc", "sim:m", "k1", 0.0, {}, "w1", tokens=500,
+                                             token_limits=limits)
+    assert first is not None and blocked is None
+    assert _tokens(store, run_id) == {"run": (500, 1), "stage:mc": (500, 1), "model:sim:m": (500, 1)}
+    # another process: the model's 600 tokens have 100 left while the first reservation is in flight
+    assert store.reserve_within(run_id, "mc", "sim:m", "k2", 0.0, {}, "w2", tokens=200,
+                                token_limits=limits) == (None, "model:sim:m", 1)
+    # a USD limit and a token limit together: either one refuses
+    assert store.reserve_within(run_id, "mc", "sim:m", "k2", 0.5, {"run": 0.4}, "w2", tokens=1,
+                                token_limits=limits)[1] == "run"
+    # settled to what the answer used (a charge that cost nothing still carries its tokens), room comes back
+    task = (run_id, "mc", "i1", "sim:m", "r1", "{}", "k1", "done", 0, 1, None, None, 100, 20, 0.0, 0.1, None, 1, "{}",
+            0, 0.0, None, 0.0)
+    store.write_batch([task], [], [(run_id, "mc", "sim:m", "k1", "charge", 0.0, "2026-01-01T00:00:00", 120)],
+                      [(first,)])
+    assert _tokens(store, run_id)["run"] == (120, 0)
+    second, blocked, _ = store.reserve_within(run_id, "mc", "sim:m", "k2", 0.0, {}, "w2", tokens=480,
+                                              token_limits=limits)
+    assert second is not None and blocked is None
+    assert store.reserve_within(run_id, "mc", "sim:m", "k3", 0.0, {}, "w1", tokens=1,
+                                token_limits=limits) == (None, "model:sim:m", 1)
+    # w2 leaves with its reservation open: possibly billed, still counted at its worst case, nothing in flight
+    store.leave_run("w2")
+    assert _tokens(store, run_id)["model:sim:m"] == (600, 0)
+    assert store.reserve_within(run_id, "mc", "sim:m", "k3", 0.0, {}, "w1", tokens=1,
+                                token_limits=limits) == (None, "model:sim:m", 0)
+    # a resume's budgets count the same: the tasks' tokens and the possibly billed worst case
+    assert [(stage, model, n) for stage, model, _, n in store.spent(run_id)] == [("mc", "sim:m", 600)]
+    # a plain reservation (no limits to check) records its worst-case tokens too
+    other = store.reserve(run_id, "other", "sim:n", "k4", 0.1, "w1", tokens=70)
+    assert {row["id"]: row["tokens"] for row in store.ledger(run_id)}[other] == 70
+    assert _tokens(store, run_id)["run"] == (670, 1)
+
+
+def test_a_resume_settles_a_reservation_to_its_answers_tokens(store):
+    """After a crash, a reservation whose answer is in the memo becomes a charge of the memo's cost and tokens; one
+    whose answer is lost stays at its worst case, as possibly billed."""
+    run_id = _run(store)
+    answered = store.reserve(run_id, "mc", "sim:m", "k1", 0.5, "w1", tokens=900)
+    lost = store.reserve(run_id, "mc", "sim:m", "k2", 0.5, "w1", tokens=800)
+    store.write_batch([], [("k1", "sim", "m", "{}", "A", "{}", "stop", 30, 4, 0, 0.125, 0.1, "x", None, 0)], [])
+    assert store.resolve_reservations(run_id) == (1, 1)
+    rows = {row["id"]: (row["kind"], row["amount"], row["tokens"]) for row in store.ledger(run_id)}
+    assert rows == {answered: ("charge", 0.125, 34), lost: ("possibly_billed", 0.5, 800)}
+    assert _tokens(store, run_id)["run"] == (834, 0)
 
 
 def test_writes_of_a_worker_that_lost_its_lease_are_refused(store):
@@ -85,7 +144,7 @@ def test_writes_of_a_worker_that_lost_its_lease_are_refused(store):
     task = (run_id, "mc", "i1", "sim:m", "r1", "{}", "k1", "done", 0, 1, None, None, 1, 1, 0.25, 0.1, None, 1, "{}",
             0, 0.0, None, 0.0)
     response = ("k1", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.25, 0.1, "x", None, 0)
-    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.25, "2026-01-01T00:00:00")
+    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.25, "2026-01-01T00:00:00", 2)
     late = Finished(task=task, response=response, ledger=charge, stage="mc", release_id=reserved, fence=old)
     assert store.write_finished([late]) == []
     assert store.tasks(run_id) == [] and store.lookup("k1") is not None
