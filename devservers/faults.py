@@ -7,7 +7,7 @@ Nothing here imports pytest: a helper that cannot do its fault says why, and the
 
 from __future__ import annotations
 
-import os
+import errno
 import shutil
 import signal
 import subprocess
@@ -73,9 +73,12 @@ def fill(folder: Path, leave: int = 0) -> Path:
     """Fill the file system holding ``folder`` up to ``leave`` free bytes with one file (remove it to free the
     space)."""
     filler = folder / "filler"
-    free = shutil.disk_usage(folder).free
-    with open(filler, "wb") as out:
-        out.write(b"\0" * max(0, free - leave))
-        out.flush()
-        os.fsync(out.fileno())
+    left = max(0, shutil.disk_usage(folder).free - leave)
+    with open(filler, "wb", buffering=0) as out:
+        try:
+            while left > 0:
+                left -= out.write(b"\0" * min(left, 1 << 20))
+        except OSError as exc:  # others wrote meanwhile: full all the same
+            if exc.errno != errno.ENOSPC:
+                raise
     return filler
