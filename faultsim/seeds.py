@@ -56,6 +56,8 @@ def _left_out(scenario: Scenario, only: str | None) -> bool:
         return scenario.mode != only
     if only == "workers":
         return scenario.workers < 2
+    if only is not None:  # a fault's kind: the draws with that fault
+        return all(fault.kind != only for fault in scenario.faults)
     return False
 
 

@@ -25,6 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from devservers import launchers  # noqa: E402
+from faultsim.draw import KINDS  # noqa: E402
 from faultsim.report import Totals  # noqa: E402
 from faultsim.run import Env, Sim  # noqa: E402
 from faultsim.seeds import run_seed  # noqa: E402
@@ -47,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--seeds", type=int, help="run this many seeds")
     which.add_argument("--seed", type=int, help="run this one seed again")
     parser.add_argument("--first", type=int, default=0, help="the first seed of --seeds (default 0)")
-    parser.add_argument("--only", choices=("sqlite", "postgres", "online", "batch", "workers"),
-                        help="run only the seeds whose draw is of this kind (the others are counted as passed over)")
+    parser.add_argument("--only", choices=("sqlite", "postgres", "online", "batch", "workers", *KINDS),
+                        help="run only the seeds whose draw is of this kind or has this fault (the others are counted"
+                             " as passed over)")
     parser.add_argument("--break", dest="broken", choices=sorted(BROKEN), help="switch a guarantee off")
     parser.add_argument("--stop-at-first", action="store_true", help="stop at the first seed that breaks a guarantee")
     parser.add_argument("--workdir", type=Path, help="where each seed's files go (default: a temporary folder)")
