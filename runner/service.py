@@ -257,7 +257,7 @@ def conclude(job: Job, store: Store, run_id: str, status: str, message: str | No
         return
     stored = store.get_run(run_id)
     write = (stored["status"] == "completed" and (results or len(workers) <= 1)
-             or stored["status"] == "running" and status == "budget_exhausted")
+             or stored["status"] in ("running", "budget_exhausted") and status == "budget_exhausted")
     if stored["status"] == "running" and status != "completed":
         store.set_run(run_id, status=status, message=message, finished=now(), pid=None)
     if write:
