@@ -23,6 +23,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -78,13 +79,23 @@ class PgServer:
             hba.write(f"local all all trust\nhost all {PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n"
                       "host all all 127.0.0.1/32 trust\n")
         self.port = _free_port()
+        self._serve()
+        self.execute(f"CREATE ROLE {PASSWORD_ROLE} LOGIN SUPERUSER PASSWORD '{PASSWORD}'")
+        self.execute(f"CREATE DATABASE {TEST_DB}")
+        return self
+
+    def _serve(self) -> None:
         options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
                    " -c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", options, "-w",
                   "-t", "60", "start")
-        self.execute(f"CREATE ROLE {PASSWORD_ROLE} LOGIN SUPERUSER PASSWORD '{PASSWORD}'")
-        self.execute(f"CREATE DATABASE {TEST_DB}")
-        return self
+
+    def restart(self, down: float = 0.0) -> None:
+        """Stop the server at once (``-m immediate``: every session cut, as a crash does), wait ``down`` seconds,
+        start it again on the same port with the same data."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        time.sleep(down)
+        self._serve()
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):

@@ -269,16 +269,24 @@ def conclude(job: Job, store: Store, run_id: str, status: str, message: str | No
              results: bool = False) -> None:
     """After a worker left ``run_id``, when no process is left on it: a run that did not complete gets this
     worker's status (the engine marks a joined run only completed: it would show as crashed), and a completed run
-    that one process did alone, or whose workers ran elsewhere (``results``), gets its results files written here
-    from the store."""
+    that one process did alone, or whose workers ran elsewhere (``results``), or a run its budget stopped, gets its
+    results files written here from the store (no process of a named run, nor a worker, keeps a live file; the first
+    process's, if it died, lacks what the others did). A results file that cannot be written fails the run, which
+    a resume then finishes, as when the engine's own files fail (:class:`runner.errors.OutputError`)."""
     workers = store.workers(run_id)
     if any(worker["state"] == "live" for worker in workers):
         return
     stored = store.get_run(run_id)
+    write = (stored["status"] == "completed" and (results or len(workers) <= 1)
+             or stored["status"] in ("running", "budget_exhausted") and status == "budget_exhausted")
     if stored["status"] == "running" and status != "completed":
         store.set_run(run_id, status=status, message=message, finished=now(), pid=None)
-    elif stored["status"] == "completed" and (results or len(workers) <= 1):
-        engine.Results(job, run_id, store).close(rewrite=True)
+    if write:
+        files = engine.Results(job, run_id, store)
+        files.close(rewrite=True)
+        if files.failure is not None:
+            store.set_run(run_id, status="failed", message=str(files.failure), finished=now(), pid=None)
+            raise files.failure
 
 
 async def run(job: Job, store: Store, *, run_id: str | None = None, join: bool = False, replan: bool = False,

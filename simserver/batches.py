@@ -84,6 +84,7 @@ class Line:
     #: the batch-create request's headers a line is checked with (Anthropic: ``anthropic-version``)
     headers: dict[str, str] | None = None
     outcome: str | None = None  #: one of OUTCOMES once the batch ended
+    asked: tuple[str, str] | None = None  #: once answered: the model asked and the messages' digest (the request log)
     answer: dict[str, Any] | None = None
     error: LineError | None = None
 
@@ -163,6 +164,7 @@ class BatchStore:
         self.batches[batch_id] = batch
         self.created += 1
         self.lines += len(lines)
+        self.server.log.batch(provider, batch_id, len(lines))
         return batch
 
     def add_file(self, filename: str, purpose: str, data: bytes) -> StoredFile:
@@ -226,6 +228,8 @@ class BatchStore:
             else:
                 line.outcome = fate
             self.results[line.outcome] += 1
+            model, digest = line.asked or (line.model or None, None)
+            self.server.log.line(batch.provider, batch.id, line.custom_id, model, digest, line.outcome)
         if fate == "canceled":
             batch.end = "cancelled"
         else:
@@ -261,6 +265,7 @@ class BatchStore:
         line.outcome = "succeeded"
         digest = hashlib.sha256(messages_json.encode()).hexdigest()
         self.completed[digest] = self.completed.get(digest, 0) + 1
+        line.asked = (ask.model, digest)
         if entry is not None and text is not None:
             entry.served += 1
             server._scripted += 1

@@ -48,6 +48,9 @@ class SimConfig:
     #: the models the model lookups know, comma-separated (``--models a,b``; a list in /sim/config); None: every
     #: model (simserver.models). Model requests are answered whatever the model.
     models: str | None = None
+    #: keep the request log (simserver.request_log, ``GET /sim/log``): every model request, batch and batch line with
+    #: its outcome and whether it was billed; off by default, as it grows with every request
+    log_requests: bool = False
 
     def __post_init__(self) -> None:
         checked_updates(dataclasses.asdict(self))

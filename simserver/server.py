@@ -22,6 +22,9 @@ that the anthropic and google-genai SDKs take as ``base_url``)
     ``GET  /sim/in_flight``  ``{"in_flight": n}``: model requests being answered now (hanging, waiting out the
                           latency). A reset does not end them and they count when they end: one server reused
                           for another test waits for 0 first.
+    ``GET  /sim/log?after=N``  ``{"on", "entries"}``: with ``log_requests`` on, each model request, batch and batch
+                          line after entry N, with its outcome and whether it was billed (:mod:`simserver.request_log`);
+                          a reset empties it.
     ``POST /sim/batches/{id}/expire``  ends a running batch (any provider's id) now as expired.
     ``POST /sim/config``  JSON object of :class:`SimConfig` fields to change at run time; ``"script"`` loads
                           that file (a 400 if it cannot be loaded), ``null`` drops the script.
@@ -73,7 +76,7 @@ from aiohttp import web
 
 from . import azure, bedrock, cached_contents, strict, vertex
 from . import models as model_lookups
-from .answers import canonical, count_prompt_tokens
+from .answers import canonical, count_prompt_tokens, message_digest
 from .anthropic import ANTHROPIC
 from .batch_anthropic import AnthropicBatches
 from .batch_gemini import GeminiBatches
@@ -85,6 +88,7 @@ from .config import SimConfig, checked_updates
 from .gemini import GEMINI
 from .openai import OPENAI
 from .prompt_cache import PromptCache
+from .request_log import RequestLog
 from .respond import answer_body
 from .script import Script, load_script
 from .wire import JSON_HEADERS, Ask, Invalid, WireFormat, compact
@@ -119,6 +123,9 @@ class SimServer:
         self.prompt_cache = PromptCache(lambda: self.clock())
         #: Gemini's explicit caches (simserver.cached_contents), on the same clock
         self.cached_contents = cached_contents.CachedContents(lambda: self.clock())
+        #: what was answered and billed, request by request, while ``log_requests`` is on (simserver.request_log)
+        self.log = RequestLog()
+        self.log.on = self.config.log_requests
         self.reset()
 
     @property
@@ -152,6 +159,7 @@ class SimServer:
         self.batches.clear()
         self.prompt_cache.clear()
         self.cached_contents.clear()
+        self.log.clear()
         for held in self.stored_objects.values():
             held.clear()
         if self.script is not None:
@@ -166,6 +174,7 @@ class SimServer:
             script = load_script(updates["script"]) if updates["script"] is not None else None
         self.config = dataclasses.replace(self.config, **updates)
         self.script = script
+        self.log.on = self.config.log_requests
         if "seed" in changes:
             self._rng.seed(self.config.seed)
         if any(name in changes for name, _ in LIMITS):
@@ -182,6 +191,7 @@ class SimServer:
         app.router.add_get("/sim/stats", self._stats)
         app.router.add_post("/sim/reset", self._reset)
         app.router.add_get("/sim/in_flight", self._in_flight)
+        app.router.add_get("/sim/log", self._log)
         app.router.add_post("/sim/config", self._config)
         app.router.add_post("/sim/batches/{batch_id}/expire", self._expire_batch)
         for batches in (OpenAIBatches(self), AnthropicBatches(self), GeminiBatches(self)):
@@ -220,8 +230,12 @@ class SimServer:
     async def _gemini(self, request: web.Request) -> web.Response:
         return await self._serve(request, GEMINI)
 
-    def _finish(self, response: web.Response) -> web.Response:
+    def _finish(self, response: web.Response, fmt: WireFormat | None = None, ask: Ask | None = None,
+                outcome: str = "refused") -> web.Response:
         self._by_status[response.status] = self._by_status.get(response.status, 0) + 1
+        if self.log.on and fmt is not None:
+            digest = message_digest(ask.messages) if ask is not None else None
+            self.log.request(fmt.name, ask.model if ask is not None else None, digest, response.status, outcome)
         return response
 
     def _buckets_at(self, model: str, now: float) -> list[Bucket]:
@@ -281,42 +295,44 @@ class SimServer:
         if cfg.require_key or cfg.api_key is not None:
             key = fmt.key(request)
             if not key:
-                return self._finish(fmt.missing_key(headers))
+                return self._finish(fmt.missing_key(headers), fmt)
             if cfg.api_key is not None and key != cfg.api_key:
-                return self._finish(fmt.wrong_key(headers))
+                return self._finish(fmt.wrong_key(headers), fmt)
         rng = self._rng
         if cfg.fault_401 and rng.random() < cfg.fault_401:
-            return self._finish(fmt.wrong_key(headers))
+            return self._finish(fmt.wrong_key(headers), fmt)
         try:
             body = json.loads(await request.read())
         except ValueError:
-            return self._finish(fmt.bad_request("We could not parse the JSON body of your request.", None, headers))
+            return self._finish(fmt.bad_request("We could not parse the JSON body of your request.", None, headers),
+                                fmt)
         try:
             ask = fmt.parse(body, request)
         except Invalid as exc:
-            return self._finish(fmt.bad_request(exc.message, exc.param, headers))
+            return self._finish(fmt.bad_request(exc.message, exc.param, headers), fmt)
         if cfg.strict and (refused := strict.refusal(fmt.name, body, model=ask.model, headers=request.headers,
                                                      path=request.path)) is not None:
-            return self._finish(strict.render(fmt, refused, headers))
+            return self._finish(strict.render(fmt, refused, headers), fmt, ask)
         entry = None
         if self.script is not None and (entry := self.script.match(ask.model, ask.messages)) is None:
             self._unmatched += 1
             if self.script.strict:
-                return self._finish(fmt.bad_request("no scripted response matches this request", None, headers))
+                return self._finish(fmt.bad_request("no scripted response matches this request", None, headers),
+                                    fmt, ask)
 
         prompt_tokens = count_prompt_tokens(ask.messages)
         turned_away = self._admit(fmt, ask, prompt_tokens, headers)
         if turned_away is not None:
-            return self._finish(turned_away)
+            return self._finish(turned_away, fmt, ask)
         rule = fmt.cache_rule if cfg.prompt_cache else None
         cache_scope = f"{rule}\0{fmt.cache_owner(request)}\0{ask.model}"
         if ask.cache is None:  # a request naming an explicit cache reads that alone (simserver.cached_contents)
             ask.cache = self.prompt_cache.look_up(rule, cache_scope, ask.messages, body, ask.model,
                                                   cfg.cache_min_tokens)
         if cfg.fault_500 and rng.random() < cfg.fault_500:
-            return self._finish(fmt.server_error(headers))
+            return self._finish(fmt.server_error(headers), fmt, ask)
         if cfg.fault_503 and rng.random() < cfg.fault_503:
-            return self._finish(fmt.overloaded(headers))
+            return self._finish(fmt.overloaded(headers), fmt, ask)
         hang = cfg.fault_timeout and rng.random() < cfg.fault_timeout
         malformed = cfg.fault_malformed and rng.random() < cfg.fault_malformed
         filtered = cfg.fault_filter and rng.random() < cfg.fault_filter
@@ -326,13 +342,13 @@ class SimServer:
             except TimeoutError:
                 pass
             except asyncio.CancelledError:  # aiohttp with handler_cancellation=True: the client left
-                self._finish(web.Response(status=499))
+                self._finish(web.Response(status=499), fmt, ask, "hung")
                 raise
         elif cfg.latency > 0:
             await asyncio.sleep(cfg.latency)
         if (hang or cfg.latency > 0) and (request.transport is None or request.transport.is_closing()):
             # The client gave up while we waited: nothing was delivered, so nothing counts as completed.
-            return self._finish(web.Response(status=499))
+            return self._finish(web.Response(status=499), fmt, ask, "hung" if hang else "abandoned")
 
         messages_json = canonical(ask.messages)
         body, text = answer_body(fmt, ask, entry, messages_json, prompt_tokens, bool(filtered and not malformed),
@@ -350,7 +366,8 @@ class SimServer:
             if entry is not None and text is not None:  # delivered: the entry moves to its next text
                 entry.served += 1
                 self._scripted += 1
-        return self._finish(web.Response(body=data, headers={**JSON_HEADERS, **headers}))
+        outcome = "malformed" if malformed else "filtered" if filtered else "answered"
+        return self._finish(web.Response(body=data, headers={**JSON_HEADERS, **headers}), fmt, ask, outcome)
 
     async def _stats(self, request: web.Request) -> web.Response:
         return web.json_response(self.stats())
@@ -361,6 +378,13 @@ class SimServer:
 
     async def _in_flight(self, request: web.Request) -> web.Response:
         return web.json_response({"in_flight": self.in_flight})
+
+    async def _log(self, request: web.Request) -> web.Response:
+        try:
+            after = int(request.query.get("after", "0"))
+        except ValueError:
+            return OPENAI.bad_request("after must be an integer", "after", {})
+        return web.json_response({"on": self.log.on, "entries": self.log.after(after)})
 
     def expire_batch(self, batch_id: str) -> bool:
         """End a running batch of any provider now as expired; False when there is no such batch."""

@@ -21,6 +21,7 @@ import pytest
 from google import genai
 from google.genai import types as genai_types
 
+from devservers import launchers
 from simserver import SimConfig, SimServer
 
 #: the project's root (the folder with pyproject.toml)
@@ -187,29 +188,8 @@ def isolated_aws(monkeypatch: pytest.MonkeyPatch, folder: Path, access_key: str,
 def killed_after_submit(*clients: str) -> str:
     """A script for ``python -c``: ``runner ARGS`` whose Batch API clients (``module.Class`` under
     ``runner.providers``) die right after the provider accepted a batch, before the store records its id (or before
-    it is sent, with ``KILL_BEFORE_SUBMIT`` set)."""
-    imports = "\n".join(f"from runner.providers import {client.split('.')[0]}" for client in clients)
-    return f"""
-import os, signal, sys
-{imports}
-
-def dying(cls):
-    submit = cls.submit
-
-    async def accepted_then_killed(self, *args, **kwargs):
-        if os.environ.get("KILL_BEFORE_SUBMIT"):
-            os.kill(os.getpid(), signal.SIGKILL)
-        await submit(self, *args, **kwargs)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    cls.submit = accepted_then_killed
-
-for cls in ({", ".join(clients)},):
-    dying(cls)
-sys.argv = ["runner", *sys.argv[1:]]
-from runner.cli import main
-main()
-"""
+    it is sent, with ``KILL_BEFORE_SUBMIT`` set); devservers/launchers.py."""
+    return launchers.launcher(launchers.killed_after_submit(*clients))
 
 
 def done_tasks(db: str | Path) -> int:

@@ -76,6 +76,24 @@ def test_one_task_alone_finishes_the_run_and_writes_its_results(tmp_path, sim_se
 
 
 @pytest.mark.parametrize("sim_server", [0.0], indirect=True)
+def test_a_named_run_its_budget_stopped_has_every_stored_task_in_its_results_file(tmp_path, sim_server):
+    """Every process of a named run is a worker, and a worker keeps no live file: the last one to leave writes the
+    results from the store for a run its budget stopped too, not only for a completed one (found by the seeded fault
+    simulation, `python scripts/chaos.py --seed 9`)."""
+    db = str(tmp_path / "store.sqlite")
+    job = sim_job(tmp_path, sim_server, rows=60)
+    proc = subprocess.run(runner_cmd("submit", str(job), "--db", db, "--run-id", "tight", "--budget", "1",
+                                     "--allow-partial"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    store = open_store(db)
+    done = sorted(t["row_id"] for t in store.tasks("tight", status="done"))
+    store.close()
+    assert 0 < len(done) < 60
+    results = tmp_path / "results" / "testjob" / "tight" / "mc.jsonl"
+    assert sorted(json.loads(line)["id"] for line in results.read_text().splitlines()) == done
+
+
+@pytest.mark.parametrize("sim_server", [0.0], indirect=True)
 def test_another_job_under_a_taken_name_is_one_sentence(tmp_path, sim_server):
     db = str(tmp_path / "store.sqlite")
     job = sim_job(tmp_path, sim_server, rows=5)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from devservers.faults import stop, stop_between_writes
 from runner.engine.workers import MAX_WIDEN
 from runner.store import open_store
 from runner.store.sqlite_lock import ATTEMPT_S, Holder, write_lock_holder
@@ -232,33 +233,6 @@ def _victim_expiries(db: str, pid: int) -> list[float]:
         store.close()
 
 
-def _stop_between_writes(db: str, victim: subprocess.Popen) -> None:
-    """SIGSTOP the victim at a moment it holds no SQLite write lock (a process stopped inside a write keeps the
-    file's lock, which nobody can take: tests below pin what happens then). On PostgreSQL any moment will do."""
-    _stop(victim)
-    if "://" in db:
-        return
-    for _ in range(500):
-        holder = write_lock_holder(db)
-        if holder is None or holder.pid != victim.pid:
-            return
-        victim.send_signal(signal.SIGCONT)
-        time.sleep(0.005)
-        _stop(victim)
-    raise AssertionError("the victim held the store's write lock at every one of 500 tries")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """SIGSTOP, and wait until the system shows the process stopped (a signal is delivered asynchronously)."""
-    process.send_signal(signal.SIGSTOP)
-    _wait_for(lambda: _state(process.pid) in ("T", "t"), 10, f"process {process.pid} stopped")
-
-
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0]
-
-
 def _takeover_bound() -> float:
     """ARCHITECTURE.md invariant 8 for the tests' lease: a stopped worker's leases expire within its widest lease
     after its last heartbeat, and a transaction it left open ends a quarter of a lease after it stopped."""
@@ -321,7 +295,7 @@ def test_a_stopped_worker_declared_dead_is_fenced_out(tmp_path, sim_server, db, 
     expire within the bound of ARCHITECTURE.md invariant 8."""
     _env(monkeypatch)
     owner, victim, run_id, usd = _victim_running(tmp_path, sim_server, db, budget)
-    _stop_between_writes(db, victim)
+    stop_between_writes(db, victim)
     stopped_at = time.time()
     try:
         assert max(_victim_expiries(db, victim.pid), default=stopped_at) <= stopped_at + _takeover_bound() + 1
@@ -342,7 +316,7 @@ def _stop_inside_a_transaction(pg_url: str, victim: subprocess.Popen) -> str:
     store = open_store(pg_url)
     try:
         for _ in range(2000):
-            _stop(victim)
+            stop(victim)
             found = store.rows("SELECT state FROM pg_stat_activity WHERE application_name LIKE ? AND xact_start IS"
                                " NOT NULL", (f"runner %:{victim.pid}:%",))
             if found:
@@ -381,7 +355,7 @@ def _stop_inside_a_write(db: str, victim: subprocess.Popen) -> None:
     for _ in range(5000):
         holder = write_lock_holder(db)
         if holder is not None and holder.pid == victim.pid:
-            _stop(victim)
+            stop(victim)
             holder = write_lock_holder(db)
             if holder is not None and holder.pid == victim.pid:
                 return

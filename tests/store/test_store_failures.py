@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from devservers.faults import fill, mount_tmpfs, unmount
 from runner.store import open_store
 from tests.helpers import ROOT, one_error, runner_cmd, sim_stats, write_job, write_rows
 
@@ -57,12 +57,9 @@ def tmpfs(tmp_path: Path) -> Iterator[callable]:
 
     def mount(name: str, size: str, *options: str) -> Path:
         point = tmp_path / name
-        point.mkdir(exist_ok=True)
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join((f"size={size}", *options)), "tmpfs",
-                               str(point)], capture_output=True, text=True)
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or done.returncode}): the ENOSPC injection "
-                        "tests cover the same path")
+        why_not = mount_tmpfs(point, size, *options)
+        if why_not is not None:
+            pytest.skip(f"cannot mount a tmpfs here ({why_not}): the ENOSPC injection tests cover the same path")
         mounted.append(point)
         return point
 
@@ -70,16 +67,7 @@ def tmpfs(tmp_path: Path) -> Iterator[callable]:
         yield mount
     finally:
         for point in reversed(mounted):
-            subprocess.run(["umount", "-l", str(point)], capture_output=True)
-
-
-def fill(folder: Path, leave: int) -> Path:
-    """Fill the tmpfs at ``folder`` up to ``leave`` free bytes with one file (removed to free the space)."""
-    filler = folder / "filler"
-    free = shutil.disk_usage(folder).free
-    with open(filler, "wb") as out:
-        out.write(b"\0" * max(0, free - leave))
-    return filler
+            unmount(point)
 
 
 # -- defect 1: a full results disk ------------------------------------------------------------------------------------
