@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -263,36 +264,49 @@ def test_a_password_in_db_is_warned_about_once_and_never_printed(tmp_path):
     assert "warning" not in quiet.stderr and "hunter2" not in quiet.stdout + quiet.stderr
 
 
+def _submit_under_way(tmp_path: Path, sim_server: str, env: dict[str, str]) -> subprocess.Popen:
+    """``runner submit`` of a 300-row job on the PostgreSQL store, once 30 of its requests have reached the server."""
+    job = sim_job(tmp_path, sim_server, rows=300, concurrency=4)
+    proc = subprocess.Popen(runner_cmd("submit", str(job)), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while sim_stats(sim_server)["received"] < 30:
+        if time.monotonic() >= deadline or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError("the run did not get going")
+        time.sleep(0.05)
+    return proc
+
+
+def _allow_connections(pg_server: Any, allowed: bool) -> list:
+    """Let the test database take new sessions or not; when not, end its sessions (the pids ended)."""
+    import psycopg
+
+    with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE runner_tests ALLOW_CONNECTIONS {str(allowed).lower()}")
+        if allowed:
+            return []
+        return conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
+                            " AND pid != pg_backend_pid()", ("runner_tests",)).fetchall()
+
+
 @pytest.mark.parametrize("sim_server", [0.05], indirect=True)
 def test_a_postgresql_backend_terminated_mid_run_is_said_and_the_run_resumes(tmp_path, sim_server, pg_server,
                                                                               pg_url):
-    import psycopg
-
-    job = sim_job(tmp_path, sim_server, rows=300, concurrency=4)
     open_store(pg_url).close()
     # the runner tries to connect again for 2 s (RUNNER_STORE_WAIT), then ends the run, resumable
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RUNNER_DB": pg_url, "RUNNER_STORE_WAIT": "2"}
-    proc = subprocess.Popen(runner_cmd("submit", str(job)), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = _submit_under_way(tmp_path, sim_server, env)
     try:
-        deadline = time.monotonic() + 60
-        while sim_stats(sim_server)["received"] < 30:
-            assert time.monotonic() < deadline and proc.poll() is None, "the run did not get going"
-            time.sleep(0.05)
         # the server goes away for this database: its sessions ended and no new one taken until the resume (with
         # its sessions only ended, or back within the wait, the runner connects again and the run goes on: the
         # test below)
-        with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
-            conn.execute("ALTER DATABASE runner_tests ALLOW_CONNECTIONS false")
-            killed = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
-                                  " AND pid != pg_backend_pid()", ("runner_tests",)).fetchall()
-        assert killed
+        assert _allow_connections(pg_server, False)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-        with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
-            conn.execute("ALTER DATABASE runner_tests ALLOW_CONNECTIONS true")
+        _allow_connections(pg_server, True)
     line = one_error(err)
     assert proc.returncode == 1
     run_id = run_id_of(out)
@@ -309,31 +323,19 @@ def test_a_postgresql_backend_terminated_mid_run_is_connected_to_again_and_the_r
         tmp_path, sim_server, pg_server, pg_url):
     """The server ends the run's session and takes no new one for 2 s (a restart): the runner tries to connect
     again (RUNNER_STORE_WAIT, 30 s by default) and goes on; every request is answered once, in one run."""
-    import psycopg
-
-    job = sim_job(tmp_path, sim_server, rows=300, concurrency=4)
     open_store(pg_url).close()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RUNNER_DB": pg_url}
-    proc = subprocess.Popen(runner_cmd("submit", str(job)), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = _submit_under_way(tmp_path, sim_server, env)
     try:
-        deadline = time.monotonic() + 60
-        while sim_stats(sim_server)["received"] < 30:
-            assert time.monotonic() < deadline and proc.poll() is None, "the run did not get going"
-            time.sleep(0.05)
-        with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
-            conn.execute("ALTER DATABASE runner_tests ALLOW_CONNECTIONS false")
-            killed = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
-                                  " AND pid != pg_backend_pid()", ("runner_tests",)).fetchall()
-            time.sleep(2)
-            conn.execute("ALTER DATABASE runner_tests ALLOW_CONNECTIONS true")
+        killed = _allow_connections(pg_server, False)
+        time.sleep(2)
+        _allow_connections(pg_server, True)
         assert killed
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-        with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
-            conn.execute("ALTER DATABASE runner_tests ALLOW_CONNECTIONS true")
+        _allow_connections(pg_server, True)
     assert proc.returncode == 0, err
     assert f"run {run_id_of(out)}: completed" in out
     answered_once(sim_server, 300)
