@@ -25,11 +25,14 @@ timeout never fires for an active session. A worker's session is named ``runner 
 
 A server that ends this process's session (``pg_terminate_backend``, a restart, a failover) is connected to again,
 tried with a growing pause for up to ``RUNNER_STORE_WAIT`` seconds (:data:`RECONNECT_WAIT_S` by default), before
-the run ends, resumable. Only what is certain not to have been applied, or is safe to do twice, is done again:
-a session found ended before a statement is sent (the server's goodbye waits on the socket: :meth:`PostgresStore.
-_ended`, a poll that costs no round trip), which is the usual case, as the server ends an idle session; a
-transaction cut before its COMMIT was sent, run again whole; a read. A single write, or a COMMIT, cut while the
-server had it may have been applied: that one still ends the run (``failure``).
+the run ends, resumable. Nothing is done twice: a session found ended before a statement is sent (the server's
+goodbye waits on the socket: :meth:`PostgresStore._ended`, a poll that costs no round trip) is the usual case, as
+the server ends an idle session; a read is sent again; a transaction cut before its COMMIT was sent did not
+commit, and runs again whole. A transaction cut at its COMMIT may or may not have committed: it learns its
+transaction id before the COMMIT is sent, and the new session asks the server what became of it
+(``txid_status``, which PostgreSQL keeps for this very case: "Transaction ID and Snapshot Information
+Functions" in its manual): committed, the method returns what the transaction found; rolled back, it runs again.
+A single write is sent as such a transaction (one that only reads is not), so it is never applied twice either.
 """
 
 from __future__ import annotations
@@ -67,6 +70,13 @@ _READ = re.compile(r"\s*SELECT\b(?!.*\bFOR\s+(UPDATE|SHARE|NO\s+KEY|KEY)\b)", re
 _FETCH = 2000
 #: the session's bound on a transaction left idle (module docstring)
 _STALL_SQL = "SELECT set_config('idle_in_transaction_session_timeout', %s, false)"
+#: the transaction's id, taken before its COMMIT is sent (NULL for one that wrote nothing); PostgreSQL 10 and later
+_XID_SQL = "SELECT txid_current_if_assigned()"
+#: what became of a transaction: 'committed', 'aborted' or 'in progress'
+_XID_STATUS_SQL = "SELECT txid_status(%s)"
+#: ends the session still holding a transaction (the lost one) by its id; txid carries an epoch above the xid's 32 bits
+_END_HOLDER_SQL = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                   " WHERE backend_xid = (%s::bigint %% 4294967296)::text::xid AND pid <> pg_backend_pid()")
 #: the session's name in pg_stat_activity
 _NAME_SQL = "SELECT set_config('application_name', %s, false)"
 #: the server's clock in seconds since the epoch
@@ -236,24 +246,51 @@ class PostgresStore(SQLStore):
     def _tx(self) -> Iterator[psycopg.Connection]:
         """One transaction on the connection, no other thread's statement inside it. Ended by the server before its
         COMMIT was sent (this process stopped inside it, or the session ended): a new connection, and
-        :class:`_Stalled` for the method to run it again."""
+        :class:`_Stalled` for the method to run it again. Lost at its COMMIT: a new connection, and the server says
+        whether it committed (module docstring)."""
         with self._lock:
-            body_done = False
+            committing, xid = False, None
             try:
                 conn = self._live()
                 with conn.transaction():
                     yield conn
-                    body_done = True
+                    (xid,) = conn.execute(_XID_SQL).fetchone() or (None,)
+                    committing = True
             except psycopg.errors.IdleInTransactionSessionTimeout as exc:
                 self._reconnect_after(exc)
             except psycopg.OperationalError as exc:
-                # Lost before COMMIT was sent (the stall bound's end, which the server does not always manage to
-                # say, or the session ended), the transaction did not commit, so it runs again; lost at COMMIT,
-                # whether it committed is unknown, and it does not. An error that leaves the connection working
-                # (a statement's own) is no loss.
-                if body_done or not self.conn.broken:
+                # An error that leaves the connection working (a statement's own) is no loss. Lost before COMMIT
+                # was sent (the stall bound's end, which the server does not always manage to say, or the session
+                # ended), the transaction did not commit, so it runs again; lost at COMMIT, the server is asked.
+                if not self.conn.broken:
                     raise
-                self._reconnect_after(exc)
+                if not committing:
+                    self._reconnect_after(exc)
+                elif not self._committed(xid, exc):
+                    raise _Stalled from exc
+
+    def _committed(self, xid: int | None, exc: psycopg.Error) -> bool:
+        """Whether the transaction ``xid``, whose COMMIT was cut, committed, asked on a new connection (``exc``
+        itself when the server is not back within the wait, or does not say); one that wrote nothing (``xid``
+        None) counts as committed: what it read stands either way."""
+        with suppress(psycopg.Error):
+            self.conn.close()
+        deadline = time.monotonic() + self._wait
+        try:
+            self.conn = self._reconnected()
+            while xid is not None:
+                (status,) = self.conn.execute(_XID_STATUS_SQL, (xid,)).fetchone() or (None,)
+                if status in ("committed", "aborted"):
+                    return status == "committed"
+                # 'in progress': the old session's backend has not seen the connection end (a network cut) or is
+                # rolling back; it is this process's, idle in that transaction, so it is ended here
+                self.conn.execute(_END_HOLDER_SQL, (xid,))
+                if time.monotonic() >= deadline:
+                    raise exc
+                time.sleep(_PAUSE_S)
+        except psycopg.Error:
+            raise exc from None
+        return True
 
     def _reconnect_after(self, exc: psycopg.Error) -> None:
         """A new connection after the server ended this one inside a transaction, and :class:`_Stalled` for the
@@ -307,18 +344,24 @@ class PostgresStore(SQLStore):
         return bool(self._farewell) or self.conn.pgconn.status != psycopg.pq.ConnStatus.OK
 
     def _again(self, sql: str, run: Callable[[psycopg.Connection], T]) -> T:
-        """``run`` a single statement on the live connection; a read is run again on a new connection when the
-        session ended under it (a write is not: it may have been applied)."""
+        """``run`` a single statement on the live connection. A read is run again on a new connection when the
+        session ended under it; a write is run as a transaction (:meth:`_tx`), so it is never applied twice."""
+        if not _READ.match(sql):
+            return _deadlock_retried(self._written)(run)
         with self._lock:
             try:
                 return run(self._live())
             except psycopg.OperationalError:
-                if not self.conn.broken or not _READ.match(sql):
+                if not self.conn.broken:
                     raise
                 with suppress(psycopg.Error):
                     self.conn.close()
                 self.conn = self._reconnected()
                 return run(self.conn)
+
+    def _written(self, run: Callable[[psycopg.Connection], T]) -> T:
+        with self._tx() as conn:
+            return run(conn)
 
     def atomic(self, body: Callable[[Tx], T]) -> T:
         return _deadlock_retried(self._atomic_once)(body)
