@@ -53,10 +53,10 @@ HELD_SQL = ("SELECT 1 FROM leases WHERE run_id = ? AND stage = ? AND chunk = ? A
             f" AND {LIVE_SQL}")
 #: the worker ``?`` may judge others' heartbeats: it is live, its own heartbeats came without a gap for the last ``?``
 #: seconds (its lease), and its lease still runs for ``?`` seconds (half of it: its last heartbeat is recent), on
-#: the clock ``{clock}`` (the store's, as the statement runs). A store that stalled every worker (a stopped server, a lock held elsewhere) leaves every lease
-#: expired when it answers again: a worker then waits a lease before it trusts what the others' heartbeats say, and
-#: a statement sent before the stall and run after it finds its own worker's heartbeat as old as the others'. A
-#: worker without a row (the store's tests) may.
+#: the clock ``{clock}`` (the store's, as the statement runs). A store that stalled every worker (a stopped server,
+#: a lock held elsewhere) leaves every lease expired when it answers again: a worker then waits a lease before it
+#: trusts what the others' heartbeats say, and a statement sent before the stall and run after it finds its own
+#: worker's heartbeat as old as the others'. A worker without a row (the store's tests) may.
 STEADY_SQL = ("NOT EXISTS (SELECT 1 FROM workers me WHERE me.id = ? AND NOT (me.state = 'live'"
               " AND coalesce(me.steady, 0) <= {clock} - ? AND me.seen >= {clock} + ?))")
 #: the reservation of a request whose worker lost its lease: it may have been sent, so it may have been billed

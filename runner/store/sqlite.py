@@ -196,7 +196,8 @@ class SQLiteStore(SQLStore):
         def body(conn: Tx) -> None:
             clock = time.time()
             conn.execute("INSERT OR REPLACE INTO workers (id, run_id, host, pid, started, seen, state, steady)"
-                         " VALUES (?, ?, ?, ?, ?, ?, 'live', ?)", (worker, run_id, host, pid, now(), clock + ttl, clock))
+                         " VALUES (?, ?, ?, ?, ?, ?, 'live', ?)",
+                         (worker, run_id, host, pid, now(), clock + ttl, clock))
         self.atomic(body)
 
     def heartbeat(self, worker: str, ttl: float) -> list[tuple[str, int, int]] | None:
