@@ -6,7 +6,6 @@ the store is slow, and past the bound."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sqlite3
 import time
@@ -17,6 +16,7 @@ import pytest
 
 from runner.store import open_store
 from runner.store.offloop import LoopStore, StoreThread, StoreWatch, off_loop
+from tests.helpers import pg_server_processes, signal_all
 
 STALL_S = 1.5
 TICK_S = 0.05
@@ -70,41 +70,18 @@ async def test_the_loop_keeps_its_pace_while_a_call_waits_for_a_sqlite_lock_held
     store.close()
 
 
-def _server_processes(pg_server: Any) -> list[int]:
-    """The throwaway PostgreSQL server's processes: the postmaster and its children (the backends)."""
-    postmaster = int((Path(pg_server.data) / "postmaster.pid").read_text().split()[0])
-    children = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == postmaster:
-                children.append(int(entry))
-    return [postmaster, *children]
-
-
-def _signal_all(pids: list[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
 async def test_the_loop_keeps_its_pace_while_a_call_waits_for_a_stopped_postgresql_server(pg_server: Any) -> None:
     url = pg_server.new_schema()
     store = open_store(url)
     run_id = store.create_run("job", "job.yaml", "{}", "fp", 1)
     calls = LoopStore(store, StoreThread("store"))
-    pids = _server_processes(pg_server)
-    _signal_all(pids, signal.SIGSTOP)
+    pids = pg_server_processes(pg_server)
+    signal_all(pids, signal.SIGSTOP)
     try:
         ticks, returned = await _ticking_while(
-            lambda: calls.join_run(run_id, "w1", "host", 1, 30.0), lambda: _signal_all(pids, signal.SIGCONT), STALL_S)
+            lambda: calls.join_run(run_id, "w1", "host", 1, 30.0), lambda: signal_all(pids, signal.SIGCONT), STALL_S)
     finally:
-        _signal_all(pids, signal.SIGCONT)
+        signal_all(pids, signal.SIGCONT)
         await calls.close()
     _assert_kept_pace(ticks, returned, STALL_S)
     assert [w["state"] for w in store.workers(run_id)] == ["live"]
