@@ -16,6 +16,7 @@ import contextlib
 import datetime as dt
 import gc
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ from runner.plan.stage import StagePlan
 from runner.providers.base import Provider
 from runner.spec.schema import Job
 from runner.store import Finished, Store, Writer, now
-from runner.store.offloop import LoopStore, StoreThread, StoreWatch
+from runner.store.offloop import SWITCH_INTERVAL_S, LoopStore, StoreThread, StoreWatch
 from runner.store.sqlite_lock import store_wait
 
 
@@ -117,8 +118,11 @@ class _Session:
         self.results = Results(job, run_id, store)
         self.results.on_failure = self.halt
         self.committed: list[Callable[[list[Finished]], None]] = [self.results.on_commit]
-        #: the store as the run calls it: by its thread, off the event loop
+        #: the store as the run calls it: by its thread, off the event loop (the interpreter's switch interval
+        #: shortened meanwhile, SWITCH_INTERVAL_S; restored when the run ends)
         self.calls = LoopStore(store, StoreThread("store"), on_error=self.store_failed)
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch, SWITCH_INTERVAL_S))
         #: the heartbeats' own connection and thread (made when the session starts)
         self.beats: LoopStore | None = None
         self.watch: StoreWatch | None = None
@@ -324,6 +328,7 @@ class _Session:
                 self.beats.post("close")
                 await self.beats.close()
             await self.calls.close()
+            sys.setswitchinterval(self._switch)
 
     async def _finish(self) -> RunnerError | None:
         store, run_id = self.store, self.run_id

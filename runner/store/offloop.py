@@ -32,6 +32,11 @@ log = logging.getLogger(__name__)
 
 #: seconds a store call may wait before the run says the store is slow
 SLOW_S = 5.0
+#: the interpreter's switch interval while a run's store thread works (Python's default is 5 ms): the thread gives
+#: the GIL up at each SQLite step or network wait and must get it back from a busy event loop, which lets go of it
+#: only every switch interval; at 5 ms a zero-latency run's commits fell behind and its requests/s halved
+#: (bench/RESULTS.md, "The store off the event loop")
+SWITCH_INTERVAL_S = 0.0005
 
 
 class StoreThread:
