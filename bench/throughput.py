@@ -53,7 +53,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # the phases first, from this checkout's bench/ (before CODE's folder comes first on the path)
-from bench.throughput_common import SimProcess, code_state, versions  # noqa: E402
+from bench.throughput_common import SimProcess, code_state, stop_postgres, use_postgres, versions  # noqa: E402
 from bench.throughput_cpu import cpu_child, run_cpu  # noqa: E402
 from bench.throughput_rates import run_main  # noqa: E402
 from bench.throughput_startup import run_startup  # noqa: E402
@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
                              "alternately with this one")
     parser.add_argument("--startup", type=int, default=5, help="runs of `runner submit` per checkout in phase 7")
     parser.add_argument("--startup-rows", type=int, default=20, help="rows of phase 7's job")
+    parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite",
+                        help="each run's store in phases 1-4 and 6: a new SQLite file, or a new schema of a throwaway "
+                             "PostgreSQL server on 127.0.0.1 (devservers/postgres.py)")
     parser.add_argument("--only", default="main,cpu,startup",
                         help="the phases to run, comma-separated: main (1-5), cpu (6), startup (7)")
     parser.add_argument("--stream-child", action="store_true", help=argparse.SUPPRESS)
@@ -123,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     all_met = True
     try:
         out(f"server: {server.url} (pid {server.proc.pid})")
+        if args.db == "postgres":
+            out(f"stores: new schemas of a throwaway PostgreSQL server, {use_postgres()}")
         if "main" in only:
             all_met &= run_main(args, server, tmp, out)
         else:
@@ -138,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         server.stop()
+        stop_postgres()
         if args.keep:
             out(f"kept {tmp}")
         else:

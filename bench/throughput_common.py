@@ -228,6 +228,32 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+#: the throwaway PostgreSQL server every run's store is a schema of (``--db postgres``), else None (SQLite files)
+_POSTGRES: Any = None
+
+
+def use_postgres() -> str:
+    """Every store from here on a new schema of one throwaway PostgreSQL server (devservers/postgres.py); returns
+    its URL without a schema."""
+    global _POSTGRES
+    from devservers import postgres
+
+    _POSTGRES = postgres.start_server()
+    if _POSTGRES is None:
+        raise SystemExit("--db postgres: no PostgreSQL server binary (install Debian's postgresql)")
+    return _POSTGRES.url()
+
+
+def stop_postgres() -> None:
+    if _POSTGRES is not None:
+        _POSTGRES.stop()
+
+
+def new_store(folder: Path) -> str:
+    """A fresh store for one run: ``folder/store.sqlite``, or a new PostgreSQL schema with ``--db postgres``."""
+    return _POSTGRES.new_schema() if _POSTGRES is not None else str(folder / "store.sqlite")
+
+
 def child_env(code: Path) -> dict[str, str]:
     return {**os.environ, "BENCH_CODE": str(code), "PYTHONPATH": str(code)}
 

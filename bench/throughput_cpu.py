@@ -24,6 +24,7 @@ from bench.throughput_common import (
     count_lines,
     distinct_row,
     median,
+    new_store,
     run_job,
     write_job,
     write_jsonl,
@@ -35,7 +36,9 @@ def cpu_child(job_path: Path, warm_path: Path, store_path: Path, timeout: float)
     line with the CPU seconds of the measured ``execute`` and where ``runner`` was imported from."""
     import runner
 
-    run_job(warm_path, store_path.with_name("warm.sqlite"), timeout)
+    # a PostgreSQL store (a URL: its "//" folded by Path) takes the warm-up's run too
+    run_job(warm_path, store_path if str(store_path).startswith("postgres") else store_path.with_name("warm.sqlite"),
+            timeout)
     cpu0 = time.process_time()
     outcome, seconds = run_job(job_path, store_path, timeout)
     cpu = time.process_time() - cpu0
@@ -58,7 +61,7 @@ def phase_cpu(server: SimProcess, tmp: Path, code: Path, n: int, warmup: int, co
         jobs.append(folder / f"{name}.yaml")
     before = server.stats()
     command = [sys.executable, str(SCRIPT), "--cpu-child", "--job", str(jobs[1]), "--warm-job",
-               str(jobs[0]), "--store", str(folder / "store.sqlite"), "--timeout", str(timeout)]
+               str(jobs[0]), "--store", new_store(folder), "--timeout", str(timeout)]
     child = subprocess.run(command, cwd=code, env=child_env(code), capture_output=True, text=True,
                            timeout=2 * timeout + 60)
     lines = [line for line in child.stdout.splitlines() if line.startswith("CPU ")]

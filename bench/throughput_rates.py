@@ -25,6 +25,7 @@ from bench.throughput_common import (
     count_lines,
     distinct_row,
     median,
+    new_store,
     report_totals,
     run_job,
     write_job,
@@ -90,7 +91,7 @@ def phase_runner(server: SimProcess, tmp: Path, n: int, concurrency: int, timeou
     write_jsonl(dataset, (distinct_row(i, tag) for i in range(n)))
     job_path = folder / "job.yaml"
     write_job(job_path, "bench-throughput", dataset, server.url, concurrency, folder / "results")
-    store_path = folder / "store.sqlite"
+    store_path = new_store(folder)
     before = server.stats()
     with Meter(server) as m:
         outcome, seconds = run_job(job_path, store_path, timeout)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import signal
 import socket
 import sys
 import time
@@ -201,3 +203,26 @@ def done_tasks(db: str | Path) -> int:
         return len(store.tasks(status="done"))
     finally:
         store.close()
+
+
+def pg_server_processes(pg_server: Any) -> list[int]:
+    """The throwaway PostgreSQL server's processes: the postmaster and its children (the backends)."""
+    postmaster = int((Path(pg_server.data) / "postmaster.pid").read_text().split()[0])
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == postmaster:
+                children.append(int(entry))
+    return [postmaster, *children]
+
+
+def signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass

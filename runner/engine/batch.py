@@ -50,6 +50,7 @@ from runner.plan.request import Task
 from runner.providers.batching import ENDED, REFUSED, Batches, BatchLine, batch_label
 from runner.spec.schema import Job
 from runner.store import Store, Writer
+from runner.store.offloop import LoopStore, off_loop
 
 #: seconds between looks at batches being cancelled at a deadline
 CANCEL_POLL = 1.0
@@ -61,16 +62,18 @@ class Batcher:
     prompt-cache plan that marks a batch's lines, and ``send_online(task)`` for the lines a deadline leaves to be
     sent online. What the store and the live view know of its batches is kept by :class:`BatchRecords`."""
 
-    def __init__(self, *, job: Job, run_id: str, store: Store, stats: RunStats, control: RunControl,
+    def __init__(self, *, job: Job, run_id: str, store: Store | LoopStore, stats: RunStats, control: RunControl,
                  endpoints: Endpoints, reserver: Reserver, recorder: Recorder, writer: Writer,
                  prompt_cache: PromptCachePlan | NoPromptCache, send_online: Callable[[Task], Awaitable[bool]],
                  sleep: Callable[[float], Any], deadline: float | None,
                  spawn: Callable[[Awaitable[Any]], None]) -> None:
         self.job = job
         self.run_id = run_id
-        self.store = store
+        self.store = off_loop(store)
         self.stats = stats
-        self.records = BatchRecords(run_id=run_id, store=store, stats=stats)
+        # the batches' records are written from the loop, between the store thread's calls (ARCHITECTURE.md, "Known
+        # debts"): a few per batch, minutes apart
+        self.records = BatchRecords(run_id=run_id, store=self.store.sync, stats=stats)
         self.control = control
         self.endpoints = endpoints
         self.reserver = reserver
@@ -386,7 +389,7 @@ class Batcher:
                 if tasks:
                     lines.answer(tasks, result.completion, reservation or Reservation([], 0.0, 0, batch.keys[key]))
                 elif batch.keys[key] is not None:  # answered for a task this process did not plan
-                    self.store.release(batch.keys[key])  # type: ignore[arg-type]
+                    self.store.post("release", batch.keys[key])
                 continue
             lines.release(reservation, batch.keys[key])
             retry = result is None or result.retry

@@ -14,13 +14,14 @@ from runner.errors import ProviderError
 from runner.plan.request import Task
 from runner.providers.base import Completion
 from runner.store import Store
+from runner.store.offloop import LoopStore, off_loop
 
 
 class BatchLines:
     """One run's Batch API lines, by request key."""
 
-    def __init__(self, *, store: Store, reserver: Reserver, recorder: Recorder) -> None:
-        self.store = store
+    def __init__(self, *, store: Store | LoopStore, reserver: Reserver, recorder: Recorder) -> None:
+        self.store = off_loop(store)
         self.reserver = reserver
         self.recorder = recorder
         #: per (stage, model): the first task of each key not yet submitted
@@ -64,7 +65,7 @@ class BatchLines:
         if reservation is not None:
             self.reserver.release(reservation)
         elif ledger_id is not None:
-            self.store.release(ledger_id)
+            self.store.post("release", ledger_id)
 
     def resubmit(self, stage: str, model: str, key: str, tasks: list[Task]) -> None:
         """The line goes into its group again, to be submitted in a later batch (counted against

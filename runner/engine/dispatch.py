@@ -164,7 +164,7 @@ class Dispatcher:
                 if control.stopping:
                     break
                 indices = [first + n for n in range(start, min(start + step, len(parts)))]
-                mine, lease_of, taken = self.leases.claim(stage, first, parts, indices)
+                mine, lease_of, taken = await self.leases.claim(stage, first, parts, indices)
                 if mine:
                     await self._breathe()
                     await self._dispatch_chunk(mine, loop, check_done=self.resume or self.joined or taken,
@@ -186,7 +186,7 @@ class Dispatcher:
         while not self.control.stopping:
             await self.writer.flush()
             crew.finish(stage)
-            taken = self.leases.take_over(stage)
+            taken = await self.leases.take_over(stage)
             if taken:
                 wanted, last = set(taken), max(taken)
                 # the plan is walked once for all of them, up to the last one
@@ -196,7 +196,7 @@ class Dispatcher:
                                                    lease_of=dict.fromkeys((req.item for req in part), index))
                 await self.drain()
                 continue
-            if crew.open_chunks(stage) == 0:
+            if await crew.open_chunks(stage) == 0:
                 return
             await asyncio.sleep(POLL)
 
@@ -232,10 +232,10 @@ class Dispatcher:
                               lease_of: dict[str, int] | None = None) -> None:
         """Serve a chunk's tasks from the memo, and send the others (those no other process is sending).
         ``lease_of``: each task's lease, marked done once all its tasks are committed (:meth:`committed`)."""
-        done = self.triage.done(chunk) if check_done else ()
+        done = await self.triage.done(chunk) if check_done else ()
         if lease_of is not None:
             self.leases.hold(chunk, lease_of, done)
-        hits, to_send = self.triage.sort(chunk, done)
+        hits, to_send = await self.triage.sort(chunk, done)
         if to_send:
             self.prompt_cache.plan(to_send)
         recorder = self.recorder
@@ -247,7 +247,7 @@ class Dispatcher:
         # Batch API lines are not claimed: a claim held until a batch ends would keep other processes waiting on it.
         batching = self.batcher.wants_any(to_send)
         if crew is not None and to_send and not batching:
-            mine, answered = crew.claim(sorted({req.key for req in to_send} - set(self.flight.on_way)))
+            mine, answered = await crew.claim(sorted({req.key for req in to_send} - set(self.flight.on_way)))
         for req in to_send:
             if self.control.stopping:
                 break

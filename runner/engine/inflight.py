@@ -89,7 +89,7 @@ class InFlight:
             self.leases.take_fence(req)
             await self.batcher.add(req)
             return not self.control.stopping
-        if self.leases.lost_lease_of(req):  # its lease was taken over: another worker does it
+        if await self.leases.lost_lease_of(req):  # its lease was taken over: another worker does it
             self.leases.take_fence(req)
             self.stats.counters(req.stage, req.model).elsewhere += 1
             self._unclaim(req.key)

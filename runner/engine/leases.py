@@ -56,13 +56,13 @@ class ChunkLeases:
             crew.on_lost = self.lost
 
     # -- taking leases -----------------------------------------------------------------------------
-    def claim(self, stage: str, first: int, parts: list[list[Task]], indices: list[int]
-              ) -> tuple[list[Task], dict[str, int], bool]:
+    async def claim(self, stage: str, first: int, parts: list[list[Task]], indices: list[int]
+                    ) -> tuple[list[Task], dict[str, int], bool]:
         """Lease the chunks ``indices`` (``parts[index - first]`` are their tasks): (the tasks of the leases this
         worker got, each one's lease, whether one was taken from a worker that stopped). Tasks of leases another
         live worker holds are counted as done elsewhere."""
         assert self._crew is not None
-        leases = self._crew.claim_chunks(stage, indices)
+        leases = await self._crew.claim_chunks(stage, indices)
         mine: list[Task] = []
         lease_of: dict[str, int] = {}
         for index in indices:
@@ -87,15 +87,15 @@ class ChunkLeases:
                 if fence is not None:
                     self.fence_of[id(req)] = fence
 
-    def take_over(self, stage: str) -> list[int]:
+    async def take_over(self, stage: str) -> list[int]:
         """Up to :data:`TAKEOVER` expired leases of the stage, now this worker's (their dead workers' reservations
         settled first, before their requests are sent again)."""
         assert self._crew is not None
         taken: list[int] = []
-        while len(taken) < TAKEOVER and (index := self._crew.take_expired(stage)) is not None:
+        while len(taken) < TAKEOVER and (index := await self._crew.take_expired(stage)) is not None:
             taken.append(index)
         if taken:
-            self._crew.resolve_dead()
+            await self._crew.resolve_dead()
             self.stats.notes.append(f"stage {stage}: took over {len(taken)} leases of a worker that stopped")
         return taken
 
@@ -108,7 +108,7 @@ class ChunkLeases:
         """The same, and ``req`` is off the books (it is recorded, or not sent)."""
         return self.fence_of.pop(id(req), None)
 
-    def lost_lease_of(self, req: Task) -> bool:
+    async def lost_lease_of(self, req: Task) -> bool:
         """Whether ``req`` was dispatched under a lease this worker no longer holds. A worker whose last heartbeat is
         older than half its lease (it may have stalled) beats first, so it learns what it lost before sending."""
         fence = self.fence_of.get(id(req))
@@ -116,7 +116,7 @@ class ChunkLeases:
             return False
         if self._crew.stale():
             try:
-                self._crew.beat()
+                await self._crew.beat()
             except Exception as exc:  # the store does not answer: the write will be fenced if the lease is gone
                 self.stats.notes.append(f"heartbeat failed ({type(exc).__name__}: {exc})")
         return not self._crew.holds(fence)

@@ -56,7 +56,7 @@ class Sender:
             await endpoint.ready(input_tokens(req), req.call.params.get("max_tokens") or 0)
         else:
             await endpoint.ready()
-        if self.leases.lost_lease_of(req):  # checked last before each attempt: after a stall, it may be another's
+        if await self.leases.lost_lease_of(req):  # checked last before each attempt: after a stall, it may be another's
             raise LeaseLost(req.item)
         marks = self.prompt_cache.marks(req) if req.call.pairs is None else None
         if marks is not None and marks.store_key is not None:

@@ -31,6 +31,7 @@ from runner.plan.steps import run_step
 from runner.recipes import Context, get_parser, get_step, source_of
 from runner.spec.schema import Job, Stage
 from runner.store import Store, Writer, dumps
+from runner.store.offloop import LoopStore, off_loop
 
 #: bump when the meaning of a stage's definition changes, so older stored outputs are not reused
 PIPELINE_VERSION = 1
@@ -48,10 +49,11 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
 class Pipeline:
     """Runs a pipeline job's stages in order through one dispatcher; records each stage's funnel."""
 
-    def __init__(self, job: Job, store: Store, run_id: str, dispatcher: Dispatcher, writer: Writer,
+    def __init__(self, job: Job, store: Store | LoopStore, run_id: str, dispatcher: Dispatcher, writer: Writer,
                  stats: RunStats, note: Any, rows_dir: Path, results: dict[str, IO[str]] | None = None) -> None:
         self.job = job
-        self.store = store
+        #: the store, its calls made off the event loop (runner/store/offloop.py)
+        self.store = off_loop(store)
         self.run_id = run_id
         self.dispatcher = dispatcher
         self.writer = writer
@@ -77,17 +79,17 @@ class Pipeline:
             address = self.address(stage, input_digests)
             funnel: dict[str, Any] = {"stage": stage.name, "kind": "llm" if stage.is_llm else stage.data_ops()[0],
                                       "hash": address, "rows_in": sum(len(rows) for rows in inputs.values())}
-            stored = self.store.stage_output(address)
+            stored = await self.store.stage_output(address)
             if stored is not None:
-                out = self.store.stage_rows(address)
+                out = await self.store.stage_rows(address)
                 built = json.loads(stored["funnel"])
                 funnel.update({k: v for k, v in built.items() if k in ("dropped", "rejected", "requests", "rounds")},
                               reused=True, built_in=stored["run_id"], cost=0.0, cost_when_built=stored["cost"])
                 self.note(f"stage {stage.name}: reused ({len(out)} rows, built in run {stored['run_id']})")
-                if stage.is_llm and not self.store.has_tasks(self.run_id, stage.name):
+                if stage.is_llm and not await self.store.has_tasks(self.run_id, stage.name):
                     # its answers, as cache hits: the report and the results file show them as a re-run would
-                    copy_tasks(self.store, stored["run_id"], stored["stage"], self.run_id, stage.name, self.stats,
-                               self.results.get(stage.name), add_total=True)
+                    await self.store.run(copy_tasks, self.store.sync, stored["run_id"], stored["stage"], self.run_id,
+                                         stage.name, self.stats, self.results.get(stage.name), add_total=True)
                 complete = True
             elif stage.is_llm:
                 got = await self._run_llm(stage, next(iter(inputs.values())), funnel)
@@ -103,10 +105,11 @@ class Pipeline:
             if stage.write:
                 funnel["write"] = stage.write
             if complete and stored is None:
-                self.store.save_stage_output(address, stage.name, self.run_id, out, funnel.get("cost", 0.0), funnel)
-            self.store.record_run_stage(self.run_id, stage.name, position, address, funnel)
+                await self.store.save_stage_output(address, stage.name, self.run_id, out, funnel.get("cost", 0.0),
+                                                   funnel)
+            await self.store.record_run_stage(self.run_id, stage.name, position, address, funnel)
             if stage.is_llm:  # `runner runs` shows progress against the requests planned so far
-                self.store.set_run(self.run_id, total=self.stats.totals().total)
+                await self.store.set_run(self.run_id, total=self.stats.totals().total)
             self._write(stage, out)
             outputs[stage.name] = (rows_digest(out), out)
 
@@ -181,7 +184,7 @@ class Pipeline:
             if self.dispatcher.stopping:
                 return None
             await self.writer.flush()
-            results = self._results(stage)
+            results = await self.store.run(self._results, stage)
             only = {key for key, answers in results.items() if _short(stage, answers)}
             if not only:
                 break
@@ -190,7 +193,7 @@ class Pipeline:
         for answers in results.values():
             for answer in answers:
                 rejected.update(answer.get("rejected") or {})
-        cost, sent = self.store.stage_cost(self.run_id, stage.name)
+        cost, sent = await self.store.stage_cost(self.run_id, stage.name)
         funnel.update(requests=sum(len(a) for a in results.values()), sent=sent, cost=cost, rounds=rounds,
                       dropped=dict(dropped), rejected=dict(rejected))
         return out, failed == 0
@@ -208,7 +211,7 @@ class Pipeline:
     def _results(self, stage: Stage) -> Answers:
         """The stage's answers in this run, by (row id, model, variant without round), in round order."""
         found: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-        for line in self.store.iter_results(self.run_id, stage.name):
+        for line in self.store.sync.iter_results(self.run_id, stage.name):
             result = json.loads(line)
             variant = dict(result.get("variant") or {})
             result["_round"] = variant.pop("round", 0)

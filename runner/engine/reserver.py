@@ -20,6 +20,7 @@ from runner.providers.tokens import bound_call_tokens, count_call_tokens
 from runner.spec.schema import Job
 from runner.store import Store
 from runner.store.base import Fenced
+from runner.store.offloop import LoopStore, off_loop
 
 #: the reservation of a free request outside any budget: no scope, no ledger row (never mutated)
 FREE = Reservation([], 0.0, 0)
@@ -35,14 +36,14 @@ def input_tokens(req: Task) -> int:
 
 
 class Reserver:
-    def __init__(self, *, run_id: str, job: Job, store: Store, stats: RunStats, control: RunControl,
+    def __init__(self, *, run_id: str, job: Job, store: Store | LoopStore, stats: RunStats, control: RunControl,
                  leases: ChunkLeases, resume: bool = False,
                  settled: Callable[[float], Awaitable[None]] | None = None) -> None:
         self.run_id = run_id
         #: waits (at most the given seconds) until this process's settled requests are written to the store
         #: (the writer's next commit); without one, the given seconds
         self.settled = settled if settled is not None else asyncio.sleep
-        self.store = store
+        self.store = off_loop(store)
         self.stats = stats
         self.control = control
         self.leases = leases
@@ -50,7 +51,7 @@ class Reserver:
         self.pricing = Pricing(job)
         self.budgets: Budgets | None = budgets_of(job)
         if self.budgets is not None and resume:  # what earlier attempts of this run spent still counts
-            for stage, model, usd, tokens in store.spent(run_id):
+            for stage, model, usd, tokens in self.store.sync.spent(run_id):
                 self.budgets.spend(stage, model, usd, tokens)
         #: the budget that ran out, when one did (the run ends ``budget_exhausted``)
         self.exhausted: Scope | None = None
@@ -96,12 +97,12 @@ class Reserver:
                 return reservation
             try:
                 if not limits and not token_limits:
-                    reservation.ledger_id = self.store.reserve(self.run_id, req.stage, req.model, req.key, usd, worker,
-                                                               fence=fence, tokens=tokens)
+                    reservation.ledger_id = await self.store.reserve(self.run_id, req.stage, req.model, req.key, usd,
+                                                                     worker, fence=fence, tokens=tokens)
                     return reservation
                 # The store has the last word: it counts what every process working on the run spent and reserved,
                 # in USD and in tokens.
-                ledger_id, blocked, inflight = self.store.reserve_within(
+                ledger_id, blocked, inflight = await self.store.reserve_within(
                     self.run_id, req.stage, req.model, req.key, usd, limits, worker, fence=fence, tokens=tokens,
                     token_limits=token_limits)
             except Fenced:  # its lease was taken over: not sent (the caller drops it)
@@ -124,7 +125,7 @@ class Reserver:
             # reservations, may settle below their worst case
             await self.settled(POLL)
 
-    def reserve_extra(self, stage: str, model: str, key: str, usd: float) -> Reservation | None:
+    async def reserve_extra(self, stage: str, model: str, key: str, usd: float) -> Reservation | None:
         """Reserve ``usd`` that is no request's (a prompt prefix stored at the provider, runner/engine/
         stored_prompts.py) under ``key``, when every budget covering ``stage`` and ``model`` has room for it now;
         None when one has not: the caller does without. Never waits, never closes a budget."""
@@ -139,9 +140,9 @@ class Reserver:
             reservation = got
         limits = self.budgets.usd_limits(stage, model) if self.budgets is not None else {}
         if not limits:
-            reservation.ledger_id = self.store.reserve(self.run_id, stage, model, key, usd, worker)
+            reservation.ledger_id = await self.store.reserve(self.run_id, stage, model, key, usd, worker)
             return reservation
-        ledger_id, _, _ = self.store.reserve_within(self.run_id, stage, model, key, usd, limits, worker)
+        ledger_id, _, _ = await self.store.reserve_within(self.run_id, stage, model, key, usd, limits, worker)
         if ledger_id is None:
             assert self.budgets is not None
             self.budgets.release(reservation)
@@ -204,7 +205,7 @@ class Reserver:
         """The request was not sent, or ended unbilled: its reservation goes back, in the budgets and the ledger."""
         self.release_budgets(reservation)
         if reservation.ledger_id is not None:
-            self.store.release(reservation.ledger_id)
+            self.store.post("release", reservation.ledger_id)
 
     def release_budgets(self, reservation: Reservation) -> None:
         """The same in the budgets only (the writer removes its ledger row with the task it finishes)."""

@@ -3,7 +3,11 @@ the stages are planned (runner/engine/opening.py) and the job is checked (runner
 opened and a resume's leftovers recovered (runner/engine/opening.py); then one :class:`_Session` starts the results
 files (runner/engine/results_files.py), the writer and the dispatcher, dispatches each stage (replayed whole where
 unchanged), takes Ctrl-C, and finishes: the run's status in the store, or the one error a failed store or results
-file ends it with (runner/engine/failures.py)."""
+file ends it with (runner/engine/failures.py).
+
+From the session's start to its end, every store call is made off the event loop (runner/store/offloop.py): by the
+store's thread, and the heartbeats' by a second connection's; a store that stops answering is said in one line and,
+past RUNNER_STORE_WAIT, stops the sending."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import contextlib
 import datetime as dt
 import gc
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +32,13 @@ from runner.engine.replay import record_if_complete, replay, stage_address
 from runner.engine.results_files import Results
 from runner.engine.stats import RunStats
 from runner.engine.workers import Crew
-from runner.errors import RunnerError
+from runner.errors import RunnerError, StoreError
 from runner.plan.stage import StagePlan
 from runner.providers.base import Provider
 from runner.spec.schema import Job
 from runner.store import Finished, Store, Writer, now
+from runner.store.offloop import SWITCH_INTERVAL_S, LoopStore, StoreThread, StoreWatch
+from runner.store.sqlite_lock import store_wait
 
 
 class View(Protocol):
@@ -111,9 +118,17 @@ class _Session:
         self.results = Results(job, run_id, store)
         self.results.on_failure = self.halt
         self.committed: list[Callable[[list[Finished]], None]] = [self.results.on_commit]
-        self.writer = Writer(store, self.on_commit, on_failure=self.halt)
+        #: the store as the run calls it: by its thread, off the event loop (the interpreter's switch interval
+        #: shortened meanwhile, SWITCH_INTERVAL_S; restored when the run ends)
+        self.calls = LoopStore(store, StoreThread("store"), on_error=self.store_failed)
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch, SWITCH_INTERVAL_S))
+        #: the heartbeats' own connection and thread (made when the session starts)
+        self.beats: LoopStore | None = None
+        self.watch: StoreWatch | None = None
+        self.writer = Writer(self.calls, self.on_commit, on_failure=self.halt)
         self.dispatcher: Dispatcher | None = None
-        self.crew = Crew(store, run_id, note=view.note)
+        self.crew: Crew | None = None
         self.loop = asyncio.get_running_loop()
         self.interrupts = 0
         self.status: str = "failed"
@@ -130,10 +145,38 @@ class _Session:
         if self.dispatcher is not None:
             self.dispatcher.request_stop()
 
+    def store_failed(self, exc: BaseException) -> None:
+        """A store call asked without waiting (a reservation or a claim given back, a lease finished) failed: the
+        store's failure ends the run as a commit's would; another error ends it in its own words."""
+        if store_failure(self.store, exc, self.run_id) is not None:
+            self.cause = self.cause or exc
+            self.halt(exc)
+        elif self.dispatcher is not None:
+            self.dispatcher.control.fail(StoreError(f"the store {self.store.path} failed: {exc}"))
+
+    def store_stuck(self, waited: float) -> None:
+        """A store call has waited RUNNER_STORE_WAIT: nothing more is sent (what is answered is committed once the
+        store answers again)."""
+        if self.dispatcher is not None:
+            self.dispatcher.control.fail(StoreError(
+                f"the store {self.store.path} did not answer for {waited:.0f} s (RUNNER_STORE_WAIT): nothing more was"
+                f" sent; once it answers, `runner resume {self.run_id}` continues the run"))
+
+    async def _open_beats(self) -> LoopStore:
+        """The heartbeats' own connection, opened by a thread of its own (the main one where the store has no
+        second connection)."""
+        thread = StoreThread("store-beats")
+        try:
+            store = await thread.call(self.store.reopen)
+        except NotImplementedError:
+            thread.close()
+            return self.calls
+        return LoopStore(store, thread, on_error=self.store_failed)
+
     async def run(self) -> Outcome:
         stopped: RunnerError | None = None
         try:
-            dispatcher = self.start()
+            dispatcher = await self.start()
             await self.dispatch_stages(dispatcher)
             self.status, self.message = self.verdict(dispatcher)
         except RunnerError as exc:
@@ -152,19 +195,27 @@ class _Session:
         return Outcome(run_id=self.run_id, status=self.status, stats=self.stats, message=self.message,
                        results=self.results.paths)
 
-    def start(self) -> Dispatcher:
+    async def start(self) -> Dispatcher:
         """Open the results files, start the writer, make the dispatcher, join the crew, take Ctrl-C, show the
         view. Providers are started by the dispatcher on their first cache miss: a fully cached run opens no
         client and loads no model."""
+        self.watch = StoreWatch([t for t in (self.calls.thread,) if t is not None], self.store.path, self.view.note,
+                                bound=None if getattr(self.store, "lock_wait", None) else store_wait(),
+                                on_bound=self.store_stuck)
+        self.watch.start()
         if not self.join:  # a joining worker leaves the live files to the run's first process
-            self.results.open(rewrite=self.resume)
+            await self.calls.run(self.results.open, rewrite=self.resume)
         self.writer.start()
+        self.beats = await self._open_beats()
+        if self.beats.thread is not None and self.beats.thread is not self.calls.thread:
+            self.watch.threads.append(self.beats.thread)
+        self.crew = Crew(self.calls, self.run_id, note=self.view.note, beats=self.beats)
         # a joining worker, like a resume, counts what the run spent so far and skips the tasks that are done
         dispatcher = self.dispatcher = assemble(
-            run_id=self.run_id, job=self.job, store=self.store, writer=self.writer, providers=self.providers,
+            run_id=self.run_id, job=self.job, store=self.calls, writer=self.writer, providers=self.providers,
             stats=self.stats, crew=self.crew, resume=self.resume or self.join, joined=self.join,
             deadline=self.deadline)
-        self.crew.join()
+        await self.crew.join()
         self.committed.append(dispatcher.committed)
         self.stats.budgets = dispatcher.budgets
         _install(self.loop, self.on_interrupt)
@@ -190,7 +241,7 @@ class _Session:
         """A pipeline's stages in order, or each evaluation stage: replayed whole when unchanged since a run that
         finished it, else dispatched (its Batch API batches waited for once every stage is submitted), and
         recorded for replay once complete."""
-        job, store, run_id = self.job, self.store, self.run_id
+        job, store, run_id = self.job, self.calls, self.run_id
         if job.is_pipeline:
             rows_dir = Path(job.output_dir) / job.name / run_id / "rows"
             await Pipeline(job, store, run_id, dispatcher, self.writer, self.stats, self.view.note, rows_dir,
@@ -200,8 +251,8 @@ class _Session:
         for plan in self.plans:
             address = stage_address(job, plan.stage, plan) if self.reuse else None
             # a stage this run has begun (a resume) is finished request by request
-            if address is not None and not (self.resume and store.has_tasks(run_id, plan.stage.name)):
-                if self.replayed(plan, address):
+            if address is not None and not (self.resume and await store.has_tasks(run_id, plan.stage.name)):
+                if await self.replayed(plan, address):
                     continue
             # an evaluation stage's batches keep running while the next stages are planned and submitted
             await dispatcher.run_stage(plan, wait_for_batches=False)
@@ -211,19 +262,20 @@ class _Session:
                 waiting.append((plan, address))
             elif address is not None:
                 await self.writer.flush()
-                record_if_complete(store, run_id, plan, address)
+                await store.run(record_if_complete, self.store, run_id, plan, address)
         if waiting and not dispatcher.stopping:
             await dispatcher.finish_batches({plan.stage.name for plan, _ in waiting})
         for plan, address in waiting:
             if address is not None and not dispatcher.stopping:
                 await self.writer.flush()
-                record_if_complete(store, run_id, plan, address)
+                await store.run(record_if_complete, self.store, run_id, plan, address)
 
-    def replayed(self, plan: StagePlan, address: str) -> bool:
+    async def replayed(self, plan: StagePlan, address: str) -> bool:
         """Whether the stage was copied whole from the run recorded under ``address`` (runner/engine/replay.py)."""
         name = plan.stage.name
         try:
-            source = replay(self.store, self.run_id, plan, address, self.stats, self.results.handles.get(name))
+            source = await self.calls.run(replay, self.store, self.run_id, plan, address, self.stats,
+                                          self.results.handles.get(name))
         except OSError as exc:  # its results file
             raise self.results.failed(exc, self.results.paths[name]) from None
         if source is None:
@@ -267,6 +319,18 @@ class _Session:
         """Whatever ended the run: commit what is queued, leave the crew, close (or rewrite) the results files and
         the providers, and leave the run's status in the store. Returns the error the run ends with when the
         store or a results file stopped it."""
+        try:
+            return await self._finish()
+        finally:
+            if self.watch is not None:
+                self.watch.stop()
+            if self.beats is not None and self.beats is not self.calls:
+                self.beats.post("close")
+                await self.beats.close()
+            await self.calls.close()
+            sys.setswitchinterval(self._switch)
+
+    async def _finish(self) -> RunnerError | None:
         store, run_id = self.store, self.run_id
         gc.unfreeze()  # a process that runs several jobs (tests, notebooks) must get its garbage back
         _uninstall(self.loop)
@@ -274,9 +338,10 @@ class _Session:
         await self.writer.close()
         shared, last = False, True
         try:
-            await self.crew.leave()
-            shared = self.crew.others() > 0
-            last = not any(w["state"] == "live" for w in store.workers(run_id))
+            if self.crew is not None:
+                await self.crew.leave()
+                shared = await self.crew.others() > 0
+            last = not any(w["state"] == "live" for w in await self.calls.workers(run_id))
         except Exception as exc:
             if store_failure(store, exc, run_id) is None:
                 raise
@@ -286,7 +351,7 @@ class _Session:
             await self.dispatcher.release_stored_prompts()
         broken = self.writer.failure is not None or (cause is not None and store_failure(store, cause, run_id))
         # with several workers the live file has this process's lines only: it is rewritten from the store
-        self.results.close(rewrite=not broken and (
+        await self.calls.run(self.results.close, rewrite=not broken and (
             self.resume or (shared and (not self.join or self.status == "completed"))))
         for provider in self.providers.values():
             await provider.aclose()
@@ -295,7 +360,7 @@ class _Session:
             self.status, self.message = "failed", str(stopped)
         if not self.join or (last and self.status == "completed"):
             try:
-                store.set_run(run_id, status=self.status, message=self.message, finished=now(), pid=None)
+                await self.calls.set_run(run_id, status=self.status, message=self.message, finished=now(), pid=None)
             except Exception as exc:  # the run shows as crashed in `runner runs`, and resumes as such
                 if store_failure(store, exc, run_id) is None:
                     raise

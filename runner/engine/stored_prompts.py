@@ -203,7 +203,7 @@ class StoredPrompts:
         storage = self.pricing.storage(task.model)
         assert rates is not None and storage is not None
         usd = prefix.tokens * (rates.at(prefix.tokens).input + storage * TTL / 3600) / PER
-        reservation = self.reserver.reserve_extra(prefix.stage, prefix.model, KEY + prefix.label, usd)
+        reservation = await self.reserver.reserve_extra(prefix.stage, prefix.model, KEY + prefix.label, usd)
         if reservation is None:
             prefix.failed = True
             self.reserver.stats.notes.append(f"no budget room to store a prompt prefix of {prefix.model}: its "
@@ -230,7 +230,7 @@ class StoredPrompts:
         """Keep ``stored`` :data:`TTL` seconds from now, its extra storage reserved and charged."""
         storage = self.pricing.storage(task.model) or 0.0
         more = stored.tokens * storage * max(0.0, self.clock() + TTL - prefix.paid_until) / 3600 / PER
-        reservation = self.reserver.reserve_extra(prefix.stage, prefix.model, KEY + stored.name, more)
+        reservation = await self.reserver.reserve_extra(prefix.stage, prefix.model, KEY + stored.name, more)
         if reservation is None:
             return stored  # no room to keep it longer: used while it lasts
         try:
@@ -249,7 +249,7 @@ class StoredPrompts:
         """``usd`` charged for ``stored`` in the ledger (in place of ``reservation``'s row) and the budgets."""
         row = LedgerRow(self.run_id, prefix.stage, prefix.model, KEY + stored.name, "charge", usd, now())
         released = [(reservation.ledger_id,)] if reservation is not None and reservation.ledger_id else []
-        self.reserver.store.write_batch([], [], [row], released=released)
+        self.reserver.store.post("write_batch", [], [], [row], released)  # in order, without waiting
         if reservation is not None:
             self.reserver.settle(reservation, usd, 0)
         elif self.reserver.budgets is not None:

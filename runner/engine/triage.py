@@ -8,11 +8,12 @@ from collections.abc import Collection
 from runner.engine.stats import RunStats
 from runner.plan.request import Task
 from runner.store import CachedResponse, Finished, Store
+from runner.store.offloop import LoopStore, off_loop
 
 
 class Triage:
-    def __init__(self, store: Store, run_id: str, stats: RunStats) -> None:
-        self.store = store
+    def __init__(self, store: Store | LoopStore, run_id: str, stats: RunStats) -> None:
+        self.store = off_loop(store)
         self.run_id = run_id
         self.stats = stats
         #: answers received since the current chunk's memo query, so a repeat of the request is not sent again
@@ -20,17 +21,19 @@ class Triage:
         #: keys of answers committed since then (the next memo query sees them: they leave ``recent``)
         self.committed_keys: list[str] = []
 
-    def done(self, chunk: list[Task]) -> Collection[str]:
+    async def done(self, chunk: list[Task]) -> Collection[str]:
         """The items of ``chunk`` an earlier attempt of the run (or another worker) finished."""
-        return self.store.done_items(self.run_id, chunk[0].stage, [r.item for r in chunk])
+        return await self.store.done_items(self.run_id, chunk[0].stage, [r.item for r in chunk])
 
-    def sort(self, chunk: list[Task], done: Collection[str]) -> tuple[list[tuple[Task, CachedResponse]], list[Task]]:
+    async def sort(self, chunk: list[Task], done: Collection[str]
+                   ) -> tuple[list[tuple[Task, CachedResponse]], list[Task]]:
         """(the cache hits with their answers, the tasks to send); the tasks in ``done`` are counted as resumed."""
-        memo = self.store.lookup_many([r.key for r in chunk])
-        # What was committed before that query is in ``memo`` or will be in the next chunk's: forget it.
-        for key in self.committed_keys:
+        # What was committed before the query (the store's calls run in order) is in ``memo`` or will be in the next
+        # chunk's: forgotten. What is committed while the query is on its way stays in ``recent`` until the next.
+        forget, self.committed_keys = self.committed_keys, []
+        memo = await self.store.lookup_many([r.key for r in chunk])
+        for key in forget:
             self.recent.pop(key, None)
-        self.committed_keys.clear()
         hits: list[tuple[Task, CachedResponse]] = []
         to_send: list[Task] = []
         for req in chunk:

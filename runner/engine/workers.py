@@ -33,6 +33,14 @@ leases: it leaves under its old id (its reservations still open become possibly 
 and its claims go) and joins the run again under a new one, so the process finishes its work like any other
 worker. Heartbeats that come late widen the lease (up to :data:`MAX_WIDEN` times the configured one), so a
 loaded machine keeps its leases instead of losing them over and over.
+
+A stall of the store itself. The crew reaches the store off the event loop (runner/store/offloop.py), its heartbeats
+through a connection and a thread of their own, so a slow store delays them without stopping anything else. A store
+that stalled every worker (a stopped server, a lock held elsewhere) leaves every lease expired when it answers again;
+so a worker takes leases over and declares others dead only while its own heartbeats have come steadily (no gap over
+half a lease) for a whole lease, and its last one within half a lease, which the store checks as the statement runs
+(``steady``, runner/store/base.py): the others' heartbeats come back within that lease, and none of them is taken for
+dead. A worker stopped on its own (its store answering the others) is still taken over once its lease expires.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from typing import Any
 from runner.errors import RunnerError
 from runner.store import CachedResponse, Store
 from runner.store.base import Fence
+from runner.store.offloop import LoopStore, off_loop
 
 #: seconds a lease or claim outlives its worker's last heartbeat (RUNNER_LEASE_TTL overrides)
 DEFAULT_TTL = 30.0
@@ -80,9 +89,11 @@ def lease_ttl() -> float:
 class Crew:
     """This process's membership of a run: its worker id, heartbeats, chunk leases and request claims."""
 
-    def __init__(self, store: Store, run_id: str, *, ttl: float | None = None, note: Callable[[str], None] | None
-                 = None) -> None:
-        self.store = store
+    def __init__(self, store: Store | LoopStore, run_id: str, *, ttl: float | None = None,
+                 note: Callable[[str], None] | None = None, beats: Store | LoopStore | None = None) -> None:
+        """``beats``: the store as the heartbeats reach it (a connection and a thread of their own), else ``store``."""
+        self.store = off_loop(store)
+        self.beats = off_loop(beats) if beats is not None else self.store
         self.run_id = run_id
         #: the lease asked for, and the one in force (widened when heartbeats come late)
         self.configured_ttl = self.ttl = ttl or lease_ttl()
@@ -97,6 +108,8 @@ class Crew:
         self.rejoined = 0
         self.note = note or (lambda message: None)
         self._beat: asyncio.Task[None] | None = None
+        #: the heartbeat on its way, which a second asker waits for instead of sending another
+        self._beating: asyncio.Future[None] | None = None
         #: live processes working on the run (this one included), counted by the heartbeat thread: each takes
         #: this share of the endpoints' rate limits
         self.live = 1
@@ -111,29 +124,30 @@ class Crew:
     def _new_id() -> str:
         return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
-    def join(self) -> None:
-        self.store.join_run(self.run_id, self.worker, socket.gethostname(), os.getpid(), self.ttl)
+    async def join(self) -> None:
+        await self.store.join_run(self.run_id, self.worker, socket.gethostname(), os.getpid(), self.ttl)
         self.last_beat = time.monotonic()
-        self.live = self._count_live()
+        self.live = await self._count_live()
         self._beat = asyncio.ensure_future(self._heartbeats())
 
     async def leave(self) -> None:
         for task in (self._beat, self._poller):
             if task is not None:
                 task.cancel()
-        self.resolve_dead()  # a worker that died since the last heartbeat is not left holding reservations
-        self.store.leave_run(self.worker)
+        await self.resolve_dead()  # a worker that died since the last heartbeat is not left holding reservations
+        await self.store.leave_run(self.worker)
 
-    def resolve_dead(self) -> None:
+    async def resolve_dead(self, store: LoopStore | None = None) -> None:
         """A dead worker's reservations become possibly billed, as after a crash: counted as spent, no longer
-        holding budget room as if in flight."""
-        for worker in self.store.dead_workers(self.run_id):
-            possibly = self.store.resolve_worker(self.run_id, worker)
+        holding budget room as if in flight. Only while this worker is steady (the module's docstring)."""
+        store = store or self.store
+        for worker in await store.dead_workers(self.run_id, self.worker, self.ttl):
+            possibly = await store.resolve_worker(self.run_id, worker)
             self.note(f"worker {worker} stopped sending heartbeats: its chunks are taken over and its {possibly} "
                       "requests in flight are kept as possibly billed at their worst case")
 
-    def _count_live(self) -> int:
-        return max(1, sum(1 for row in self.store.workers(self.run_id) if row["state"] == "live"))
+    async def _count_live(self) -> int:
+        return max(1, sum(1 for row in await self.beats.workers(self.run_id) if row["state"] == "live"))
 
     async def _heartbeats(self) -> None:
         # A heartbeat every quarter of the lease, so three can be late (an event loop busy with a provider's first
@@ -141,21 +155,27 @@ class Crew:
         while True:
             await asyncio.sleep(min(1.0, self.ttl / 4))
             try:
-                live = self._count_live()
+                live = await self._count_live()
                 if live != self.live:
                     self.live = live
                     if self.on_live is not None:
                         self.on_live(live)
                 if time.monotonic() - self.last_beat < self.ttl / 4:
                     continue
-                self.beat()
-                self.resolve_dead()
+                await self.beat()
+                await self.resolve_dead(self.beats)
             except Exception as exc:  # a store that does not answer for a moment: beat again next time
                 self.note(f"heartbeat failed ({type(exc).__name__}: {exc}); trying again")
 
-    def beat(self) -> None:
+    async def beat(self) -> None:
         """One heartbeat: extend this worker's leases and claims, and learn which leases it lost (or that it was
-        declared dead: then it joins the run again under a new id)."""
+        declared dead: then it joins the run again under a new id). One at a time: a second asker waits for the
+        heartbeat on its way."""
+        if self._beating is None or self._beating.done():
+            self._beating = asyncio.ensure_future(self._beat_once())
+        await asyncio.shield(self._beating)
+
+    async def _beat_once(self) -> None:
         started = time.monotonic()
         gap = started - self.last_beat
         if gap > self.ttl / 2 and self.ttl < self.configured_ttl * MAX_WIDEN:
@@ -164,9 +184,9 @@ class Crew:
             self.note(f"a heartbeat came {gap:.1f} s after the previous one, for a lease of {self.ttl:g} s: this "
                       f"worker's leases now last {widened:g} s")
             self.ttl = widened
-        held = self.store.heartbeat(self.worker, self.ttl)
+        held = await self.beats.heartbeat(self.worker, self.ttl)
         if held is None:
-            self._declared_dead(gap)
+            await self._declared_dead(gap)
             return
         self.last_beat = started
         mine = {(stage, chunk): token for stage, chunk, token in held}
@@ -183,15 +203,15 @@ class Crew:
         """Whether this worker's last heartbeat is older than half its lease (it may have stalled, and lost leases)."""
         return time.monotonic() - self.last_beat > self.ttl / 2
 
-    def _declared_dead(self, gap: float) -> None:
+    async def _declared_dead(self, gap: float) -> None:
         """The store says this worker is dead: another worker noticed its heartbeats stop and takes its leases over.
         Its work under the old id stops; its reservations still open become possibly billed (as any dead worker's),
         its leases and claims go at once, and it joins the run again under a new id."""
         old, lost = self.worker, list(self.leases)
         self.leases.clear()
-        self.store.leave_run(old)
+        await self.store.leave_run(old)
         self.worker = self._new_id()
-        self.store.join_run(self.run_id, self.worker, socket.gethostname(), os.getpid(), self.ttl)
+        await self.store.join_run(self.run_id, self.worker, socket.gethostname(), os.getpid(), self.ttl)
         self.last_beat = time.monotonic()
         self.rejoined += 1
         self.note(f"worker {old} was declared dead (its heartbeat came {gap:.1f} s after the previous one, past its "
@@ -200,20 +220,20 @@ class Crew:
         if self.on_lost is not None:
             self.on_lost(lost)
 
-    def others(self) -> int:
+    async def others(self) -> int:
         """Other workers that joined this run (live or not)."""
-        return sum(1 for row in self.store.workers(self.run_id) if row["id"] != self.worker)
+        return sum(1 for row in await self.store.workers(self.run_id) if row["id"] != self.worker)
 
     # -- chunk leases -------------------------------------------------------------------------------
-    def claim_chunks(self, stage: str, chunks: list[int]) -> dict[int, str | None]:
-        got = self.store.lease_chunks(self.run_id, stage, chunks, self.worker, self.ttl)
+    async def claim_chunks(self, stage: str, chunks: list[int]) -> dict[int, str | None]:
+        got = await self.store.lease_chunks(self.run_id, stage, chunks, self.worker, self.ttl, steady=self.ttl)
         for chunk, lease in got.items():
             if lease is not None:
                 self.leases[(stage, chunk)] = lease[1]
         return {chunk: lease and lease[0] for chunk, lease in got.items()}
 
-    def take_expired(self, stage: str) -> int | None:
-        got = self.store.take_expired_lease(self.run_id, stage, self.worker, self.ttl)
+    async def take_expired(self, stage: str) -> int | None:
+        got = await self.store.take_expired_lease(self.run_id, stage, self.worker, self.ttl, steady=self.ttl)
         if got is None:
             return None
         self.leases[(stage, got[0])] = got[1]
@@ -229,35 +249,37 @@ class Crew:
         return fence.worker == self.worker and self.leases.get((fence.stage, fence.chunk)) == fence.token
 
     def finish(self, stage: str, chunks: list[int] | None = None) -> None:
-        """These leases of the stage (all this worker holds, by default) are done: their tasks are committed."""
+        """These leases of the stage (all this worker holds, by default) are done: their tasks are committed. Asked of
+        the store without waiting: the store's calls after it see them done."""
         if chunks is None:
-            self.store.finish_chunks(self.run_id, stage, self.worker)
+            self.store.post("finish_chunks", self.run_id, stage, self.worker)
             for lease in [lease for lease in self.leases if lease[0] == stage]:
                 del self.leases[lease]
             return
         held = [chunk for chunk in chunks if (stage, chunk) in self.leases]
         if held:
-            self.store.finish_chunks(self.run_id, stage, self.worker, held,
-                                     [self.leases.pop((stage, chunk)) for chunk in held])
+            self.store.post("finish_chunks", self.run_id, stage, self.worker, held,
+                            [self.leases.pop((stage, chunk)) for chunk in held])
 
-    def open_chunks(self, stage: str) -> int:
-        return self.store.open_chunks(self.run_id, stage)
+    async def open_chunks(self, stage: str) -> int:
+        return await self.store.open_chunks(self.run_id, stage)
 
     # -- request claims -----------------------------------------------------------------------------
-    def claim(self, keys: list[str]) -> tuple[set[str], dict[str, CachedResponse]]:
+    async def claim(self, keys: list[str]) -> tuple[set[str], dict[str, CachedResponse]]:
         """Claim requests to send: (the keys now this worker's, answers committed meanwhile). An answer is
         committed in the transaction that ends its claim, so a key claimed after its memo lookup is looked up
         again: another process may have answered it between the two."""
         if not keys:
             return set(), {}
-        mine = self.store.claim_keys(keys, self.worker, self.ttl)
-        answered = self.store.lookup_many(list(mine)) if mine else {}
+        mine = await self.store.claim_keys(keys, self.worker, self.ttl)
+        answered = await self.store.lookup_many(list(mine)) if mine else {}
         if answered:
-            self.store.release_keys(list(answered), self.worker)
+            self.store.post("release_keys", list(answered), self.worker)
         return mine - set(answered), answered
 
     def release(self, key: str) -> None:
-        self.store.release_keys([key], self.worker)
+        """Give up this worker's claim of ``key`` (asked of the store without waiting)."""
+        self.store.post("release_keys", [key], self.worker)
 
     def wait_for(self, key: str, callback: Callable[[CachedResponse | None], Any]) -> None:
         """Call ``callback`` with the answer once another process committed it, or with None once the claim is
@@ -278,8 +300,8 @@ class Crew:
             await asyncio.sleep(POLL)
             keys = list(self.waiting)
             try:
-                found = self.store.lookup_many(keys)
-                mine, answered = self.claim([key for key in keys if key not in found])
+                found = await self.store.lookup_many(keys)
+                mine, answered = await self.claim([key for key in keys if key not in found])
             except Exception as exc:  # a store that does not answer for a moment: ask again next time
                 self.note(f"looking for answers other processes fetch failed ({type(exc).__name__}: {exc})")
                 continue

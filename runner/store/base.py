@@ -51,6 +51,14 @@ LIVE_SQL = "NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = leases.worker AND w
 #: a fence holds: its lease (run, stage, chunk) is still its worker's with its token, and that worker is live
 HELD_SQL = ("SELECT 1 FROM leases WHERE run_id = ? AND stage = ? AND chunk = ? AND worker = ? AND token = ?"
             f" AND {LIVE_SQL}")
+#: the worker ``?`` may judge others' heartbeats: it is live, its own heartbeats came without a gap for the last ``?``
+#: seconds (its lease), and its lease still runs for ``?`` seconds (half of it: its last heartbeat is recent), on
+#: the clock ``{clock}`` (the store's, as the statement runs). A store that stalled every worker (a stopped server,
+#: a lock held elsewhere) leaves every lease expired when it answers again: a worker then waits a lease before it
+#: trusts what the others' heartbeats say, and a statement sent before the stall and run after it finds its own
+#: worker's heartbeat as old as the others'. A worker without a row (the store's tests) may.
+STEADY_SQL = ("NOT EXISTS (SELECT 1 FROM workers me WHERE me.id = ? AND NOT (me.state = 'live'"
+              " AND coalesce(me.steady, 0) <= {clock} - ? AND me.seen >= {clock} + ?))")
 #: the reservation of a request whose worker lost its lease: it may have been sent, so it may have been billed
 FENCED_RESERVATION_SQL = "UPDATE ledger SET kind = 'possibly_billed' WHERE id = ? AND kind = 'reserved'"
 
@@ -127,6 +135,11 @@ class Store(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the connection."""
+
+    def reopen(self) -> Store:
+        """Another connection to the same store, its own: a run's heartbeats go through one of their own, so that they
+        never wait behind the writer's commits (runner/store/offloop.py)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot open a second connection")
 
     # -- the memo ----------------------------------------------------------------------------------
     @abstractmethod
@@ -309,12 +322,13 @@ class Store(ABC):
         """The processes that joined a run: id, host, pid, started, state (live, left or dead)."""
 
     @abstractmethod
-    def lease_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float
-                     ) -> dict[int, tuple[str, int] | None]:
+    def lease_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float, *,
+                     steady: float = 0.0) -> dict[int, tuple[str, int] | None]:
         """Lease chunks of a stage's planned tasks, in one transaction; per chunk (``"new"``, token) when nobody
         had it, (``"taken"``, token) when it was this worker's already or taken over from a worker whose lease
         expired (some of its tasks may be done; the token grows unless it was this worker's and live), None when
-        another live worker holds it or it is done."""
+        another live worker holds it or it is done. With ``steady`` (the worker's lease), an expired lease is taken
+        over only while the worker itself is steady (:data:`STEADY_SQL`, as the statement runs); else None too."""
 
     def claim_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float
                      ) -> dict[int, str | None]:
@@ -326,9 +340,10 @@ class Store(ABC):
         return self.claim_chunks(run_id, stage, [chunk], worker, ttl)[chunk]
 
     @abstractmethod
-    def take_expired_lease(self, run_id: str, stage: str, worker: str, ttl: float) -> tuple[int, int] | None:
+    def take_expired_lease(self, run_id: str, stage: str, worker: str, ttl: float, *, steady: float = 0.0
+                           ) -> tuple[int, int] | None:
         """Take over one chunk not done whose lease expired (its worker died or stalled): (chunk, new token), or
-        None."""
+        None; with ``steady``, None while the worker itself is not steady (:meth:`lease_chunks`)."""
 
     def take_expired_chunk(self, run_id: str, stage: str, worker: str, ttl: float) -> int | None:
         """:meth:`take_expired_lease` without the token."""
@@ -361,8 +376,9 @@ class Store(ABC):
         """Give up claims of requests that ended without an answer."""
 
     @abstractmethod
-    def dead_workers(self, run_id: str) -> list[str]:
-        """Workers of the run whose heartbeat expired and whose reservations are not resolved yet."""
+    def dead_workers(self, run_id: str, observer: str | None = None, steady: float = 0.0) -> list[str]:
+        """Workers of the run whose heartbeat expired and whose reservations are not resolved yet; none while the
+        ``observer`` (a worker asking) is not steady for ``steady`` seconds (:meth:`lease_chunks`)."""
 
     @abstractmethod
     def resolve_worker(self, run_id: str, worker: str) -> int:

@@ -237,6 +237,15 @@ def m013_ledger_tokens(db: Schema) -> None:
                " WHERE kind = 'charge' AND key IN (SELECT key FROM responses)")
 
 
+@migration
+def m014_worker_steady(db: Schema) -> None:
+    """A worker's heartbeats without a gap since ``steady`` (the store's clock, seconds): a worker takes leases over
+    and declares others dead only once its own heartbeats have come steadily for a lease, so a store that stalled
+    everyone (a stopped server, a lock held elsewhere) makes no live worker look dead when it answers again
+    (runner/engine/workers.py). NULL for workers of earlier versions."""
+    db.add_column("workers", "steady", "real")
+
+
 def migrate(conn: Any, dialect: Dialect) -> None:
     """Apply the migrations not yet applied, in one transaction that holds a lock from its start (SQLite's write
     lock, PostgreSQL's advisory lock): several processes opening a new store at once take turns (the later ones
@@ -279,3 +288,4 @@ def _up_to_date(conn: Any, dialect: Dialect) -> bool:
         return False
     applied = {name for (name,) in conn.execute("SELECT name FROM _migrations").fetchall()}
     return all(fn.__name__ in applied for fn in MIGRATIONS)
+

@@ -50,7 +50,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 
 from runner.errors import StoreError
-from runner.store.base import TASK_COLUMNS, now
+from runner.store.base import STEADY_SQL, TASK_COLUMNS, Store, now
 from runner.store.dialect import POSTGRES
 from runner.store.migrations import migrate
 from runner.store.pg_batches import execute_batched
@@ -82,6 +82,8 @@ _NAME_SQL = "SELECT set_config('application_name', %s, false)"
 #: the server's clock in seconds since the epoch
 _CLOCK = "extract(epoch from clock_timestamp())::float8"
 _C = POSTGRES.text_order
+#: the worker protocol's steadiness check on the server's clock (runner/store/base.py)
+_STEADY = STEADY_SQL.format(clock=_CLOCK)
 
 # The task's time stamp is taken by the server at commit; a replaced task row gets a new seq (SQLite: a new rowid).
 _TASK_SQL = (
@@ -224,6 +226,9 @@ class PostgresStore(SQLStore):
     def close(self) -> None:
         with self._lock:
             self.conn.close()
+
+    def reopen(self) -> Store:
+        return PostgresStore(self._url)
 
     def failure(self, exc: BaseException, run_id: str | None = None) -> str | None:
         """The sentence for an error that is about the server rather than a statement: the connection is lost (a
@@ -411,17 +416,22 @@ class PostgresStore(SQLStore):
         self._app_name = f"runner {worker}"[:63]  # the server keeps 63 bytes
         with self._lock:
             self._live().execute(_NAME_SQL, (self._app_name,))
-        self.execute("INSERT INTO workers (id, run_id, host, pid, started, seen, state) VALUES"
-                 f" (?, ?, ?, ?, ?, {_CLOCK} + ?, 'live') ON CONFLICT (id) DO UPDATE SET"
-                 " run_id = excluded.run_id, host = excluded.host, pid = excluded.pid, started = excluded.started,"
-                 " seen = excluded.seen, state = excluded.state", (worker, run_id, host, pid, now(), ttl))
+        self.execute("INSERT INTO workers (id, run_id, host, pid, started, seen, state, steady) VALUES"
+                     f" (?, ?, ?, ?, ?, {_CLOCK} + ?, 'live', {_CLOCK}) ON CONFLICT (id) DO UPDATE SET"
+                     " run_id = excluded.run_id, host = excluded.host, pid = excluded.pid, started = excluded.started,"
+                     " seen = excluded.seen, state = excluded.state, steady = excluded.steady",
+                     (worker, run_id, host, pid, now(), ttl))
 
     def heartbeat(self, worker: str, ttl: float) -> list[tuple[str, int, int]] | None:
         self._bound_stalls(ttl)  # a widened lease widens the bound too
 
         def body(tx: Tx) -> list[tuple[str, int, int]] | None:
-            (until,) = tx.execute(f"SELECT {_CLOCK} + ?", (ttl,)).fetchone()
-            if not tx.execute("UPDATE workers SET seen = ? WHERE id = ? AND state = 'live'", (until, worker)).rowcount:
+            (clock,) = tx.execute(f"SELECT {_CLOCK}").fetchone()
+            until = clock + ttl
+            # more than half a lease since the last heartbeat (seen = last + lease): its steadiness starts again
+            if not tx.execute("UPDATE workers SET steady = CASE WHEN seen < ? THEN ? ELSE coalesce(steady, ?) END,"
+                              " seen = ? WHERE id = ? AND state = 'live'",
+                              (clock + ttl / 2, clock, clock, until, worker)).rowcount:
                 return None  # declared dead (or gone): nothing of it is extended
             held = tx.execute("UPDATE leases SET expires = ? WHERE worker = ? AND done = 0 RETURNING stage, chunk,"
                               " token", (until, worker)).fetchall()
@@ -437,28 +447,33 @@ class PostgresStore(SQLStore):
                 worker["state"] = "dead"
         return found
 
-    def lease_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float
-                     ) -> dict[int, tuple[str, int] | None]:
+    def lease_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float, *,
+                     steady: float = 0.0) -> dict[int, tuple[str, int] | None]:
         # xmax is 0 in a row this statement inserted and set in a row it updated (taken over); the token grows
-        # unless the lease was this worker's and live
+        # unless the lease was this worker's and live; another's expired lease only while this worker is steady
+        gate, gated = (f" AND {_STEADY}", (worker, steady, steady / 2)) if steady else ("", ())
         leased = self.rows(
             f"INSERT INTO leases (run_id, stage, chunk, worker, expires, token) SELECT ?, ?, c, ?, {_CLOCK} + ?, 1"
             " FROM unnest(?::bigint[]) AS c"
             " ON CONFLICT (run_id, stage, chunk) DO UPDATE SET worker = excluded.worker, expires = excluded.expires,"
             " token = leases.token + CASE WHEN leases.worker = excluded.worker AND leases.expires >= excluded.expires"
             " - ? THEN 0 ELSE 1 END"
-            " WHERE leases.done = 0 AND (leases.expires < excluded.expires - ? OR leases.worker = excluded.worker)"
-            " RETURNING chunk, xmax = 0, token", (run_id, stage, worker, ttl, list(dict.fromkeys(chunks)), ttl, ttl))
+            f" WHERE leases.done = 0 AND ((leases.expires < excluded.expires - ?{gate})"
+            " OR leases.worker = excluded.worker) RETURNING chunk, xmax = 0, token",
+            (run_id, stage, worker, ttl, list(dict.fromkeys(chunks)), ttl, ttl, *gated))
         got: dict[int, tuple[str, int] | None] = dict.fromkeys(chunks)
         for chunk, inserted, token in leased:
             got[int(chunk)] = ("new" if inserted else "taken", int(token))
         return got
 
-    def take_expired_lease(self, run_id: str, stage: str, worker: str, ttl: float) -> tuple[int, int] | None:
+    def take_expired_lease(self, run_id: str, stage: str, worker: str, ttl: float, *, steady: float = 0.0
+                           ) -> tuple[int, int] | None:
+        gate, gated = (f" AND {_STEADY}", (worker, steady, steady / 2)) if steady else ("", ())
+
         def body(tx: Tx) -> tuple[int, int] | None:
             expired = tx.execute(
-                f"SELECT chunk FROM leases WHERE run_id = ? AND stage = ? AND done = 0 AND expires < {_CLOCK}"
-                " ORDER BY chunk LIMIT 1 FOR UPDATE SKIP LOCKED", (run_id, stage)).fetchone()
+                f"SELECT chunk FROM leases WHERE run_id = ? AND stage = ? AND done = 0 AND expires < {_CLOCK}{gate}"
+                " ORDER BY chunk LIMIT 1 FOR UPDATE SKIP LOCKED", (run_id, stage, *gated)).fetchone()
             if expired is None:
                 return None
             (token,) = tx.execute(f"UPDATE leases SET worker = ?, expires = {_CLOCK} + ?, token = token + 1"
@@ -477,7 +492,9 @@ class PostgresStore(SQLStore):
             " WHERE claims.expires < excluded.expires - ? OR claims.worker = excluded.worker RETURNING key",
             (worker, ttl, unique, ttl))})()
 
-    def dead_workers(self, run_id: str) -> list[str]:
+    def dead_workers(self, run_id: str, observer: str | None = None, steady: float = 0.0) -> list[str]:
+        gate, gated = (f" AND {_STEADY}", (observer, steady, steady / 2)) if observer is not None and steady \
+            else ("", ())
         return [worker for (worker,) in self.rows(
-            f"SELECT id FROM workers WHERE run_id = ? AND state = 'live' AND seen < {_CLOCK}"
-            f" ORDER BY started{_C} NULLS FIRST, id{_C}", (run_id,))]
+            f"SELECT id FROM workers WHERE run_id = ? AND state = 'live' AND seen < {_CLOCK}{gate}"
+            f" ORDER BY started{_C} NULLS FIRST, id{_C}", (run_id, *gated))]

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import shlex
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from runner.errors import StoreError
-from runner.store.base import TASK_COLUMNS, default_path, now
+from runner.store.base import STEADY_SQL, TASK_COLUMNS, Store, default_path, now
 from runner.store.dialect import SQLITE
 from runner.store.migrations import migrate
 from runner.store.sql import SQLStore, T, Tx
@@ -89,8 +90,14 @@ def explain(exc: BaseException, path: str, run_id: str | None = None) -> str | N
 
 
 
+#: the worker protocol's steadiness check on this process's clock (runner/store/base.py)
+_STEADY = STEADY_SQL.format(clock="?")
+
+
 class SQLiteStore(SQLStore):
-    """The embedded store: one SQLite file in WAL mode, one connection per process."""
+    """The embedded store: one SQLite file in WAL mode, one connection per process, and one more for its heartbeats
+    (:meth:`reopen`). A connection is used by one thread at a time: its calls are serialized by a lock (a run makes
+    them from its store thread, runner/store/offloop.py; the opening phases and the tests from theirs)."""
 
     dialect = SQLITE
     task_sql = _TASK_SQL
@@ -100,8 +107,11 @@ class SQLiteStore(SQLStore):
         self.path = str(path or default_path())
         #: waits for a write lock another process holds (runner/store/sqlite_lock.py)
         self.lock_wait = LockWait(self.path, self._set_busy)
+        #: one thread's statement or transaction at a time on the connection
+        self._lock = threading.RLock()
         try:
-            self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                        check_same_thread=False)
             _enter_wal(self.conn)
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
@@ -121,7 +131,11 @@ class SQLiteStore(SQLStore):
         return sqlite_utils.Database(self.conn)
 
     def close(self) -> None:
-        self.conn.close()
+        with self._lock:
+            self.conn.close()
+
+    def reopen(self) -> Store:
+        return SQLiteStore(self.path)
 
     def failure(self, exc: BaseException, run_id: str | None = None) -> str | None:
         """The sentence for an error of this store (a full disk, a corrupt file), with how to go on: ``runner resume
@@ -133,8 +147,9 @@ class SQLiteStore(SQLStore):
     # holds it, up to RUNNER_STORE_WAIT (runner/store/sqlite_lock.py): a statement refused with SQLITE_BUSY did
     # nothing, so running it again is safe.
     def _waiting(self, attempt: Callable[[], T]) -> T:
-        changes = self.conn.total_changes
-        return self.lock_wait.run(attempt, lambda: self.conn.in_transaction or self.conn.total_changes != changes)
+        with self._lock:
+            changes = self.conn.total_changes
+            return self.lock_wait.run(attempt, lambda: self.conn.in_transaction or self.conn.total_changes != changes)
 
     def _set_busy(self, seconds: float) -> None:
         self.conn.execute(f"PRAGMA busy_timeout={int(seconds * 1000)}")
@@ -162,29 +177,37 @@ class SQLiteStore(SQLStore):
 
     def atomic(self, body: Callable[[Tx], T]) -> T:
         """``body`` in one transaction that takes the write lock at its start (``BEGIN IMMEDIATE``)."""
-        conn = self.conn
-        self._waiting(lambda: conn.execute("BEGIN IMMEDIATE"))
-        try:
-            result = body(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            # a COMMIT that failed (a full disk) may have rolled back already: a ROLLBACK then would hide its error
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return result
+        with self._lock:
+            conn = self.conn
+            self._waiting(lambda: conn.execute("BEGIN IMMEDIATE"))
+            try:
+                result = body(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                # a COMMIT that failed (a full disk) may have rolled back already: a ROLLBACK then would hide its error
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return result
 
-    # -- several processes on one run (runner/engine/workers.py): times are this process's clock ------------
+    # -- several processes on one run (runner/engine/workers.py): times are this process's clock, read once the
+    # transaction holds the write lock (a heartbeat that waited for it is stamped when it is written) ------------
     def join_run(self, run_id: str, worker: str, host: str, pid: int, ttl: float) -> None:
-        self.execute("INSERT OR REPLACE INTO workers (id, run_id, host, pid, started, seen, state)"
-                     " VALUES (?, ?, ?, ?, ?, ?, 'live')", (worker, run_id, host, pid, now(), time.time() + ttl))
+        def body(conn: Tx) -> None:
+            clock = time.time()
+            conn.execute("INSERT OR REPLACE INTO workers (id, run_id, host, pid, started, seen, state, steady)"
+                         " VALUES (?, ?, ?, ?, ?, ?, 'live', ?)",
+                         (worker, run_id, host, pid, now(), clock + ttl, clock))
+        self.atomic(body)
 
     def heartbeat(self, worker: str, ttl: float) -> list[tuple[str, int, int]] | None:
-        until = time.time() + ttl
-
         def body(conn: Tx) -> list[tuple[str, int, int]] | None:
-            if not conn.execute("UPDATE workers SET seen = ? WHERE id = ? AND state = 'live'", (until, worker)
-                                ).rowcount:
+            clock = time.time()
+            until = clock + ttl
+            # more than half a lease since the last heartbeat (seen = last + lease): its steadiness starts again
+            if not conn.execute("UPDATE workers SET steady = CASE WHEN seen < ? THEN ? ELSE coalesce(steady, ?) END,"
+                                " seen = ? WHERE id = ? AND state = 'live'",
+                                (clock + ttl / 2, clock, clock, until, worker)).rowcount:
                 return None  # declared dead (or gone): nothing of it is extended
             conn.execute("UPDATE leases SET expires = ? WHERE worker = ? AND done = 0", (until, worker))
             conn.execute("UPDATE claims SET expires = ? WHERE worker = ?", (until, worker))
@@ -203,11 +226,16 @@ class SQLiteStore(SQLStore):
             del worker["seen"]
         return found
 
-    def lease_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float
-                     ) -> dict[int, tuple[str, int] | None]:
-        clock = time.time()
+    def _steady(self, conn: Tx, worker: str, clock: float, steady: float) -> bool:
+        """Whether ``worker`` may take others' expired leases over now (runner/store/base.py, STEADY_SQL)."""
+        return not steady or conn.execute(f"SELECT {_STEADY}", (worker, clock, steady, clock, steady / 2)
+                                          ).fetchone()[0] == 1
 
+    def lease_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float, *,
+                     steady: float = 0.0) -> dict[int, tuple[str, int] | None]:
         def body(conn: Tx) -> dict[int, tuple[str, int] | None]:
+            clock = time.time()
+            trusted = self._steady(conn, worker, clock, steady)
             got: dict[int, tuple[str, int] | None] = {}
             held = {chunk: (holder, expires, done, token) for chunk, holder, expires, done, token in conn.execute(
                 "SELECT chunk, worker, expires, done, token FROM leases WHERE run_id = ? AND stage = ? AND chunk"
@@ -220,6 +248,8 @@ class SQLiteStore(SQLStore):
                                  " (?, ?, ?, ?, ?, 1)", (run_id, stage, chunk, worker, clock + ttl))
                 elif lease[2] or (lease[0] != worker and lease[1] >= clock):
                     got[chunk] = None
+                elif lease[0] != worker and not trusted:
+                    got[chunk] = None  # expired, but this worker is not steady enough to judge it
                 else:  # a new token unless it is this worker's lease, still live
                     token = lease[3] + (0 if lease[0] == worker and lease[1] >= clock else 1)
                     got[chunk] = ("taken", token)
@@ -228,18 +258,23 @@ class SQLiteStore(SQLStore):
             return got
         return self.atomic(body)
 
-    def take_expired_lease(self, run_id: str, stage: str, worker: str, ttl: float) -> tuple[int, int] | None:
-        clock = time.time()
-        taken = self.row(
-            "UPDATE leases SET worker = ?, expires = ?, token = token + 1 WHERE run_id = ? AND stage = ? AND chunk ="
-            " (SELECT chunk FROM leases WHERE run_id = ? AND stage = ? AND done = 0 AND expires < ? ORDER BY chunk"
-            " LIMIT 1) RETURNING chunk, token", (worker, clock + ttl, run_id, stage, run_id, stage, clock))
-        return None if taken is None else (int(taken[0]), int(taken[1]))
+    def take_expired_lease(self, run_id: str, stage: str, worker: str, ttl: float, *, steady: float = 0.0
+                           ) -> tuple[int, int] | None:
+        def body(conn: Tx) -> tuple[int, int] | None:
+            clock = time.time()
+            if not self._steady(conn, worker, clock, steady):
+                return None
+            taken = conn.execute(
+                "UPDATE leases SET worker = ?, expires = ?, token = token + 1 WHERE run_id = ? AND stage = ? AND chunk"
+                " = (SELECT chunk FROM leases WHERE run_id = ? AND stage = ? AND done = 0 AND expires < ? ORDER BY"
+                " chunk LIMIT 1) RETURNING chunk, token", (worker, clock + ttl, run_id, stage, run_id, stage, clock)
+            ).fetchall()
+            return (int(taken[0][0]), int(taken[0][1])) if taken else None
+        return self.atomic(body)
 
     def claim_keys(self, keys: list[str], worker: str, ttl: float) -> set[str]:
-        clock = time.time()
-
         def body(conn: Tx) -> set[str]:
+            clock = time.time()
             ours: set[str] = set()
             for key in keys:
                 claimed = conn.execute(
@@ -250,6 +285,11 @@ class SQLiteStore(SQLStore):
             return ours
         return self.atomic(body)
 
-    def dead_workers(self, run_id: str) -> list[str]:
+    def dead_workers(self, run_id: str, observer: str | None = None, steady: float = 0.0) -> list[str]:
+        clock = time.time()
+        if observer is not None and steady:
+            return [worker for (worker,) in self.rows(
+                f"SELECT id FROM workers WHERE run_id = ? AND state = 'live' AND seen < ? AND {_STEADY}",
+                (run_id, clock, observer, clock, steady, clock, steady / 2))]
         return [worker for (worker,) in self.rows(
-            "SELECT id FROM workers WHERE run_id = ? AND state = 'live' AND seen < ?", (run_id, time.time()))]
+            "SELECT id FROM workers WHERE run_id = ? AND state = 'live' AND seen < ?", (run_id, clock))]

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from runner.store.base import Finished, Store
+from runner.store.offloop import LoopStore, off_loop
 from runner.store.rows import LedgerRow, ResponseRow, TaskRow
 
 
@@ -27,17 +28,20 @@ class Writer:
     the items it could not take are kept in :attr:`unstored` (answers that may have been paid for, saved aside by
     :func:`save_unstored` for the resume); an error of ``on_commit`` (a results file on a full disk) leaves the
     store working, so everything answered is still committed.
+
+    The commits are the store's (a :class:`~runner.store.offloop.LoopStore`: its thread's, during a run), awaited: a
+    commit that waits for a slow store holds up the next one, never the event loop.
     """
 
     def __init__(
         self,
-        store: Store,
+        store: Store | LoopStore,
         on_commit: Callable[[list[Finished]], None],
         batch_size: int = 512,
         on_failure: Callable[[BaseException], None] | None = None,
         min_interval: float = 0.01,
     ) -> None:
-        self.store = store
+        self.store = off_loop(store)
         self.min_interval = min_interval
         self._last_commit = float("-inf")
         self.on_commit = on_commit
@@ -87,7 +91,7 @@ class Writer:
                     break
                 batch.append(item)
             try:
-                self._commit(batch)
+                await self._commit(batch)
             finally:
                 self._last_commit = loop.time()
                 self._committed.set()
@@ -108,13 +112,13 @@ class Writer:
         if self._task is not None and not self._task.done():
             await self.queue.join()
 
-    def _commit(self, batch: list[Finished]) -> None:
+    async def _commit(self, batch: list[Finished]) -> None:
         if self.failure is not None:  # the store failed: nothing more goes to it
             self.unstored.extend(batch)
             return
         try:
             # a task whose worker lost its lease is not written (its answer goes to the memo only): not passed on
-            batch = self.store.write_finished(batch)
+            batch = await self.store.write_finished(batch)
         except Exception as exc:
             self.failure = exc
             self.unstored.extend(batch)

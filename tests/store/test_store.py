@@ -61,8 +61,8 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
     "batches": ({"id": str, "run_id": str, "stage": str, "model": str, "provider_batch_id": str, "round": int,
                  "state": str, "provider_state": str, "lines": int, "created": str, "updated": str}, ["id"]),
     "batch_lines": ({"batch_id": str, "key": str, "ledger_id": int, "status": str}, ["batch_id", "key"]),
-    "workers": ({"id": str, "run_id": str, "host": str, "pid": int, "started": str, "seen": float, "state": str},
-                ["id"]),
+    "workers": ({"id": str, "run_id": str, "host": str, "pid": int, "started": str, "seen": float, "state": str,
+                 "steady": float}, ["id"]),
     "leases": ({"run_id": str, "stage": str, "chunk": int, "worker": str, "expires": float, "done": int, "token": int},
                ["run_id", "stage", "chunk"]),
     "claims": ({"key": str, "worker": str, "expires": float}, ["key"]),
@@ -70,7 +70,7 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
 }
 MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs", "m006_pipelines",
                    "m007_stage_replays", "m008_batches", "m009_workers", "m010_thinking",
-                   "m011_fencing", "m012_prompt_cache_savings", "m013_ledger_tokens"]
+                   "m011_fencing", "m012_prompt_cache_savings", "m013_ledger_tokens", "m014_worker_steady"]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

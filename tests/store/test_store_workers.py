@@ -163,3 +163,41 @@ def test_writes_of_a_worker_that_lost_its_lease_are_refused(store):
     store.resolve_worker(run_id, "w2")
     assert store.heartbeat("w2", 30) is None
     assert store.write_finished([Finished(task=task, stage="mc", fence=new)]) == []
+
+
+def test_a_worker_judges_others_heartbeats_only_once_its_own_are_steady(store):
+    """After a stall of the store itself every lease looks expired: a worker whose own heartbeats just came back (or
+    whose own last heartbeat is old, as for a statement sent before the stall and run after it) takes no lease over
+    and declares nobody dead; once its heartbeats have come steadily for a lease, it does."""
+    import time
+
+    run_id = _run(store)
+    store.join_run(run_id, "w1", "host", 1, 30)
+    store.join_run(run_id, "w2", "host", 2, 30)
+    assert store.lease_chunks(run_id, "mc", [0, 1], "w1", 30) == {0: ("new", 1), 1: ("new", 1)}
+    # a stall of 40 s: everyone's heartbeats and leases ran out meanwhile
+    now = time.time()
+    store.execute("UPDATE workers SET seen = ?", (now - 10,))
+    store.execute("UPDATE leases SET expires = ?", (now - 10,))
+    assert store.heartbeat("w2", 30) == []  # back first, after a gap: steady from now
+    assert store.take_expired_lease(run_id, "mc", "w2", 30, steady=30) is None
+    assert store.lease_chunks(run_id, "mc", [0, 2], "w2", 30, steady=30) == {0: None, 2: ("new", 1)}
+    assert store.dead_workers(run_id, "w2", 30) == []
+    assert store.dead_workers(run_id) == ["w1"]  # without an observer, the expiry alone
+    # the other worker beats too: never declared dead, it keeps its leases with their tokens
+    assert store.heartbeat("w1", 30) == [("mc", 0, 1), ("mc", 1, 1)]
+    # a lease later, w1 is really gone: w2, steady, declares it and takes its leases over
+    store.execute("UPDATE workers SET steady = ? WHERE id = 'w2'", (now - 31,))
+    store.execute("UPDATE workers SET seen = ? WHERE id = 'w1'", (now - 1,))
+    store.execute("UPDATE leases SET expires = ? WHERE worker = 'w1'", (now - 1,))
+    assert store.dead_workers(run_id, "w2", 30) == ["w1"]
+    assert store.take_expired_lease(run_id, "mc", "w2", 30, steady=30) == (0, 2)
+    # w2's own last heartbeat 20 s old on a 30 s lease (a statement that waited out a stall): it judges nobody
+    store.execute("UPDATE workers SET seen = ? WHERE id = 'w2'", (time.time() + 10,))
+    assert store.take_expired_lease(run_id, "mc", "w2", 30, steady=30) is None
+    assert store.lease_chunks(run_id, "mc", [1], "w2", 30, steady=30) == {1: None}
+    assert store.dead_workers(run_id, "w2", 30) == []
+    # a heartbeat that comes within half a lease keeps the steadiness it had
+    store.execute("UPDATE workers SET seen = ?, steady = ? WHERE id = 'w2'", (time.time() + 25, now - 31))
+    store.heartbeat("w2", 30)
+    assert store.take_expired_lease(run_id, "mc", "w2", 30, steady=30) == (1, 2)
