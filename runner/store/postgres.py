@@ -33,6 +33,8 @@ transaction id before the COMMIT is sent, and the new session asks the server wh
 (``txid_status``, which PostgreSQL keeps for this very case: "Transaction ID and Snapshot Information
 Functions" in its manual): committed, the method returns what the transaction found; rolled back, it runs again.
 A single write is sent as such a transaction (one that only reads is not), so it is never applied twice either.
+One case stays unknown and ends the run, resumable: the server crashed and restarted in between and says the id
+committed (after a crash an id may be given again: :meth:`PostgresStore._committed`).
 """
 
 from __future__ import annotations
@@ -70,8 +72,10 @@ _READ = re.compile(r"\s*SELECT\b(?!.*\bFOR\s+(UPDATE|SHARE|NO\s+KEY|KEY)\b)", re
 _FETCH = 2000
 #: the session's bound on a transaction left idle (module docstring)
 _STALL_SQL = "SELECT set_config('idle_in_transaction_session_timeout', %s, false)"
-#: the transaction's id, taken before its COMMIT is sent (NULL for one that wrote nothing); PostgreSQL 10 and later
-_XID_SQL = "SELECT txid_current_if_assigned()"
+#: the transaction's id, taken before its COMMIT is sent (NULL for one that wrote nothing; PostgreSQL 10 and later),
+#: and when the server started (a restart in between makes the id's status ambiguous: :meth:`PostgresStore._committed`)
+_XID_SQL = "SELECT txid_current_if_assigned(), pg_postmaster_start_time()"
+_STARTED_SQL = "SELECT pg_postmaster_start_time()"
 #: what became of a transaction: 'committed', 'aborted' or 'in progress'
 _XID_STATUS_SQL = "SELECT txid_status(%s)"
 #: ends the session still holding a transaction (the lost one) by its id; txid carries an epoch above the xid's 32 bits
@@ -254,12 +258,12 @@ class PostgresStore(SQLStore):
         :class:`_Stalled` for the method to run it again. Lost at its COMMIT: a new connection, and the server says
         whether it committed (module docstring)."""
         with self._lock:
-            committing, xid = False, None
+            committing, xid, started = False, None, None
             try:
                 conn = self._live()
                 with conn.transaction():
                     yield conn
-                    (xid,) = conn.execute(_XID_SQL).fetchone() or (None,)
+                    xid, started = conn.execute(_XID_SQL).fetchone() or (None, None)
                     committing = True
             except psycopg.errors.IdleInTransactionSessionTimeout as exc:
                 self._reconnect_after(exc)
@@ -271,31 +275,42 @@ class PostgresStore(SQLStore):
                     raise
                 if not committing:
                     self._reconnect_after(exc)
-                elif not self._committed(xid, exc):
+                elif not self._committed(xid, started, exc):
                     raise _Stalled from exc
 
-    def _committed(self, xid: int | None, exc: psycopg.Error) -> bool:
-        """Whether the transaction ``xid``, whose COMMIT was cut, committed, asked on a new connection (``exc``
-        itself when the server is not back within the wait, or does not say); one that wrote nothing (``xid``
-        None) counts as committed: what it read stands either way."""
+    def _committed(self, xid: int | None, started: Any, exc: psycopg.Error) -> bool:
+        """Whether the transaction ``xid``, whose COMMIT was cut, committed, asked on a new connection; one that
+        wrote nothing (``xid`` None) counts as committed: what it read stands either way. ``exc`` itself when the
+        server is not back within the wait, or cannot say.
+
+        The server restarted since (``started`` differs): its sessions all ended, so the transaction is over; but
+        after a crash an id whose records never reached the disk is given again, so a 'committed' may be another
+        transaction's and cannot be trusted (the run ends, resumable, keeping its answers aside), while 'aborted'
+        or 'in progress' (the id given again) mean this one did not commit."""
         with suppress(psycopg.Error):
             self.conn.close()
         deadline = time.monotonic() + self._wait
         try:
             self.conn = self._reconnected()
-            while xid is not None:
+            if xid is None:
+                return True
+            restarted = self.conn.execute(_STARTED_SQL).fetchone()[0] != started
+            while True:
                 (status,) = self.conn.execute(_XID_STATUS_SQL, (xid,)).fetchone() or (None,)
+                if restarted:
+                    if status == "committed":
+                        raise exc
+                    return False
                 if status in ("committed", "aborted"):
                     return status == "committed"
                 # 'in progress': the old session's backend has not seen the connection end (a network cut) or is
-                # rolling back; it is this process's, idle in that transaction, so it is ended here
+                # rolling back; the id is this process's, idle in that transaction, so its session is ended here
                 self.conn.execute(_END_HOLDER_SQL, (xid,))
                 if time.monotonic() >= deadline:
                     raise exc
                 time.sleep(_PAUSE_S)
         except psycopg.Error:
             raise exc from None
-        return True
 
     def _reconnect_after(self, exc: psycopg.Error) -> None:
         """A new connection after the server ended this one inside a transaction, and :class:`_Stalled` for the

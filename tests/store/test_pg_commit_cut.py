@@ -35,10 +35,13 @@ class CommitCutter:
         self.armed: bool | None = None  # None: pass everything; True/False: cut at COMMIT, delivering it or not
         self.cuts = 0
         self.held: list[socket.socket] = []
+        self.hold = True
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def arm(self, deliver: bool) -> None:
-        self.armed = deliver
+    def arm(self, deliver: bool, hold: bool = True) -> None:
+        """``hold``: an undelivered COMMIT's server side stays open (a network cut: its transaction waits, in
+        progress); otherwise it is closed (the session ends and its transaction rolls back)."""
+        self.armed, self.hold = deliver, hold
 
     def _accept(self) -> None:
         while True:
@@ -72,8 +75,8 @@ class CommitCutter:
             server.sendall(data)
             server.settimeout(10)
             server.recv(65536)  # the server's answer (committed), dropped
-        else:
-            self.held.append(server.dup())  # the server's side stays open: its transaction waits, in progress
+        elif self.hold:
+            self.held.append(server.dup())
         self.cuts += 1
         client.shutdown(socket.SHUT_RDWR)
 
@@ -138,3 +141,22 @@ def test_a_server_that_does_not_come_back_after_the_cut_is_said(relayed):
     with pytest.raises(psycopg.OperationalError) as raised:
         store.execute("UPDATE counter SET n = n + 1")
     assert store.failure(raised.value, "RUN").startswith(f"the PostgreSQL store {store.path} went away")
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["committed", "not-committed"])
+def test_after_a_server_restart_only_a_rollback_is_trusted(relayed, monkeypatch, delivered):
+    """The server restarted between the cut and the question (here: its start time read as another): after a
+    crash a transaction id may be given again, so 'committed' is not believed (the call fails, the run ends
+    resumable); a transaction that did not commit runs again."""
+    import runner.store.postgres as postgres
+
+    store, cutter = relayed
+    monkeypatch.setattr(postgres, "_STARTED_SQL", "SELECT clock_timestamp()")
+    cutter.arm(deliver=delivered, hold=False)  # a restart ends every session
+    if delivered:
+        with pytest.raises(psycopg.OperationalError) as raised:
+            store.execute("UPDATE counter SET n = n + 1")
+        assert "went away" in (store.failure(raised.value, "RUN") or "")
+    else:
+        assert store.execute("UPDATE counter SET n = n + 1") == 1
+    assert counter(store) == 1
