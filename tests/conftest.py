@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -90,6 +92,40 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNNER_DB", str(tmp_path / "cache.sqlite"))
     monkeypatch.setenv("RUNNER_PROGRESS_INTERVAL", "0.5")
     monkeypatch.delenv("RUNNER_SIM_URL", raising=False)
+
+
+def _runner_processes_of(pid: int) -> list[int]:
+    """The `runner` processes (``-m runner.cli``) descended from process ``pid``, read from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child in (p for p, pp in parents.items() if pp == parent):
+            frontier.append(child)
+            try:
+                if b"runner.cli" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(child)
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_runner_left_behind() -> Iterator[None]:
+    """A test's `runner` processes end with it: one a failed test left running (stopped, or still sending) would
+    send its requests to the simulated server the next test of this process is given (tests/conftest.py reuses
+    it), and fail that test too."""
+    yield
+    for pid in _runner_processes_of(os.getpid()):
+        for signal_ in (signal.SIGCONT, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal_)
 
 
 @pytest.fixture(scope="session")

@@ -173,6 +173,9 @@ class Crew:
         heartbeat on its way."""
         if self._beating is None or self._beating.done():
             self._beating = asyncio.ensure_future(self._beat_once())
+            # its askers get its error; when none is left to (the run ended while it waited on the store), it is
+            # taken here, not printed by asyncio as a task exception never retrieved
+            self._beating.add_done_callback(lambda done: done.cancelled() or done.exception())
         await asyncio.shield(self._beating)
 
     async def _beat_once(self) -> None:

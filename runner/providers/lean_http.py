@@ -36,6 +36,8 @@ from .openai_errors import sdk_body, status_error
 
 __all__ = ["Answer", "LeanWire", "parsed_or_text", "path_segment"]
 
+#: seconds past its time a read's timer may fire before the delay is taken as this process's, not the server's
+LATE_S = 1.0
 #: the characters RFC 3986 allows in a path segment unescaped (as the SDK quotes a model id into a path)
 _SEGMENT_SAFE = "!$&'()*+,;=:@-._~"
 #: seconds an idle connection is kept for reuse (a server closes its idle ones after a while: vLLM's uvicorn after 5)
@@ -134,6 +136,19 @@ class LeanWire:
             return Answer(status, answer_headers, content)
         raise status_error(where, key_variable, status, sdk_body(parsed_or_text(content)), answer_headers)
 
+    async def _read(self, reader: asyncio.StreamReader) -> bytes:
+        """The next bytes of the answer, within the timeout. A timer that fired more than :data:`LATE_S` late was
+        held up by this process (stopped, swapped out, its loop blocked), not by the server, whose answer may have
+        come meanwhile: the read gets another window rather than the request being sent, and paid for, again."""
+        while True:
+            began = time.monotonic()
+            try:
+                async with asyncio.timeout(self.timeout):
+                    return await reader.read(_READ)  # a cut read leaves what came in the reader's buffer
+            except TimeoutError:
+                if time.monotonic() - began < self.timeout + LATE_S:
+                    raise
+
     def _reason(self, exc: BaseException) -> str:
         if isinstance(exc, _ConnectFailed):  # as aiohttp words it, which the SDK path passes on
             return f"Cannot connect to host {self.host}:{self.port} ssl:default [{exc.reason}]"
@@ -183,8 +198,7 @@ class LeanWire:
             while True:
                 event = protocol.next_event()
                 if event is h11.NEED_DATA:
-                    async with asyncio.timeout(self.timeout):
-                        received = await reader.read(_READ)
+                    received = await self._read(reader)
                     if not received and reused and not started:
                         raise _Closed
                     started = True

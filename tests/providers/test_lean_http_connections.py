@@ -157,3 +157,34 @@ async def test_an_error_answer_is_mapped_and_its_connection_kept(raw) -> None:
     await ask(wire)
     await wire.aclose()
     assert state.connections == 1
+
+
+async def test_an_answer_that_came_while_this_process_was_held_up_is_read_not_timed_out() -> None:
+    """The answer comes 0.2 s after the request while this process's loop is held up for 2 s (as a stopped worker
+    is): when the loop runs again the read's timer (0.5 s) is late, and the answer waiting in the socket is read
+    rather than the request failing as a timeout and being sent, and paid for, again."""
+    import socket
+    import threading
+    import time
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    requests: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            requests.append(conn.recv(65536))
+            time.sleep(0.2)
+            conn.sendall(plain())
+            conn.recv(1)  # until the client closes
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    wire = LeanWire(f"http://127.0.0.1:{listener.getsockname()[1]}/v1", "k", timeout=0.5)
+    asyncio.get_running_loop().call_later(0.05, time.sleep, 2.0)  # the loop held up, as by SIGSTOP
+    try:
+        assert (await ask(wire))["choices"][0]["message"]["content"] == "B"
+    finally:
+        await wire.aclose()
+        listener.close()
+    assert len(requests) == 1

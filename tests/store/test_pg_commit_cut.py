@@ -10,8 +10,8 @@ from __future__ import annotations
 import select
 import socket
 import threading
-from contextlib import suppress
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
