@@ -32,9 +32,16 @@ def sim_job(folder: Path, url: str, rows: int, *, concurrency: int = 2, name: st
 def ray_cluster() -> Iterator[Any]:
     """A Ray cluster on 127.0.0.1 with 2 CPUs (each worker asks for one), started in this process: yields the
     ``ray`` module; the address of its control store is ``ray_cluster.get_runtime_context().gcs_address``. Its
-    processes inherit RUNNER_LEASE_TTL."""
+    processes inherit RUNNER_LEASE_TTL.
+
+    Ray of one machine, on the loopback address, for the whole session (the commands the tests start inherit it):
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is Ray's own switch for that (its ``get_node_ip_address`` then says
+    127.0.0.1). Without it a process joining at 127.0.0.1:PORT is sent to the machine's network address instead
+    (Ray's ``resolve_ip_for_localhost``), where Ray 2.10's control store, bound to 127.0.0.1, does not answer."""
     import ray
 
+    session = pytest.MonkeyPatch()
+    session.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RUNNER_LEASE_TTL", LEASE_TTL)
         patch.setenv("RAY_AUTH_MODE", "disabled")  # no token file written for a throwaway cluster
@@ -44,4 +51,5 @@ def ray_cluster() -> Iterator[Any]:
         yield ray
     finally:
         ray.shutdown()
+        session.undo()
         os.environ.pop("RAY_ADDRESS", None)
