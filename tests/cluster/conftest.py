@@ -34,14 +34,15 @@ def ray_cluster() -> Iterator[Any]:
     ``ray`` module; the address of its control store is ``ray_cluster.get_runtime_context().gcs_address``. Its
     processes inherit RUNNER_LEASE_TTL.
 
-    Ray of one machine, on the loopback address, for the whole session (the commands the tests start inherit it):
-    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is Ray's own switch for that (its ``get_node_ip_address`` then says
-    127.0.0.1). Without it a process joining at 127.0.0.1:PORT is sent to the machine's network address instead
-    (Ray's ``resolve_ip_for_localhost``), where Ray 2.10's control store, bound to 127.0.0.1, does not answer."""
-    import ray
-
+    Ray of one machine, on the loopback address, for the whole session (set before Ray is imported, which reads it
+    then; the commands the tests start inherit it): RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is Ray's own switch for
+    that (its ``get_node_ip_address`` then says 127.0.0.1). Without it the cluster's address is the machine's
+    network address (newer Ray), or a process joining at 127.0.0.1:PORT is sent there (``resolve_ip_for_localhost``)
+    while Ray 2.10's control store, bound to 127.0.0.1, does not answer there."""
     session = pytest.MonkeyPatch()
     session.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import ray
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RUNNER_LEASE_TTL", LEASE_TTL)
         patch.setenv("RAY_AUTH_MODE", "disabled")  # no token file written for a throwaway cluster
