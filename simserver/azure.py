@@ -185,8 +185,14 @@ class AzureResource:
                 return self.format.wrong_key({})
         return None
 
+    def refusal(self, request: web.Request) -> web.Response | None:
+        """The answer to a call without a usable ``api-version`` or key, or None. (Not ``a or b``: before aiohttp
+        3.12 a response is an empty mapping, so falsy, and the refusal would be passed over.)"""
+        refused = version_problem(request)
+        return refused if refused is not None else self.key_problem(request)
+
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        refused = version_problem(request) or self.key_problem(request)
+        refused = self.refusal(request)
         if refused is not None:
             return refused
         if not self.knows(request.match_info["deployment"]):
@@ -196,7 +202,7 @@ class AzureResource:
         return await self.server.answer(request, self.format)
 
     async def models(self, request: web.Request) -> web.Response:
-        refused = version_problem(request) or self.key_problem(request)
+        refused = self.refusal(request)
         if refused is not None:
             return refused
         names = sorted(set((self.deployments or {}).values())) or ["gpt-4o", "gpt-4o-mini"]

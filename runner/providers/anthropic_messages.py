@@ -318,6 +318,10 @@ def transport_errors(where: str, timeout: float) -> Iterator[None]:
     try:
         yield
     except anthropic.APITimeoutError as exc:
+        if (failed := _connection_failure(exc)) is not None:  # anthropic before 2.10: its aiohttp transport reported
+            # every failed connection (a refused one too) as a connect timeout; 2.10 on, as a connection error
+            raise TransientError(f"{where}: connection failed ({type(failed).__name__})",
+                                 error_class="connection") from exc
         raise TransientError(f"{where}: timed out after {timeout:g} s", error_class="timeout") from exc
     except anthropic.APIConnectionError as exc:
         raise TransientError(f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})",
@@ -326,3 +330,15 @@ def transport_errors(where: str, timeout: float) -> Iterator[None]:
         raise TransientError(f"{where}: the response was not valid JSON", error_class="malformed_response") from exc
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise TransientError(f"{where}: connection failed ({type(exc).__name__})", error_class="connection") from exc
+
+
+def _connection_failure(exc: BaseException) -> BaseException | None:
+    """The aiohttp error under ``exc`` (its chain of causes) that is a failed connection, not a timeout; or None."""
+    import aiohttp
+
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(cause, TimeoutError):
+            return cause
+        cause = cause.__cause__
+    return None

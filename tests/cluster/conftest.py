@@ -32,7 +32,15 @@ def sim_job(folder: Path, url: str, rows: int, *, concurrency: int = 2, name: st
 def ray_cluster() -> Iterator[Any]:
     """A Ray cluster on 127.0.0.1 with 2 CPUs (each worker asks for one), started in this process: yields the
     ``ray`` module; the address of its control store is ``ray_cluster.get_runtime_context().gcs_address``. Its
-    processes inherit RUNNER_LEASE_TTL."""
+    processes inherit RUNNER_LEASE_TTL.
+
+    Ray of one machine, on the loopback address, for the whole session (set before Ray is imported, which reads it
+    then; the commands the tests start inherit it): RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is Ray's own switch for
+    that (its ``get_node_ip_address`` then says 127.0.0.1). Without it the cluster's address is the machine's
+    network address (newer Ray), or a process joining at 127.0.0.1:PORT is sent there (``resolve_ip_for_localhost``)
+    while Ray 2.10's control store, bound to 127.0.0.1, does not answer there."""
+    session = pytest.MonkeyPatch()
+    session.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     with pytest.MonkeyPatch.context() as patch:
@@ -44,4 +52,5 @@ def ray_cluster() -> Iterator[Any]:
         yield ray
     finally:
         ray.shutdown()
+        session.undo()
         os.environ.pop("RAY_ADDRESS", None)

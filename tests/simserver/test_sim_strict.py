@@ -27,11 +27,11 @@ def claude_sdk(srv: SimServer, version: str | None) -> anthropic.AsyncAnthropic:
     return anthropic.AsyncAnthropic(base_url=srv.root_url, api_key="k", max_retries=0, default_headers=headers)
 
 
-def gemini_sdk(srv: SimServer, version: str | None) -> genai.Client:
-    """google-genai 3.x; ``version`` None keeps the SDK's own default (v1)."""
-    options: dict[str, Any] = {"api_version": version} if version else {}
+def gemini_sdk(srv: SimServer, version: str) -> genai.Client:
+    """A google-genai client of the simulated server speaking API ``version``, always named: the SDK's own default
+    is not the same in every google-genai the floor allows (v1beta in 1.x)."""
     return genai.Client(api_key="k", http_options=genai_types.HttpOptions(
-        base_url=srv.root_url, retry_options=genai_types.HttpRetryOptions(attempts=1), **options))
+        base_url=srv.root_url, retry_options=genai_types.HttpRetryOptions(attempts=1), api_version=version))
 
 
 # -- OpenAI -------------------------------------------------------------------------------------------------
@@ -155,7 +155,7 @@ async def test_anthropic_adaptive_thinking_and_structured_outputs_where_the_mode
 
 #: (model, refused version, refused config, message, accepted version, accepted config)
 GEMINI_CASES = [
-    ("gemini-2.0-flash", None, {"system_instruction": "Be brief."},
+    ("gemini-2.0-flash", "v1", {"system_instruction": "Be brief."},
      'Invalid JSON payload received. Unknown name "systemInstruction": Cannot find field.', "v1beta", None),
     ("gemini-2.0-flash", "v1", {"response_mime_type": "application/json"},
      "Invalid JSON payload received. Unknown name \"responseMimeType\" at 'generation_config': Cannot find field.",
@@ -180,7 +180,7 @@ GEMINI_CASES = [
 
 @pytest.mark.parametrize(("model", "version", "refused", "message", "good_version", "accepted"), GEMINI_CASES,
                          ids=[f"{c[0]}-{c[1]}-{c[3][:40]}" for c in GEMINI_CASES])
-async def test_gemini_refuses_what_the_real_api_refuses(srv: SimServer, model: str, version: str | None,
+async def test_gemini_refuses_what_the_real_api_refuses(srv: SimServer, model: str, version: str,
                                                         refused: dict[str, Any], message: str, good_version: str,
                                                         accepted: dict[str, Any] | None) -> None:
     bad, good = gemini_sdk(srv, version), gemini_sdk(srv, good_version)

@@ -20,8 +20,10 @@ import pytest
 
 from runner.store import open_store
 
-#: the simple-query message psycopg sends to end a transaction ('Q', its length, the text and a NUL)
-COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
+#: the message psycopg sends to end a transaction: a simple query ('Q', its length, the text and a NUL), or in a
+#: psycopg from before its pull request 820 (May 2024; the floor, 3.1, is one) an extended-protocol Parse ('P', its
+#: length, the unnamed statement's empty name, the text, no parameter types), its Bind, Execute and Sync sent with it
+COMMITS = (b"Q\x00\x00\x00\x0bCOMMIT\x00", b"P\x00\x00\x00\x0e\x00COMMIT\x00\x00\x00")
 
 
 class CommitCutter:
@@ -64,7 +66,7 @@ class CommitCutter:
                 if client in readable:
                     if not (data := client.recv(65536)):
                         return
-                    if self.armed is not None and COMMIT in data:
+                    if self.armed is not None and any(commit in data for commit in COMMITS):
                         self._cut(data, client, server)
                         return
                     server.sendall(data)
