@@ -29,7 +29,7 @@ def claude_sdk(srv: SimServer, version: str | None) -> anthropic.AsyncAnthropic:
 
 def gemini_sdk(srv: SimServer, version: str) -> genai.Client:
     """A google-genai client of the simulated server speaking API ``version``, always named: the SDK's own default
-    is not the same in every google-genai the floor allows (v1beta in 1.x)."""
+    is not the same in every google-genai the floor allows (v1beta in 2.33, v1 in 3.x)."""
     return genai.Client(api_key="k", http_options=genai_types.HttpOptions(
         base_url=srv.root_url, retry_options=genai_types.HttpRetryOptions(attempts=1), api_version=version))
 
