@@ -90,6 +90,13 @@ class ProviderError(RunnerError):
         if error_class:
             self.error_class = error_class
 
+    @property
+    def possibly_billed(self) -> bool:
+        """Whether the provider may have made (and billed) an answer that never came back: a request that timed out
+        after it was sent. An error answer, a refused or dropped connection and an unreadable body are taken as not
+        billed (no provider we know of bills a body its client could not read)."""
+        return self.error_class == "timeout"
+
 
 class RateLimited(ProviderError):
     """The endpoint said 429. ``retry_after`` is its Retry-After in seconds when it sent one."""

@@ -27,7 +27,7 @@ from runner.engine.control import RunControl, Spawned
 from runner.engine.endpoints import Endpoints
 from runner.engine.leases import LEASE, ChunkLeases
 from runner.engine.limits import Endpoint
-from runner.engine.online import LeaseLost, Sender
+from runner.engine.online import LeaseLost, NotReserved, Sender
 from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
 from runner.engine.recorder import Recorder, memo_of
 from runner.engine.reserver import FREE, Reserver
@@ -189,12 +189,28 @@ class InFlight:
     async def _send(self, req: Task, endpoint: Endpoint, reservation: Reservation) -> None:
         future = self.on_way[req.key]
         tries = Tally()
+
+        async def reserve_again() -> bool:
+            """The attempt before timed out and may have been billed: its reservation stays spent, as possibly
+            billed, and the next attempt is reserved anew (False when its budget has no room: not sent again)."""
+            nonlocal reservation
+            self.reserver.keep_possibly_billed(req, reservation)
+            again = FREE if self.reserver.free(req.model) else await self.reserver.reserve(req)
+            if again is None:
+                return False
+            assert isinstance(again, Reservation)
+            reservation = again
+            return True
+
         try:
-            completion, latency = await self.sender.send(req, endpoint, tries)
-        except LeaseLost:  # taken over before it was sent (again): another worker does it
-            self.reserver.release(reservation)
-            self.leases.take_fence(req)
-            self.stats.counters(req.stage, req.model).elsewhere += 1
+            completion, latency = await self.sender.send(req, endpoint, tries, reserve_again)
+        except (LeaseLost, NotReserved) as exc:
+            # taken over before it was sent (again): another worker does it; or a retry's budget had no room (its
+            # earlier attempt is kept as possibly billed): a resume sends it if the budget allows
+            if isinstance(exc, LeaseLost):
+                self.reserver.release(reservation)
+                self.leases.take_fence(req)
+                self.stats.counters(req.stage, req.model).elsewhere += 1
             future.set_result(NOT_SENT)
             if self.leases.crew is not None:
                 self.leases.crew.release(req.key)
@@ -203,8 +219,13 @@ class InFlight:
             future.set_result(None)
             self.control.fail(exc)
         except ProviderError as exc:
-            # An error answer is not billed (its reservation goes back), but a refusal's answer may be.
-            self.recorder.failed(req, exc, tries.sent, reservation.ledger_id, reservation=reservation)
+            # An error answer is not billed (its reservation goes back), but a refusal's answer may be; a last
+            # attempt that timed out may have been billed too: its reservation stays, as possibly billed.
+            if tries.last_possibly_billed:
+                self.reserver.keep_possibly_billed(req, reservation)
+                self.recorder.failed(req, exc, tries.sent)
+            else:
+                self.recorder.failed(req, exc, tries.sent, reservation.ledger_id, reservation=reservation)
             future.set_result(exc)
             if isinstance(exc, QuotaExceeded):
                 self.control.fail(exc)

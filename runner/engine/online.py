@@ -5,7 +5,7 @@ tells the endpoint how it went; the retry policy (runner/engine/retry.py) decide
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from runner.engine.endpoints import Endpoints
@@ -28,6 +28,10 @@ class LeaseLost(Exception):
     """The task's chunk lease was taken over (its worker stalled past it): the request is not sent."""
 
 
+class NotReserved(Exception):
+    """A retry found no room in its budget (or lost its lease at the ledger's write): it is not sent again."""
+
+
 class Sender:
     def __init__(self, *, endpoints: Endpoints, leases: ChunkLeases, stats: RunStats, retry: RetrySettings,
                  sleep: Callable[[float], Any], prompt_cache: PromptCachePlan | NoPromptCache) -> None:
@@ -39,17 +43,25 @@ class Sender:
         self._retrying = retrying(retry, on_retry=self._count_retry, sleep=sleep)
         self.prompt_cache = prompt_cache
 
-    async def send(self, req: Task, endpoint: Endpoint, tries: Tally) -> tuple[Completion, float]:
+    async def send(self, req: Task, endpoint: Endpoint, tries: Tally,
+                   reserve_again: Callable[[], Awaitable[bool]] | None = None) -> tuple[Completion, float]:
         """(the answer, the seconds its last attempt took), the provider started first; raises the error that ended
         the last attempt (:class:`LeaseLost` when the lease went before it was sent). ``tries`` counts the attempts
-        sent."""
+        sent. An attempt that may have been billed with no answer (it timed out) is not sent again before
+        ``reserve_again()`` has kept its reservation as possibly billed and reserved the retry anew (False: no room,
+        :class:`NotReserved`)."""
         await self.endpoints.start(req.provider)
-        return await self._retrying(self._attempt, req, endpoint, tries)
+        return await self._retrying(self._attempt, req, endpoint, tries, reserve_again)
 
     def _count_retry(self, task: Task) -> None:
         self.stats.counters(task.stage, task.model).retries += 1
 
-    async def _attempt(self, req: Task, endpoint: Endpoint, tries: Tally) -> tuple[Completion, float]:
+    async def _attempt(self, req: Task, endpoint: Endpoint, tries: Tally,
+                       reserve_again: Callable[[], Awaitable[bool]] | None) -> tuple[Completion, float]:
+        if tries.last_possibly_billed and reserve_again is not None:
+            tries.last_possibly_billed = False
+            if not await reserve_again():
+                raise NotReserved(req.item)
         if endpoint.dead is not None:
             raise AuthError(f"not sent: {endpoint.dead}")
         if endpoint.counts_tokens:
@@ -75,6 +87,9 @@ class Sender:
             else:
                 completion = await provider.execute(call.model_name, call.messages, call.params)
         except ProviderError as exc:
+            if exc.possibly_billed:
+                tries.possibly_billed += 1
+                tries.last_possibly_billed = True
             if isinstance(exc, AuthError) and endpoint.dead is None:
                 endpoint.dead = exc  # before the endpoint opens: nothing else is sent with a refused key
             endpoint.answered()

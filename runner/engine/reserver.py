@@ -178,14 +178,20 @@ class Reserver:
         """(USD, tokens) the request can cost at most: its input tokens (exact, or a true upper bound where the
         provider's tokenizer is not available: ``bound_call_tokens``) and ``max_tokens``, in USD at the model's
         prices (the Batch API's for a batch line, where the model has them)."""
+        total, tokens, max_tokens = self._bound(req)
+        rates = self.pricing.batch_rates(req.model) if batch else None
+        usd = rates.worst_case(tokens, max_tokens) if rates is not None else \
+            self.pricing.worst_case(req.model, tokens, max_tokens)
+        return usd, total
+
+    @staticmethod
+    def _bound(req: Task) -> tuple[int, int, int]:
+        """(all, input, output) tokens the request can use at most."""
         max_tokens = req.call.params.get("max_tokens") or 0
         call = req.call
         tokens = bound_call_tokens(call.provider, call.model_name, call.messages, call.pairs,
                                    counted=input_tokens(req))
-        rates = self.pricing.batch_rates(req.model) if batch else None
-        usd = rates.worst_case(tokens, max_tokens) if rates is not None else \
-            self.pricing.worst_case(req.model, tokens, max_tokens)
-        return usd, tokens + max_tokens
+        return tokens + max_tokens, tokens, max_tokens
 
     def out_of_budget(self, req: Task, scope: Scope) -> None:
         """``scope`` has no room for ``req``: the run stops, or the stage or the model does."""
@@ -206,6 +212,17 @@ class Reserver:
         self.release_budgets(reservation)
         if reservation.ledger_id is not None:
             self.store.post("release", reservation.ledger_id)
+
+    def keep_possibly_billed(self, req: Task, reservation: Reservation) -> None:
+        """An attempt that may have been billed got no answer (it timed out): its worst case stays spent, in the
+        budgets and in the ledger as 'possibly_billed', as a request in flight at a kill does (ARCHITECTURE.md
+        invariant 3); a request that held no ledger row (a free model) gets one, at its worst case in tokens."""
+        if self.budgets is not None and reservation.scopes:
+            self.budgets.settle(reservation, reservation.usd, reservation.tokens)
+        usd, tokens = (reservation.usd, reservation.tokens) if reservation.tokens else (0.0, self._bound(req)[0])
+        crew = self.leases.crew
+        self.store.post("keep_possibly_billed", self.run_id, req.stage, req.model, req.key, usd, tokens,
+                        reservation.ledger_id, crew.worker if crew is not None else None)
 
     def release_budgets(self, reservation: Reservation) -> None:
         """The same in the budgets only (the writer removes its ledger row with the task it finishes)."""

@@ -29,13 +29,16 @@ from runner.spec.settings import RetrySettings
 
 
 class Tally:
-    """One request's attempts: all sent, and how many of them were answered 429."""
+    """One request's attempts: all sent, how many of them were answered 429, how many may have been billed with no
+    answer (timed out), and whether the last one may have been."""
 
-    __slots__ = ("rate_limited", "sent")
+    __slots__ = ("last_possibly_billed", "possibly_billed", "rate_limited", "sent")
 
     def __init__(self) -> None:
         self.sent = 0
         self.rate_limited = 0
+        self.possibly_billed = 0
+        self.last_possibly_billed = False
 
 
 def retryable(exc: BaseException) -> bool:

@@ -2,7 +2,7 @@
 
 Money comes from the ledger, one row per request that cost something: ``charge`` (settled to the response's
 cost), ``possibly_billed`` (in flight when a run was killed, kept at its worst case after a resume could not
-settle it) and ``reserved`` (in flight). A reservation of a run that is no longer alive is possibly billed too,
+settle it; or an attempt that timed out after it was sent) and ``reserved`` (in flight). A reservation of a run that is no longer alive is possibly billed too,
 as ``runner report`` counts it; one of a live run is only in flight and shown apart. Money saved comes from the
 tasks answered by the cache (``tasks.saved``: what the cached response cost when it was bought).
 
@@ -142,7 +142,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
     t = data["totals"]
     notes = [f"Total: ${t['charged']:,.4f} charged for {t['requests_charged']:,} requests in {t['runs']:,} runs"
              + (f", ${t['possibly_billed']:,.4f} possibly billed (the worst case of {t['possibly_billed_requests']:,} "
-                "requests in flight when a run stopped)" if t["possibly_billed_requests"] else "")
+                "requests in flight when a run stopped or timed out)" if t["possibly_billed_requests"] else "")
              + f"; ${t['saved']:,.4f} saved by {t['cache_hits']:,} cache hits"]
     if t["in_flight"]:
         notes.append(f"In flight now: ${t['in_flight']:,.4f} reserved by running runs (not counted above)")

@@ -354,8 +354,8 @@ def render(data: dict[str, Any], fmt: str) -> str:
         foot += "; " + prompt_cache_text(t)
     if t["possibly_billed"]:
         foot += (f"; possibly billed: ${t['possibly_billed']:.4f} more, the worst case of "
-                 f"{t['possibly_billed_requests']} requests in flight when the run stopped (counted as spent until "
-                 f"`runner resume {run['id']}` settles them)")
+                 f"{t['possibly_billed_requests']} requests that may have been billed with no answer: in flight when "
+                 f"the run stopped (until `runner resume {run['id']}` settles them) or timed out; counted as spent")
     notes = [CI_NOTE] if any(r.get("items") for r in data["rows"]) else []
     if fmt == "md":
         lines = [f"**{head}**", ""]

@@ -249,6 +249,12 @@ class Store(ABC):
         """Remove a reservation whose request ended unbilled."""
 
     @abstractmethod
+    def keep_possibly_billed(self, run_id: str, stage: str, model: str, key: str, usd: float, tokens: int,
+                             ledger_id: int | None, worker: str | None = None) -> None:
+        """An attempt that may have been billed got no answer (it timed out): its reservation ``ledger_id`` becomes
+        'possibly_billed'; without one, a 'possibly_billed' row of ``usd`` and ``tokens`` is written."""
+
+    @abstractmethod
     def resolve_reservations(self, run_id: str) -> tuple[int, int]:
         """After a crash: a reservation whose answer is in the memo is settled to its cost and tokens; the others
         stay charged at their worst case (USD and tokens) as 'possibly_billed'. Returns (settled, possibly

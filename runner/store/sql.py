@@ -271,6 +271,13 @@ class SQLStore(WorkerSQL):
     def release(self, ledger_id: int) -> None:
         self.execute("DELETE FROM ledger WHERE id = ? AND kind = 'reserved'", (ledger_id,))
 
+    def keep_possibly_billed(self, run_id: str, stage: str, model: str, key: str, usd: float, tokens: int,
+                             ledger_id: int | None, worker: str | None = None) -> None:
+        if ledger_id is not None:
+            self.execute(FENCED_RESERVATION_SQL, (ledger_id,))
+        else:
+            self.row(_RESERVE_SQL, (run_id, stage, model, key, "possibly_billed", usd, now(), tokens, worker))
+
     def resolve_reservations(self, run_id: str) -> tuple[int, int]:
         def body(tx: Tx) -> tuple[int, int]:
             settled = tx.execute(
