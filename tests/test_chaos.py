@@ -5,7 +5,6 @@ launcher patch in the runner's processes, devservers/launchers.py) the same seed
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
@@ -65,12 +64,6 @@ BLOCK = 5
 
 
 @pytest.mark.slow  # five seeds, each several runner processes with their faults and resumes: about a minute
-# Known open (issue 35): on a loaded machine the seeds find a request billed twice with no possibly billed row: an
-# attempt that timed out through an SDK (httpx's timer; seed 3's first requests under a 9 s stall of the machine) may
-# have been billed, and is sent again without being kept as possibly billed. Until that is kept, the 20 seeds run only
-# when asked: RUNNER_CHAOS_SEEDS=1 (or scripts/chaos.py --seeds 20).
-@pytest.mark.skipif(not os.environ.get("RUNNER_CHAOS_SEEDS"), reason="an open double-billing bug the seeds find on a "
-                    "loaded machine (issue 35); RUNNER_CHAOS_SEEDS=1 runs the 20 seeds")
 @pytest.mark.parametrize("first", range(0, CI_SEEDS, BLOCK), ids=lambda first: f"seeds-{first}-{first + BLOCK - 1}")
 def test_the_ci_seeds_break_no_guarantee(tmp_path, first):
     code, totals = _chaos(tmp_path, "--seeds", str(BLOCK), "--first", str(first))
