@@ -337,11 +337,11 @@ async def test_an_unexpected_error_sending_one_request_ends_the_run_resumable_an
 
     original, calls = online.Sender._attempt, []
 
-    async def first_fails(self: Any, req: Any, endpoint: Any, tries: Any) -> Any:
+    async def first_fails(self: Any, req: Any, endpoint: Any, tries: Any, *rest: Any) -> Any:
         calls.append(req.key)
         if len(calls) == 1:
             raise TypeError("create() got an unexpected keyword argument 'prompt_cache_key'")
-        return await original(self, req, endpoint, tries)
+        return await original(self, req, endpoint, tries, *rest)
 
     monkeypatch.setattr(online.Sender, "_attempt", first_fails)
     path = write_story_job(tmp_path, server.url, prompt_cache, stories=2, questions=3)
