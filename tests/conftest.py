@@ -68,43 +68,22 @@ def pytest_configure(config: pytest.Config) -> None:
     sleeping_openmp_threads()
 
 
-#: The slow tests that keep both cores busy (the embedded model, niced, on two threads; thousands of requests), in
-#: the order they start, longest first. Each is started beside slow tests that mostly wait (a lease running out, a
-#: stalled store, processes killed and resumed): run in their collection order, the waiting ones came first and left
-#: the cores idle for minutes, then the busy ones queued for them (a per-test CPU profile of the whole suite).
-BUSY_SLOW = ("tests/recipes/test_winodict_eval.py", "tests/recipes/test_newterm_build_local.py",
-             "tests/recipes/test_paper_jobs.py", "tests/engine/test_budget_runs.py",
-             "tests/providers/test_loglikelihood_providers.py", "tests/providers/test_local_provider.py",
-             "tests/recipes/test_knowno_judge.py", "tests/providers/test_llama_server.py",
-             "tests/providers/test_plugins.py", "tests/test_wheel.py")
-#: the waiting slow tests that take longest, first (the others follow in their order)
-LONG_WAITING = ("tests/engine/test_workers.py", "tests/test_chaos.py", "tests/engine/test_store_stall.py")
-#: after the slow tests, the test modules whose tests take longest in the fast path (``--durations``: the embedded
-#: model, thousands of random requests) run first: started last, one of them kept a test process busy after the
-#: others had finished
+#: after the slow tests (the longest), the test modules whose tests take longest in the fast path (``--durations``:
+#: the embedded model, thousands of random requests) run first: started last, one of them kept a test process busy
+#: after the others had finished
 LONGEST_FIRST = ("tests/test_quickstart.py", "tests/providers/test_token_bounds.py",
                  "tests/providers/test_loglikelihood_providers.py")
 
 
-def _rank(path: str, order: tuple[str, ...]) -> int:
-    return order.index(path) if path in order else len(order)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow tests first, one busy test to every two waiting ones, then the longest modules' tests, everything
-    else in its order (the same in every test process: pytest-xdist hands them out in this order)."""
-    slow = [item for item in items if item.get_closest_marker("slow") is not None]
-    fast = [item for item in items if item.get_closest_marker("slow") is None]
-    module = {item: item.nodeid.split("::", 1)[0] for item in items}
-    busy = sorted((item for item in slow if module[item] in BUSY_SLOW), key=lambda i: _rank(module[i], BUSY_SLOW))
-    waiting = sorted((item for item in slow if module[item] not in BUSY_SLOW),
-                     key=lambda i: _rank(module[i], LONG_WAITING))
-    mixed: list[pytest.Item] = []
-    while busy or waiting:
-        mixed += busy[:1] + waiting[:2]
-        busy, waiting = busy[1:], waiting[2:]
-    fast.sort(key=lambda item: _rank(module[item], LONGEST_FIRST))
-    items[:] = mixed + fast
+    """The slow tests first, then the longest modules' tests, everything else in its order (the same in every test
+    process)."""
+    def first(item: pytest.Item) -> tuple[bool, int]:
+        path = item.nodeid.split("::", 1)[0]
+        return (item.get_closest_marker("slow") is None,
+                LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST))
+
+    items.sort(key=first)
 
 
 @pytest.fixture(autouse=True)
