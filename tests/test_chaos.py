@@ -74,10 +74,22 @@ def test_the_ci_seeds_break_no_guarantee(tmp_path, first):
     assert sum(totals["injected"].values()) >= BLOCK // 2, totals["injected"]
 
 
+#: passes over the CI seeds that stop a worker, with fencing off, before the test gives up
+FENCING_PASSES = 3
+
+
 @pytest.mark.slow  # the CI seeds whose draw stops a worker, with fencing off, until one is caught: 15 s to a minute
 def test_fencing_switched_off_is_caught_within_the_ci_seeds(tmp_path):
-    code, totals = _chaos(tmp_path, "--seeds", str(CI_SEEDS), "--only", "stop_worker", "--break", "fencing",
-                          "--stop-at-first")
-    assert code == 1
-    caught = {name for name, seeds in totals["violations"].items() if seeds}
+    """With fencing off, a worker stopped past its lease and continued records what the worker that took its lease
+    over sends again: charged or billed twice, which the table catches. A pass can miss it when every stop lands
+    while the stopped worker has nothing in flight (then fencing has nothing to guard: seen once in a loop of
+    whole-suite runs, seed 0's worker stopped between its chunks), so up to FENCING_PASSES passes."""
+    for attempt in range(FENCING_PASSES):
+        (tmp_path / f"pass-{attempt}").mkdir()
+        code, totals = _chaos(tmp_path / f"pass-{attempt}", "--seeds", str(CI_SEEDS), "--only", "stop_worker",
+                              "--break", "fencing", "--stop-at-first")
+        caught = {name for name, seeds in totals["violations"].items() if seeds}
+        if code == 1:
+            break
+    assert code == 1, f"fencing switched off was not caught in {FENCING_PASSES} passes: {totals}"
     assert caught & {"charged_once", "billed_once"}, totals
