@@ -2,9 +2,10 @@
 
 Money comes from the ledger, one row per request that cost something: ``charge`` (settled to the response's
 cost), ``possibly_billed`` (in flight when a run was killed, kept at its worst case after a resume could not
-settle it; or an attempt that timed out after it was sent) and ``reserved`` (in flight). A reservation of a run that is no longer alive is possibly billed too,
-as ``runner report`` counts it; one of a live run is only in flight and shown apart. Money saved comes from the
-tasks answered by the cache (``tasks.saved``: what the cached response cost when it was bought).
+settle it; or an attempt that timed out after it was sent) and ``reserved`` (in flight). A reservation of a run
+that is no longer alive is possibly billed too, as ``runner report`` counts it; one of a live run is only in
+flight and shown apart. Money saved comes from the tasks answered by the cache (``tasks.saved``: what the cached
+response cost when it was bought).
 
 Days are UTC, as the store's time stamps: a ledger row's ``created``, a task's ``updated``. ``--since`` keeps the
 rows of that day and later.
