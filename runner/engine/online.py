@@ -44,7 +44,7 @@ class Sender:
         self.prompt_cache = prompt_cache
 
     async def send(self, req: Task, endpoint: Endpoint, tries: Tally,
-                   reserve_again: Callable[[], Awaitable[bool]] | None = None) -> tuple[Completion, float]:
+                   reserve_again: Callable[[], Awaitable[bool]]) -> tuple[Completion, float]:
         """(the answer, the seconds its last attempt took), the provider started first; raises the error that ended
         the last attempt (:class:`LeaseLost` when the lease went before it was sent). ``tries`` counts the attempts
         sent. An attempt that may have been billed with no answer (it timed out) is not sent again before
@@ -57,8 +57,8 @@ class Sender:
         self.stats.counters(task.stage, task.model).retries += 1
 
     async def _attempt(self, req: Task, endpoint: Endpoint, tries: Tally,
-                       reserve_again: Callable[[], Awaitable[bool]] | None) -> tuple[Completion, float]:
-        if tries.last_possibly_billed and reserve_again is not None:
+                       reserve_again: Callable[[], Awaitable[bool]]) -> tuple[Completion, float]:
+        if tries.last_possibly_billed:
             tries.last_possibly_billed = False
             if not await reserve_again():
                 raise NotReserved(req.item)
@@ -87,9 +87,7 @@ class Sender:
             else:
                 completion = await provider.execute(call.model_name, call.messages, call.params)
         except ProviderError as exc:
-            if exc.possibly_billed:
-                tries.possibly_billed += 1
-                tries.last_possibly_billed = True
+            tries.last_possibly_billed = exc.possibly_billed
             if isinstance(exc, AuthError) and endpoint.dead is None:
                 endpoint.dead = exc  # before the endpoint opens: nothing else is sent with a refused key
             endpoint.answered()

@@ -29,15 +29,14 @@ from runner.spec.settings import RetrySettings
 
 
 class Tally:
-    """One request's attempts: all sent, how many of them were answered 429, how many may have been billed with no
-    answer (timed out), and whether the last one may have been."""
+    """One request's attempts: all sent, how many of them were answered 429, and whether the last one may have been
+    billed with no answer (it timed out)."""
 
-    __slots__ = ("last_possibly_billed", "possibly_billed", "rate_limited", "sent")
+    __slots__ = ("last_possibly_billed", "rate_limited", "sent")
 
     def __init__(self) -> None:
         self.sent = 0
         self.rate_limited = 0
-        self.possibly_billed = 0
         self.last_possibly_billed = False
 
 
