@@ -23,14 +23,9 @@ MODEL = "fake:m1"
 PRICES = f"prices: {{{MODEL}: {{input: 1000.0, output: 3000.0}}}}"
 
 
-def _job(tmp_path, rows: int, extra: str = "", retry: str = ""):
+def _job(tmp_path, rows: int, extra: str = ""):
     dataset = write_rows(tmp_path / "rows.jsonl", rows)
-    path = write_job(tmp_path / "job.yaml", dataset, models=[MODEL], extra="\n".join(x for x in (extra, retry) if x))
-    if retry:  # the job's own retry line, instead of the helper's
-        text = path.read_text().splitlines()
-        first = next(i for i, line in enumerate(text) if line.startswith("retry:"))
-        path.write_text("\n".join(line for i, line in enumerate(text) if i != first) + "\n")
-    return load_job(path)
+    return load_job(write_job(tmp_path / "job.yaml", dataset, models=[MODEL], extra=extra))
 
 
 def _worst(job, tmp_path) -> tuple[float, int]:
@@ -95,7 +90,8 @@ async def test_a_retry_with_no_room_left_in_the_budget_is_not_sent(tmp_path, fak
 
 
 async def test_a_last_attempt_that_timed_out_fails_the_task_and_keeps_its_reservation(tmp_path, fake_provider):
-    job = _job(tmp_path, 1, PRICES, retry="retry: {max_attempts: 1, backoff_initial: 0.01, backoff_max: 0.05}")
+    job = _job(tmp_path, 1, PRICES)
+    job.retry.max_attempts = 1
     usd, _ = _worst(job, tmp_path)
     fake_provider.behaviour = _timeout_on(1)
     store = open_store(tmp_path / "s.sqlite")
