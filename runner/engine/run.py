@@ -133,6 +133,9 @@ class _Session:
         self.interrupts = 0
         self.status: str = "failed"
         self.message: str | None = None
+        #: the run failed because tasks left to other workers were not answered (:meth:`left_unanswered`): a
+        #: joining worker that is the run's last records that too
+        self.incomplete = False
         #: an error of the store or of the files that ended the run (said once everything queued is committed)
         self.cause: BaseException | None = None
 
@@ -179,6 +182,8 @@ class _Session:
             dispatcher = await self.start()
             await self.dispatch_stages(dispatcher)
             self.status, self.message = self.verdict(dispatcher)
+            if self.status == "completed" and (missing := await self.left_unanswered()) is not None:
+                self.status, self.message, self.incomplete = "failed", missing, True
         except RunnerError as exc:
             self.status, self.message = "failed", str(exc)
             raise
@@ -284,6 +289,23 @@ class _Session:
                        "planning each request (--replan plans them)")
         return True
 
+    async def left_unanswered(self) -> str | None:
+        """A run whose tasks were shared with other workers is completed only when the store has every one of them:
+        this process left the others' leases to them, and a lease marked done with a task not written would
+        otherwise end the run "completed" with that task missing. Then the run fails, resumable: why, or None."""
+        stats = self.stats
+        for plan in self.plans:
+            name = plan.stage.name
+            counters = [c for (stage, _), c in stats.by_key.items() if stage == name]
+            if not any(c.elsewhere for c in counters) or any(c.over_budget for c in counters):
+                continue
+            done, failed = await self.calls.stage_progress(self.run_id, name)
+            missing = plan.total() - done - failed
+            if missing > 0:
+                return (f"stage {name}: {missing} of its {plan.total()} tasks were left to other workers and none "
+                        f"of them answered them; `runner resume {self.run_id}` sends them")
+        return None
+
     def verdict(self, dispatcher: Dispatcher) -> tuple[str, str | None]:
         """The status and message of a run whose stages were all dispatched (or stopped)."""
         run_id, stats = self.run_id, self.stats
@@ -358,7 +380,7 @@ class _Session:
         stopped = stop_error(self.job, store, run_id, self.writer, self.results, cause)
         if stopped is not None:
             self.status, self.message = "failed", str(stopped)
-        if not self.join or (last and self.status == "completed"):
+        if not self.join or (last and (self.status == "completed" or self.incomplete)):
             try:
                 await self.calls.set_run(run_id, status=self.status, message=self.message, finished=now(), pid=None)
             except Exception as exc:  # the run shows as crashed in `runner runs`, and resumes as such

@@ -187,13 +187,16 @@ class Crew:
             self.note(f"a heartbeat came {gap:.1f} s after the previous one, for a lease of {self.ttl:g} s: this "
                       f"worker's leases now last {widened:g} s")
             self.ttl = widened
+        # The heartbeat answers with the leases the store had for this worker as it ran, on its own thread: a lease
+        # taken (or finished) meanwhile is not in that answer, and is not judged by it.
+        asked = dict(self.leases)
         held = await self.beats.heartbeat(self.worker, self.ttl)
         if held is None:
             await self._declared_dead(gap)
             return
         self.last_beat = started
         mine = {(stage, chunk): token for stage, chunk, token in held}
-        lost = [lease for lease, token in self.leases.items() if mine.get(lease) != token]
+        lost = [lease for lease, token in asked.items() if mine.get(lease) != token and self.leases.get(lease) == token]
         if lost:
             for lease in lost:
                 del self.leases[lease]

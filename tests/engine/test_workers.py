@@ -433,3 +433,32 @@ def test_a_sqlite_store_locked_past_the_wait_ends_the_run_in_one_sentence_and_re
     assert len(completed) == 600
     twice = sum(n - 1 for n in completed.values())
     assert twice <= len(possibly), (twice, len(possibly))
+
+
+@pytest.mark.parametrize("sim_server", [0.0], indirect=True)
+def test_a_lease_marked_done_with_its_tasks_missing_does_not_end_the_run_completed(tmp_path, sim_server, db):
+    """The last check of a shared run: a lease another worker marked done though its tasks were never written (the
+    lease race fixed in runner/engine/workers.py; tests/engine/test_crew_heartbeat.py) ends the run failed and
+    resumable, never "completed" with 64 tasks missing."""
+    job = _job(tmp_path, sim_server, rows=100)
+    from runner.spec.job import load_job
+
+    loaded = load_job(job)
+    store = open_store(db)
+    run_id = store.create_run(loaded.name, str(job), loaded.model_dump_json(), loaded.fingerprint(), 100)
+    store.join_run(run_id, "ghost", "elsewhere", 1, 30)
+    store.lease_chunks(run_id, "mc", [0], "ghost", 30)
+    store.finish_chunks(run_id, "mc", "ghost")  # done, and not one of its 64 tasks written
+    store.leave_run("ghost")
+    store.close()
+    proc = subprocess.run(runner_cmd("work", run_id, "--db", db), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert f"stage mc: 64 of its 100 tasks were left to other workers and none of them answered them; `runner " \
+           f"resume {run_id}` sends them" in proc.stderr + proc.stdout
+    store = open_store(db)
+    try:
+        assert len(store.tasks(run_id, status="done")) == 36
+        assert store.get_run(run_id)["status"] == "failed"
+    finally:
+        store.close()
