@@ -55,6 +55,9 @@ def _compiled_once() -> None:
 
 
 _compiled_once()
+# One llama.cpp thread per embedded model in the suite: its test processes keep both cores busy, and two threads
+# spend about a third more CPU for the same answers (bench/RESULTS.md). Inherited by the workers and what they start.
+os.environ.setdefault("RUNNER_LOCAL_THREADS", "1")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -330,7 +333,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
         sys.executable, "-c", LLAMA_LAUNCHER,
         "--model", str(locate_gguf()), "--model_alias", "smollm2",
         "--host", "127.0.0.1", "--port", str(port),
-        "--n_threads", "2", "--n_threads_batch", "2", "--n_ctx", "2048", "--verbose", "False",
+        "--n_threads", "1", "--n_threads_batch", "1", "--n_ctx", "2048", "--verbose", "False",
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # access-log lines reach the file as they happen
     with open(log, "wb") as sink:

@@ -54,7 +54,11 @@ if TYPE_CHECKING:
 
     from runner.spec.schema import Job
 
+#: llama.cpp's threads per model when neither the job (``providers: {local: {n_threads: N}}``) nor
+#: RUNNER_LOCAL_THREADS says: two are about 8 % faster than one on this project's 2-core machine, for about a third
+#: more CPU (bench/RESULTS.md); one is the better choice where the cores are busy anyway (the test suite)
 N_THREADS = 2
+THREADS_ENV = "RUNNER_LOCAL_THREADS"
 #: the worker thread's niceness (Linux: per thread, inherited by the threads it starts)
 WORKER_NICE = 10
 
@@ -84,6 +88,18 @@ def local_model(name: str, job: Job) -> LocalModel:
     return LocalModel(str(found), weights_id(found))
 
 
+def default_threads() -> int:
+    """RUNNER_LOCAL_THREADS's count of llama.cpp threads, else :data:`N_THREADS`; anything but a positive whole
+    number is refused."""
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if not value:
+        return N_THREADS
+    if not value.isdigit() or not 0 < int(value) <= 256:
+        raise ModelSetupError(f"{THREADS_ENV}={value!r} is not a number of threads from 1 to 256 (unset, the "
+                              f"embedded model uses {N_THREADS})")
+    return int(value)
+
+
 @register
 class LocalProvider(Provider):
     name: ClassVar[str] = "local"
@@ -99,6 +115,9 @@ class LocalProvider(Provider):
         model_path: str | None = None
         #: the context window, in tokens
         n_ctx: int = Field(default=2048, gt=0)
+        #: llama.cpp's compute threads (default: RUNNER_LOCAL_THREADS, else :data:`N_THREADS`); the answers do not
+        #: depend on it
+        n_threads: int | None = Field(default=None, gt=0, le=256)
 
     def __init__(self, settings: Any, endpoints: Any = None, *, reuse_prefix: bool = True) -> None:
         super().__init__(settings)
@@ -180,8 +199,9 @@ class LocalProvider(Provider):
         model_class = reusing_llama(Llama) if self.reuse_prefix else Llama
         try:
             with without_extra_buffers():
-                return model_class(model_path=str(path), n_ctx=self.options.n_ctx, n_threads=N_THREADS,
-                                   n_threads_batch=N_THREADS, seed=0, verbose=False)
+                threads = self.options.n_threads or default_threads()
+                return model_class(model_path=str(path), n_ctx=self.options.n_ctx, n_threads=threads,
+                                   n_threads_batch=threads, seed=0, verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise ModelSetupError(f"the local model {path} could not be loaded ({exc})") from exc
 

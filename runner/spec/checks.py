@@ -287,6 +287,12 @@ def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known:
     if provider == "local" and job is not None:  # an alias of the embedded model, or a GGUF file that exists
         if problem := name_problem(name, job):
             fail(path, lines, loc, problem)
+        from runner.providers.local import default_threads  # (imported by local jobs only)
+
+        try:
+            default_threads()  # RUNNER_LOCAL_THREADS, refused before anything is sent
+        except ModelSetupError as exc:
+            fail(path, lines, loc, str(exc))
 
 
 def _takes_api_version(provider: str) -> bool:

@@ -282,3 +282,29 @@ def test_the_models_threads_sleep_while_they_wait_unless_the_environment_says_ot
              "with without_extra_buffers():\n    import llama_cpp\nprint(os.environ.get('OMP_WAIT_POLICY'))\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "PASSIVE", done.stderr
+
+
+async def test_the_answer_is_the_same_bit_for_bit_with_one_thread_or_two():
+    """llama.cpp splits each product's rows between its threads, so the thread count (RUNNER_LOCAL_THREADS, or the
+    job's ``providers: {local: {n_threads: N}}``) changes the time an answer takes, never its logits."""
+    found = []
+    for threads in (1, 2):
+        probe = Probe(reuse_prefix=False)
+        probe.provider = LocalProvider(ProviderSettings(n_threads=threads), reuse_prefix=False)
+        async with probe:
+            assert probe.llm.context_params.n_threads == threads
+            found.append(await probe.ask(TARGET))
+    assert found[0] == found[1]
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1", "1.5", "257"])
+def test_a_thread_count_that_is_no_count_is_refused_naming_the_variable(monkeypatch, value):
+    from runner.providers.local import THREADS_ENV, default_threads
+
+    monkeypatch.setenv(THREADS_ENV, value)
+    with pytest.raises(ModelSetupError, match=f"^RUNNER_LOCAL_THREADS='{value}' is not a number of threads from 1"):
+        default_threads()
+    monkeypatch.setenv(THREADS_ENV, "3")
+    assert default_threads() == 3
+    monkeypatch.delenv(THREADS_ENV)
+    assert default_threads() == 2
