@@ -6,10 +6,11 @@ how llama-cpp-python is driven (prompt prefixes reused bit for bit, log-likeliho
 ``runner/providers/local_llama.py``. This module is the provider itself.
 
 Generation is CPU-bound, so it runs in the provider's own worker thread, one request at a time in its queue (the
-model is not thread-safe), with ``n_threads=2``. On Linux that thread runs at a lower priority (``WORKER_NICE``), and
-so do llama.cpp's compute threads, which it starts: when API models share the job, the event loop sending and
-recording their requests gets a core as soon as it needs one, and the embedded model has the cores the rest of the
-time. Temperature 0 is greedy decoding: deterministic on one machine.
+model is not thread-safe), with two llama.cpp threads unless the job or RUNNER_LOCAL_THREADS says. On Linux that
+thread runs at a lower priority (``WORKER_NICE``), and so do llama.cpp's compute threads, which it starts: when API
+models share the job, the event loop sending and recording their requests gets a core as soon as it needs one, and
+the embedded model has the cores the rest of the time. Temperature 0 is greedy decoding: deterministic on one
+machine.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from .local_weights import (
     CANONICAL_ID,
     LocalModel,
     alias_id,
+    default_threads,
     gguf_file,
     is_gguf_name,
     locate_gguf,
@@ -54,11 +56,6 @@ if TYPE_CHECKING:
 
     from runner.spec.schema import Job
 
-#: llama.cpp's threads per model when neither the job (``providers: {local: {n_threads: N}}``) nor
-#: RUNNER_LOCAL_THREADS says: two are about 8 % faster than one on this project's 2-core machine, for about a third
-#: more CPU (bench/RESULTS.md); one is the better choice where the cores are busy anyway (the test suite)
-N_THREADS = 2
-THREADS_ENV = "RUNNER_LOCAL_THREADS"
 #: the worker thread's niceness (Linux: per thread, inherited by the threads it starts)
 WORKER_NICE = 10
 
@@ -88,18 +85,6 @@ def local_model(name: str, job: Job) -> LocalModel:
     return LocalModel(str(found), weights_id(found))
 
 
-def default_threads() -> int:
-    """RUNNER_LOCAL_THREADS's count of llama.cpp threads, else :data:`N_THREADS`; anything but a positive whole
-    number is refused."""
-    value = os.environ.get(THREADS_ENV, "").strip()
-    if not value:
-        return N_THREADS
-    if not value.isdigit() or not 0 < int(value) <= 256:
-        raise ModelSetupError(f"{THREADS_ENV}={value!r} is not a number of threads from 1 to 256 (unset, the "
-                              f"embedded model uses {N_THREADS})")
-    return int(value)
-
-
 @register
 class LocalProvider(Provider):
     name: ClassVar[str] = "local"
@@ -115,8 +100,8 @@ class LocalProvider(Provider):
         model_path: str | None = None
         #: the context window, in tokens
         n_ctx: int = Field(default=2048, gt=0)
-        #: llama.cpp's compute threads (default: RUNNER_LOCAL_THREADS, else :data:`N_THREADS`); the answers do not
-        #: depend on it
+        #: llama.cpp's compute threads (default: RUNNER_LOCAL_THREADS, else ``local_weights.N_THREADS``); the
+        #: answers do not depend on it
         n_threads: int | None = Field(default=None, gt=0, le=256)
 
     def __init__(self, settings: Any, endpoints: Any = None, *, reuse_prefix: bool = True) -> None:

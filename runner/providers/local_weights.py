@@ -17,6 +17,9 @@ is ``SmolLM2-135M-Instruct-Q4_1`` (the id caches always had) wherever it lies an
 file ``gguf:sha256:<its SHA-256>``. So a renamed copy of a file gets the first one's answers from the cache, and
 other weights behind the same name never do. A file is read for its hash once per (path, size, modification time):
 the digest is remembered in the process and in ``gguf-sha256.json`` in the cache folder.
+
+And how many llama.cpp threads run them (:func:`default_threads`), which changes how long an answer takes, not the
+answer: a setting ``runner validate`` checks with the names.
 """
 
 from __future__ import annotations
@@ -240,3 +243,22 @@ def _record_digest(key: tuple[str, int, int], digest: str) -> None:
         if partial is not None:
             with contextlib.suppress(OSError):
                 os.unlink(partial)
+
+
+#: llama.cpp's threads per model when neither the job (``providers: {local: {n_threads: N}}``) nor
+#: RUNNER_LOCAL_THREADS says: two are about 8 % faster than one on this project's 2-core machine, for about a third
+#: more CPU (bench/RESULTS.md); one is the better choice where the cores are busy anyway (the test suite)
+N_THREADS = 2
+THREADS_ENV = "RUNNER_LOCAL_THREADS"
+
+
+def default_threads() -> int:
+    """RUNNER_LOCAL_THREADS's count of llama.cpp threads, else :data:`N_THREADS`; anything but a positive whole
+    number is refused."""
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if not value:
+        return N_THREADS
+    if not value.isdigit() or not 0 < int(value) <= 256:
+        raise ModelSetupError(f"{THREADS_ENV}={value!r} is not a number of threads from 1 to 256 (unset, the "
+                              f"embedded model uses {N_THREADS})")
+    return int(value)

@@ -22,7 +22,7 @@ from runner.providers.capabilities import (
     TABLE_VERSION,
     catalogue_version,
 )
-from runner.providers.local_weights import name_problem
+from runner.providers.local_weights import default_threads, name_problem
 from runner.recipes import get_parser, get_step, parser_names, step_names
 from runner.spec.fields import MAX_VARIANTS
 from runner.spec.files import not_a_file, resolve_file
@@ -287,8 +287,6 @@ def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known:
     if provider == "local" and job is not None:  # an alias of the embedded model, or a GGUF file that exists
         if problem := name_problem(name, job):
             fail(path, lines, loc, problem)
-        from runner.providers.local import default_threads  # (imported by local jobs only)
-
         try:
             default_threads()  # RUNNER_LOCAL_THREADS, refused before anything is sent
         except ModelSetupError as exc:

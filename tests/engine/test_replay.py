@@ -141,8 +141,12 @@ async def test_a_stage_with_failed_requests_is_not_replayed(tmp_path):
         assert store.replayable(stage_address(job, job.stages[0], _plan(job))) is None
         received = srv.stats()["received"]
         second = await execute(job, store)  # planned again: the failed ones are sent, the others are hits
-        assert srv.stats()["received"] - received >= failed
-    assert report.build(store, second.run_id)["totals"]["cache_hits"] == 24 - failed
+        # two tasks whose shuffles coincide are one request (sent once, failed together): count requests, not tasks
+        failed_requests = {t["key"] for t in store.tasks(first.run_id) if t["status"] != "done"}
+        assert srv.stats()["received"] - received >= len(failed_requests)
+    # the answered ones are hits, and so is a task whose twin was sent again and answered this time
+    hits = report.build(store, second.run_id)["totals"]["cache_hits"]
+    assert 24 - failed <= hits <= 24 - len(failed_requests)
 
 
 async def test_a_replay_needs_the_earlier_tasks_still_there(tmp_path):

@@ -299,7 +299,7 @@ async def test_the_answer_is_the_same_bit_for_bit_with_one_thread_or_two():
 
 @pytest.mark.parametrize("value", ["0", "two", "-1", "1.5", "257"])
 def test_a_thread_count_that_is_no_count_is_refused_naming_the_variable(monkeypatch, value):
-    from runner.providers.local import THREADS_ENV, default_threads
+    from runner.providers.local_weights import THREADS_ENV, default_threads
 
     monkeypatch.setenv(THREADS_ENV, value)
     with pytest.raises(ModelSetupError, match=f"^RUNNER_LOCAL_THREADS='{value}' is not a number of threads from 1"):
@@ -308,3 +308,13 @@ def test_a_thread_count_that_is_no_count_is_refused_naming_the_variable(monkeypa
     assert default_threads() == 3
     monkeypatch.delenv(THREADS_ENV)
     assert default_threads() == 2
+
+
+def test_validate_refuses_a_bad_thread_count_in_one_sentence_before_anything_runs(monkeypatch, capsys):
+    from tests.helpers import ROOT, run_cli
+
+    monkeypatch.setenv("RUNNER_LOCAL_THREADS", "many")
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(ROOT / "jobs" / "quickstart.yaml"))
+    assert code == 2, err
+    assert err.count("\n") == 1 and "quickstart.yaml" in err
+    assert "RUNNER_LOCAL_THREADS='many' is not a number of threads from 1 to 256" in err
