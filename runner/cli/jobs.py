@@ -1,5 +1,6 @@
 """The commands that read a job file before a run: ``runner check`` (each endpoint probed), ``runner estimate``
-(the cost, runner/report/estimate.py) and ``runner validate`` (the file and its datasets' rows)."""
+(the cost, runner/report/estimate.py, and with --detect or --halfwidth the items a comparison needs,
+runner/report/sizing.py) and ``runner validate`` (the file and its datasets' rows)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from runner.cli.common import (
     say,
     var_values,
 )
+from runner.errors import RunnerError
 from runner.report import estimate as estimates
+from runner.report import sizing as sizes
+from runner.report.tables import json_text
 from runner.spec.problems import JobFileProblems
 
 __all__ = ["check", "estimate", "register", "validate"]
@@ -60,14 +64,40 @@ def estimate(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
     limit: LimitOption = None,
     var: VarOption = None,
+    detect: Annotated[float | None, typer.Option(
+        help="Also say how many items it takes to detect this difference of accuracy between each pair of a "
+             "stage's models (0.02: two points), and their cost.")] = None,
+    halfwidth: Annotated[float | None, typer.Option(
+        help="Also say how many items it takes to know each model's accuracy to within this (0.02: two points).")
+    ] = None,
+    power: Annotated[float, typer.Option(help="The power --detect asks for.")] = 0.8,
+    alpha: Annotated[float, typer.Option(help="The two-sided level of --detect and --halfwidth.")] = 0.05,
+    pilot: Annotated[str | None, typer.Option(
+        help="A run of this job whose scores give the spread --detect and --halfwidth assume (else stated "
+             "defaults).")] = None,
 ) -> None:
     """Before a run, per stage and model: requests, cache hits, input tokens, output tokens (max and expected from
-    history), and the cost range of what is left to send (and at Batch API prices). Needs no API key."""
+    history), and the cost range of what is left to send (and at Batch API prices). Needs no API key. With
+    --detect or --halfwidth, also how many items the comparison or the accuracy needs, and what they cost."""
     check_format(fmt, estimates.FORMATS)
+    sizing_asked = detect is not None or halfwidth is not None
+    if sizing_asked:
+        sizes.check_settings(detect=detect, halfwidth=halfwidth, alpha=alpha, power_=power)
+        if fmt == "csv":
+            raise RunnerError("--detect and --halfwidth print text, json or md, not csv")
     job = load_job(job_file, var)
     if limit is not None:
         job.limit = service.check_limit(limit)
-    text = estimates.render(estimates.estimate(job, open_db(db)), fmt)
+    store = open_db(db)
+    found = estimates.estimate(job, store)
+    text = estimates.render(found, fmt)
+    if sizing_asked:
+        sized = sizes.sizing(job, found, store, detect=detect, halfwidth=halfwidth, alpha=alpha, power_=power,
+                             pilot=pilot)
+        if fmt == "json":
+            text = json_text({"estimate": found.as_dict(), "sizing": sized.as_dict()})
+        else:
+            text += "\n" + sizes.render(sized, fmt)
     emit(text, output, fmt)
 
 
