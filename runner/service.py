@@ -132,8 +132,9 @@ def validate_job_file(path: str | os.PathLike[str], vars: Mapping[str, str] | No
     located, bundled = locate_job(path)
     examined = examine_job(located, dict(vars or {}))
     problems = list(examined.problems)
-    for dataset, choices, limit in examined.readable_datasets():
-        problems += [p for p in dataset_problems(dataset, choices, limit) if p not in problems]  # a file read twice
+    for dataset, choices, limit, cluster in examined.readable_datasets():
+        found = dataset_problems(dataset, choices, limit, cluster=cluster)
+        problems += [p for p in found if p not in problems]  # a file read twice
     job = examined.job if not problems else None
     return Validation(problems, job, dataset_warnings(job) if job is not None else [],
                       located if bundled else None)

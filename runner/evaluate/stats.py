@@ -68,11 +68,17 @@ class Estimate:
     se: float | None
     low: float | None
     high: float | None
-    #: how the interval was made: "normal", "wilson", or None (no interval)
+    #: how the interval was made: "normal", "wilson", "cluster-t" (runner/evaluate/clusters.py), or None
     ci_method: str | None
+    #: with a stage's clusters: how many, and the design effect (the variance over the items' own)
+    clusters: int | None = None
+    design_effect: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        found = asdict(self)
+        if self.clusters is None:  # an estimate without clusters reads as it always did
+            del found["clusters"], found["design_effect"]
+        return found
 
 
 def _binary(values: Iterable[float]) -> bool:

@@ -179,13 +179,14 @@ def gold_index(where: str, line_no: int, row: dict[str, Any], choices: Choices, 
 
 def check_datasets(job: Job) -> None:
     """Read every dataset a stage reads, streamed, for what only its rows can say: rows readable in their format,
-    ids unique (with ``dataset.id``), each multiple-choice row's options present and its gold one of them. Raises
+    ids unique (with ``dataset.id``), each multiple-choice row's options present and its gold one of them, the
+    ``cluster:`` field in every row. Raises
     RunnerError naming the file and line of the first problem; a run finds the same while it plans."""
     for stage in job.stages:
         if stage.dataset is None:
             continue
         problems = dataset_problems(stage.dataset, stage.choices if stage.is_llm else None, job.stage_limit(stage),
-                                    most=1)
+                                    most=1, cluster=stage.cluster)
         if problems:
             raise RunnerError(problems[0])
 
@@ -195,15 +196,20 @@ MOST_ROW_PROBLEMS = 20
 
 
 def dataset_problems(dataset: Dataset, choices: Choices | None, limit: int | None,
-                     most: int = MOST_ROW_PROBLEMS) -> list[str]:
+                     most: int = MOST_ROW_PROBLEMS, cluster: str | None = None) -> list[str]:
     """Each problem of a dataset's rows (``file:line: what``; the first ``limit`` rows): a row with options or a
     gold that is not one of them is said and the reading goes on, while a row that cannot be read or an id used
-    twice ends it. At most ``most`` problems, then a sentence saying the reading stopped there."""
+    twice ends it. At most ``most`` problems, then a sentence saying the reading stopped there. With ``cluster``
+    (the stage's ``cluster:`` field), the first row without it is said too."""
     problems: list[str] = []
     stopped = False
     try:
         shared = _options_file(choices.options_file) if choices is not None and choices.options_file else None
         for line_no, _, row in _rows(dataset, limit):
+            if cluster is not None and row.get(cluster) in (None, ""):
+                problems.append(f"{dataset.path}:{line_no}: the row has no {cluster!r} field, which the stage's "
+                                f"cluster: names (every row needs one: the items it groups answer alike)")
+                cluster = None  # the first such row is said, not every one
             if choices is None:
                 continue
             try:
@@ -236,6 +242,8 @@ class StagePlan:
         self.only = only
         #: recipe parsers read the row an answer belongs to
         self.keep_row = stage.parse_recipe or stage.parse_plugin
+        #: the row fields each result line carries (record: and cluster:)
+        self.recorded = stage.recorded_fields
         if stage.parse_plugin or stage.scorer is not None:  # one's own parser or scorer, from the job's folder
             from runner.evaluate.plugins import load_stage_plugins
 
@@ -348,7 +356,7 @@ class StagePlan:
                     f"{self.where}:{line_no}: prompt {self.prompt.name!r} of stage "
                     f"{self.stage.name!r} cannot be rendered: {exc}"
                 ) from None
-            recorded = {name: row.get(name) for name in self.stage.record} if self.stage.record else None
+            recorded = {name: row.get(name) for name in self.recorded} if self.recorded else None
             # a recipe parser sees what the template saw: the row and the variant's values (a split, a relation)
             parser_row = {**row, **{k: v for k, v in variant.items() if k != "round"}} if self.keep_row else row
             for model in self.models:

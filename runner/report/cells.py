@@ -47,7 +47,18 @@ def ci_text(figures: dict[str, Any] | None) -> str:
 
 
 def items_text(figures: dict[str, Any] | None) -> str:
-    return str(figures["n"]) if figures else "-"
+    """Items, and with a stage's clusters how many and their design effect."""
+    if not figures:
+        return "-"
+    if figures.get("clusters") is None:
+        return str(figures["n"])
+    return f"{figures['n']} in {clusters_text(figures)}"
+
+
+def clusters_text(figures: dict[str, Any]) -> str:
+    """``K clusters, design effect D`` of a cluster-robust estimate."""
+    design = figures.get("design_effect")
+    return f"{figures['clusters']} clusters" + (f", design effect {design:.2f}" if design is not None else "")
 
 
 def item_cells(row: dict[str, Any]) -> list[str]:

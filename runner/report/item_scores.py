@@ -7,16 +7,19 @@ item's recorded fields), so a report's memory does not grow with the run."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from runner.errors import RunnerError
+from runner.evaluate.clusters import clustered_mean
 from runner.evaluate.stats import Estimate, ItemScores, mean_interval
 from runner.store import Store
 
 #: recorded fields with at most this many distinct values are broken down by default
 MAX_BREAKDOWN_VALUES = 50
+#: the cluster of an item whose result line lacks the cluster field (a row without it is refused by validate)
+MISSING = "(none)"
 #: how the SE and interval are made, in the JSON report
 CI_METHOD = {
     "unit": "item (a stage's row id): its scores over seeds, samples and variants averaged first",
@@ -25,6 +28,9 @@ CI_METHOD = {
     "clipped": "to [0, 1] when every item mean is in that range",
     "degenerate": "SE 0 or one item: a Wilson score interval when item scores are 0 or 1 (ci_method wilson), "
                   "else none (ci_method null)",
+    "clustered": "with a stage's cluster: field, ci_method cluster-t: the cluster-robust SE of the item means (CR1, "
+                 "G/(G-1)) and a Student's t interval on clusters - 1 degrees of freedom; clusters and design_effect "
+                 "(that variance over the items' own) beside it",
 }
 
 
@@ -68,10 +74,22 @@ def value_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def item_estimate(means: Iterable[float]) -> Estimate:
-    """Mean, SE and 95% interval of item means; the interval clipped to [0, 1] when every mean is in it."""
-    values = list(means)
-    return mean_interval(values, clip=(0.0, 1.0) if all(0.0 <= v <= 1.0 for v in values) else None)
+def item_estimate(means: Iterable[float] | Mapping[str, float], cluster_of: Mapping[str, str] | None = None
+                  ) -> Estimate:
+    """Mean, SE and 95% interval of item means; the interval clipped to [0, 1] when every mean is in it. With
+    ``cluster_of`` (item → its cluster: the stage's ``cluster:`` field) and ``means`` by item, the SE and interval
+    are cluster-robust (Student's t over the clusters), where two clusters or more give one."""
+    values = list(means.values()) if isinstance(means, Mapping) else list(means)
+    clip = (0.0, 1.0) if all(0.0 <= v <= 1.0 for v in values) else None
+    if cluster_of is not None and isinstance(means, Mapping):
+        found = clustered_mean(means, {item: cluster_of.get(item, MISSING) for item in means})
+        if found.se and found.low is not None and found.high is not None:
+            low, high = found.low, found.high
+            if clip is not None:
+                low, high = max(clip[0], low), min(clip[1], high)
+            return Estimate(found.n, found.mean, found.se, low, high, "cluster-t", found.clusters,
+                            found.design_effect)
+    return mean_interval(values, clip=clip)
 
 
 def _value_order(value: str) -> tuple[int, float, str]:
@@ -82,12 +100,28 @@ def _value_order(value: str) -> tuple[int, float, str]:
         return 1, 0.0, value
 
 
+def stage_clusters(store: Store, run_id: str) -> dict[str, str]:
+    """The ``cluster:`` field of each stage of the run that has one (from the job the run ran)."""
+    job = json.loads(store.get_run(run_id)["job_json"])
+    return {stage["name"]: stage["cluster"] for stage in job.get("stages") or [] if stage.get("cluster")}
+
+
+def cluster_map(items: StageItems, field_name: str | None) -> dict[str, str] | None:
+    """Item → its cluster (the value of ``field_name`` its result lines carry), or None without a field."""
+    if field_name is None:
+        return None
+    return {item: values.get(field_name, MISSING) for item, values in items.fields.items()}
+
+
 def add_item_figures(store: Store, run_id: str, rows: list[dict[str, Any]], by: str | None) -> None:
-    """Each row's SE and interval over items (``items``), per value of the recorded fields broken down
-    (``by_field``), and the fields left out for their many values (``fields_left_out``). One stage at a time."""
+    """Each row's SE and interval over items (``items``; cluster-robust in a stage with ``cluster:``), per value
+    of the recorded fields broken down (``by_field``), and the fields left out for their many values
+    (``fields_left_out``). One stage at a time."""
     recorded: set[str] = set()
+    clusters = stage_clusters(store, run_id)
     for stage in dict.fromkeys(r["stage"] for r in rows):
         items = stage_items(store, run_id, stage)
+        cluster_of = cluster_map(items, clusters.get(stage))
         names = items.field_names()
         recorded.update(names)
         counts = {name: items.distinct(name) for name in names}
@@ -101,13 +135,13 @@ def add_item_figures(store: Store, run_id: str, rows: list[dict[str, Any]], by: 
                 continue
             scores = items.scores.get(row["model"])
             means = scores.means() if scores is not None else {}
-            row["items"] = item_estimate(means.values()).as_dict() if means else None
+            row["items"] = item_estimate(means, cluster_of).as_dict() if means else None
             row["by_field"] = {}
             for name in shown:
-                groups: dict[str, list[float]] = {}
+                groups: dict[str, dict[str, float]] = {}
                 for item, mean in means.items():
-                    groups.setdefault(items.fields.get(item, {}).get(name, "(none)"), []).append(mean)
-                row["by_field"][name] = {value: item_estimate(groups[value]).as_dict()
+                    groups.setdefault(items.fields.get(item, {}).get(name, "(none)"), {})[item] = mean
+                row["by_field"][name] = {value: item_estimate(groups[value], cluster_of).as_dict()
                                          for value in sorted(groups, key=_value_order)}
             row["fields_left_out"] = left_out
     if by is not None and by not in recorded:

@@ -29,6 +29,7 @@ from runner.report.cells import (
     batch_lines,
     breakdown_tables,
     ci_text,
+    clusters_text,
     details_lines,
     errors_text,
     item_cells,
@@ -54,7 +55,7 @@ COLUMNS = (
     "possibly_billed", "errors", "refused", "latency_p50",
     "latency_p95", "scored", "invalid", "accuracy",
     "accuracy_by_seed", "accuracy_mean", "accuracy_std",
-    "items", "item_accuracy", "item_se", "ci_low", "ci_high", "ci_method",
+    "items", "item_accuracy", "item_se", "ci_low", "ci_high", "ci_method", "clusters", "design_effect",
 )
 #: the CSV's columns of a breakdown row (one per stage, model, recorded field and value)
 BREAKDOWN_COLUMNS = ("by_field", "by_value")
@@ -260,7 +261,8 @@ def _item_columns(figures: dict[str, Any] | None) -> dict[str, Any]:
     if not figures:
         return {"items": 0}
     return {"items": figures["n"], "item_accuracy": figures["mean"], "item_se": figures["se"],
-            "ci_low": figures["low"], "ci_high": figures["high"], "ci_method": figures["ci_method"]}
+            "ci_low": figures["low"], "ci_high": figures["high"], "ci_method": figures["ci_method"],
+            "clusters": figures.get("clusters"), "design_effect": figures.get("design_effect")}
 
 
 def breakdown_rows(data: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -398,6 +400,7 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
             refused = f", refused {r['refused']} (not scored)" if r["refused"] else ""
             figures = r.get("items")
             interval = (f", 95% CI {ci_text(figures)} over {figures['n']} items"
+                        + (f" in {clusters_text(figures)}" if figures.get("clusters") is not None else "")
                         if figures and figures["low"] is not None else "")
             lines.append(f"accuracy: {r['stage']} {r['model']}: {accuracy_text(r)}{over} "
                          f"(n={r['scored']}, invalid {r['invalid']}{refused}){interval}")

@@ -78,18 +78,19 @@ class Examined:
         assert self.job is not None  # a job without problems is built
         return self.job
 
-    def readable_datasets(self) -> list[tuple[Dataset, Choices | None, int | None]]:
-        """(dataset, its options when the stage chooses among some, the rows to read at most) of each stage whose
-        dataset can be read despite the job's problems: its ``dataset:`` (and ``choices:``, else the options are
-        left unchecked) valid and without an unfilled ``${name}``, and the file there. Paths are resolved."""
+    def readable_datasets(self) -> list[tuple[Dataset, Choices | None, int | None, str | None]]:
+        """(dataset, its options when the stage chooses among some, the rows to read at most, the stage's
+        ``cluster:`` field) of each stage whose dataset can be read despite the job's problems: its ``dataset:``
+        (and ``choices:``, else the options are left unchecked) valid and without an unfilled ``${name}``, and the
+        file there. Paths are resolved."""
         if self.job is not None:
-            return [(s.dataset, s.choices if s.is_llm else None, self.job.stage_limit(s)) for s in self.job.stages
-                    if s.dataset is not None]
+            return [(s.dataset, s.choices if s.is_llm else None, self.job.stage_limit(s), s.cluster)
+                    for s in self.job.stages if s.dataset is not None]
         limit = self.data.get("limit")
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1 or self._broken(("limit",)):
             limit = None
         stages = self.data.get("stages")
-        found: list[tuple[Dataset, Choices | None, int | None]] = []
+        found: list[tuple[Dataset, Choices | None, int | None, str | None]] = []
         for index, raw in enumerate(stages if isinstance(stages, list) else []):
             if not isinstance(raw, dict) or self._broken(("stages", index, "dataset")):
                 continue
@@ -104,7 +105,8 @@ class Examined:
                 options = find_file(self.base_dir, choices.options_file)
                 choices = choices.model_copy(update={"options_file": str(options)}) if options else None
             limits = [n for n in (limit, dataset.limit) if n is not None]
-            found.append((dataset, choices, min(limits) if limits else None))
+            cluster = raw.get("cluster") if isinstance(raw.get("cluster"), str) and raw.get("cluster") else None
+            found.append((dataset, choices, min(limits) if limits else None, cluster))
         return found
 
     def _broken(self, loc: Loc) -> bool:

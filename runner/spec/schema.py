@@ -196,6 +196,10 @@ class Stage(Strict):
     prompt_cache: PromptCacheMode | None = None
     #: row fields copied into each result line (under ``fields``), for reports by them (WinoDict's bucket)
     record: list[str] = Field(default_factory=list)
+    #: the row field whose items answer alike (a story, a passage, a term, a concept): every mean, difference and
+    #: interval of the stage is then cluster-robust over its values (runner/evaluate/clusters.py), and it is
+    #: recorded in each result line as ``record:`` fields are
+    cluster: str | None = Field(default=None, min_length=1)
     #: structured output: a JSON Schema (inline, or the path of a .json/.yaml file) the answer must follow; sent in
     #: each API's form, and ``parse: json`` validates answers against it
     schema_: dict[str, Any] | str | None = Field(default=None, alias="schema")
@@ -276,6 +280,13 @@ class Stage(Strict):
     @property
     def is_llm(self) -> bool:
         return self.prompt is not None
+
+    @property
+    def recorded_fields(self) -> list[str]:
+        """The row fields each result line carries: ``record:``, and the ``cluster:`` field."""
+        if self.cluster is None or self.cluster in self.record:
+            return self.record
+        return [*self.record, self.cluster]
 
     @property
     def parse_recipe(self) -> bool:
