@@ -83,7 +83,9 @@ async def test_winodict_on_the_simulated_server_scores_each_twin_by_hand(tmp_pat
             assert line["logprobs"] == pytest.approx(expected, abs=1e-6)
             best = 0 if expected[0] >= expected[1] else 1
             assert line["parsed"] == best and line["score"] == float(best == row["label"])
-            assert line["fields"] == {"bucket": row["bucket"], "pos": row["pos"], "strategy": row["strategy"]}
+            # the recorded fields, and the key concept the stage clusters by
+            assert line["fields"] == {"bucket": row["bucket"], "pos": row["pos"], "strategy": row["strategy"],
+                                      "lemma": row["lemma"]}
         chat = read(outcome.results["prompt_form"])
         assert len(chat) == SLICE * 3 and all(line["valid"] for line in chat)
 
