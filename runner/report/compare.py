@@ -23,7 +23,8 @@ from typing import Any
 
 from runner.errors import RunnerError
 from runner.evaluate import stats
-from runner.report.item_scores import stage_items
+from runner.evaluate.clusters import ALPHA, holm, paired_clustered
+from runner.report.item_scores import cluster_map, stage_clusters, stage_items
 from runner.report.terminal import clean, clean_lines
 from runner.store import Reads, Store
 
@@ -35,7 +36,9 @@ METHOD_NOTE = (
     "(normal; none when every difference is the same). Test (two-sided): McNemar's exact binomial test on the items "
     "right on one side only when every item score is 0 or 1, else a sign-flip permutation test of the per-item "
     f"differences (every sign pattern up to {stats.EXACT_FLIPS} non-zero differences, else {stats.RESAMPLES:,} random "
-    f"ones under seed {stats.SEED})."
+    f"ones under seed {stats.SEED}). In a stage with cluster: FIELD, the SE, interval and test are cluster-robust "
+    "instead (CR1 over the clusters, Student's t on clusters - 1 degrees of freedom). p (Holm): every row's p adjusted "
+    "together by Holm's method; the verdict compares it with alpha. W/T/L: items B scored higher, equal, lower."
 )
 METHOD = {
     "unit": "item (a stage's row id) scored on both sides; its scores over seeds, samples and variants averaged first",
@@ -43,12 +46,16 @@ METHOD = {
     "interval": "normal", "level": 0.95, "se": "sample sd of the per-item differences (n-1) / sqrt(n)",
     "test": {"mcnemar-exact": "every item score 0 or 1: exact binomial test on the discordant items",
              "sign-flip": f"otherwise: permutation test flipping the signs of the differences, exact up to "
-                          f"{stats.EXACT_FLIPS} non-zero ones, else {stats.RESAMPLES} draws under seed {stats.SEED}"},
+                          f"{stats.EXACT_FLIPS} non-zero ones, else {stats.RESAMPLES} draws under seed {stats.SEED}",
+             "cluster-t": "a stage with cluster: the t test of the mean difference with its cluster-robust SE (CR1) "
+                          "on clusters - 1 degrees of freedom"},
+    "multiplicity": "p_holm: the rows' p values adjusted together by Holm's step-down method (family-wise error at "
+                    "alpha); verdict: B better / A better when p_holm < alpha, else not decided at alpha",
 }
 #: the CSV's columns
 COLUMNS = ("stage", "run_a", "model_a", "run_b", "model_b", "n", "only_a", "only_b", "mean_a", "mean_b",
            "difference", "se", "low", "high", "ci_method", "test", "p_value", "a_only_right", "b_only_right",
-           "resamples", "seed")
+           "resamples", "seed", "wins", "ties", "losses", "clusters", "design_effect", "p_holm", "verdict")
 
 
 def _scored_cells(store: Store, run: dict[str, Any]) -> dict[str, list[str]]:
@@ -73,7 +80,8 @@ def _names(values: list[str]) -> str:
 
 
 def build(store: Store, run_a: str, run_b: str | None = None, stage: str | None = None,
-          models: tuple[str, str] | list[str] | None = None, seed: int = stats.SEED) -> dict[str, Any]:
+          models: tuple[str, str] | list[str] | None = None, seed: int = stats.SEED, alpha: float = ALPHA
+          ) -> dict[str, Any]:
     """The comparison's data (module docstring); a RunnerError in one sentence for an unknown run, stage or
     model, and for runs that share no stage or no items."""
     first = store.get_run(run_a)
@@ -107,27 +115,48 @@ def build(store: Store, run_a: str, run_b: str | None = None, stage: str | None 
         raise RunnerError(f"{label} share no model on their shared stages ({_names(stages)}): name one of each "
                           "with --models MODEL_A MODEL_B")
     rows = []
+    clusters = stage_clusters(store, a_id)
     for name in stages:
         if not pairs[name]:
             continue
         items_a = stage_items(store, a_id, name)
         items_b = items_a if same else stage_items(store, b_id, name)
+        cluster_of = cluster_map(items_a, clusters.get(name))
         for model_a, model_b in pairs[name]:
             means_a = items_a.scores.get(model_a, stats.ItemScores()).means()
             means_b = items_b.scores.get(model_b, stats.ItemScores()).means()
-            result = stats.paired(means_a, means_b, seed=seed)
-            rows.append({"stage": name, "run_a": a_id, "model_a": model_a, "run_b": b_id, "model_b": model_b,
-                         **result.as_dict()})
+            row = {"stage": name, "run_a": a_id, "model_a": model_a, "run_b": b_id, "model_b": model_b,
+                   **stats.paired(means_a, means_b, seed=seed).as_dict()}
+            robust = paired_clustered(means_a, means_b, cluster_of, alpha)
+            row.update(wins=robust.wins, ties=robust.ties, losses=robust.losses, clusters=None, design_effect=None)
+            if cluster_of is not None and robust.difference.se and robust.p_value is not None:
+                found = robust.difference
+                row.update(se=found.se, low=found.low, high=found.high, ci_method="cluster-t", test="cluster-t",
+                           p_value=robust.p_value, clusters=found.clusters, design_effect=found.design_effect,
+                           a_only_right=None, b_only_right=None, resamples=None, seed=None)
+            rows.append(row)
     if not any(row["n"] for row in rows):
         raise RunnerError(f"{label} share no scored items: no row id of a shared stage was scored on both sides")
+    adjusted = holm([1.0 if row["p_value"] is None else row["p_value"] for row in rows])
+    for row, p_holm in zip(rows, adjusted, strict=True):
+        row["p_holm"] = p_holm
+        row["verdict"] = verdict(row, p_holm, alpha)
     return {
         "a": {"run": a_id, "job_name": first["job_name"]},
         "b": {"run": b_id, "job_name": second["job_name"]},
         "mode": "models" if same or models is not None else "runs",
         "every_pair": same and models is None,
+        "alpha": alpha,
         "method": METHOD,
         "rows": rows,
     }
+
+
+def verdict(row: dict[str, Any], p_holm: float, alpha: float) -> str:
+    """``B better``, ``A better``, or ``not decided at alpha`` (the Holm-adjusted p against ``alpha``)."""
+    if row["difference"] is None or row["difference"] == 0 or p_holm >= alpha:
+        return f"not decided at alpha {alpha:g}"
+    return "B better" if row["difference"] > 0 else "A better"
 
 
 def _pairs(models_a: list[str], models_b: list[str], same: bool, models: tuple[str, str] | list[str] | None
@@ -160,12 +189,16 @@ def _test(row: dict[str, Any]) -> str:
         return f"McNemar exact ({row['a_only_right']} vs {row['b_only_right']} right on one side only)"
     if row["test"] == "sign-flip":
         return "sign-flip " + ("exact" if not row["resamples"] else f"({row['resamples']:,} draws, seed {row['seed']})")
+    if row["test"] == "cluster-t":
+        design = row.get("design_effect")
+        return "cluster-robust t" + (f" (design effect {design:.2f})" if design is not None else "")
     return "-"
 
 
 def headers(data: dict[str, Any]) -> list[str]:
     sides = ["model A", "model B"] if data["mode"] == "models" else ["model"]
-    return ["stage", *sides, "items", "only A", "only B", "A", "B", "B - A (points)", "95% CI", "test", "p"]
+    return ["stage", *sides, "items", "only A", "only B", "A", "B", "B - A (points)", "95% CI", "test", "p",
+            "W/T/L", "p (Holm)", "verdict"]
 
 
 def table_rows(data: dict[str, Any]) -> list[list[str]]:
@@ -173,8 +206,10 @@ def table_rows(data: dict[str, Any]) -> list[list[str]]:
     for row in data["rows"]:
         sides = [row["model_a"], row["model_b"]] if data["mode"] == "models" else [row["model_a"]]
         interval = "-" if row["low"] is None else f"[{_points(row['low'])}, {_points(row['high'])}]"
-        out.append([row["stage"], *sides, str(row["n"]), str(row["only_a"]), str(row["only_b"]), _pct(row["mean_a"]),
-                    _pct(row["mean_b"]), _points(row["difference"]), interval, _test(row), _p(row["p_value"])])
+        items = str(row["n"]) + (f" in {row['clusters']} clusters" if row.get("clusters") else "")
+        out.append([row["stage"], *sides, items, str(row["only_a"]), str(row["only_b"]), _pct(row["mean_a"]),
+                    _pct(row["mean_b"]), _points(row["difference"]), interval, _test(row), _p(row["p_value"]),
+                    f"{row['wins']}/{row['ties']}/{row['losses']}", _p(row["p_holm"]), row["verdict"]])
     return out
 
 

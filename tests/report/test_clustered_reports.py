@@ -85,3 +85,41 @@ def test_a_row_without_the_cluster_field_is_refused_by_validate_naming_its_line(
     code, out, err = run_cli(monkeypatch, capsys, "validate", str(job))
     assert code == 2
     assert f"{rows}:7: the row has no 'topic' field, which the stage's cluster: names" in err
+
+
+async def test_compare_gives_every_pair_a_cluster_robust_test_holm_adjusted_with_a_verdict(tmp_path, server):
+    from statsmodels.stats.multitest import multipletests
+
+    from runner.evaluate.clusters import paired_clustered
+    from runner.report import compare
+
+    rows = _rows(tmp_path / "rows.jsonl", 60)
+    providers = f"providers: {{sim: {{base_url: {json.dumps(server.url)}}}}}"
+    job = write_job(tmp_path / "three.yaml", rows, models=["sim:alpha", "sim:beta", "sim:gamma"], seeds="[0, 1]",
+                    extra=providers, stage_extra="    cluster: topic", name="three")
+    store = open_store(tmp_path / "s.sqlite")
+    run = (await execute(load_job(job), store)).run_id
+    data = compare.build(store, run)
+    assert [(r["model_a"], r["model_b"]) for r in data["rows"]] == [
+        ("sim:alpha", "sim:beta"), ("sim:alpha", "sim:gamma"), ("sim:beta", "sim:gamma")]
+    means: dict[str, dict[str, list[float]]] = {}
+    topic = {}
+    for line in store.iter_results(run, "mc"):
+        r = json.loads(line)
+        means.setdefault(r["model"], {}).setdefault(r["id"], []).append(r["score"])
+        topic[r["id"]] = r["fields"]["topic"]
+    item_means = {m: {i: statistics.fmean(v) for i, v in items.items()} for m, items in means.items()}
+    for row in data["rows"]:
+        expected = paired_clustered(item_means[row["model_a"]], item_means[row["model_b"]], topic)
+        assert row["test"] == "cluster-t" and row["clusters"] == 12
+        assert row["p_value"] == pytest.approx(expected.p_value, abs=1e-12)
+        assert (row["wins"], row["ties"], row["losses"]) == (expected.wins, expected.ties, expected.losses)
+        assert row["low"] == pytest.approx(expected.difference.low, abs=1e-12)
+    adjusted = multipletests([r["p_value"] for r in data["rows"]], method="holm")[1]
+    assert [r["p_holm"] for r in data["rows"]] == pytest.approx(list(adjusted), abs=1e-12)
+    for row in data["rows"]:
+        decided = row["p_holm"] < 0.05
+        assert row["verdict"] == (("B better" if row["difference"] > 0 else "A better") if decided
+                                  else "not decided at alpha 0.05")
+    text = compare.render(data, "text")
+    assert "60 in 12 clusters" in text and "cluster-robust t (design effect" in text

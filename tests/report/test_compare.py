@@ -164,7 +164,11 @@ async def test_the_cli_prints_every_format(runs, monkeypatch, capsys):
     assert header.split()[:4] == ["stage", "model", "items", "only"]
     assert alpha.split() == ["mc", "sim:alpha", "20", "1", "1", "90.0%", "50.0%", "-40.0",
                              f"[{100 * data['rows'][0]['low']:+.1f},", f"{100 * data['rows'][0]['high']:+.1f}]",
-                             "McNemar", "exact", "(10", "vs", "2", "right", "on", "one", "side", "only)", "0.0386"]
+                             "McNemar", "exact", "(10", "vs", "2", "right", "on", "one", "side", "only)", "0.0386",
+                             # B higher on 2 items, equal on 8, lower on 10; Holm over the two rows doubles the
+                             # smaller p: 0.0771 (0.03857 twice), over alpha 0.05
+                             "2/8/10", "0.0771", "not", "decided", "at", "alpha", "0.05"]
+    assert data["rows"][0]["p_holm"] == pytest.approx(2 * data["rows"][0]["p_value"])
     assert beta.split()[:8] == ["mc", "sim:beta", "20", "1", "1", "25.0%", "25.0%", "+0.0"]
     assert "McNemar's exact binomial test" in note and "sign-flip" in note
     code, out, _ = run_cli(monkeypatch, capsys, "compare", a, b, "--db", db, "--format", "json")
