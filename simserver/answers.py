@@ -8,7 +8,8 @@ parts joined, and ``stop_sequences``/``stopSequences``, ``max_tokens``/``maxOutp
 fields. So a conversation whose OpenAI contents are plain strings gets the same text, and the same key in
 ``completed_by_digest`` (SHA-256 of that list as canonical JSON), in every format. Integral floats count as
 integers (google-genai sends ``temperature=0`` as ``0.0``). If the last user message lists options on their
-own lines ("A. ..." or "A) ..."), the answer is one of the offered letters; otherwise a sentence of 8-30 words.
+own lines ("A. ..." or "A) ..."), the answer is one of the offered letters (a model named ``...-accNN`` picks
+the option marked ``(right)`` NN % of the time, by the digest); otherwise a sentence of 8-30 words.
 The max tokens (one token per word) truncate it (finish ``length`` / ``max_tokens`` / ``MAX_TOKENS``); stop
 strings cut it (Anthropic reports ``stop_sequence``). Completion tokens never exceed the max tokens. A
 response script (:mod:`simserver.script`) replaces only the text: :func:`fit` cuts it the same way.
@@ -31,6 +32,11 @@ __all__ = ["REFUSAL", "THINKING_TOKENS", "canonical", "count_prompt_tokens", "co
 _MC_OPTION = re.compile(r"(?m)^\s*([A-Z])[.)]\s")
 #: options written "A: text" (Know-No's MC-Test prompt), looked for only when no "A." / "A)" options are found
 _MC_OPTION_COLON = re.compile(r"(?m)^\s*([A-Z]):\s")
+#: a model whose name ends in -accNN (``sim:gpt-sim-acc80``) is right NN % of the time on options where one is marked
+#: with this text (tests with scripted accuracies: a dataset marks its gold option's text); other models ignore it
+RIGHT_MARKER = "(right)"
+_SKILL = re.compile(r"-acc(\d{1,3})$")
+_MARKED = re.compile(r"(?m)^\s*([A-Z])[.):]\s.*" + re.escape(RIGHT_MARKER))
 _WORDS = (
     "the", "a", "model", "answer", "result", "token", "quick", "careful", "simple", "clear", "short",
     "long", "data", "value", "test", "run", "paper", "term", "option", "question", "choice", "reason",
@@ -71,6 +77,13 @@ def reply(messages_json: str, model: str, messages: list[Any], temperature: Any,
                stop)
 
 
+def _marked_letter(messages: list[Any]) -> str | None:
+    """The letter of the option the last user message marks with :data:`RIGHT_MARKER`, if one is."""
+    last = next((m for m in reversed(messages) if m.get("role") == "user"), messages[-1])
+    found = _MARKED.search(message_text(last.get("content")))
+    return found.group(1) if found else None
+
+
 def offered_letters(messages: list[Any]) -> list[str]:
     """The option letters the last user message offers ("A. ..." or "A) ...", else "A: ..."), in order."""
     last = next((m for m in reversed(messages) if m.get("role") == "user"), messages[-1])
@@ -89,6 +102,14 @@ def uncut_reply(messages_json: str, model: str, messages: list[Any], temperature
     h = hashlib.sha256(f"{params}{messages_json}".encode()).digest()
     letters = offered_letters(messages)
     if letters:
+        skilled = _SKILL.search(model)
+        right = _marked_letter(messages) if skilled else None
+        if skilled and right in letters:
+            # a model named ...-accNN answers the option marked RIGHT_MARKER with probability NN %
+            if int.from_bytes(h[1:9], "big") / 2**64 < int(skilled.group(1)) / 100:
+                return right
+            others = [letter for letter in letters if letter != right]
+            return others[h[0] % len(others)]
         return letters[h[0] % len(letters)]
     # Byte 1 picks the length (8-30 words), bytes 2..31 pick the words.
     words = [_WORDS[b % len(_WORDS)] for b in h[2:2 + 8 + h[1] % 23]]

@@ -21,6 +21,7 @@ from typing import Any
 from runner.engine.batch import Batcher, NoBatcher
 from runner.engine.budget import Budgets, Scope, budgets_of
 from runner.engine.control import RunControl, Spawned
+from runner.engine.early_stop import StageStopper
 from runner.engine.inflight import InFlight
 from runner.engine.leases import CHUNK, LEASE, ChunkLeases, chunks
 from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
@@ -90,6 +91,8 @@ class Dispatcher:
         self.spawned = spawned
         self.resume = resume
         self.joined = joined
+        #: the stages that stop early (``stop:``), by name: their rules read as answers are committed
+        self.stoppers: dict[str, StageStopper] = {}
 
     # -- what run.py reads ----------------------------------------------------------------------------
     @property
@@ -147,8 +150,9 @@ class Dispatcher:
         crew = self.crew
         # A pipeline runs in one process (a stage may run again for a retry round): its chunks are not leased.
         leasing = crew is not None and not self.job.is_pipeline
+        stopper = await self._stopper(plan)
         for number, chunk in enumerate(chunks(plan, CHUNK)):
-            if control.stopping:
+            if control.stopping or (stopper is not None and stopper.stopped):
                 break
             if not leasing:
                 await self._breathe()
@@ -176,6 +180,22 @@ class Dispatcher:
             await self.batcher.submit_pending(plan.stage.name)  # its batches start while later stages are planned
         if wait_for_batches:
             await self.finish_batches({plan.stage.name})
+
+    async def _stopper(self, plan: StagePlan) -> StageStopper | None:
+        """The stage's early-stopping rule, given what an earlier attempt of the run committed (a resume)."""
+        if plan.stage.stop is None:
+            return None
+        stopper = self.stoppers[plan.stage.name] = StageStopper(self.job, plan)
+        self.recorder.observers.append(stopper.recorded)
+        self.flight.skip = lambda req: self.stopped_early(req.stage)
+        if self.resume:
+            store, run_id, stage = self.triage.store, self.triage.run_id, plan.stage.name
+            stopper.prime(await store.run(lambda sync: list(sync.iter_results(run_id, stage)), store.sync))
+        return stopper
+
+    def stopped_early(self, stage: str) -> bool:
+        stopper = self.stoppers.get(stage)
+        return stopper is not None and stopper.stopped
 
     async def _finish_leases(self, plan: StagePlan, loop: asyncio.AbstractEventLoop) -> None:
         """The end of a stage for one of several workers: mark this worker's chunks done once their tasks are
@@ -248,8 +268,9 @@ class Dispatcher:
         batching = self.batcher.wants_any(to_send)
         if crew is not None and to_send and not batching:
             mine, answered = await crew.claim(sorted({req.key for req in to_send} - set(self.flight.on_way)))
+        stage = chunk[0].stage
         for req in to_send:
-            if self.control.stopping:
+            if self.control.stopping or self.stopped_early(stage):
                 break
             # answered while this chunk was being dispatched, or by another process before the claim
             cached = self.triage.answered(req.key) or answered.get(req.key)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from typing import Any
 
 from runner.engine.batch import Batcher, NoBatcher
@@ -65,6 +66,8 @@ class InFlight:
         self.spawn = spawned.spawn
         #: requests on their way, by key: the answer, the error that ended it, NOT_SENT, or None (not sent)
         self.on_way: dict[str, asyncio.Future[Any]] = {}
+        #: whether a task is no longer to be sent although the run goes on (its stage stopped early)
+        self.skip: Callable[[Task], bool] = lambda req: False
 
     async def send_online(self, req: Task) -> bool:
         """Dispatch one task the memo cannot answer (the Batch API side sends online what a deadline leaves); False
@@ -74,6 +77,10 @@ class InFlight:
     async def dispatch(self, req: Task, loop: asyncio.AbstractEventLoop) -> bool:
         """Send one task that is not in the memo (or join the identical request on its way, or hand it to the
         Batch API); False when the run is stopping and nothing more should be dispatched."""
+        if self.skip(req):  # its stage stopped early: not sent, and nothing to stop the run for
+            self.leases.take_fence(req)
+            self._unclaim(req.key)
+            return True
         leader = self.on_way.get(req.key)
         if leader is not None:  # the same request is on its way already: pay once, share the answer
             self.spawn(self._follow(req, leader))
@@ -134,7 +141,7 @@ class InFlight:
         try:
             await endpoint.slots.acquire()
             held = True
-            if self.control.stopping:
+            if self.control.stopping or self.skip(req):
                 reservation = None
             elif self.reserver.free(req.model):
                 reservation = FREE

@@ -48,6 +48,8 @@ class Recorder:
         self.triage = triage
         self.leases = leases
         self.provenance = provenance
+        #: told of each task as it is recorded, before it is committed (a stage's early-stopping rule)
+        self.observers: list[Callable[[TaskRow], None]] = []
 
     def cached(self, req: Task, cached: CachedResponse) -> None:
         """A task the memo answered (or an identical request's answer, shared): free, and what it saved counted."""
@@ -126,6 +128,8 @@ class Recorder:
         )
         self.writer.put(Finished(task=task, ledger=ledger, result_line=line, stage=req.stage, release_id=release_id,
                                  fence=self.leases.take_fence(req)))
+        for observer in self.observers:
+            observer(task)
 
     def _charge(self, req: Task, cost: float, tokens: int) -> LedgerRow | None:
         """The ledger row of what ``req`` cost, in USD and tokens (None when it cost nothing, or only tokens that no
@@ -164,3 +168,5 @@ class Recorder:
                        int(result.get("valid", True)), line, cached_tokens, saved, batch_saved, cache_saved)
         self.writer.put(Finished(task=task, response=response, ledger=ledger, result_line=line, stage=req.stage,
                                  release_id=release_id, fence=self.leases.take_fence(req)))
+        for observer in self.observers:
+            observer(task)

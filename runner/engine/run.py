@@ -184,6 +184,11 @@ class _Session:
             self.status, self.message = self.verdict(dispatcher)
             if self.status == "completed" and (missing := await self.left_unanswered()) is not None:
                 self.status, self.message, self.incomplete = "failed", missing, True
+            if self.status == "completed" and dispatcher.stoppers:
+                said = [line for stopper in dispatcher.stoppers.values() if (line := stopper.summary())]
+                self.message = "; ".join(said)
+                for line in said:
+                    self.view.note(line)
         except RunnerError as exc:
             self.status, self.message = "failed", str(exc)
             raise
@@ -296,6 +301,8 @@ class _Session:
         stats = self.stats
         for plan in self.plans:
             name = plan.stage.name
+            if self.dispatcher is not None and self.dispatcher.stopped_early(name):
+                continue  # its unasked items are left on purpose
             counters = [c for (stage, _), c in stats.by_key.items() if stage == name]
             if not any(c.elsewhere for c in counters) or any(c.over_budget for c in counters):
                 continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -300,12 +301,23 @@ class StagePlan:
             yield from self.expand(line_no, row, row_id)
 
     def rows(self) -> Iterator[tuple[int, str, dict[str, Any]]]:
-        """(line number, row id, row) of the stage's items: its input rows in a pipeline, else its dataset's."""
+        """(line number, row id, row) of the stage's items: its input rows in a pipeline, else its dataset's. A
+        stage that stops early (``stop:``) asks its items in an order shuffled by the rule's seed, the same in every
+        attempt of the run (its confidence sequence is valid for items drawn in a random order)."""
         if self.input_rows is not None:
             for n, row in enumerate(self.input_rows, start=1):
                 yield n, str(row["_id"]), row
             return
-        yield from dataset_rows(self.job, self.stage)
+        if self.stage.stop is None:
+            yield from dataset_rows(self.job, self.stage)
+            return
+        found = list(dataset_rows(self.job, self.stage))
+        random.Random(f"stop:{self.stage.stop.seed}").shuffle(found)
+        yield from found
+
+    def item_order(self) -> list[str]:
+        """The row ids in the order :meth:`rows` gives them."""
+        return [row_id for _, row_id, _ in self.rows()]
 
     def row_id(self, line_no: int, row: dict[str, Any]) -> str:
         if self.input_rows is not None:

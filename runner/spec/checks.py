@@ -78,6 +78,9 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
         for index, model in enumerate(stage.models or []):
             with problems:
                 _check_model(path, lines, loc + ("models", index), model, known, job.endpoints, job)
+        if stage.stop is not None:
+            with problems:
+                _check_stop(job, path, lines, loc, stage)
         if stage.parse_plugin or stage.scorer is not None:
             with problems:
                 _check_plugins(job, path, lines, loc, stage)
@@ -213,6 +216,31 @@ def sent_with(job: Job) -> dict[str, Any]:
     if "gemini" in providers:
         out["gemini_api_version"] = GEMINI_API_VERSION
     return out
+
+
+def _check_stop(job: Job, path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:
+    """``stop:`` on a scored stage sent online from its own dataset, naming its models."""
+    rule = stage.stop
+    assert rule is not None
+    where = loc + ("stop",)
+    gold = stage.gold if stage.choices is None else stage.choices.gold
+    if stage.review or gold is None:
+        fail(path, lines, where, f"stage {stage.name!r} scores nothing ({'review: true' if stage.review else 'no gold'}"
+                                 "): stop: needs scores to decide on")
+    if stage.from_ is not None:
+        fail(path, lines, where, "stop: is for a stage that reads its own dataset, not earlier stages' rows")
+    if job.stage_mode(stage) != "online":
+        fail(path, lines, where, f"stop: runs online for now; this stage's mode is {job.stage_mode(stage)}")
+    models = job.stage_models(stage)
+    if isinstance(rule.decide, list):
+        for index, model in enumerate(rule.decide):
+            if model not in models:
+                runs = ", ".join(models)
+                fail(path, lines, where + ("decide", index),
+                     f"decide: names {model!r}, which stage {stage.name!r} does not run (it runs {runs})")
+    elif rule.decide == "all" and len(models) < 2:
+        fail(path, lines, where + ("decide",), f"decide: all needs two models or more; stage {stage.name!r} runs "
+                                               f"{', '.join(models) or 'none'}")
 
 
 def _check_variants(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:

@@ -157,6 +157,32 @@ class Choices(Strict):
 
 
 
+class StopRule(Strict):
+    """A stage's ``stop:``: stop asking once the answer is known (runner/engine/early_stop.py). Items are asked in
+    an order shuffled by ``seed``; after each answered item an anytime-valid confidence sequence of the benchmark's
+    mean (runner/evaluate/sequential.py) is updated, and the stage stops sending when the rule holds."""
+
+    #: stop once every model's accuracy is known to within this (a half-width, in [0, 1] units)
+    halfwidth: float | None = Field(default=None, gt=0, lt=0.5)
+    #: stop once the sign of each pair's difference is settled: two of the stage's models, or "all" (every pair)
+    decide: list[str] | Literal["all"] | None = None
+    #: the error allowed over every look and every sequence together (split evenly between them)
+    alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    #: items answered before the rule is looked at
+    min_items: int = Field(default=0, ge=0, le=MAX_ROWS)
+    #: the order the items are asked in
+    seed: Seed = 0
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> StopRule:
+        if self.halfwidth is None and self.decide is None:
+            raise ValueError("stop: needs halfwidth: (each model's accuracy to within it) or decide: (two of the "
+                             "stage's models, or all)")
+        if isinstance(self.decide, list) and (len(self.decide) != 2 or self.decide[0] == self.decide[1]):
+            raise ValueError("decide: names two different models of the stage, or is all")
+        return self
+
+
 class Stage(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     dataset: Dataset | None = None
@@ -200,6 +226,8 @@ class Stage(Strict):
     #: interval of the stage is then cluster-robust over its values (runner/evaluate/clusters.py), and it is
     #: recorded in each result line as ``record:`` fields are
     cluster: str | None = Field(default=None, min_length=1)
+    #: stop asking once the answer is known (``StopRule``)
+    stop: StopRule | None = None
     #: structured output: a JSON Schema (inline, or the path of a .json/.yaml file) the answer must follow; sent in
     #: each API's form, and ``parse: json`` validates answers against it
     schema_: dict[str, Any] | str | None = Field(default=None, alias="schema")

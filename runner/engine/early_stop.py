@@ -1,0 +1,172 @@
+"""A stage's ``stop:`` rule as its answers arrive: stop sending once the answer is known.
+
+The stage's items are asked in an order shuffled by the rule's seed (:meth:`runner.plan.stage.StagePlan.rows`). As
+answers are recorded, each item's mean score per model is gathered (its seeds and variants: one item). Items enter
+the confidence sequences in that same order, each once every model the rule reads has answered all of its
+requests: an item answered early waits for the ones before it, because the sequences are valid for items taken in
+a random order, not in the order answers happen to come back (a long answer, slower, may be a wrong one more
+often). The sequences (:class:`runner.evaluate.sequential.BettingSequence`, without replacement over the stage's
+items) are:
+
+- ``halfwidth: h``: one per model, of its accuracy; the rule holds once each is within ± h;
+- ``decide: [A, B]`` or ``decide: all``: one per pair, of the difference B − A; the rule holds once each excludes 0
+  (the verdict: the side it lies on).
+
+``alpha`` is split evenly between the sequences (Bonferroni: valid together, at every look). The rule is read after
+``min_items`` items. A task that failed leaves its item without a score: the sequences need every item in order, so
+the rule stops being read for the rest of the stage (it then runs to the end) and the reason says so.
+
+On a resume the answers an earlier attempt committed are fed first, in the same order, so the rule picks up where
+it was.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from runner.evaluate.sequential import BettingSequence, Interval, difference_interval, difference_score
+from runner.plan.stage import StagePlan
+from runner.spec.schema import Job, StopRule
+from runner.store.rows import TaskRow
+
+#: parse kinds whose scores are 0 or 1 (an item's mean is then a multiple of 1 / its requests: the exact grid)
+BINARY_PARSES = {"letter", "letters", "yes_no", "none_of_them", "label", "loglikelihood"}
+
+
+@dataclass
+class Decision:
+    """What a stopped stage decided, after how many items."""
+
+    stage: str
+    items: int
+    total: int
+    #: one line per model (halfwidth) or pair (decide)
+    found: list[str]
+
+    def sentence(self) -> str:
+        return (f"stage {self.stage} stopped after {self.items:,} of its {self.total:,} items: "
+                + "; ".join(self.found))
+
+
+class StageStopper:
+    """One stage's rule (module docstring)."""
+
+    def __init__(self, job: Job, plan: StagePlan) -> None:
+        stage = plan.stage
+        rule = stage.stop
+        assert rule is not None
+        self.rule: StopRule = rule
+        self.stage = stage.name
+        self.order = plan.item_order()
+        self.total = len(self.order)
+        self.per_item = len(plan.variants)
+        self.models = list(plan.models)
+        if rule.decide == "all":
+            self.pairs = list(itertools.combinations(self.models, 2))
+        elif rule.decide is not None:
+            self.pairs = [(rule.decide[0], rule.decide[1])]
+        else:
+            self.pairs = []
+        self.watched = self.models if rule.halfwidth is not None else list(dict.fromkeys(
+            model for pair in self.pairs for model in pair))
+        looks = (len(self.models) if rule.halfwidth is not None else 0) + len(self.pairs)
+        alpha = rule.alpha / max(1, looks)
+        exact = stage.parse in BINARY_PARSES and stage.scorer is None
+        resolution = self.per_item if exact else None
+        self.accuracy = {model: BettingSequence(alpha, self.total, resolution=resolution)
+                         for model in (self.models if rule.halfwidth is not None else [])}
+        self.differences = {pair: BettingSequence(alpha, self.total, resolution=2 * resolution if resolution else None)
+                            for pair in self.pairs}
+        #: model → item → [sum of scores, scores seen]
+        self.scores: dict[str, dict[str, list[float]]] = {model: {} for model in self.watched}
+        self.position = 0
+        self.decision: Decision | None = None
+        #: why the rule is no longer read (a failed task), if it is not
+        self.off: str | None = None
+
+    # -- answers in ----------------------------------------------------------------------------------
+    def recorded(self, task: TaskRow) -> None:
+        """Recorder observer: a task of the run was answered (or failed); read as soon as it is recorded, so the
+        rule holds before more is sent than its decision needed."""
+        if task.stage == self.stage:
+            self.add(task.model, task.row_id, task.score if task.status == "done" else None)
+            self.advance()
+
+    def prime(self, result_lines: Iterable[str]) -> None:
+        """The answers an earlier attempt of the run committed (a resume)."""
+        for line in result_lines:
+            result = json.loads(line)
+            self.add(str(result.get("model")), str(result.get("id")),
+                     result.get("score") if result.get("status") == "done" else None)
+        self.advance()
+
+    def add(self, model: str, item: str, score: float | None) -> None:
+        if model not in self.scores or self.off is not None:
+            return
+        if score is None:
+            self.off = (f"stage {self.stage}: item {item} of {model} failed, so early stopping is off for the rest "
+                        "of the stage (its sequences take every item in order)")
+            return
+        found = self.scores[model].setdefault(item, [0.0, 0])
+        found[0] += float(score)
+        found[1] += 1
+
+    # -- the rule ------------------------------------------------------------------------------------
+    @property
+    def stopped(self) -> bool:
+        return self.decision is not None
+
+    def _mean(self, model: str, item: str) -> float | None:
+        found = self.scores[model].get(item)
+        if found is None or found[1] < self.per_item:
+            return None
+        return min(1.0, max(0.0, found[0] / found[1]))
+
+    def advance(self) -> None:
+        """Feed the items complete in the planned order; read the rule."""
+        while self.decision is None and self.off is None and self.position < self.total:
+            item = self.order[self.position]
+            means = {model: self._mean(model, item) for model in self.watched}
+            if any(mean is None for mean in means.values()):
+                return
+            for model, sequence in self.accuracy.items():
+                sequence.update(means[model])
+            for (a, b), sequence in self.differences.items():
+                sequence.update(float(difference_score(means[a], means[b])))
+            self.position += 1
+            if self.position >= max(1, self.rule.min_items):
+                self._read_rule()
+
+    def _read_rule(self) -> None:
+        found: list[str] = []
+        halfwidth = self.rule.halfwidth
+        for model, sequence in self.accuracy.items():
+            interval = sequence.interval()
+            assert isinstance(interval, Interval)
+            if halfwidth is not None and not interval.halfwidth <= halfwidth or self.position >= self.total:
+                return
+            found.append(f"{model} {100 * (interval.low + interval.high) / 2:.1f}% ± {100 * interval.halfwidth:.1f}")
+        for (a, b), sequence in self.differences.items():
+            interval = sequence.interval()
+            assert isinstance(interval, Interval)
+            difference = difference_interval(interval)
+            if not difference.excludes(0.0) or self.position >= self.total:
+                return  # (with every item in, the benchmark's difference is simply known: no early stop)
+            if difference.low > 0:
+                better, worse, low, high = b, a, difference.low, difference.high
+            else:
+                better, worse, low, high = a, b, -difference.high, -difference.low
+            found.append(f"{better} better than {worse} (by {100 * low:.1f} to {100 * high:.1f} points)")
+        self.decision = Decision(self.stage, self.position, self.total, found)
+
+    def summary(self) -> str | None:
+        """The sentence the run ends with for this stage: what it decided, or why it did not stop early."""
+        if self.decision is not None:
+            return self.decision.sentence()
+        if self.off is not None:
+            return self.off
+        return (f"stage {self.stage} asked all {self.total:,} items: its stop: rule did not hold before the end "
+                f"(alpha {self.rule.alpha:g})")

@@ -1,0 +1,123 @@
+"""A stage's ``stop:`` rule end to end on the simulated server, whose models named ``...-accNN`` are right NN % of
+the time on options marked ``(right)`` (simserver/answers.py): a clear difference is decided early with the right
+verdict and fewer requests sent, a half-width stops where the sequence says, a resume after a budget ran out picks
+the rule up where it was without paying twice, and bad rules are refused by `runner validate` in one sentence."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runner.engine.run import execute
+from runner.spec.job import load_job
+from runner.store import open_store
+from simserver import start_server
+from tests.helpers import run_cli, write_job
+
+STRONG, WEAK = "sim:gpt-sim-acc90", "sim:gpt-sim-acc40"
+
+
+def marked_rows(path, count: int):
+    """Four-option rows whose gold option's text carries the simulated server's ``(right)`` marker."""
+    with open(path, "w", encoding="utf-8") as out:
+        for i in range(count):
+            choices = [f"option {k} of question {i}" for k in range(4)]
+            choices[i % 4] += " (right)"
+            out.write(json.dumps({"question": f"Question number {i}: which is right?", "choices": choices,
+                                  "gold": i % 4}) + "\n")
+    return path
+
+
+@pytest.fixture
+async def server():
+    async with await start_server() as srv:
+        yield srv
+
+
+def _job(tmp_path, url: str, rule: str, *, rows: int = 400, models=(STRONG, WEAK), extra: str = "",
+         name: str = "early"):
+    providers = f"providers: {{sim: {{base_url: {json.dumps(url)}, concurrency: 4}}}}"
+    return write_job(tmp_path / f"{name}.yaml", marked_rows(tmp_path / "rows.jsonl", rows), models=list(models),
+                     extra=f"{providers}\n{extra}", stage_extra=f"    stop: {rule}", name=name)
+
+
+async def test_a_clear_difference_is_decided_early_the_right_way_and_the_rest_is_not_sent(tmp_path, server):
+    job = load_job(_job(tmp_path, server.url, f"{{decide: [{WEAK}, {STRONG}], seed: 3}}"))
+    store = open_store(tmp_path / "s.sqlite")
+    outcome = await execute(job, store)
+    assert outcome.status == "completed"
+    assert "stage mc stopped after" in outcome.message and f"{STRONG} better than {WEAK}" in outcome.message
+    asked = int(outcome.message.split("stopped after ")[1].split(" of")[0].replace(",", ""))
+    assert asked < 200, outcome.message  # 90 % against 40 % right: decided well before the 400 items
+    sent = server.stats()["received"]
+    # what was sent: the items fed to the rule, and the few in flight when it held (4 at a time per model)
+    assert 2 * asked <= sent <= 2 * asked + 2 * 4 + 2 * 64
+    tasks = store.tasks(outcome.run_id)
+    assert len(tasks) == sent and {t["status"] for t in tasks} == {"done"}
+    # items were asked in the rule's shuffled order, not the file's first ones
+    asked_ids = {t["row_id"] for t in tasks}
+    assert asked_ids != {str(i) for i in range(1, len(asked_ids) + 1)} and max(map(int, asked_ids)) > 300
+
+
+async def test_the_same_rule_and_seed_ask_the_same_items(tmp_path, server):
+    rule = f"{{decide: [{WEAK}, {STRONG}], seed: 5}}"
+    runs = []
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+        job = load_job(_job(tmp_path / folder, server.url, rule))
+        store = open_store(tmp_path / folder / "s.sqlite")
+        outcome = await execute(job, store)
+        runs.append(({t["row_id"] for t in store.tasks(outcome.run_id)}, outcome.message))
+    assert runs[0] == runs[1]
+
+
+async def test_a_halfwidth_stops_once_every_model_is_known_to_within_it(tmp_path, server):
+    job = load_job(_job(tmp_path, server.url, "{halfwidth: 0.15}", models=(STRONG,)))
+    outcome = await execute(job, open_store(tmp_path / "s.sqlite"))
+    assert outcome.status == "completed" and "stage mc stopped after" in outcome.message
+    accuracy, width = outcome.message.split(f"{STRONG} ")[1].split("% ± ")
+    assert float(width) <= 15.0 and abs(float(accuracy) - 90.0) <= float(width) + 1
+
+
+async def test_a_resume_picks_the_rule_up_where_it_was_and_pays_nothing_twice(tmp_path, server):
+    prices = f"prices: {{{STRONG}: {{input: 1000, output: 1000}}, {WEAK}: {{input: 1000, output: 1000}}}}"
+    # each request's worst case is about $0.07 (60-odd input tokens, 5 output, at $1,000 a million): $2 pays ~28
+    path = _job(tmp_path, server.url, f"{{decide: [{WEAK}, {STRONG}], seed: 7}}", extra=f"{prices}\nbudget: {{usd: 2}}")
+    store = open_store(tmp_path / "s.sqlite")
+    first = await execute(load_job(path), store)
+    assert first.status == "budget_exhausted"
+    answered = {t["row_id"] for t in store.tasks(first.run_id, status="done")}
+    assert answered
+    again = load_job(path)
+    assert again.budget is not None
+    again.budget.usd = 1000.0
+    second = await execute(again, store, run_id=first.run_id)
+    assert second.status == "completed" and "stopped after" in second.message, second.message
+    # (the server keys its counts by messages, which the two models share: count requests against tasks instead)
+    tasks = store.tasks(first.run_id)
+    assert server.stats()["received"] == len(tasks) and not any(t["cache_hit"] for t in tasks), "sent twice"
+    # the same order: what the first attempt answered is among what the whole run asked, and the rule counted it
+    every = {t["row_id"] for t in tasks}
+    assert answered <= every
+    asked = int(second.message.split("stopped after ")[1].split(" of")[0].replace(",", ""))
+    assert asked >= len(answered) - 8
+
+
+@pytest.mark.parametrize(("rule", "sentence"), [
+    ("{decide: [sim:nobody, sim:gpt-sim-acc40]}", "decide: names 'sim:nobody', which stage 'mc' does not run"),
+    ("{halfwidth: 0.6}", "Input should be less than 0.5"),
+    ("{halfwidth: 0.1, alpha: 0.7}", "Input should be less than 0.5"),
+    ("{alpha: 0.1}", "stop: needs halfwidth: (each model's accuracy to within it) or decide:"),
+])
+def test_bad_rules_are_refused_by_validate(tmp_path, monkeypatch, capsys, rule, sentence):
+    job = _job(tmp_path, "http://127.0.0.1:9/v1", rule, rows=10)
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(job))
+    assert code == 2 and sentence in err, err
+
+
+def test_stop_on_a_stage_that_scores_nothing_is_refused(tmp_path, monkeypatch, capsys):
+    job = _job(tmp_path, "http://127.0.0.1:9/v1", "{halfwidth: 0.1}", rows=10)
+    job.write_text(job.read_text().replace("    parse: letter\n", "    parse: letter\n    review: true\n"))
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(job))
+    assert code == 2 and "scores nothing (review: true): stop: needs scores to decide on" in err, err
