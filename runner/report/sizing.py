@@ -5,8 +5,8 @@
 The counts are runner/evaluate/power.py's. What they assume about the scores (the spread of one model's item
 scores, of the paired differences between two models) comes from a pilot run of the same job when ``--pilot RUN``
 is given (its scored items, each item's seeds averaged first), else from that module's stated defaults; every row
-says which. Items are taken as independent: a stage's clusters (``cluster:``) are not read yet, so a clustered
-benchmark needs more items than these rows say (by its design effect).
+says which. In a stage with ``cluster:`` the counts are raised by the design effect of its clusters (their mean
+size from the dataset, the intra-cluster correlation from the pilot's item scores, else the default 0.3).
 
 The cost of a row is that many items asked of the model(s) concerned, at the estimate's average price of a request
 to send (:mod:`runner.report.estimate`) times the requests an item makes (its seeds and variants).
@@ -22,9 +22,10 @@ from typing import Any
 
 from runner.errors import RunnerError
 from runner.evaluate import power
+from runner.evaluate.clusters import intra_cluster_correlation
 from runner.plan.stage import StagePlan
 from runner.report.estimate import Estimate, Group, usd
-from runner.report.item_scores import stage_items
+from runner.report.item_scores import cluster_map, stage_items
 from runner.report.tables import Column, Table, json_text
 from runner.report.terminal import clean, clean_lines
 from runner.spec.schema import Job
@@ -55,6 +56,9 @@ class Need:
     #: the cost of asking ``min(items, available)`` items of the models concerned (None: a model has no price)
     cost_low: float | None
     cost_high: float | None
+    #: the stage's clusters (its cluster: field's values) and the design effect assumed; None and 1 without
+    clusters: int | None = None
+    design_effect: float = 1.0
 
     @property
     def fits(self) -> bool:
@@ -84,11 +88,31 @@ def check_settings(*, detect: float | None, halfwidth: float | None, alpha: floa
         raise RunnerError(f"--power must be between 0 and 1, such as 0.8 (got {power_})")
 
 
-def _pilot_scores(store: Store, pilot: str | None, stage: str) -> dict[str, dict[str, float]]:
-    """Per model, item → mean score in the pilot run's stage (empty without a pilot)."""
+def _pilot_scores(store: Store, pilot: str | None, stage: str, cluster: str | None
+                  ) -> tuple[dict[str, dict[str, float]], dict[str, str] | None]:
+    """Per model, item → mean score in the pilot run's stage (empty without a pilot), and item → its cluster
+    when the stage has one (as the pilot's result lines recorded it)."""
     if pilot is None:
-        return {}
-    return {model: dict(scores.means()) for model, scores in stage_items(store, pilot, stage).scores.items()}
+        return {}, None
+    items = stage_items(store, pilot, stage)
+    scores = {model: dict(found.means()) for model, found in items.scores.items()}
+    return scores, cluster_map(items, cluster) if cluster is not None else None
+
+
+def _clusters(plan: StagePlan) -> int:
+    """The distinct values of the stage's cluster: field over its items."""
+    field = plan.stage.cluster
+    return len({str(row.get(field)) for _, _, row in plan.rows()})
+
+
+def _design(values: dict[str, float], cluster_of: dict[str, str] | None, size: float) -> tuple[float, str]:
+    """The design effect of clusters of ``size`` items: from the pilot's intra-cluster correlation of ``values``
+    when it has one, else :data:`power.DEFAULT_ICC`; and a note of which."""
+    icc = intra_cluster_correlation(values, cluster_of) if cluster_of is not None and len(values) > 2 else None
+    if icc is None:
+        default = power.DEFAULT_ICC
+        return power.design_effect(default, size), f"intra-cluster correlation {default:g} (default)"
+    return power.design_effect(icc, size), f"intra-cluster correlation {icc:.2f} (pilot)"
 
 
 def _per_request(group: Group) -> tuple[float | None, float | None]:
@@ -129,35 +153,40 @@ def sizing(job: Job, est: Estimate, store: Store, *, detect: float | None = None
             continue  # nothing in it is scored
         per_item = len(plan.variants)
         available = plan.total() // max(1, len(plan.models) * per_item)
-        scores = _pilot_scores(store, pilot, stage.name)
+        scores, cluster_of = _pilot_scores(store, pilot, stage.name, stage.cluster)
+        clusters = _clusters(plan) if stage.cluster is not None else None
+        size = available / clusters if clusters else 1.0
         if detect is not None:
             for a, b in itertools.combinations(plan.models, 2):
                 shared = [item for item in scores.get(a, {}) if item in scores.get(b, {})]
+                differences = {item: scores[b][item] - scores[a][item] for item in shared}
                 if len(shared) >= 2:
-                    sd = statistics.stdev(scores[b][item] - scores[a][item] for item in shared)
+                    sd = statistics.stdev(differences.values())
                     source = f"pilot run {pilot} ({len(shared)} items)"
                 else:
                     sd, source = fallback.sd_difference, _default_source(pilot, "paired")
+                design, said = _design(differences, cluster_of, size) if clusters else (1.0, "")
                 sd = max(sd, 1e-6)
-                items = power.items_to_detect(detect, sd, alpha=alpha, power=power_)
-                at_all = power.power_at(available, detect, sd, alpha=alpha)
+                items = power.items_to_detect(detect, sd, alpha=alpha, power=power_, design=design, cluster_size=size)
+                at_all = power.power_at(available, detect, sd, alpha=alpha, design=design)
                 low, high = _cost([by_group[(stage.name, m)] for m in (a, b)], min(items, available), per_item)
-                needs.append(Need(stage.name, "detect", (a, b), detect, items, available, at_all, sd, source, low,
-                                  high))
+                needs.append(Need(stage.name, "detect", (a, b), detect, items, available, at_all, sd,
+                                  source + (f"; {said}" if said else ""), low, high, clusters, design))
         if halfwidth is not None:
             for model in plan.models:
-                values = list(scores.get(model, {}).values())
-                if len(values) >= 2:
-                    sd, source = statistics.stdev(values), f"pilot run {pilot} ({len(values)} items)"
+                found = scores.get(model, {})
+                if len(found) >= 2:
+                    sd, source = statistics.stdev(found.values()), f"pilot run {pilot} ({len(found)} items)"
                 else:
                     sd, source = fallback.sd, _default_source(pilot, "one model")
+                design, said = _design(found, cluster_of, size) if clusters else (1.0, "")
                 sd = max(sd, 1e-6)
-                items = power.items_for_halfwidth(halfwidth, sd, alpha=alpha)
+                items = power.items_for_halfwidth(halfwidth, sd, alpha=alpha, design=design)
                 z = statistics.NormalDist().inv_cdf(1 - alpha / 2)
-                at_all = z * sd / math.sqrt(available) if available else math.inf
+                at_all = z * sd * math.sqrt(design / available) if available else math.inf
                 low, high = _cost([by_group[(stage.name, model)]], min(items, available), per_item)
                 needs.append(Need(stage.name, "halfwidth", (model,), halfwidth, items, available, at_all, sd,
-                                  source, low, high))
+                                  source + (f"; {said}" if said else ""), low, high, clusters, design))
     return Sizing(alpha, power_, needs)
 
 
@@ -168,7 +197,8 @@ def _default_source(pilot: str | None, kind: str) -> str:
     return f"{missing}defaults ({what})"
 
 
-HEADERS = ("stage", "goal", "models", "items needed", "of", "with all items", "cost of those items", "sd", "from")
+HEADERS = ("stage", "goal", "models", "items needed", "of", "clusters", "with all items", "cost of those items", "sd",
+           "from")
 
 
 def _row(need: Need) -> list[str]:
@@ -184,7 +214,8 @@ def _row(need: Need) -> list[str]:
     else:
         cost = usd(need.cost_low) + (f" – {usd(need.cost_high)}" if need.cost_high not in (None, need.cost_low)
                                      else "")
-    return [need.stage, goal, " vs ".join(need.models), needed, f"{need.available:,}", at_all, cost,
+    clusters = "-" if need.clusters is None else f"{need.clusters:,} (design effect {need.design_effect:.2f})"
+    return [need.stage, goal, " vs ".join(need.models), needed, f"{need.available:,}", clusters, at_all, cost,
             f"{need.sd:.3f}", need.source]
 
 
@@ -192,9 +223,9 @@ def render(result: Sizing, fmt: str) -> str:
     if fmt == "json":
         return json_text(result.as_dict())
     table = Table([Column(h) for h in HEADERS], [[clean(c) for c in _row(n)] for n in result.needs])
-    notes = [f"sizing at alpha {result.alpha:g}, power {result.power:g} (a two-sided paired test; items as "
-             "independent: a stage's clusters would raise these counts by their design effect); the cost is of "
-             "min(needed, all) items at the estimate's average price of a request"]
+    notes = [f"sizing at alpha {result.alpha:g}, power {result.power:g} (a two-sided paired test; in a stage with "
+             "cluster:, the counts are raised by the design effect 1 + (items per cluster - 1) x the intra-cluster "
+             "correlation); the cost is of min(needed, all) items at the estimate's average price of a request"]
     if not result.needs:
         notes.insert(0, "no scored stage whose rows are known before the run: nothing to size")
     if fmt == "md":

@@ -115,3 +115,36 @@ def await_cli(monkeypatch, capsys, *args: str):
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(run_cli, monkeypatch, capsys, *args).result()
+
+
+async def test_a_clustered_stage_is_sized_with_its_design_effect(tmp_path, server, monkeypatch, capsys):
+    from runner.evaluate.clusters import intra_cluster_correlation
+    from tests.report.test_clustered_reports import _rows
+
+    rows = _rows(tmp_path / "topics.jsonl", 60)  # 12 topics of 5 items
+    providers = f"providers: {{sim: {{base_url: {json.dumps(server.url)}}}}}"
+    job = write_job(tmp_path / "clustered.yaml", rows, models=MODELS, seeds="[0, 1]", name="clustered",
+                    extra=f"{providers}\n{PRICES}", stage_extra="    cluster: topic")
+    found = _sizing(monkeypatch, capsys, str(job), "--db", str(tmp_path / "s.sqlite"), "--detect", "0.2")
+    (need,) = found["sizing"]["needs"]
+    # no pilot: the default intra-cluster correlation 0.3 over clusters of 5 items: 1 + 4 x 0.3
+    assert need["clusters"] == 12 and need["design_effect"] == pytest.approx(2.2)
+    assert need["items"] == power.items_to_detect(0.2, math.sqrt(0.35), design=2.2, cluster_size=5)
+    assert "intra-cluster correlation 0.3 (default)" in need["source"]
+
+    store = open_store(tmp_path / "s.sqlite")
+    pilot = (await execute(load_job(job), store)).run_id
+    scores: dict[str, dict[str, list[float]]] = {}
+    topic = {}
+    for line in store.iter_results(pilot, "mc"):
+        r = json.loads(line)
+        scores.setdefault(r["model"], {}).setdefault(r["id"], []).append(r["score"])
+        topic[r["id"]] = r["fields"]["topic"]
+    means = {m: {i: statistics.fmean(v) for i, v in items.items()} for m, items in scores.items()}
+    differences = {i: means["sim:beta"][i] - means["sim:alpha"][i] for i in means["sim:alpha"]}
+    icc = intra_cluster_correlation(differences, topic)
+    found = _sizing(monkeypatch, capsys, str(job), "--db", str(tmp_path / "s.sqlite"), "--detect", "0.2",
+                    "--pilot", pilot)
+    (need,) = found["sizing"]["needs"]
+    assert need["design_effect"] == pytest.approx(power.design_effect(icc, 5))
+    assert f"intra-cluster correlation {icc:.2f} (pilot)" in need["source"]
