@@ -359,6 +359,8 @@ def render(data: dict[str, Any], fmt: str) -> str:
                  f"{t['possibly_billed_requests']} requests that may have been billed with no answer: in flight when "
                  f"the run stopped (until `runner resume {run['id']}` settles them) or timed out; counted as spent")
     notes = [CI_NOTE] if any(r.get("items") for r in data["rows"]) else []
+    if run.get("message") and run["status"] == "completed":  # what a completed run says: a stage that stopped early
+        foot += f"; {clean(run['message'])}"
     if fmt == "md":
         lines = [f"**{head}**", ""]
         lines += _markdown(headers, table)

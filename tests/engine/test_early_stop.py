@@ -121,3 +121,13 @@ def test_stop_on_a_stage_that_scores_nothing_is_refused(tmp_path, monkeypatch, c
     job.write_text(job.read_text().replace("    parse: letter\n", "    parse: letter\n    review: true\n"))
     code, out, err = run_cli(monkeypatch, capsys, "validate", str(job))
     assert code == 2 and "scores nothing (review: true): stop: needs scores to decide on" in err, err
+
+
+async def test_the_report_says_what_a_stopped_stage_decided(tmp_path, server):
+    from runner.report import summary
+
+    job = load_job(_job(tmp_path, server.url, f"{{decide: [{WEAK}, {STRONG}], seed: 3}}"))
+    store = open_store(tmp_path / "s.sqlite")
+    outcome = await execute(job, store)
+    text = summary.render(summary.build(store, outcome.run_id), "text")
+    assert outcome.message in text and "stopped after" in text
