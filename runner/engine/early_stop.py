@@ -12,6 +12,10 @@ items) are:
 - ``decide: [A, B]`` or ``decide: all``: one per pair, of the difference B − A; the rule holds once each excludes 0
   (the verdict: the side it lies on).
 
+With ``target: population`` the sequences are of the population the items are drawn from (each item an
+independent draw, or with ``cluster:`` each cluster, asked whole in a shuffled order of clusters, its items' mean
+one draw): a finite benchmark may end before they settle, and then the stage is not decided.
+
 ``alpha`` is split evenly between the sequences (Bonferroni: valid together, at every look). The rule is read after
 ``min_items`` items. A task that failed leaves its item without a score: the sequences need every item in order, so
 the rule stops being read for the rest of the stage (it then runs to the end) and the reason says so.
@@ -60,8 +64,11 @@ class StageStopper:
         assert rule is not None
         self.rule: StopRule = rule
         self.stage = stage.name
-        self.order = plan.item_order()
-        self.total = len(self.order)
+        #: the draws, in order: each item alone (the benchmark), or each cluster with its items (the population)
+        self.population = rule.target == "population"
+        self.units = plan.cluster_order() if self.population else [(item, [item]) for item in plan.item_order()]
+        self.items = sum(len(items) for _, items in self.units)
+        self.total = len(self.units)
         self.per_item = len(plan.variants)
         self.models = list(plan.models)
         if rule.decide == "all":
@@ -74,15 +81,19 @@ class StageStopper:
             model for pair in self.pairs for model in pair))
         looks = (len(self.models) if rule.halfwidth is not None else 0) + len(self.pairs)
         alpha = rule.alpha / max(1, looks)
-        exact = stage.parse in BINARY_PARSES and stage.scorer is None
+        exact = stage.parse in BINARY_PARSES and stage.scorer is None and not self.population
         resolution = self.per_item if exact else None
-        self.accuracy = {model: BettingSequence(alpha, self.total, resolution=resolution)
+        # the benchmark: its items without replacement; the population: independent draws of items or clusters
+        size = None if self.population else self.total
+        self.accuracy = {model: BettingSequence(alpha, size, resolution=resolution)
                          for model in (self.models if rule.halfwidth is not None else [])}
-        self.differences = {pair: BettingSequence(alpha, self.total, resolution=2 * resolution if resolution else None)
+        self.differences = {pair: BettingSequence(alpha, size, resolution=2 * resolution if resolution else None)
                             for pair in self.pairs}
         #: model → item → [sum of scores, scores seen]
         self.scores: dict[str, dict[str, list[float]]] = {model: {} for model in self.watched}
         self.position = 0
+        #: items of the draws fed so far
+        self.fed = 0
         self.decision: Decision | None = None
         #: why the rule is no longer read (a failed task), if it is not
         self.off: str | None = None
@@ -119,17 +130,21 @@ class StageStopper:
     def stopped(self) -> bool:
         return self.decision is not None
 
-    def _mean(self, model: str, item: str) -> float | None:
-        found = self.scores[model].get(item)
-        if found is None or found[1] < self.per_item:
-            return None
-        return min(1.0, max(0.0, found[0] / found[1]))
+    def _mean(self, model: str, items: list[str]) -> float | None:
+        """The mean of the items' means (each over its seeds and variants), once every one is complete."""
+        total = 0.0
+        for item in items:
+            found = self.scores[model].get(item)
+            if found is None or found[1] < self.per_item:
+                return None
+            total += found[0] / found[1]
+        return min(1.0, max(0.0, total / len(items)))
 
     def advance(self) -> None:
-        """Feed the items complete in the planned order; read the rule."""
+        """Feed the draws complete in the planned order; read the rule."""
         while self.decision is None and self.off is None and self.position < self.total:
-            item = self.order[self.position]
-            means = {model: self._mean(model, item) for model in self.watched}
+            _, items = self.units[self.position]
+            means = {model: self._mean(model, items) for model in self.watched}
             if any(mean is None for mean in means.values()):
                 return
             for model, sequence in self.accuracy.items():
@@ -137,7 +152,8 @@ class StageStopper:
             for (a, b), sequence in self.differences.items():
                 sequence.update(float(difference_score(means[a], means[b])))
             self.position += 1
-            if self.position >= max(1, self.rule.min_items):
+            self.fed += len(items)
+            if self.fed >= max(1, self.rule.min_items):
                 self._read_rule()
 
     def _read_rule(self) -> None:
@@ -146,21 +162,26 @@ class StageStopper:
         for model, sequence in self.accuracy.items():
             interval = sequence.interval()
             assert isinstance(interval, Interval)
-            if halfwidth is not None and not interval.halfwidth <= halfwidth or self.position >= self.total:
+            if halfwidth is not None and not interval.halfwidth <= halfwidth or self._exhausted():
                 return
             found.append(f"{model} {100 * (interval.low + interval.high) / 2:.1f}% ± {100 * interval.halfwidth:.1f}")
         for (a, b), sequence in self.differences.items():
             interval = sequence.interval()
             assert isinstance(interval, Interval)
             difference = difference_interval(interval)
-            if not difference.excludes(0.0) or self.position >= self.total:
-                return  # (with every item in, the benchmark's difference is simply known: no early stop)
+            if not difference.excludes(0.0) or self._exhausted():
+                return
             if difference.low > 0:
                 better, worse, low, high = b, a, difference.low, difference.high
             else:
                 better, worse, low, high = a, b, -difference.high, -difference.low
             found.append(f"{better} better than {worse} (by {100 * low:.1f} to {100 * high:.1f} points)")
-        self.decision = Decision(self.stage, self.position, self.total, found)
+        self.decision = Decision(self.stage, self.fed, self.items, found)
+
+    def _exhausted(self) -> bool:
+        """Every draw is in: the benchmark's mean is then simply known (no early stop), and the population's rule
+        did not hold in time."""
+        return self.position >= self.total
 
     def summary(self) -> str | None:
         """The sentence the run ends with for this stage: what it decided, or why it did not stop early."""
@@ -168,5 +189,6 @@ class StageStopper:
             return self.decision.sentence()
         if self.off is not None:
             return self.off
-        return (f"stage {self.stage} asked all {self.total:,} items: its stop: rule did not hold before the end "
-                f"(alpha {self.rule.alpha:g})")
+        target = "the population" if self.population else "the benchmark"
+        return (f"stage {self.stage} asked all {self.items:,} items: its stop: rule on {target} did not hold before "
+                f"the end (alpha {self.rule.alpha:g})")

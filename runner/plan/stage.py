@@ -312,8 +312,28 @@ class StagePlan:
             yield from dataset_rows(self.job, self.stage)
             return
         found = list(dataset_rows(self.job, self.stage))
-        random.Random(f"stop:{self.stage.stop.seed}").shuffle(found)
+        shuffle = random.Random(f"stop:{self.stage.stop.seed}").shuffle
+        field = self.stage.cluster
+        if self.stage.stop.target == "population" and field is not None:
+            # whole clusters in a shuffled order, each cluster's items together (the clusters are the draws)
+            by: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
+            for entry in found:
+                by.setdefault(str(entry[2].get(field)), []).append(entry)
+            groups = list(by.values())
+            shuffle(groups)
+            found = [entry for group in groups for entry in group]
+        else:
+            shuffle(found)
         yield from found
+
+    def cluster_order(self) -> list[tuple[str, list[str]]]:
+        """(cluster, its row ids) in the order :meth:`rows` gives them (each row its own cluster without a
+        ``cluster:`` field)."""
+        field = self.stage.cluster
+        order: dict[str, list[str]] = {}
+        for _, row_id, row in self.rows():
+            order.setdefault(row_id if field is None else str(row.get(field)), []).append(row_id)
+        return list(order.items())
 
     def item_order(self) -> list[str]:
         """The row ids in the order :meth:`rows` gives them."""

@@ -172,6 +172,10 @@ class StopRule(Strict):
     min_items: int = Field(default=0, ge=0, le=MAX_ROWS)
     #: the order the items are asked in
     seed: Seed = 0
+    #: what the sequences are of: the benchmark's own mean (its items drawn without replacement: exact once all are
+    #: in), or the mean of the population its items (or, with cluster:, its clusters) are drawn from, which a
+    #: finite benchmark may never settle
+    target: Literal["benchmark", "population"] = "benchmark"
 
     @model_validator(mode="after")
     def _one_rule(self) -> StopRule:

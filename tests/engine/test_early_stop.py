@@ -131,3 +131,36 @@ async def test_the_report_says_what_a_stopped_stage_decided(tmp_path, server):
     outcome = await execute(job, store)
     text = summary.render(summary.build(store, outcome.run_id), "text")
     assert outcome.message in text and "stopped after" in text
+
+
+async def test_the_population_target_takes_whole_clusters_and_does_not_settle_a_small_difference(tmp_path, server):
+    # 40 clusters of 10 items; two models whose accuracies differ by 5 points: the benchmark's 400 items cannot
+    # settle the population's difference (clusters are the draws), so the stage runs to its end, not decided
+    path = tmp_path / "clusters.jsonl"
+    with open(path, "w", encoding="utf-8") as out:
+        for i in range(400):
+            choices = [f"option {k} of question {i}" for k in range(4)]
+            choices[i % 4] += " (right)"
+            out.write(json.dumps({"question": f"Question {i}?", "choices": choices, "gold": i % 4,
+                                  "topic": f"t{i // 10}"}) + "\n")
+    providers = f"providers: {{sim: {{base_url: {json.dumps(server.url)}, concurrency: 4}}}}"
+    job = write_job(tmp_path / "pop.yaml", path, models=["sim:gpt-sim-acc60", "sim:gpt-sim-acc65"], extra=providers,
+                    stage_extra="    cluster: topic\n    stop: {decide: all, target: population, seed: 2}", name="pop")
+    store = open_store(tmp_path / "s.sqlite")
+    outcome = await execute(load_job(job), store)
+    assert outcome.status == "completed"
+    assert "asked all 400 items: its stop: rule on the population did not hold" in outcome.message
+    # asked cluster by cluster: the first 10 tasks of each model share one topic
+    from runner.plan.stage import StagePlan
+
+    loaded = load_job(job)
+    order = StagePlan(loaded, loaded.stages[0]).cluster_order()
+    assert len(order) == 40 and all(len(items) == 10 for _, items in order)
+    assert [cluster for cluster, _ in order] != [f"t{i}" for i in range(40)]  # shuffled
+
+
+async def test_the_population_target_decides_a_clear_difference_too(tmp_path, server):
+    job = load_job(_job(tmp_path, server.url, f"{{decide: [{WEAK}, {STRONG}], target: population, seed: 3}}"))
+    outcome = await execute(job, open_store(tmp_path / "s.sqlite"))
+    assert "stopped after" in outcome.message and f"{STRONG} better than {WEAK}" in outcome.message
+    assert int(outcome.message.split("stopped after ")[1].split(" of")[0]) < 300
