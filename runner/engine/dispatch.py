@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.engine.batch import Batcher, NoBatcher
 from runner.engine.budget import Budgets, Scope, budgets_of
 from runner.engine.control import RunControl, Spawned
-from runner.engine.early_stop import StageStopper
 from runner.engine.inflight import InFlight
 from runner.engine.leases import CHUNK, LEASE, ChunkLeases, chunks
 from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
@@ -36,6 +35,9 @@ from runner.plan.request import Task
 from runner.plan.stage import StagePlan
 from runner.spec.schema import Job
 from runner.store import CachedResponse, Finished, Writer
+
+if TYPE_CHECKING:
+    from runner.engine.early_stop import StageStopper
 
 __all__ = ["Dispatcher", "Provenance", "budgets_of"]
 
@@ -185,6 +187,9 @@ class Dispatcher:
         """The stage's early-stopping rule, given what an earlier attempt of the run committed (a resume)."""
         if plan.stage.stop is None:
             return None
+        # imported here: its sequences need numpy, which a run without stop: (and the CLI's start) never loads
+        from runner.engine.early_stop import StageStopper
+
         stopper = self.stoppers[plan.stage.name] = StageStopper(self.job, plan)
         self.recorder.observers.append(stopper.recorded)
         self.flight.skip = lambda req: self.stopped_early(req.stage)
