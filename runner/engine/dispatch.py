@@ -190,7 +190,7 @@ class Dispatcher:
         # imported here: its sequences need numpy, which a run without stop: (and the CLI's start) never loads
         from runner.engine.early_stop import StageStopper
 
-        stopper = self.stoppers[plan.stage.name] = StageStopper(self.job, plan)
+        stopper = self.stoppers[plan.stage.name] = StageStopper(plan)
         self.recorder.observers.append(stopper.recorded)
         self.flight.skip = lambda req: self.stopped_early(req.stage)
         if self.resume:

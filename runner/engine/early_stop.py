@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from runner.evaluate.sequential import BettingSequence, Interval, difference_interval, difference_score
 from runner.plan.stage import StagePlan
-from runner.spec.schema import Job, StopRule
+from runner.spec.schema import StopRule
 from runner.store.rows import TaskRow
 
 #: parse kinds whose scores are 0 or 1 (an item's mean is then a multiple of 1 / its requests: the exact grid)
@@ -58,7 +58,7 @@ class Decision:
 class StageStopper:
     """One stage's rule (module docstring)."""
 
-    def __init__(self, job: Job, plan: StagePlan) -> None:
+    def __init__(self, plan: StagePlan) -> None:
         stage = plan.stage
         rule = stage.stop
         assert rule is not None

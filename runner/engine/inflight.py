@@ -66,8 +66,9 @@ class InFlight:
         self.spawn = spawned.spawn
         #: requests on their way, by key: the answer, the error that ended it, NOT_SENT, or None (not sent)
         self.on_way: dict[str, asyncio.Future[Any]] = {}
-        #: whether a task is no longer to be sent although the run goes on (its stage stopped early)
-        self.skip: Callable[[Task], bool] = lambda req: False
+        #: whether a task is no longer to be sent although the run goes on (its stage stopped early); None without a
+        #: stage that stops early, so the common path asks nothing
+        self.skip: Callable[[Task], bool] | None = None
 
     async def send_online(self, req: Task) -> bool:
         """Dispatch one task the memo cannot answer (the Batch API side sends online what a deadline leaves); False
@@ -77,7 +78,7 @@ class InFlight:
     async def dispatch(self, req: Task, loop: asyncio.AbstractEventLoop) -> bool:
         """Send one task that is not in the memo (or join the identical request on its way, or hand it to the
         Batch API); False when the run is stopping and nothing more should be dispatched."""
-        if self.skip(req):  # its stage stopped early: not sent, and nothing to stop the run for
+        if self.skip is not None and self.skip(req):  # its stage stopped early: not sent, the run goes on
             self.leases.take_fence(req)
             self._unclaim(req.key)
             return True
@@ -141,7 +142,7 @@ class InFlight:
         try:
             await endpoint.slots.acquire()
             held = True
-            if self.control.stopping or self.skip(req):
+            if self.control.stopping or (self.skip is not None and self.skip(req)):
                 reservation = None
             elif self.reserver.free(req.model):
                 reservation = FREE
