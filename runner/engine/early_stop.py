@@ -22,6 +22,10 @@ the rule stops being read for the rest of the stage (it then runs to the end) an
 
 On a resume the answers an earlier attempt committed are fed first, in the same order, so the rule picks up where
 it was.
+
+Each look (a draw fed) keeps every sequence's interval; :meth:`StageStopper.record` is what the run stores of the
+rule (``stage_stops``): its decision or why it did not stop, the items asked of all, and the sequences at up to
+:data:`TRACE_POINTS` looks, which the reports and the viewer plot.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ from runner.evaluate.sequential import BettingSequence, Interval, difference_int
 from runner.plan.stage import StagePlan
 from runner.spec.schema import StopRule
 from runner.store.rows import TaskRow
+
+#: looks kept in a stored record (evenly spaced, the first and last among them)
+TRACE_POINTS = 200
 
 #: parse kinds whose scores are 0 or 1 (an item's mean is then a multiple of 1 / its requests: the exact grid)
 BINARY_PARSES = {"letter", "letters", "yes_no", "none_of_them", "label", "loglikelihood"}
@@ -97,6 +104,8 @@ class StageStopper:
         self.decision: Decision | None = None
         #: why the rule is no longer read (a failed task), if it is not
         self.off: str | None = None
+        #: each look: (items fed, [(low, high) of each sequence of :meth:`names`])
+        self.trace: list[tuple[int, list[tuple[float, float]]]] = []
 
     # -- answers in ----------------------------------------------------------------------------------
     def recorded(self, task: TaskRow) -> None:
@@ -153,8 +162,40 @@ class StageStopper:
                 sequence.update(float(difference_score(means[a], means[b])))
             self.position += 1
             self.fed += len(items)
+            self._look()
             if self.fed >= max(1, self.rule.min_items):
                 self._read_rule()
+
+    def names(self) -> list[str]:
+        """What each sequence is of: a model's accuracy, or a pair's difference ``B − A``."""
+        return [*self.accuracy, *(f"{b} − {a}" for a, b in self.differences)]
+
+    def _look(self) -> None:
+        looked: list[tuple[float, float]] = []
+        for sequence in self.accuracy.values():
+            interval = sequence.interval()
+            assert isinstance(interval, Interval)
+            looked.append((interval.low, interval.high))
+        for sequence in self.differences.values():
+            interval = sequence.interval()
+            assert isinstance(interval, Interval)
+            difference = difference_interval(interval)
+            looked.append((difference.low, difference.high))
+        self.trace.append((self.fed, looked))
+
+    def record(self) -> dict[str, object]:
+        """What the run stores of the rule (module docstring)."""
+        looks = self.trace
+        if len(looks) > TRACE_POINTS:
+            last = len(looks) - 1
+            looks = [looks[round(i * last / (TRACE_POINTS - 1))] for i in range(TRACE_POINTS)]
+        return {"stage": self.stage, "rule": self.rule.model_dump(exclude_none=True), "stopped": self.stopped,
+                "summary": self.summary(), "found": self.decision.found if self.decision else [],
+                "items_asked": self.fed, "items_total": self.items,
+                "target": "population" if self.population else "benchmark",
+                "sequences": [{"name": name, "of": "accuracy" if i < len(self.accuracy) else "difference"}
+                              for i, name in enumerate(self.names())],
+                "looks": [[fed, [[round(low, 6), round(high, 6)] for low, high in looked]] for fed, looked in looks]}
 
     def _read_rule(self) -> None:
         found: list[str] = []

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.plan.choices import LETTERS
-from runner.report import cells, layouts
+from runner.report import cells, layouts, stops
 from runner.report import funnel as funnels
 from runner.report import summary as reports
 from runner.report.plots import accuracy_plot, cost_plots, esc, funnel_plot, heatmap_plot
@@ -365,6 +365,7 @@ def render(data: dict[str, Any]) -> str:
                   '<div class="heatmaps">' + "".join(heatmap_plot(h) for h in data["heatmaps"]) + "</div>"]
     if data.get("pipeline"):
         parts += ["<h2>Pipeline funnel</h2>", funnel_plot(data["pipeline"]), funnel_table(data["pipeline"])]
+    parts.append(stops.html_section(data.get("stops") or []))
     parts += ["<h2>Answers</h2>", samples_section(data)]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{esc(title)}</title><style>{CSS}</style></head><body>{''.join(parts)}"

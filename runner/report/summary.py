@@ -20,7 +20,7 @@ from typing import Any
 
 from runner.plan.choices import LETTERS
 from runner.processes import pid_alive
-from runner.report import funnel, item_scores, layouts
+from runner.report import funnel, item_scores, layouts, stops
 from runner.report.cells import (
     CI_NOTE,
     ITEM_HEADERS,
@@ -170,6 +170,9 @@ def build(store: Store, run_id: str, judged: str | None = None, by: str | None =
         "layout": layout,
         "pipeline": funnel.build(store, run_id),
     }
+    stopped = stops.build(store, run_id)
+    if stopped:  # the stages with a stop: rule: what it decided, items and dollars against all, its sequences
+        data["stops"] = stopped
     batches = store.batches(run_id)
     if batches:  # the Batch API batches the run submitted: provider id, state, lines by status
         data["batches"] = [{k: b[k] for k in ("id", "stage", "model", "provider_batch_id", "round", "state",
@@ -370,6 +373,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
             lines += ["", *layouts.render_text(data["layout"], markdown=True)]
         if data.get("pipeline"):
             lines += ["", *funnel.render(data["pipeline"], markdown=True)]
+        lines += stops.text_lines(data.get("stops") or [])
         return "\n".join(clean_lines(lines)) + "\n"
     lines = [head, *_aligned(headers, table)]
     lines += [foot, *notes] + ([shuffles] if shuffles else []) + sent_with_lines(data)
@@ -380,6 +384,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
         lines += ["", *layouts.render_text(data["layout"])]
     if data.get("pipeline"):
         lines += ["", *funnel.render(data["pipeline"])]
+    lines += stops.text_lines(data.get("stops") or [])
     return "\n".join(clean_lines(lines)) + "\n"
 
 

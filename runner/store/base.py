@@ -13,6 +13,7 @@ What is kept:
     ledger      money and tokens: reservations in flight, charges, and possibly billed amounts after a crash
     stage_replays, stage_outputs, stage_rows, run_stages
                 content-addressed stage results (replay of evaluation stages, pipeline stage outputs)
+    stage_stops what a stage's ``stop:`` rule decided and its confidence sequences (runner/engine/early_stop.py)
 
 A task row is a :class:`~runner.store.rows.TaskRow`, a memo row a :class:`~runner.store.rows.ResponseRow`, a ledger
 row a :class:`~runner.store.rows.LedgerRow` (runner/store/rows.py). The writer (:mod:`runner.store.writer`) commits
@@ -433,6 +434,14 @@ class Store(ABC):
     @abstractmethod
     def run_stages(self, run_id: str) -> list[dict[str, Any]]:
         """The funnel rows of a run's pipeline stages, in order."""
+
+    @abstractmethod
+    def record_stop(self, run_id: str, stage: str, record: dict[str, Any]) -> None:
+        """A stage's early-stopping record as the run left it (a resume's replaces it)."""
+
+    @abstractmethod
+    def stops(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's early-stopping records, one per stage with a ``stop:`` rule."""
 
     @abstractmethod
     def stage_cost(self, run_id: str, stage: str) -> tuple[float, int]:

@@ -246,6 +246,14 @@ def m014_worker_steady(db: Schema) -> None:
     db.add_column("workers", "steady", "real")
 
 
+@migration
+def m015_stage_stops(db: Schema) -> None:
+    """A stage's ``stop:`` rule as the run left it (runner/engine/early_stop.py): what it decided, after how many of
+    its items, and its confidence sequences at each look, for the reports and the viewer to show."""
+    db.execute("CREATE TABLE stage_stops (run_id {text} NOT NULL, stage {text} NOT NULL, record {text} NOT NULL,"
+               " PRIMARY KEY (run_id, stage)){no_rowid}")
+
+
 def migrate(conn: Any, dialect: Dialect) -> None:
     """Apply the migrations not yet applied, in one transaction that holds a lock from its start (SQLite's write
     lock, PostgreSQL's advisory lock): several processes opening a new store at once take turns (the later ones

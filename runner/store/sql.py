@@ -400,6 +400,17 @@ class SQLStore(WorkerSQL):
         self.execute(upsert("run_stages", ("run_id", "stage", "position", "hash", "funnel"), ("run_id", "stage")),
                  (run_id, stage, position, digest, dumps(funnel)))
 
+    def record_stop(self, run_id: str, stage: str, record: dict[str, Any]) -> None:
+        """A stage's early-stopping record (:meth:`runner.engine.early_stop.StageStopper.record`), replaced by a
+        resume's."""
+        self.execute(upsert("stage_stops", ("run_id", "stage", "record"), ("run_id", "stage")),
+                     (run_id, stage, dumps(record)))
+
+    def stops(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's early-stopping records, one per stage with a ``stop:`` rule, by stage name."""
+        return [json.loads(record) for (record,) in self.rows(
+            "SELECT record FROM stage_stops WHERE run_id = ? ORDER BY stage", (run_id,))]
+
     def run_stages(self, run_id: str) -> list[dict[str, Any]]:
         return [json.loads(funnel) for (funnel,) in self.rows(
             "SELECT funnel FROM run_stages WHERE run_id = ? ORDER BY position", (run_id,))]

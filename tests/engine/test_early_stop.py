@@ -123,14 +123,48 @@ def test_stop_on_a_stage_that_scores_nothing_is_refused(tmp_path, monkeypatch, c
     assert code == 2 and "scores nothing (review: true): stop: needs scores to decide on" in err, err
 
 
-async def test_the_report_says_what_a_stopped_stage_decided(tmp_path, server):
-    from runner.report import summary
+async def test_the_reports_and_the_viewer_show_the_sequence_the_reason_and_the_saving(tmp_path, server):
+    from aiohttp import web
 
-    job = load_job(_job(tmp_path, server.url, f"{{decide: [{WEAK}, {STRONG}], seed: 3}}"))
+    from runner.report import html, summary
+    from runner.view.app import make_app
+    from tests.view.conftest import fetch
+
+    prices = f"prices: {{{STRONG}: {{input: 1000, output: 1000}}, {WEAK}: {{input: 1000, output: 1000}}}}"
+    job = load_job(_job(tmp_path, server.url, f"{{decide: [{WEAK}, {STRONG}], seed: 3}}", extra=prices))
     store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(job, store)
-    text = summary.render(summary.build(store, outcome.run_id), "text")
-    assert outcome.message in text and "stopped after" in text
+    asked = int(outcome.message.split("stopped after ")[1].split(" of")[0].replace(",", ""))
+    data = summary.build(store, outcome.run_id)
+    [stop] = data["stops"]
+    assert stop["stopped"] and stop["items_asked"] == asked and stop["items_total"] == 400
+    assert stop["summary"] == outcome.message and stop["sequences"] == [
+        {"name": f"{STRONG} − {WEAK}", "of": "difference"}]
+    # every look's interval of the difference, the last one on the strong model's side of zero
+    looks = stop["looks"]
+    assert looks[-1][0] == asked and [fed for fed, _ in looks] == sorted(fed for fed, _ in looks)
+    assert looks[-1][1][0][0] > 0 and all(low <= high for _, [[low, high]] in looks)
+    spent = sum(t["cost"] or 0 for t in store.tasks(outcome.run_id))
+    assert stop["spent"] == pytest.approx(spent) and stop["full_cost"] == pytest.approx(spent * 400 / asked)
+    assert stop["saved"] == pytest.approx(stop["full_cost"] - spent) and stop["saved"] > spent
+
+    text = summary.render(data, "text")
+    assert outcome.message in text and f"Early stopping, stage mc: {outcome.message}" in text
+    assert f"asked {asked:,} of 400 items" in text and f"spent ${stop['spent']:.4f} of the " in text
+    assert f"{STRONG} − {WEAK} (points)" in text
+    page = html.render(html.build(store, outcome.run_id))
+    assert 'data-plot="stop"' in page and f"Asked {asked:,} of 400 items" in page
+    assert json.loads(summary.render(data, "json"))["stops"][0]["items_asked"] == asked
+
+    runner = web.AppRunner(make_app(open_store(tmp_path / "s.sqlite")), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        viewed = await fetch(f"http://127.0.0.1:{runner.addresses[0][1]}/runs/{outcome.run_id}")
+    finally:
+        await runner.cleanup()
+    assert 'data-plot="stop"' in viewed and "Early stopping" in viewed and f"saved ${stop['saved']:.4f}" in viewed
 
 
 async def test_the_population_target_takes_whole_clusters_and_does_not_settle_a_small_difference(tmp_path, server):

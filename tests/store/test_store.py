@@ -67,10 +67,12 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
                ["run_id", "stage", "chunk"]),
     "claims": ({"key": str, "worker": str, "expires": float}, ["key"]),
     "budget_use": ({"run_id": str, "scope": str, "usd": float, "inflight": int, "tokens": int}, ["run_id", "scope"]),
+    "stage_stops": ({"run_id": str, "stage": str, "record": str}, ["run_id", "stage"]),
 }
 MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs", "m006_pipelines",
                    "m007_stage_replays", "m008_batches", "m009_workers", "m010_thinking",
-                   "m011_fencing", "m012_prompt_cache_savings", "m013_ledger_tokens", "m014_worker_steady"]
+                   "m011_fencing", "m012_prompt_cache_savings", "m013_ledger_tokens", "m014_worker_steady",
+                   "m015_stage_stops"]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -503,3 +505,17 @@ def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path: Path) -> No
         store = open_store(db)
         assert len(store.list_runs()) == 3
         assert [row["name"] for row in store.db["_migrations"].rows] == MIGRATION_NAMES
+
+
+def test_a_stages_stop_record_is_kept_and_a_resumes_replaces_it(store_path: Any) -> None:
+    store = open_store(store_path)
+    run_id = store.create_run("j", "j.yaml", "{}", "fp", 10)
+    assert store.stops(run_id) == []
+    first = {"stage": "mc", "items_asked": 3, "looks": [[1, [[0.0, 1.0]]]]}
+    store.record_stop(run_id, "mc", first)
+    store.record_stop(run_id, "judge", {"stage": "judge", "items_asked": 5})
+    again = {**first, "items_asked": 7}
+    store.record_stop(run_id, "mc", again)
+    assert store.stops(run_id) == [{"stage": "judge", "items_asked": 5}, again]
+    assert store.stops("another run") == []
+    store.close()
