@@ -77,9 +77,6 @@ def check_joinable(job: Job) -> None:
         raise NotJoinable(f"job {job.name} is a pipeline: its stages run in one process; `runner work` joins jobs "
                           "whose stages are all evaluations")
     for stage in job.llm_stages():
-        if stage.stop is not None:
-            raise NotJoinable(f"stage {stage.name} of job {job.name} stops early (stop:): its decision is taken in "
-                              "the one process that runs it for now; `runner work` joins jobs without stop:")
         if job.stage_mode(stage) != "online":
             raise NotJoinable(f"stage {stage.name} of job {job.name} uses a Batch API (mode: {job.stage_mode(stage)})"
                               ": its batches belong to the process that submitted them; `runner work` joins online "

@@ -95,6 +95,8 @@ class Dispatcher:
         self.joined = joined
         #: the stages that stop early (``stop:``), by name: their rules read as answers are committed
         self.stoppers: dict[str, StageStopper] = {}
+        #: with other workers, each stopping stage's watch of the store (runner/engine/early_stop.py)
+        self.watches: dict[str, asyncio.Task[None]] = {}
 
     # -- what run.py reads ----------------------------------------------------------------------------
     @property
@@ -152,7 +154,21 @@ class Dispatcher:
         crew = self.crew
         # A pipeline runs in one process (a stage may run again for a retry round): its chunks are not leased.
         leasing = crew is not None and not self.job.is_pipeline
-        stopper = await self._stopper(plan)
+        stopper = await self._stopper(plan, leasing)
+        try:
+            await self._dispatch_stage(plan, loop, leasing, stopper)
+        finally:
+            watching = self.watches.pop(stage, None)
+            if watching is not None:
+                watching.cancel()
+        if not control.stopping:
+            await self.batcher.submit_pending(plan.stage.name)  # its batches start while later stages are planned
+        if wait_for_batches:
+            await self.finish_batches({plan.stage.name})
+
+    async def _dispatch_stage(self, plan: StagePlan, loop: asyncio.AbstractEventLoop, leasing: bool,
+                              stopper: StageStopper | None) -> None:
+        control, crew, stage = self.control, self.crew, plan.stage.name
         for number, chunk in enumerate(chunks(plan, CHUNK)):
             if control.stopping or (stopper is not None and stopper.stopped):
                 break
@@ -167,7 +183,7 @@ class Dispatcher:
             # each worker holds only what it is about to send.
             step = len(parts) if crew.live == 1 else 1
             for start in range(0, len(parts), step):
-                if control.stopping:
+                if control.stopping or (stopper is not None and stopper.stopped):
                     break
                 indices = [first + n for n in range(start, min(start + step, len(parts)))]
                 mine, lease_of, taken = await self.leases.claim(stage, first, parts, indices)
@@ -177,40 +193,45 @@ class Dispatcher:
                                                lease_of=lease_of)
         await self.drain()
         if leasing:
-            await self._finish_leases(plan, loop)
-        if not control.stopping:
-            await self.batcher.submit_pending(plan.stage.name)  # its batches start while later stages are planned
-        if wait_for_batches:
-            await self.finish_batches({plan.stage.name})
+            await self._finish_leases(plan, loop, stopper)
 
-    async def _stopper(self, plan: StagePlan) -> StageStopper | None:
-        """The stage's early-stopping rule, given what an earlier attempt of the run committed (a resume)."""
+    async def _stopper(self, plan: StagePlan, leasing: bool) -> StageStopper | None:
+        """The stage's early-stopping rule, given what an earlier attempt of the run committed (a resume); with
+        other workers, watching what they write (:func:`runner.engine.early_stop.watch`)."""
         if plan.stage.stop is None:
             return None
         # imported here: its sequences need numpy, which a run without stop: (and the CLI's start) never loads
-        from runner.engine.early_stop import StageStopper
+        from runner.engine.early_stop import StageStopper, watch
 
-        stopper = self.stoppers[plan.stage.name] = StageStopper(plan)
+        stage = plan.stage.name
+        stopper = self.stoppers[stage] = StageStopper(plan)
         self.recorder.observers.append(stopper.recorded)
         self.flight.skip = lambda req: self.stopped_early(req.stage)
-        if self.resume:
-            store, run_id, stage = self.triage.store, self.triage.run_id, plan.stage.name
-            stopper.prime(await store.run(lambda sync: list(sync.iter_results(run_id, stage)), store.sync))
+        store, run_id = self.triage.store, self.triage.run_id
+        if leasing:
+            self.watches[stage] = asyncio.create_task(watch(stopper, store, run_id))
+        elif self.resume:
+            _, done = await store.stage_scores(run_id, stage, 0)
+            stopper.feed(done)
         return stopper
 
     def stopped_early(self, stage: str) -> bool:
         stopper = self.stoppers.get(stage)
         return stopper is not None and stopper.stopped
 
-    async def _finish_leases(self, plan: StagePlan, loop: asyncio.AbstractEventLoop) -> None:
+    async def _finish_leases(self, plan: StagePlan, loop: asyncio.AbstractEventLoop,
+                             stopper: StageStopper | None) -> None:
         """The end of a stage for one of several workers: mark this worker's chunks done once their tasks are
-        committed, take over the chunks of workers that died, and wait for those live workers still hold."""
+        committed, take over the chunks of workers that died, and wait for those live workers still hold. A stage
+        stopped early leaves the chunks nobody took: each worker ends it once its own are done."""
         crew = self.crew
         assert crew is not None
         stage = plan.stage.name
         while not self.control.stopping:
             await self.writer.flush()
             crew.finish(stage)
+            if stopper is not None and stopper.stopped:
+                return
             taken = await self.leases.take_over(stage)
             if taken:
                 wanted, last = set(taken), max(taken)

@@ -21,7 +21,9 @@ one draw): a finite benchmark may end before they settle, and then the stage is 
 the rule stops being read for the rest of the stage (it then runs to the end) and the reason says so.
 
 On a resume the answers an earlier attempt committed are fed first, in the same order, so the rule picks up where
-it was.
+it was. With several workers on one run each feeds its rule what every worker wrote to the store (read as it comes,
+each task once), and the first to see the rule hold writes its decision to the store, where the others read it and
+stop too (runner/engine/dispatch.py).
 
 Each look (a draw fed) keeps every sequence's interval; :meth:`StageStopper.record` is what the run stores of the
 rule (``stage_stops``): its decision or why it did not stop, the items asked of all, and the sequences at up to
@@ -31,9 +33,9 @@ rule (``stage_stops``): its decision or why it did not stop, the items asked of 
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from runner.evaluate.sequential import BettingSequence, Interval, difference_interval, difference_score
 from runner.plan.stage import StagePlan
@@ -106,22 +108,35 @@ class StageStopper:
         self.off: str | None = None
         #: each look: (items fed, [(low, high) of each sequence of :meth:`names`])
         self.trace: list[tuple[int, list[tuple[float, float]]]] = []
+        #: the tasks fed (each once: this process's as recorded, and every worker's as read from the store)
+        self.seen: set[str] = set()
+        #: the decision was another worker's, read from the store
+        self.adopted = False
 
     # -- answers in ----------------------------------------------------------------------------------
     def recorded(self, task: TaskRow) -> None:
         """Recorder observer: a task of the run was answered (or failed); read as soon as it is recorded, so the
         rule holds before more is sent than its decision needed."""
-        if task.stage == self.stage:
+        if task.stage == self.stage and task.item not in self.seen:
+            self.seen.add(task.item)
             self.add(task.model, task.row_id, task.score if task.status == "done" else None)
             self.advance()
 
-    def prime(self, result_lines: Iterable[str]) -> None:
-        """The answers an earlier attempt of the run committed (a resume)."""
-        for line in result_lines:
-            result = json.loads(line)
-            self.add(str(result.get("model")), str(result.get("id")),
-                     result.get("score") if result.get("status") == "done" else None)
+    def feed(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Tasks of the stage as the store has them (``Store.stage_scores``): an earlier attempt's, on a resume, or
+        other workers'. Each is fed once."""
+        for row in rows:
+            if row["item"] in self.seen:
+                continue
+            self.seen.add(row["item"])
+            self.add(str(row["model"]), str(row["row_id"]), row["score"] if row["status"] == "done" else None)
         self.advance()
+
+    def adopt(self, record: dict[str, Any]) -> None:
+        """Another worker's decision, read from the store: this process stops the stage too."""
+        if self.decision is None and record.get("stopped"):
+            self.decision = Decision(self.stage, int(record["items_asked"]), self.items, list(record["found"]))
+            self.adopted = True
 
     def add(self, model: str, item: str, score: float | None) -> None:
         if model not in self.scores or self.off is not None:
@@ -233,3 +248,29 @@ class StageStopper:
         target = "the population" if self.population else "the benchmark"
         return (f"stage {self.stage} asked all {self.items:,} items: its stop: rule on {target} did not hold before "
                 f"the end (alpha {self.rule.alpha:g})")
+
+
+#: seconds between two reads of the store by a worker's rule (with other workers on the run)
+WATCH_EVERY = 0.25
+
+
+async def watch(stopper: StageStopper, store: Any, run_id: str) -> None:
+    """One of several workers' rule: fed every worker's answers as the store has them (each task once), it writes
+    this process's decision to the store as soon as it holds, or takes another worker's from there. Ends once the
+    stage is stopped and the decision is in the store; the dispatcher cancels it at the stage's end otherwise.
+    ``store``: the engine's :class:`runner.store.offloop.LoopStore`."""
+    import asyncio
+
+    position = 0
+    while True:
+        position, rows = await store.stage_scores(run_id, stopper.stage, position)
+        stopper.feed(rows)
+        if not stopper.stopped:
+            for record in await store.stops(run_id):
+                if record.get("stage") == stopper.stage:
+                    stopper.adopt(record)
+        if stopper.stopped:
+            if not stopper.adopted:
+                await store.record_stop(run_id, stopper.stage, stopper.record())
+            return
+        await asyncio.sleep(WATCH_EVERY)

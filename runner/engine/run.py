@@ -190,7 +190,8 @@ class _Session:
                 for line in said:
                     self.view.note(line)
                 for name, stopper in dispatcher.stoppers.items():  # for the reports and the viewer
-                    await self.calls.record_stop(self.run_id, name, stopper.record())
+                    if not stopper.adopted:  # another worker's decision: its record stays
+                        await self.calls.record_stop(self.run_id, name, stopper.record())
         except RunnerError as exc:
             self.status, self.message = "failed", str(exc)
             raise

@@ -200,6 +200,11 @@ class Store(ABC):
         """The stored result lines of a stage, in a stable order, streamed."""
 
     @abstractmethod
+    def stage_scores(self, run_id: str, stage: str, after: int = 0) -> tuple[int, list[dict[str, Any]]]:
+        """The stage's tasks written since position ``after`` (item, model, row_id, status, score) and the next
+        position: what an early-stopping rule reads of other workers' answers."""
+
+    @abstractmethod
     def tasks(self, run_id: str | None = None, **where: Any) -> list[dict[str, Any]]:
         """Task rows as dicts, optionally filtered by run and equal column values (tests and tools)."""
 

@@ -156,6 +156,15 @@ class SQLStore(WorkerSQL):
                                    f" ORDER BY {self.dialect.task_order}", (run_id, stage)):
             yield line
 
+    def stage_scores(self, run_id: str, stage: str, after: int = 0) -> tuple[int, list[dict[str, Any]]]:
+        """The stage's tasks written since ``after`` (a position :meth:`stage_scores` gave), as (item, model,
+        row_id, status, score), and the position to ask from next: what an early-stopping rule reads of the
+        answers other workers wrote. A task written again comes again."""
+        order = self.dialect.task_order
+        found = self.dicts(f"SELECT {order} AS position, item, model, row_id, status, score FROM tasks"
+                           f" WHERE run_id = ? AND stage = ? AND {order} > ? ORDER BY {order}", (run_id, stage, after))
+        return (max((int(row["position"]) for row in found), default=after), found)
+
     def tasks(self, run_id: str | None = None, **where: Any) -> list[dict[str, Any]]:
         conditions = {"run_id": run_id, **where} if run_id is not None else dict(where)
         unknown = set(conditions) - set(TASK_COLUMNS) - {"updated"}

@@ -198,3 +198,48 @@ async def test_the_population_target_decides_a_clear_difference_too(tmp_path, se
     outcome = await execute(job, open_store(tmp_path / "s.sqlite"))
     assert "stopped after" in outcome.message and f"{STRONG} better than {WEAK}" in outcome.message
     assert int(outcome.message.split("stopped after ")[1].split(" of")[0]) < 300
+
+
+@pytest.mark.slow  # two runner processes sharing a run
+@pytest.mark.parametrize("sim_server", [0.1], indirect=True)
+def test_two_workers_stop_together_once_the_rule_holds_and_pay_nothing_twice(tmp_path, sim_server, db):
+    """The owner and a `runner work` process split the stage; each feeds its rule every worker's answers from the
+    store, the first to see it hold writes the decision there and the other reads it: both end the stage early,
+    with the same decision, and no request is charged twice. (One model: with one endpoint the owner leases as it
+    sends, so the worker joining a second later finds chunks to take.)"""
+    import subprocess
+
+    from tests.helpers import runner_cmd
+
+    prices = f"prices: {{{STRONG}: {{input: 1000, output: 1000}}}}"
+    job = _job(tmp_path, sim_server, "{halfwidth: 0.04, seed: 4}", rows=1200, models=(STRONG,), extra=prices)
+    owner = subprocess.Popen(runner_cmd("submit", str(job), "--db", db), cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    run_id = next(line.split()[1].rstrip(":") for line in owner.stdout
+                  if line.startswith("run ") and "started job" in line)
+    worker = subprocess.Popen(runner_cmd("work", run_id, "--db", db), cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    outs = [process.communicate(timeout=180) for process in (owner, worker)]
+    said = []
+    for process, (out, err) in zip((owner, worker), outs, strict=True):
+        assert process.returncode == 0, err[-3000:]
+        assert "Traceback" not in err and "stage mc stopped after" in out, (out + err)[-3000:]
+        said.append(out.split("stage mc stopped after ")[1].split(")")[0])
+    assert said[0] == said[1], said  # one decision, the same in both
+    store = open_store(db)
+    try:
+        run = store.get_run(run_id)
+        assert run["status"] == "completed" and "stage mc stopped after" in run["message"], run
+        asked = int(run["message"].split("stopped after ")[1].split(" of")[0].replace(",", ""))
+        tasks = store.tasks(run_id)
+        assert asked < 1200 and len(tasks) < 1200 * 3 // 4, (asked, len(tasks))
+        charges = store.ledger(run_id, kind="charge")
+        assert len({row["key"] for row in charges}) == len(charges), "a request was charged twice"
+        assert not store.ledger(run_id, kind="reserved")
+        leased = store.rows("SELECT DISTINCT worker FROM leases WHERE run_id = ?", (run_id,))
+        assert len(leased) == 2, "both workers took some of the stage"
+        [record] = store.stops(run_id)
+        assert record["stopped"] and record["found"] and record["items_total"] == 1200
+    finally:
+        store.close()
