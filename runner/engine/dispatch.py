@@ -45,6 +45,10 @@ __all__ = ["Dispatcher", "Provenance", "budgets_of"]
 WRITER_BACKLOG = 4096
 
 
+#: the first wave's tasks when a stage that stops early goes through a Batch API; each next wave is twice the last
+FIRST_WAVE = CHUNK
+
+
 class Provenance:
     """Each (stage, model)'s result-line provenance: the same for every task of its stage and model (the run, the
     job's fingerprint, the prompt, the model id and parameters of its call), built once per pair, for the first of
@@ -169,9 +173,20 @@ class Dispatcher:
     async def _dispatch_stage(self, plan: StagePlan, loop: asyncio.AbstractEventLoop, leasing: bool,
                               stopper: StageStopper | None) -> None:
         control, crew, stage = self.control, self.crew, plan.stage.name
+        # a stage that stops early through a Batch API sends its tasks in waves of growing size, each waited for
+        # (its answers read by the rule) before the next is sent
+        waves = stopper is not None and self.job.stage_mode(plan.stage) != "online"
+        wave, wave_size = 0, FIRST_WAVE
         for number, chunk in enumerate(chunks(plan, CHUNK)):
             if control.stopping or (stopper is not None and stopper.stopped):
                 break
+            if waves:
+                wave += len(chunk)
+                if wave > wave_size:  # this chunk begins the next wave: the last one is sent and read first
+                    await self.finish_batches({stage})
+                    wave, wave_size = len(chunk), wave_size * 2
+                    if stopper is not None and stopper.stopped:
+                        break
             if not leasing:
                 await self._breathe()
                 await self._dispatch_chunk(chunk, loop, check_done=self.resume)

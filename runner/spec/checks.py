@@ -219,7 +219,8 @@ def sent_with(job: Job) -> dict[str, Any]:
 
 
 def _check_stop(job: Job, path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:
-    """``stop:`` on a scored stage sent online from its own dataset, naming its models."""
+    """``stop:`` on a scored stage that reads its own dataset, naming its models (online, or through a Batch API in
+    waves: runner/engine/dispatch.py)."""
     rule = stage.stop
     assert rule is not None
     where = loc + ("stop",)
@@ -229,8 +230,6 @@ def _check_stop(job: Job, path: Path, lines: dict[Loc, int], loc: Loc, stage: St
                                  "): stop: needs scores to decide on")
     if stage.from_ is not None:
         fail(path, lines, where, "stop: is for a stage that reads its own dataset, not earlier stages' rows")
-    if job.stage_mode(stage) != "online":
-        fail(path, lines, where, f"stop: runs online for now; this stage's mode is {job.stage_mode(stage)}")
     models = job.stage_models(stage)
     if isinstance(rule.decide, list):
         for index, model in enumerate(rule.decide):

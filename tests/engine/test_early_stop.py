@@ -243,3 +243,28 @@ def test_two_workers_stop_together_once_the_rule_holds_and_pay_nothing_twice(tmp
         assert record["stopped"] and record["found"] and record["items_total"] == 1200
     finally:
         store.close()
+
+
+async def test_through_a_batch_api_the_stage_goes_in_growing_waves_and_stops_between_them(tmp_path, server):
+    """`mode: batch`: the first wave is 256 tasks (128 items of two models), each next twice the last, and each is
+    waited for and read by the rule before the next goes: a 10-point difference is decided after a few waves, with
+    far fewer requests sent than the stage has."""
+    middle = "sim:gpt-sim-acc80"
+    batch = "mode: batch\nbatch: {poll_interval: 0.02, max_requests: 50000}"
+    job = load_job(_job(tmp_path, server.url, f"{{decide: [{middle}, {STRONG}], seed: 4}}", rows=2000,
+                        models=(STRONG, middle), extra=batch))
+    store = open_store(tmp_path / "s.sqlite")
+    outcome = await execute(job, store)
+    assert outcome.status == "completed" and "stage mc stopped after" in outcome.message, outcome.message
+    assert f"{STRONG} better than {middle}" in outcome.message
+    batches = store.batches(outcome.run_id)
+    waves: dict[str, list[int]] = {}
+    for found in batches:
+        waves.setdefault(found["model"], []).append(found["lines"])
+    assert set(waves) == {STRONG, middle} and waves[STRONG] == waves[middle], waves
+    sizes = waves[STRONG]
+    assert len(sizes) >= 2 and sizes == [128 * 2 ** n for n in range(len(sizes))], sizes
+    tasks = store.tasks(outcome.run_id)
+    assert len(tasks) == 2 * sum(sizes) < 2 * 2000 and all(t["status"] == "done" for t in tasks)
+    asked = int(outcome.message.split("stopped after ")[1].split(" of")[0].replace(",", ""))
+    assert sum(sizes[:-1]) < asked <= sum(sizes)  # decided within the last wave sent, not before it
