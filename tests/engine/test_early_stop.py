@@ -268,3 +268,76 @@ async def test_through_a_batch_api_the_stage_goes_in_growing_waves_and_stops_bet
     assert len(tasks) == 2 * sum(sizes) < 2 * 2000 and all(t["status"] == "done" for t in tasks)
     asked = int(outcome.message.split("stopped after ")[1].split(" of")[0].replace(",", ""))
     assert sum(sizes[:-1]) < asked <= sum(sizes)  # decided within the last wave sent, not before it
+
+
+@pytest.mark.slow  # a runner process killed with SIGKILL, then resumed
+@pytest.mark.parametrize("sim_server", [0.05], indirect=True)
+def test_know_no_mctest_killed_mid_run_resumes_the_same_order_and_decides_paying_nothing_twice(tmp_path, sim_server):
+    """The bundled Know-No MC-Test job's with-gold stage, its gold options marked for the simulated server's
+    ``-accNN`` models (90 % and 70 % right), with `stop: {decide: ...}`: killed with kill -9 mid-run, then resumed.
+    The resume continues the same seeded order, the run ends early with the right verdict, and no request is
+    charged twice (those in flight at the kill are kept as possibly billed)."""
+    import signal
+    import subprocess
+    import time
+
+    import yaml
+
+    from runner.plan.stage import StagePlan
+    from tests.helpers import ROOT, done_tasks, runner_cmd
+
+    strong, weaker = "sim:gpt-sim-acc90", "sim:gpt-sim-acc70"
+    marked = tmp_path / "mctest.jsonl"
+    with open(ROOT / "data" / "knowno" / "MCTest_1000.jsonl", encoding="utf-8") as rows, \
+            open(marked, "w", encoding="utf-8") as out:
+        for line in rows:
+            story = json.loads(line)
+            for question in story["question_list"]:
+                gold = question["gold_option"]
+                question["options"] = [f"{o} (right)" if o == gold else o for o in question["options"]]
+                question["gold_option"] = f"{gold} (right)"
+            out.write(json.dumps(story) + "\n")
+    job = yaml.safe_load((ROOT / "jobs" / "knowno-mctest.yaml").read_text(encoding="utf-8"))
+    [stage] = [s for s in job["stages"] if s["name"] == "with-gold"]
+    stage["dataset"]["path"] = str(marked)
+    stage["stop"] = {"decide": [weaker, strong], "seed": 11}
+    job.update(stages=[stage], models=[strong, weaker], report=None, output_dir=str(tmp_path / "results"),
+               providers={"sim": {"base_url": sim_server, "concurrency": 4}},
+               prices={model: {"input": 1000, "output": 1000} for model in (strong, weaker)})
+    path = tmp_path / "knowno-mctest.yaml"
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    db = str(tmp_path / "s.sqlite")
+
+    first = subprocess.Popen(runner_cmd("submit", str(path), "--db", db), cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert first.stdout is not None
+    run_id = next(line.split()[1].rstrip(":") for line in first.stdout
+                  if line.startswith("run ") and "started job" in line)
+    deadline = time.monotonic() + 60
+    while done_tasks(db) < 120 and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert first.poll() is None, "the run ended before it could be killed"
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    store = open_store(db)
+    before = {t["row_id"] for t in store.tasks(run_id, status="done")}
+    store.close()
+
+    resumed = subprocess.run(runner_cmd("resume", run_id, "--db", db), cwd=tmp_path, capture_output=True, text=True,
+                             timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "stage with-gold stopped after" in resumed.stdout and f"{strong} better than {weaker}" in resumed.stdout
+    store = open_store(db)
+    try:
+        tasks = store.tasks(run_id)
+        asked = {t["row_id"] for t in tasks}
+        assert before <= asked and len(asked) < 1000
+        # the same seeded order: what both attempts asked is the order's beginning (a wave in flight beyond it)
+        order = StagePlan(load_job(path), load_job(path).stages[0]).item_order()
+        assert asked <= set(order[:len(asked) + 64]), "an item far from the order's beginning was asked"
+        charges = store.ledger(run_id, kind="charge")
+        assert len({row["key"] for row in charges}) == len(charges), "a request was charged twice"
+        assert not store.ledger(run_id, kind="reserved")
+        assert store.get_run(run_id)["status"] == "completed"
+    finally:
+        store.close()
