@@ -16,6 +16,7 @@ from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded,
 
 from . import capabilities
 from .base import CacheMarks, Completion, Provider, ProviderSettings, RateWindow, http_limits, register
+from .tls import shared_context
 from .wire import quoted, retry_after_seconds, words
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
@@ -157,7 +158,7 @@ class AnthropicProvider(Provider):
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
             http_client=anthropic.DefaultAioHttpClient(timeout=self.settings.timeout,
-                                                       limits=http_limits(self.settings)),
+                                                       limits=http_limits(self.settings), verify=shared_context()),
             default_headers={"anthropic-version": self.api_version},
         )
 

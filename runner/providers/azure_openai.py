@@ -26,6 +26,7 @@ from runner.errors import AuthError, BadRequest, ModelSetupError, ProviderError,
 
 from .base import Completion, ProviderSettings, _importable, http_limits, register
 from .openai_chat import OpenAIChatProvider, openai_rate
+from .tls import shared_context
 
 if TYPE_CHECKING:
     from .batching import Batches
@@ -170,7 +171,7 @@ class AzureOpenAIProvider(OpenAIChatProvider):
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
             http_client=openai.DefaultAioHttpClient(timeout=self.settings.timeout,
-                                                    limits=http_limits(self.settings)),
+                                                    limits=http_limits(self.settings), verify=shared_context()),
         )
 
     async def aclose(self) -> None:

@@ -24,6 +24,7 @@ from .anthropic_messages import AnthropicProvider, transport_errors
 from .base import Completion, ProviderSettings, http_limits
 from .bedrock import CREDENTIAL_HELP
 from .bedrock_ids import claude_name
+from .tls import shared_context
 
 if TYPE_CHECKING:
     from .bedrock import BedrockProvider
@@ -50,7 +51,8 @@ class BedrockClaude:
                 base_url=settings.base_url,
                 max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
                 timeout=settings.timeout,
-                http_client=anthropic.DefaultAioHttpClient(timeout=settings.timeout, limits=http_limits(settings)),
+                http_client=anthropic.DefaultAioHttpClient(timeout=settings.timeout, limits=http_limits(settings),
+                                                           verify=shared_context()),
             )
         except ValueError as exc:  # a profile named beside AWS_BEARER_TOKEN_BEDROCK, which the SDK refuses
             raise AuthError(f"{provider.where}: the anthropic SDK takes either a Bedrock API key or AWS credentials, "

@@ -9,9 +9,6 @@ retries off the SDK lets raw aiohttp and timeout errors through: :meth:`map_erro
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
-import ssl
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -19,6 +16,7 @@ from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded,
 
 from . import capabilities
 from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, register
+from .tls import shared_context
 from .wire import quoted, words
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
@@ -32,17 +30,6 @@ _CACHE_GONE = "cachedcontent not found"
 
 #: finish reasons that mean the answer was withheld
 _FILTERED = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"}
-
-
-@functools.cache
-def shared_tls() -> ssl.SSLContext:
-    """One TLS context for every google-genai client of the process. A client otherwise builds three (for httpx,
-    aiohttp and websockets), each loading the CA bundle (about 20 ms apiece); this is the one it would build:
-    SSL_CERT_FILE or certifi's bundle, and SSL_CERT_DIR (google/genai/_api_client.py, ``_ensure_*_ssl_ctx``)."""
-    import certifi
-
-    return ssl.create_default_context(cafile=os.environ.get("SSL_CERT_FILE", certifi.where()),
-                                      capath=os.environ.get("SSL_CERT_DIR"))
 
 
 def _error_details(exc: errors.APIError) -> list[dict[str, Any]]:
@@ -145,7 +132,7 @@ class GeminiProvider(Provider):
             api_version=capabilities.GEMINI_API_VERSION,
             timeout=int(self.settings.timeout * 1000),  # milliseconds
             retry_options=types.HttpRetryOptions(attempts=1),  # runner-owned retries (ARCHITECTURE.md invariant 4)
-            client_args={"verify": shared_tls()}, async_client_args={"ssl": shared_tls()},
+            client_args={"verify": shared_context()}, async_client_args={"ssl": shared_context()},
         )
         self.client = genai.Client(api_key=self.api_key(), http_options=options)
 

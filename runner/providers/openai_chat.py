@@ -45,6 +45,7 @@ from .base import (
     register,
 )
 from .openai_errors import error_code, said, status_error
+from .tls import shared_context
 from .wire import quoted
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
@@ -214,7 +215,7 @@ class OpenAIChatProvider(Provider):
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
             http_client=openai.DefaultAioHttpClient(timeout=self.settings.timeout,
-                                                    limits=http_limits(self.settings)),
+                                                    limits=http_limits(self.settings), verify=shared_context()),
         )
 
     async def start(self) -> None:

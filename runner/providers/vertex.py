@@ -32,6 +32,7 @@ from runner.errors import AuthError, BadRequest, ModelSetupError, TransientError
 from .anthropic_messages import AnthropicProvider, cache_blocks
 from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, http_limits, register
 from .gemini import GeminiProvider
+from .tls import shared_context
 
 if TYPE_CHECKING:  # the SDKs are imported where they are used: discovering the providers must stay light
     import anthropic
@@ -216,7 +217,8 @@ class VertexProvider(Provider):
                 self.claude.client = sdk.AsyncAnthropicVertex(
                     region=self.location, project_id=self.project, credentials=self.credentials,
                     base_url=f"{root}/v1" if root else None, max_retries=0, timeout=timeout,  # runner-owned retries
-                    http_client=sdk.DefaultAioHttpClient(timeout=timeout, limits=http_limits(self.settings)))
+                    http_client=sdk.DefaultAioHttpClient(timeout=timeout, limits=http_limits(self.settings),
+                                                         verify=shared_context()))
         return self.claude.client
 
     async def aclose(self) -> None:
