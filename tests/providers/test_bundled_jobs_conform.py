@@ -34,7 +34,10 @@ MODELS = {
     "anthropic": ["claude-3-5-haiku-20241022", "claude-sonnet-4-5", "claude-fable-5-2"],
     "gemini": ["gemini-2.0-flash", "gemini-2.5-pro"],
 }
-MATRIX = [f"{provider}:{model}" for provider, models in MODELS.items() for model in models]
+#: each provider's first model in the fast path (`-m "not slow"`), its others in the whole suite only: the same jobs
+#: through the same provider code, a few seconds each
+MATRIX = [pytest.param(f"{provider}:{model}", marks=() if index == 0 else pytest.mark.slow)
+          for provider, models in MODELS.items() for index, model in enumerate(models)]
 
 
 pytestmark = pytest.mark.usefixtures("provider_keys")
