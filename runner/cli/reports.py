@@ -101,25 +101,30 @@ def report(
 
 
 def compare(
-    run_a: Annotated[str, typer.Argument(help="A run (see `runner runs`).")],
-    run_b: Annotated[str | None, typer.Argument(help="Another run; without it, models of RUN_A are compared.",
-                                                show_default=False)] = None,
+    runs: Annotated[list[str], typer.Argument(
+        help="A run (see `runner runs`): its models pair by pair; two runs: model by model; three or more: every "
+        "pair of them, model by model.", metavar="RUN...", show_default=False)],
     db: DbOption = None,
     stage: Annotated[str | None, typer.Option("--stage", help="Only this stage.", show_default=False)] = None,
     models: Annotated[tuple[str, str] | None, typer.Option(
-        "--models", help="MODEL_A MODEL_B: model A of RUN_A against model B of RUN_B (or of RUN_A itself). "
-        "Without it: two runs are compared model by model, one run's models pair by pair.",
+        "--models", help="MODEL_A MODEL_B: model A of the first run against model B of the second (or of the "
+        "first itself; of every later run, with three or more). Without it: runs are compared model by model, one "
+        "run's models pair by pair.",
         show_default=False)] = None,
     fmt: Annotated[str, typer.Option("--format", help="text, json, csv, md or html.")] = "text",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
 ) -> None:
     """Per stage and model, on the items both sides answered: accuracy of each, the difference B - A with its
     95% paired interval, and a paired test (McNemar's exact test for 0/1 item scores, else a sign-flip
-    permutation test); items only in A or only in B."""
+    permutation test); items only in A or only in B. Every p value is adjusted by Holm's method across the rows."""
     from runner.report import compare as comparison
 
     check_format(fmt, comparison.FORMATS)
-    data = comparison.build(open_db(db), run_a, run_b, stage=stage, models=models)
+    if len(runs) > 2:
+        data = comparison.build_runs(open_db(db), runs, stage=stage, models=models)
+    else:
+        data = comparison.build(open_db(db), runs[0], runs[1] if len(runs) == 2 else None, stage=stage,
+                                models=models)
     emit(comparison.render(data, fmt), output, fmt)
 
 

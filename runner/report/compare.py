@@ -86,6 +86,54 @@ def build(store: Store, run_a: str, run_b: str | None = None, stage: str | None 
     model, and for runs that share no stage or no items."""
     first = store.get_run(run_a)
     second = store.get_run(run_b) if run_b is not None else first
+    rows = _rows(store, first, second, stage, models, seed, alpha)
+    _adjust(rows, alpha)
+    a_id, b_id = first["id"], second["id"]
+    return {
+        "a": {"run": a_id, "job_name": first["job_name"]},
+        "b": {"run": b_id, "job_name": second["job_name"]},
+        "mode": "models" if a_id == b_id or models is not None else "runs",
+        "every_pair": a_id == b_id and models is None,
+        "alpha": alpha,
+        "method": METHOD,
+        "rows": rows,
+    }
+
+
+def build_runs(store: Store, runs: list[str], stage: str | None = None,
+               models: tuple[str, str] | list[str] | None = None, seed: int = stats.SEED, alpha: float = ALPHA
+               ) -> dict[str, Any]:
+    """Three runs or more: every pair of them (the earlier named as A), model by model (or ``models``), with Holm's
+    adjustment across every row of every pair."""
+    found = [store.get_run(run) for run in runs]
+    ids = [run["id"] for run in found]
+    if len(set(ids)) != len(ids):
+        raise RunnerError(f"runs {', '.join(runs)}: a run is named twice")
+    rows = [row for first, second in itertools.combinations(found, 2)
+            for row in _rows(store, first, second, stage, models, seed, alpha)]
+    _adjust(rows, alpha)
+    return {
+        "a": {"run": ids[0], "job_name": found[0]["job_name"]},
+        "b": {"run": ids[1], "job_name": found[1]["job_name"]},
+        "runs": [{"run": run["id"], "job_name": run["job_name"]} for run in found],
+        "mode": "models" if models is not None else "runs",
+        "every_pair": True,
+        "alpha": alpha,
+        "method": METHOD,
+        "rows": rows,
+    }
+
+
+def _adjust(rows: list[dict[str, Any]], alpha: float) -> None:
+    adjusted = holm([1.0 if row["p_value"] is None else row["p_value"] for row in rows])
+    for row, p_holm in zip(rows, adjusted, strict=True):
+        row["p_holm"] = p_holm
+        row["verdict"] = verdict(row, p_holm, alpha)
+
+
+def _rows(store: Store, first: dict[str, Any], second: dict[str, Any], stage: str | None,
+          models: tuple[str, str] | list[str] | None, seed: int, alpha: float) -> list[dict[str, Any]]:
+    """One pair of runs (or one run with itself): a row per stage and pair of models, not yet adjusted."""
     a_id, b_id = first["id"], second["id"]
     same = a_id == b_id
     if models is not None and len(models) != 2:
@@ -137,19 +185,7 @@ def build(store: Store, run_a: str, run_b: str | None = None, stage: str | None 
             rows.append(row)
     if not any(row["n"] for row in rows):
         raise RunnerError(f"{label} share no scored items: no row id of a shared stage was scored on both sides")
-    adjusted = holm([1.0 if row["p_value"] is None else row["p_value"] for row in rows])
-    for row, p_holm in zip(rows, adjusted, strict=True):
-        row["p_holm"] = p_holm
-        row["verdict"] = verdict(row, p_holm, alpha)
-    return {
-        "a": {"run": a_id, "job_name": first["job_name"]},
-        "b": {"run": b_id, "job_name": second["job_name"]},
-        "mode": "models" if same or models is not None else "runs",
-        "every_pair": same and models is None,
-        "alpha": alpha,
-        "method": METHOD,
-        "rows": rows,
-    }
+    return rows
 
 
 def verdict(row: dict[str, Any], p_holm: float, alpha: float) -> str:
@@ -197,6 +233,8 @@ def _test(row: dict[str, Any]) -> str:
 
 def headers(data: dict[str, Any]) -> list[str]:
     sides = ["model A", "model B"] if data["mode"] == "models" else ["model"]
+    if data.get("runs"):
+        sides = ["run A", "run B", *sides]
     return ["stage", *sides, "items", "only A", "only B", "A", "B", "B - A (points)", "95% CI", "test", "p",
             "W/T/L", "p (Holm)", "verdict"]
 
@@ -205,6 +243,8 @@ def table_rows(data: dict[str, Any]) -> list[list[str]]:
     out = []
     for row in data["rows"]:
         sides = [row["model_a"], row["model_b"]] if data["mode"] == "models" else [row["model_a"]]
+        if data.get("runs"):
+            sides = [row["run_a"], row["run_b"], *sides]
         interval = "-" if row["low"] is None else f"[{_points(row['low'])}, {_points(row['high'])}]"
         items = str(row["n"]) + (f" in {row['clusters']} clusters" if row.get("clusters") else "")
         out.append([row["stage"], *sides, items, str(row["only_a"]), str(row["only_b"]), _pct(row["mean_a"]),
@@ -214,6 +254,9 @@ def table_rows(data: dict[str, Any]) -> list[list[str]]:
 
 
 def title(data: dict[str, Any]) -> str:
+    if data.get("runs"):
+        named = ", ".join(f"{run['run']} (job {run['job_name']})" for run in data["runs"])
+        return f"Runs {named}: every pair, the earlier named A; B - A on the items both answered"
     a, b = data["a"], data["b"]
     if a["run"] == b["run"]:
         which = "every pair of its models" if data["every_pair"] else "two of its models"

@@ -207,3 +207,25 @@ async def test_refusals_are_one_sentence(runs, monkeypatch, capsys):
         code, out, err = run_cli(monkeypatch, capsys, "compare", *args, "--db", db)
         assert code == 1 and out == "", (args, out)
         assert err.startswith("Error: ") and message in err and len(err.strip().splitlines()) == 1, (args, err)
+
+
+async def test_three_runs_give_every_pair_model_by_model_with_holm_across_all_their_rows(runs, monkeypatch, capsys):
+    from statsmodels.stats.multitest import multipletests
+
+    ids = [runs[key].run_id for key in ("a", "b", "seeds")]
+    data = compare.build_runs(runs["store"], ids)
+    pairs = [(ids[0], ids[1]), (ids[0], ids[2]), (ids[1], ids[2])]
+    assert [(row["run_a"], row["run_b"]) for row in data["rows"]] == [pair for pair in pairs for _ in range(2)]
+    # each row is its pair's own comparison; only the adjustment spans the three pairs
+    alone = [row for a, b in pairs for row in compare.build(runs["store"], a, b)["rows"]]
+    keep = ("model_a", "model_b", "n", "mean_a", "mean_b", "difference", "p_value", "wins", "ties", "losses")
+    assert [{k: row[k] for k in keep} for row in data["rows"]] == [{k: row[k] for k in keep} for row in alone]
+    expected = multipletests([row["p_value"] for row in data["rows"]], alpha=0.05, method="holm")[1]
+    assert [row["p_holm"] for row in data["rows"]] == pytest.approx(list(expected), abs=1e-12)
+    assert all(row["verdict"] in ("A better", "B better", "not decided at alpha 0.05") for row in data["rows"])
+
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", *ids, "--db", runs["db"])
+    assert code == 0 and out.splitlines()[0].startswith(f"Runs {ids[0]} (job runa), {ids[1]} (job runb)")
+    assert "run A" in out.splitlines()[1] and "p (Holm)" in out.splitlines()[1]
+    code, _, err = run_cli(monkeypatch, capsys, "compare", ids[0], ids[1], ids[0], "--db", runs["db"])
+    assert code != 0 and "a run is named twice" in err
