@@ -31,7 +31,7 @@ def build(store: Store, run_id: str) -> list[dict[str, Any]]:
 
 
 def _bound(value: float) -> str:
-    return f"{100 * value:+.1f}" if value < 0 else f"{100 * value:.1f}"
+    return f"{100 * value:.1f}"
 
 
 def text_lines(stops: list[dict[str, Any]]) -> list[str]:
