@@ -178,14 +178,14 @@ class Dispatcher:
         waves = stopper is not None and self.job.stage_mode(plan.stage) != "online"
         wave, wave_size = 0, FIRST_WAVE
         for number, chunk in enumerate(chunks(plan, CHUNK)):
-            if control.stopping or (stopper is not None and stopper.stopped):
+            if control.stopping or self.stopped_early(stage):
                 break
             if waves:
                 wave += len(chunk)
                 if wave > wave_size:  # this chunk begins the next wave: the last one is sent and read first
                     await self.finish_batches({stage})
                     wave, wave_size = len(chunk), wave_size * 2
-                    if stopper is not None and stopper.stopped:
+                    if self.stopped_early(stage):
                         break
             if not leasing:
                 await self._breathe()
@@ -198,7 +198,7 @@ class Dispatcher:
             # each worker holds only what it is about to send.
             step = len(parts) if crew.live == 1 else 1
             for start in range(0, len(parts), step):
-                if control.stopping or (stopper is not None and stopper.stopped):
+                if control.stopping or self.stopped_early(stage):
                     break
                 indices = [first + n for n in range(start, min(start + step, len(parts)))]
                 mine, lease_of, taken = await self.leases.claim(stage, first, parts, indices)
@@ -222,12 +222,14 @@ class Dispatcher:
         stopper = self.stoppers[stage] = StageStopper(plan)
         self.recorder.observers.append(stopper.recorded)
         self.flight.skip = lambda req: self.stopped_early(req.stage)
-        store, run_id = self.triage.store, self.triage.run_id
-        if leasing:
-            self.watches[stage] = asyncio.create_task(watch(stopper, store, run_id))
-        elif self.resume:
-            _, done = await store.stage_scores(run_id, stage, 0)
+        store, run_id, position = self.triage.store, self.triage.run_id, 0
+        if self.resume or self.joined:  # what is in the store already, before anything is sent
+            position, done = await store.stage_scores(run_id, stage, 0)
             stopper.feed(done)
+        crew = self.crew
+        if leasing and crew is not None:
+            self.watches[stage] = asyncio.create_task(watch(stopper, store, run_id, position,
+                                                            lambda: crew.live <= 1))
         return stopper
 
     def stopped_early(self, stage: str) -> bool:

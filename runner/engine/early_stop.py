@@ -33,7 +33,7 @@ rule (``stage_stops``): its decision or why it did not stop, the items asked of 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +108,8 @@ class StageStopper:
         self.off: str | None = None
         #: each look: (items fed, [(low, high) of each sequence of :meth:`names`])
         self.trace: list[tuple[int, list[tuple[float, float]]]] = []
+        #: draws between two looks kept in the trace (doubled each time it fills up)
+        self.stride = 1
         #: the tasks fed (each once: this process's as recorded, and every worker's as read from the store)
         self.seen: set[str] = set()
         #: the decision was another worker's, read from the store
@@ -177,7 +179,8 @@ class StageStopper:
                 sequence.update(float(difference_score(means[a], means[b])))
             self.position += 1
             self.fed += len(items)
-            self._look()
+            if self.position % self.stride == 0 or self.position == self.total:
+                self._look()
             if self.fed >= max(1, self.rule.min_items):
                 self._read_rule()
 
@@ -197,10 +200,16 @@ class StageStopper:
             difference = difference_interval(interval)
             looked.append((difference.low, difference.high))
         self.trace.append((self.fed, looked))
+        if len(self.trace) >= 2 * TRACE_POINTS:  # bounded: every other look kept, then every second draw looked at
+            self.trace = self.trace[::2]
+            self.stride *= 2
 
     def record(self) -> dict[str, object]:
         """What the run stores of the rule (module docstring)."""
         looks = self.trace
+        if not looks or looks[-1][0] != self.fed:
+            self._look()  # the last draw fed, between two kept looks
+            looks = self.trace
         if len(looks) > TRACE_POINTS:
             last = len(looks) - 1
             looks = [looks[round(i * last / (TRACE_POINTS - 1))] for i in range(TRACE_POINTS)]
@@ -254,15 +263,18 @@ class StageStopper:
 WATCH_EVERY = 0.25
 
 
-async def watch(stopper: StageStopper, store: Any, run_id: str) -> None:
-    """One of several workers' rule: fed every worker's answers as the store has them (each task once), it writes
-    this process's decision to the store as soon as it holds, or takes another worker's from there. Ends once the
-    stage is stopped and the decision is in the store; the dispatcher cancels it at the stage's end otherwise.
-    ``store``: the engine's :class:`runner.store.offloop.LoopStore`."""
+async def watch(stopper: StageStopper, store: Any, run_id: str, position: int, alone: Callable[[], bool]) -> None:
+    """One of several workers' rule: fed every worker's answers as the store has them since ``position`` (each task
+    once), it writes this process's decision to the store as soon as it holds, or takes another worker's from
+    there. While the process is ``alone`` on the run its own answers are all there is and the store is not read.
+    Ends once the stage is stopped and the decision is in the store; the dispatcher cancels it at the stage's end
+    otherwise. ``store``: the engine's :class:`runner.store.offloop.LoopStore`."""
     import asyncio
 
-    position = 0
     while True:
+        if alone() and not stopper.stopped:
+            await asyncio.sleep(WATCH_EVERY)
+            continue
         position, rows = await store.stage_scores(run_id, stopper.stage, position)
         stopper.feed(rows)
         if not stopper.stopped:
