@@ -7,7 +7,8 @@ runner/evaluate/sequential.py over synthetic benchmarks whose items share cluste
 Prints, with the seed:
 - validity: the share of runs whose sequence held the benchmark's mean at every look (one look per answer), beside
   a normal (Wald) interval recomputed at every look, run the same way;
-- a stop at ``halfwidth: 0.03``: the items it took (median and quartiles) against the fixed-sample count
+- a stop at ``halfwidth: 0.03``: the items it took (median and quartiles) against where theory says the sequence
+  stops (runner/evaluate/sequential.py's expected_stop, at the scores' variance) and against the fixed-sample count
   z² p(1 − p) / h² (with the finite-population correction), and whether the stopped interval held the mean;
 - two models 10 points apart and 2 points apart (``decide:``): the share decided, decided the wrong way, and the
   items it took.
@@ -30,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runner.evaluate.sequential import BettingSequence, difference_score  # noqa: E402
+from runner.evaluate.sequential import BettingSequence, difference_score, expected_stop  # noqa: E402
 
 Z95 = 1.959963984540054
 CLUSTER = 10
@@ -109,6 +110,14 @@ def validity_and_halfwidth(rng: np.random.Generator, runs: int, items: int, icc:
             f"at the median (quartiles {q1:.0f}-{q3:.0f})")
     if done.size:
         line += f"; the stopped interval held the mean in {held_at_stop[stopped > 0].mean():.4f}"
+    # theory: where the expected half-width reaches the target, at the units' variance (each benchmark's p (1 − p)
+    # averaged; the cluster means' spread over all runs)
+    variance = float((truth * (1 - truth)).mean()) if target == "benchmark" else float(units.var())
+    theory = expected_stop(variance, alpha, halfwidth, count if target == "benchmark" else None)
+    if theory is None or theory > count:
+        line += f"; theory: not within {count} {unit} (variance {variance:.4f})"
+    else:
+        line += f"; theory: {theory} {unit} (variance {variance:.4f}), median / theory = {median / theory:.3f}"
     if target == "benchmark":
         p = truth.mean()
         fixed = Z95 ** 2 * p * (1 - p) / halfwidth ** 2

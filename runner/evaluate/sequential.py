@@ -7,8 +7,12 @@ betting", JRSS-B 2023): for each candidate mean m of scores in [0, 1], a gambler
 were m the mean, no bet could be expected to win, so by Ville's inequality the wealth exceeds 1/alpha with
 probability at most alpha at any time. The sequence is the set of candidates whose wealth is still below 1/alpha.
 This module takes the paper's hedged capital process (section 4.3: half the wealth bets up, half down, theta = 1/2)
-with its predictable plug-in bets (section 5.1, eq. 26: lambda_t = min(c, sqrt(2 log(2/alpha) / (sigma_{t-1}^2 t
-log(1 + t)))), truncated at c / m upwards and c / (1 − m) downwards, c = 1/2).
+with its predictable plug-in bets (section 5.1, eq. 26: lambda_t = sqrt(2 log(2/alpha) / (sigma_{t-1}^2 t
+log(1 + t))), truncated at c / m upwards and c / (1 − m) downwards, c = 1/2, as the authors' confseq package does
+by default) and a further cap at c itself, as their empirical-Bernstein sequence has. The cap keeps the first bets,
+made on the prior spread 1/4 when the plug-in asks for bets of 6, from losing wealth that draws from an unlimited
+source never win back: without it a ``halfwidth: 0.05`` stop over such draws came 70 % later in simulated runs
+(200 runs of 0/1 scores of mean 0.6, seed 1), though a paired difference was decided 17 % sooner.
 
 A benchmark is a finite set asked in a random order, without replacement, and what a run reports is that set's
 mean: the sequence is the paper's version for sampling without replacement (section 6, after Waudby-Smith and
@@ -142,6 +146,44 @@ class BettingSequence:
         low = np.where(any_alive, np.maximum(0.0, m[first] - widen), np.nan)
         high = np.where(any_alive, np.minimum(1.0, m[last] + widen), np.nan)
         return np.stack([low, high], axis=1)
+
+
+def expected_halfwidths(variance: float, alpha: float, items: int, population: int | None = None) -> np.ndarray:
+    """The half-width the sequence is expected to have after each of 1 … ``items`` scores whose variance is
+    ``variance``: the theory that the stopping rule ``stop: {halfwidth: h}`` is checked against (bench/sequential.py).
+
+    At a candidate m = mu + d the downward bet's log-wealth grows, in expectation, by lambda_i d_i − lambda_i² sigma²
+    / 2 per score (the second-order expansion of log(1 − lambda (x − m))), where d_i is how far the candidate's mean
+    of the items left lies from theirs: d N / (N − i + 1) without replacement, d with. The candidate leaves when the
+    hedged wealth reaches 2 / alpha, so the expected half-width after t scores is
+    (log(2 / alpha) + sigma² / 2 · sum lambda_i²) / sum lambda_i · (N / (N − i + 1)),
+    the empirical-Bernstein width of the paper's eq. 13 and, for sampling without replacement, of Waudby-Smith and
+    Ramdas (NeurIPS 2020, Theorem 3). The bets are the ones :meth:`BettingSequence.update` makes, with the plug-in
+    variance at its expected value (1/4 + (i − 1) sigma²) / i, truncated at c (the truncations at c / m and
+    c / (1 − m) are looser near any mean); a run stops earlier or later than this as its answers fall."""
+    t = np.arange(1, items + 1, dtype=float)
+    plug_in = (0.25 + (t - 1) * variance) / t
+    bets = np.minimum(TRUNCATION, np.sqrt(2 * math.log(2 / alpha) / (plug_in * t * np.log1p(t))))
+    weights = np.ones_like(t) if population is None else population / (population - t + 1)
+    return (math.log(2 / alpha) + variance / 2 * np.cumsum(bets ** 2)) / np.cumsum(bets * weights)
+
+
+def expected_stop(variance: float, alpha: float, halfwidth: float, population: int | None = None, *,
+                  limit: int = 10_000_000) -> int | None:
+    """The number of scores after which :func:`expected_halfwidths` first reaches ``halfwidth`` (None: not within
+    the population, or within ``limit`` draws from an unlimited source)."""
+    if not 0 < halfwidth:
+        raise ValueError(f"a half-width is positive, not {halfwidth}")
+    items = population if population is not None else limit
+    size = 1024
+    while True:
+        count = min(size, items)
+        reached = np.flatnonzero(expected_halfwidths(variance, alpha, count, population) <= halfwidth)
+        if reached.size:
+            return int(reached[0]) + 1
+        if count == items:
+            return None
+        size *= 4
 
 
 def difference_score(a: float | np.ndarray, b: float | np.ndarray) -> float | np.ndarray:

@@ -8,6 +8,11 @@ is given (its scored items, each item's seeds averaged first), else from that mo
 says which. In a stage with ``cluster:`` the counts are raised by the design effect of its clusters (their mean
 size from the dataset, the intra-cluster correlation from the pilot's item scores, else the default 0.3).
 
+Each row also says after how many items a stage with ``stop:`` is expected to end when the spread (and, for a
+pair, the difference) is as assumed: ``stop: {decide: all}`` for a pair, ``stop: {halfwidth: ...}`` for one model,
+at ``--alpha`` split between the sequences such a rule runs (:func:`runner.evaluate.sequential.expected_stop`, which
+bench/sequential.py checks against simulated runs).
+
 The cost of a row is that many items asked of the model(s) concerned, at the estimate's average price of a request
 to send (:mod:`runner.report.estimate`) times the requests an item makes (its seeds and variants).
 """
@@ -23,6 +28,7 @@ from typing import Any
 from runner.errors import RunnerError
 from runner.evaluate import power
 from runner.evaluate.clusters import intra_cluster_correlation
+from runner.evaluate.sequential import expected_stop
 from runner.plan.stage import StagePlan
 from runner.report.estimate import Estimate, Group, usd
 from runner.report.item_scores import cluster_map, stage_items
@@ -59,6 +65,8 @@ class Need:
     #: the stage's clusters (its cluster: field's values) and the design effect assumed; None and 1 without
     clusters: int | None = None
     design_effect: float = 1.0
+    #: the items after which ``stop:`` is expected to end the stage (None: not within its items)
+    with_stop: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -170,8 +178,11 @@ def sizing(job: Job, est: Estimate, store: Store, *, detect: float | None = None
                 items = power.items_to_detect(detect, sd, alpha=alpha, power=power_, design=design, cluster_size=size)
                 at_all = power.power_at(available, detect, sd, alpha=alpha, design=design)
                 low, high = _cost([by_group[(stage.name, m)] for m in (a, b)], min(items, available), per_item)
+                # decide: all runs one sequence per pair, of (1 + B − A) / 2: its spread and the distance to 0 halve
+                pairs = math.comb(len(plan.models), 2)
+                stop = expected_stop(sd ** 2 / 4, alpha / pairs, detect / 2, available) if available else None
                 needs.append(Need(stage.name, "detect", (a, b), detect, items, available, at_all, sd,
-                                  source + (f"; {said}" if said else ""), low, high, clusters, design))
+                                  source + (f"; {said}" if said else ""), low, high, clusters, design, stop))
         if halfwidth is not None:
             for model in plan.models:
                 found = scores.get(model, {})
@@ -185,8 +196,10 @@ def sizing(job: Job, est: Estimate, store: Store, *, detect: float | None = None
                 z = statistics.NormalDist().inv_cdf(1 - alpha / 2)
                 at_all = z * sd * math.sqrt(design / available) if available else math.inf
                 low, high = _cost([by_group[(stage.name, model)]], min(items, available), per_item)
+                stop = (expected_stop(sd ** 2, alpha / len(plan.models), halfwidth, available) if available
+                        else None)
                 needs.append(Need(stage.name, "halfwidth", (model,), halfwidth, items, available, at_all, sd,
-                                  source + (f"; {said}" if said else ""), low, high, clusters, design))
+                                  source + (f"; {said}" if said else ""), low, high, clusters, design, stop))
     return Sizing(alpha, power_, needs)
 
 
@@ -197,8 +210,8 @@ def _default_source(pilot: str | None, kind: str) -> str:
     return f"{missing}defaults ({what})"
 
 
-HEADERS = ("stage", "goal", "models", "items needed", "of", "clusters", "with all items", "cost of those items", "sd",
-           "from")
+HEADERS = ("stage", "goal", "models", "items needed", "of", "clusters", "with all items", "cost of those items",
+           "with stop:", "sd", "from")
 
 
 def _row(need: Need) -> list[str]:
@@ -215,8 +228,9 @@ def _row(need: Need) -> list[str]:
         cost = usd(need.cost_low) + (f" – {usd(need.cost_high)}" if need.cost_high not in (None, need.cost_low)
                                      else "")
     clusters = "-" if need.clusters is None else f"{need.clusters:,} (design effect {need.design_effect:.2f})"
+    with_stop = f"~{need.with_stop:,} items" if need.with_stop is not None else "not within them"
     return [need.stage, goal, " vs ".join(need.models), needed, f"{need.available:,}", clusters, at_all, cost,
-            f"{need.sd:.3f}", need.source]
+            with_stop, f"{need.sd:.3f}", need.source]
 
 
 def render(result: Sizing, fmt: str) -> str:
@@ -225,7 +239,10 @@ def render(result: Sizing, fmt: str) -> str:
     table = Table([Column(h) for h in HEADERS], [[clean(c) for c in _row(n)] for n in result.needs])
     notes = [f"sizing at alpha {result.alpha:g}, power {result.power:g} (a two-sided paired test; in a stage with "
              "cluster:, the counts are raised by the design effect 1 + (items per cluster - 1) x the intra-cluster "
-             "correlation); the cost is of min(needed, all) items at the estimate's average price of a request"]
+             "correlation); the cost is of min(needed, all) items at the estimate's average price of a request; "
+             "'with stop:' is where a stage with stop: {decide: all} (a pair) or {halfwidth: ...} (one model) "
+             "is expected to end if the spread and difference are as assumed (target: benchmark, the benchmark's own "
+             "mean, its items drawn without replacement; alpha split between the sequences)"]
     if not result.needs:
         notes.insert(0, "no scored stage whose rows are known before the run: nothing to size")
     if fmt == "md":

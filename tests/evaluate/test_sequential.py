@@ -10,7 +10,14 @@ import math
 import numpy as np
 import pytest
 
-from runner.evaluate.sequential import BettingSequence, Interval, difference_interval, difference_score
+from runner.evaluate.sequential import (
+    BettingSequence,
+    Interval,
+    difference_interval,
+    difference_score,
+    expected_halfwidths,
+    expected_stop,
+)
 
 Z95 = 1.959963984540054
 
@@ -55,6 +62,36 @@ def test_the_sequence_covers_the_benchmarks_mean_at_every_look_and_a_recomputed_
     # 300 runs: a coverage of 0.95 would be seen above 0.92 with probability 0.99
     assert covered.mean() >= 0.92
     assert wald.mean() < 0.85
+
+
+@pytest.mark.parametrize(("seed", "items", "halfwidth"), [(6, 300, 0.05), (7, 500, 0.04)])
+def test_a_halfwidth_stop_comes_where_theory_says_within_15_percent(seed, items, halfwidth):
+    rng = np.random.default_rng(seed)
+    scores = clustered_benchmark(rng, runs=200, items=items, size=10, mean=0.6, icc=0.3)
+    sequence = BettingSequence(0.05, items, runs=200, resolution=1)
+    stopped = np.full(200, -1)
+    for t in range(items):
+        sequence.update(scores[:, t])
+        low, high = sequence.interval().T
+        stopped[(stopped < 0) & ((high - low) / 2 <= halfwidth)] = t + 1
+    means = scores.mean(axis=1)
+    theory = expected_stop(float((means * (1 - means)).mean()), 0.05, halfwidth, items)
+    median = float(np.median(stopped[stopped > 0]))
+    print(f"seed {seed}: halfwidth {halfwidth} over {items} items: stopped in {(stopped > 0).mean():.3f} of 200 runs, "
+          f"median {median:.0f} items, theory {theory}")
+    assert (stopped > 0).all() and theory is not None
+    assert abs(median / theory - 1) <= 0.15
+
+
+def test_the_expected_halfwidth_narrows_and_without_replacement_closes():
+    with_replacement = expected_halfwidths(0.24, 0.05, 2000)
+    without = expected_halfwidths(0.24, 0.05, 2000, population=2000)
+    assert np.all(np.diff(with_replacement[10:]) < 0) and np.all(without <= with_replacement + 1e-12)
+    assert without[-1] < with_replacement[-1] / 4  # the last items pin the mean of a finite set
+    # at most the fixed-sample count's price for looking at every answer, and an unreachable width says so
+    fixed = Z95 ** 2 * 0.24 / 0.03 ** 2
+    assert fixed < expected_stop(0.24, 0.05, 0.03) < 5 * fixed
+    assert expected_stop(0.24, 0.05, 0.001, population=500) is None
 
 
 def test_without_replacement_the_sequence_closes_on_the_exact_mean():

@@ -12,6 +12,7 @@ import pytest
 
 from runner.engine.run import execute
 from runner.evaluate import power
+from runner.evaluate.sequential import expected_stop
 from runner.spec.job import load_job
 from runner.store import open_store
 from simserver import start_server
@@ -92,6 +93,20 @@ async def test_the_cost_is_the_needed_items_at_the_estimates_price_per_request(t
     expected = sum(groups[m]["cost_low"] / groups[m]["to_send"] * items * 2 for m in MODELS)  # two seeds an item
     assert need["cost_low"] == pytest.approx(expected)
     assert need["items"] == power.items_to_detect(0.2, math.sqrt(0.35)) and need["items"] <= 200
+
+
+async def test_each_row_says_where_a_stop_rule_is_expected_to_end(tmp_path, server, monkeypatch, capsys):
+    job = _job(tmp_path, server.url, rows=400)
+    found = _sizing(monkeypatch, capsys, str(job), "--db", str(tmp_path / "s.sqlite"), "--detect", "0.2",
+                    "--halfwidth", "0.08")
+    needs = {n["goal"]: n for n in found["sizing"]["needs"]}
+    # one pair: decide: all runs one sequence of (1 + B − A) / 2, spread 0.35 / 4, settled at a distance of 0.1
+    assert needs["detect"]["with_stop"] == expected_stop(0.35 / 4, 0.05, 0.1, 400)
+    # two models: halfwidth: splits alpha between their two sequences
+    assert needs["halfwidth"]["with_stop"] == expected_stop(0.25, 0.025, 0.08, 400)
+    code, out, _ = await_cli(monkeypatch, capsys, "estimate", str(job), "--db", str(tmp_path / "s.sqlite"),
+                             "--halfwidth", "0.01")
+    assert code == 0 and "not within them" in out and "'with stop:' is where" in out
 
 
 @pytest.mark.parametrize(("args", "sentence"), [
