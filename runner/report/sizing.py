@@ -28,7 +28,6 @@ from typing import Any
 from runner.errors import RunnerError
 from runner.evaluate import power
 from runner.evaluate.clusters import intra_cluster_correlation
-from runner.evaluate.sequential import expected_stop
 from runner.plan.stage import StagePlan
 from runner.report.estimate import Estimate, Group, usd
 from runner.report.item_scores import cluster_map, stage_items
@@ -146,6 +145,8 @@ def _cost(groups: list[Group], items: int, per_item: int) -> tuple[float | None,
 
 def sizing(job: Job, est: Estimate, store: Store, *, detect: float | None = None, halfwidth: float | None = None,
            alpha: float = 0.05, power_: float = 0.8, pilot: str | None = None) -> Sizing:
+    from runner.evaluate.sequential import expected_stop  # numpy: imported when sizing, not at every command's start
+
     check_settings(detect=detect, halfwidth=halfwidth, alpha=alpha, power_=power_)
     if pilot is not None:
         store.get_run(pilot)  # a run the store does not have is said in one sentence
