@@ -222,6 +222,7 @@ class Dispatcher:
         stopper = self.stoppers[stage] = StageStopper(plan)
         self.recorder.observers.append(stopper.recorded)
         self.flight.skip = lambda req: self.stopped_early(req.stage)
+        self.flight.short_lines.add(stage)
         store, run_id, position = self.triage.store, self.triage.run_id, 0
         if self.resume or self.joined:  # what is in the store already, before anything is sent
             position, done = await store.stage_scores(run_id, stage, 0)

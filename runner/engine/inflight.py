@@ -10,9 +10,9 @@ its own, which reserves its budget once it has the slot) while the dispatch loop
 requests to their endpoints, so a slow endpoint (the embedded model, one request at a time) does not set the pace
 of the others in the same stage (a run that has used one endpoint so far waits in the loop: nothing else could go
 on, and a line costs a few per cent of throughput). A line is bounded (``ENDPOINT_LINE``; ``LEASE`` while other
-workers share the run, so one worker does not lease far ahead of what it sends); past it the loop waits for the
-slot itself. A request of a prompt-cache group whose first request is on its way waits for that answer
-(``_after_first``), holding neither a slot nor a reservation.
+workers share the run, so one worker does not lease far ahead of what it sends, and in a stage with ``stop:``);
+past it the loop waits for the slot itself. A request of a prompt-cache group whose first request is on its way
+waits for that answer (``_after_first``), holding neither a slot nor a reservation.
 """
 
 from __future__ import annotations
@@ -69,6 +69,10 @@ class InFlight:
         #: whether a task is no longer to be sent although the run goes on (its stage stopped early); None without a
         #: stage that stops early, so the common path asks nothing
         self.skip: Callable[[Task], bool] | None = None
+        #: stages whose lines stay as short as a lease even when this worker is alone: a stage with ``stop:``, whose
+        #: rule reads answers in the order they were asked, and whose leases a worker joining later should find
+        #: untaken rather than held in this worker's lines (4,096 deep per endpoint)
+        self.short_lines: set[str] = set()
 
     async def send_online(self, req: Task) -> bool:
         """Dispatch one task the memo cannot answer (the Batch API side sends online what a deadline leaves); False
@@ -111,7 +115,7 @@ class InFlight:
         slots = endpoint.slots
         # busy endpoint: the loop goes on with the others (with one endpoint so far, nothing could go on meanwhile)
         if len(self.endpoints.by_name) > 1 and (slots.held >= slots.limit or slots.waiters) \
-                and len(slots.waiters) < self._line_limit():
+                and len(slots.waiters) < self._line_limit(req):
             self.spawn(self._wait_in_line(req, endpoint))
             return True
         if reserver.free(req.model):
@@ -131,9 +135,10 @@ class InFlight:
         self.spawn(self._send(req, endpoint, reservation))
         return True
 
-    def _line_limit(self) -> int:
+    def _line_limit(self, req: Task) -> int:
         crew = self.leases.crew
-        return ENDPOINT_LINE if crew is None or crew.live <= 1 else LEASE
+        alone = crew is None or crew.live <= 1
+        return ENDPOINT_LINE if alone and req.stage not in self.short_lines else LEASE
 
     async def _wait_in_line(self, req: Task, endpoint: Endpoint) -> None:
         """Send ``req`` once its endpoint has a slot for it; its budget is reserved then, before it is sent, so a

@@ -29,6 +29,41 @@ def marked_rows(path, count: int):
     return path
 
 
+#: Know-No MC-Test's with-gold stage as it ships: its items, and two simulated models 20 points apart
+MCTEST_ITEMS = 1000
+STRONG_MC, WEAKER = "sim:gpt-sim-acc90", "sim:gpt-sim-acc70"
+
+
+def mctest_job(tmp_path, url: str, rule: dict, *, models: tuple[str, str] = (STRONG_MC, WEAKER),
+               extra: dict | None = None):
+    """The bundled Know-No MC-Test job's with-gold stage with ``stop: rule``, its gold options marked ``(right)``
+    for the simulated server's ``-accNN`` models, priced, on the server at ``url`` (``extra``: further job keys)."""
+    import yaml
+
+    from tests.helpers import ROOT
+
+    marked = tmp_path / "mctest.jsonl"
+    with open(ROOT / "data" / "knowno" / "MCTest_1000.jsonl", encoding="utf-8") as rows, \
+            open(marked, "w", encoding="utf-8") as out:
+        for line in rows:
+            story = json.loads(line)
+            for question in story["question_list"]:
+                gold = question["gold_option"]
+                question["options"] = [f"{o} (right)" if o == gold else o for o in question["options"]]
+                question["gold_option"] = f"{gold} (right)"
+            out.write(json.dumps(story) + "\n")
+    job = yaml.safe_load((ROOT / "jobs" / "knowno-mctest.yaml").read_text(encoding="utf-8"))
+    [stage] = [s for s in job["stages"] if s["name"] == "with-gold"]
+    stage["dataset"]["path"] = str(marked)
+    stage["stop"] = rule
+    job.update(stages=[stage], models=list(models), report=None, output_dir=str(tmp_path / "results"),
+               providers={"sim": {"base_url": url, "concurrency": 4}},
+               prices={model: {"input": 1000, "output": 1000} for model in models}, **(extra or {}))
+    path = tmp_path / "knowno-mctest.yaml"
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    return path
+
+
 @pytest.fixture
 async def server():
     async with await start_server() as srv:
@@ -202,18 +237,18 @@ async def test_the_population_target_decides_a_clear_difference_too(tmp_path, se
 
 @pytest.mark.slow  # two runner processes sharing a run
 @pytest.mark.parametrize("sim_server", [0.1], indirect=True)
-def test_two_workers_stop_together_once_the_rule_holds_and_pay_nothing_twice(tmp_path, sim_server, db):
-    """The owner and a `runner work` process split the stage; each feeds its rule every worker's answers from the
-    store, the first to see it hold writes the decision there and the other reads it: both end the stage early,
-    with the same decision, and no request is charged twice. (One model: with one endpoint the owner leases as it
-    sends, so the worker joining a second later finds chunks to take.)"""
+def test_two_workers_on_know_no_mctest_stop_together_once_decided_and_pay_nothing_twice(tmp_path, sim_server, db):
+    """Know-No MC-Test's with-gold stage for two models 20 points apart, `stop: {decide: ...}`: the owner and a
+    `runner work` process split it; each feeds its rule every worker's answers from the store, the first to see it
+    hold writes the decision there and the other reads it. Both end the stage early with the same verdict, and no
+    request is charged twice. (A stage with stop: keeps its endpoints' lines a lease deep even in a lone worker, so
+    the worker joining a second later finds chunks to take.)"""
     import subprocess
 
     from tests.helpers import runner_cmd
 
-    prices = f"prices: {{{STRONG}: {{input: 1000, output: 1000}}}}"
-    job = _job(tmp_path, sim_server, "{halfwidth: 0.04, seed: 4}", rows=1200, models=(STRONG,), extra=prices)
-    owner = subprocess.Popen(runner_cmd("submit", str(job), "--db", db), cwd=tmp_path, stdout=subprocess.PIPE,
+    path = mctest_job(tmp_path, sim_server, {"decide": [WEAKER, STRONG], "seed": 5})
+    owner = subprocess.Popen(runner_cmd("submit", str(path), "--db", db), cwd=tmp_path, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     assert owner.stdout is not None
     run_id = next(line.split()[1].rstrip(":") for line in owner.stdout
@@ -224,50 +259,60 @@ def test_two_workers_stop_together_once_the_rule_holds_and_pay_nothing_twice(tmp
     said = []
     for process, (out, err) in zip((owner, worker), outs, strict=True):
         assert process.returncode == 0, err[-3000:]
-        assert "Traceback" not in err and "stage mc stopped after" in out, (out + err)[-3000:]
-        said.append(out.split("stage mc stopped after ")[1].split(")")[0])
+        assert "Traceback" not in err and "stage with-gold stopped after" in out, (out + err)[-3000:]
+        said.append(out.split("stage with-gold stopped after ")[1].split(")")[0])
     assert said[0] == said[1], said  # one decision, the same in both
+    assert f"{STRONG_MC} better than {WEAKER}" in said[0]
     store = open_store(db)
     try:
         run = store.get_run(run_id)
-        assert run["status"] == "completed" and "stage mc stopped after" in run["message"], run
+        assert run["status"] == "completed" and "stage with-gold stopped after" in run["message"], run
         asked = int(run["message"].split("stopped after ")[1].split(" of")[0].replace(",", ""))
-        tasks = store.tasks(run_id)
-        assert asked < 1200 and len(tasks) < 1200 * 3 // 4, (asked, len(tasks))
+        assert asked < MCTEST_ITEMS // 2, asked
+        assert len({t["row_id"] for t in store.tasks(run_id)}) < MCTEST_ITEMS // 2
         charges = store.ledger(run_id, kind="charge")
         assert len({row["key"] for row in charges}) == len(charges), "a request was charged twice"
         assert not store.ledger(run_id, kind="reserved")
         leased = store.rows("SELECT DISTINCT worker FROM leases WHERE run_id = ?", (run_id,))
         assert len(leased) == 2, "both workers took some of the stage"
         [record] = store.stops(run_id)
-        assert record["stopped"] and record["found"] and record["items_total"] == 1200
+        assert record["stopped"] and record["found"] and record["items_total"] == MCTEST_ITEMS
     finally:
         store.close()
 
 
 async def test_through_a_batch_api_the_stage_goes_in_growing_waves_and_stops_between_them(tmp_path, server):
-    """`mode: batch`: the first wave is 256 tasks (128 items of two models), each next twice the last, and each is
-    waited for and read by the rule before the next goes: a 10-point difference is decided after a few waves, with
-    far fewer requests sent than the stage has."""
+    """Know-No MC-Test's with-gold stage with `mode: batch`: the first wave is 256 tasks (128 of each model), each
+    next twice the last, and each is waited for and read by the rule before the next goes: a 10-point difference is
+    decided after a few waves, with far fewer requests sent than the stage has."""
+    from runner.plan.stage import StagePlan
+
     middle = "sim:gpt-sim-acc80"
-    batch = "mode: batch\nbatch: {poll_interval: 0.02, max_requests: 50000}"
-    job = load_job(_job(tmp_path, server.url, f"{{decide: [{middle}, {STRONG}], seed: 4}}", rows=2000,
-                        models=(STRONG, middle), extra=batch))
+    path = mctest_job(tmp_path, server.url, {"decide": [middle, STRONG_MC], "seed": 4}, models=(STRONG_MC, middle),
+                      extra={"mode": "batch", "batch": {"poll_interval": 0.02, "max_requests": 50000}})
+    job = load_job(path)
+    per_item = len(StagePlan(job, job.stages[0]).variants)  # its choice seeds
     store = open_store(tmp_path / "s.sqlite")
     outcome = await execute(job, store)
-    assert outcome.status == "completed" and "stage mc stopped after" in outcome.message, outcome.message
-    assert f"{STRONG} better than {middle}" in outcome.message
+    assert outcome.status == "completed" and "stage with-gold stopped after" in outcome.message, outcome.message
+    assert f"{STRONG_MC} better than {middle}" in outcome.message
     batches = store.batches(outcome.run_id)
     waves: dict[str, list[int]] = {}
     for found in batches:
         waves.setdefault(found["model"], []).append(found["lines"])
-    assert set(waves) == {STRONG, middle} and waves[STRONG] == waves[middle], waves
-    sizes = waves[STRONG]
-    assert len(sizes) >= 2 and sizes == [128 * 2 ** n for n in range(len(sizes))], sizes
+    assert set(waves) == {STRONG_MC, middle} and waves[STRONG_MC] == waves[middle], waves
+    # each wave's tasks per model: 128, 256, 512, ...; its batch holds fewer lines when some of its requests repeat
+    # one already sent (MC-Test has questions asked twice: sent once, the answer shared)
+    sizes = waves[STRONG_MC]
+    planned = [128 * 2 ** n for n in range(len(sizes))]
+    assert len(sizes) >= 2 and all(0.9 * plan <= size <= plan for size, plan in zip(sizes, planned, strict=True)), \
+        sizes
     tasks = store.tasks(outcome.run_id)
-    assert len(tasks) == 2 * sum(sizes) < 2 * 2000 and all(t["status"] == "done" for t in tasks)
+    assert 2 * sum(sizes) <= len(tasks) == 2 * sum(planned) < 2 * MCTEST_ITEMS * per_item
+    assert all(t["status"] == "done" for t in tasks)
     asked = int(outcome.message.split("stopped after ")[1].split(" of")[0].replace(",", ""))
-    assert sum(sizes[:-1]) < asked <= sum(sizes)  # decided within the last wave sent, not before it
+    # decided within the last wave sent, not before it (an item's tasks are its choice seeds)
+    assert sum(planned[:-1]) // per_item < asked <= -(-sum(planned) // per_item), (asked, sizes, per_item)
 
 
 @pytest.mark.slow  # a runner process killed with SIGKILL, then resumed
@@ -281,31 +326,11 @@ def test_know_no_mctest_killed_mid_run_resumes_the_same_order_and_decides_paying
     import subprocess
     import time
 
-    import yaml
-
     from runner.plan.stage import StagePlan
-    from tests.helpers import ROOT, done_tasks, runner_cmd
+    from tests.helpers import done_tasks, runner_cmd
 
-    strong, weaker = "sim:gpt-sim-acc90", "sim:gpt-sim-acc70"
-    marked = tmp_path / "mctest.jsonl"
-    with open(ROOT / "data" / "knowno" / "MCTest_1000.jsonl", encoding="utf-8") as rows, \
-            open(marked, "w", encoding="utf-8") as out:
-        for line in rows:
-            story = json.loads(line)
-            for question in story["question_list"]:
-                gold = question["gold_option"]
-                question["options"] = [f"{o} (right)" if o == gold else o for o in question["options"]]
-                question["gold_option"] = f"{gold} (right)"
-            out.write(json.dumps(story) + "\n")
-    job = yaml.safe_load((ROOT / "jobs" / "knowno-mctest.yaml").read_text(encoding="utf-8"))
-    [stage] = [s for s in job["stages"] if s["name"] == "with-gold"]
-    stage["dataset"]["path"] = str(marked)
-    stage["stop"] = {"decide": [weaker, strong], "seed": 11}
-    job.update(stages=[stage], models=[strong, weaker], report=None, output_dir=str(tmp_path / "results"),
-               providers={"sim": {"base_url": sim_server, "concurrency": 4}},
-               prices={model: {"input": 1000, "output": 1000} for model in (strong, weaker)})
-    path = tmp_path / "knowno-mctest.yaml"
-    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    strong, weaker = STRONG_MC, WEAKER
+    path = mctest_job(tmp_path, sim_server, {"decide": [weaker, strong], "seed": 11})
     db = str(tmp_path / "s.sqlite")
 
     first = subprocess.Popen(runner_cmd("submit", str(path), "--db", db), cwd=tmp_path, stdout=subprocess.PIPE,
@@ -331,7 +356,7 @@ def test_know_no_mctest_killed_mid_run_resumes_the_same_order_and_decides_paying
     try:
         tasks = store.tasks(run_id)
         asked = {t["row_id"] for t in tasks}
-        assert before <= asked and len(asked) < 1000
+        assert before <= asked and len(asked) < MCTEST_ITEMS
         # the same seeded order: what both attempts asked is the order's beginning (a wave in flight beyond it)
         order = StagePlan(load_job(path), load_job(path).stages[0]).item_order()
         assert asked <= set(order[:len(asked) + 64]), "an item far from the order's beginning was asked"
