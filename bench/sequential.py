@@ -114,8 +114,10 @@ def validity_and_halfwidth(rng: np.random.Generator, runs: int, items: int, icc:
     # averaged; the cluster means' spread over all runs)
     variance = float((truth * (1 - truth)).mean()) if target == "benchmark" else float(units.var())
     theory = expected_stop(variance, alpha, halfwidth, count if target == "benchmark" else None)
-    if theory is None or theory > count:
+    if theory is None:
         line += f"; theory: not within {count} {unit} (variance {variance:.4f})"
+    elif theory > count:
+        line += f"; theory: after {theory:,} {unit}, more than the {count:,} there are (variance {variance:.4f})"
     else:
         line += f"; theory: {theory} {unit} (variance {variance:.4f}), median / theory = {median / theory:.3f}"
     if target == "benchmark":
@@ -148,13 +150,24 @@ def decisions(rng: np.random.Generator, runs: int, items: int, icc: float, alpha
         sign[now] = np.where(low[now] > 0, 1.0, -1.0)
     right = decided > 0
     wrong = right & (sign != np.sign(truth)) & (truth != 0)
+    # theory: where the difference's sequence is expected to be narrower than the difference (on its [0, 1] scale,
+    # (1 + B − A) / 2: the spread and the distance to 0.5 halve)
+    spread = float((ub - ua).var(axis=1).mean()) if target == "benchmark" else float((ub - ua).var())
+    theory = expected_stop(spread / 4, alpha, abs(float(truth.mean())) / 2, count if target == "benchmark" else None)
+    unit = "items" if target == "benchmark" else "clusters"
+    if theory is None:
+        said = f"theory: not within {count} {unit}"
+    elif theory > count:
+        said = f"theory: after {theory:,} {unit}, more than the {count:,} there are"
+    else:
+        said = f"theory: {theory / count:.3f} of the benchmark"
     fractions = decided[right] / count
     median = np.median(fractions) if fractions.size else np.nan
     quartiles = (f" (quartiles {np.percentile(fractions, 25):.3f}-{np.percentile(fractions, 75):.3f})"
                  if fractions.size else "")
     print(f"[{target}] B {lift:+.2f} over A (difference {truth.mean():+.4f}): decided in {right.mean():.4f} of runs, "
           f"the wrong way in {wrong.mean():.4f} (alpha {alpha}); asked when decided: median {median:.3f} of the "
-          f"benchmark{quartiles}")
+          f"benchmark{quartiles}; {said}")
 
 
 def main() -> None:

@@ -5,6 +5,8 @@ type hints, not loaded, and are not counted; imports inside functions are."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from tests.imports import MODULES, runtime_imports
@@ -40,24 +42,28 @@ def subpackage(module: str) -> str:
     return ".".join(parts[:2])
 
 
-GRAPH = {module: runtime_imports(module) for module in sorted(MODULES)}
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """Each module of runner/ -> what it imports at run time: read when a test first asks, not while the suite is
+    collected (every test process collects this file, and the read costs about 2 s of CPU)."""
+    return {module: runtime_imports(module) for module in sorted(MODULES)}
 
 
 def test_the_reader_sees_the_imports() -> None:
-    assert sum(len(targets) for targets in GRAPH.values()) > 500
-    assert "runner.engine.assembly" in GRAPH["runner.engine.run"] or "runner.engine.dispatch" in GRAPH[
+    assert sum(len(targets) for targets in graph().values()) > 500
+    assert "runner.engine.assembly" in graph()["runner.engine.run"] or "runner.engine.dispatch" in graph()[
         "runner.engine.run"]
-    assert "runner.spec.files" in GRAPH["runner.providers.local_weights"]  # the deepest module, not its package
-    assert "runner.spec" not in GRAPH["runner.providers.local_weights"]
+    assert "runner.spec.files" in graph()["runner.providers.local_weights"]  # the deepest module, not its package
+    assert "runner.spec" not in graph()["runner.providers.local_weights"]
     # and the rule can fail: the engine imports the providers, two layers apart
     assert layer_of("runner.providers.base") < layer_of("runner.engine.run")
-    assert any(target.startswith("runner.providers.") for target in GRAPH["runner.engine.endpoints"])
+    assert any(target.startswith("runner.providers.") for target in graph()["runner.engine.endpoints"])
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_every_module_imports_only_from_its_layer_or_below(module: str) -> None:
     own = layer_of(module)
-    upward = sorted(f"{target} ({LAYERS[layer_of(target)][0]})" for target in GRAPH[module]
+    upward = sorted(f"{target} ({LAYERS[layer_of(target)][0]})" for target in graph()[module]
                     if layer_of(target) > own)
     assert not upward, f"{module} ({LAYERS[own][0]}) imports from a higher layer: {', '.join(upward)}"
 
@@ -69,23 +75,23 @@ def _cycles() -> list[list[str]]:
     stack: list[str] = []
     on_stack: set[str] = set()
     found: list[list[str]] = []
-    for root in GRAPH:
+    for root in graph():
         if root in index:
             continue
-        work = [(root, iter(sorted(GRAPH[root])))]
+        work = [(root, iter(sorted(graph()[root])))]
         index[root] = low[root] = len(index)
         stack.append(root)
         on_stack.add(root)
         while work:
             node, targets = work[-1]
             for target in targets:
-                if target not in GRAPH:
+                if target not in graph():
                     continue
                 if target not in index:
                     index[target] = low[target] = len(index)
                     stack.append(target)
                     on_stack.add(target)
-                    work.append((target, iter(sorted(GRAPH[target]))))
+                    work.append((target, iter(sorted(graph()[target]))))
                     break
                 if target in on_stack:
                     low[node] = min(low[node], index[target])

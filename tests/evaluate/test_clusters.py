@@ -8,11 +8,13 @@ import random
 
 import numpy as np
 import pytest
-import statsmodels.api as sm
 from scipy import stats as scipy_stats
-from statsmodels.stats.multitest import multipletests
 
 from runner.evaluate.clusters import clustered_mean, holm, intra_cluster_correlation, paired_clustered
+
+#: statsmodels is imported by the tests that use it, and they run in one test process: its import costs about 3 s
+#: of CPU, which every process collecting this file would pay
+pytestmark = pytest.mark.xdist_group("statsmodels")
 
 
 def _clustered_scores(seed: int, clusters: int, icc: float, mean: float = 0.6) -> tuple[dict, dict]:
@@ -30,6 +32,8 @@ def _clustered_scores(seed: int, clusters: int, icc: float, mean: float = 0.6) -
 
 
 def _statsmodels(values: dict, cluster_of: dict | None):
+    import statsmodels.api as sm
+
     y = np.array(list(values.values()))
     X = np.ones((len(y), 1))
     if cluster_of is None:
@@ -92,6 +96,8 @@ def test_the_clustered_paired_difference_is_statsmodels_on_the_differences(seed)
 
 @pytest.mark.parametrize("seed", range(5))
 def test_holm_is_statsmodels_multipletests(seed):
+    from statsmodels.stats.multitest import multipletests
+
     rng = random.Random(seed)
     p = [rng.random() ** 3 for _ in range(rng.randint(1, 15))]
     assert holm(p) == pytest.approx(list(multipletests(p, method="holm")[1]), abs=1e-12)
