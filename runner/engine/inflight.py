@@ -118,20 +118,25 @@ class InFlight:
                 and len(slots.waiters) < self._line_limit(req):
             self.spawn(self._wait_in_line(req, endpoint))
             return True
-        if reserver.free(req.model):
-            reservation = FREE  # nothing to reserve or record: no coroutine on the common free path
-        else:
-            reservation = await reserver.reserve(req)
-        if reservation is None:  # a budget ran out: this request stays for a resume
+        # The slot first, then the budget, in the order a request in line takes them: a reservation held while
+        # waiting for a slot waited forever when the slots were held by requests in line, each waiting for the
+        # budget that reservation held (a budget waits while reservations are in flight, which may settle for less).
+        await endpoint.slots.acquire()
+        try:
+            if self.control.stopping or (self.skip is not None and self.skip(req)):
+                reservation = None
+            elif reserver.free(req.model):
+                reservation = FREE  # nothing to reserve or record: no coroutine on the common free path
+            else:
+                reservation = await reserver.reserve(req)
+        except BaseException:
+            endpoint.slots.release()
+            raise
+        if reservation is None:  # a stop, or a budget that ran out: this request stays for a resume
+            endpoint.slots.release()
             self._not_sent(req.key)
             return not self.control.stopping
         assert isinstance(reservation, Reservation)
-        await endpoint.slots.acquire()
-        if self.control.stopping:
-            endpoint.slots.release()
-            reserver.release(reservation)
-            self._not_sent(req.key)
-            return False
         self.spawn(self._send(req, endpoint, reservation))
         return True
 
