@@ -118,27 +118,34 @@ class InFlight:
                 and len(slots.waiters) < self._line_limit(req):
             self.spawn(self._wait_in_line(req, endpoint))
             return True
-        # The slot first, then the budget, in the order a request in line takes them: a reservation held while
-        # waiting for a slot waited forever when the slots were held by requests in line, each waiting for the
-        # budget that reservation held (a budget waits while reservations are in flight, which may settle for less).
+        reservation = await self._admit(req, endpoint)
+        if reservation is None:  # a stop, or a budget that ran out: this request stays for a resume
+            self._not_sent(req.key)
+            return not self.control.stopping
+        self.spawn(self._send(req, endpoint, reservation))
+        return True
+
+    async def _admit(self, req: Task, endpoint: Endpoint) -> Reservation | None:
+        """A slot at ``req``'s endpoint, then its budget, in this order on every path: a reservation held while
+        waiting for a slot waited forever when the slots were held by requests in line, each waiting for the budget
+        that reservation held (a budget waits while reservations are in flight, which may settle for less). None,
+        the slot given back: the run is stopping, the request's stage stopped early, or a budget ran out."""
         await endpoint.slots.acquire()
         try:
             if self.control.stopping or (self.skip is not None and self.skip(req)):
                 reservation = None
-            elif reserver.free(req.model):
+            elif self.reserver.free(req.model):
                 reservation = FREE  # nothing to reserve or record: no coroutine on the common free path
             else:
-                reservation = await reserver.reserve(req)
+                reservation = await self.reserver.reserve(req)
         except BaseException:
             endpoint.slots.release()
             raise
-        if reservation is None:  # a stop, or a budget that ran out: this request stays for a resume
+        if reservation is None:
             endpoint.slots.release()
-            self._not_sent(req.key)
-            return not self.control.stopping
+            return None
         assert isinstance(reservation, Reservation)
-        self.spawn(self._send(req, endpoint, reservation))
-        return True
+        return reservation
 
     def _line_limit(self, req: Task) -> int:
         crew = self.leases.crew
@@ -148,34 +155,20 @@ class InFlight:
     async def _wait_in_line(self, req: Task, endpoint: Endpoint) -> None:
         """Send ``req`` once its endpoint has a slot for it; its budget is reserved then, before it is sent, so a
         request waiting in line holds no reservation."""
-        held = False
         try:
-            await endpoint.slots.acquire()
-            held = True
-            if self.control.stopping or (self.skip is not None and self.skip(req)):
-                reservation = None
-            elif self.reserver.free(req.model):
-                reservation = FREE
-            else:
-                reservation = await self.reserver.reserve(req)
+            reservation = await self._admit(req, endpoint)
         except asyncio.CancelledError:  # abandoned (second Ctrl-C) before it was sent: a resume sends it
-            if held:
-                endpoint.slots.release()
             future = self.on_way.pop(req.key, None)
             if future is not None:
                 future.cancel()
             raise
         except RunnerError as exc:  # the store refused the reservation (a full disk): the run ends on it, as the
-            if held:                # dispatch loop's own reservation would end it, instead of a lost task's error
-                endpoint.slots.release()
-            self._not_sent(req.key)
+            self._not_sent(req.key)  # dispatch loop's own reservation would end it, instead of a lost task's error
             self.control.fail(exc)
             return
         if reservation is None:  # a stop, or a budget that ran out: this request stays for a resume
-            endpoint.slots.release()
             self._not_sent(req.key)
             return
-        assert isinstance(reservation, Reservation)
         await self._send(req, endpoint, reservation)
 
     async def _after_first(self, first: asyncio.Future[Any], req: Task, endpoint: Endpoint) -> None:
