@@ -86,18 +86,9 @@ def build(store: Store, run_a: str, run_b: str | None = None, stage: str | None 
     model, and for runs that share no stage or no items."""
     first = store.get_run(run_a)
     second = store.get_run(run_b) if run_b is not None else first
-    rows = _rows(store, first, second, stage, models, seed, alpha)
-    _adjust(rows, alpha)
-    a_id, b_id = first["id"], second["id"]
-    return {
-        "a": {"run": a_id, "job_name": first["job_name"]},
-        "b": {"run": b_id, "job_name": second["job_name"]},
-        "mode": "models" if a_id == b_id or models is not None else "runs",
-        "every_pair": a_id == b_id and models is None,
-        "alpha": alpha,
-        "method": METHOD,
-        "rows": rows,
-    }
+    same = first["id"] == second["id"]
+    return _data([first, second], _rows(store, first, second, stage, models, seed, alpha), alpha,
+                 mode="models" if same or models is not None else "runs", every_pair=same and models is None)
 
 
 def build_runs(store: Store, runs: list[str], stage: str | None = None,
@@ -111,24 +102,29 @@ def build_runs(store: Store, runs: list[str], stage: str | None = None,
         raise RunnerError(f"runs {', '.join(runs)}: a run is named twice")
     rows = [row for first, second in itertools.combinations(found, 2)
             for row in _rows(store, first, second, stage, models, seed, alpha)]
-    _adjust(rows, alpha)
-    return {
-        "a": {"run": ids[0], "job_name": found[0]["job_name"]},
-        "b": {"run": ids[1], "job_name": found[1]["job_name"]},
-        "runs": [{"run": run["id"], "job_name": run["job_name"]} for run in found],
-        "mode": "models" if models is not None else "runs",
-        "every_pair": True,
-        "alpha": alpha,
-        "method": METHOD,
-        "rows": rows,
-    }
+    data = _data(found, rows, alpha, mode="models" if models is not None else "runs", every_pair=True)
+    data["runs"] = [{"run": run["id"], "job_name": run["job_name"]} for run in found]
+    return data
 
 
-def _adjust(rows: list[dict[str, Any]], alpha: float) -> None:
+def _data(found: list[dict[str, Any]], rows: list[dict[str, Any]], alpha: float, *, mode: str, every_pair: bool
+          ) -> dict[str, Any]:
+    """The comparison of the runs ``found`` (A and B: the first two), its rows adjusted by Holm's method across all
+    of them, each with its verdict."""
     adjusted = holm([1.0 if row["p_value"] is None else row["p_value"] for row in rows])
     for row, p_holm in zip(rows, adjusted, strict=True):
         row["p_holm"] = p_holm
         row["verdict"] = verdict(row, p_holm, alpha)
+    first, second = found[0], found[1]
+    return {
+        "a": {"run": first["id"], "job_name": first["job_name"]},
+        "b": {"run": second["id"], "job_name": second["job_name"]},
+        "mode": mode,
+        "every_pair": every_pair,
+        "alpha": alpha,
+        "method": METHOD,
+        "rows": rows,
+    }
 
 
 def _rows(store: Store, first: dict[str, Any], second: dict[str, Any], stage: str | None,
