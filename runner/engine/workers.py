@@ -110,6 +110,8 @@ class Crew:
         self._beat: asyncio.Task[None] | None = None
         #: the heartbeat on its way, which a second asker waits for instead of sending another
         self._beating: asyncio.Future[None] | None = None
+        #: set when this worker leaves the run: a heartbeat that finds it gone does not join it again
+        self._leaving = False
         #: live processes working on the run (this one included), counted by the heartbeat thread: each takes
         #: this share of the endpoints' rate limits
         self.live = 1
@@ -131,9 +133,15 @@ class Crew:
         self._beat = asyncio.ensure_future(self._heartbeats())
 
     async def leave(self) -> None:
+        self._leaving = True
         for task in (self._beat, self._poller):
             if task is not None:
                 task.cancel()
+        # A heartbeat on its way (shielded: cancelling its asker does not stop it) is let end first: landing after
+        # the leave below, it found this worker gone and joined the run again under a new id, a live worker that
+        # never left, so no process was the last and nobody marked the run completed.
+        if self._beating is not None and not self._beating.done():
+            await asyncio.wait([self._beating])
         await self.resolve_dead()  # a worker that died since the last heartbeat is not left holding reservations
         await self.store.leave_run(self.worker)
 
@@ -192,6 +200,8 @@ class Crew:
         asked = dict(self.leases)
         held = await self.beats.heartbeat(self.worker, self.ttl)
         if held is None:
+            if self._leaving:
+                return
             await self._declared_dead(gap)
             return
         self.last_beat = started
