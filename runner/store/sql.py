@@ -69,6 +69,10 @@ def runs_sql(dialect: Dialect, columns: str, *, where: str = "", order: str = "r
             f" {'DESC' if descending else 'ASC'} NULLS LAST{then} LIMIT ?{' OFFSET ?' if offset else ''}")
 
 
+#: how many generated run ids one new run tries before it gives up (each taken one is a 1-in-65,536 draw)
+RUN_ID_DRAWS = 20
+
+
 class SQLStore(WorkerSQL):
     """Every query both databases accept, once. Subclasses set :attr:`dialect` and :attr:`task_sql` and provide
     the primitives of :class:`~runner.store.sql_base.SQLBase` and :meth:`atomic`."""
@@ -96,14 +100,19 @@ class SQLStore(WorkerSQL):
     # -- runs --------------------------------------------------------------------------------------
     def create_run(self, job_name: str, job_path: str, job_json: str, fingerprint: str, total: int,
                    run_id: str | None = None) -> str:
-        run_id = run_id or dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-        inserted = self.row(  # RETURNING: a row only when this process inserted it (both databases)
-            "INSERT INTO runs (id, job_name, job_path, job_json, fingerprint, status, total, pid, created, started)"
-            " VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id",
-            (run_id, job_name, job_path, job_json, fingerprint, total, os.getpid(), now(), now()))
-        if inserted is None:
-            raise RunExists(f"a run {run_id!r} exists already")
-        return run_id
+        # a generated id is the second it was made and 16 random bits: runs started in the same second of one store
+        # (a script's many short runs, several workers starting) can draw the same bits, so a taken one is drawn again
+        for _ in range(RUN_ID_DRAWS):
+            chosen = run_id or dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+            inserted = self.row(  # RETURNING: a row only when this process inserted it (both databases)
+                "INSERT INTO runs (id, job_name, job_path, job_json, fingerprint, status, total, pid, created,"
+                " started) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id",
+                (chosen, job_name, job_path, job_json, fingerprint, total, os.getpid(), now(), now()))
+            if inserted is not None:
+                return chosen
+            if run_id:
+                break
+        raise RunExists(f"a run {chosen!r} exists already")
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         found = self.dicts("SELECT * FROM runs WHERE id = ?", (run_id,))

@@ -364,6 +364,32 @@ def test_create_and_get_run(store: SQLiteStore) -> None:
     assert set(run) == set(SCHEMA["runs"][0])
 
 
+def test_a_generated_run_id_already_taken_is_drawn_again_and_a_given_one_is_refused(store: SQLiteStore,
+                                                                                     monkeypatch) -> None:
+    """Two runs made in the same second whose random bits collide (1 in 65,536 a pair: the budget trials, many short
+    runs in one store, met it) both start; a run id the caller chose and a run holds is refused."""
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from runner.store import sql
+    from runner.store.base import RunExists
+
+    second = dt.datetime(2026, 11, 30, 1, 27, 24)
+    frozen = type("Frozen", (dt.datetime,), {"now": classmethod(lambda cls, tz=None: second)})
+    monkeypatch.setattr(sql, "dt", SimpleNamespace(datetime=frozen))  # this module's clock only
+    draws = iter(["6639", "6639", "6639", "0a0b"])
+    monkeypatch.setattr(sql.secrets, "token_hex", lambda n: next(draws))
+    first = new_run(store, "alpha")
+    again = new_run(store, "beta")
+    assert (first, again) == ("20261130-012724-6639", "20261130-012724-0a0b")
+    assert store.get_run(again)["job_name"] == "beta"
+    with pytest.raises(RunExists, match="a run '20261130-012724-6639' exists already"):
+        store.create_run("gamma", "jobs/gamma.yaml", "{}", "fp", 1, run_id=first)
+    monkeypatch.setattr(sql.secrets, "token_hex", lambda n: "6639")
+    with pytest.raises(RunExists):  # every draw taken: said, not looped for ever
+        new_run(store, "delta")
+
+
 def test_get_run_by_unique_fragment(store: SQLiteStore) -> None:
     first = new_run(store, "alpha")
     second = new_run(store, "beta")
