@@ -48,6 +48,12 @@ WRITER_BACKLOG = 4096
 #: the first wave's tasks when a stage that stops early goes through a Batch API; each next wave is twice the last
 FIRST_WAVE = CHUNK
 
+#: how far past the last item its rule has read a worker of a stage with ``stop:`` may lease: a chunk (what a lone
+#: worker leases at once) and this many leases per live worker. The workers keep sending while the rule reads
+#: answers in order, but none runs on past a gap (a lease a stopped worker holds) paying for answers the rule cannot
+#: read until the gap is filled.
+AHEAD_LEASES = 2
+
 
 class Provenance:
     """Each (stage, model)'s result-line provenance: the same for every task of its stage and model (the run, the
@@ -200,6 +206,10 @@ class Dispatcher:
             for start in range(0, len(parts), step):
                 if control.stopping or self.stopped_early(stage):
                     break
+                if stopper is not None and not waves:  # (a wave is read whole, when it is all sent)
+                    await self._near_the_rule(plan, loop, stopper, (first + start) * LEASE)
+                    if control.stopping or stopper.stopped:
+                        break
                 indices = [first + n for n in range(start, min(start + step, len(parts)))]
                 mine, lease_of, taken = await self.leases.claim(stage, first, parts, indices)
                 if mine:
@@ -250,19 +260,40 @@ class Dispatcher:
             crew.finish(stage)
             if stopper is not None and stopper.stopped:
                 return
-            taken = await self.leases.take_over(stage)
-            if taken:
-                wanted, last = set(taken), max(taken)
-                # the plan is walked once for all of them, up to the last one
-                for index, part in enumerate(chunks(itertools.islice(plan, (last + 1) * LEASE), LEASE)):
-                    if index in wanted and not self.control.stopping:
-                        await self._dispatch_chunk(part, loop, check_done=True,
-                                                   lease_of=dict.fromkeys((req.item for req in part), index))
+            if await self._take_over(plan, loop):
                 await self.drain()
                 continue
             if await crew.open_chunks(stage) == 0:
                 return
             await asyncio.sleep(POLL)
+
+    async def _take_over(self, plan: StagePlan, loop: asyncio.AbstractEventLoop) -> bool:
+        """Send the tasks of the stage's leases whose workers died (now this worker's); whether there were any."""
+        taken = await self.leases.take_over(plan.stage.name)
+        if not taken:
+            return False
+        wanted, last = set(taken), max(taken)
+        # the plan is walked once for all of them, up to the last one
+        for index, part in enumerate(chunks(itertools.islice(plan, (last + 1) * LEASE), LEASE)):
+            if index in wanted and not self.control.stopping:
+                await self._dispatch_chunk(part, loop, check_done=True,
+                                           lease_of=dict.fromkeys((req.item for req in part), index))
+        return True
+
+    async def _near_the_rule(self, plan: StagePlan, loop: asyncio.AbstractEventLoop, stopper: StageStopper,
+                             task: int) -> None:
+        """Wait, before leasing the stage's tasks from number ``task`` on, until they are near the last item the
+        stage's rule has read (:data:`AHEAD_LEASES`); meanwhile take over the leases of workers that died, which
+        are what keeps a rule from reading on. So a worker that stops holding a lease costs the others time (its
+        lease's length at most), not answers bought that the rule could not use."""
+        crew = self.crew
+        assert crew is not None
+        per_item = len(plan.models) * len(plan.variants)  # the plan yields each item's tasks together
+        while not (self.control.stopping or stopper.stopped or stopper.off is not None):
+            if task - stopper.fed * per_item < CHUNK + AHEAD_LEASES * max(1, crew.live) * LEASE:
+                return
+            if not await self._take_over(plan, loop):
+                await asyncio.sleep(POLL)
 
     async def finish_batches(self, stages: set[str]) -> None:
         """Wait for the Batch API batches of these stages (and send online what a deadline leaves)."""

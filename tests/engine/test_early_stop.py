@@ -366,3 +366,150 @@ def test_know_no_mctest_killed_mid_run_resumes_the_same_order_and_decides_paying
         assert store.get_run(run_id)["status"] == "completed"
     finally:
         store.close()
+
+
+def _asked_in_order(path, tasks) -> None:
+    """What the run asked is the seeded order's beginning (a wave or a lease in flight may reach past it)."""
+    from runner.plan.stage import StagePlan
+
+    job = load_job(path)
+    asked = {t["row_id"] for t in tasks}
+    order = StagePlan(job, job.stages[0]).item_order()
+    assert len(asked) < MCTEST_ITEMS and asked <= set(order[:len(asked) + 64]), \
+        "an item far from the order's beginning was asked"
+
+
+def _charged_once(store, run_id: str) -> None:
+    charges = store.ledger(run_id, kind="charge")
+    assert charges and len({row["key"] for row in charges}) == len(charges), "a request was charged twice"
+    assert not store.ledger(run_id, kind="reserved")
+
+
+@pytest.mark.slow  # a runner process killed with SIGKILL while a wave's batch is out, then resumed
+@pytest.mark.parametrize("sim_server", [0.0], indirect=True)
+def test_know_no_mctest_in_batch_mode_killed_between_waves_resumes_them_and_submits_nothing_twice(tmp_path,
+                                                                                                   sim_server):
+    """Know-No MC-Test's with-gold stage with `mode: batch` and `stop: {decide: ...}` for two models 10 points
+    apart, each batch taking a second at the simulated server: killed with kill -9 while its second wave's batch
+    is out, then resumed. The resume reads the rule's answers so far from the store, polls the batch the dead process
+    submitted instead of submitting it again, goes on in growing waves and decides the right way; every batch was
+    submitted once and no request charged twice."""
+    import signal
+    import subprocess
+    import time
+    import urllib.request
+
+    from tests.helpers import runner_cmd, sim_stats
+
+    root = sim_server.removesuffix("/v1")
+    urllib.request.urlopen(urllib.request.Request(
+        root + "/sim/config", data=json.dumps({"batch_delay": 1.0}).encode(),
+        headers={"Content-Type": "application/json"}, method="POST"), timeout=5).read()
+    middle = "sim:gpt-sim-acc80"
+    path = mctest_job(tmp_path, sim_server, {"decide": [middle, STRONG_MC], "seed": 4}, models=(STRONG_MC, middle),
+                      extra={"mode": "batch", "batch": {"poll_interval": 0.05, "max_requests": 50000}})
+    db = str(tmp_path / "s.sqlite")
+    open_store(db).close()  # migrated before the runner starts, so the polls below only read
+
+    def recorded() -> int:
+        store = open_store(db)
+        try:
+            return sum(len(store.batches(run["id"])) for run in store.list_runs())
+        finally:
+            store.close()
+
+    first = subprocess.Popen(runner_cmd("submit", str(path), "--db", db), cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert first.stdout is not None
+    run_id = next(line.split()[1].rstrip(":") for line in first.stdout
+                  if line.startswith("run ") and "started job" in line)
+    # the first wave is one batch per model; the second wave's two batches submitted: kill while they are out
+    deadline = time.monotonic() + 90
+    while recorded() < 4 or sim_stats(sim_server).get("batches", 0) < 4:
+        assert first.poll() is None, "the run ended before its second wave was out"
+        assert time.monotonic() < deadline, "the second wave was never submitted"
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    submitted = sim_stats(sim_server)["batches"]
+
+    resumed = subprocess.run(runner_cmd("resume", run_id, "--db", db), cwd=tmp_path, capture_output=True, text=True,
+                             timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "stage with-gold stopped after" in resumed.stdout, (resumed.stdout + resumed.stderr)[-3000:]
+    assert f"{STRONG_MC} better than {middle}" in resumed.stdout
+    store = open_store(db)
+    try:
+        assert store.get_run(run_id)["status"] == "completed"
+        batches = store.batches(run_id)
+        # every batch the store knows was submitted once: the resume submitted only waves after the kill
+        assert sim_stats(sim_server)["batches"] == len(batches) >= submitted
+        assert len({b["provider_batch_id"] for b in batches}) == len(batches)
+        tasks = store.tasks(run_id)
+        assert all(t["status"] == "done" for t in tasks)
+        _asked_in_order(path, tasks)
+        _charged_once(store, run_id)
+    finally:
+        store.close()
+
+
+@pytest.mark.slow  # two runner processes on one PostgreSQL store, one killed with SIGKILL
+@pytest.mark.parametrize("sim_server", [0.1], indirect=True)
+def test_two_workers_on_postgresql_one_killed_the_other_takes_over_and_decides_paying_nothing_twice(
+        tmp_path, sim_server, pg_url, monkeypatch):
+    """Know-No MC-Test's with-gold stage, `stop: {decide: ...}`, split between `runner submit` and `runner work` on
+    PostgreSQL; the joiner is killed with kill -9 while it holds a lease. The owner declares it dead once its lease
+    runs out, takes its chunks over in the same seeded order, decides the right way, and no request is charged
+    twice (what the dead worker had in flight is kept as possibly billed, by it alone)."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.helpers import done_tasks, runner_cmd
+
+    monkeypatch.setenv("RUNNER_LEASE_TTL", "8")  # the dead worker's chunks are taken over within seconds
+    path = mctest_job(tmp_path, sim_server, {"decide": [WEAKER, STRONG_MC], "seed": 5})
+    owner = subprocess.Popen(runner_cmd("submit", str(path), "--db", pg_url), cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    run_id = next(line.split()[1].rstrip(":") for line in owner.stdout
+                  if line.startswith("run ") and "started job" in line)
+    victim = subprocess.Popen(runner_cmd("work", run_id, "--db", pg_url), cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+
+    def victim_leases() -> int:
+        store = open_store(pg_url)
+        try:
+            rows = store.rows("SELECT worker FROM leases WHERE run_id = ? AND done = 0", (run_id,))
+            return sum(1 for (worker,) in rows if worker.split(":")[-2] == str(victim.pid))
+        finally:
+            store.close()
+
+    deadline = time.monotonic() + 60
+    while done_tasks(pg_url) < 60 or not victim_leases():
+        assert owner.poll() is None and victim.poll() is None, "the stage ended before the joiner could be killed"
+        assert time.monotonic() < deadline, "the joiner never held a lease with 60 tasks done"
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    out, err = owner.communicate(timeout=180)
+    assert owner.returncode == 0, err[-3000:]
+    assert "Traceback" not in err and "stage with-gold stopped after" in out, (out + err)[-3000:]
+    assert f"{STRONG_MC} better than {WEAKER}" in out
+    store = open_store(pg_url)
+    try:
+        assert store.get_run(run_id)["status"] == "completed"
+        states = {w["id"]: w["state"] for w in store.workers(run_id)}
+        dead = [worker for worker, state in states.items() if state == "dead"]
+        assert len(dead) == 1 and dead[0].split(":")[-2] == str(victim.pid), states
+        assert {row["worker"] for row in store.ledger(run_id, kind="possibly_billed")} <= set(dead)
+        tasks = store.tasks(run_id)
+        _asked_in_order(path, tasks)
+        # the owner waited for the dead worker's lease near the rule, instead of asking on past it until the
+        # stage's end (which, before it did, asked all 1,000 items for a decision after about 100)
+        assert len({t["row_id"] for t in tasks}) < MCTEST_ITEMS // 2
+        _charged_once(store, run_id)
+        [record] = store.stops(run_id)
+        assert record["stopped"] and record["found"]
+    finally:
+        store.close()
