@@ -28,12 +28,12 @@ from tests.helpers import ROOT, run_cli
 BUILD = ROOT / "jobs" / "winodict-build.yaml"
 EVAL = ROOT / "jobs" / "winodict-eval.yaml"
 SLICE = 20
-#: items scored on llama.cpp's server: one twin's seven (its five synthetic-word buckets, the original word with its
-#: definition and without), each at every shot count
+#: one twin's seven items (its five synthetic-word buckets, the original word with its definition and without)
 SLOW_SLICE = 7
-#: items scored on the embedded model: one twin's three kinds, a synthetic word and the original word with its
-#: definition and without (each item at 0, 1 and 5 shots costs it about 5 s of CPU; the simulated server's test
-#: checks every bucket by hand)
+#: items scored on the embedded model and on llama.cpp's server: one twin's three kinds, a synthetic word and the
+#: original word with its definition and without (each item at 0, 1 and 5 shots costs the embedded model about 5 s of
+#: CPU, and llama.cpp's server about 8 s a zero-shot request on a slow day; the simulated server's test checks every
+#: bucket by hand)
 EMBEDDED_KINDS = ("prob1_of_5", "unchanged", "unchanged-none")
 SHOTS = (0, 1, 5)
 
@@ -146,12 +146,18 @@ def test_a_chat_only_model_in_the_loglikelihood_stage_fails_with_a_sentence(tmp_
 
 
 @pytest.mark.slow
-async def test_winodict_on_the_embedded_model_prints_the_table(tmp_path, items):
+def first_twin_kinds(items: Path, folder: Path) -> tuple[Path, list[dict]]:
+    """The first twin's EMBEDDED_KINDS items, in a file of their own: (its path, the items)."""
     first_twin = read(items)[:SLOW_SLICE]
     chosen = [row for row in first_twin if row["id"].split("-", 2)[2] in EMBEDDED_KINDS]
     assert len(chosen) == len(EMBEDDED_KINDS), [row["id"] for row in first_twin]
-    three = tmp_path / "three.jsonl"
+    three = folder / "three.jsonl"
     three.write_text("".join(json.dumps(row) + "\n" for row in chosen), encoding="utf-8")
+    return three, chosen
+
+
+async def test_winodict_on_the_embedded_model_prints_the_table(tmp_path, items):
+    three, chosen = first_twin_kinds(items, tmp_path)
     job = load_job(EVAL, {"items": str(three)})
     job.output_dir = str(tmp_path / "results")
     store = open_store(tmp_path / "s.sqlite")
@@ -173,7 +179,7 @@ async def test_winodict_on_the_embedded_model_prints_the_table(tmp_path, items):
 
 @pytest.mark.slow
 async def test_winodict_on_llama_cpp_server_prints_the_table(tmp_path, items, llama_server):
-    """The same GGUF behind llama.cpp's own server (openai-compatible: echo + logprobs) takes the 7-item slice at
+    """The same GGUF behind llama.cpp's own server (openai-compatible: echo + logprobs) takes the same three items at
     zero shots and the table prints. Its figures are not the embedded model's: llama-cpp-python 0.3.36's server
     returns prompt logprobs shifted by one token (the upstream bug DESIGN notes;
     tests/providers/test_loglikelihood_providers.py pins it), so only the shape is checked here."""
@@ -183,8 +189,9 @@ async def test_winodict_on_llama_cpp_server_prints_the_table(tmp_path, items, ll
         " timeout: 120}}", 1)
     path = tmp_path / "winodict-eval.yaml"
     path.write_text(text, encoding="utf-8")
-    job = load_job(path, {"items": str(items), "model": "openai-compatible:llama/smollm2"})
-    job.limit, job.output_dir = SLOW_SLICE, str(tmp_path / "results")
+    three, chosen = first_twin_kinds(items, tmp_path)
+    job = load_job(path, {"items": str(three), "model": "openai-compatible:llama/smollm2"})
+    job.output_dir = str(tmp_path / "results")
     job.stages = [stage for stage in job.stages if stage.name == "loglikelihood"]
     # zero-shot only: the server computes every prompt token's logprobs in Python, about 15 s for a 5-shot pair
     job.stages[0].variants = {"shots": [0]}
@@ -194,7 +201,7 @@ async def test_winodict_on_llama_cpp_server_prints_the_table(tmp_path, items, ll
     served = await execute(job, store)
     assert served.status == "completed", served.message
     scored = read(served.results["loglikelihood"])
-    assert len(scored) == SLOW_SLICE
+    assert len(scored) == len(chosen)
     assert all(line["valid"] and len(line["logprobs"]) == 2 and all(lp < 0 for lp in line["logprobs"])
                for line in scored)
     data = report.build(store, served.run_id)
