@@ -6,6 +6,9 @@
 Each run is a fresh ``python -m pytest`` in this checkout (its own temporary folders, its own PostgreSQL server);
 the output of every run is kept in ``--logs`` (default: a new temporary folder). Prints one line per run (seconds,
 passed, failed, the failed tests' ids) and a summary; exits 1 when any run failed.
+
+The machine's speed is printed first and last (:func:`machine_speed`): the same commit's suite took 638 s one day
+and 960 s on another day's machine, so a suite time is read beside the speed it was measured at.
 """
 
 from __future__ import annotations
@@ -41,6 +44,26 @@ def one_run(label: str, args: list[str], log: Path) -> tuple[bool, float, str]:
     return code == 0, seconds, line
 
 
+def machine_speed() -> str:
+    """This machine's speed, in two figures that change with it and not with the code: the CPU seconds of a fixed
+    pure-Python loop in this process, and of ``import runner.cli`` in a new one (what every `runner` process a test
+    starts pays first), each the best of three."""
+    def loop() -> float:
+        started = time.process_time()
+        total = 0
+        for i in range(5_000_000):
+            total += i & 7
+        return time.process_time() - started
+
+    def cli_import() -> float:
+        code = "import os, runner.cli; t = os.times(); print(t.user + t.system)"
+        return float(subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                                    check=True).stdout)
+
+    return (f"machine: a 5,000,000-step Python loop {min(loop() for _ in range(3)):.2f} s of CPU, "
+            f"`import runner.cli` {min(cli_import() for _ in range(3)):.2f} s of CPU")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", type=int, default=0, help="runs of the whole suite (the README's command)")
@@ -51,6 +74,7 @@ def main() -> int:
     logs = args.logs or Path(tempfile.mkdtemp(prefix="suite-loop-"))
     logs.mkdir(parents=True, exist_ok=True)
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start; logs in {logs}", flush=True)
+    print(machine_speed(), flush=True)
     plan = [("full", i, []) for i in range(1, args.full + 1)]
     plan += [("fast", i, ["-m", "not slow"]) for i in range(1, args.fast + 1)]
     results: dict[str, list[tuple[bool, float]]] = {"full": [], "fast": []}
@@ -63,6 +87,7 @@ def main() -> int:
             times = sorted(seconds for _, seconds in runs)
             print(f"{kind}: {len(runs)} runs, {sum(not ok for ok, _ in runs)} failed; seconds min {times[0]:.0f}, "
                   f"median {times[len(times) // 2]:.0f}, max {times[-1]:.0f}")
+    print(machine_speed(), flush=True)
     return 0 if all(ok for runs in results.values() for ok, _ in runs) else 1
 
 
