@@ -145,8 +145,13 @@ def _reason(exc: Exception, url: str) -> str:
     reason = (diag and diag.message_primary) or (lines[0] if lines else type(exc).__name__)
     reason = re.sub(r"^.*\bfailed: ", "", reason) if reason.startswith("connection ") else reason
     reason = re.sub(r"\s+", " ", re.sub(r"^(FATAL|ERROR):\s*", "", reason))
-    password = urlsplit(url).password if "://" in url else None
-    for secret in filter(None, [password, *(v for k, v in parse_qsl(urlsplit(url).query) if k == "password")]):
+    try:
+        parts = urlsplit(url)
+        password = parts.password if "://" in url else None
+        secrets = [password, *(v for k, v in parse_qsl(parts.query) if k == "password")]
+    except ValueError:  # a URL Python cannot split (an unclosed "[" of an IPv6 host), whose password it cannot find
+        return "the URL is malformed"
+    for secret in filter(None, secrets):
         reason = reason.replace(secret, "***")
     return reason.rstrip(".")
 

@@ -43,6 +43,8 @@ TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Envir
 #: rows per page of runs and of answers (``?limit=`` up to MAX_PAGE)
 PAGE_SIZE = 50
 MAX_PAGE = 500
+#: the largest ?offset= taken (a larger one overflows the databases' 64-bit OFFSET: a 500 before it was refused)
+MAX_OFFSET = 10**15
 #: answers of a run embedded in its page (the answers page has them all, paged)
 RUN_PAGE_SAMPLES = 20
 #: items listed where two sides disagree
@@ -94,8 +96,8 @@ def _int(request: web.Request, name: str, default: int, high: int | None = None)
         value = int(text)
     except ValueError:
         raise RunnerError(f"?{name}= takes a whole number, not {text!r}") from None
-    if value < 0:
-        raise RunnerError(f"?{name}= takes a number of 0 or more, not {value}")
+    if not 0 <= value <= MAX_OFFSET:
+        raise RunnerError(f"?{name}= takes a number from 0 to {MAX_OFFSET:,}, not {value}")
     return min(value, high) if high is not None else value
 
 

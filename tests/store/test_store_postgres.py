@@ -86,6 +86,21 @@ def test_a_store_that_cannot_be_opened_is_one_sentence_without_the_password(pg_s
             "no such database": "does not exist"}[case] in message
 
 
+@pytest.mark.parametrize("url", ["postgresql://u:s3cret@[bad/db", "postgresql://[::1"])
+def test_a_url_python_cannot_split_is_one_sentence_at_the_command_line(url: str, tmp_path: Path) -> None:
+    """An unclosed IPv6 bracket: `urlsplit` raises ValueError, which ended `unexpected ValueError` (issue 41)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "runner.cli", "runs", "--db", url], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "Traceback" not in done.stderr and "unexpected" not in done.stderr, done.stderr
+    line = done.stderr.strip().splitlines()[-1]  # (after a warning that --db carries a password)
+    assert line == ("Error: the PostgreSQL store postgresql://... cannot be opened (the URL is malformed): check "
+                    "that the server is running and the URL is right, or set --db or RUNNER_DB"), line
+    assert "s3cret" not in done.stderr
+
+
 def test_the_right_password_opens_it_and_is_never_kept(pg_server: pg.PgServer) -> None:
     pg_server.execute("CREATE SCHEMA pw_store", pg.TEST_DB)
     store = open_store(pg_server.url(user=pg.PASSWORD_ROLE, password=pg.PASSWORD, schema="pw_store"))

@@ -41,6 +41,11 @@ async def test_the_runs_endpoint_counts_what_the_store_holds_and_pages(view_runs
     assert (await fetch(f"{served}/api/runs?status=failed"))["total"] == 0
     error = await fetch(f"{served}/api/runs?sort=colour", status=400)
     assert error == {"error": "?sort= is one of started, job, status, spend, id, not 'colour'"}
+    # past the databases' 64-bit OFFSET: one sentence, not a 500 (issue 41)
+    for offset in ("9223372036854775808", "-1"):
+        error = await fetch(f"{served}/api/runs?offset={offset}", status=400)
+        assert error == {"error": f"?offset= takes a number from 0 to 1,000,000,000,000,000, not {int(offset)}"}
+    assert (await fetch(f"{served}/api/runs?offset=1000000000000000"))["runs"] == []
 
 
 async def test_answers_are_searched_filtered_and_paged_without_loading_them_all(view_runs, served):
