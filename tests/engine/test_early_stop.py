@@ -64,6 +64,25 @@ def mctest_job(tmp_path, url: str, rule: dict, *, models: tuple[str, str] = (STR
     return path
 
 
+def _start(tmp_path, *args: str):
+    """A `runner ARGS` process in ``tmp_path``, its output piped."""
+    import subprocess
+
+    from tests.helpers import runner_cmd
+
+    return subprocess.Popen(runner_cmd(*args), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _submit(tmp_path, path, db: str):
+    """`runner submit` of the job at ``path`` in its own process: (the process, the run id it printed)."""
+    process = _start(tmp_path, "submit", str(path), "--db", db)
+    assert process.stdout is not None
+    run_id = next(line.split()[1].rstrip(":") for line in process.stdout
+                  if line.startswith("run ") and "started job" in line)
+    return process, run_id
+
+
 @pytest.fixture
 async def server():
     async with await start_server() as srv:
@@ -243,18 +262,11 @@ def test_two_workers_on_know_no_mctest_stop_together_once_decided_and_pay_nothin
     hold writes the decision there and the other reads it. Both end the stage early with the same verdict, and no
     request is charged twice. (A stage with stop: keeps its endpoints' lines a lease deep even in a lone worker, so
     the worker joining a second later finds chunks to take.)"""
-    import subprocess
 
-    from tests.helpers import runner_cmd
 
     path = mctest_job(tmp_path, sim_server, {"decide": [WEAKER, STRONG], "seed": 5})
-    owner = subprocess.Popen(runner_cmd("submit", str(path), "--db", db), cwd=tmp_path, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    assert owner.stdout is not None
-    run_id = next(line.split()[1].rstrip(":") for line in owner.stdout
-                  if line.startswith("run ") and "started job" in line)
-    worker = subprocess.Popen(runner_cmd("work", run_id, "--db", db), cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    owner, run_id = _submit(tmp_path, path, db)
+    worker = _start(tmp_path, "work", run_id, "--db", db)
     outs = [process.communicate(timeout=180) for process in (owner, worker)]
     said = []
     for process, (out, err) in zip((owner, worker), outs, strict=True):
@@ -333,11 +345,7 @@ def test_know_no_mctest_killed_mid_run_resumes_the_same_order_and_decides_paying
     path = mctest_job(tmp_path, sim_server, {"decide": [weaker, strong], "seed": 11})
     db = str(tmp_path / "s.sqlite")
 
-    first = subprocess.Popen(runner_cmd("submit", str(path), "--db", db), cwd=tmp_path, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    assert first.stdout is not None
-    run_id = next(line.split()[1].rstrip(":") for line in first.stdout
-                  if line.startswith("run ") and "started job" in line)
+    first, run_id = _submit(tmp_path, path, db)
     deadline = time.monotonic() + 60
     while done_tasks(db) < 120 and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -418,11 +426,7 @@ def test_know_no_mctest_in_batch_mode_killed_between_waves_resumes_them_and_subm
         finally:
             store.close()
 
-    first = subprocess.Popen(runner_cmd("submit", str(path), "--db", db), cwd=tmp_path, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    assert first.stdout is not None
-    run_id = next(line.split()[1].rstrip(":") for line in first.stdout
-                  if line.startswith("run ") and "started job" in line)
+    first, run_id = _submit(tmp_path, path, db)
     # the first wave is one batch per model; the second wave's two batches submitted: kill while they are out
     deadline = time.monotonic() + 90
     while recorded() < 4 or sim_stats(sim_server).get("batches", 0) < 4:
@@ -462,20 +466,14 @@ def test_two_workers_on_postgresql_one_killed_the_other_takes_over_and_decides_p
     runs out, takes its chunks over in the same seeded order, decides the right way, and no request is charged
     twice (what the dead worker had in flight is kept as possibly billed, by it alone)."""
     import signal
-    import subprocess
     import time
 
-    from tests.helpers import done_tasks, runner_cmd
+    from tests.helpers import done_tasks
 
     monkeypatch.setenv("RUNNER_LEASE_TTL", "8")  # the dead worker's chunks are taken over within seconds
     path = mctest_job(tmp_path, sim_server, {"decide": [WEAKER, STRONG_MC], "seed": 5})
-    owner = subprocess.Popen(runner_cmd("submit", str(path), "--db", pg_url), cwd=tmp_path, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    assert owner.stdout is not None
-    run_id = next(line.split()[1].rstrip(":") for line in owner.stdout
-                  if line.startswith("run ") and "started job" in line)
-    victim = subprocess.Popen(runner_cmd("work", run_id, "--db", pg_url), cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    owner, run_id = _submit(tmp_path, path, pg_url)
+    victim = _start(tmp_path, "work", run_id, "--db", pg_url)
 
     def victim_leases() -> int:
         store = open_store(pg_url)
