@@ -8,7 +8,7 @@ from pathlib import Path
 
 from faultsim.draw import PRICE, Scenario
 
-__all__ = ["HANG_SECONDS", "JOB_NAME", "STAGE", "write_job"]
+__all__ = ["HANG_SECONDS", "JOB_NAME", "MAX_ATTEMPTS", "STAGE", "write_job"]
 
 JOB_NAME = "chaos"
 STAGE = "mc"
@@ -17,6 +17,8 @@ STAGE = "mc"
 TIMEOUT = 4.0
 #: how long a ``fault_timeout`` hangs: past the runner's timeout, so the runner gives up on it first
 HANG_SECONDS = 6.0
+#: attempts a request gets before the runner gives up on it (server errors, timeouts)
+MAX_ATTEMPTS = 10
 
 
 def write_rows(path: Path, count: int) -> Path:
@@ -40,7 +42,7 @@ def write_job(folder: Path, scenario: Scenario, sim_url: str, results: Path) -> 
         "providers": {"sim": {"base_url": sim_url, **common}, "openai": {"base_url": sim_url, **common},
                       "anthropic": {"base_url": root, **common}},
         "params": {"temperature": 0, "max_tokens": 5},
-        "retry": {"max_attempts": 10, "backoff_initial": 0.01, "backoff_max": 0.1, "max_elapsed": 120},
+        "retry": {"max_attempts": MAX_ATTEMPTS, "backoff_initial": 0.01, "backoff_max": 0.1, "max_elapsed": 120},
         "prices": {model: PRICE for model in scenario.models},
         "mode": scenario.mode,
         "batch": {"poll_interval": 0.1, "max_requests": 1000, "max_resubmits": 2},

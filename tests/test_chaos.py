@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from faultsim.checks import State, billed_once, budget, charged_once
+from faultsim.checks import State, answered_once, billed_once, budget, charged_once
 from faultsim.draw import KINDS, draw
+from faultsim.jobfile import MAX_ATTEMPTS
 from faultsim.run import Record
 from scripts import chaos
 
@@ -51,6 +52,27 @@ def test_spend_past_the_budget_and_one_reservation_is_a_violation():
     assert budget(_state([], ledger, budget_usd=1.0)) == []  # within the budget plus one reservation
     assert budget(_state([], ledger, budget_usd=0.4)) == [
         "spent $1.5000 of a $0.4 budget (one reservation: $0.5000)"]
+
+
+def _failures(answers_500: int, attempts: int, *, storm: bool = True) -> list[str]:
+    """What answered_once says of a task that failed with a server error after ``attempts`` attempts, and of the task
+    that waited on the same request, when the server answered that request 500 ``answers_500`` times."""
+    log = [{"kind": "request", "model": "m", "digest": "d1", "status": 500, "billed": False}] * answers_500
+    failed = {"status": "failed", "key": "k1"}
+    tasks = [{**failed, "error_class": "server_error", "attempts": attempts},
+             {**failed, "error_class": "provider_error", "attempts": 0}]
+    record = Record("r", "db", Path("."), log=log)
+    record.injected["http_500"] = int(storm)
+    state = State(draw(0), record, {"status": "completed"}, tasks, [], {}, [], [])
+    return [line for line in answered_once(state) if line.startswith("task(s) failed")]
+
+
+def test_a_task_given_up_on_after_every_attempt_was_answered_500_is_the_retry_policy_not_a_violation():
+    assert _failures(MAX_ATTEMPTS, MAX_ATTEMPTS) == []
+    broken = ["task(s) failed: 1 server_error, 1 provider_error"]
+    assert _failures(MAX_ATTEMPTS - 1, MAX_ATTEMPTS) == broken  # the server did not answer 500 that often
+    assert _failures(MAX_ATTEMPTS, 3) == broken  # given up before its attempts were spent
+    assert _failures(MAX_ATTEMPTS, MAX_ATTEMPTS, storm=False) == broken  # no storm of 500s was injected
 
 
 def _chaos(tmp_path: Path, *args: str) -> tuple[int, dict]:
