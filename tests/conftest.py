@@ -78,15 +78,34 @@ LONGEST_FIRST = ("tests/test_quickstart.py", "tests/providers/test_token_bounds.
                  "tests/providers/test_loglikelihood_providers.py")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+#: the tests of this process that ``--dist loadgroup`` should have grouped and did not (see below)
+UNGROUPED: set[str] = set()
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which gives a grouped test's id its ``@group``
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The slow tests first, then the longest modules' tests, everything else in its order (the same in every test
-    process)."""
+    process). In a test process of ``--dist loadgroup``, the tests marked ``xdist_group`` whose ids did not get their
+    group are noted, and fail (pytest_runtest_setup)."""
+    if getattr(config.option, "loadgroup", False):
+        UNGROUPED.update(item.nodeid for item in items
+                         if item.get_closest_marker("xdist_group") and "@" not in item.nodeid)
+
     def first(item: pytest.Item) -> tuple[bool, int]:
         path = item.nodeid.split("::", 1)[0]
         return (item.get_closest_marker("slow") is None,
                 LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST))
 
     items.sort(key=first)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test grouping failed for fails before it starts: the tests of a group share a costly thing (a Ray cluster,
+    statsmodels' import) that each test process would otherwise pay for (pytest 9.2 with pytest-xdist 3.8 loses
+    every group silently: pyproject.toml)."""
+    if item.nodeid in UNGROUPED:
+        pytest.fail("pytest-xdist's --dist loadgroup did not put this test in its xdist_group: install the pytest "
+                    "and pytest-xdist versions constraints/ci.txt names", pytrace=False)
 
 
 @pytest.fixture(autouse=True)
