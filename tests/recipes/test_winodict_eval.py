@@ -145,7 +145,6 @@ def test_a_chat_only_model_in_the_loglikelihood_stage_fails_with_a_sentence(tmp_
     assert "Traceback" not in err and "run " not in out  # refused before a run was created
 
 
-@pytest.mark.slow
 def first_twin_kinds(items: Path, folder: Path) -> tuple[Path, list[dict]]:
     """The first twin's EMBEDDED_KINDS items, in a file of their own: (its path, the items)."""
     first_twin = read(items)[:SLOW_SLICE]
@@ -156,6 +155,7 @@ def first_twin_kinds(items: Path, folder: Path) -> tuple[Path, list[dict]]:
     return three, chosen
 
 
+@pytest.mark.slow  # the embedded model on nine 0-, 1- and 5-shot pairs and nine chat answers: one to two minutes
 async def test_winodict_on_the_embedded_model_prints_the_table(tmp_path, items):
     three, chosen = first_twin_kinds(items, tmp_path)
     job = load_job(EVAL, {"items": str(three)})
