@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import time
 import urllib.request
@@ -91,6 +92,19 @@ def sim_stats(url: str) -> dict:
 
 def runner_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "runner.cli", *args]
+
+
+def start_runner(args: list[str], cwd: Path) -> subprocess.Popen:
+    """A `runner ARGS` process in ``cwd``, its output piped (text)."""
+    return subprocess.Popen(runner_cmd(*args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def printed_run_id(proc: subprocess.Popen) -> str:
+    """The run id a `runner submit` started with ``start_runner`` prints when its run starts."""
+    for line in proc.stdout:
+        if line.startswith("run ") and "started job" in line:
+            return line.split()[1].rstrip(":")
+    raise AssertionError(f"no run id printed: {proc.stderr.read()}")
 
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -9,21 +9,16 @@ import os
 import subprocess
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from runner.processes import pid_alive
 from runner.store import open_store
 from tests.cluster.conftest import sim_job
-from tests.helpers import done_tasks, only_error, runner_cmd, sim_stats
+from tests.helpers import done_tasks, only_error, runner_cmd, sim_stats, start_runner
 
 #: one local Ray cluster (a session fixture): its tests stay in one test process (pyproject's loadgroup)
 pytestmark = pytest.mark.xdist_group("ray")
-
-
-def _start(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(runner_cmd(*args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _address(ray) -> str:
@@ -38,7 +33,7 @@ def _actors(ray, prefix: str) -> list[str]:
 @pytest.mark.parametrize("sim_server", [0.02], indirect=True)
 def test_two_ray_workers_share_a_run_and_send_each_request_once(tmp_path, sim_server, db, ray_cluster):
     job = sim_job(tmp_path, sim_server, rows=400)
-    proc = _start(["submit", str(job), "--db", db, "--ray", _address(ray_cluster), "--workers", "2"], tmp_path)
+    proc = start_runner(["submit", str(job), "--db", db, "--ray", _address(ray_cluster), "--workers", "2"], tmp_path)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     run_id = out.split("run ", 1)[1].split(":", 1)[0]
@@ -71,7 +66,7 @@ def test_a_killed_ray_worker_is_started_again_and_nothing_is_lost_or_charged_twi
                                                                                   ray_cluster):
     db = pg_url
     job = sim_job(tmp_path, sim_server, rows=400)
-    proc = _start(["submit", str(job), "--db", db, "--ray", _address(ray_cluster), "--workers", "2"], tmp_path)
+    proc = start_runner(["submit", str(job), "--db", db, "--ray", _address(ray_cluster), "--workers", "2"], tmp_path)
     deadline = time.monotonic() + 90
     while done_tasks(db) < 80:
         assert proc.poll() is None, proc.communicate()

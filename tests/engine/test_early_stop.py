@@ -64,23 +64,12 @@ def mctest_job(tmp_path, url: str, rule: dict, *, models: tuple[str, str] = (STR
     return path
 
 
-def _start(tmp_path, *args: str):
-    """A `runner ARGS` process in ``tmp_path``, its output piped."""
-    import subprocess
-
-    from tests.helpers import runner_cmd
-
-    return subprocess.Popen(runner_cmd(*args), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
 def _submit(tmp_path, path, db: str):
     """`runner submit` of the job at ``path`` in its own process: (the process, the run id it printed)."""
-    process = _start(tmp_path, "submit", str(path), "--db", db)
-    assert process.stdout is not None
-    run_id = next(line.split()[1].rstrip(":") for line in process.stdout
-                  if line.startswith("run ") and "started job" in line)
-    return process, run_id
+    from tests.helpers import printed_run_id, start_runner
+
+    process = start_runner(["submit", str(path), "--db", db], tmp_path)
+    return process, printed_run_id(process)
 
 
 @pytest.fixture
@@ -262,11 +251,11 @@ def test_two_workers_on_know_no_mctest_stop_together_once_decided_and_pay_nothin
     hold writes the decision there and the other reads it. Both end the stage early with the same verdict, and no
     request is charged twice. (A stage with stop: keeps its endpoints' lines a lease deep even in a lone worker, so
     the worker joining a second later finds chunks to take.)"""
-
+    from tests.helpers import start_runner
 
     path = mctest_job(tmp_path, sim_server, {"decide": [WEAKER, STRONG], "seed": 5})
     owner, run_id = _submit(tmp_path, path, db)
-    worker = _start(tmp_path, "work", run_id, "--db", db)
+    worker = start_runner(["work", run_id, "--db", db], tmp_path)
     outs = [process.communicate(timeout=180) for process in (owner, worker)]
     said = []
     for process, (out, err) in zip((owner, worker), outs, strict=True):
@@ -468,12 +457,12 @@ def test_two_workers_on_postgresql_one_killed_the_other_takes_over_and_decides_p
     import signal
     import time
 
-    from tests.helpers import done_tasks
+    from tests.helpers import done_tasks, start_runner
 
     monkeypatch.setenv("RUNNER_LEASE_TTL", "8")  # the dead worker's chunks are taken over within seconds
     path = mctest_job(tmp_path, sim_server, {"decide": [WEAKER, STRONG_MC], "seed": 5})
     owner, run_id = _submit(tmp_path, path, pg_url)
-    victim = _start(tmp_path, "work", run_id, "--db", pg_url)
+    victim = start_runner(["work", run_id, "--db", pg_url], tmp_path)
 
     def victim_leases() -> int:
         store = open_store(pg_url)

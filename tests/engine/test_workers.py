@@ -19,7 +19,7 @@ from devservers.faults import stop, stop_between_writes
 from runner.engine.workers import MAX_WIDEN
 from runner.store import open_store
 from runner.store.sqlite_lock import ATTEMPT_S, Holder, write_lock_holder
-from tests.helpers import done_tasks, runner_cmd, sim_stats, write_job, write_rows
+from tests.helpers import done_tasks, printed_run_id, runner_cmd, sim_stats, start_runner, write_job, write_rows
 
 #: short leases, so a killed worker's chunks are taken over within seconds (long enough that a process busy
 #: importing a provider's SDK under a loaded machine still beats in time)
@@ -37,18 +37,6 @@ def _job(tmp_path: Path, url: str, rows: int, *, concurrency: int = 4, extra: st
     providers = f"providers: {{sim: {{base_url: {json.dumps(url)}, concurrency: {concurrency}}}}}"
     return write_job(tmp_path / f"{name}.yaml", dataset, models=["sim:gpt-sim"], extra=f"{providers}\n{extra}",
                      name=name)
-
-
-def _start(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(runner_cmd(*args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _run_id(proc: subprocess.Popen) -> str:
-    """The run id a `runner submit` prints when its run starts."""
-    for line in proc.stdout:
-        if line.startswith("run ") and "started job" in line:
-            return line.split()[1].rstrip(":")
-    raise AssertionError(f"no run id printed: {proc.stderr.read()}")
 
 
 def _wait(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str, str]:
@@ -69,9 +57,9 @@ def test_workers_split_a_run_and_send_each_request_once(tmp_path, sim_server, db
     _env(monkeypatch)
     # the first process leases 256 tasks while alone: the others join while it sends them, 2 at a time
     job = _job(tmp_path, sim_server, rows=600, concurrency=2)
-    owner = _start(["submit", str(job), "--db", db], tmp_path)
-    run_id = _run_id(owner)
-    workers = [_start(["work", run_id, "--db", db], tmp_path) for _ in range(2)]
+    owner = start_runner(["submit", str(job), "--db", db], tmp_path)
+    run_id = printed_run_id(owner)
+    workers = [start_runner(["work", run_id, "--db", db], tmp_path) for _ in range(2)]
     outcomes = [_wait(proc) for proc in [owner, *workers]]
     for code, out, err in outcomes:
         assert code == 0, err
@@ -101,7 +89,7 @@ def test_workers_split_a_run_and_send_each_request_once(tmp_path, sim_server, db
 def test_two_submits_of_one_job_at_once_send_it_once(tmp_path, sim_server, db, monkeypatch):
     _env(monkeypatch)
     job = _job(tmp_path, sim_server, rows=200, extra=PRICES)
-    first, second = (_start(["submit", str(job), "--db", db], tmp_path) for _ in range(2))
+    first, second = (start_runner(["submit", str(job), "--db", db], tmp_path) for _ in range(2))
     for code, out, err in (_wait(first), _wait(second)):
         assert code == 0, err
         assert "completed" in out
@@ -127,9 +115,9 @@ def test_a_killed_worker_loses_nothing_and_is_billed_once(tmp_path, sim_server, 
     _env(monkeypatch)
     # about 7 s for the owner alone: time for the victim to join and lease its part
     job = _job(tmp_path, sim_server, rows=300, concurrency=2, extra=f"{PRICES}\nbudget: {{usd: 1000000}}")
-    owner = _start(["submit", str(job), "--db", db], tmp_path)
-    run_id = _run_id(owner)
-    victim = _start(["work", run_id, "--db", db], tmp_path)
+    owner = start_runner(["submit", str(job), "--db", db], tmp_path)
+    run_id = printed_run_id(owner)
+    victim = start_runner(["work", run_id, "--db", db], tmp_path)
     # killed once it works on the run (a loaded machine may start it after the owner finished 60 tasks)
     _wait_for(lambda: done_tasks(db) >= 60 and _victim_leases(db, victim.pid) > 0, 60,
               "60 finished tasks and the victim holding a lease")
@@ -168,9 +156,9 @@ def test_one_budget_holds_across_workers(tmp_path, sim_server, db, monkeypatch):
     _env(monkeypatch)
     # each request's worst case is about $0.08 (~60 input tokens at $1000/M, 5 output at $2000/M): $3 pays ~40
     job = _job(tmp_path, sim_server, rows=300, extra=f"{PRICES}\nbudget: {{usd: 3}}", concurrency=8)
-    owner = _start(["submit", str(job), "--db", db, "--allow-partial"], tmp_path)
-    run_id = _run_id(owner)
-    workers = [_start(["work", run_id, "--db", db], tmp_path) for _ in range(2)]
+    owner = start_runner(["submit", str(job), "--db", db, "--allow-partial"], tmp_path)
+    run_id = printed_run_id(owner)
+    workers = [start_runner(["work", run_id, "--db", db], tmp_path) for _ in range(2)]
     codes = [_wait(proc)[0] for proc in [owner, *workers]]
     assert codes[0] == 3 and set(codes) <= {0, 3}
 
@@ -278,9 +266,9 @@ def _victim_running(tmp_path: Path, sim_server: str, db: str, budget: str) -> tu
     usd = 1000000 if budget == "ample" else 20
     job = _job(tmp_path, sim_server, rows=600, concurrency=2, extra=f"{PRICES}\nbudget: {{usd: {usd}}}")
     args = ["--allow-partial"] if budget == "tight" else []
-    owner = _start(["submit", str(job), "--db", db, *args], tmp_path)
-    run_id = _run_id(owner)
-    victim = _start(["work", run_id, "--db", db], tmp_path)
+    owner = start_runner(["submit", str(job), "--db", db, *args], tmp_path)
+    run_id = printed_run_id(owner)
+    victim = start_runner(["work", run_id, "--db", db], tmp_path)
     _wait_for(lambda: done_tasks(db) >= 40 and _victim_leases(db, victim.pid) > 0, 60, "the victim holding a lease")
     return owner, victim, run_id, usd
 
