@@ -147,9 +147,7 @@ def _given_up(state: State) -> set[str]:
     exhausted = sum(1 for seen in statuses.values() if seen[500] >= MAX_ATTEMPTS and seen.total() == seen[500])
     spent = {t["key"] for t in state.tasks if t["status"] == "failed" and t["error_class"] == "server_error"
              and t["attempts"] == MAX_ATTEMPTS}
-    if not spent or len(spent) > exhausted:
-        return set()
-    return spent
+    return spent if len(spent) <= exhausted else set()
 
 
 def billed_once(state: State) -> list[str]:

@@ -71,17 +71,22 @@ def pytest_configure(config: pytest.Config) -> None:
     sleeping_openmp_threads()
 
 
+#: test processes ``-n auto`` starts at most: each holds 0.6-0.9 GB (the SDKs, the embedded model) and a
+#: PostgreSQL connection or more
+MAX_TEST_PROCESSES = 8
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """How many test processes ``-n auto`` (pyproject's addopts) starts: twice the cores for a run with the slow
     tests, which spend much of their time waiting (on 2 cores, the whole suite took 728 s with four against 790 s
     with three); one more than the cores for a run without them, which keeps the cores busy, where a further process
     costs more CPU to collect the suite than it saves (271 s with three against 290 s with four). None (pytest-xdist's
-    own count) when PYTEST_XDIST_AUTO_NUM_WORKERS says."""
+    own count) when PYTEST_XDIST_AUTO_NUM_WORKERS says. At most MAX_TEST_PROCESSES on a larger machine."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
     cores = len(os.sched_getaffinity(0))
     without_slow = "not slow" in (config.option.markexpr or "")
-    return cores + 1 if without_slow else 2 * cores
+    return min(cores + 1 if without_slow else 2 * cores, MAX_TEST_PROCESSES)
 
 
 #: after the slow tests (the longest), the test modules whose tests take longest in the fast path (``--durations``:
