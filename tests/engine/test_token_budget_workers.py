@@ -20,8 +20,8 @@ from runner.plan.stage import StagePlan
 from runner.providers.tokens import bound_call_tokens
 from runner.spec.job import load_job
 from runner.store import open_store
-from tests.engine.test_workers import _env, _job, _run_id, _start, _wait, _wait_for
-from tests.helpers import done_tasks, runner_cmd, sim_stats
+from tests.engine.test_workers import _env, _job, _wait, _wait_for
+from tests.helpers import done_tasks, printed_run_id, runner_cmd, sim_stats, start_runner
 
 
 def _worst_tokens(job: Path) -> int:
@@ -53,9 +53,9 @@ def test_one_token_budget_holds_across_three_workers(tmp_path, sim_server, db, m
     budget = 3000
     job = _job(tmp_path, sim_server, rows=300, extra=f"budget: {{tokens: {budget}}}", concurrency=8)
     worst = _worst_tokens(job)
-    owner = _start(["submit", str(job), "--db", db, "--allow-partial"], tmp_path)
-    run_id = _run_id(owner)
-    workers = [_start(["work", run_id, "--db", db], tmp_path) for _ in range(2)]
+    owner = start_runner(["submit", str(job), "--db", db, "--allow-partial"], tmp_path)
+    run_id = printed_run_id(owner)
+    workers = [start_runner(["work", run_id, "--db", db], tmp_path) for _ in range(2)]
     outcomes = [_wait(proc) for proc in [owner, *workers]]
     codes = [code for code, _, _ in outcomes]
     assert codes[0] == 3 and set(codes) <= {0, 3}, [err[-2000:] for _, _, err in outcomes]
@@ -83,7 +83,7 @@ def test_a_named_run_with_a_token_budget_is_shared_by_its_processes(tmp_path, si
     budget = 2000
     job = _job(tmp_path, sim_server, rows=200, extra=f"budget: {{tokens: {budget}}}", concurrency=8)
     worst = _worst_tokens(job)
-    procs = [_start(["submit", str(job), "--db", db, "--run-id", "tokens-1", "--allow-partial", "--no-check"],
+    procs = [start_runner(["submit", str(job), "--db", db, "--run-id", "tokens-1", "--allow-partial", "--no-check"],
                     tmp_path) for _ in range(3)]
     outcomes = [_wait(proc) for proc in procs]
     for code, _, err in outcomes:
@@ -125,9 +125,9 @@ def test_a_killed_workers_token_reservations_stay_possibly_billed_and_count(tmp_
     budget = 16000
     job = _job(tmp_path, sim_server, rows=600, concurrency=2, extra=f"budget: {{tokens: {budget}}}")
     worst = _worst_tokens(job)
-    owner = _start(["submit", str(job), "--db", db, "--allow-partial"], tmp_path)
-    run_id = _run_id(owner)
-    victim = _start(["work", run_id, "--db", db], tmp_path)
+    owner = start_runner(["submit", str(job), "--db", db, "--allow-partial"], tmp_path)
+    run_id = printed_run_id(owner)
+    victim = start_runner(["work", run_id, "--db", db], tmp_path)
     _wait_for(lambda: done_tasks(db) >= 40 and len(_reserved_by(db, victim.pid)) > 0, 60,
               "40 finished tasks and the worker holding reservations")
     victim.send_signal(signal.SIGKILL)
