@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -89,9 +90,16 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return min(cores + 1 if without_slow else 2 * cores, MAX_TEST_PROCESSES)
 
 
-#: after the slow tests (the longest), the test modules whose tests take longest in the fast path (``--durations``:
-#: the embedded model, thousands of random requests) run first: started last, one of them kept a test process busy
-#: after the others had finished
+#: the slow test modules whose tests mostly wait (a worker stopped past its lease, a store stalled for seconds, a Ray
+#: cluster): under half a core each (a run's per-test CPU, bench/RESULTS.md). Started together, four of them left the
+#: cores a third idle for the first four minutes; each is started beside a busy slow test instead.
+MOSTLY_WAITING = ("tests/engine/test_workers.py", "tests/engine/test_store_stall.py",
+                  "tests/engine/test_token_budget_workers.py", "tests/cluster/test_ray_workers.py")
+#: the slow test modules with the longest tests (a minute or more of CPU each), started first of the busy ones so that
+#: none of them starts last and keeps one test process busy after the others have finished
+LONGEST_SLOW = ("tests/test_chaos.py", "tests/recipes/test_winodict_eval.py", "tests/recipes/test_paper_jobs.py")
+#: after the slow tests, the test modules whose tests take longest in the fast path (``--durations``: the embedded
+#: model, thousands of random requests) run first, for the same reason
 LONGEST_FIRST = ("tests/test_quickstart.py", "tests/providers/test_token_bounds.py",
                  "tests/providers/test_loglikelihood_providers.py")
 
@@ -100,21 +108,38 @@ LONGEST_FIRST = ("tests/test_quickstart.py", "tests/providers/test_token_bounds.
 UNGROUPED: set[str] = set()
 
 
+def _path(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def _longest_first(items: list[pytest.Item], longest: tuple[str, ...]) -> list[pytest.Item]:
+    """``items`` with those of the ``longest`` modules first, in that order; the rest in their order."""
+    return sorted(items, key=lambda item: longest.index(_path(item)) if _path(item) in longest else len(longest))
+
+
+def _interleaved(busy: list[pytest.Item], waiting: list[pytest.Item]) -> list[pytest.Item]:
+    """One of ``busy``, one of ``waiting``, in turn, until both are used up."""
+    merged: list[pytest.Item] = []
+    for pair in itertools.zip_longest(busy, waiting):
+        merged.extend(item for item in pair if item is not None)
+    return merged
+
+
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which gives a grouped test's id its ``@group``
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The slow tests first, then the longest modules' tests, everything else in its order (the same in every test
-    process). In a test process of ``--dist loadgroup``, the tests marked ``xdist_group`` whose ids did not get their
-    group are noted, and fail (pytest_runtest_setup)."""
+    """The slow tests first, the busy ones (longest first) and the mostly waiting ones in turn, then the fast tests,
+    the longest modules' first, everything else in its order (the same in every test process: pytest-xdist hands
+    them out in this order, one at a time, to whichever process is free; the tests of an ``xdist_group`` go first).
+    In a test process of ``--dist loadgroup``, the tests marked ``xdist_group`` whose ids did not get their group
+    are noted, and fail (pytest_runtest_setup)."""
     if getattr(config.option, "loadgroup", False):
         UNGROUPED.update(item.nodeid for item in items
                          if item.get_closest_marker("xdist_group") and "@" not in item.nodeid)
-
-    def first(item: pytest.Item) -> tuple[bool, int]:
-        path = item.nodeid.split("::", 1)[0]
-        return (item.get_closest_marker("slow") is None,
-                LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST))
-
-    items.sort(key=first)
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    fast = [item for item in items if item.get_closest_marker("slow") is None]
+    busy = _longest_first([item for item in slow if _path(item) not in MOSTLY_WAITING], LONGEST_SLOW)
+    waiting = [item for item in slow if _path(item) in MOSTLY_WAITING]
+    items[:] = _interleaved(busy, waiting) + _longest_first(fast, LONGEST_FIRST)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
