@@ -39,6 +39,10 @@ LEASE_TTL = "4"
 STOP_AT_MOST = 40.0
 #: a run's statuses that end it
 ENDED = ("completed", "budget_exhausted")
+#: seconds the simulated server may take to answer a control route: its first Anthropic request imports the
+#: Anthropic SDK's request types for the strict checks (3 s of CPU, in its event loop), which on a loaded 2-core
+#: machine held a log read past 10 s (a whole-suite run with other tests beside it)
+CONTROL_TIMEOUT = 60.0
 
 
 class Sim:
@@ -51,11 +55,11 @@ class Sim:
     def post(self, path: str, body: Any) -> Any:
         request = urllib.request.Request(self.root + path, data=json.dumps(body).encode(), method="POST",
                                          headers={"content-type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as answer:
+        with urllib.request.urlopen(request, timeout=CONTROL_TIMEOUT) as answer:
             return json.load(answer)
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.root + path, timeout=10) as answer:
+        with urllib.request.urlopen(self.root + path, timeout=CONTROL_TIMEOUT) as answer:
             return json.load(answer)
 
     def fresh(self, **config: Any) -> None:
