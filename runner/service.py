@@ -268,8 +268,8 @@ async def join(job: Job, store: Store, run_id: str, *, view: View | None = None)
 
 def conclude(job: Job, store: Store, run_id: str, status: str, message: str | None, *,
              results: bool = False) -> None:
-    """After a worker left ``run_id``, when no process is left on it: a run that did not complete gets this
-    worker's status (the engine marks a joined run only completed: it would show as crashed), and a completed run
+    """After a worker left ``run_id``, when no process is left on it: a run still running gets this worker's status
+    (the engine marks a joined run only completed, and only when no peer is live then), and a completed run
     that one process did alone, or whose workers ran elsewhere (``results``), or a run its budget stopped, gets its
     results files written here from the store (no process of a named run, nor a worker, keeps a live file; the first
     process's, if it died, lacks what the others did). A results file that cannot be written fails the run, which
@@ -278,6 +278,11 @@ def conclude(job: Job, store: Store, run_id: str, status: str, message: str | No
     if any(worker["state"] == "live" for worker in workers):
         return
     stored = store.get_run(run_id)
+    if stored["status"] == "running" and status == "completed":
+        # this worker completed, but a peer was still live when its engine ended (a process gone without
+        # leaving, let go of since: runner/cluster/ray_workers.py): the run is completed, not left running
+        store.set_run(run_id, status=status, message=message, finished=now(), pid=None)
+        stored = {**stored, "status": status}
     write = (stored["status"] == "completed" and (results or len(workers) <= 1)
              or stored["status"] in ("running", "budget_exhausted") and status == "budget_exhausted")
     if stored["status"] == "running" and status != "completed":

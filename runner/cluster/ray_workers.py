@@ -24,6 +24,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,7 +35,9 @@ from typing import TYPE_CHECKING, Any
 from runner import service
 from runner.cluster.watch import refresh
 from runner.engine.opening import plan_stages
+from runner.engine.workers import lease_ttl
 from runner.errors import RunnerError
+from runner.processes import pid_alive
 from runner.store import SQLiteStore, open_store
 
 if TYPE_CHECKING:
@@ -214,6 +217,7 @@ def run_on_ray(ray: ModuleType, job: Job, store: Store, run_id: str, *, db: str 
             ray.kill(each, no_restart=True)
         service.conclude(job, store, run_id, "interrupted", f"interrupted; `runner resume {run_id}` finishes it")
         raise
+    let_go(store, run_id, lease_ttl())
     status, message = _verdict(reports)
     service.conclude(job, store, run_id, status, message, results=True)
     stored = store.get_run(run_id)
@@ -222,6 +226,32 @@ def run_on_ray(ray: ModuleType, job: Job, store: Store, run_id: str, *, db: str 
     paths = {stage.name: job.results_path(stage, run_id) for stage in job.llm_stages()}
     return RayOutcome(run_id=run_id, status=status, message=message, results=paths, reports=reports,
                       joined=len(store.workers(run_id)))
+
+
+def let_go(store: Store, run_id: str, ttl: float, *, poll: float = POLL) -> None:
+    """Once every actor has returned, the run's workers gone without leaving (a process Ray killed or replaced near
+    the end, before a peer's lease could declare it dead) let go of it, so that its end is recorded: with one of
+    them still "live" in the store, the last actor did not mark the run completed and ``service.conclude`` would
+    leave it "running" (shown as crashed). This machine's let go at once, as a resume does (their open reservations
+    become possibly billed); another machine's are waited for until their heartbeat expires, at most ``ttl`` (the
+    lease) and a poll, then resolved the same way. A live process of this machine (a ``runner work`` beside the
+    actors) is at work: not waited for."""
+    here = socket.gethostname()
+    deadline = time.monotonic() + ttl + poll
+    while True:
+        elsewhere = False
+        for worker in store.workers(run_id):
+            if worker["state"] != "live":
+                continue
+            if worker["host"] != here:
+                elsewhere = True
+            elif not pid_alive(worker["pid"]):
+                store.leave_run(worker["id"])
+        if not elsewhere or time.monotonic() > deadline:
+            break
+        time.sleep(poll)
+    for worker in store.dead_workers(run_id):
+        store.resolve_worker(run_id, worker)
 
 
 def _report(ray: ModuleType, ref: Any) -> dict[str, Any]:
