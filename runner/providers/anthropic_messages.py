@@ -1,18 +1,44 @@
-"""Anthropic's Messages API through the official SDK (async client, aiohttp transport, no SDK retries).
+"""Anthropic's Messages API, online over the lean wire (``runner/providers/lean_http.py``) or, where a proxy
+applies, through the official SDK (async client, aiohttp transport, no SDK retries).
 
 Models are named ``anthropic:claude-3-5-haiku-20241022``; the key comes from ANTHROPIC_API_KEY (or the
 variable named by ``providers: {anthropic: {api_key_env: ...}}``).
+
+The lean wire, because importing the SDK costs about 3.3 s of CPU (3,600 modules), which every process running an
+``anthropic:`` model paid before its first request. It sends what the SDK sent: ``POST {base}/v1/messages`` with
+the body of :meth:`AnthropicProvider.request_of`, its sampling fields at the top level as the SDK's ``extra_body``
+put them, and ``GET {base}/v1/models/{model}`` for the probe; ``x-api-key`` and the pinned ``anthropic-version``
+headers; the base the job's ``base_url``, else ANTHROPIC_BASE_URL, else https://api.anthropic.com (no ``/v1``: the
+SDK's convention). A non-2xx answer is mapped by one function on both paths (:func:`status_error`).
+
+The SDK where a proxy applies, because the lean wire speaks to no proxy and the SDK's client does (httpx reads
+HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY). The rule (:func:`proxied`): the standard library's
+``urllib.request.getproxies()`` names a proxy for the base URL's scheme (or ``all``) and
+``urllib.request.proxy_bypass`` (NO_PROXY) does not exempt its host; then :meth:`AnthropicProvider.start` builds the
+SDK client as before, else the lean wire. The Message Batches API (``anthropic_batch.py``) always uses the SDK
+client, built on first use; Claude on Bedrock and on Vertex keep their own SDK clients (they share the mapping).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from urllib.parse import urlsplit
 
-from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, Refused, TransientError
+from runner.errors import (
+    AuthError,
+    BadRequest,
+    ModelSetupError,
+    ProviderError,
+    QuotaExceeded,
+    RateLimited,
+    Refused,
+    TransientError,
+)
 
 from . import capabilities
 from .base import CacheMarks, Completion, Provider, ProviderSettings, RateWindow, http_limits, register
@@ -23,9 +49,12 @@ if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the provi
     import anthropic
 
     from .batching import Batches
+    from .lean_http import LeanWire
 
 #: the Messages API requires an output cap; used when the job sets no max_tokens
 DEFAULT_MAX_TOKENS = 1024
+#: the API's root when neither the job nor ANTHROPIC_BASE_URL names one (the SDK's default)
+DEFAULT_BASE_URL = "https://api.anthropic.com"
 _RATE_KINDS = ("requests", "tokens", "input_tokens", "output_tokens")
 
 
@@ -122,10 +151,42 @@ def _thinking(caps: capabilities.ModelCaps | None, reasoning: Mapping[str, Any]
     return {"type": "adaptive", "display": "summarized"}, effort
 
 
-def _error_type(exc: anthropic.APIStatusError) -> tuple[str, str]:
-    body = exc.body if isinstance(exc.body, dict) else {}
+def error_words(body: Any) -> tuple[str, str]:
+    """(type, message) of an error answer's body, ``{"type": "error", "error": {"type", "message"}}`` (as the SDK
+    keeps it: the JSON parsed, else the text); empty strings where it has none."""
+    body = body if isinstance(body, dict) else {}
     inner = body.get("error") if isinstance(body.get("error"), dict) else {}
     return str(inner.get("type") or ""), str(inner.get("message") or "")
+
+
+def status_error(where: str, key_variable: str, status: int, body: Any,
+                 headers: Mapping[str, str] | None) -> ProviderError:
+    """The runner's error for a non-2xx answer, the same on the SDK path (its ``APIStatusError``: the SDK picks
+    its class by the status alone for 401, 403 and 429) and the lean wire's. Messages are our own: a 401's text
+    may quote part of the key."""
+    if status == 429:
+        return RateLimited(f"{where}: rate limited (429)", retry_after=retry_after_seconds(headers))
+    if status in (401, 403):
+        return AuthError(f"{where}: the key was refused ({status}); check the variable {key_variable}", status=status)
+    kind, message = error_words(body)
+    if status == 402 or kind == "billing_error" or "credit balance" in message.lower():
+        return QuotaExceeded(f"{where}: the account's credit is exhausted ({status}); add credit or change the key")
+    if status >= 500 or status in (408, 409):  # 529 is overloaded_error
+        return TransientError(f"{where}: server error {status} {kind}".rstrip(), status=status)
+    # the provider's words: what to fix is in the message ("temperature: ... not supported ...")
+    return BadRequest(f"{where}: request rejected ({words(status, kind, None, None, message)})", status=status)
+
+
+def proxied(url: str) -> bool:
+    """Whether the environment sends requests to ``url`` through a proxy, as the standard library reads it: one
+    for its scheme (or ALL_PROXY) that NO_PROXY does not exempt its host from."""
+    import urllib.request  # about 10 ms, once per start
+
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    if not (proxies.get(parts.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(parts.netloc.rpartition("@")[2])
 
 
 @register
@@ -140,19 +201,38 @@ class AnthropicProvider(Provider):
     supports_batch: ClassVar[bool] = True
     #: caches a prompt up to each ``cache_control`` breakpoint a request marks (:func:`cache_blocks`)
     prompt_cache_style: ClassVar[str | None] = "explicit"
+    #: online requests go over the lean wire unless a proxy applies (the module's docstring); False: the SDK always
+    lean_wire: ClassVar[bool] = True
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
-        self.client: anthropic.AsyncAnthropic | None = None
+        self._client: anthropic.AsyncAnthropic | None = None
+        self.wire: LeanWire | None = None
         self.where = f"anthropic at {settings.base_url or 'api.anthropic.com'}"
         #: the API version sent, pinned (capabilities.ANTHROPIC_VERSIONS): never the SDK's default, which changes
         #: with SDK majors (anthropic 2.0 moved to 2026-10-21, which refuses every sampling parameter)
         self.api_version = settings.api_version or capabilities.ANTHROPIC_DEFAULT_VERSION
 
-    async def start(self) -> None:
+    @property
+    def client(self) -> anthropic.AsyncAnthropic | None:
+        """The SDK's client: built by :meth:`start` where a proxy applies, or on first use once started over the
+        lean wire (the Message Batches API); Vertex sets its own."""
+        if self._client is None and self.wire is not None:
+            self._client = self._sdk_client()
+        return self._client
+
+    @client.setter
+    def client(self, value: anthropic.AsyncAnthropic | None) -> None:
+        self._client = value
+
+    @property
+    def key_variable(self) -> str:
+        return self.key_variables()[0]
+
+    def _sdk_client(self) -> anthropic.AsyncAnthropic:
         import anthropic
 
-        self.client = anthropic.AsyncAnthropic(
+        return anthropic.AsyncAnthropic(
             api_key=self.api_key(),
             base_url=self.settings.base_url,
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
@@ -162,14 +242,44 @@ class AnthropicProvider(Provider):
             default_headers={"anthropic-version": self.api_version},
         )
 
+    async def start(self) -> None:
+        default_url = os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL  # the SDK reads it too
+        if not self.lean_wire or proxied(self.settings.base_url or default_url):
+            self.client = self._sdk_client()
+            return
+        from .lean_http import LeanWire
+
+        key = self.api_key()
+        self.wire = LeanWire(self.settings.base_url, key, self.settings.timeout, default_url=default_url,
+                             headers={"x-api-key": key, "anthropic-version": self.api_version},
+                             tls=shared_context, error_of=self._status_error)
+
     async def aclose(self) -> None:
-        if self.client is not None:
-            await self.client.close()
-            self.client = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        if self.wire is not None:
+            await self.wire.aclose()
+            self.wire = None
+
+    def _status_error(self, status: int, body: Any, headers: Mapping[str, str]) -> ProviderError:
+        return status_error(self.where, self.key_variable, status, body, headers)
+
+    async def _lean(self, method: str, path: str, body: Any = None, passing: tuple[int, ...] = ()) -> Any:
+        assert self.wire is not None, "start() was not awaited"
+        return await self.wire.request(method, path, body, where=self.where, key_variable=self.key_variable,
+                                       passing=passing)
 
     async def probe(self, model: str) -> None:
         """``GET /v1/models/{model}`` (the SDK's ``models.retrieve``, which takes ids and aliases), not charged: a
         404 is a model the key cannot use (https://docs.anthropic.com/en/api/models)."""
+        if self.wire is not None:
+            from .lean_http import parsed_or_text, path_segment
+
+            answer = await self._lean("GET", "/v1/models/" + path_segment(model), passing=(404,))
+            if answer.status == 404:
+                self._unknown_model(model, parsed_or_text(answer.content))
+            return
         import anthropic
 
         assert self.client is not None, "start() was not awaited"
@@ -177,9 +287,12 @@ class AnthropicProvider(Provider):
             try:
                 await self.client.models.retrieve(model)
             except anthropic.NotFoundError as exc:
-                kind, message = _error_type(exc)
-                raise ModelSetupError(f"{self.name}:{model} is not a model {self.where} knows "
-                                      f"({words(404, kind, None, None, message)}): check the model id") from exc
+                self._unknown_model(model, exc.body, exc)
+
+    def _unknown_model(self, model: str, body: Any, cause: BaseException | None = None) -> NoReturn:
+        kind, message = error_words(body)
+        raise ModelSetupError(f"{self.name}:{model} is not a model {self.where} knows "
+                              f"({words(404, kind, None, None, message)}): check the model id") from cause
 
     def request_of(self, messages: list[dict[str, str]], params: dict[str, Any],
                    model: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
@@ -230,19 +343,24 @@ class AnthropicProvider(Provider):
         return AnthropicBatches(self)
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
-        assert self.client is not None, "start() was not awaited"
         kwargs, sampling = self.request_of(messages, params, model)
+        if self.wire is not None:  # the body the SDK sends: its extra_body's fields at the top level
+            answer = await self._lean("POST", "/v1/messages", {"model": model, **kwargs, **sampling})
+            return self.completion_of(self._json_body(answer.content), answer.headers)
+        assert self.client is not None, "start() was not awaited"
         if sampling:
             kwargs["extra_body"] = sampling
         with self.map_errors():
             raw = await self.client.messages.with_raw_response.create(model=model, **kwargs)
         response = raw.http_response
+        return self.completion_of(self._json_body(response.content), response.headers)
+
+    def _json_body(self, content: bytes) -> Any:
         try:
-            body = json.loads(response.content)
+            return json.loads(content)
         except ValueError as exc:
             raise TransientError(f"{self.where}: the response was not valid JSON ({type(exc).__name__})",
                                  error_class="malformed_response") from exc
-        return self.completion_of(body, response.headers)
 
     def completion_of(self, body: Any, headers: Mapping[str, str] | None = None) -> Completion:
         """A Message (its JSON body, online or a batch result's) as a :class:`Completion`; ``headers`` (online
@@ -282,30 +400,16 @@ class AnthropicProvider(Provider):
 
     @contextlib.contextmanager
     def map_errors(self) -> Iterator[None]:
-        """The SDK's exceptions as the runner's classes, with messages of our own."""
+        """The SDK's exceptions as the runner's classes, with messages of our own (the SDK path, the Message
+        Batches API, Claude on Vertex)."""
         import anthropic
 
         where = self.where
         try:
             with transport_errors(where, self.settings.timeout):
                 yield
-        except anthropic.RateLimitError as exc:
-            raise RateLimited(f"{where}: rate limited (429)",
-                              retry_after=retry_after_seconds(exc.response.headers)) from exc
-        except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
-            raise AuthError(f"{where}: the key was refused ({exc.status_code}); check the variable "
-                            f"{self.key_variables()[0]}", status=exc.status_code) from exc
-        except anthropic.APIStatusError as exc:
-            status = exc.status_code
-            kind, message = _error_type(exc)
-            if status == 402 or kind == "billing_error" or "credit balance" in message.lower():
-                raise QuotaExceeded(f"{where}: the account's credit is exhausted ({status}); add credit or "
-                                    "change the key") from exc
-            if status >= 500 or status in (408, 409):  # 529 is overloaded_error
-                raise TransientError(f"{where}: server error {status} {kind}".rstrip(), status=status) from exc
-            # the provider's words: what to fix is in the message ("temperature: ... not supported ...")
-            raise BadRequest(f"{where}: request rejected ({words(status, kind, None, None, message)})",
-                             status=status) from exc
+        except anthropic.APIStatusError as exc:  # one mapping with the lean wire's (status_error)
+            raise status_error(where, self.key_variable, exc.status_code, exc.body, exc.response.headers) from exc
 
 
 @contextlib.contextmanager

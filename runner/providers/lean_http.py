@@ -1,10 +1,12 @@
-"""The lean wire: Chat Completions (and the legacy Completions, the models lookups) as JSON over HTTP/1.1
-connections of our own, kept alive and reused, with h11 (python-hyper's HTTP/1.1 protocol library, which httpx's
-transport uses too) reading and writing the messages on asyncio streams. It replaces the OpenAI SDK, whose typed
-request transformation and httpx layer cost about half the CPU of an uncached request against a fast server
-(issue 25's profile), for the servers that speak the OpenAI format and nothing more: the simulated server
-(``sim``), the user's own (``openai-compatible``) and the local presets (``ollama``, ``vllm``); api.openai.com and
-Azure keep the SDK, whose error types and auth matter there.
+"""The lean wire: JSON requests over HTTP/1.1 connections of our own, kept alive and reused, with h11
+(python-hyper's HTTP/1.1 protocol library, which httpx's transport uses too) reading and writing the messages on
+asyncio streams. It replaces the OpenAI SDK, whose typed request transformation and httpx layer cost about half
+the CPU of an uncached request against a fast server (issue 25's profile), for the servers that speak the OpenAI
+format and nothing more: the simulated server (``sim``), the user's own (``openai-compatible``) and the local
+presets (``ollama``, ``vllm``); api.openai.com and Azure keep the SDK, whose error types and auth matter there.
+It also carries Anthropic's Messages API (``runner/providers/anthropic_messages.py``), whose SDK costs 3 s of CPU
+to import: that caller gives its own auth headers, default base URL, TLS context and mapping of an error answer;
+without them a wire speaks as the OpenAI SDK does.
 
 Why not aiohttp's client: importing it costs 0.1 s of every start (it builds two TLS contexts, reading the system's
 certificates, at import), and its requests cost half as much CPU again as these (``bench/throughput.py``). Here a
@@ -14,7 +16,8 @@ It behaves as the SDK path does: the same headers a server reads (``Authorizatio
 same timeout (it bounds connecting and each read, not the whole answer), a non-2xx answer mapped by the one
 mapping both paths share (:func:`runner.providers.openai_errors.status_error`), and the transport's failures
 worded as the SDK path words them (a read that timed out; a connection that could not be made, with the reason).
-HTTP(S)_PROXY is not read: these servers are the user's own or local."""
+HTTP(S)_PROXY is not read: these servers are the user's own or local, and the anthropic provider keeps its SDK
+where a proxy applies."""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import os
 import ssl
 import time
 import zlib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -34,7 +37,7 @@ from runner.errors import TransientError
 
 from .openai_errors import sdk_body, status_error
 
-__all__ = ["Answer", "LeanWire", "parsed_or_text", "path_segment"]
+__all__ = ["Answer", "ErrorOf", "LeanWire", "parsed_or_text", "path_segment"]
 
 #: seconds past its time a read's timer may fire before the delay is taken as this process's, not the server's
 LATE_S = 1.0
@@ -43,6 +46,10 @@ _SEGMENT_SAFE = "!$&'()*+,;=:@-._~"
 #: seconds an idle connection is kept for reuse (a server closes its idle ones after a while: vLLM's uvicorn after 5)
 IDLE_SECONDS = 4.0
 _READ = 1 << 16
+
+#: a caller's mapping of a non-2xx answer (status, body as :func:`parsed_or_text` reads it, headers) to the
+#: runner's error
+ErrorOf = Callable[[int, Any, Mapping[str, str]], Exception]
 
 
 def path_segment(value: str) -> str:
@@ -87,10 +94,18 @@ class _Connection:
 
 
 class LeanWire:
-    """JSON requests to one OpenAI-compatible base URL over kept-alive connections; :meth:`aclose` at the end."""
+    """JSON requests to one base URL over kept-alive connections; :meth:`aclose` at the end.
 
-    def __init__(self, base_url: str | None, api_key: str, timeout: float) -> None:
-        url = urlsplit(base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1")
+    ``headers`` (the auth header and any others every request carries), ``default_url`` (the base URL when
+    ``base_url`` is None), ``tls`` (the TLS context of an https URL) and ``error_of`` (the error of a non-2xx answer)
+    are the caller's API's; each left out is the OpenAI SDK's: ``Authorization: Bearer api_key``, OPENAI_BASE_URL or
+    api.openai.com, the system's certificates, :func:`~runner.providers.openai_errors.status_error`."""
+
+    def __init__(self, base_url: str | None, api_key: str, timeout: float, *,
+                 headers: Mapping[str, str] | None = None, default_url: str | None = None,
+                 tls: Callable[[], ssl.SSLContext] = ssl.create_default_context,
+                 error_of: ErrorOf | None = None) -> None:
+        url = urlsplit(base_url or default_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1")
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
         self.tls = url.scheme == "https"
@@ -99,8 +114,10 @@ class LeanWire:
         self.prefix = url.path.rstrip("/")
         self.timeout = timeout
         host = url.netloc.rpartition("@")[2]
-        self._headers = [("Host", host), ("Authorization", f"Bearer {api_key}"), ("Accept", "application/json"),
-                         ("User-Agent", "runner-lean-wire")]
+        auth = list(headers.items()) if headers is not None else [("Authorization", f"Bearer {api_key}")]
+        self._headers = [("Host", host), *auth, ("Accept", "application/json"), ("User-Agent", "runner-lean-wire")]
+        self._error_of = error_of
+        self._tls = tls
         self._idle: list[_Connection] = []
         self._context: ssl.SSLContext | None = None
         self._closed = False
@@ -134,6 +151,8 @@ class LeanWire:
                                  error_class="connection") from exc
         if 200 <= status < 300 or status in passing:
             return Answer(status, answer_headers, content)
+        if self._error_of is not None:
+            raise self._error_of(status, parsed_or_text(content), answer_headers)
         raise status_error(where, key_variable, status, sdk_body(parsed_or_text(content)), answer_headers)
 
     async def _read(self, reader: asyncio.StreamReader) -> bytes:
@@ -168,7 +187,7 @@ class LeanWire:
 
     async def _connect(self) -> _Connection:
         if self.tls and self._context is None:
-            self._context = ssl.create_default_context()
+            self._context = self._tls()
         try:
             async with asyncio.timeout(self.timeout):
                 reader, writer = await asyncio.open_connection(
