@@ -139,11 +139,11 @@ class LeanWire:
             data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
             headers += [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
         message = h11.Request(method=method, target=self.prefix + path, headers=headers)
+        # One send per call, on a kept-alive connection or a new one: a connection the server closed or reset,
+        # before or during its answer, is a connection error the runner's retry policy counts as an attempt, never
+        # a send of our own besides it (issue 41: a reset mid-answer was sent again outside the retry count)
         try:
-            try:
-                status, answer_headers, content = await self._exchange(self._reused(), message, data)
-            except _Closed:  # the server closed a kept-alive connection: once more on a new one
-                status, answer_headers, content = await self._exchange(None, message, data)
+            status, answer_headers, content = await self._exchange(self._reused(), message, data)
         except TimeoutError as exc:
             raise TransientError(f"{where}: timed out after {self.timeout:g} s", error_class="timeout") from exc
         except (OSError, h11.ProtocolError, zlib.error, _Closed) as exc:
@@ -201,7 +201,7 @@ class LeanWire:
     async def _exchange(self, connection: _Connection | None, message: h11.Request,
                         data: bytes) -> tuple[int, dict[str, str], bytes]:
         """One request and its answer on ``connection`` (a new one when None). A reused connection that ends
-        before any byte of the answer raises :class:`_Closed`."""
+        before any byte of the answer, or is reset, raises :class:`_Closed` (worded as the server disconnecting)."""
         reused = connection is not None
         if connection is None:
             connection = await self._connect()

@@ -1,7 +1,7 @@
 """The lean wire's connections (``runner/providers/lean_http.py``) against a raw HTTP/1.1 server of the test's own
-(asyncio streams), which answers as it is told: kept-alive connections are reused, one the server closed before
-answering is sent again once on a new connection, chunked and gzip answers are read whole, an answer cut short is a
-connection error, a request that waits too long a timeout."""
+(asyncio streams), which answers as it is told: kept-alive connections are reused, one the server closed or reset is
+a connection error and never sent again by the wire itself (the runner's retries count every send), chunked and gzip
+answers are read whole, an answer cut short is a connection error, a request that waits too long a timeout."""
 
 from __future__ import annotations
 
@@ -103,13 +103,17 @@ async def test_concurrent_requests_each_take_a_connection_and_give_it_back(raw) 
     assert state.connections == 8 and len(state.requests) == 24
 
 
-async def test_a_kept_alive_connection_the_server_closed_is_sent_again_on_a_new_one(raw) -> None:
-    # every connection answers its first request and closes at the second without answering
+async def test_a_kept_alive_connection_the_server_closed_is_a_connection_error_not_a_send_of_its_own(raw) -> None:
+    # every connection answers its first request and closes at the second without answering: the wire does not
+    # send it again by itself (the runner's retry policy does, and counts it: issue 41)
     state, wire = await raw(lambda c, r: plain() if r == 0 else None)
-    for _ in range(3):
+    await ask(wire)
+    with pytest.raises(TransientError) as failed:
         await ask(wire)
+    assert failed.value.error_class == "connection" and "Server disconnected" in str(failed.value)
+    await ask(wire)  # the next goes on a new connection
     await wire.aclose()
-    assert state.connections == 3 and len(state.requests) == 5  # requests 2 and 3 were each sent twice
+    assert state.connections == 2 and len(state.requests) == 3
 
 
 async def test_a_new_connection_closed_before_answering_is_a_connection_error(raw) -> None:
@@ -188,3 +192,62 @@ async def test_an_answer_that_came_while_this_process_was_held_up_is_read_not_ti
         await wire.aclose()
         listener.close()
     assert len(requests) == 1
+
+
+async def test_a_run_sends_a_request_reset_mid_answer_once_per_attempt_of_its_retry_policy(tmp_path) -> None:
+    """Issue 41: a connection reset in the middle of an answer, on a kept-alive connection, was sent again by the
+    wire besides the runner's retries (3 sends for 2 attempts). Through the whole runner: the first request is
+    answered, every later one reset after half its answer, with ``max_attempts: 2``."""
+    import socket
+    import struct
+
+    from runner.engine.run import execute
+    from runner.spec.job import load_job
+    from runner.store import open_store
+    from tests.helpers import write_rows
+
+    sends: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                sends.append(1)
+                if len(sends) == 1:
+                    writer.write(plain())
+                    await writer.drain()
+                    continue
+                writer.write(plain()[:60])  # half an answer, then a reset (RST, not FIN)
+                await writer.drain()
+                writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                           struct.pack("ii", 1, 0))
+                writer.transport.abort()
+                return
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    dataset = write_rows(tmp_path / "rows.jsonl", 3)
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(json.dumps({
+        "name": "resets", "output_dir": str(tmp_path / "results"), "models": ["openai-compatible:raw/m"],
+        "endpoints": {"raw": {"base_url": f"http://127.0.0.1:{port}/v1", "timeout": 5, "concurrency": 1}},
+        "params": {"temperature": 0, "max_tokens": 5},
+        "retry": {"max_attempts": 2, "backoff_initial": 0.01, "backoff_max": 0.02, "max_elapsed": 30},
+        "stages": [{"name": "mc", "dataset": {"path": str(dataset)},
+                    "prompt": {"user": "{{ question }}\n{{ options_block }}\nAnswer:"},
+                    "choices": {"seeds": [0], "gold": "gold"}, "parse": "letter"}]}), encoding="utf-8")
+    store = open_store(tmp_path / "s.sqlite")
+    try:
+        outcome = await execute(load_job(job_file), store)
+    finally:
+        server.close()
+    tasks = store.tasks(outcome.run_id)
+    failed = [t for t in tasks if t["status"] == "failed"]
+    assert len(tasks) == 3 and len(failed) == 2, tasks
+    assert {t["error_class"] for t in failed} == {"connection"}
+    assert len(sends) == 1 + 2 * 2, f"{len(sends)} sends: the 2 reset requests were sent beyond their 2 attempts"
