@@ -47,15 +47,17 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
 from runner.errors import StoreError
-from runner.store.base import STEADY_SQL, TASK_COLUMNS, Store, now
+from runner.store.base import TASK_COLUMNS, Store, now
 from runner.store.dialect import POSTGRES
 from runner.store.migrations import migrate
 from runner.store.pg_batches import execute_batched
+from runner.store.pg_url import reason as said_reason
+from runner.store.pg_url import redact
+from runner.store.pg_workers import CLOCK, PgWorkerClock
 from runner.store.sql import SQLStore, T, Tx
 from runner.store.sqlite_lock import store_wait
 
@@ -83,11 +85,6 @@ _END_HOLDER_SQL = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                    " WHERE backend_xid = (%s::bigint %% 4294967296)::text::xid AND pid <> pg_backend_pid()")
 #: the session's name in pg_stat_activity
 _NAME_SQL = "SELECT set_config('application_name', %s, false)"
-#: the server's clock in seconds since the epoch
-_CLOCK = "extract(epoch from clock_timestamp())::float8"
-_C = POSTGRES.text_order
-#: the worker protocol's steadiness check on the server's clock (runner/store/base.py)
-_STEADY = STEADY_SQL.format(clock=_CLOCK)
 
 # The task's time stamp is taken by the server at commit; a replaced task row gets a new seq (SQLite: a new rowid).
 _TASK_SQL = (
@@ -123,39 +120,6 @@ def _deadlock_retried(method: Callable[..., Any]) -> Callable[..., Any]:
     return retried
 
 
-def redact(url: str) -> str:
-    """The URL without its password (in the user part or a ``password=`` parameter)."""
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            user, host = netloc.rsplit("@", 1)
-            netloc = user.split(":", 1)[0] + "@" + host
-        query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"])
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    except ValueError:
-        return url.split("://", 1)[0] + "://..."
-
-
-def _reason(exc: Exception, url: str) -> str:
-    """The server's or libpq's reason, on one line, without the password: ``Connection refused``, ``password
-    authentication failed for user "u"``, ``database "x" does not exist``."""
-    diag = getattr(exc, "diag", None)
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    reason = (diag and diag.message_primary) or (lines[0] if lines else type(exc).__name__)
-    reason = re.sub(r"^.*\bfailed: ", "", reason) if reason.startswith("connection ") else reason
-    reason = re.sub(r"\s+", " ", re.sub(r"^(FATAL|ERROR):\s*", "", reason))
-    try:
-        parts = urlsplit(url)
-        password = parts.password if "://" in url else None
-        secrets = [password, *(v for k, v in parse_qsl(parts.query) if k == "password")]
-    except ValueError:  # a URL Python cannot split (an unclosed "[" of an IPv6 host), whose password it cannot find
-        return "the URL is malformed"
-    for secret in filter(None, secrets):
-        reason = reason.replace(secret, "***")
-    return reason.rstrip(".")
-
-
 class _Tx:
     """A transaction's statements on the connection, in the shared queries' ``?`` spelling."""
 
@@ -172,7 +136,7 @@ class _Tx:
         execute_batched(self.execute, sql, rows)
 
 
-class PostgresStore(SQLStore):
+class PostgresStore(PgWorkerClock, SQLStore):
     """The shared store: a PostgreSQL database, one connection per process (thread-safe, serialized)."""
 
     dialect = POSTGRES
@@ -196,7 +160,7 @@ class PostgresStore(SQLStore):
         try:
             self.conn = self._connect()
         except psycopg.Error as exc:
-            raise StoreError(f"the PostgreSQL store {self.path} cannot be opened ({_reason(exc, url)}): check that"
+            raise StoreError(f"the PostgreSQL store {self.path} cannot be opened ({said_reason(exc, url)}): check that"
                              " the server is running and the URL is right, or set --db or RUNNER_DB") from None
         try:
             migrate(self.conn, POSTGRES)
@@ -205,7 +169,7 @@ class PostgresStore(SQLStore):
             self.task_columns = ", ".join(c.name for c in cursor.description or [] if c.name != "seq")
         except psycopg.Error as exc:
             self.conn.close()
-            raise StoreError(f"the PostgreSQL store {self.path} cannot be opened ({_reason(exc, url)}): check the"
+            raise StoreError(f"the PostgreSQL store {self.path} cannot be opened ({said_reason(exc, url)}): check the"
                              " database and its permissions, or set --db or RUNNER_DB") from None
 
     def _connect(self) -> psycopg.Connection:
@@ -247,7 +211,7 @@ class PostgresStore(SQLStore):
             return None
         resume = (f"`runner resume {run_id}` (with the same --db or RUNNER_DB) continues the run" if run_id
                   else "try again")
-        reason = _reason(exc, "")
+        reason = said_reason(exc, "")
         if isinstance(exc, psycopg.errors.DiskFull):
             return (f"the disk of the PostgreSQL server of {self.path} is full ({reason}): free space there, "
                     f"then {resume}")
@@ -437,7 +401,7 @@ class PostgresStore(SQLStore):
         with self._lock:
             self._live().execute(_NAME_SQL, (self._app_name,))
         self.execute("INSERT INTO workers (id, run_id, host, pid, started, seen, state, steady) VALUES"
-                     f" (?, ?, ?, ?, ?, {_CLOCK} + ?, 'live', {_CLOCK}) ON CONFLICT (id) DO UPDATE SET"
+                     f" (?, ?, ?, ?, ?, {CLOCK} + ?, 'live', {CLOCK}) ON CONFLICT (id) DO UPDATE SET"
                      " run_id = excluded.run_id, host = excluded.host, pid = excluded.pid, started = excluded.started,"
                      " seen = excluded.seen, state = excluded.state, steady = excluded.steady",
                      (worker, run_id, host, pid, now(), ttl))
@@ -446,7 +410,7 @@ class PostgresStore(SQLStore):
         self._bound_stalls(ttl)  # a widened lease widens the bound too
 
         def body(tx: Tx) -> list[tuple[str, int, int]] | None:
-            (clock,) = tx.execute(f"SELECT {_CLOCK}").fetchone()
+            (clock,) = tx.execute(f"SELECT {CLOCK}").fetchone()
             until = clock + ttl
             # more than half a lease since the last heartbeat (seen = last + lease): its steadiness starts again
             if not tx.execute("UPDATE workers SET steady = CASE WHEN seen < ? THEN ? ELSE coalesce(steady, ?) END,"
@@ -459,62 +423,12 @@ class PostgresStore(SQLStore):
             return sorted((stage, int(chunk), int(token)) for stage, chunk, token in held)
         return self.atomic(body)
 
-    def workers(self, run_id: str) -> list[dict[str, Any]]:
-        found = self.dicts(f"SELECT id, host, pid, started, seen < {_CLOCK} AS expired, state FROM workers"
-                           f" WHERE run_id = ? ORDER BY started{_C} NULLS FIRST, id{_C}", (run_id,))
-        for worker in found:
-            if worker.pop("expired") and worker["state"] == "live":
-                worker["state"] = "dead"
-        return found
-
-    def lease_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float, *,
-                     steady: float = 0.0) -> dict[int, tuple[str, int] | None]:
-        # xmax is 0 in a row this statement inserted and set in a row it updated (taken over); the token grows
-        # unless the lease was this worker's and live; another's expired lease only while this worker is steady
-        gate, gated = (f" AND {_STEADY}", (worker, steady, steady / 2)) if steady else ("", ())
-        leased = self.rows(
-            f"INSERT INTO leases (run_id, stage, chunk, worker, expires, token) SELECT ?, ?, c, ?, {_CLOCK} + ?, 1"
-            " FROM unnest(?::bigint[]) AS c"
-            " ON CONFLICT (run_id, stage, chunk) DO UPDATE SET worker = excluded.worker, expires = excluded.expires,"
-            " token = leases.token + CASE WHEN leases.worker = excluded.worker AND leases.expires >= excluded.expires"
-            " - ? THEN 0 ELSE 1 END"
-            f" WHERE leases.done = 0 AND ((leases.expires < excluded.expires - ?{gate})"
-            " OR leases.worker = excluded.worker) RETURNING chunk, xmax = 0, token",
-            (run_id, stage, worker, ttl, list(dict.fromkeys(chunks)), ttl, ttl, *gated))
-        got: dict[int, tuple[str, int] | None] = dict.fromkeys(chunks)
-        for chunk, inserted, token in leased:
-            got[int(chunk)] = ("new" if inserted else "taken", int(token))
-        return got
-
-    def take_expired_lease(self, run_id: str, stage: str, worker: str, ttl: float, *, steady: float = 0.0
-                           ) -> tuple[int, int] | None:
-        gate, gated = (f" AND {_STEADY}", (worker, steady, steady / 2)) if steady else ("", ())
-
-        def body(tx: Tx) -> tuple[int, int] | None:
-            expired = tx.execute(
-                f"SELECT chunk FROM leases WHERE run_id = ? AND stage = ? AND done = 0 AND expires < {_CLOCK}{gate}"
-                " ORDER BY chunk LIMIT 1 FOR UPDATE SKIP LOCKED", (run_id, stage, *gated)).fetchone()
-            if expired is None:
-                return None
-            (token,) = tx.execute(f"UPDATE leases SET worker = ?, expires = {_CLOCK} + ?, token = token + 1"
-                                  " WHERE run_id = ? AND stage = ? AND chunk = ? RETURNING token",
-                                  (worker, ttl, run_id, stage, expired[0])).fetchone()
-            return int(expired[0]), int(token)
-        return self.atomic(body)
-
     def claim_keys(self, keys: list[str], worker: str, ttl: float) -> set[str]:
         if not keys:
             return set()
         unique = sorted(set(keys))  # one statement may not update a row twice; one order for every process
         return _deadlock_retried(lambda: {key for (key,) in self.rows(
-            f"INSERT INTO claims (key, worker, expires) SELECT k, ?, {_CLOCK} + ? FROM unnest(?::text[]) AS k"
+            f"INSERT INTO claims (key, worker, expires) SELECT k, ?, {CLOCK} + ? FROM unnest(?::text[]) AS k"
             " ON CONFLICT (key) DO UPDATE SET worker = excluded.worker, expires = excluded.expires"
             " WHERE claims.expires < excluded.expires - ? OR claims.worker = excluded.worker RETURNING key",
             (worker, ttl, unique, ttl))})()
-
-    def dead_workers(self, run_id: str, observer: str | None = None, steady: float = 0.0) -> list[str]:
-        gate, gated = (f" AND {_STEADY}", (observer, steady, steady / 2)) if observer is not None and steady \
-            else ("", ())
-        return [worker for (worker,) in self.rows(
-            f"SELECT id FROM workers WHERE run_id = ? AND state = 'live' AND seen < {_CLOCK}{gate}"
-            f" ORDER BY started{_C} NULLS FIRST, id{_C}", (run_id, *gated))]

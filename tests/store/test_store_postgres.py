@@ -21,7 +21,8 @@ from devservers import postgres as pg
 from runner.errors import StoreError
 from runner.store import Reads, SQLiteStore, open_store
 from runner.store.base import LEDGER_COLUMNS, RESPONSE_COLUMNS, TASK_COLUMNS
-from runner.store.postgres import PostgresStore, redact
+from runner.store.pg_url import redact
+from runner.store.postgres import PostgresStore
 from runner.store.view_reads import RUN_SORTS, AnswerFilter, RunFilter, ViewReads
 from tests.helpers import ROOT, run_cli, write_job, write_rows
 
