@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import RunnerError
 
 if TYPE_CHECKING:
-    from runner.spec.schema import Dataset
+    from runner.spec.inputs import Dataset
 
 __all__ = ["FORMATS", "MAX_JSON_BYTES", "count_dataset", "dataset_digest", "dataset_format", "format_of_name",
            "read_dataset"]

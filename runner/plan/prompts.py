@@ -22,7 +22,7 @@ from jinja2 import meta
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 from pydantic import ValidationError
 
-from runner.spec.schema import InlinePrompt
+from runner.spec.inputs import InlinePrompt
 from runner.spec.yamlfile import load_yaml_bounded
 
 if TYPE_CHECKING:

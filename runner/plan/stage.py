@@ -31,7 +31,8 @@ from runner.plan.request import (
     key_of,
 )
 from runner.providers.base import provider_class, split_model
-from runner.spec.schema import Choices, Dataset, Job, Stage
+from runner.spec.inputs import Choices, Dataset
+from runner.spec.schema import Job, Stage
 
 
 def iter_rows(source: str | Path | Dataset, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:

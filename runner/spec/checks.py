@@ -26,8 +26,9 @@ from runner.providers.local_weights import default_threads, name_problem
 from runner.recipes import get_parser, get_step, parser_names, step_names
 from runner.spec.fields import MAX_VARIANTS
 from runner.spec.files import not_a_file, resolve_file
+from runner.spec.inputs import FORMAT_OF_NAME
 from runner.spec.problems import Problems, fail
-from runner.spec.schema import BUILTIN_PARSES, FORMAT_OF_NAME, Job, Stage, shaped_params
+from runner.spec.schema import BUILTIN_PARSES, Job, Stage, shaped_params
 from runner.spec.yamlfile import Loc, load_yaml_bounded
 from runner.version import version as runner_version
 

@@ -15,8 +15,9 @@ from runner.errors import JobFileError
 from runner.plan.datasets import folder_problem
 from runner.spec.checks import check_job, validation_context
 from runner.spec.files import find_file
+from runner.spec.inputs import Choices, Dataset
 from runner.spec.problems import JobFileProblems, position
-from runner.spec.schema import Choices, Dataset, Job
+from runner.spec.schema import Job
 from runner.spec.variables import substitute_vars
 from runner.spec.yamlfile import Loc, dotted, line_of, load_with_lines
 

@@ -26,8 +26,8 @@ from runner.plan import datasets as formats
 from runner.plan.datasets import count_dataset, dataset_digest, dataset_format, read_dataset
 from runner.plan.stage import StagePlan, check_datasets, count_rows, gold_index, iter_rows
 from runner.providers.base import Completion
+from runner.spec.inputs import Choices, Dataset
 from runner.spec.job import load_job
-from runner.spec.schema import Choices, Dataset
 from runner.store import open_store
 from tests.helpers import run_cli
 
