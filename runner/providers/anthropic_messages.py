@@ -368,17 +368,22 @@ class AnthropicProvider(Provider):
         try:
             blocks = body["content"]
             usage = body.get("usage") or {}
+            if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks) \
+                    or not isinstance(usage, dict):
+                raise TypeError("content is not a list of blocks, or usage is not an object")
+            text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+            # an omitted thinking block (display "omitted", the default on the newest models) has empty text
+            thoughts = [b["thinking"] for b in blocks if b.get("type") == "thinking" and b.get("thinking")]
+            thinking = "\n\n".join(thoughts + ["[redacted thinking]" for b in blocks
+                                                if b.get("type") == "redacted_thinking"]) or None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise TransientError(f"{self.where}: the response was not valid JSON ({type(exc).__name__})",
                                  error_class="malformed_response") from exc
         stop_reason = body.get("stop_reason")
         cache_read = usage.get("cache_read_input_tokens") or 0
         cache_write = usage.get("cache_creation_input_tokens") or 0
-        # an omitted thinking block (display "omitted", the default on the newest models) has empty text: no thinking
-        thoughts = [b["thinking"] for b in blocks if b.get("type") == "thinking" and b.get("thinking")]
-        thoughts += ["[redacted thinking]" for b in blocks if b.get("type") == "redacted_thinking"]
         completion = Completion(
-            text="".join(b.get("text", "") for b in blocks if b.get("type") == "text"),
+            text=text,
             finish_reason=stop_reason,
             # Anthropic counts cached input apart; the runner's input_tokens is all input, as OpenAI's is.
             input_tokens=(usage.get("input_tokens") or 0) + cache_read + cache_write,
@@ -388,7 +393,7 @@ class AnthropicProvider(Provider):
             cache_write_1h_tokens=(usage.get("cache_creation") or {}).get("ephemeral_1h_input_tokens") or 0,
             raw=body,
             rate=anthropic_rate(headers) if headers is not None else None,
-            thinking="\n\n".join(thoughts) if thoughts else None,
+            thinking=thinking,
             reasoning_tokens=(usage.get("output_tokens_details") or {}).get("thinking_tokens") or 0,
         )
         if stop_reason == "refusal":

@@ -332,7 +332,9 @@ async def test_each_status_is_the_same_error_on_both_paths(
         assert got.retry_after == pytest.approx(2.0 if "retry-after" in headers else 1.5)
 
 
-@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b'"text"', b""])
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b'"text"', b"", b'{"content": 3}', b'{"content": [3]}',
+                                  b'{"content": [{"type": "text", "text": 5}]}',
+                                  b'{"content": [], "usage": [1]}'])
 async def test_a_malformed_success_body_is_the_same_error(
         scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], body: bytes) -> None:
     url, answer, _ = scripted
