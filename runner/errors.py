@@ -94,8 +94,9 @@ class ProviderError(RunnerError):
     def possibly_billed(self) -> bool:
         """Whether the provider may have made (and billed) an answer that never came back: a request that timed out
         after it was sent. An error answer, a refused or dropped connection and an unreadable body are taken as not
-        billed (no provider we know of bills a body its client could not read)."""
-        return self.error_class == "timeout"
+        billed (no provider we know of bills a body its client could not read). An answer cut off after its total
+        time (``answer_too_slow``) was coming, so it counts as a timeout."""
+        return self.error_class in ("timeout", "answer_too_slow")
 
 
 class RateLimited(ProviderError):

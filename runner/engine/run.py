@@ -298,22 +298,26 @@ class _Session:
         return True
 
     async def left_unanswered(self) -> str | None:
-        """A run whose tasks were shared with other workers is completed only when the store has every one of them:
-        this process left the others' leases to them, and a lease marked done with a task not written would
-        otherwise end the run "completed" with that task missing. Then the run fails, resumable: why, or None."""
+        """A run is completed only when the store has every one of its tasks done or failed (ARCHITECTURE.md's
+        invariants): a task this process lost (an answer that could not be held, issue 41), or left to other
+        workers whose lease was marked done with the task not written, would otherwise end the run "completed" with
+        that task missing. Then the run fails, resumable: why, or None. A stage stopped early, or on a budget,
+        leaves its unasked items on purpose."""
         stats = self.stats
         for plan in self.plans:
             name = plan.stage.name
             if self.dispatcher is not None and self.dispatcher.stopped_early(name):
-                continue  # its unasked items are left on purpose
+                continue
             counters = [c for (stage, _), c in stats.by_key.items() if stage == name]
-            if not any(c.elsewhere for c in counters) or any(c.over_budget for c in counters):
+            if any(c.over_budget for c in counters):
                 continue
             done, failed = await self.calls.stage_progress(self.run_id, name)
             missing = plan.total() - done - failed
             if missing > 0:
-                return (f"stage {name}: {missing} of its {plan.total()} tasks were left to other workers and none "
-                        f"of them answered them; `runner resume {self.run_id}` sends them")
+                whose = ("were left to other workers and none of them answered them"
+                         if any(c.elsewhere for c in counters) else "were neither answered nor failed")
+                return (f"stage {name}: {missing} of its {plan.total()} tasks {whose}; "
+                        f"`runner resume {self.run_id}` sends them")
         return None
 
     def verdict(self, dispatcher: Dispatcher) -> tuple[str, str | None]:

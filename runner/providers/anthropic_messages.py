@@ -41,6 +41,7 @@ from runner.errors import (
 )
 
 from . import capabilities
+from .answer_bounds import bounds_of, surfaced
 from .base import CacheMarks, Completion, Provider, ProviderSettings, RateWindow, http_limits, register
 from .tls import shared_context
 from .wire import quoted, retry_after_seconds, words
@@ -232,13 +233,16 @@ class AnthropicProvider(Provider):
     def _sdk_client(self) -> anthropic.AsyncAnthropic:
         import anthropic
 
+        from .bounded_httpx import bounded_client
+
         return anthropic.AsyncAnthropic(
             api_key=self.api_key(),
             base_url=self.settings.base_url,
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
-            http_client=anthropic.DefaultAioHttpClient(timeout=self.settings.timeout,
-                                                       limits=http_limits(self.settings), verify=shared_context()),
+            http_client=bounded_client(anthropic.DefaultAioHttpClient, bounds_of(self.settings),
+                                       timeout=self.settings.timeout, limits=http_limits(self.settings),
+                                       verify=shared_context()),
             default_headers={"anthropic-version": self.api_version},
         )
 
@@ -252,7 +256,7 @@ class AnthropicProvider(Provider):
         key = self.api_key()
         self.wire = LeanWire(self.settings.base_url, key, self.settings.timeout, default_url=default_url,
                              headers={"x-api-key": key, "anthropic-version": self.api_version},
-                             tls=shared_context, error_of=self._status_error)
+                             tls=shared_context, error_of=self._status_error, bounds=bounds_of(self.settings))
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -425,21 +429,25 @@ def transport_errors(where: str, timeout: float) -> Iterator[None]:
     import aiohttp
     import anthropic
 
-    try:
-        yield
-    except anthropic.APITimeoutError as exc:
-        if (failed := _connection_failure(exc)) is not None:  # anthropic before 2.10: its aiohttp transport reported
-            # every failed connection (a refused one too) as a connect timeout; 2.10 on, as a connection error
-            raise TransientError(f"{where}: connection failed ({type(failed).__name__})",
+    with surfaced(where):
+        try:
+            yield
+        except anthropic.APITimeoutError as exc:
+            # anthropic before 2.10: its aiohttp transport reported every failed connection (a refused one too) as
+            # a connect timeout; 2.10 on, as a connection error
+            if (failed := _connection_failure(exc)) is not None:
+                raise TransientError(f"{where}: connection failed ({type(failed).__name__})",
+                                     error_class="connection") from exc
+            raise TransientError(f"{where}: timed out after {timeout:g} s", error_class="timeout") from exc
+        except anthropic.APIConnectionError as exc:
+            raise TransientError(f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})",
                                  error_class="connection") from exc
-        raise TransientError(f"{where}: timed out after {timeout:g} s", error_class="timeout") from exc
-    except anthropic.APIConnectionError as exc:
-        raise TransientError(f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})",
-                             error_class="connection") from exc
-    except anthropic.APIResponseValidationError as exc:
-        raise TransientError(f"{where}: the response was not valid JSON", error_class="malformed_response") from exc
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise TransientError(f"{where}: connection failed ({type(exc).__name__})", error_class="connection") from exc
+        except anthropic.APIResponseValidationError as exc:
+            raise TransientError(f"{where}: the response was not valid JSON",
+                                 error_class="malformed_response") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
+                                 error_class="connection") from exc
 
 
 def _connection_failure(exc: BaseException) -> BaseException | None:

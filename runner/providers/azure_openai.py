@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from runner.errors import AuthError, BadRequest, ModelSetupError, ProviderError, TransientError
 
+from .answer_bounds import bounds_of
 from .base import Completion, ProviderSettings, _importable, http_limits, register
 from .openai_chat import OpenAIChatProvider, openai_rate
 from .tls import shared_context
@@ -152,6 +153,8 @@ class AzureOpenAIProvider(OpenAIChatProvider):
     async def start(self) -> None:
         import openai
 
+        from .bounded_httpx import bounded_client
+
         credentials: dict[str, Any] = {}
         if self.options.auth == "entra":
             from azure.identity.aio import DefaultAzureCredential, get_bearer_token_provider
@@ -170,8 +173,9 @@ class AzureOpenAIProvider(OpenAIChatProvider):
             api_version=self.api_version,
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
-            http_client=openai.DefaultAioHttpClient(timeout=self.settings.timeout,
-                                                    limits=http_limits(self.settings), verify=shared_context()),
+            http_client=bounded_client(openai.DefaultAioHttpClient, bounds_of(self.settings),
+                                       timeout=self.settings.timeout, limits=http_limits(self.settings),
+                                       verify=shared_context()),
         )
 
     async def aclose(self) -> None:

@@ -98,7 +98,14 @@ class ProviderSettings(BaseModel):
     #: requests in flight per endpoint at most (memory: 15-20 kB each); default the job's, else
     #: ``DEFAULT_MAX_IN_FLIGHT`` (8,192)
     max_in_flight: int | None = Field(default=None, gt=0, le=1_000_000)
+    #: seconds to connect, and between two reads of an answer
     timeout: float = Field(default=60.0, gt=0)
+    #: seconds from sending a request to the end of its answer; default the larger of 600 and ``timeout``
+    total_timeout: float | None = Field(default=None, gt=0)
+    #: MiB one answer may take, as sent and once decompressed (runner/providers/answer_bounds.py)
+    max_answer_mb: float = Field(default=64.0, gt=0, le=65536)
+    #: MiB a Batch API's results file may take when it is downloaded
+    max_download_mb: float = Field(default=4096.0, gt=0, le=1048576)
     #: the API version sent (anthropic: 2023-06-01 or 2026-10-21; runner.providers.capabilities)
     api_version: str | None = None
     #: the embedded model's settings (``LocalProvider.Options``), kept here so job files keep validating
@@ -133,6 +140,10 @@ class ProviderSettings(BaseModel):
         data = handler(self)
         data.update(self._provider_options)
         return data
+
+    def answer_seconds(self) -> float:
+        """Seconds a whole answer may take (``total_timeout``, else the larger of 600 and ``timeout``)."""
+        return self.total_timeout if self.total_timeout is not None else max(600.0, self.timeout)
 
     @property
     def provider_options(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.errors import AuthError, TransientError
 
+from .answer_bounds import bounds_of
 from .anthropic_messages import AnthropicProvider, transport_errors
 from .base import Completion, ProviderSettings, http_limits
 from .bedrock import CREDENTIAL_HELP
@@ -40,6 +41,8 @@ class BedrockClaude:
     def __init__(self, provider: BedrockProvider) -> None:
         import anthropic
 
+        from .bounded_httpx import bounded_client
+
         self.provider = provider
         settings = provider.settings
         self.messages = AnthropicProvider(ProviderSettings(api_version="2023-06-01", timeout=settings.timeout))
@@ -51,8 +54,9 @@ class BedrockClaude:
                 base_url=settings.base_url,
                 max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
                 timeout=settings.timeout,
-                http_client=anthropic.DefaultAioHttpClient(timeout=settings.timeout, limits=http_limits(settings),
-                                                           verify=shared_context()),
+                http_client=bounded_client(anthropic.DefaultAioHttpClient, bounds_of(settings),
+                                           timeout=settings.timeout, limits=http_limits(settings),
+                                           verify=shared_context()),
             )
         except ValueError as exc:  # a profile named beside AWS_BEARER_TOKEN_BEDROCK, which the SDK refuses
             raise AuthError(f"{provider.where}: the anthropic SDK takes either a Bedrock API key or AWS credentials, "

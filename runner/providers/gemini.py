@@ -1,9 +1,10 @@
 """Gemini's generateContent through the ``google-genai`` SDK (the maintained successor of the deprecated
-``google-generativeai``), async with its aiohttp transport and the SDK's retries off
-(``HttpRetryOptions(attempts=1)``).
+``google-generativeai``), async over an httpx2 client of the runner's whose answers are bounded
+(``bounded_httpx.py``), and with the SDK's retries off (``HttpRetryOptions(attempts=1)``).
 
 Models are named ``gemini:gemini-2.0-flash``; the key comes from GEMINI_API_KEY, else GOOGLE_API_KEY. With its
-retries off the SDK lets raw aiohttp and timeout errors through: :meth:`map_errors` classifies those too.
+retries off the SDK lets raw httpx2 (or, on Vertex with a client certificate, aiohttp) and timeout errors through:
+:meth:`map_errors` classifies those too.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, Refused, TransientError
 
 from . import capabilities
-from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, register
+from .answer_bounds import bounds_of, surfaced
+from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, http_limits, register
 from .tls import shared_context
 from .wire import quoted, words
 
@@ -112,6 +114,7 @@ class GeminiProvider(Provider):
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
         self.client: genai.Client | None = None
+        self.http: Any = None
         self.where = f"gemini at {settings.base_url or 'generativelanguage.googleapis.com'}"
         #: stored prefixes a request found gone (expired, deleted): the runner stores them again or does without
         self.gone_prompts: set[str] = set()
@@ -132,14 +135,32 @@ class GeminiProvider(Provider):
             api_version=capabilities.GEMINI_API_VERSION,
             timeout=int(self.settings.timeout * 1000),  # milliseconds
             retry_options=types.HttpRetryOptions(attempts=1),  # runner-owned retries (ARCHITECTURE.md invariant 4)
-            client_args={"verify": shared_context()}, async_client_args={"ssl": shared_context()},
+            client_args={"verify": shared_context()},
+            # an httpx2 client of the runner's, whose answers are bounded (bounded_httpx.py), in place of the
+            # aiohttp session google-genai makes, whose are not
+            httpx_async_client=self.http_client(),
         )
         self.client = genai.Client(api_key=self.api_key(), http_options=options)
+
+    def http_client(self) -> Any:
+        """The httpx2 client the SDK sends with, its answers bounded; closed by :meth:`aclose`."""
+        import httpx2
+
+        from .bounded_httpx import bounded_client
+
+        if self.http is None:
+            self.http = bounded_client(httpx2.AsyncClient, bounds_of(self.settings), verify=shared_context(),
+                                       limits=http_limits(self.settings),
+                                       timeout=self.settings.timeout)
+        return self.http
 
     async def aclose(self) -> None:
         if self.client is not None:
             await self.client.aio.aclose()
             self.client = None
+        if self.http is not None:  # the SDK closes only the clients it made
+            await self.http.aclose()
+            self.http = None
 
     async def probe(self, model: str) -> None:
         """``GET /v1beta/models/{model}`` (the SDK's ``models.get``), not charged: a 404 NOT_FOUND is a model the
@@ -319,41 +340,48 @@ class GeminiProvider(Provider):
 
     @contextlib.contextmanager
     def map_errors(self) -> Iterator[None]:
-        """The SDK's exceptions (and, with its retries off, raw aiohttp ones) as the runner's classes."""
+        """The SDK's exceptions (and, with its retries off, raw httpx2 and aiohttp ones) as the runner's classes."""
         import aiohttp
+        import httpx2
         from google.genai import errors
 
         where = self.where
-        try:
-            yield
-        except errors.ClientError as exc:
-            details = _error_details(exc)
-            code = exc.code
-            if code == 429:
-                if _is_daily_quota(details):
-                    raise QuotaExceeded(f"{where}: a daily quota is used up (429 RESOURCE_EXHAUSTED); wait for it "
-                                        "to reset or enable billing") from exc
-                raise RateLimited(f"{where}: rate limited (429)", retry_after=retry_delay(details)) from exc
-            if code in (401, 403) or _key_invalid(details):
-                raise AuthError(f"{where}: the key was refused ({code} {exc.status}); check the variable "
-                                f"{' or '.join(self.key_variables())}", status=code) from exc
-            if code in (408, 409):
-                raise TransientError(f"{where}: {code} {exc.status}", status=code) from exc
-            # the provider's words: what to fix is in the message ("Unknown name \"systemInstruction\" ...")
-            raise BadRequest(f"{where}: request rejected ({words(code, exc.status, None, None, exc.message)})",
-                             status=code) from exc
-        except errors.ServerError as exc:
-            raise TransientError(f"{where}: server error {exc.code} {exc.status}", status=exc.code) from exc
-        except errors.APIError as exc:
-            raise TransientError(f"{where}: unexpected answer {exc.code} {exc.status}", status=exc.code) from exc
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            raise TransientError(f"{where}: timed out after {self.settings.timeout:g} s",
-                                 error_class="timeout") from exc
-        except aiohttp.ClientResponseError as exc:
-            raise TransientError(f"{where}: bad response ({exc.status})", status=exc.status) from exc
-        except aiohttp.ClientError as exc:
-            raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
-                                 error_class="connection") from exc
-        except ValueError as exc:  # the body was not JSON (json.JSONDecodeError and pydantic's errors)
-            raise TransientError(f"{where}: the response was not valid JSON ({type(exc).__name__})",
-                                 error_class="malformed_response") from exc
+        with surfaced(where):
+            try:
+                yield
+            except errors.ClientError as exc:
+                details = _error_details(exc)
+                code = exc.code
+                if code == 429:
+                    if _is_daily_quota(details):
+                        raise QuotaExceeded(f"{where}: a daily quota is used up (429 RESOURCE_EXHAUSTED); wait for it "
+                                            "to reset or enable billing") from exc
+                    raise RateLimited(f"{where}: rate limited (429)", retry_after=retry_delay(details)) from exc
+                if code in (401, 403) or _key_invalid(details):
+                    raise AuthError(f"{where}: the key was refused ({code} {exc.status}); check the variable "
+                                    f"{' or '.join(self.key_variables())}", status=code) from exc
+                if code in (408, 409):
+                    raise TransientError(f"{where}: {code} {exc.status}", status=code) from exc
+                # the provider's words: what to fix is in the message ("Unknown name \"systemInstruction\" ...")
+                raise BadRequest(f"{where}: request rejected ({words(code, exc.status, None, None, exc.message)})",
+                                 status=code) from exc
+            except errors.ServerError as exc:
+                raise TransientError(f"{where}: server error {exc.code} {exc.status}", status=exc.code) from exc
+            except errors.APIError as exc:
+                raise TransientError(f"{where}: unexpected answer {exc.code} {exc.status}", status=exc.code) from exc
+            except httpx2.ConnectTimeout as exc:
+                raise TransientError(f"{where}: connection failed (ConnectTimeout)", error_class="connection") from exc
+            except (TimeoutError, aiohttp.ServerTimeoutError, httpx2.TimeoutException) as exc:
+                raise TransientError(f"{where}: timed out after {self.settings.timeout:g} s",
+                                     error_class="timeout") from exc
+            except httpx2.TransportError as exc:
+                raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
+                                     error_class="connection") from exc
+            except aiohttp.ClientResponseError as exc:
+                raise TransientError(f"{where}: bad response ({exc.status})", status=exc.status) from exc
+            except aiohttp.ClientError as exc:
+                raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
+                                     error_class="connection") from exc
+            except ValueError as exc:  # the body was not JSON (json.JSONDecodeError and pydantic's errors)
+                raise TransientError(f"{where}: the response was not valid JSON ({type(exc).__name__})",
+                                     error_class="malformed_response") from exc

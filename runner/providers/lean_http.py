@@ -13,11 +13,12 @@ certificates, at import), and its requests cost half as much CPU again as these 
 TLS context is made only for an ``https`` base URL, when its first connection opens.
 
 It behaves as the SDK path does: the same headers a server reads (``Authorization: Bearer``, JSON in and out), the
-same timeout (it bounds connecting and each read, not the whole answer), a non-2xx answer mapped by the one
+same timeout (it bounds connecting and each read), a non-2xx answer mapped by the one
 mapping both paths share (:func:`runner.providers.openai_errors.status_error`), and the transport's failures
 worded as the SDK path words them (a read that timed out; a connection that could not be made, with the reason).
 HTTP(S)_PROXY is not read: these servers are the user's own or local, and the anthropic provider keeps its SDK
-where a proxy applies."""
+where a proxy applies. Every answer is bounded in size, as received and as decompressed, and in total time
+(``answer_bounds.py``), as the SDKs' clients are (``bounded_httpx.py``)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ import h11
 
 from runner.errors import TransientError
 
+from .answer_bounds import READABLE_CODINGS, AnswerBounds, Inflater, OutOfBounds, coding_refused, too_large, too_slow
 from .openai_errors import sdk_body, status_error
 
 __all__ = ["Answer", "ErrorOf", "LeanWire", "parsed_or_text", "path_segment"]
@@ -99,12 +101,13 @@ class LeanWire:
     ``headers`` (the auth header and any others every request carries), ``default_url`` (the base URL when
     ``base_url`` is None), ``tls`` (the TLS context of an https URL) and ``error_of`` (the error of a non-2xx answer)
     are the caller's API's; each left out is the OpenAI SDK's: ``Authorization: Bearer api_key``, OPENAI_BASE_URL or
-    api.openai.com, the system's certificates, :func:`~runner.providers.openai_errors.status_error`."""
+    api.openai.com, the system's certificates, :func:`~runner.providers.openai_errors.status_error`. ``bounds``
+    are how large and how long an answer may be (the providers' defaults when None)."""
 
     def __init__(self, base_url: str | None, api_key: str, timeout: float, *,
                  headers: Mapping[str, str] | None = None, default_url: str | None = None,
                  tls: Callable[[], ssl.SSLContext] = ssl.create_default_context,
-                 error_of: ErrorOf | None = None) -> None:
+                 error_of: ErrorOf | None = None, bounds: AnswerBounds | None = None) -> None:
         url = urlsplit(base_url or default_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1")
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -113,9 +116,12 @@ class LeanWire:
         self.port = url.port or (443 if self.tls else 80)
         self.prefix = url.path.rstrip("/")
         self.timeout = timeout
+        self.bounds = bounds or AnswerBounds(answer_bytes=64 << 20, download_bytes=4096 << 20,
+                                             total_seconds=max(600.0, timeout))
         host = url.netloc.rpartition("@")[2]
         auth = list(headers.items()) if headers is not None else [("Authorization", f"Bearer {api_key}")]
-        self._headers = [("Host", host), *auth, ("Accept", "application/json"), ("User-Agent", "runner-lean-wire")]
+        self._headers = [("Host", host), *auth, ("Accept", "application/json"), ("Accept-Encoding", "gzip, deflate"),
+                         ("User-Agent", "runner-lean-wire")]
         self._error_of = error_of
         self._tls = tls
         self._idle: list[_Connection] = []
@@ -138,13 +144,22 @@ class LeanWire:
         if body is not None:
             data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
             headers += [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
-        message = h11.Request(method=method, target=self.prefix + path, headers=headers)
+        target = self.prefix + path
+        message = h11.Request(method=method, target=target, headers=headers)
         # One send per call, on a kept-alive connection or a new one: a connection the server closed or reset,
         # before or during its answer, is a connection error the runner's retry policy counts as an attempt, never
         # a send of our own besides it (issue 41: a reset mid-answer was sent again outside the retry count)
+        whole = asyncio.timeout(self.bounds.total_seconds)
         try:
-            status, answer_headers, content = await self._exchange(self._reused(), message, data)
+            async with whole:
+                status, answer_headers, content = await self._exchange(
+                    self._reused(), message, data, self.bounds.limit_for(target))
+        except OutOfBounds as exc:
+            raise TransientError(f"{where}: {exc}", error_class=exc.error_class) from exc
         except TimeoutError as exc:
+            if whole.expired():
+                bound = too_slow(self.bounds.total_seconds)
+                raise TransientError(f"{where}: {bound}", error_class=bound.error_class) from exc
             raise TransientError(f"{where}: timed out after {self.timeout:g} s", error_class="timeout") from exc
         except (OSError, h11.ProtocolError, zlib.error, _Closed) as exc:
             raise TransientError(f"{where}: connection failed ({self._reason(exc)})",
@@ -198,10 +213,11 @@ class LeanWire:
             raise _ConnectFailed(exc.strerror or str(exc)) from exc
         return _Connection(reader, writer)
 
-    async def _exchange(self, connection: _Connection | None, message: h11.Request,
-                        data: bytes) -> tuple[int, dict[str, str], bytes]:
+    async def _exchange(self, connection: _Connection | None, message: h11.Request, data: bytes,
+                        limit: int) -> tuple[int, dict[str, str], bytes]:
         """One request and its answer on ``connection`` (a new one when None). A reused connection that ends
-        before any byte of the answer, or is reset, raises :class:`_Closed` (worded as the server disconnecting)."""
+        before any byte of the answer, or is reset, raises :class:`_Closed` (worded as the server disconnecting).
+        An answer of more than ``limit`` bytes, as received or decompressed, raises :class:`OutOfBounds`."""
         reused = connection is not None
         if connection is None:
             connection = await self._connect()
@@ -213,7 +229,8 @@ class LeanWire:
                 out += protocol.send(h11.Data(data=data))
             writer.write(out + protocol.send(h11.EndOfMessage()))
             await writer.drain()
-            status, headers, chunks, started = 0, {}, [], False
+            status, headers, chunks, started, size = 0, {}, [], False, 0
+            inflater: Inflater | None = None
             while True:
                 event = protocol.next_event()
                 if event is h11.NEED_DATA:
@@ -221,20 +238,27 @@ class LeanWire:
                     if not received and reused and not started:
                         raise _Closed
                     started = True
+                    size += len(received)
+                    if size > limit:
+                        raise too_large(limit)
                     protocol.receive_data(received)
                 elif isinstance(event, h11.Response):
                     status = event.status_code
                     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}
+                    coding = headers.get("content-encoding", "identity").strip().lower()
+                    if coding not in READABLE_CODINGS:
+                        raise coding_refused(coding)
+                    if coding != "identity":
+                        inflater = Inflater(limit)
                 elif isinstance(event, h11.Data):
-                    chunks.append(event.data)
+                    chunks.append(event.data if inflater is None else inflater.feed(event.data))
                 elif isinstance(event, h11.EndOfMessage):
                     break
                 elif isinstance(event, h11.ConnectionClosed):
                     raise h11.RemoteProtocolError("the connection closed before the answer ended")
+            if inflater is not None:
+                chunks.append(inflater.end())
             content = b"".join(chunks)
-            encoding = headers.get("content-encoding", "identity")
-            if encoding in ("gzip", "deflate"):
-                content = zlib.decompress(content, 47)  # 47: either header
             if protocol.our_state is h11.DONE and protocol.their_state is h11.DONE and not self._closed:
                 protocol.start_next_cycle()
                 connection.idle_since = time.monotonic()

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.errors import BadRequest, ModelSetupError, Refused, TransientError
 
+from .answer_bounds import bounds_of, surfaced
 from .base import (
     CacheMarks,
     Completion,
@@ -209,13 +210,16 @@ class OpenAIChatProvider(Provider):
     def _sdk_client(self) -> openai.AsyncOpenAI:
         import openai
 
+        from .bounded_httpx import bounded_client
+
         return openai.AsyncOpenAI(
             api_key=self.api_key() or "no-key",  # servers that take no key still need a non-empty string
             base_url=self.base_url,
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
-            http_client=openai.DefaultAioHttpClient(timeout=self.settings.timeout,
-                                                    limits=http_limits(self.settings), verify=shared_context()),
+            http_client=bounded_client(openai.DefaultAioHttpClient, bounds_of(self.settings),
+                                       timeout=self.settings.timeout, limits=http_limits(self.settings),
+                                       verify=shared_context()),
         )
 
     async def start(self) -> None:
@@ -224,7 +228,8 @@ class OpenAIChatProvider(Provider):
             return
         from .lean_http import LeanWire
 
-        self.wire = LeanWire(self.base_url, self.api_key() or "no-key", self.settings.timeout)
+        self.wire = LeanWire(self.base_url, self.api_key() or "no-key", self.settings.timeout,
+                             bounds=bounds_of(self.settings))
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -417,22 +422,24 @@ class OpenAIChatProvider(Provider):
         import openai
 
         where = self.where
-        try:
-            yield
-        except openai.APITimeoutError as exc:
-            if "Connect" in type(exc.__cause__).__name__:  # the aiohttp transport reports a refusal as this
-                raise TransientError(f"{where}: connection failed ({exc.__cause__})", error_class="connection") from exc
-            raise TransientError(f"{where}: timed out after {self.settings.timeout:g} s",
-                                 error_class="timeout") from exc
-        except openai.APIConnectionError as exc:
-            raise TransientError(f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})",
-                                 error_class="connection") from exc
-        except openai.APIStatusError as exc:  # one mapping with the lean wire's (openai_errors.py)
-            raise status_error(where, self.key_variable, exc.status_code, exc.body, exc.response.headers) from exc
-        except openai.APIResponseValidationError as exc:
-            raise TransientError(f"{where}: the response was not valid JSON",
-                                 error_class="malformed_response") from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
-                                 error_class="connection") from exc
+        with surfaced(where):
+            try:
+                yield
+            except openai.APITimeoutError as exc:
+                if "Connect" in type(exc.__cause__).__name__:  # the aiohttp transport reports a refusal as this
+                    raise TransientError(f"{where}: connection failed ({exc.__cause__})",
+                                         error_class="connection") from exc
+                raise TransientError(f"{where}: timed out after {self.settings.timeout:g} s",
+                                     error_class="timeout") from exc
+            except openai.APIConnectionError as exc:
+                raise TransientError(f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})",
+                                     error_class="connection") from exc
+            except openai.APIStatusError as exc:  # one mapping with the lean wire's (openai_errors.py)
+                raise status_error(where, self.key_variable, exc.status_code, exc.body, exc.response.headers) from exc
+            except openai.APIResponseValidationError as exc:
+                raise TransientError(f"{where}: the response was not valid JSON",
+                                     error_class="malformed_response") from exc
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
+                                     error_class="connection") from exc
 

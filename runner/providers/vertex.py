@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.errors import AuthError, BadRequest, ModelSetupError, TransientError
 
+from .answer_bounds import bounds_of
 from .anthropic_messages import AnthropicProvider, cache_blocks
 from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, http_limits, register
 from .gemini import GeminiProvider
@@ -200,15 +201,21 @@ class VertexProvider(Provider):
         from google import genai
         from google.genai import types
 
+        # the runner's httpx2 client, whose answers are bounded (bounded_httpx.py); google-genai's own where a client
+        # certificate is to be presented (GOOGLE_API_USE_CLIENT_CERTIFICATE), whose answers are not
+        mutual_tls = os.environ.get("GOOGLE_API_USE_CLIENT_CERTIFICATE", "").lower() == "true"
         return genai.Client(
             vertexai=True, project=self.project, location=self.location, credentials=self.credentials,
             http_options=types.HttpOptions(
                 base_url=self._root(), api_version=VERTEX_API_VERSION, timeout=int(self.settings.timeout * 1000),
-                retry_options=types.HttpRetryOptions(attempts=1)))  # runner-owned retries (invariant 4)
+                retry_options=types.HttpRetryOptions(attempts=1),  # runner-owned retries (invariant 4)
+                httpx_async_client=None if mutual_tls else self.gemini.http_client()))
 
     async def _claude_client(self) -> anthropic.AsyncAnthropicVertex:
         import asyncio
         import importlib
+
+        from .bounded_httpx import bounded_client
 
         if self.claude.client is None:
             sdk = await asyncio.to_thread(importlib.import_module, "anthropic")
@@ -217,8 +224,9 @@ class VertexProvider(Provider):
                 self.claude.client = sdk.AsyncAnthropicVertex(
                     region=self.location, project_id=self.project, credentials=self.credentials,
                     base_url=f"{root}/v1" if root else None, max_retries=0, timeout=timeout,  # runner-owned retries
-                    http_client=sdk.DefaultAioHttpClient(timeout=timeout, limits=http_limits(self.settings),
-                                                         verify=shared_context()))
+                    http_client=bounded_client(sdk.DefaultAioHttpClient, bounds_of(self.settings),
+                                               timeout=timeout, limits=http_limits(self.settings),
+                                               verify=shared_context()))
         return self.claude.client
 
     async def aclose(self) -> None:

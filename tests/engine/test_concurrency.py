@@ -319,7 +319,7 @@ async def test_the_jobs_max_in_flight_sizes_the_sdk_clients_pool(tmp_path, monke
     provider = build_providers(job)["openai"]
     await provider.start()
     try:
-        pool = provider.client._client._transport.limits  # the SDK's aiohttp transport
+        pool = provider.client._client._transport.inner.limits  # the SDK's aiohttp transport, bounded
         assert pool.max_connections == pool.max_keepalive_connections == connection_pool_size(
             ProviderSettings(), job_bound=7) == 7
     finally:

@@ -1,0 +1,131 @@
+"""How much of an answer the runner reads: every answer from a server is bounded in size (as sent and as
+decompressed) and in total time, besides the provider's ``timeout`` between bytes (issue 41: a server sending an
+endless body filled 4 GB in 48 s, a 1 MiB gzip answer grew to 2.15 GB, and one byte every 2 s held a request for
+ever). Past a bound the request fails with :class:`OutOfBounds`, which each provider turns into a retryable
+:class:`~runner.errors.TransientError` of its own class (``answer_too_large``, ``answer_inflated_too_large``,
+``answer_too_slow``): the retry policy counts it as one attempt, as any failed send.
+
+The lean wire (``lean_http.py``) applies the bounds itself; the SDKs' clients through a transport that wraps
+theirs (``bounded_httpx.py``). This module imports no HTTP library: the lean path stays light."""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from runner.errors import TransientError
+
+if TYPE_CHECKING:
+    from .base import ProviderSettings
+
+__all__ = ["AnswerBounds", "Inflater", "OutOfBounds", "bounds_of", "is_download", "out_of_bounds", "surfaced"]
+
+MIB = 1 << 20
+#: the content codings the runner asks for and reads; any other a server sends is refused, unread
+READABLE_CODINGS = ("identity", "gzip", "deflate")
+
+
+@dataclass(frozen=True)
+class AnswerBounds:
+    #: bytes of one answer, as received and once decompressed
+    answer_bytes: int
+    #: the same for a download of a Batch API's results file (:func:`is_download`)
+    download_bytes: int
+    #: seconds from sending a request to the last byte of its answer
+    total_seconds: float
+
+    def limit_for(self, path: str) -> int:
+        return self.download_bytes if is_download(path) else self.answer_bytes
+
+
+def bounds_of(settings: ProviderSettings) -> AnswerBounds:
+    return AnswerBounds(answer_bytes=int(settings.max_answer_mb * MIB),
+                        download_bytes=int(settings.max_download_mb * MIB),
+                        total_seconds=settings.answer_seconds())
+
+
+def is_download(path: str) -> bool:
+    """Whether a request's URL path fetches a Batch API's results, which may be far larger than one answer:
+    OpenAI's and Azure's ``GET /files/{id}/content``, Anthropic's ``GET /v1/messages/batches/{id}/results``,
+    Gemini's ``GET /download/v1beta/files/{id}:download``."""
+    return (path.endswith("/content") and "/files/" in path) or path.endswith("/results") or path.endswith(":download")
+
+
+class OutOfBounds(Exception):
+    """An answer past one of its bounds; ``error_class`` names which."""
+
+    def __init__(self, error_class: str, message: str) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+
+
+def too_large(limit: int) -> OutOfBounds:
+    return OutOfBounds("answer_too_large", f"the answer was larger than {_size(limit)} (max_answer_mb)")
+
+
+def too_slow(seconds: float) -> OutOfBounds:
+    return OutOfBounds("answer_too_slow", f"the answer took longer than {seconds:g} s in all (total_timeout)")
+
+
+def coding_refused(coding: str) -> OutOfBounds:
+    return OutOfBounds("malformed_response", f"the answer came in content coding {coding!r}, which was not asked for")
+
+
+class Inflater:
+    """A gzip or zlib body decompressed as it arrives, never to more than ``limit`` bytes: a small compressed
+    answer that would grow past it fails without growing (zlib's ``max_length``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self._inflate = zlib.decompressobj(47)  # 47: a gzip or a zlib header, told apart by zlib
+
+    def feed(self, data: bytes) -> bytes:
+        out = self._inflate.decompress(data, self.limit - self.size + 1)
+        self.size += len(out)
+        if self.size > self.limit or self._inflate.unconsumed_tail:
+            raise OutOfBounds("answer_inflated_too_large",
+                              f"the answer grew past {_size(self.limit)} once decompressed (max_answer_mb)")
+        return out
+
+    def end(self) -> bytes:
+        """What the decompressor still holds; a body cut short of its end raises ``zlib.error``."""
+        rest = self._inflate.flush()
+        if not self._inflate.eof:
+            raise zlib.error("the compressed answer ended before its end")
+        self.size += len(rest)
+        if self.size > self.limit:
+            raise OutOfBounds("answer_inflated_too_large",
+                              f"the answer grew past {_size(self.limit)} once decompressed (max_answer_mb)")
+        return rest
+
+
+def out_of_bounds(exc: BaseException | None) -> OutOfBounds | None:
+    """The :class:`OutOfBounds` behind ``exc`` (itself, or in its chain of causes: an SDK wraps a transport's
+    failure in its own connection error), or None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OutOfBounds):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+@contextlib.contextmanager
+def surfaced(where: str) -> Iterator[None]:
+    """Around a provider's mapping of its SDK's errors: an answer out of bounds, however the SDK wrapped it, is
+    the retryable error of its own class, not a connection error."""
+    try:
+        yield
+    except Exception as exc:
+        if (bound := out_of_bounds(exc)) is None:
+            raise
+        raise TransientError(f"{where}: {bound}", error_class=bound.error_class) from exc
+
+
+def _size(limit: int) -> str:
+    return f"{limit / MIB:g} MiB" if limit >= MIB else f"{limit:,} bytes"
