@@ -47,6 +47,7 @@ from runner.errors import (
     TransientError,
 )
 
+from .answer_bounds import bounds_of, surfaced
 from .base import CacheMarks, Completion, Provider, ProviderSettings, register
 from .bedrock_ids import claude_name, is_profile
 from .wire import quoted, retry_after_seconds, words
@@ -184,9 +185,16 @@ class BedrockProvider(Provider):
     def _width(self) -> int:
         return self.settings.concurrency or self.default_concurrency
 
+    def _client(self, service: str, config: Any = None) -> Any:
+        """boto3's client of ``service`` for this provider, every answer it reads bounded (bounded_boto.py)."""
+        from .bounded_boto import bound_client
+
+        client = self._session.client(service, region_name=self.region(), endpoint_url=self.settings.base_url,
+                                      config=config or self._config())
+        return bound_client(client, bounds_of(self.settings))
+
     async def start(self) -> None:
-        self.runtime = self._session.client("bedrock-runtime", region_name=self.region(),
-                                            endpoint_url=self.settings.base_url, config=self._config())
+        self.runtime = self._client("bedrock-runtime")
         self._pool = ThreadPoolExecutor(max_workers=self._width(), thread_name_prefix="bedrock")
 
     def _claude(self) -> BedrockClaude:
@@ -258,7 +266,12 @@ class BedrockProvider(Provider):
 
     def converse_completion(self, response: Mapping[str, Any]) -> Completion:
         """A Converse response as a :class:`Completion`; a filtered answer (content filter, guardrail) is
-        ``Refused``, billed."""
+        ``Refused``, billed. A body without the members botocore's service model requires of a ConverseResponse
+        that the runner reads (``output`` an object, ``stopReason``) is malformed: botocore's parser hands on a body
+        that is not JSON as ``{"message": TEXT}``."""
+        if not isinstance(response.get("output"), dict) or not response.get("stopReason"):
+            raise TransientError(f"{self.where}: the response was not a Converse answer (no output or stopReason)",
+                                 error_class="malformed_response")
         blocks = ((response.get("output") or {}).get("message") or {}).get("content") or []
         usage = response.get("usage") or {}
         cache_read = usage.get("cacheReadInputTokens") or 0
@@ -321,10 +334,9 @@ class BedrockProvider(Provider):
         from .s3_files import s3_client
 
         if not self._batch_clients:
-            control = self._session.client("bedrock", region_name=self.region(), endpoint_url=self.settings.base_url,
-                                           config=self._config())
             s3 = s3_client(self._session, self.region(), self.settings.base_url, self.settings.timeout,
-                           self._width())
+                           self._width(), bounds_of(self.settings))
+            control = self._client("bedrock")
             self._batch_clients = [control, s3]
         return BedrockBatches(self, *self._batch_clients)
 
@@ -339,8 +351,7 @@ class BedrockProvider(Provider):
         timeout = min(self.settings.timeout, 5.0)
         config = Config(retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=timeout,
                         read_timeout=timeout)
-        control = self._session.client("bedrock", region_name=self.region(), endpoint_url=self.settings.base_url,
-                                       config=config)
+        control = self._client("bedrock", config)
         try:  # in the loop's default threads: a probe may run before start()
             if is_profile(model):
                 await self._call(model, control.get_inference_profile, None, inferenceProfileIdentifier=model)
@@ -388,26 +399,27 @@ class BedrockProvider(Provider):
         from botocore.parsers import ResponseParserError
 
         where = self.where
-        try:
-            yield
-        except aws.ClientError as exc:
-            error = exc.response.get("Error") or {}
-            meta = exc.response.get("ResponseMetadata") or {}
-            raise self.error_of(str(error.get("Code") or ""), meta.get("HTTPStatusCode"),
-                                str(error.get("Message") or ""), meta.get("HTTPHeaders"), model) from exc
-        except (aws.ReadTimeoutError, aws.ConnectTimeoutError) as exc:
-            raise TransientError(f"{where}: timed out after {self.settings.timeout:g} s",
-                                 error_class="timeout") from exc
-        except (aws.EndpointConnectionError, aws.ConnectionClosedError, aws.HTTPClientError) as exc:
-            raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
-                                 error_class="connection") from exc
-        except aws.NoCredentialsError as exc:
-            raise AuthError(f"{where}: no AWS credentials were found: {CREDENTIAL_HELP}") from exc
-        except aws.ParamValidationError as exc:  # botocore's own check of the request, before sending it
-            raise BadRequest(f"{where}: request refused by botocore before sending ({quoted(exc)})") from exc
-        except aws.InvalidEndpointConfigurationError as exc:  # botocore >= 1.44: a bearer key over plain http
-            raise ModelSetupError(f"{where}: botocore refuses this endpoint for bedrock:{model} ({quoted(exc)}); a "
-                                  "Bedrock API key (AWS_BEARER_TOKEN_BEDROCK) needs an https base_url") from exc
-        except ResponseParserError as exc:
-            raise TransientError(f"{where}: the response was not valid JSON ({type(exc).__name__})",
-                                 error_class="malformed_response") from exc
+        with surfaced(where):
+            try:
+                yield
+            except aws.ClientError as exc:
+                error = exc.response.get("Error") or {}
+                meta = exc.response.get("ResponseMetadata") or {}
+                raise self.error_of(str(error.get("Code") or ""), meta.get("HTTPStatusCode"),
+                                    str(error.get("Message") or ""), meta.get("HTTPHeaders"), model) from exc
+            except (aws.ReadTimeoutError, aws.ConnectTimeoutError) as exc:
+                raise TransientError(f"{where}: timed out after {self.settings.timeout:g} s",
+                                     error_class="timeout") from exc
+            except (aws.EndpointConnectionError, aws.ConnectionClosedError, aws.HTTPClientError) as exc:
+                raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
+                                     error_class="connection") from exc
+            except aws.NoCredentialsError as exc:
+                raise AuthError(f"{where}: no AWS credentials were found: {CREDENTIAL_HELP}") from exc
+            except aws.ParamValidationError as exc:  # botocore's own check of the request, before sending it
+                raise BadRequest(f"{where}: request refused by botocore before sending ({quoted(exc)})") from exc
+            except aws.InvalidEndpointConfigurationError as exc:  # botocore >= 1.44: a bearer key over plain http
+                raise ModelSetupError(f"{where}: botocore refuses this endpoint for bedrock:{model} ({quoted(exc)}); "
+                                      "a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK) needs an https base_url") from exc
+            except (ResponseParserError, UnicodeDecodeError) as exc:  # botocore decodes a body as UTF-8 first
+                raise TransientError(f"{where}: the response was not valid JSON ({type(exc).__name__})",
+                                     error_class="malformed_response") from exc

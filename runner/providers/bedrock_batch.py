@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import AuthError, BadRequest, ModelSetupError, ProviderError
 
 from ._batch_common import SDKBatches, answered, check_lines, failed, malformed, not_ended, unfinished
+from .answer_bounds import bounds_of
 from .batching import CANCELLED, CLOCK_SKEW, ENDED, EXPIRED, RUNNING, BatchLine, BatchResult, BatchStatus, Lookup
 from .bedrock_ids import claude_name
 from .s3_files import Folder, S3Files, split_uri
@@ -95,7 +96,7 @@ class BedrockBatches(SDKBatches):
     def __init__(self, provider: BedrockProvider, control: Any, s3: Any) -> None:
         super().__init__(provider)
         self.control = control  #: boto3's ``bedrock`` client
-        self.files = S3Files(s3, provider.pool, self.s3_errors)
+        self.files = S3Files(s3, provider.pool, self.s3_errors, bounds_of(provider.settings))
         folder, role = provider.options.batch_folder, provider.options.batch_role_arn
         assert folder is not None and role is not None, "BedrockProvider.batches() checks both"
         self.folder = Folder.parse(folder)

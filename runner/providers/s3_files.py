@@ -14,11 +14,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .answer_bounds import AnswerBounds
 
 #: ``S3InputDataConfig.s3Uri`` of botocore's bedrock service model (a bucket name, then keys of these characters)
 S3_URI = re.compile(r"s3://[a-z0-9][-.a-z0-9]{1,61}[a-z0-9](?:/[-!_*'().a-z0-9A-Z]+(?:/[-!_*'().a-z0-9A-Z]+)*)?/?")
@@ -55,26 +59,32 @@ def split_uri(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-def s3_client(session: Any, region: str | None, base_url: str | None, timeout: float, width: int) -> Any:
+def s3_client(session: Any, region: str | None, base_url: str | None, timeout: float, width: int,
+              bounds: AnswerBounds) -> Any:
     """boto3's ``s3`` client from ``session``: retries off, ``width`` connections, path-style under ``base_url``'s
-    ``/s3`` when one is given (the simulated server), the real S3 otherwise."""
+    ``/s3`` when one is given (the simulated server), the real S3 otherwise; its answers within ``bounds``
+    (an object's body where :meth:`S3Files.get` reads it)."""
     from botocore.config import Config
+
+    from .bounded_boto import bound_client
 
     config = Config(retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=timeout,
                     read_timeout=timeout, max_pool_connections=width,
                     s3={"addressing_style": "path"} if base_url else None)
     endpoint = base_url.rstrip("/") + SIMULATED_S3_PATH if base_url else None
-    return session.client("s3", region_name=region, endpoint_url=endpoint, config=config)
+    return bound_client(session.client("s3", region_name=region, endpoint_url=endpoint, config=config), bounds)
 
 
 class S3Files:
-    """Objects of S3 through one boto3 client; every call runs in ``pool`` inside ``errors()``."""
+    """Objects of S3 through one boto3 client; every call runs in ``pool`` inside ``errors()``, every object read
+    within ``bounds``' download bound."""
 
     def __init__(self, client: Any, pool: ThreadPoolExecutor | None,
-                 errors: Callable[[], AbstractContextManager[None]]) -> None:
+                 errors: Callable[[], AbstractContextManager[None]], bounds: AnswerBounds) -> None:
         self.client = client
         self.pool = pool
         self.errors = errors
+        self.bounds = bounds
 
     async def _run(self, method: Callable[..., Any], **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -86,8 +96,16 @@ class S3Files:
                         ContentType="application/jsonl")
 
     async def get(self, bucket: str, key: str) -> bytes:
+        """An object's body, read within the download bound of the client's answers."""
+        from .bounded_boto import read_bounded
+
+        bounds = self.bounds
+
         def read(**kwargs: Any) -> bytes:
-            return self.client.get_object(**kwargs)["Body"].read()  # type: ignore[no-any-return]
+            began = time.monotonic()
+            body = self.client.get_object(**kwargs)["Body"]
+            return read_bounded(body._raw_stream, bounds.download_bytes, began + bounds.total_seconds,
+                                bounds.total_seconds)  # urllib3's response under botocore's StreamingBody
 
         return await self._run(read, Bucket=bucket, Key=key)  # type: ignore[no-any-return]
 

@@ -1,8 +1,8 @@
 """Every answer is bounded (``runner/providers/answer_bounds.py``, issue 41): a hostile server of the test's own
 (asyncio streams) sends an endless body, a slow trickle, a gzip bomb, a coding not asked for, or resets the
 connection mid-answer. Each path that reads answers (the lean wire for ``sim`` and ``anthropic``, the openai and
-anthropic SDKs' clients, google-genai's) fails each case within its time bound, with bounded memory (tracemalloc's
-peak of the call) and one error class per case, retryable."""
+anthropic SDKs' clients, google-genai's, boto3's for Bedrock) fails each case within its time bound, with bounded
+memory (tracemalloc's peak of the call) and one error class per case, retryable."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ from runner.errors import TransientError
 from runner.providers.answer_bounds import MIB, Inflater, OutOfBounds, is_download, out_of_bounds
 from runner.providers.anthropic_messages import AnthropicProvider
 from runner.providers.base import Provider, ProviderSettings
+from runner.providers.bedrock import BedrockProvider
 from runner.providers.gemini import GeminiProvider
 from runner.providers.openai_servers import SimProvider
+from tests.helpers import isolated_aws
 
 #: the bounds every case runs under: a MiB an answer, a second in all, five seconds between bytes
 BOUNDS = {"max_answer_mb": 1, "total_timeout": 1.0, "timeout": 5.0}
@@ -119,13 +121,16 @@ PATHS: dict[str, Callable[[str], Provider]] = {
     "lean anthropic": lambda url: AnthropicProvider(ProviderSettings(base_url=url, **BOUNDS)),
     "anthropic SDK": lambda url: SDKClaude(ProviderSettings(base_url=url, **BOUNDS)),
     "google-genai": lambda url: GeminiProvider(ProviderSettings(base_url=url, **BOUNDS)),
+    "boto3": lambda url: BedrockProvider(ProviderSettings(base_url=url, **BOUNDS)),
 }
 MODELS = {"lean openai": "gpt-test", "openai SDK": "gpt-test", "lean anthropic": "claude-haiku-4-5",
-          "anthropic SDK": "claude-haiku-4-5", "google-genai": "gemini-2.5-flash"}
+          "anthropic SDK": "claude-haiku-4-5", "google-genai": "gemini-2.5-flash", "boto3": "amazon.nova-pro-v1:0"}
 #: each hostile answer's error class, and the seconds its request may take at most
 CASES = {"endless": ("answer_too_large", 5.0), "trickle": ("answer_too_slow", 3.0),
          "bomb": ("answer_inflated_too_large", 5.0), "brotli": ("malformed_response", 3.0),
          "reset": ("connection", 3.0)}
+#: botocore reads answers as sent (urllib3 with decode_content=False): a coded one is refused unread
+COMPRESSED_UNREAD = {("boto3", "bomb"): "malformed_response"}
 
 
 async def _ask(provider: Provider, model: str) -> tuple[BaseException, float, int]:
@@ -144,9 +149,10 @@ async def _ask(provider: Provider, model: str) -> tuple[BaseException, float, in
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("path", list(PATHS))
 async def test_each_hostile_answer_fails_in_bounded_time_and_memory_with_its_own_class(
-        hostile: tuple[Hostile, str], monkeypatch: pytest.MonkeyPatch, path: str, case: str) -> None:
+        hostile: tuple[Hostile, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Any, path: str, case: str) -> None:
     for variable in ("ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
         monkeypatch.setenv(variable, "test-key")
+    isolated_aws(monkeypatch, tmp_path, "AKIATEST")
     state, url = hostile
     state.mode = case
     provider = PATHS[path](url)
@@ -157,6 +163,7 @@ async def test_each_hostile_answer_fails_in_bounded_time_and_memory_with_its_own
     finally:
         await provider.aclose()
     error_class, most = CASES[case]
+    error_class = COMPRESSED_UNREAD.get((path, case), error_class)
     assert isinstance(error, TransientError) and error.retryable, repr(error)
     assert error.error_class == error_class, f"{path}, {case}: {error!r} ({error.error_class})"
     assert seconds < most, f"{path}, {case}: {seconds:.1f} s"

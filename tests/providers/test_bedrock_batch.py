@@ -235,10 +235,15 @@ async def test_s3_staging_puts_lists_gets_and_deletes_on_motos_server():
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     moto.start()
     try:
-        client = boto3.Session().client("s3", region_name="us-east-1", endpoint_url=f"http://127.0.0.1:{port}")
+        from runner.providers.answer_bounds import bounds_of
+        from runner.providers.bounded_boto import bound_client
+
+        bounds = bounds_of(ProviderSettings())  # every answer read by the bounded path, against moto's server
+        client = bound_client(boto3.Session().client("s3", region_name="us-east-1",
+                                                     endpoint_url=f"http://127.0.0.1:{port}"), bounds)
         client.create_bucket(Bucket="staging")
         bedrock = provider("http://127.0.0.1:1")
-        files = S3Files(client, None, lambda: bedrock.map_errors("s3"))
+        files = S3Files(client, None, lambda: bedrock.map_errors("s3"), bounds)
         for i in range(3):
             await files.put("staging", f"runs/inputs/{i}.jsonl", f'{{"recordId": "r{i}"}}\n'.encode())
         await files.put("staging", "elsewhere/x.jsonl", b"{}\n")
