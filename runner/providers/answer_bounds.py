@@ -21,9 +21,14 @@ from runner.errors import TransientError
 if TYPE_CHECKING:
     from .base import ProviderSettings
 
-__all__ = ["AnswerBounds", "Inflater", "OutOfBounds", "bounds_of", "is_download", "out_of_bounds", "surfaced"]
+__all__ = ["AnswerBounds", "Inflater", "OutOfBounds", "bounds_of", "default_bounds", "is_download", "out_of_bounds",
+           "surfaced"]
 
 MIB = 1 << 20
+#: the bounds' defaults (the provider settings max_answer_mb, max_download_mb, and total_timeout's floor)
+ANSWER_MB = 64.0
+DOWNLOAD_MB = 4096.0
+TOTAL_SECONDS = 600.0
 #: the content codings the runner asks for and reads; any other a server sends is refused, unread
 READABLE_CODINGS = ("identity", "gzip", "deflate")
 
@@ -39,6 +44,12 @@ class AnswerBounds:
 
     def limit_for(self, path: str) -> int:
         return self.download_bytes if is_download(path) else self.answer_bytes
+
+
+def default_bounds(timeout: float) -> AnswerBounds:
+    """The bounds of a provider whose settings leave them unset, ``timeout`` its time between reads."""
+    return AnswerBounds(answer_bytes=int(ANSWER_MB * MIB), download_bytes=int(DOWNLOAD_MB * MIB),
+                        total_seconds=max(TOTAL_SECONDS, timeout))
 
 
 def bounds_of(settings: ProviderSettings) -> AnswerBounds:

@@ -53,6 +53,7 @@ from pydantic import (
 )
 
 from runner.errors import BadRequest, ModelSetupError
+from runner.providers import answer_bounds
 from runner.providers.records import (
     CacheMarks,
     Completion,
@@ -103,9 +104,9 @@ class ProviderSettings(BaseModel):
     #: seconds from sending a request to the end of its answer; default the larger of 600 and ``timeout``
     total_timeout: float | None = Field(default=None, gt=0)
     #: MiB one answer may take, as sent and once decompressed (runner/providers/answer_bounds.py)
-    max_answer_mb: float = Field(default=64.0, gt=0, le=65536)
+    max_answer_mb: float = Field(default=answer_bounds.ANSWER_MB, gt=0, le=65536)
     #: MiB a Batch API's results file may take when it is downloaded
-    max_download_mb: float = Field(default=4096.0, gt=0, le=1048576)
+    max_download_mb: float = Field(default=answer_bounds.DOWNLOAD_MB, gt=0, le=1048576)
     #: the API version sent (anthropic: 2023-06-01 or 2026-10-21; runner.providers.capabilities)
     api_version: str | None = None
     #: the embedded model's settings (``LocalProvider.Options``), kept here so job files keep validating
@@ -143,7 +144,7 @@ class ProviderSettings(BaseModel):
 
     def answer_seconds(self) -> float:
         """Seconds a whole answer may take (``total_timeout``, else the larger of 600 and ``timeout``)."""
-        return self.total_timeout if self.total_timeout is not None else max(600.0, self.timeout)
+        return self.total_timeout if self.total_timeout is not None else max(answer_bounds.TOTAL_SECONDS, self.timeout)
 
     @property
     def provider_options(self) -> dict[str, Any]:

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import AuthError, BadRequest, ModelSetupError, RateLimited, RunnerError, TransientError
+
+from .answer_bounds import AnswerBounds, default_bounds, surfaced, too_large, too_slow
 
 #: the real Cloud Storage JSON API (the SDK's default)
 STORAGE_API = "https://storage.googleapis.com"
@@ -55,11 +58,32 @@ def parse_uri(uri: str) -> tuple[str, str]:
     return bucket, name
 
 
+class _BoundedSink:
+    """The file an object is downloaded into (the SDK writes it chunk by chunk, decompressed where the object is
+    stored gzipped): at most ``download_bytes``, within ``total_seconds``, else
+    :class:`~runner.providers.answer_bounds.OutOfBounds`."""
+
+    def __init__(self, bounds: AnswerBounds) -> None:
+        self.bounds = bounds
+        self.deadline = time.monotonic() + bounds.total_seconds
+        self.chunks: list[bytes] = []
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        if self.size > self.bounds.download_bytes:
+            raise too_large(self.bounds.download_bytes)
+        if time.monotonic() > self.deadline:
+            raise too_slow(self.bounds.total_seconds)
+        self.chunks.append(bytes(data))
+        return len(data)
+
+
 class Staging:
     """Objects in one Cloud Storage bucket, through a ``google.cloud.storage.Client`` built on first use."""
 
     def __init__(self, folder: Folder, *, project: str | None, credentials: Any, endpoint: str | None,
-                 timeout: float, where: str) -> None:
+                 timeout: float, where: str, bounds: AnswerBounds | None = None) -> None:
         self.folder = folder
         self.project = project
         self.credentials = credentials
@@ -67,6 +91,8 @@ class Staging:
         self.endpoint = endpoint or STORAGE_API
         self.timeout = timeout
         self.where = where
+        #: how large and how long an object's download may be (its ``download_bytes``)
+        self.bounds = bounds or default_bounds(timeout)
         self._client: Any = None
 
     def client(self) -> Any:
@@ -86,7 +112,9 @@ class Staging:
         blob.upload_from_string(data, content_type="application/jsonl", timeout=self.timeout, retry=None)
 
     def _download(self, bucket: str, name: str) -> bytes:
-        return bytes(self._bucket(bucket).blob(name).download_as_bytes(timeout=self.timeout, retry=None))
+        sink = _BoundedSink(self.bounds)
+        self._bucket(bucket).blob(name).download_to_file(sink, timeout=self.timeout, retry=None)
+        return b"".join(sink.chunks)
 
     def _list(self, bucket: str, prefix: str) -> list[str]:
         blobs = self.client().list_blobs(bucket, prefix=prefix, timeout=self.timeout, retry=None)
@@ -143,7 +171,8 @@ class Staging:
 
         folder = f"gs://{self.folder.bucket}/{self.folder.prefix}".rstrip("/")
         try:
-            yield
+            with surfaced(self.where):
+                yield
         except RunnerError:
             raise
         except (auth.TransportError, OSError) as exc:

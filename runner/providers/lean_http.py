@@ -36,7 +36,16 @@ import h11
 
 from runner.errors import TransientError
 
-from .answer_bounds import READABLE_CODINGS, AnswerBounds, Inflater, OutOfBounds, coding_refused, too_large, too_slow
+from .answer_bounds import (
+    READABLE_CODINGS,
+    AnswerBounds,
+    Inflater,
+    OutOfBounds,
+    coding_refused,
+    default_bounds,
+    too_large,
+    too_slow,
+)
 from .openai_errors import sdk_body, status_error
 
 __all__ = ["Answer", "ErrorOf", "LeanWire", "parsed_or_text", "path_segment"]
@@ -116,8 +125,7 @@ class LeanWire:
         self.port = url.port or (443 if self.tls else 80)
         self.prefix = url.path.rstrip("/")
         self.timeout = timeout
-        self.bounds = bounds or AnswerBounds(answer_bytes=64 << 20, download_bytes=4096 << 20,
-                                             total_seconds=max(600.0, timeout))
+        self.bounds = bounds or default_bounds(timeout)
         host = url.netloc.rpartition("@")[2]
         auth = list(headers.items()) if headers is not None else [("Authorization", f"Bearer {api_key}")]
         self._headers = [("Host", host), *auth, ("Accept", "application/json"), ("Accept-Encoding", "gzip, deflate"),

@@ -157,7 +157,8 @@ class VertexProvider(Provider):
                                   "providers.vertex.batch_folder: gs://BUCKET/PREFIX in the job")
         if self._staging is None:
             self._staging = Staging(self.batch_folder, project=self.project, credentials=self.credentials,
-                                    endpoint=self._root(), timeout=self.settings.timeout, where=self.where)
+                                    endpoint=self._root(), timeout=self.settings.timeout, where=self.where,
+                                    bounds=bounds_of(self.settings))
         return self._staging
 
     def key_variables(self) -> list[str]:

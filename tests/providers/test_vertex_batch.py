@@ -23,6 +23,7 @@ import pytest
 
 from runner.engine.run import execute
 from runner.errors import BadRequest, ModelSetupError, TransientError
+from runner.providers.answer_bounds import AnswerBounds
 from runner.providers.base import ProviderSettings
 from runner.providers.batching import CANCELLED, EXPIRED, BatchLine
 from runner.providers.gcs_files import Staging, parse_folder
@@ -263,6 +264,14 @@ async def test_the_staging_uploads_lists_downloads_and_deletes_on_gcp_storage_em
     with pytest.raises(BadRequest, match="set providers.vertex.batch_folder"):
         await staging.download(uri)
     await staging.check()
+    # a download larger than its bound fails at the bound, as every answer does (answer_bounds.py)
+    bounded = Staging(parse_folder("gs://staging/runs"), project="p", credentials=AnonymousCredentials(),
+                      endpoint=emulator, timeout=10, where="vertex at emulator",
+                      bounds=AnswerBounds(answer_bytes=1 << 20, download_bytes=1 << 20, total_seconds=60))
+    with pytest.raises(TransientError, match="larger than 1 MiB") as caught:
+        await bounded.download(other)
+    assert caught.value.error_class == "answer_too_large"
+    bounded.close()
     missing = Staging(parse_folder("gs://no-such-bucket/runs"), project="p", credentials=AnonymousCredentials(),
                       endpoint=emulator, timeout=10, where="vertex at emulator")
     with pytest.raises(BadRequest, match="no gs://no-such-bucket/runs .*set providers.vertex.batch_folder"):
