@@ -83,6 +83,7 @@ def assemble(
     reserver = Reserver(run_id=run_id, job=job, store=store, stats=stats, control=control, leases=leases,
                         resume=resume, settled=writer.next_commit)
     prompt_cache = prompt_cache_plan(job, providers, run_id=run_id, reserver=reserver)
+    reserver.cache_writes = prompt_cache.writes  # reservations priced for the cache writes the marks allow
     sender = Sender(endpoints=endpoints, leases=leases, stats=stats, retry=job.retry, sleep=sleep,
                     prompt_cache=prompt_cache)
     provenance = Provenance(job, run_id)

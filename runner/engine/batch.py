@@ -152,6 +152,7 @@ class Batcher:
         sent: list[Task] = []
         keys: dict[str, int | None] = {}
         later: list[Task] = []
+        self.prompt_cache.plan(tasks)  # before the reservations, which are priced for the cache writes it marks
         for task in tasks:
             reservation = await self.reserver.reserve(task, batch=True)
             if reservation is LATER:  # no room until a batch in flight settles below its worst case
@@ -184,6 +185,8 @@ class Batcher:
             self._refuse(keys, exc)
             return
         lines = self.prompt_cache.mark_lines(self.endpoints.providers[first.provider], sent, lines)
+        for task in later:  # planned again with the batch they go in
+            self.prompt_cache.forget(task.key)
         # a provider may need several batches where the count alone allows one (Gemini: inline requests under 20 MB)
         chunks = getattr(client, "chunks", None)
         for part in chunks(first.model_name, lines) if chunks is not None else [lines]:

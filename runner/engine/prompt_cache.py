@@ -40,7 +40,7 @@ from runner.plan.prefixes import CacheRule, cache_rule, cacheable, common_prefix
 from runner.plan.request import CHAT, Task
 from runner.providers.base import CacheMarks, Provider, split_model
 from runner.providers.batching import BatchLine
-from runner.providers.tokens import count_input_tokens, message_text
+from runner.providers.tokens import bound_call_tokens, count_input_tokens, message_text
 from runner.spec.schema import Job
 
 __all__ = ["WARM_FOR", "NoPromptCache", "PromptCachePlan"]
@@ -87,10 +87,13 @@ class PromptCachePlan:
         self._on = {stage.name for stage in job.llm_stages() if job.stage_prompt_cache(stage) == "auto"}
         self._providers = providers
         self._rules: dict[str, CacheRule | None] = {}
-        #: tokens of the prefixes counted lately (a group spanning chunks is counted once), at most KEPT of them
-        self._tokens: OrderedDict[tuple[str, str], int] = OrderedDict()
+        #: tokens of the prefixes counted lately, as expected and at most (a group spanning chunks is counted once),
+        #: at most KEPT of them
+        self._tokens: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()
         #: per request key: its marks, until it is sent
         self._marks: dict[str, CacheMarks] = {}
+        #: per request key on its way: the cache writes its budget reservation was priced for (:meth:`writes`)
+        self._priced: dict[str, tuple[int | None, bool]] = {}
         #: per group: the answer its first request is waiting for, or when it was last used (warm)
         self._groups: dict[str, asyncio.Future[Any] | float] = {}
         #: prefixes stored at the provider (Gemini's explicit cached contents), where a provider keeps them
@@ -117,33 +120,37 @@ class PromptCachePlan:
             texts = [prompt_text(task.call.messages) for task in group]
             order = sorted(range(len(group)), key=texts.__getitem__)
             links = [common_prefix(texts[a], texts[b]) for a, b in zip(order, order[1:], strict=False)]
-            levels: list[list[tuple[int, int, str]]] = [[] for _ in order]  # per position: (tokens, cut, digest)
+            # per position: (tokens, cut, digest, at most how many tokens)
+            levels: list[list[tuple[int, tuple[int, int], str, int]]] = [[] for _ in order]
             cuts: list[list[tuple[int, int]]] = [[] for _ in order]
             # the shared prefixes, shortest first (each encloses the longer ones within its span of positions)
             for chars, first, last in sorted(_intervals(links), key=lambda i: (i[1], -i[2])):
                 found = self._level(group[order[first]], texts[order[first]], chars, rule)
                 if found is None:
                     continue
-                tokens, cut, digest = found
+                tokens, cut, digest, bound = found
                 for position in range(first, last + 1):
                     above = levels[position]
                     # a level of its own only when it adds LEVEL tokens to the one above it (a story after an
                     # instruction), not a few words two questions happen to share: those would split a document's
                     # questions into groups, each writing the document again
                     if not above or tokens - above[-1][0] >= LEVEL:
-                        above.append((tokens, cut, digest))
+                        above.append((tokens, cut, digest, bound))
                         cuts[position].append(cut)
             for position, index in enumerate(order):
                 if levels[position]:
                     kept = tuple(cuts[position][-MAX_CUTS:])
-                    self._marks[group[index].key] = CacheMarks(levels[position][-1][2], kept)
+                    _, _, digest, bound = levels[position][-1]  # the longest prefix: its last cut
+                    self._marks[group[index].key] = CacheMarks(digest, kept, writable=bound)
             if self.stored.serves(group[0]):
                 self._marks.update(self.stored.choose(rule, [(task, self._marks[task.key]) for task in group
                                                              if task.key in self._marks]))
 
-    def _level(self, task: Task, text: str, chars: int, rule: CacheRule) -> tuple[int, tuple[int, int], str] | None:
-        """(tokens, cut, digest) of the first ``chars`` characters of ``task``'s prompt (``text``) cut where a token
-        ends, when the provider caches that much; else None."""
+    def _level(self, task: Task, text: str, chars: int,
+               rule: CacheRule) -> tuple[int, tuple[int, int], str, int] | None:
+        """(tokens, cut, digest, at most how many tokens) of the first ``chars`` characters of ``task``'s prompt
+        (``text``) cut where a token ends, when the provider caches that much; else None. The most is what a budget
+        reserves at the cache-write price (``bound_call_tokens``: exact where the provider's count is)."""
         # a token is at least one byte and a character at most four, and a message adds a few tokens: a prefix this
         # short cannot reach the minimum, whatever the tokenizer
         if chars * 4 + 8 * len(task.call.messages) < rule.minimum:
@@ -152,21 +159,25 @@ class PromptCachePlan:
         if cut is None:
             return None
         digest = hashlib.sha256(f"{task.model}\0{text[:cut.chars]}".encode()).hexdigest()[:32]
-        tokens = self._tokens.get((task.model, digest))
-        if tokens is None:
+        counted = self._tokens.get((task.model, digest))
+        if counted is None:
             provider, name = split_model(task.model)
-            tokens = self._tokens[(task.model, digest)] = count_input_tokens(provider, name, list(cut.prefix))
+            prefix = list(cut.prefix)
+            tokens = count_input_tokens(provider, name, prefix)
+            counted = self._tokens[(task.model, digest)] = (tokens, bound_call_tokens(provider, name, prefix,
+                                                                                      counted=tokens))
             if len(self._tokens) > KEPT:
                 self._tokens.popitem(last=False)
-        return (tokens, (cut.index, cut.offset), digest) if cacheable(tokens, rule) else None
+        tokens, bound = counted
+        return (tokens, (cut.index, cut.offset), digest, bound) if cacheable(tokens, rule) else None
 
     def mark_lines(self, provider: Provider, tasks: list[Task], lines: list[BatchLine]) -> list[BatchLine]:
-        """A batch's lines (``lines[i]`` asks ``tasks[i]``) with the marks of the groups they form, asking for the
+        """A batch's lines (``lines[i]`` asks ``tasks[i]``) with the marks of the groups they form (planned by
+        :meth:`plan` before their reservations, which are priced for them: :meth:`writes`), asking for the
         one-hour lifetime: a Batch API runs its lines over minutes to hours, in an order of its own (Anthropic's
         prompt-caching page advises the hour for batches). No line waits for another: the provider orders them."""
         if getattr(provider, "prompt_cache_style", None) is None:
             return lines
-        self.plan(tasks)
         out = []
         for task, line in zip(tasks, lines, strict=True):
             marks = self._marks.pop(task.key, None)
@@ -179,8 +190,29 @@ class PromptCachePlan:
         return out
 
     def marks(self, task: Task) -> CacheMarks | None:
-        """The marks to send ``task`` with (each attempt asks)."""
-        return self._marks.get(task.key)
+        """The marks to send ``task`` with (each attempt asks): None where they would let the provider write more
+        to its cache than the request's reservation was priced for (marks planned after it was reserved, by a
+        later chunk holding the same request): it is sent unmarked then, within its reservation."""
+        marks = self._marks.get(task.key)
+        priced = self._priced.get(task.key)
+        if marks is None or priced is None:
+            return marks
+        writable, hour = priced
+        if writable is not None and (marks.writable is None or marks.writable > writable
+                                     or (marks.ttl == "1h" and not hour)):
+            return None
+        return marks
+
+    def writes(self, task: Task, batch: bool) -> tuple[int | None, bool]:
+        """(at most how many input tokens ``task``'s request may write to the provider's cache, None: any; whether
+        for an hour), as its marks let it: what its budget reservation prices at the cache-write price
+        (``Reserver.cache_writes``). An unmarked request writes nothing; a batch line's marks ask for the hour.
+        An online request's answer is remembered until it is forgotten, so that :meth:`marks` keeps to it."""
+        marks = self._marks.get(task.key)
+        priced = (0, False) if marks is None else (marks.writable, batch or marks.ttl == "1h")
+        if not batch:
+            self._priced[task.key] = priced
+        return priced
 
     async def ready(self, task: Task, marks: CacheMarks) -> CacheMarks:
         """``marks`` as they are sent: with the name of the stored prefix they read, stored first when needed."""
@@ -191,6 +223,7 @@ class PromptCachePlan:
     def forget(self, key: str) -> None:
         """The request ``key`` was sent, answered otherwise, or will not be sent: its marks are no longer needed."""
         self._marks.pop(key, None)
+        self._priced.pop(key, None)
 
     def gate(self, task: Task, answer: asyncio.Future[Any]) -> asyncio.Future[Any] | None:
         """What ``task`` waits for before it is sent: its group's first request's ``answer`` while that is on its
@@ -235,6 +268,9 @@ class NoPromptCache:
 
     def marks(self, task: Task) -> CacheMarks | None:
         return None
+
+    def writes(self, task: Task, batch: bool) -> tuple[int | None, bool]:
+        return 0, False  # nothing is marked: nothing is written to a cache at the write price
 
     async def ready(self, task: Task, marks: CacheMarks) -> CacheMarks:
         return marks

@@ -59,6 +59,10 @@ class Reserver:
         self.closed_models: set[tuple[str, str]] = set()
         self._free: dict[str, bool] = {}
         self._counts_tokens: dict[tuple[str, str], bool] = {}
+        #: (at most how many input tokens the request may write to the prompt cache, None: any; whether for an
+        #: hour) of a request, a batch line when told: the run's prompt-cache plan says (``PromptCachePlan.writes``,
+        #: set by runner/engine/assembly.py); until then every token, for an hour
+        self.cache_writes: Callable[[Task, bool], tuple[int | None, bool]] = lambda req, batch: (None, True)
 
     # -- before a request is sent ------------------------------------------------------------------------
     def closed(self, req: Task) -> bool:
@@ -153,7 +157,8 @@ class Reserver:
     def hold_again(self, req: Task, ledger_id: int | None) -> Reservation:
         """The reservation of a line an earlier process of the run submitted in a batch, back in this process's
         budgets whether it fits or not (it will be billed); its ledger row is still there."""
-        usd, tokens = self.worst_case(req, batch=True)
+        # its marks were another process's plan: priced as though every input token could be written, for an hour
+        usd, tokens = self.worst_case(req, batch=True, writes=(None, True))
         if self.budgets is None:
             return Reservation([], usd, tokens, ledger_id)
         reservation = self.budgets.hold(req.stage, req.model, usd, tokens)
@@ -174,14 +179,17 @@ class Reserver:
             found = self._counts_tokens[stage, model] = bool(self._limits(stage, model)[1])
         return found
 
-    def worst_case(self, req: Task, *, batch: bool = False) -> tuple[float, int]:
+    def worst_case(self, req: Task, *, batch: bool = False,
+                   writes: tuple[int | None, bool] | None = None) -> tuple[float, int]:
         """(USD, tokens) the request can cost at most: its input tokens (exact, or a true upper bound where the
         provider's tokenizer is not available: ``bound_call_tokens``) and ``max_tokens``, in USD at the model's
-        prices (the Batch API's for a batch line, where the model has them)."""
+        prices (the Batch API's for a batch line, where the model has them), with the cache-write price only for
+        the tokens its prompt-cache marks let the provider write (``writes``, else :attr:`cache_writes`)."""
         total, tokens, max_tokens = self._bound(req)
+        writable, hour = writes if writes is not None else self.cache_writes(req, batch)
         rates = self.pricing.batch_rates(req.model) if batch else None
-        usd = rates.worst_case(tokens, max_tokens) if rates is not None else \
-            self.pricing.worst_case(req.model, tokens, max_tokens)
+        usd = rates.worst_case(tokens, max_tokens, writable, hour) if rates is not None else \
+            self.pricing.worst_case(req.model, tokens, max_tokens, writable=writable, hour=hour)
         return usd, total
 
     @staticmethod

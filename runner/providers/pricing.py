@@ -148,14 +148,22 @@ class Rates:
             + output_tokens * rates.output
         ) / PER
 
-    def worst_case(self, input_tokens: int, max_output_tokens: int) -> float:
-        """The most a request with at most these input and output tokens can cost: every input token at the
-        dearest input price (a cache write costs more than a plain input token at Anthropic), every output token
-        at the output price, both taken over every tier a count up to ``input_tokens`` can fall in."""
+    def worst_case(self, input_tokens: int, max_output_tokens: int, writable: int | None = None,
+                   hour: bool = True) -> float:
+        """The most a request with at most these input and output tokens can cost: every output token at the
+        output price; of the input tokens, the ``writable`` ones (those before the request's last prompt-cache
+        mark; None: all of them) at the dearest input price, a cache write (at the hour's price when ``hour``)
+        costing more than a plain input token at Anthropic, and the rest at the dearer of the plain and the cached
+        price, since nothing after the last mark is written to a cache (Anthropic's prompt-caching page: the
+        cache holds the prefix up to a ``cache_control`` block); each price over every tier a count up to
+        ``input_tokens`` can fall in."""
         candidates = [self, *(rates for threshold, rates in self.tiers if input_tokens > threshold)]
-        per_input = max(max(r.input, r.cached_input, r.cache_write, r.hour_write) for r in candidates)
+        per_plain = max(max(r.input, r.cached_input) for r in candidates)
+        per_write = max(max(r.cache_write, r.hour_write if hour else r.cache_write) for r in candidates)
         per_output = max(r.output for r in candidates)
-        return (input_tokens * per_input + max_output_tokens * per_output) / PER
+        written = input_tokens if writable is None else min(max(writable, 0), input_tokens)
+        return (written * max(per_plain, per_write) + (input_tokens - written) * per_plain
+                + max_output_tokens * per_output) / PER
 
     @property
     def is_free(self) -> bool:
@@ -296,10 +304,12 @@ class Pricing:
         return self.require(model, when).cost(input_tokens, output_tokens, cached_tokens, cache_write_tokens,
                                               cache_write_1h_tokens)
 
-    def worst_case(self, model: str, input_tokens: int, max_output_tokens: int, when: datetime | None = None) -> float:
+    def worst_case(self, model: str, input_tokens: int, max_output_tokens: int, when: datetime | None = None, *,
+                   writable: int | None = None, hour: bool = True) -> float:
         """The most a request can cost (USD): what a budget reserves before it is sent. At least ``cost()`` of
-        any usage with at most ``input_tokens`` input and ``max_output_tokens`` output tokens."""
-        return self.require(model, when).worst_case(input_tokens, max_output_tokens)
+        any usage with at most ``input_tokens`` input and ``max_output_tokens`` output tokens, of which at most
+        ``writable`` written to the prompt cache (None: any), for an hour only when ``hour``."""
+        return self.require(model, when).worst_case(input_tokens, max_output_tokens, writable, hour)
 
 
 # -- genai-prices ----------------------------------------------------------------------------------

@@ -38,6 +38,9 @@ class CacheMarks:
     store_key: str | None = None
     stored: str | None = None
     held: int = 0
+    #: at most how many input tokens come before the last cut (those the provider may write to its cache); None:
+    #: not known, any
+    writable: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

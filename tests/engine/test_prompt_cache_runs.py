@@ -235,7 +235,7 @@ async def test_groups_gone_cold_are_forgotten_so_memory_stays_flat():
     now = [0.0]
     plan = PromptCachePlan.__new__(PromptCachePlan)
     plan.clock = lambda: now[0]
-    plan._marks, plan._groups = {}, {}
+    plan._marks, plan._groups, plan._priced = {}, {}, {}
 
     class T:
         def __init__(self, key: str) -> None:
@@ -353,3 +353,48 @@ async def test_an_unexpected_error_sending_one_request_ends_the_run_resumable_an
     assert len(store.tasks(outcome.run_id, status="done")) < 6
     again = await asyncio.wait_for(execute(load_job(path), store, run_id=outcome.run_id), 30)
     assert again.status == "completed" and len(store.tasks(outcome.run_id, status="done")) == 6
+
+
+def test_a_reservation_prices_at_the_write_price_only_what_the_marks_let_the_provider_write() -> None:
+    """Issue 41: every input token was reserved at the one-hour cache-write price, whatever the marks. Checked
+    against every usage a request can have (seed printed): at most ``writable`` tokens written, for an hour only
+    when asked, the rest read, written or plain; the worst case is never below what the usage costs, and is below
+    the old one where fewer tokens are writable or the lifetime is five minutes."""
+    import random
+
+    rates = Pricing().rates("anthropic:claude-opus-4-1")
+    assert rates is not None and rates.hour_write > rates.cache_write > rates.input > rates.cached_input
+    seed = 41
+    draw = random.Random(seed)
+    for _ in range(2000):
+        tokens, out = draw.randint(1, 300_000), draw.randint(0, 4096)
+        writable, hour = draw.randint(0, tokens), draw.random() < 0.5
+        worst = rates.worst_case(tokens, out, writable, hour)
+        written = draw.randint(0, writable)
+        read = draw.randint(0, tokens - written)
+        usage = (tokens, draw.randint(0, out), read, written, written if hour else 0)
+        assert rates.cost(*usage) <= worst + 1e-12, f"seed {seed}: {usage} costs more than {worst}"
+        assert worst <= rates.worst_case(tokens, out) + 1e-12, f"seed {seed}"
+    assert rates.worst_case(1000, 0, 0, False) == pytest.approx(1000 * rates.input / 1e6)
+    assert rates.worst_case(1000, 0, 1000, False) == pytest.approx(1000 * rates.cache_write / 1e6)
+    assert rates.worst_case(1000, 0) == rates.worst_case(1000, 0, None, True) == \
+        pytest.approx(1000 * rates.hour_write / 1e6)
+
+
+async def test_a_budget_with_prompt_caching_is_spent_to_within_one_requests_worst_case(
+        tmp_path: Path, server: SimServer, monkeypatch: pytest.MonkeyPatch):
+    """Issue 41: a Claude budget with prompt caching stopped at 39 % of it, every input token reserved at the
+    one-hour write price. Online marks ask for five minutes and only the prefix before the last mark can be
+    written: the run stops once what is left is below one request's worst case, at 95 % of the budget or more."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    model = "anthropic:claude-opus-4-1"
+    path = write_job(tmp_path, server.url, model=model, prompt_cache="auto", rows=1000,
+                     providers={"anthropic": {"base_url": server.root_url}})
+    job = json.loads(path.read_text())
+    job["budget"] = {"usd": 2.0}
+    path.write_text(json.dumps(job), encoding="utf-8")
+    store = open_store(path.parent / "s.sqlite")
+    outcome = await execute(load_job(path), store)
+    spent = sum(r["cost"] for r in store.responses())
+    assert outcome.status == "budget_exhausted", outcome.message
+    assert 0.95 * 2.0 <= spent <= 2.0, f"${spent:.4f} of $2.00 spent when the budget stopped the run"
