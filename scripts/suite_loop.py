@@ -2,6 +2,8 @@
 
     python scripts/suite_loop.py --full 5 --fast 20          # the README's command 5 times, then -m "not slow" 20 times
     python scripts/suite_loop.py --fast 3 -- tests/engine     # extra pytest arguments after --
+    python scripts/suite_loop.py --full 10 --hogs 3 -- -n0 tests/engine/test_workers.py -k stopped_inside
+                                                              # with 3 processes spinning on the CPU throughout
 
 Each run is a fresh ``python -m pytest`` in this checkout (its own temporary folders, its own PostgreSQL server);
 the output of every run is kept in ``--logs`` (default: a new temporary folder). Prints one line per run (seconds,
@@ -75,6 +77,7 @@ def main() -> int:
     parser.add_argument("--full", type=int, default=0, help="runs of the whole suite (the README's command)")
     parser.add_argument("--fast", type=int, default=0, help='runs of the fast path (-m "not slow")')
     parser.add_argument("--logs", type=Path, default=None, help="folder for each run's output")
+    parser.add_argument("--hogs", type=int, default=0, help="processes that spin on the CPU while the runs go")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = parser.parse_args()
     logs = args.logs or Path(tempfile.mkdtemp(prefix="suite-loop-"))
@@ -84,10 +87,19 @@ def main() -> int:
     plan = [("full", i, []) for i in range(1, args.full + 1)]
     plan += [("fast", i, ["-m", "not slow"]) for i in range(1, args.fast + 1)]
     results: dict[str, list[tuple[bool, float]]] = {"full": [], "fast": []}
-    for kind, number, extra in plan:
-        ok, seconds, line = one_run(f"{kind} {number}", [*extra, *args.pytest_args], logs / f"{kind}-{number}.log")
-        results[kind].append((ok, seconds))
-        print(line, flush=True)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
+    if hogs:
+        print(f"{len(hogs)} processes spinning on the CPU", flush=True)
+    try:
+        for kind, number, extra in plan:
+            ok, seconds, line = one_run(f"{kind} {number}", [*extra, *args.pytest_args],
+                                        logs / f"{kind}-{number}.log")
+            results[kind].append((ok, seconds))
+            print(line, flush=True)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
     for kind, runs in results.items():
         if runs:
             times = sorted(seconds for _, seconds in runs)
