@@ -4,6 +4,7 @@ check every error path uses (:func:`one_error`)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -240,3 +242,32 @@ def signal_all(pids: list[int], sig: signal.Signals) -> None:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+@contextlib.asynccontextmanager
+async def scripted_server() -> AsyncIterator[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
+    """An aiohttp server on 127.0.0.1 answering every request, on any path, with ``answer["status"]``,
+    ``["body"]`` (bytes), ``["headers"]`` and ``["content_type"]`` (JSON unless said), as the test sets them; each
+    request it got (method, path, headers, body) goes into the list. Yields its root URL, ``answer`` and the list."""
+    from aiohttp import web
+
+    answer: dict[str, Any] = {}
+    seen: list[dict[str, Any]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        seen.append({"method": request.method, "path": request.raw_path, "headers": dict(request.headers),
+                     "body": await request.read()})
+        return web.Response(status=answer["status"], body=answer["body"], headers=answer.get("headers", {}),
+                            content_type=answer.get("content_type", "application/json"))
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", answer, seen
+    finally:
+        await runner.cleanup()

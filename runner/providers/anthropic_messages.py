@@ -43,6 +43,7 @@ from runner.errors import (
 from . import capabilities
 from .answer_bounds import bounds_of, surfaced
 from .base import CacheMarks, Completion, Provider, ProviderSettings, RateWindow, http_limits, register
+from .lean_or_sdk import LeanOrSDK
 from .tls import shared_context
 from .wire import quoted, retry_after_seconds, words
 
@@ -191,7 +192,7 @@ def proxied(url: str) -> bool:
 
 
 @register
-class AnthropicProvider(Provider):
+class AnthropicProvider(LeanOrSDK["anthropic.AsyncAnthropic"], Provider):
     name: ClassVar[str] = "anthropic"
     sdk_modules: ClassVar[tuple[str, ...]] = ("anthropic",)
     extra: ClassVar[str | None] = "anthropic"
@@ -213,22 +214,6 @@ class AnthropicProvider(Provider):
         #: the API version sent, pinned (capabilities.ANTHROPIC_VERSIONS): never the SDK's default, which changes
         #: with SDK majors (anthropic 2.0 moved to 2026-10-21, which refuses every sampling parameter)
         self.api_version = settings.api_version or capabilities.ANTHROPIC_DEFAULT_VERSION
-
-    @property
-    def client(self) -> anthropic.AsyncAnthropic | None:
-        """The SDK's client: built by :meth:`start` where a proxy applies, or on first use once started over the
-        lean wire (the Message Batches API); Vertex sets its own."""
-        if self._client is None and self.wire is not None:
-            self._client = self._sdk_client()
-        return self._client
-
-    @client.setter
-    def client(self, value: anthropic.AsyncAnthropic | None) -> None:
-        self._client = value
-
-    @property
-    def key_variable(self) -> str:
-        return self.key_variables()[0]
 
     def _sdk_client(self) -> anthropic.AsyncAnthropic:
         import anthropic
@@ -271,8 +256,7 @@ class AnthropicProvider(Provider):
 
     async def _lean(self, method: str, path: str, body: Any = None, passing: tuple[int, ...] = ()) -> Any:
         assert self.wire is not None, "start() was not awaited"
-        return await self.wire.request(method, path, body, where=self.where, key_variable=self.key_variable,
-                                       passing=passing)
+        return await self.wire.request(method, path, body, where=self.where, passing=passing)
 
     async def probe(self, model: str) -> None:
         """``GET /v1/models/{model}`` (the SDK's ``models.retrieve``, which takes ids and aliases), not charged: a

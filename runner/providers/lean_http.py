@@ -142,11 +142,12 @@ class LeanWire:
         for connection in idle:
             connection.close()
 
-    async def request(self, method: str, path: str, body: Any = None, *, where: str, key_variable: str,
+    async def request(self, method: str, path: str, body: Any = None, *, where: str, key_variable: str | None = None,
                       passing: Collection[int] = ()) -> Answer:
         """Send one request (``path`` after the base URL, e.g. ``/chat/completions``) and return its answer; a
-        non-2xx answer whose status is not in ``passing`` raises the runner's error for it, a failed transport
-        a :class:`TransientError`."""
+        non-2xx answer whose status is not in ``passing`` raises the runner's error for it (the caller's
+        ``error_of``, else the OpenAI mapping, which names ``key_variable`` in a refused key's message), a failed
+        transport a :class:`TransientError`."""
         headers = list(self._headers)
         data = b""
         if body is not None:
@@ -176,6 +177,7 @@ class LeanWire:
             return Answer(status, answer_headers, content)
         if self._error_of is not None:
             raise self._error_of(status, parsed_or_text(content), answer_headers)
+        assert key_variable is not None, "the OpenAI mapping names the key's variable"
         raise status_error(where, key_variable, status, sdk_body(parsed_or_text(content)), answer_headers)
 
     async def _read(self, reader: asyncio.StreamReader) -> bytes:

@@ -45,6 +45,7 @@ from .base import (
     loglikelihood_completion,
     register,
 )
+from .lean_or_sdk import LeanOrSDK
 from .openai_errors import error_code, said, status_error
 from .tls import shared_context
 from .wire import quoted
@@ -138,7 +139,7 @@ def score_echoed(logprobs: Mapping[str, Any], prompt: str, context_length: int) 
 
 
 @register
-class OpenAIChatProvider(Provider):
+class OpenAIChatProvider(LeanOrSDK["openai.AsyncOpenAI"], Provider):
     name: ClassVar[str] = "openai"
     key_env_var: ClassVar[str | None] = "OPENAI_API_KEY"
     default_concurrency: ClassVar[int] = 64
@@ -169,10 +170,6 @@ class OpenAIChatProvider(Provider):
         #: set once the server refused a list of prompts and took them one by one
         self.one_prompt_per_request = False
 
-    @property
-    def key_variable(self) -> str:
-        return (self.key_variables() or [""])[0]
-
     @classmethod
     def count_input_tokens(cls, model: str, messages: Iterable[Mapping[str, Any]]) -> int:
         """Exactly as the Chat Completions API counts plain text messages, with tiktoken (OpenAI's cookbook,
@@ -195,17 +192,6 @@ class OpenAIChatProvider(Provider):
         from . import tokens
 
         return tokens.model_encoding(model)[1]
-
-    @property
-    def client(self) -> openai.AsyncOpenAI | None:
-        """The SDK's client: built by :meth:`start`, or on first use once started over the lean wire."""
-        if self._client is None and self.wire is not None:
-            self._client = self._sdk_client()
-        return self._client
-
-    @client.setter
-    def client(self, value: openai.AsyncOpenAI | None) -> None:
-        self._client = value
 
     def _sdk_client(self) -> openai.AsyncOpenAI:
         import openai

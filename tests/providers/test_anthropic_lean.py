@@ -20,7 +20,6 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import pytest
-from aiohttp import web
 
 from runner.errors import (
     AuthError,
@@ -34,7 +33,7 @@ from runner.errors import (
 from runner.providers.anthropic_messages import AnthropicProvider, proxied
 from runner.providers.base import CacheMarks, Completion, ProviderSettings
 from simserver import SimConfig, start_server
-from tests.helpers import ROOT, sim_stats, write_job, write_rows
+from tests.helpers import ROOT, scripted_server, sim_stats, write_job, write_rows
 
 MODEL = "claude-haiku-4-5"
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Which number is 2 plus one?"}]
@@ -233,27 +232,9 @@ async def test_the_probe_knows_a_model_and_says_an_unknown_one_as_the_sdk_path_d
 @pytest.fixture
 async def scripted() -> AsyncIterator[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
     """A server answering every request with ``answer["status"]``, ``["body"]`` (bytes) and ``["headers"]``; each
-    request it got (method, path, headers, body) goes into the list."""
-    answer: dict[str, Any] = {}
-    seen: list[dict[str, Any]] = []
-
-    async def handle(request: web.Request) -> web.Response:
-        seen.append({"method": request.method, "path": request.raw_path, "headers": dict(request.headers),
-                     "body": await request.read()})
-        return web.Response(status=answer["status"], body=answer["body"], headers=answer.get("headers", {}),
-                            content_type=answer.get("content_type", "application/json"))
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}", answer, seen
-    finally:
-        await runner.cleanup()
+    request it got (method, path, headers, body) goes into the list (``tests/helpers.scripted_server``)."""
+    async with scripted_server() as served:
+        yield served
 
 
 def error_json(kind: str, message: str) -> bytes:

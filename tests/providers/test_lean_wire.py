@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import pytest
-from aiohttp import web
 
 from runner.errors import ModelSetupError, ProviderError, RateLimited, TransientError
 from runner.providers.base import Completion, ProviderSettings
@@ -21,6 +20,7 @@ from runner.providers.openai_chat import OpenAIChatProvider
 from runner.providers.openai_servers import OpenAICompatibleProvider, SimProvider
 from runner.providers.presets import PRESETS
 from simserver import SimConfig, start_server
+from tests.helpers import scripted_server
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Which number is 2 plus one?"}]
 PARAMS: dict[str, Any] = {"max_tokens": 5, "temperature": 0}
@@ -172,24 +172,10 @@ async def test_probing_an_unknown_model_is_the_same_setup_error() -> None:
 
 @pytest.fixture
 async def scripted() -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    """A server answering every request with ``answer["status"]``, ``["body"]`` (bytes) and ``["headers"]``."""
-    answer: dict[str, Any] = {}
-
-    async def handle(request: web.Request) -> web.Response:
-        return web.Response(status=answer["status"], body=answer["body"], headers=answer.get("headers", {}),
-                            content_type=answer.get("content_type", "application/json"))
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}/v1", answer
-    finally:
-        await runner.cleanup()
+    """A server answering every request with ``answer["status"]``, ``["body"]`` (bytes) and ``["headers"]``
+    (``tests/helpers.scripted_server``), at its ``/v1``."""
+    async with scripted_server() as (url, answer, _):
+        yield f"{url}/v1", answer
 
 
 def error_json(message: str, kind: str = "invalid_request_error", code: str | None = None,
