@@ -145,7 +145,7 @@ main()
 
 def hidden_run(hide: str, args: list[str], cwd: Path, **extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", HIDING, hide, *args], cwd=cwd, env=environment(None, **extra),
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)  # the embedded model on a loaded machine
 
 
 def test_a_provider_whose_extra_is_missing_stops_before_anything_is_sent(tmp_path, sim_server):
