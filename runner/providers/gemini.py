@@ -313,7 +313,11 @@ class GeminiProvider(Provider):
         return found
 
     def completion_of(self, response: types.GenerateContentResponse) -> Completion:
-        """A generateContent answer (online, or a batch job's inlined response) as a :class:`Completion`."""
+        """A generateContent answer (online, or a batch job's inlined response) as a :class:`Completion`. One with
+        neither candidates nor prompt feedback (which says why there are none) is malformed, not an empty answer."""
+        if not response.candidates and response.prompt_feedback is None:
+            raise TransientError(f"{self.where}: the response was not a generateContent answer (no candidates, no "
+                                 "prompt feedback)", error_class="malformed_response")
         candidate = response.candidates[0] if response.candidates else None
         finish = _enum_text(candidate.finish_reason) if candidate is not None else None
         parts = (candidate.content.parts if candidate is not None and candidate.content else None) or []

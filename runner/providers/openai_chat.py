@@ -298,7 +298,11 @@ class OpenAIChatProvider(LeanOrSDK["openai.AsyncOpenAI"], Provider):
 
     def completion_of(self, body: Any, headers: Mapping[str, str] | None = None) -> Completion:
         """A Chat Completions answer (its JSON body, online or a batch line's) as a :class:`Completion`;
-        ``headers`` (online only) carry the rate-limit windows."""
+        ``headers`` (online only) carry the rate-limit windows. A body without the ``choices`` list (required of a
+        CreateChatCompletionResponse by OpenAI's published OpenAPI document) is malformed, not an empty answer."""
+        if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
+            raise TransientError(f"{self.where}: the response was not a chat completion (no choices list)",
+                                 error_class="malformed_response")
         try:
             choice = body["choices"][0] if body.get("choices") else {}
             usage = body.get("usage") or {}

@@ -286,3 +286,27 @@ async def test_a_run_is_completed_only_when_every_task_is_done_or_failed(tmp_pat
         assert [t["status"] for t in store.tasks(outcome.run_id)] == ["done"] * 3
     finally:
         await server.close()
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+async def test_a_200_answer_with_nothing_in_it_is_malformed_not_an_empty_answer(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any, path: str) -> None:
+    """A server answering ``200 {}`` gave an empty completion on the OpenAI, Gemini and Bedrock paths: stored in
+    the memo and scored as a wrong answer. Each API's published definition requires what carries the answer
+    (OpenAI's ``choices``, Gemini's ``candidates`` unless ``promptFeedback`` says why none, Anthropic's ``content``,
+    Converse's ``output`` and ``stopReason``): without it, the answer is malformed, retried, never stored."""
+    from tests.helpers import scripted_server
+
+    for variable in ("ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.setenv(variable, "test-key")
+    isolated_aws(monkeypatch, tmp_path, "AKIATEST")
+    async with scripted_server() as (url, answer, _):
+        answer.update(status=200, body=b"{}")
+        provider = PATHS[path](url)
+        await provider.start()
+        try:
+            with pytest.raises(TransientError) as caught:
+                await provider.execute(MODELS[path], MESSAGES, {"max_tokens": 5, "temperature": 0})
+        finally:
+            await provider.aclose()
+    assert caught.value.error_class == "malformed_response", repr(caught.value)

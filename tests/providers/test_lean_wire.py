@@ -217,7 +217,7 @@ async def test_each_status_is_the_same_error_on_both_paths(scripted: tuple[str, 
     assert "sk-abc" not in str(got)
 
 
-@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b'"text"', b""])
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b'"text"', b"", b"{}", b'{"id": "x", "choices": null}'])
 async def test_a_malformed_success_body_is_the_same_error(scripted: tuple[str, dict[str, Any]], body: bytes) -> None:
     url, answer = scripted
     answer.update(status=200, body=body)
