@@ -14,12 +14,9 @@ import contextlib
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from runner.errors import TransientError
-
-if TYPE_CHECKING:
-    from .base import ProviderSettings
 
 __all__ = ["AnswerBounds", "Inflater", "OutOfBounds", "bounds_of", "default_bounds", "is_download", "out_of_bounds",
            "surfaced"]
@@ -52,7 +49,16 @@ def default_bounds(timeout: float) -> AnswerBounds:
                         total_seconds=max(TOTAL_SECONDS, timeout))
 
 
-def bounds_of(settings: ProviderSettings) -> AnswerBounds:
+class BoundSettings(Protocol):
+    """What :func:`bounds_of` reads of a provider's settings (``ProviderSettings``, which imports this module)."""
+
+    max_answer_mb: float
+    max_download_mb: float
+
+    def answer_seconds(self) -> float: ...
+
+
+def bounds_of(settings: BoundSettings) -> AnswerBounds:
     return AnswerBounds(answer_bytes=int(settings.max_answer_mb * MIB),
                         download_bytes=int(settings.max_download_mb * MIB),
                         total_seconds=settings.answer_seconds())
