@@ -136,6 +136,12 @@ def validate_job_file(path: str | os.PathLike[str], vars: Mapping[str, str] | No
         found = dataset_problems(dataset, choices, limit, cluster=cluster)
         problems += [p for p in found if p not in problems]  # a file read twice
     job = examined.job if not problems else None
+    if job is not None:  # what only the whole job can tell
+        from runner.engine.checks import loglikelihood_problem
+
+        if (problem := loglikelihood_problem(job)) is not None:
+            problems.append(problem)
+            job = None
     return Validation(problems, job, dataset_warnings(job) if job is not None else [],
                       located if bundled else None)
 

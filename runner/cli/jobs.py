@@ -22,6 +22,7 @@ from runner.cli.common import (
     say,
     var_values,
 )
+from runner.engine.checks import check_loglikelihood
 from runner.errors import RunnerError
 from runner.report import estimate as estimates
 from runner.report import sizing as sizes
@@ -88,6 +89,7 @@ def estimate(
     job = load_job(job_file, var)
     if limit is not None:
         job.limit = service.check_limit(limit)
+    check_loglikelihood(job)  # as submit refuses it: no estimate of what would not be sent
     store = open_db(db)
     found = estimates.estimate(job, store)
     text = estimates.render(found, fmt)

@@ -130,18 +130,26 @@ class CannotScore(RunnerError):
     exit_code = 2
 
 
-def check_loglikelihood(job: Job, providers: dict[str, Provider]) -> None:
-    """Log-likelihood stages need providers that can score; a chat-only API is named before anything is sent."""
+def check_loglikelihood(job: Job) -> None:
+    """Log-likelihood stages need providers that can score (``Provider.supports_loglikelihood``, a property of
+    the provider's class: no SDK or key is needed to tell); a chat-only API is named before anything is sent, and
+    at ``runner validate`` and ``runner estimate``."""
+    if (problem := loglikelihood_problem(job)) is not None:
+        raise CannotScore(problem)
+
+
+def loglikelihood_problem(job: Job) -> str | None:
+    """The sentence :func:`check_loglikelihood` raises, or None."""
     for stage in job.llm_stages():
         if stage.parse != "loglikelihood":
             continue
         for model in job.stage_models(stage):
-            provider = providers[split_model(model)[0]]
-            if not getattr(provider, "supports_loglikelihood", False):
-                raise CannotScore(
-                    f"{job.path or 'the job file'}: stage {stage.name} scores log-likelihoods, and {model} cannot "
-                    "score log-likelihoods (a chat-only API): use a local: model or an openai-compatible: "
-                    "completions server there, and give chat models to a stage in the prompt form")
+            if not provider_class(split_model(model)[0]).supports_loglikelihood:
+                return (f"{job.path or 'the job file'}: stage {stage.name} scores log-likelihoods, and {model} "
+                        "cannot score log-likelihoods (a chat-only API): use a local: model or an "
+                        "openai-compatible: completions server there, and give chat models to a stage in the prompt "
+                        "form")
+    return None
 
 
 def budget_warnings(job: Job) -> list[str]:
@@ -205,6 +213,6 @@ def check_before_sending(job: Job) -> dict[str, Provider]:
     providers = build_providers(job)
     check_prices(job)
     check_batch_modes(job, providers)
-    check_loglikelihood(job, providers)
+    check_loglikelihood(job)
     check_output(job)
     return providers

@@ -359,3 +359,29 @@ async def test_chat_only_providers_refuse_in_one_sentence_without_sending(
     assert str(refused.value) == (f"{name}:{model} cannot score log-likelihoods ({reason}); use a local model, an "
                                   "openai-compatible completions server, or the stage's prompt form")
     assert refused.value.error_class == "bad_request" and not refused.value.retryable
+
+
+@pytest.mark.parametrize("command", ["validate", "estimate"])
+def test_validate_and_estimate_refuse_a_log_likelihood_stage_on_a_chat_model_as_submit_does(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """Issue 37: `runner validate` said such a job was valid and `runner estimate` priced it; only `submit` refused
+    it. Each now says the same sentence, exit 2, with no key set and nothing sent; a model that scores passes."""
+    from tests.helpers import run_cli
+
+    (tmp_path / "rows.jsonl").write_text('{"id": "1", "q": "The capital of France is", "options": ["Paris", '
+                                         '"Rome"], "label": 0}\n', encoding="utf-8")
+    job = tmp_path / "job.yaml"
+    text = ("name: ll\nmodels: [MODEL]\nstages:\n  - name: score\n    dataset: {path: rows.jsonl, id: id}\n"
+            "    prompt: {context: '{{ q }}', continuation: ' {{ option }}'}\n"
+            "    choices: {field: options, gold: label, seeds: [0], shuffle: false}\n    parse: loglikelihood\n")
+    job.write_text(text.replace("MODEL", "openai:gpt-4o-mini"), encoding="utf-8")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    extra = ["--db", str(tmp_path / "s.sqlite")] if command == "estimate" else []
+    code, out, err = run_cli(monkeypatch, capsys, command, str(job), *extra)
+    assert code == 2 and "Traceback" not in err, err
+    assert err.strip() == (f"Error: {job}: stage score scores log-likelihoods, and openai:gpt-4o-mini cannot score "
+                           "log-likelihoods (a chat-only API): use a local: model or an openai-compatible: "
+                           "completions server there, and give chat models to a stage in the prompt form")
+    job.write_text(text.replace("MODEL", "local:smollm2"), encoding="utf-8")
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(job))
+    assert code == 0 and "valid job 'll'" in out, err
