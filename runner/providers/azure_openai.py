@@ -80,6 +80,11 @@ class AzureOpenAIProvider(OpenAIChatProvider):
         return self.options.api_version or os.environ.get(VERSION_ENV) or ""
 
     @classmethod
+    def api_version_of(cls, settings: ProviderSettings | None) -> str | None:
+        """The job's ``api_version``, else OPENAI_API_VERSION, as the client reads them."""
+        return (settings.api_version if settings is not None else None) or os.environ.get(VERSION_ENV) or None
+
+    @classmethod
     def model_behind(cls, deployment: str, settings: ProviderSettings | None = None) -> str:
         """The model a deployment serves: the job's ``deployments:`` map, else the deployment's own name (a
         deployment named after its model, as Azure's portal proposes)."""

@@ -279,6 +279,12 @@ class Provider(ABC):
         default checks nothing (a provider without a cheap call)."""
 
     @classmethod
+    def api_version_of(cls, settings: ProviderSettings | None) -> str | None:
+        """The API version requests would be sent with, as far as the job and the environment say (the capability
+        table's rules may depend on it); by default the job's ``api_version``."""
+        return settings.api_version if settings is not None else None
+
+    @classmethod
     def model_behind(cls, model: str, settings: ProviderSettings | None = None) -> str:
         """The model a name serves, for its price and the capability table (azure-openai: a deployment's model, from
         the job's ``deployments:``); by default the name itself."""

@@ -35,6 +35,7 @@ from .capability_table import (
     ANTHROPIC_DEFAULT_VERSION,
     ANTHROPIC_REQUIRED_CAP,
     ANTHROPIC_VERSIONS,
+    AZURE_REASONING_VERSION,
     DEFAULT_EFFORT,
     EFFORT_ALLOWANCE,
     EFFORT_BUDGET,
@@ -166,6 +167,12 @@ def shape(provider: str, model: str, params: Mapping[str, Any], *, drop_unsuppor
         return Shaped(_named_schema(out), caps=None)
     name = label or f"{provider}:{model}"
     shaped = Shaped(out, caps=caps)
+    if provider == "azure-openai" and caps.reasoning != "never" and api_version and api_version[:1].isdigit() \
+            and api_version < AZURE_REASONING_VERSION:  # not a setting to drop: the model is not served there
+        shaped.problems.append(
+            f"{name} is a reasoning model, which Azure OpenAI serves from API version {AZURE_REASONING_VERSION} "
+            f"on, not {api_version}: set providers: azure-openai: api_version: (or OPENAI_API_VERSION) to "
+            f"{AZURE_REASONING_VERSION} or later")
 
     def refuse(setting: str, why: str, fix: str) -> None:
         if drop_unsupported:

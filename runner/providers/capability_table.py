@@ -22,6 +22,11 @@ ANTHROPIC_DEFAULT_VERSION = "2023-06-01"
 #: batch mode; v1 (google-genai 3.x's default) has none of the first four (generativelanguage v1 and v1beta
 #: protos, googleapis/googleapis google/ai/generativelanguage/{v1,v1beta}/generative_service.proto)
 GEMINI_API_VERSION = "v1beta"
+#: the first dated Azure OpenAI API version that serves the reasoning models (o-series, gpt-5) and their
+#: reasoning_effort; the GA version 2024-10-21 has neither (Microsoft Learn, "Azure OpenAI reasoning models", API
+#: support: learn.microsoft.com/azure/ai-foundry/openai/how-to/reasoning; the 2024-10-21 and 2024-12-01-preview
+#: inference specifications in Azure's azure-rest-api-specs)
+AZURE_REASONING_VERSION = "2024-12-01-preview"
 #: the answer's room on Anthropic when a job sets no max_tokens (the Messages API requires one); as
 #: anthropic_messages.DEFAULT_MAX_TOKENS
 ANTHROPIC_REQUIRED_CAP = 1024

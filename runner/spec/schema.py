@@ -378,13 +378,14 @@ def shaped_params(job: Job, stage: Stage, model: str) -> Shaped:
     """The stage's parameters as ``model`` (``provider:name``) is sent them (``capabilities.shape``)."""
     provider, name = split_model(model)
     settings = job.providers.get(provider)
+    api_version = settings.api_version if settings else None
     try:
         name = provider_class(provider).model_behind(name, settings)
+        api_version = provider_class(provider).api_version_of(settings)
     except (KeyError, RunnerError):  # an unknown or broken provider is said where the job names it
         pass
     return shape(provider, name, job.stage_params(stage).model_dump(exclude_none=True),
-                 drop_unsupported=job.stage_drops(stage), api_version=settings.api_version if settings else None,
-                 label=model)
+                 drop_unsupported=job.stage_drops(stage), api_version=api_version, label=model)
 
 
 def parse_duration(text: str) -> float:

@@ -505,3 +505,30 @@ def test_a_job_names_the_resource_its_auth_and_its_deployments_or_is_told_the_en
     last = err.strip().splitlines()[-1]
     assert code == 1 and last.startswith(f"Error: {MODEL} needs its resource's endpoint")
     assert "AZURE_OPENAI_ENDPOINT" in last and "(no request was sent)" in last
+
+
+def test_a_reasoning_deployment_on_an_api_version_without_reasoning_models_is_refused_naming_the_version(
+        tmp_path, monkeypatch):
+    """Issue 37: Azure serves the o-series and gpt-5 (and reasoning_effort) from API version 2024-12-01-preview on;
+    the GA 2024-10-21 has neither, and the README's own example paired an o3-mini deployment with it. Refused when
+    the job is read, whatever drop_unsupported says (the model is not served there; there is no setting to drop),
+    from the job's api_version or OPENAI_API_VERSION; a version that has them, or a model that does not reason,
+    passes."""
+    thinker = {"deployments": {"thinker": "o3-mini"}}
+
+    def job(version: str | None, model: str = "azure-openai:thinker") -> Path:
+        azure = {**thinker, **({"api_version": version} if version else {})}
+        return write_job(tmp_path, "http://127.0.0.1:1", models=(model,), azure=azure, drop_unsupported=True)
+
+    expected = ("azure-openai:thinker is a reasoning model, which Azure OpenAI serves from API version "
+                "2024-12-01-preview on, not 2024-10-21: set providers: azure-openai: api_version: (or "
+                "OPENAI_API_VERSION) to 2024-12-01-preview or later")
+    with pytest.raises(JobFileError) as refused:
+        load_job(job("2024-10-21"))
+    assert expected in str(refused.value)
+    monkeypatch.setenv("OPENAI_API_VERSION", "2024-10-21")
+    with pytest.raises(JobFileError, match="serves from API version 2024-12-01-preview on, not 2024-10-21"):
+        load_job(job(None))
+    for version in ("2024-12-01-preview", "2025-04-01-preview", "preview"):
+        load_job(job(version))
+    load_job(job("2024-10-21", "azure-openai:gpt-4o-mini"))  # not a reasoning model
