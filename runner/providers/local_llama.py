@@ -125,13 +125,14 @@ def reusing_llama(llama_class: type) -> type:
     class ReusingLlama(llama_class):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, prefix_states: int = PREFIX_STATES,
                      prefix_state_bytes: int = PREFIX_STATE_BYTES, **kwargs: Any) -> None:
+            # set before the model loads: a load that fails still ends in Llama.__del__, which calls close()
+            #: saved states, oldest first: token bytes -> (tokens, state)
+            self.states: dict[bytes, tuple[Any, bytes]] = {}
             super().__init__(*args, **kwargs)
             #: how many leading positions of the context were computed in batches of two or more tokens
             self.batched = 0
             self.max_states = prefix_states if seq_state else 0
             self.max_state_bytes = prefix_state_bytes
-            #: saved states, oldest first: token bytes -> (tokens, state)
-            self.states: dict[bytes, tuple[Any, bytes]] = {}
             self.reused = 0  # prompt tokens not evaluated again, over the model's life (for bench/local.py)
 
         def eval(self, tokens: Any) -> None:

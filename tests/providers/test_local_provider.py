@@ -318,3 +318,19 @@ def test_validate_refuses_a_bad_thread_count_in_one_sentence_before_anything_run
     assert code == 2, err
     assert err.count("\n") == 1 and "quickstart.yaml" in err
     assert "RUNNER_LOCAL_THREADS='many' is not a number of threads from 1 to 256" in err
+
+
+def test_weights_that_fail_to_load_say_so_in_one_sentence_with_no_stray_traceback(tmp_path, monkeypatch):
+    """Issue 37: a GGUF file llama.cpp cannot load ended the run in one sentence, then printed "Exception ignored
+    in Llama.__del__" with a traceback: the half-built model's close() read prefix states it never had."""
+    import gc
+
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + bytes(range(256)) * 400)  # the magic bytes, then nothing llama.cpp can read
+    unraised: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraised.append)
+    for reuse in (True, False):
+        with pytest.raises(ModelSetupError, match=f"the local model {bad} could not be loaded"):
+            LocalProvider(ProviderSettings(), reuse_prefix=reuse)._load(bad)
+        gc.collect()
+    assert [hook.exc_value for hook in unraised] == []
