@@ -140,6 +140,11 @@ def refusal(body: dict[str, Any], model: str, version: str) -> Refusal | None:
         return Refusal(f"Unable to submit request because it has a temperature value of {temperature:g} but the "
                        f"supported range is from {caps.temperature[0]:g} (inclusive) to "
                        f"{caps.temperature[1] + 0.0001:g} (exclusive). Update the value and try again.")
+    # a model without penalties refuses any but 0, which is taken as unset (the API's answer to Gemini 2.5 models,
+    # reported in vercel/ai#8943 and google-gemini/cookbook#1290; the table's penalties rule)
+    for camel, snake in (("presencePenalty", "presence_penalty"), ("frequencyPenalty", "frequency_penalty")):
+        if not caps.penalties and option(camel, snake) not in (None, 0):
+            return Refusal(f"Penalty is not enabled for models/{model}")
     top_p = option("topP", "top_p")
     if top_p is not None and not 0 <= top_p <= 1:
         return Refusal(f"Unable to submit request because it has a topP value of {top_p:g} but the supported range "

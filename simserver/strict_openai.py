@@ -226,6 +226,11 @@ def _openai_model(body: dict[str, Any], caps: ModelCaps) -> Refusal | None:
                            "default (1) value is supported.", name, "unsupported_value")
     if reasons and body.get("max_tokens") is not None:
         return _unsupported("max_tokens", " Use 'max_completion_tokens' instead.")
+    # the reasoning models take no penalties but their default 0 (OpenAI's reasoning guide, its list of the
+    # parameters they do not support; the table's penalties rule)
+    for name in ("presence_penalty", "frequency_penalty"):
+        if not caps.penalties and body.get(name) not in (None, 0):
+            return _unsupported(name)
     if not caps.logprobs:
         for name in ("logprobs", "top_logprobs"):
             if body.get(name) not in (None, False):

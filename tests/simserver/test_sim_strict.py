@@ -54,6 +54,10 @@ OPENAI_CASES = [
      {"max_completion_tokens": 100}),
     ("o3", {"top_p": 0.5}, "unsupported_value", "top_p", "Unsupported value: 'top_p'", {}),
     ("o3", {"logprobs": True}, "unsupported_parameter", "logprobs", "Unsupported parameter: 'logprobs'", {}),
+    ("o3", {"presence_penalty": 0.5}, "unsupported_parameter", "presence_penalty",
+     "Unsupported parameter: 'presence_penalty'", {"presence_penalty": 0}),
+    ("o4-mini", {"frequency_penalty": -1}, "unsupported_parameter", "frequency_penalty",
+     "Unsupported parameter: 'frequency_penalty'", {}),
     ("gpt-5", {"stop": ["x"]}, "unsupported_parameter", "stop", "Unsupported parameter: 'stop'", {}),
     ("gpt-4o", {"reasoning_effort": "low"}, "unsupported_parameter", "reasoning_effort",
      "Unsupported parameter: 'reasoning_effort'", {}),
@@ -175,6 +179,10 @@ GEMINI_CASES = [
      {"thinking_config": {"thinking_budget": 128}}),
     ("gemini-2.5-pro", "v1beta", {"thinking_config": {"thinking_budget": 64}},
      "The thinking budget 64 is invalid.", "v1beta", {"thinking_config": {"thinking_budget": 128}}),
+    ("gemini-2.5-flash", "v1beta", {"presence_penalty": 0.5}, "Penalty is not enabled for models/gemini-2.5-flash",
+     "v1beta", {"presence_penalty": 0.0}),
+    ("gemini-2.5-pro", "v1beta", {"frequency_penalty": 1.0}, "Penalty is not enabled for models/gemini-2.5-pro",
+     "v1beta", {"temperature": 1.0}),
 ]
 
 
