@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 from runner.errors import RunnerError
@@ -299,6 +300,26 @@ def cell(figure: dict[str, Any] | None) -> str:
     if figure.get("std") is not None:
         text += f" ± {100 * figure['std']:.2f}"
     return text
+
+
+#: the CSV report's columns of the paper's table, one row per model and column (long form, after the run's rows)
+CSV_COLUMNS = ("layout", "layout_column", "layout_mean", "layout_std", "layout_note")
+
+
+def csv_rows(data: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The paper's table as CSV rows: each model's figure of each column, in [0, 1] as the run's accuracy columns
+    are (blank where there is none), with the reason where the figure is not the paper's (``layout_note``)."""
+    labels = data.get("labels") or {}
+    for row in data["rows"]:
+        for column in data["columns"]:
+            figure = row.get(column)
+            out = {"model": row["model"], "layout": data["layout"], "layout_column": labels.get(column, column)}
+            if figure is not None and "not_comparable" in figure:
+                out["layout_note"] = figure["not_comparable"]
+            elif figure is not None:
+                out["layout_mean"] = figure["mean"]
+                out["layout_std"] = figure.get("std")
+            yield out
 
 
 def render_text(data: dict[str, Any], markdown: bool = False) -> list[str]:

@@ -312,14 +312,17 @@ def render(data: dict[str, Any], fmt: str) -> str:
         # a judged run (--judged) names its judge on the judged rows; other reports keep their columns
         judged = any(row.get("judged_by") for row in data["rows"])
         columns = (*COLUMNS, "judged_by", "judged_run", "judged") if judged else COLUMNS
-        # the breakdowns by recorded fields follow the rows, as rows naming their field and value
+        # the breakdowns by recorded fields follow the rows, as rows naming their field and value; then the paper's
+        # table, one row per model and column
         breakdowns = list(breakdown_rows(data))
-        writer = csv.DictWriter(buffer, fieldnames=(*columns, *BREAKDOWN_COLUMNS) if breakdowns else columns,
-                                extrasaction="ignore")
+        table = list(layouts.csv_rows(data["layout"])) if data.get("layout") else []
+        fields = (*columns, *(BREAKDOWN_COLUMNS if breakdowns else ()), *(layouts.CSV_COLUMNS if table else ()))
+        writer = csv.DictWriter(buffer, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         for row in data["rows"]:
             writer.writerow(_flat(row))
         writer.writerows(breakdowns)
+        writer.writerows(table)
         return buffer.getvalue()
     headers = ["stage", "model", "requests", "cache hits", "sent", "tokens in (cached)", tokens_out_header(data),
                "cost", "saved", "errors", "refused", "p50", "p95", "invalid", *ITEM_HEADERS,

@@ -205,6 +205,17 @@ async def test_the_judge_model_is_named_in_every_format(judged, monkeypatch, cap
         assert float(r["accuracy_std"]) == pytest.approx(expected[r["model"]]["std"])
         assert r["scored"] == "0" and r["judged"] == "9"
     assert all(r["judged_by"] == "" for r in rows if r["stage"] != "no-hint")
+    # Table 3 follows, a row per model and column, the judged column under its label (issue 37: the CSV had none)
+    table = {(r["model"], r["layout_column"]): r for r in rows if r["layout"] == "knowno"}
+    assert {column for _, column in table} == {"with_gold", "hint_option", "hint_instruction",
+                                                "no_hint (judged by sim:judge)", "E[A w/o]", "OmniAccuracy"}
+    for row in data["layout"]["rows"]:
+        for column in data["layout"]["columns"]:
+            label = data["layout"]["labels"].get(column, column)
+            figure, line = row[column], table[row["model"], label]
+            assert float(line["layout_mean"]) == pytest.approx(figure["mean"]) if figure else line["layout_mean"] == ""
+    assert float(table["sim:a", "no_hint (judged by sim:judge)"]["layout_mean"]) == \
+        pytest.approx(expected["sim:a"]["mean"])
     # without --judged the csv keeps its columns
     code, out, _ = run_cli(monkeypatch, capsys, "report", run_id, "--db", db, "--format", "csv")
     assert code == 0 and "judged_by" not in out.splitlines()[0]
@@ -217,7 +228,7 @@ async def test_without_judged_answers_e_and_omniaccuracy_say_why_in_every_format
     db, run_id = str(judged["store"].path), judged["run"].run_id
     why = f"n/a: no-hint not judged (runner report {run_id} --judged JUDGE_RUN)"
     outputs = {}
-    for fmt in ("text", "md", "json"):
+    for fmt in ("text", "md", "json", "csv"):
         code, out, err = run_cli(monkeypatch, capsys, "report", run_id, "--db", db, "--format", fmt)
         assert code == 0, err
         outputs[fmt] = out
@@ -233,6 +244,9 @@ async def test_without_judged_answers_e_and_omniaccuracy_say_why_in_every_format
     layout = json.loads(outputs["json"])["layout"]
     assert all(row["E[A w/o]"] == row["OmniAccuracy"] == {"not_comparable": why} for row in layout["rows"])
     assert all(set(row["scored_no_gold_mean"]) >= {"mean", "styles"} for row in layout["rows"])
+    table = [r for r in csv.DictReader(io.StringIO(outputs["csv"])) if r["layout"] == "knowno"]
+    unscored = [r for r in table if r["layout_column"] in ("E[A w/o]", "OmniAccuracy")]
+    assert len(unscored) == 4 and all(r["layout_note"] == why and r["layout_mean"] == "" for r in unscored)
 
 
 async def test_a_judge_run_of_other_answers_is_one_error_sentence(judged, monkeypatch, capsys):
