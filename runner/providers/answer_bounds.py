@@ -26,6 +26,8 @@ MIB = 1 << 20
 ANSWER_MB = 64.0
 DOWNLOAD_MB = 4096.0
 TOTAL_SECONDS = 600.0
+#: how many times an answer's total time a Batch API's results download is given (an hour by default)
+DOWNLOAD_TIMES = 6
 #: the content codings the runner asks for and reads; any other a server sends is refused, unread
 READABLE_CODINGS = ("identity", "gzip", "deflate")
 
@@ -39,8 +41,16 @@ class AnswerBounds:
     #: seconds from sending a request to the last byte of its answer
     total_seconds: float
 
+    @property
+    def download_seconds(self) -> float:
+        """The total time of a results download, which may be gigabytes: :data:`DOWNLOAD_TIMES` the answers'."""
+        return self.total_seconds * DOWNLOAD_TIMES
+
     def limit_for(self, path: str) -> int:
         return self.download_bytes if is_download(path) else self.answer_bytes
+
+    def seconds_for(self, path: str) -> float:
+        return self.download_seconds if is_download(path) else self.total_seconds
 
 
 def default_bounds(timeout: float) -> AnswerBounds:

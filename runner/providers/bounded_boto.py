@@ -79,8 +79,9 @@ def bound_client(client: Any, bounds: AnswerBounds) -> Any:
             raise coding_refused(coding)
         path = request.url.split("?", 1)[0]
         with _as_botocore(request):
-            response._content = read_bounded(response.raw, bounds.limit_for(path), began + bounds.total_seconds,
-                                             bounds.total_seconds)  # what AWSResponse.content returns from now on
+            seconds = bounds.seconds_for(path)
+            response._content = read_bounded(response.raw, bounds.limit_for(path), began + seconds,
+                                             seconds)  # what AWSResponse.content returns from now on
         return response
 
     client.meta.events.register("before-send", send)

@@ -30,7 +30,8 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.bounds.total_seconds
+        seconds = self.bounds.seconds_for(request.url.path)
+        deadline = loop.time() + seconds
         request.headers["Accept-Encoding"] = ", ".join(READABLE_CODINGS[1:])
         try:
             async with asyncio.timeout_at(deadline):
@@ -38,7 +39,7 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         except TimeoutError as exc:
             if loop.time() < deadline:
                 raise
-            raise too_slow(self.bounds.total_seconds) from exc
+            raise too_slow(seconds) from exc
         coding = response.headers.get("content-encoding", "identity").strip().lower()
         if coding not in READABLE_CODINGS:
             await response.aclose()
@@ -48,7 +49,7 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         headers = response.headers.raw
         if inflater is not None:  # the body handed on is decompressed here
             headers = [(name, value) for name, value in headers if name.lower() not in _RECODED]
-        stream = _BoundedStream(response.stream, limit, inflater, deadline, self.bounds.total_seconds)
+        stream = _BoundedStream(response.stream, limit, inflater, deadline, seconds)
         return httpx2.Response(status_code=response.status_code, headers=headers, stream=stream,
                                request=request, extensions=response.extensions)
 

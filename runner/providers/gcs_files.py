@@ -60,12 +60,12 @@ def parse_uri(uri: str) -> tuple[str, str]:
 
 class _BoundedSink:
     """The file an object is downloaded into (the SDK writes it chunk by chunk, decompressed where the object is
-    stored gzipped): at most ``download_bytes``, within ``total_seconds``, else
+    stored gzipped): at most ``download_bytes``, within ``download_seconds``, else
     :class:`~runner.providers.answer_bounds.OutOfBounds`."""
 
     def __init__(self, bounds: AnswerBounds) -> None:
         self.bounds = bounds
-        self.deadline = time.monotonic() + bounds.total_seconds
+        self.deadline = time.monotonic() + bounds.download_seconds
         self.chunks: list[bytes] = []
         self.size = 0
 
@@ -74,7 +74,7 @@ class _BoundedSink:
         if self.size > self.bounds.download_bytes:
             raise too_large(self.bounds.download_bytes)
         if time.monotonic() > self.deadline:
-            raise too_slow(self.bounds.total_seconds)
+            raise too_slow(self.bounds.download_seconds)
         self.chunks.append(bytes(data))
         return len(data)
 

@@ -158,7 +158,8 @@ class LeanWire:
         # One send per call, on a kept-alive connection or a new one: a connection the server closed or reset,
         # before or during its answer, is a connection error the runner's retry policy counts as an attempt, never
         # a send of our own besides it (issue 41: a reset mid-answer was sent again outside the retry count)
-        whole = asyncio.timeout(self.bounds.total_seconds)
+        seconds = self.bounds.seconds_for(target)
+        whole = asyncio.timeout(seconds)
         try:
             async with whole:
                 status, answer_headers, content = await self._exchange(
@@ -167,7 +168,7 @@ class LeanWire:
             raise TransientError(f"{where}: {exc}", error_class=exc.error_class) from exc
         except TimeoutError as exc:
             if whole.expired():
-                bound = too_slow(self.bounds.total_seconds)
+                bound = too_slow(seconds)
                 raise TransientError(f"{where}: {bound}", error_class=bound.error_class) from exc
             raise TransientError(f"{where}: timed out after {self.timeout:g} s", error_class="timeout") from exc
         except (OSError, h11.ProtocolError, zlib.error, _Closed) as exc:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import pytest
 
 from runner.errors import TransientError
-from runner.providers.answer_bounds import MIB, Inflater, OutOfBounds, is_download, out_of_bounds
+from runner.providers.answer_bounds import MIB, Inflater, OutOfBounds, bounds_of, is_download, out_of_bounds
 from runner.providers.anthropic_messages import AnthropicProvider
 from runner.providers.base import Provider, ProviderSettings
 from runner.providers.bedrock import BedrockProvider
@@ -197,6 +197,9 @@ def test_downloads_of_batch_results_take_the_larger_bound() -> None:
     assert is_download("/v1/files/file-abc/content") and is_download("/v1/messages/batches/msgbatch_1/results")
     assert is_download("/download/v1beta/files/batch-1:download")
     assert not is_download("/v1/chat/completions") and not is_download("/v1/messages")
+    bounds = bounds_of(ProviderSettings())
+    assert (bounds.limit_for("/v1/files/f/content"), bounds.seconds_for("/v1/files/f/content")) == (4096 * MIB, 3600)
+    assert (bounds.limit_for("/v1/messages"), bounds.seconds_for("/v1/messages")) == (64 * MIB, 600)
 
 
 def test_a_bound_is_found_however_deep_an_sdk_wrapped_it() -> None:
