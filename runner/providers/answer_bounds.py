@@ -18,8 +18,8 @@ from typing import Protocol
 
 from runner.errors import TransientError
 
-__all__ = ["AnswerBounds", "Inflater", "OutOfBounds", "bounds_of", "default_bounds", "is_download", "out_of_bounds",
-           "surfaced"]
+__all__ = ["AnswerBounds", "Bound", "Inflater", "OutOfBounds", "bounds_of", "default_bounds", "is_download",
+           "out_of_bounds", "surfaced"]
 
 MIB = 1 << 20
 #: the bounds' defaults (the provider settings max_answer_mb, max_download_mb, and total_timeout's floor)
@@ -32,6 +32,16 @@ DOWNLOAD_TIMES = 6
 READABLE_CODINGS = ("identity", "gzip", "deflate")
 
 
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """What one answer may take: ``bytes`` (as received and decompressed), ``seconds`` in all, and the setting
+    that sets its size (named when it is passed)."""
+
+    bytes: int
+    seconds: float
+    setting: str = "max_answer_mb"
+
+
 @dataclass(frozen=True)
 class AnswerBounds:
     #: bytes of one answer, as received and once decompressed
@@ -42,15 +52,17 @@ class AnswerBounds:
     total_seconds: float
 
     @property
-    def download_seconds(self) -> float:
-        """The total time of a results download, which may be gigabytes: :data:`DOWNLOAD_TIMES` the answers'."""
-        return self.total_seconds * DOWNLOAD_TIMES
+    def answer(self) -> Bound:
+        return Bound(self.answer_bytes, self.total_seconds)
 
-    def limit_for(self, path: str) -> int:
-        return self.download_bytes if is_download(path) else self.answer_bytes
+    @property
+    def download(self) -> Bound:
+        """A results download, which may be gigabytes: :data:`DOWNLOAD_TIMES` the answers' total time."""
+        return Bound(self.download_bytes, self.total_seconds * DOWNLOAD_TIMES, "max_download_mb")
 
-    def seconds_for(self, path: str) -> float:
-        return self.download_seconds if is_download(path) else self.total_seconds
+    def of(self, path: str) -> Bound:
+        """The bound of the answer to a request of this URL path."""
+        return self.download if is_download(path) else self.answer
 
 
 def default_bounds(timeout: float) -> AnswerBounds:
@@ -89,12 +101,12 @@ class OutOfBounds(Exception):
         self.error_class = error_class
 
 
-def too_large(limit: int) -> OutOfBounds:
-    return OutOfBounds("answer_too_large", f"the answer was larger than {_size(limit)} (max_answer_mb)")
+def too_large(bound: Bound) -> OutOfBounds:
+    return OutOfBounds("answer_too_large", f"the answer was larger than {_size(bound.bytes)} ({bound.setting})")
 
 
-def too_slow(seconds: float) -> OutOfBounds:
-    return OutOfBounds("answer_too_slow", f"the answer took longer than {seconds:g} s in all (total_timeout)")
+def too_slow(bound: Bound) -> OutOfBounds:
+    return OutOfBounds("answer_too_slow", f"the answer took longer than {bound.seconds:g} s in all (total_timeout)")
 
 
 def coding_refused(coding: str) -> OutOfBounds:
@@ -102,20 +114,19 @@ def coding_refused(coding: str) -> OutOfBounds:
 
 
 class Inflater:
-    """A gzip or zlib body decompressed as it arrives, never to more than ``limit`` bytes: a small compressed
+    """A gzip or zlib body decompressed as it arrives, never to more than ``bound.bytes``: a small compressed
     answer that would grow past it fails without growing (zlib's ``max_length``)."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
+    def __init__(self, bound: Bound) -> None:
+        self.bound = bound
         self.size = 0
         self._inflate = zlib.decompressobj(47)  # 47: a gzip or a zlib header, told apart by zlib
 
     def feed(self, data: bytes) -> bytes:
-        out = self._inflate.decompress(data, self.limit - self.size + 1)
+        out = self._inflate.decompress(data, self.bound.bytes - self.size + 1)
         self.size += len(out)
-        if self.size > self.limit or self._inflate.unconsumed_tail:
-            raise OutOfBounds("answer_inflated_too_large",
-                              f"the answer grew past {_size(self.limit)} once decompressed (max_answer_mb)")
+        if self.size > self.bound.bytes or self._inflate.unconsumed_tail:
+            raise self._grown()
         return out
 
     def end(self) -> bytes:
@@ -124,10 +135,13 @@ class Inflater:
         if not self._inflate.eof:
             raise zlib.error("the compressed answer ended before its end")
         self.size += len(rest)
-        if self.size > self.limit:
-            raise OutOfBounds("answer_inflated_too_large",
-                              f"the answer grew past {_size(self.limit)} once decompressed (max_answer_mb)")
+        if self.size > self.bound.bytes:
+            raise self._grown()
         return rest
+
+    def _grown(self) -> OutOfBounds:
+        return OutOfBounds("answer_inflated_too_large", f"the answer grew past {_size(self.bound.bytes)} once "
+                                                        f"decompressed ({self.bound.setting})")
 
 
 def out_of_bounds(exc: BaseException | None) -> OutOfBounds | None:

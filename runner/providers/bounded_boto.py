@@ -13,26 +13,27 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .answer_bounds import AnswerBounds, OutOfBounds, coding_refused, too_large, too_slow
+from .answer_bounds import AnswerBounds, Bound, OutOfBounds, coding_refused, too_large, too_slow
 
 __all__ = ["bound_client", "read_bounded"]
 
 _CHUNK = 1 << 16
 
 
-def read_bounded(raw: Any, limit: int, deadline: float, seconds: float) -> bytes:
-    """The body of urllib3's response ``raw``, as received, read as it arrives (``read1``): at most ``limit`` bytes
-    and until the monotonic ``deadline`` (``seconds`` after it was sent), else
+def read_bounded(raw: Any, bound: Bound, began: float) -> bytes:
+    """The body of urllib3's response ``raw``, as received, read as it arrives (``read1``): at most ``bound.bytes``
+    and until ``bound.seconds`` after ``began`` (the monotonic time it was sent), else
     :class:`~runner.providers.answer_bounds.OutOfBounds`."""
+    deadline = began + bound.seconds
     chunks: list[bytes] = []
     size = 0
     try:
         while chunk := raw.read1(_CHUNK, decode_content=False):
             size += len(chunk)
-            if size > limit:
-                raise too_large(limit)
+            if size > bound.bytes:
+                raise too_large(bound)
             if time.monotonic() > deadline:
-                raise too_slow(seconds)
+                raise too_slow(bound)
             chunks.append(chunk)
     except BaseException:
         raw.close()  # the connection is not handed back with an answer half read
@@ -79,9 +80,8 @@ def bound_client(client: Any, bounds: AnswerBounds) -> Any:
             raise coding_refused(coding)
         path = request.url.split("?", 1)[0]
         with _as_botocore(request):
-            seconds = bounds.seconds_for(path)
-            response._content = read_bounded(response.raw, bounds.limit_for(path), began + seconds,
-                                             seconds)  # what AWSResponse.content returns from now on
+            # what AWSResponse.content returns from now on
+            response._content = read_bounded(response.raw, bounds.of(path), began)
         return response
 
     client.meta.events.register("before-send", send)

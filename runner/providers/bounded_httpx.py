@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx2
 
-from .answer_bounds import READABLE_CODINGS, AnswerBounds, Inflater, coding_refused, too_large, too_slow
+from .answer_bounds import READABLE_CODINGS, AnswerBounds, Bound, Inflater, coding_refused, too_large, too_slow
 
 __all__ = ["BoundedTransport", "bounded_client"]
 
@@ -30,8 +30,8 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         loop = asyncio.get_running_loop()
-        seconds = self.bounds.seconds_for(request.url.path)
-        deadline = loop.time() + seconds
+        bound = self.bounds.of(request.url.path)
+        deadline = loop.time() + bound.seconds
         request.headers["Accept-Encoding"] = ", ".join(READABLE_CODINGS[1:])
         try:
             async with asyncio.timeout_at(deadline):
@@ -39,17 +39,16 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         except TimeoutError as exc:
             if loop.time() < deadline:
                 raise
-            raise too_slow(seconds) from exc
+            raise too_slow(bound) from exc
         coding = response.headers.get("content-encoding", "identity").strip().lower()
         if coding not in READABLE_CODINGS:
             await response.aclose()
             raise coding_refused(coding)
-        limit = self.bounds.limit_for(request.url.path)
-        inflater = Inflater(limit) if coding != "identity" else None
+        inflater = Inflater(bound) if coding != "identity" else None
         headers = response.headers.raw
         if inflater is not None:  # the body handed on is decompressed here
             headers = [(name, value) for name, value in headers if name.lower() not in _RECODED]
-        stream = _BoundedStream(response.stream, limit, inflater, deadline, seconds)
+        stream = _BoundedStream(response.stream, bound, inflater, deadline)
         return httpx2.Response(status_code=response.status_code, headers=headers, stream=stream,
                                request=request, extensions=response.extensions)
 
@@ -58,12 +57,11 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
 
 
 class _BoundedStream(httpx2.AsyncByteStream):
-    def __init__(self, inner: Any, limit: int, inflater: Inflater | None, deadline: float, seconds: float) -> None:
+    def __init__(self, inner: Any, bound: Bound, inflater: Inflater | None, deadline: float) -> None:
         self.inner = inner
-        self.limit = limit
+        self.bound = bound
         self.inflater = inflater
         self.deadline = deadline
-        self.seconds = seconds
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         chunks = aiter(self.inner)
@@ -77,10 +75,10 @@ class _BoundedStream(httpx2.AsyncByteStream):
             except TimeoutError as exc:
                 if asyncio.get_running_loop().time() < self.deadline:
                     raise
-                raise too_slow(self.seconds) from exc
+                raise too_slow(self.bound) from exc
             size += len(chunk)
-            if size > self.limit:
-                raise too_large(self.limit)
+            if size > self.bound.bytes:
+                raise too_large(self.bound)
             yield chunk if self.inflater is None else self.inflater.feed(chunk)
         if self.inflater is not None:
             yield self.inflater.end()

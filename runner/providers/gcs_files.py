@@ -60,21 +60,21 @@ def parse_uri(uri: str) -> tuple[str, str]:
 
 class _BoundedSink:
     """The file an object is downloaded into (the SDK writes it chunk by chunk, decompressed where the object is
-    stored gzipped): at most ``download_bytes``, within ``download_seconds``, else
+    stored gzipped): within the download bound of ``bounds``, else
     :class:`~runner.providers.answer_bounds.OutOfBounds`."""
 
     def __init__(self, bounds: AnswerBounds) -> None:
-        self.bounds = bounds
-        self.deadline = time.monotonic() + bounds.download_seconds
+        self.bound = bounds.download
+        self.deadline = time.monotonic() + self.bound.seconds
         self.chunks: list[bytes] = []
         self.size = 0
 
     def write(self, data: bytes) -> int:
         self.size += len(data)
-        if self.size > self.bounds.download_bytes:
-            raise too_large(self.bounds.download_bytes)
+        if self.size > self.bound.bytes:
+            raise too_large(self.bound)
         if time.monotonic() > self.deadline:
-            raise too_slow(self.bounds.download_seconds)
+            raise too_slow(self.bound)
         self.chunks.append(bytes(data))
         return len(data)
 

@@ -39,6 +39,7 @@ from runner.errors import TransientError
 from .answer_bounds import (
     READABLE_CODINGS,
     AnswerBounds,
+    Bound,
     Inflater,
     OutOfBounds,
     coding_refused,
@@ -158,18 +159,18 @@ class LeanWire:
         # One send per call, on a kept-alive connection or a new one: a connection the server closed or reset,
         # before or during its answer, is a connection error the runner's retry policy counts as an attempt, never
         # a send of our own besides it (issue 41: a reset mid-answer was sent again outside the retry count)
-        seconds = self.bounds.seconds_for(target)
-        whole = asyncio.timeout(seconds)
+        bound = self.bounds.of(target)
+        whole = asyncio.timeout(bound.seconds)
         try:
             async with whole:
                 status, answer_headers, content = await self._exchange(
-                    self._reused(), message, data, self.bounds.limit_for(target))
+                    self._reused(), message, data, bound)
         except OutOfBounds as exc:
             raise TransientError(f"{where}: {exc}", error_class=exc.error_class) from exc
         except TimeoutError as exc:
             if whole.expired():
-                bound = too_slow(seconds)
-                raise TransientError(f"{where}: {bound}", error_class=bound.error_class) from exc
+                slow = too_slow(bound)
+                raise TransientError(f"{where}: {slow}", error_class=slow.error_class) from exc
             raise TransientError(f"{where}: timed out after {self.timeout:g} s", error_class="timeout") from exc
         except (OSError, h11.ProtocolError, zlib.error, _Closed) as exc:
             raise TransientError(f"{where}: connection failed ({self._reason(exc)})",
@@ -225,10 +226,10 @@ class LeanWire:
         return _Connection(reader, writer)
 
     async def _exchange(self, connection: _Connection | None, message: h11.Request, data: bytes,
-                        limit: int) -> tuple[int, dict[str, str], bytes]:
+                        bound: Bound) -> tuple[int, dict[str, str], bytes]:
         """One request and its answer on ``connection`` (a new one when None). A reused connection that ends
         before any byte of the answer, or is reset, raises :class:`_Closed` (worded as the server disconnecting).
-        An answer of more than ``limit`` bytes, as received or decompressed, raises :class:`OutOfBounds`."""
+        An answer of more than ``bound.bytes``, as received or decompressed, raises :class:`OutOfBounds`."""
         reused = connection is not None
         if connection is None:
             connection = await self._connect()
@@ -250,8 +251,8 @@ class LeanWire:
                         raise _Closed
                     started = True
                     size += len(received)
-                    if size > limit:
-                        raise too_large(limit)
+                    if size > bound.bytes:
+                        raise too_large(bound)
                     protocol.receive_data(received)
                 elif isinstance(event, h11.Response):
                     status = event.status_code
@@ -260,7 +261,7 @@ class LeanWire:
                     if coding not in READABLE_CODINGS:
                         raise coding_refused(coding)
                     if coding != "identity":
-                        inflater = Inflater(limit)
+                        inflater = Inflater(bound)
                 elif isinstance(event, h11.Data):
                     chunks.append(event.data if inflater is None else inflater.feed(event.data))
                 elif isinstance(event, h11.EndOfMessage):

@@ -104,8 +104,7 @@ class S3Files:
         def read(**kwargs: Any) -> bytes:
             began = time.monotonic()
             body = self.client.get_object(**kwargs)["Body"]
-            return read_bounded(body._raw_stream, bounds.download_bytes, began + bounds.download_seconds,
-                                bounds.download_seconds)  # urllib3's response under botocore's StreamingBody
+            return read_bounded(body._raw_stream, bounds.download, began)  # urllib3's under botocore's StreamingBody
 
         return await self._run(read, Bucket=bucket, Key=key)  # type: ignore[no-any-return]
 

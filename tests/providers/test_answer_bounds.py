@@ -18,7 +18,16 @@ from typing import Any, ClassVar
 import pytest
 
 from runner.errors import TransientError
-from runner.providers.answer_bounds import MIB, Inflater, OutOfBounds, bounds_of, is_download, out_of_bounds
+from runner.providers.answer_bounds import (
+    MIB,
+    Bound,
+    Inflater,
+    OutOfBounds,
+    bounds_of,
+    is_download,
+    out_of_bounds,
+    too_large,
+)
 from runner.providers.anthropic_messages import AnthropicProvider
 from runner.providers.base import Provider, ProviderSettings
 from runner.providers.bedrock import BedrockProvider
@@ -179,16 +188,16 @@ async def test_each_hostile_answer_fails_in_bounded_time_and_memory_with_its_own
 
 
 def test_an_inflater_stops_at_its_bound_without_inflating_further() -> None:
-    inflater = Inflater(MIB)
+    inflater = Inflater(Bound(MIB, 60))
     with pytest.raises(OutOfBounds) as caught:
         for start in range(0, len(BOMB), 4096):
             assert len(inflater.feed(BOMB[start:start + 4096])) <= MIB
     assert caught.value.error_class == "answer_inflated_too_large" and inflater.size <= MIB + 1
     small = zlib.compress(b"x" * 1000)
-    whole = Inflater(1000)
+    whole = Inflater(Bound(1000, 60))
     assert whole.feed(small[:5]) + whole.feed(small[5:]) + whole.end() == b"x" * 1000
     with pytest.raises(zlib.error):  # a body cut short of its end
-        cut = Inflater(1000)
+        cut = Inflater(Bound(1000, 60))
         cut.feed(small[:-4])
         cut.end()
 
@@ -198,8 +207,10 @@ def test_downloads_of_batch_results_take_the_larger_bound() -> None:
     assert is_download("/download/v1beta/files/batch-1:download")
     assert not is_download("/v1/chat/completions") and not is_download("/v1/messages")
     bounds = bounds_of(ProviderSettings())
-    assert (bounds.limit_for("/v1/files/f/content"), bounds.seconds_for("/v1/files/f/content")) == (4096 * MIB, 3600)
-    assert (bounds.limit_for("/v1/messages"), bounds.seconds_for("/v1/messages")) == (64 * MIB, 600)
+    assert bounds.of("/v1/files/f/content") == Bound(4096 * MIB, 3600, "max_download_mb")
+    assert bounds.of("/v1/messages") == Bound(64 * MIB, 600, "max_answer_mb")
+    # a download past its bound names its own setting
+    assert "(max_download_mb)" in str(too_large(bounds.download)) and "(max_answer_mb)" in str(too_large(bounds.answer))
 
 
 def test_a_bound_is_found_however_deep_an_sdk_wrapped_it() -> None:

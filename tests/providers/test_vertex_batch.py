@@ -268,7 +268,7 @@ async def test_the_staging_uploads_lists_downloads_and_deletes_on_gcp_storage_em
     bounded = Staging(parse_folder("gs://staging/runs"), project="p", credentials=AnonymousCredentials(),
                       endpoint=emulator, timeout=10, where="vertex at emulator",
                       bounds=AnswerBounds(answer_bytes=1 << 20, download_bytes=1 << 20, total_seconds=60))
-    with pytest.raises(TransientError, match="larger than 1 MiB") as caught:
+    with pytest.raises(TransientError, match=r"larger than 1 MiB \(max_download_mb\)") as caught:
         await bounded.download(other)
     assert caught.value.error_class == "answer_too_large"
     bounded.close()
