@@ -19,11 +19,16 @@ import os
 import subprocess
 import sys
 import time
-import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from devservers.hostile import MIB, HostileServer  # noqa: E402
 
 PATHS = ["lean openai", "openai SDK", "lean anthropic", "anthropic SDK", "google-genai", "boto3"]
 CASES = ["baseline", "endless", "bomb", "trickle", "reset"]
-MIB = 1 << 20
 
 CHILD = r'''
 import asyncio, json, os, sys, time
@@ -65,63 +70,10 @@ asyncio.run(main())
 '''
 
 
-def gzip_of_zeros(size: int) -> bytes:
-    pack = zlib.compressobj(9, zlib.DEFLATED, 31)
-    block = bytes(MIB)
-    return b"".join(pack.compress(block) for _ in range(size // MIB)) + pack.flush()
-
-
-HEAD = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\n"
-
-
-class Server:
-    def __init__(self) -> None:
-        self.case = "baseline"
-        self.bomb = gzip_of_zeros(1024 * MIB)  # about 1 MiB that inflates to 1 GiB
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
-            await reader.readexactly(length)
-            if self.case == "baseline":
-                writer.write(HEAD + b"Content-Length: 2\r\n\r\n{}")
-            elif self.case == "endless":
-                writer.write(HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
-                chunk = b"%x\r\n%s\r\n" % (MIB, b"a" * MIB)
-                while True:
-                    writer.write(chunk)
-                    await writer.drain()
-            elif self.case == "bomb":
-                writer.write(HEAD + b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(self.bomb)
-                             + self.bomb)
-            elif self.case == "trickle":
-                writer.write(HEAD + b"Content-Length: 100000\r\n\r\n")
-                while True:
-                    writer.write(b" ")
-                    await writer.drain()
-                    await asyncio.sleep(0.05)
-            elif self.case == "reset":
-                import socket
-                import struct
-                writer.write(HEAD + b"Content-Length: 1000\r\n\r\n{\"a")
-                await writer.drain()
-                writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                                           struct.pack("ii", 1, 0))
-                writer.transport.abort()
-                return
-            await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-
 async def main(paths: list[str]) -> None:
-    server = Server()
-    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+    # about 1 MiB that inflates to 1 GiB; a trickle longer than its 5 s
+    server = HostileServer(bomb=1024 * MIB, chunk=MIB, trickle=100_000)
+    url = await server.start()
     print(f"python {sys.version.split()[0]}, pid {os.getpid()}; bomb {len(server.bomb) / MIB:.2f} MiB -> 1 GiB")
     print("| path | case | error class | seconds | peak RSS of the child (MiB) |")
     print("|---|---|---|---:|---:|")
@@ -129,13 +81,13 @@ async def main(paths: list[str]) -> None:
         for case in CASES:
             error, seconds, peak = await measure(url, path, case, server)
             print(f"| {path} | {case} | {error} | {seconds:.1f} | {peak:.0f} |", flush=True)
-    listener.close()
+    server.close()
 
 
-async def measure(url: str, path: str, case: str, server: Server) -> tuple[str, float, float]:
+async def measure(url: str, path: str, case: str, server: HostileServer) -> tuple[str, float, float]:
     """One case in a child of its own: what it printed, its seconds, and its peak RSS in MiB (``wait4``'s
     accounting of that child alone)."""
-    server.case = case
+    server.mode = "empty" if case == "baseline" else case
     began = time.monotonic()
     child = subprocess.Popen([sys.executable, "-c", CHILD, path, url, case], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL)

@@ -1,14 +1,11 @@
-"""Every answer is bounded (``runner/providers/answer_bounds.py``, issue 41): a hostile server of the test's own
-(asyncio streams) sends an endless body, a slow trickle, a gzip bomb, a coding not asked for, or resets the
+"""Every answer is bounded (``runner/providers/answer_bounds.py``, issue 41): the hostile server of
+``devservers/hostile.py`` sends an endless body, a slow trickle, a gzip bomb, a coding not asked for, or resets the
 connection mid-answer. Each path that reads answers (the lean wire for ``sim`` and ``anthropic``, the openai and
 anthropic SDKs' clients, google-genai's, boto3's for Bedrock) fails each case within its time bound, with bounded
 memory (tracemalloc's peak of the call) and one error class per case, retryable."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import struct
 import time
 import tracemalloc
 import zlib
@@ -17,6 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from devservers.hostile import HostileServer, gzip_of_zeros
 from runner.errors import TransientError
 from runner.providers.answer_bounds import (
     MIB,
@@ -44,79 +42,12 @@ def bounded(url: str, total: float) -> ProviderSettings:
 MESSAGES = [{"role": "user", "content": "Which number is 2 plus one?"}]
 
 
-def _gzip_of_zeros(size: int) -> bytes:
-    pack = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: a gzip header
-    block = bytes(MIB)
-    return b"".join(pack.compress(block) for _ in range(size // MIB)) + pack.flush()
-
-
-#: 64 MiB of zeros in 64 KiB: what a gzip bomb sends
-BOMB = _gzip_of_zeros(64 * MIB)
-
-
-#: the head every hostile answer starts with (each closes its connection after its answer)
-HEAD = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\n"
-
-
-class Hostile:
-    """Answers every request as ``mode`` says; counts the requests."""
-
-    def __init__(self) -> None:
-        self.mode = "endless"
-        self.requests = 0
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
-            await reader.readexactly(length)
-            self.requests += 1
-            await getattr(self, self.mode)(writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    async def endless(self, writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
-                     b"7\r\n{\"x\":\"a\r\n")
-        chunk = b"%x\r\n%s\r\n" % (64 * 1024, b"a" * 64 * 1024)
-        while True:  # until the client goes
-            writer.write(chunk)
-            await writer.drain()
-
-    async def trickle(self, writer: asyncio.StreamWriter) -> None:
-        body = b'{"choices": []}' + b" " * 985
-        writer.write(HEAD + b"Content-Length: 1000\r\n\r\n")
-        for byte in range(len(body)):
-            writer.write(body[byte:byte + 1])
-            await writer.drain()
-            await asyncio.sleep(0.05)
-
-    async def bomb(self, writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD + b"Content-Encoding: gzip\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(BOMB) + BOMB)
-        await writer.drain()
-
-    async def brotli(self, writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD + b"Content-Encoding: br\r\n"
-                     b"Content-Length: 4\r\n\r\nabcd")
-        await writer.drain()
-
-    async def reset(self, writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD + b"Content-Length: 1000\r\n\r\n{\"ch")
-        await writer.drain()
-        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        writer.transport.abort()  # RST, not FIN
-
-
 @pytest.fixture
-async def hostile() -> AsyncIterator[tuple[Hostile, str]]:
-    state = Hostile()
-    server = await asyncio.start_server(state.handle, "127.0.0.1", 0)
-    yield state, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    server.close()
+async def hostile() -> AsyncIterator[tuple[HostileServer, str]]:
+    state = HostileServer(bomb=64 * MIB)
+    url = await state.start()
+    yield state, url
+    state.close()
 
 
 class SDKSim(SimProvider):
@@ -164,7 +95,8 @@ async def _ask(provider: Provider, model: str) -> tuple[BaseException, float, in
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("path", list(PATHS))
 async def test_each_hostile_answer_fails_in_bounded_time_and_memory_with_its_own_class(
-        hostile: tuple[Hostile, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Any, path: str, case: str) -> None:
+        hostile: tuple[HostileServer, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Any, path: str,
+        case: str) -> None:
     for variable in ("ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
         monkeypatch.setenv(variable, "test-key")
     isolated_aws(monkeypatch, tmp_path, "AKIATEST")
@@ -188,10 +120,10 @@ async def test_each_hostile_answer_fails_in_bounded_time_and_memory_with_its_own
 
 
 def test_an_inflater_stops_at_its_bound_without_inflating_further() -> None:
-    inflater = Inflater(Bound(MIB, 60))
+    inflater, bomb = Inflater(Bound(MIB, 60)), gzip_of_zeros(8 * MIB)
     with pytest.raises(OutOfBounds) as caught:
-        for start in range(0, len(BOMB), 4096):
-            assert len(inflater.feed(BOMB[start:start + 4096])) <= MIB
+        for start in range(0, len(bomb), 4096):
+            assert len(inflater.feed(bomb[start:start + 4096])) <= MIB
     assert caught.value.error_class == "answer_inflated_too_large" and inflater.size <= MIB + 1
     small = zlib.compress(b"x" * 1000)
     whole = Inflater(Bound(1000, 60))
@@ -252,7 +184,7 @@ def _job(tmp_path: Any, url: str, rows: int = 3) -> Any:
 
 
 async def test_a_run_against_an_endless_body_fails_its_tasks_within_their_attempts(
-        hostile: tuple[Hostile, str], tmp_path: Any) -> None:
+        hostile: tuple[HostileServer, str], tmp_path: Any) -> None:
     """The issue's reproduction through the whole runner: an endless answer filled 4 GB in 48 s, and the run then
     ended ``completed``, exit 0, with tasks neither done nor failed. Now each attempt ends at the bound, each task
     fails after its two attempts, and the run fails."""
