@@ -18,17 +18,23 @@ from .answer_bounds import AnswerBounds, Bound, OutOfBounds, coding_refused, too
 __all__ = ["bound_client", "read_bounded"]
 
 _CHUNK = 1 << 16
+#: the read of a urllib3 response without ``read1``, which waits for all of it: a trickle is cut within this many
+#: bytes past its deadline
+_OLD_CHUNK = 1 << 10
 
 
 def read_bounded(raw: Any, bound: Bound, began: float) -> bytes:
     """The body of urllib3's response ``raw``, as received, read as it arrives (``read1``): at most ``bound.bytes``
     and until ``bound.seconds`` after ``began`` (the monotonic time it was sent), else
-    :class:`~runner.providers.answer_bounds.OutOfBounds`."""
+    :class:`~runner.providers.answer_bounds.OutOfBounds`. A urllib3 without ``read1`` (before 2.3) is read in
+    blocking reads of at most :data:`_OLD_CHUNK` bytes, its total time checked after each."""
     deadline = began + bound.seconds
     chunks: list[bytes] = []
     size = 0
+    read1 = getattr(raw, "read1", None)
     try:
-        while chunk := raw.read1(_CHUNK, decode_content=False):
+        while chunk := (read1(_CHUNK, decode_content=False) if read1 is not None
+                        else raw.read(_OLD_CHUNK, decode_content=False)):
             size += len(chunk)
             if size > bound.bytes:
                 raise too_large(bound)

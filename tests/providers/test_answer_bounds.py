@@ -262,3 +262,26 @@ async def test_a_200_answer_with_nothing_in_it_is_malformed_not_an_empty_answer(
         finally:
             await provider.aclose()
     assert caught.value.error_class == "malformed_response", repr(caught.value)
+
+
+def test_a_urllib3_without_read1_is_read_within_the_bounds_too() -> None:
+    """botocore takes urllib3 from 1.25 on; ``read1`` came later. Without it the body is read in small blocking
+    reads, each checked against the bounds."""
+    from runner.providers.bounded_boto import read_bounded
+
+    class Endless:  # urllib3's HTTPResponse as older releases have it: read(), no read1()
+        closed = False
+
+        def read(self, amt: int, decode_content: bool) -> bytes:
+            assert decode_content is False
+            return b"a" * amt
+
+        def close(self) -> None:
+            self.closed = True
+
+    raw = Endless()
+    with pytest.raises(OutOfBounds, match=r"larger than 1 MiB \(max_answer_mb\)"):
+        read_bounded(raw, Bound(MIB, 60), time.monotonic())
+    assert raw.closed
+    with pytest.raises(OutOfBounds, match="took longer than 5 s"):
+        read_bounded(Endless(), Bound(10 * MIB, 5), time.monotonic() - 6)
