@@ -24,6 +24,7 @@ from google import genai
 
 from runner.providers import base
 from simserver import SimConfig, SimServer, start_server
+from tests import prefork
 from tests.helpers import (
     LLAMA_LAUNCHER,
     LLAMA_START_TIMEOUT,
@@ -56,6 +57,7 @@ def _compiled_once() -> None:
 
 
 _compiled_once()
+prefork.install()
 # One llama.cpp thread per embedded model in the suite: its test processes keep both cores busy, and two threads
 # spend about a third more CPU for the same answers (bench/RESULTS.md). Inherited by the workers and what they start.
 os.environ.setdefault("RUNNER_LOCAL_THREADS", "1")
@@ -178,7 +180,7 @@ def _runner_processes_of(pid: int) -> list[int]:
                     found.append(child)
             except OSError:
                 continue
-    return found
+    return found + (prefork.runner_forks() if pid == os.getpid() else [])
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,337 @@
+"""`runner` and simulated-server processes for the tests, forked from one that has imported them already.
+
+A test that starts ``python -m runner.cli ...`` pays for a new interpreter importing the runner (about 1 s of CPU on
+this project's 2-core machines), and the suite starts some three hundred of them. Here each test process keeps one
+*prefork server*: a child process that has imported ``runner.cli`` and ``simserver`` and then only forks. A test's
+``subprocess.Popen([sys.executable, "-m", "runner.cli", ...])`` (or ``subprocess.run``) asks it for the process
+instead: the server forks, and the fork takes the test's cwd, environment, argv, standard streams and session,
+then runs the module as ``python -m`` would. The process is a real one with its own pid, so kill -9, SIGSTOP,
+``/proc`` and the store's pid checks see what they would see; what is not the same is that its imports were done
+before it was asked for, and that every fork shares the server's hash seed.
+
+Only what a fork can reproduce is forked: ``-m runner.cli`` or ``-m simserver`` with the test process's interpreter,
+no shell, ``preexec_fn``, ``pass_fds``, user, group or umask, and an environment whose settings read at interpreter
+start (``PYTHON*``, the locale, ``TZ``) equal the server's. Anything else, and what asyncio starts (its child
+watcher waits for its own children), is started as usual. ``RUNNER_TEST_PREFORK=0`` turns the whole thing off.
+
+:func:`install` (tests/conftest.py) puts :class:`PreforkPopen` in place of ``subprocess.Popen`` in the test process.
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import contextlib
+import io
+import json
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+#: the modules a fork may run
+MODULES = ("runner.cli", "simserver")
+
+#: what the server imports before it forks: the two command lines, and what their runs import later (the report,
+#: the lean wire and the SDKs' bounded transport, the PostgreSQL store)
+PRELOADED = ("runner.cli", "simserver.cli", "runner.report.summary", "runner.report.runs", "runner.spec.job",
+             "runner.providers.openai_servers", "runner.providers.lean_http", "runner.providers.bounded_httpx",
+             "runner.store.postgres", "runner.providers.gemini", "runner.providers.anthropic_messages")
+
+#: environment settings a Python process reads when it starts, before any of the test's code could see them
+_READ_AT_START = ("PYTHON", "LC_", "LANG", "TZ")
+
+_REAL_POPEN = subprocess.Popen
+
+
+def _started_with(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(_READ_AT_START)}
+
+
+# ---- the server, in its own process ----
+
+
+def _send(conn: socket.socket, message: dict[str, Any]) -> None:
+    conn.sendall(json.dumps(message).encode() + b"\n")
+
+
+def _serve(path: str) -> tuple[dict[str, Any], list[int]] | None:
+    """Fork for each request until the test process goes; returns only in a fork: its request and its streams."""
+    for module in PRELOADED:
+        __import__(module)
+    if threading.active_count() != 1:
+        return None  # a fork of a process with threads could hold a lock no thread will release
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "accept")
+    selector.register(sys.stdin, selectors.EVENT_READ, "lifeline")  # a pipe from the test process: EOF when it ends
+    print("ready", flush=True)
+    while True:
+        for key, _ in selector.select():
+            if key.data == "lifeline":
+                return None
+            if key.data == "accept":
+                conn, _ = listener.accept()
+                fds = array.array("i")
+                message, ancillary, _, _ = conn.recvmsg(1 << 20, socket.CMSG_LEN(3 * fds.itemsize))
+                for level, kind, data in ancillary:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+                request = json.loads(message)
+                pid = os.fork()
+                if pid == 0:
+                    for other in list(selector.get_map().values()):
+                        if other.data not in ("accept", "lifeline"):
+                            os.close(other.fd)
+                            other.data[1].close()
+                    selector.close()
+                    listener.close()
+                    conn.close()
+                    return request, list(fds)
+                for fd in fds:
+                    os.close(fd)
+                _send(conn, {"pid": pid})
+                selector.register(os.pidfd_open(pid), selectors.EVENT_READ, (pid, conn))
+            else:
+                pid, conn = key.data
+                _, status = os.waitpid(pid, 0)
+                selector.unregister(key.fd)
+                os.close(key.fd)
+                with contextlib.suppress(OSError):
+                    _send(conn, {"status": status})
+                conn.close()
+
+
+def _become(request: dict[str, Any], fds: list[int]) -> str:
+    """Turn this fork into the process the test asked for, as far as a fresh ``python -m`` would differ."""
+    for target, fd in enumerate(fds):
+        if fd != target:
+            os.dup2(fd, target)
+    for fd in set(fds) - {0, 1, 2}:
+        os.close(fd)
+    if request["new_session"]:
+        os.setsid()
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = list(request["argv"])
+    sys.path[0] = os.getcwd()  # as -m puts it
+    # the standard streams, made as a new interpreter makes them for these descriptors
+    encoding = sys.stdout.encoding
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
+                                                 encoding=encoding, errors=sys.stdin.errors)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
+                                                   encoding=encoding, errors=sys.stdout.errors,
+                                                   line_buffering=os.isatty(1))
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
+                                                   encoding=encoding, errors="backslashreplace", line_buffering=True)
+    return request["module"]
+
+
+def _server_main() -> None:
+    """``python -m tests.prefork SOCKET``: serve, and in each fork run the module asked for."""
+    asked = _serve(sys.argv[1])
+    if asked is None:
+        return
+    module = _become(*asked)
+    import runpy
+
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+# ---- the test process's side ----
+
+
+class _Server:
+    """One prefork server per test process, started at the first fork asked for."""
+
+    def __init__(self) -> None:
+        folder = tempfile.mkdtemp(prefix="runner-prefork-")
+        self.path = os.path.join(folder, "socket")
+        self.env = dict(os.environ)
+        root = Path(__file__).resolve().parent.parent
+        self.process = _REAL_POPEN([sys.executable, "-m", "tests.prefork", self.path], cwd=root,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                   text=True)
+        self.ready = self.process.stdout.readline() == "ready\n"
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+
+    def fork(self, request: dict[str, Any], fds: list[int]) -> tuple[int, socket.socket]:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(self.path)
+        conn.sendmsg([json.dumps(request).encode()],
+                       [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
+        reply = _Reply(conn)
+        return reply.read(block=True)["pid"], reply
+
+
+class _Reply:
+    """The server's messages about one fork: its pid, then its wait status when it ends."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.buffer = b""
+        self.status: int | None = None
+
+    def read(self, block: bool) -> dict[str, Any] | None:
+        while b"\n" not in self.buffer:
+            self.conn.setblocking(block)
+            try:
+                chunk = self.conn.recv(4096)
+            except BlockingIOError:
+                return None
+            if not chunk:
+                return {}
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def wait_status(self, pid: int, block: bool) -> int | None:
+        if self.status is None:
+            message = self.read(block)
+            if message is None:
+                return None
+            if "status" not in message:  # the server went before the fork: wait for the pid to go too
+                while _alive(pid):
+                    if not block:
+                        return None
+                    time.sleep(0.05)
+                message = {"status": 255 << 8}
+            self.status = message["status"]
+            self.conn.close()
+        return self.status
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+_server: _Server | None = None
+_server_lock = threading.Lock()
+
+
+def _the_server() -> _Server | None:
+    global _server
+    with _server_lock:
+        if _server is None:
+            _server = _Server()
+        return _server if _server.ready else None
+
+
+#: the pids of the ``runner`` processes forked for this test process (kept while they may be running)
+_runner_forks: set[int] = set()
+
+
+def runner_forks() -> list[int]:
+    """The ``runner`` processes forked for this test process that are still running: each a child of its prefork
+    server (a pid that has ended and been taken by another process is not)."""
+    server = _server.process.pid if _server is not None else None
+    running = []
+    for pid in list(_runner_forks):
+        try:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            parent = None
+        if parent == server:
+            running.append(pid)
+        else:
+            _runner_forks.discard(pid)
+    return running
+
+
+def _module_of(args: Any, kwargs: dict[str, Any]) -> str | None:
+    """The module a fork can run for this ``Popen``, or None where it must be started as usual."""
+    if isinstance(args, (str, bytes)) or len(args) < 3 or list(map(str, args[:2])) != [sys.executable, "-m"]:
+        return None
+    module = str(args[2])
+    if module not in MODULES:
+        return None
+    usual = (kwargs["executable"] is None and kwargs["preexec_fn"] is None and not kwargs["pass_fds"]
+             and not kwargs["shell"] and kwargs["gid"] is None and kwargs["gids"] is None and kwargs["uid"] is None
+             and kwargs["umask"] == -1 and kwargs["process_group"] == -1 and kwargs["close_fds"])
+    if not usual:
+        return None
+    cwd = kwargs["cwd"]
+    if cwd is not None and not os.path.isdir(cwd):
+        return None  # started as usual, to fail as usual
+    return module
+
+
+class PreforkPopen(_REAL_POPEN):
+    """``subprocess.Popen``, with ``python -m runner.cli`` and ``python -m simserver`` forked from the prefork server."""
+
+    _reply: _Reply | None = None
+
+    def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
+                       creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
+                       restore_signals, gid, gids, uid, umask, start_new_session, process_group):
+        usual = (args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo, creationflags, shell,
+                 p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, restore_signals, gid, gids, uid, umask,
+                 start_new_session, process_group)
+        module = _module_of(args, locals())
+        caller = sys._getframe(2).f_globals.get("__name__", "")
+        environment = dict(os.environ if env is None else env)
+        server = _the_server() if module and not caller.startswith("asyncio") else None
+        if server is None or _started_with(environment) != _started_with(server.env):
+            return super()._execute_child(*usual)
+        streams = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
+                   errwrite if errwrite != -1 else 2]
+        request = {"module": module, "argv": [str(a) for a in args[2:]], "cwd": os.path.abspath(cwd or os.getcwd()),
+                   "env": {str(k): str(v) for k, v in environment.items()}, "new_session": bool(start_new_session)}
+        try:
+            self.pid, self._reply = server.fork(request, streams)
+            self._child_created = True
+            if module == "runner.cli":
+                _runner_forks.add(self.pid)
+        finally:
+            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+    def _try_wait(self, wait_flags):
+        if self._reply is None:
+            return super()._try_wait(wait_flags)
+        status = self._reply.wait_status(self.pid, block=not wait_flags & os.WNOHANG)
+        return (0, 0) if status is None else (self.pid, status)
+
+    def _internal_poll(self, _deadstate=None, **kwargs):
+        if self._reply is None:
+            return super()._internal_poll(_deadstate, **kwargs)
+        if self.returncode is None and self._waitpid_lock.acquire(False):
+            try:
+                if self.returncode is None:
+                    pid, status = self._try_wait(os.WNOHANG)
+                    if pid == self.pid:
+                        self._handle_exitstatus(status)
+            except OSError:
+                if _deadstate is not None:
+                    self.returncode = _deadstate
+            finally:
+                self._waitpid_lock.release()
+        return self.returncode
+
+
+def install() -> None:
+    """Put :class:`PreforkPopen` in place of ``subprocess.Popen`` in this process (unless RUNNER_TEST_PREFORK=0)."""
+    if os.environ.get("RUNNER_TEST_PREFORK", "1") != "0" and hasattr(os, "pidfd_open"):
+        subprocess.Popen = PreforkPopen  # type: ignore[misc]
+
+
+if __name__ == "__main__":
+    _server_main()
