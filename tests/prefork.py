@@ -276,7 +276,8 @@ def _module_of(args: Any, kwargs: dict[str, Any]) -> str | None:
 
 
 class PreforkPopen(_REAL_POPEN):
-    """``subprocess.Popen``, with ``python -m runner.cli`` and ``python -m simserver`` forked from the prefork server."""
+    """``subprocess.Popen``, with ``python -m runner.cli`` and ``python -m simserver`` forked from the prefork
+    server."""
 
     _reply: _Reply | None = None
 
