@@ -39,10 +39,13 @@ from typing import Any
 MODULES = ("runner.cli", "simserver")
 
 #: what the server imports before it forks: the two command lines, and what their runs import later (the report,
-#: the lean wire and the SDKs' bounded transport, the PostgreSQL store)
+#: the lean wire and the SDKs' bounded transport, the PostgreSQL store), and the SDKs that cost most to import and
+#: that about one run in ten needs (anthropic's batches and the strict server's Anthropic checks, 3.3 s of CPU;
+#: google-genai, 1.4 s). Not numpy or scipy: their BLAS starts threads, and a fork of a process with threads is unsafe.
 PRELOADED = ("runner.cli", "simserver.cli", "runner.report.summary", "runner.report.runs", "runner.spec.job",
              "runner.providers.openai_servers", "runner.providers.lean_http", "runner.providers.bounded_httpx",
-             "runner.store.postgres", "runner.providers.gemini", "runner.providers.anthropic_messages")
+             "runner.store.postgres", "runner.providers.gemini", "runner.providers.anthropic_messages", "anthropic",
+             "google.genai")
 
 #: environment settings a Python process reads when it starts, before any of the test's code could see them
 _READ_AT_START = ("PYTHON", "LC_", "LANG", "TZ")
@@ -65,7 +68,7 @@ def _serve(path: str) -> tuple[dict[str, Any], list[int]] | None:
     """Fork for each request until the test process goes; returns only in a fork: its request and its streams."""
     for module in PRELOADED:
         __import__(module)
-    if threading.active_count() != 1:
+    if len(os.listdir("/proc/self/task")) != 1:
         return None  # a fork of a process with threads could hold a lock no thread will release
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -85,7 +88,15 @@ def _serve(path: str) -> tuple[dict[str, Any], list[int]] | None:
                 for level, kind, data in ancillary:
                     if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                         fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-                request = json.loads(message)
+                try:
+                    request = json.loads(message)
+                except ValueError:
+                    request = {"probe": True}  # a probe that closed before it wrote
+                if request.get("probe"):
+                    for fd in fds:
+                        os.close(fd)
+                    conn.close()
+                    continue
                 pid = os.fork()
                 if pid == 0:
                     for other in list(selector.get_map().values()):
@@ -150,31 +161,62 @@ def _server_main() -> None:
 # ---- the test process's side ----
 
 
+#: where a test process finds the prefork server its pytest-xdist controller started for every worker to share
+SHARED = "RUNNER_TEST_PREFORK"
+
+
 class _Server:
-    """One prefork server per test process, started at the first fork asked for."""
+    """A prefork server: one per test run (pytest-xdist's controller starts it, see :func:`start_shared`), or one
+    per test process where nobody started it (``-n0``)."""
 
     def __init__(self) -> None:
+        shared = os.environ.get(SHARED + "_SERVER")
+        if shared:
+            self.pid, self.path, env = json.loads(shared)
+            self.env = dict(env)
+            self.process = None
+            return
         folder = tempfile.mkdtemp(prefix="runner-prefork-")
         self.path = os.path.join(folder, "socket")
-        self.env = dict(os.environ)
+        self.env = _started_with(dict(os.environ))
         root = Path(__file__).resolve().parent.parent
         self.process = _REAL_POPEN([sys.executable, "-m", "tests.prefork", self.path], cwd=root,
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                    text=True)
-        self.ready = self.process.stdout.readline() == "ready\n"
+        self.pid = self.process.pid
         atexit.register(self.stop)
 
-    def stop(self) -> None:
-        with contextlib.suppress(OSError):
-            self.process.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=5)
+    @property
+    def shared(self) -> str:
+        """What ``RUNNER_TEST_PREFORK_SERVER`` holds for the test processes: the server's pid, socket and start-up
+        environment."""
+        return json.dumps([self.pid, self.path, self.env])
 
-    def fork(self, request: dict[str, Any], fds: list[int]) -> tuple[int, socket.socket]:
+    def ready(self) -> bool:
+        """Whether the server has imported what it forks with and listens (waited for, up to a minute)."""
+        if self.process is not None:
+            self.process.stdout.readline()  # "ready", or nothing where it could not serve
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _alive(self.pid):
+            with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.connect(self.path)
+                probe.sendmsg([json.dumps({"probe": True}).encode()])
+                return True
+            time.sleep(0.05)
+        return False
+
+    def stop(self) -> None:
+        if self.process is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=5)
+
+    def fork(self, request: dict[str, Any], fds: list[int]) -> tuple[int, _Reply]:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self.path)
         conn.sendmsg([json.dumps(request).encode()],
-                       [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
+                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
         reply = _Reply(conn)
         return reply.read(block=True)["pid"], reply
 
@@ -225,15 +267,33 @@ def _alive(pid: int) -> bool:
 
 
 _server: _Server | None = None
+_server_ready: bool | None = None
 _server_lock = threading.Lock()
 
 
 def _the_server() -> _Server | None:
-    global _server
+    global _server, _server_ready
     with _server_lock:
         if _server is None:
             _server = _Server()
-        return _server if _server.ready else None
+        if _server_ready is None:
+            _server_ready = _server.ready()
+        return _server if _server_ready else None
+
+
+def server_pid() -> int | None:
+    """The pid of the prefork server this test process forks from, once it has answered."""
+    return _server.pid if _server is not None and _server_ready else None
+
+
+def start_shared() -> None:
+    """Start the prefork server the test processes this one starts will share (pytest-xdist's controller calls
+    this before it starts them): it is not waited for here, only where a process is first asked for."""
+    global _server
+    with _server_lock:
+        if _server is None and SHARED + "_SERVER" not in os.environ and _enabled():
+            _server = _Server()
+            os.environ[SHARED + "_SERVER"] = _server.shared
 
 
 #: the pids of the ``runner`` processes forked for this test process (kept while they may be running)
@@ -243,7 +303,7 @@ _runner_forks: set[int] = set()
 def runner_forks() -> list[int]:
     """The ``runner`` processes forked for this test process that are still running: each a child of its prefork
     server (a pid that has ended and been taken by another process is not)."""
-    server = _server.process.pid if _server is not None else None
+    server = _server.pid if _server is not None else None
     running = []
     for pid in list(_runner_forks):
         try:
@@ -291,7 +351,7 @@ class PreforkPopen(_REAL_POPEN):
         caller = sys._getframe(2).f_globals.get("__name__", "")
         environment = dict(os.environ if env is None else env)
         server = _the_server() if module and not caller.startswith("asyncio") else None
-        if server is None or _started_with(environment) != _started_with(server.env):
+        if server is None or _started_with(environment) != server.env:
             return super()._execute_child(*usual)
         streams = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
                    errwrite if errwrite != -1 else 2]
@@ -328,9 +388,13 @@ class PreforkPopen(_REAL_POPEN):
         return self.returncode
 
 
+def _enabled() -> bool:
+    return os.environ.get(SHARED, "1") != "0" and hasattr(os, "pidfd_open")
+
+
 def install() -> None:
     """Put :class:`PreforkPopen` in place of ``subprocess.Popen`` in this process (unless RUNNER_TEST_PREFORK=0)."""
-    if os.environ.get("RUNNER_TEST_PREFORK", "1") != "0" and hasattr(os, "pidfd_open"):
+    if _enabled():
         subprocess.Popen = PreforkPopen  # type: ignore[misc]
 
 
