@@ -14,6 +14,8 @@ What is kept:
     stage_replays, stage_outputs, stage_rows, run_stages
                 content-addressed stage results (replay of evaluation stages, pipeline stage outputs)
     stage_stops what a stage's ``stop:`` rule decided and its confidence sequences (runner/engine/early_stop.py)
+    token_counts
+                input tokens a provider's count endpoint counted for a prompt (runner/engine/exact_counts.py)
 
 A task row is a :class:`~runner.store.rows.TaskRow`, a memo row a :class:`~runner.store.rows.ResponseRow`, a ledger
 row a :class:`~runner.store.rows.LedgerRow` (runner/store/rows.py). The writer (:mod:`runner.store.writer`) commits
@@ -408,6 +410,16 @@ class Store(ABC):
         same scope names), counting every process's charges and reservations, in one transaction. Returns (ledger
         id, None, 0), or (None, the scope without room, reservations in flight in it). With a ``fence``,
         :class:`Fenced` when that lease does not hold."""
+
+    # -- input tokens counted by the providers (runner/engine/exact_counts.py) -----------------------------
+    @abstractmethod
+    def token_counts(self, keys: list[str]) -> dict[str, int]:
+        """The stored input-token counts of these count keys (``count_key`` in runner/providers/token_counts.py),
+        by key; a key never counted is left out."""
+
+    @abstractmethod
+    def save_token_counts(self, rows: list[tuple[str, str, str, int]]) -> None:
+        """Keep (count key, provider, model, tokens) rows; a key stored already keeps its first count."""
 
     # -- evaluation stages finished whole (runner/engine/replay.py) -----------------------------------------
     @abstractmethod

@@ -254,6 +254,15 @@ def m015_stage_stops(db: Schema) -> None:
                " PRIMARY KEY (run_id, stage)){no_rowid}")
 
 
+@migration
+def m016_token_counts(db: Schema) -> None:
+    """Input tokens a provider's count endpoint counted for a prompt (runner/engine/exact_counts.py), under a hash of
+    what was counted, the provider, its base URL and the model (``count_key`` in runner/providers/token_counts.py):
+    asked once per distinct prompt, whatever run asks it again, and read by ``runner estimate``."""
+    db.execute("CREATE TABLE token_counts (key {text} PRIMARY KEY, provider {text} NOT NULL, model {text} NOT NULL,"
+               " tokens {int} NOT NULL, created {text}){no_rowid}")
+
+
 def migrate(conn: Any, dialect: Dialect) -> None:
     """Apply the migrations not yet applied, in one transaction that holds a lock from its start (SQLite's write
     lock, PostgreSQL's advisory lock): several processes opening a new store at once take turns (the later ones

@@ -386,6 +386,25 @@ class SQLStore(WorkerSQL):
                 "SELECT status, count(*) FROM batch_lines WHERE batch_id = ? GROUP BY status", (batch["id"],)), 1))
         return found
 
+    # -- input tokens counted by the providers (runner/engine/exact_counts.py) -----------------------------
+    def token_counts(self, keys: list[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for start in range(0, len(keys), _KEYS):
+            where, args = self.dialect.in_list("key", keys[start:start + _KEYS])
+            found.update((key, int(tokens)) for key, tokens in self.rows(
+                f"SELECT key, tokens FROM token_counts WHERE {where}", args))
+        return found
+
+    def save_token_counts(self, rows: list[tuple[str, str, str, int]]) -> None:
+        if not rows:
+            return
+        stamp = now()
+
+        def body(tx: Tx) -> None:
+            tx.executemany(insert_sql("token_counts", ("key", "provider", "model", "tokens", "created"),
+                                      " ON CONFLICT DO NOTHING"), [(*row, stamp) for row in rows])
+        self.atomic(body)
+
     # -- evaluation stages finished whole (runner/engine/replay.py) -----------------------------------------
     def replayable(self, digest: str) -> tuple[str, int] | None:
         row = self.row("SELECT run_id, tasks FROM stage_replays WHERE hash = ?", (digest,))

@@ -68,11 +68,12 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
     "claims": ({"key": str, "worker": str, "expires": float}, ["key"]),
     "budget_use": ({"run_id": str, "scope": str, "usd": float, "inflight": int, "tokens": int}, ["run_id", "scope"]),
     "stage_stops": ({"run_id": str, "stage": str, "record": str}, ["run_id", "stage"]),
+    "token_counts": ({"key": str, "provider": str, "model": str, "tokens": int, "created": str}, ["key"]),
 }
 MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs", "m006_pipelines",
                    "m007_stage_replays", "m008_batches", "m009_workers", "m010_thinking",
                    "m011_fencing", "m012_prompt_cache_savings", "m013_ledger_tokens", "m014_worker_steady",
-                   "m015_stage_stops"]
+                   "m015_stage_stops", "m016_token_counts"]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

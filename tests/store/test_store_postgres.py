@@ -215,6 +215,8 @@ def _fill(store: Any) -> tuple[str, str]:
     store.write_batch([tasks[3]], [], [])  # a replaced row moves to the end, as INSERT OR REPLACE's new rowid
     store.reserve(run_id, "mc", "sim:a-model", "k-open", 0.5, worker="w1")
     store.reserve(run_id, "other", "sim:a-model", "k-other", 0.125)
+    store.save_token_counts([("count-b", "anthropic", "claude-x", 12), ("count-a", "gemini", "gemini-y", 7)])
+    store.save_token_counts([("count-a", "gemini", "gemini-y", 99)])  # a key counted again keeps its first count
     return run_id, judge
 
 
@@ -265,6 +267,7 @@ def _answers(store: Any, run_id: str, judge: str) -> dict[str, Any]:
     out["history"] = reads.output_history("sim", "sim:a-model", 4, 1000)
     out["lookup"] = store.lookup("k-mc-item0-sim:a-model"), store.lookup_many(["k-mc-item0-sim:b-model", "x"])
     out["status"] = store.task_status(run_id, "mc", "item3"), store.task_status(run_id, "mc", "nope")
+    out["token counts"] = store.token_counts(["count-a", "count-b", "count-none"]), store.token_counts([])
     # what-if pricing and ``runner explain`` (runner/report/whatif.py, explain.py)
     out["run requests"] = list(reads.run_requests(run_id)), list(reads.run_requests(run_id, requests=False))
     out["payers"] = reads.payers(["k-mc-item1-sim:a-model", "k-mc-item2-sim:b-model", "k-mc-item0-sim:a-model", "x"])
