@@ -45,6 +45,7 @@ from .answer_bounds import bounds_of, surfaced
 from .base import CacheMarks, Completion, Provider, ProviderSettings, RateWindow, http_limits, register
 from .lean_or_sdk import LeanOrSDK
 from .tls import shared_context
+from .token_counts import messages_count_request, read_count
 from .wire import quoted, retry_after_seconds, words
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
@@ -329,6 +330,19 @@ class AnthropicProvider(LeanOrSDK["anthropic.AsyncAnthropic"], Provider):
         from .anthropic_batch import AnthropicBatches
 
         return AnthropicBatches(self)
+
+    def count_request(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+        return messages_count_request(self, model, messages, params)
+
+    async def count_tokens(self, model: str, request: dict[str, Any]) -> int:
+        """``POST /v1/messages/count_tokens`` (runner/providers/token_counts.py), on the path requests take."""
+        if self.wire is not None:
+            answer = await self._lean("POST", "/v1/messages/count_tokens", request)
+            return read_count(self._json_body(answer.content), "input_tokens", self.where)
+        assert self.client is not None, "start() was not awaited"
+        with self.map_errors():
+            raw = await self.client.messages.with_raw_response.count_tokens(**request)
+        return read_count(self._json_body(raw.http_response.content), "input_tokens", self.where)
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         kwargs, sampling = self.request_of(messages, params, model)

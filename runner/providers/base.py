@@ -109,6 +109,13 @@ class ProviderSettings(BaseModel):
     max_download_mb: float = Field(default=answer_bounds.DOWNLOAD_MB, gt=0, le=1048576)
     #: the API version sent (anthropic: 2023-06-01 or 2026-10-21; runner.providers.capabilities)
     api_version: str | None = None
+    #: ask the provider's token-counting endpoint for each distinct prompt's exact input tokens, where it has one
+    #: (Claude and Gemini: ``Provider.count_request``), so that a budget reserves those instead of the byte bound;
+    #: false: the byte bound, and no count requests (runner/engine/exact_counts.py)
+    count_tokens: bool = True
+    #: requests per minute to that counting endpoint (its own limit, apart from the model's: Anthropic's tier 1 is
+    #: 100); None: sent as it takes them, pausing for a 429's Retry-After
+    count_rpm: int | None = Field(default=None, gt=0)
     #: the embedded model's settings (``LocalProvider.Options``), kept here so job files keep validating
     model_path: str | None = None
     n_ctx: int = Field(default=2048, gt=0)
@@ -246,6 +253,24 @@ class Provider(ABC):
     def tokens_exact(cls, model: str) -> bool:
         """Whether :meth:`count_input_tokens` is the count the provider will report (for text messages)."""
         return False
+
+    def count_request(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]
+                      ) -> dict[str, Any] | None:
+        """What this provider's token-counting endpoint is asked to count for a request of ``model`` (JSON data,
+        as :meth:`count_tokens` sends it; the engine keys the count it stores by a hash of it:
+        runner/providers/token_counts.py), or None where the provider has no such endpoint for ``model`` (the
+        default): a budget then reserves the byte bound (runner/providers/tokens.py)."""
+        return None
+
+    async def count_tokens(self, model: str, request: dict[str, Any]) -> int:
+        """The input tokens the provider counts for ``request`` (from :meth:`count_request`), asked of its
+        token-counting endpoint (a call that costs nothing); raises the runner's errors."""
+        raise BadRequest(f"{self.name}:{model}: this provider has no token-counting endpoint")
+
+    def count_endpoint(self, model: str) -> str:
+        """The rate limiter the count requests of ``model`` share (by default one per provider and key: the
+        counting endpoints' limits are their own, not the model's)."""
+        return self.endpoint_key("#count-tokens")
 
     def key_variables(self) -> list[str]:
         """The environment variables this provider reads its key from, in order of preference."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import quote
 
 from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, Refused, TransientError
 
@@ -19,6 +20,7 @@ from . import capabilities
 from .answer_bounds import bounds_of, surfaced
 from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, http_limits, register
 from .tls import shared_context
+from .token_counts import gemini_count_fields, read_count
 from .wire import quoted, words
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
@@ -27,6 +29,8 @@ if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the provi
 
     from .batching import Batches
 
+#: the Gemini API's root when the job names no base_url (google-genai's default)
+DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 #: the error of a request naming a cached content that expired or was deleted meanwhile (as the API words it)
 _CACHE_GONE = "cachedcontent not found"
 
@@ -218,6 +222,23 @@ class GeminiProvider(Provider):
         from .gemini_batch import GeminiBatches
 
         return GeminiBatches(self)
+
+    def count_request(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+        return {"generateContentRequest": {"model": f"models/{model}", **gemini_count_fields(messages, params)}}
+
+    async def count_tokens(self, model: str, request: dict[str, Any]) -> int:
+        """``POST /v1beta/models/{model}:countTokens`` (runner/providers/token_counts.py), sent over the provider's
+        httpx2 client: google-genai's ``count_tokens`` refuses a system instruction on the Gemini API, which only
+        this request's ``generateContentRequest`` form carries. An error answer is raised as the SDK's own."""
+        from google.genai import errors
+
+        base = (self.settings.base_url or DEFAULT_BASE_URL).rstrip("/")
+        url = f"{base}/{capabilities.GEMINI_API_VERSION}/models/{quote(model, safe='-._~')}:countTokens"
+        with self.map_errors():
+            response = await self.http_client().post(url, json=request, headers={"x-goog-api-key": self.api_key()})
+            await errors.APIError.raise_for_async_response(response)
+            body = response.json()
+        return read_count(body, "totalTokens", self.where)
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         with self.map_errors():
