@@ -5,7 +5,8 @@ drives them (runner/engine/run.py calls it when a run starts).
 Which part gets which:
 
 - ``ChunkLeases`` (the run's ``Crew``, when one is given), ``Endpoints`` (the providers, the job's
-  ``max_in_flight``, the crew), ``Triage`` (the store), ``Reserver`` (the store, the leases, the run's control);
+  ``max_in_flight``, the crew), ``Triage`` (the store), ``ExactCounts`` (the endpoints, the store: the providers'
+  input-token counts), ``Reserver`` (the store, the leases, the run's control, the counts);
 - the prompt-cache plan: a ``PromptCachePlan`` where a stage plans provider prompt caching (``prompt_cache: auto``)
   and a provider caches prompts, with a ``StoredPrompts`` (over the reserver) where a provider keeps stored prefixes
   (else a ``NoStoredPrompts``); otherwise a ``NoPromptCache``, whose every call does nothing, so no part asks
@@ -35,6 +36,7 @@ from runner.engine.batch import Batcher, NoBatcher
 from runner.engine.control import RunControl, Spawned
 from runner.engine.dispatch import Dispatcher, Provenance
 from runner.engine.endpoints import Endpoints
+from runner.engine.exact_counts import ExactCounts
 from runner.engine.inflight import InFlight
 from runner.engine.leases import ChunkLeases
 from runner.engine.online import Sender
@@ -80,8 +82,9 @@ def assemble(
     if crew is not None:
         crew.on_live = endpoints.share  # the rate limits are split again as processes join and leave
     triage = Triage(store, run_id, stats)
+    counts = ExactCounts(endpoints=endpoints, store=store, stats=stats, sleep=sleep)
     reserver = Reserver(run_id=run_id, job=job, store=store, stats=stats, control=control, leases=leases,
-                        resume=resume, settled=writer.next_commit)
+                        resume=resume, settled=writer.next_commit, counts=counts)
     prompt_cache = prompt_cache_plan(job, providers, run_id=run_id, reserver=reserver)
     reserver.cache_writes = prompt_cache.writes  # reservations priced for the cache writes the marks allow
     sender = Sender(endpoints=endpoints, leases=leases, stats=stats, retry=job.retry, sleep=sleep,

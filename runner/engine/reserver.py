@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from runner.engine.budget import LATER, Budgets, Exhausted, Reservation, Scope, budgets_of
 from runner.engine.control import RunControl
+from runner.engine.exact_counts import ExactCounts
 from runner.engine.leases import ChunkLeases
 from runner.engine.stats import RunStats
 from runner.engine.workers import POLL
@@ -38,8 +39,11 @@ def input_tokens(req: Task) -> int:
 class Reserver:
     def __init__(self, *, run_id: str, job: Job, store: Store | LoopStore, stats: RunStats, control: RunControl,
                  leases: ChunkLeases, resume: bool = False,
-                 settled: Callable[[float], Awaitable[None]] | None = None) -> None:
+                 settled: Callable[[float], Awaitable[None]] | None = None, counts: ExactCounts | None = None) -> None:
+        """``counts``: the run's exact input-token counts (runner/engine/exact_counts.py), asked before a request a
+        budget covers is reserved; without them the byte bound is reserved where the tokenizer is not here."""
         self.run_id = run_id
+        self.counts = counts
         #: waits (at most the given seconds) until this process's settled requests are written to the store
         #: (the writer's next commit); without one, the given seconds
         self.settled = settled if settled is not None else asyncio.sleep
@@ -78,6 +82,8 @@ class Reserver:
         the request's lease was lost at the ledger's write: it is not sent). A batch line is priced at the Batch
         API's price and never waits: it gets ``LATER`` while the budget has reservations in flight (a batch's
         settle only when the whole batch has ended)."""
+        if self.counts is not None and self.budgets is not None and any(self._limits(req.stage, req.model)):
+            await self.counts.count(req)  # the provider's own count, where it has one: reserved as it is
         usd, tokens = self.worst_case(req, batch=batch)
         fence = None if batch else self.leases.fence(req)
         while True:
@@ -181,8 +187,9 @@ class Reserver:
 
     def worst_case(self, req: Task, *, batch: bool = False,
                    writes: tuple[int | None, bool] | None = None) -> tuple[float, int]:
-        """(USD, tokens) the request can cost at most: its input tokens (exact, or a true upper bound where the
-        provider's tokenizer is not available: ``bound_call_tokens``) and ``max_tokens``, in USD at the model's
+        """(USD, tokens) the request can cost at most: its input tokens (exact: tiktoken's, the simulated server's
+        rule, or the provider's count endpoint's; else a true upper bound: ``bound_call_tokens``) and
+        ``max_tokens``, in USD at the model's
         prices (the Batch API's for a batch line, where the model has them), with the cache-write price only for
         the tokens its prompt-cache marks let the provider write (``writes``, else :attr:`cache_writes`)."""
         total, tokens, max_tokens = self._bound(req)
@@ -197,6 +204,8 @@ class Reserver:
         """(all, input, output) tokens the request can use at most."""
         max_tokens = req.call.params.get("max_tokens") or 0
         call = req.call
+        if call.tokens_exact and call.input_tokens is not None:  # counted by the provider (exact_counts.py)
+            return call.input_tokens + max_tokens, call.input_tokens, max_tokens
         tokens = bound_call_tokens(call.provider, call.model_name, call.messages, call.pairs,
                                    counted=input_tokens(req))
         return tokens + max_tokens, tokens, max_tokens

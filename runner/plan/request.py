@@ -108,6 +108,9 @@ class Call:
     pairs: list[tuple[str, str]] | None = None
     #: input tokens, counted once when first needed (budget reservation and token buckets)
     input_tokens: int | None = None
+    #: whether ``input_tokens`` is the provider's own count (its count endpoint's: runner/engine/exact_counts.py),
+    #: which a budget reserves as it is, rather than an estimate beside which the byte bound is reserved
+    tokens_exact: bool = False
 
 
 @dataclass(slots=True)
