@@ -149,3 +149,22 @@ def invoke_refusal(body: dict[str, Any], model: str, headers: Mapping[str, str],
     messages = {k: v for k, v in body.items() if k not in ("anthropic_version", "anthropic_beta")}
     messages["model"] = name
     return strict_anthropic.refusal(messages, name, {"anthropic-version": "2023-06-01"})
+
+
+def count_refusal(body: dict[str, Any]) -> Refusal | None:
+    """The refusal Bedrock's CountTokens gives this body (``{"input": ...}``; the model id is the path's), by the
+    operation's input shape in botocore's service model, or None."""
+    operation = _operation("CountTokens")
+    if operation is None:
+        return None
+    members = {name: member for name, member in operation.input_shape.members.items()
+               if "location" not in member.serialization}
+    for key in body:
+        if key not in members:
+            return Refusal(f"Malformed input request: extraneous key [{key}] is not permitted, please reformat your "
+                           "input and try again.")
+    if body.get("input") is None:
+        return Refusal("1 validation error detected: Value null at 'input' failed to satisfy constraint: Member must "
+                       "not be null")
+    problem = _check(body["input"], members["input"], "input")
+    return Refusal(problem) if problem is not None else None

@@ -51,6 +51,9 @@ class SimConfig:
     #: keep the request log (simserver.request_log, ``GET /sim/log``): every model request, batch and batch line with
     #: its outcome and whether it was billed; off by default, as it grows with every request
     log_requests: bool = False
+    #: the token-counting endpoints count (simserver.count_tokens); off: each answers its format's 500, a counting
+    #: endpoint that fails
+    count_tokens: bool = True
 
     def __post_init__(self) -> None:
         checked_updates(dataclasses.asdict(self))

@@ -16,7 +16,10 @@ that the anthropic and google-genai SDKs take as ``base_url``)
     ``GET  /sim/stats``   ``{"received", "by_status", "by_route", "completed_by_digest"}``, and with a response
                           script loaded ``"scripted"`` (answers whose text it gave) and ``"unmatched"``
                           (requests none of its entries matched); once a batch exists, the ``batch*`` counters;
-                          once an explicit cache was made, ``cached_contents``.
+                          once an explicit cache was made, ``cached_contents``; once a prompt's tokens were
+                          counted, ``count_tokens``.
+    Token counting: Anthropic's ``/v1/messages/count_tokens``, Gemini's ``:countTokens`` and the clouds' own
+    (:mod:`simserver.count_tokens`), counting as the model routes bill.
     ``POST /sim/reset``   zeroes the counters, refills the rate-limit buckets, rewinds the script's entries and
                           forgets all batches and files.
     ``GET  /sim/in_flight``  ``{"in_flight": n}``: model requests being answered now (hanging, waiting out the
@@ -74,7 +77,7 @@ from typing import Any, Self
 
 from aiohttp import web
 
-from . import azure, bedrock, cached_contents, strict, vertex
+from . import azure, bedrock, cached_contents, count_tokens, strict, vertex
 from . import models as model_lookups
 from .answers import canonical, count_prompt_tokens, message_digest
 from .anthropic import ANTHROPIC
@@ -95,9 +98,10 @@ from .wire import JSON_HEADERS, Ask, Invalid, WireFormat, compact
 
 __all__ = ["SimServer", "serve", "start_server"]
 
-#: modules adding routes of their own (``add_routes(server, app)``): the clouds' paths to the same formats, and the
-#: model lookups a pre-flight check asks
-EXTRA_ROUTES = (azure, bedrock, vertex, model_lookups, cached_contents)
+#: modules adding routes of their own (``add_routes(server, app)``): the token-counting endpoints (first: Vertex's
+#: ``{model}:rawPredict`` would take Claude's ``count-tokens:rawPredict``), the clouds' paths to the same formats,
+#: and the model lookups a pre-flight check asks
+EXTRA_ROUTES = (count_tokens, azure, bedrock, vertex, model_lookups, cached_contents)
 
 
 class SimServer:
@@ -123,6 +127,8 @@ class SimServer:
         self.prompt_cache = PromptCache(lambda: self.clock())
         #: Gemini's explicit caches (simserver.cached_contents), on the same clock
         self.cached_contents = cached_contents.CachedContents(lambda: self.clock())
+        #: the token-counting endpoints' requests (simserver.count_tokens)
+        self.counted = count_tokens.Counted()
         #: what was answered and billed, request by request, while ``log_requests`` is on (simserver.request_log)
         self.log = RequestLog()
         self.log.on = self.config.log_requests
@@ -147,6 +153,8 @@ class SimServer:
             stats["prompt_cache"] = dict(self.prompt_cache.stats)
         if (explicit := self.cached_contents.stats()) is not None:
             stats["cached_contents"] = explicit
+        if (counted := self.counted.stats()) is not None:
+            stats["count_tokens"] = counted
         return stats
 
     def reset(self) -> None:
@@ -159,6 +167,7 @@ class SimServer:
         self.batches.clear()
         self.prompt_cache.clear()
         self.cached_contents.clear()
+        self.counted.clear()
         self.log.clear()
         for held in self.stored_objects.values():
             held.clear()

@@ -140,6 +140,32 @@ def refusal(body: dict[str, Any], model: str, headers: Mapping[str, str]) -> Ref
     return _anthropic_model(body, caps) if caps is not None else None
 
 
+@functools.cache
+def _count_fields() -> dict[str, Any]:
+    from anthropic.types import message_count_tokens_params
+
+    return dict(_hints(message_count_tokens_params.MessageCountTokensParams))
+
+
+def count_refusal(body: dict[str, Any], headers: Mapping[str, str] | None) -> Refusal | None:
+    """The refusal ``POST /v1/messages/count_tokens`` gives this body: the ``anthropic-version`` header (unless
+    ``headers`` is None: Claude on Vertex carries its version in the body), and the fields of the anthropic SDK's
+    ``MessageCountTokensParams`` (no ``max_tokens``, no sampling fields)."""
+    if headers is not None:
+        version = headers.get("anthropic-version")
+        if version not in ANTHROPIC_VERSIONS:
+            return Refusal("anthropic-version: header is required" if not version else
+                           f"anthropic-version: invalid version {version!r}")
+    fields = _count_fields()
+    for key, value in body.items():
+        if key not in fields:
+            return Refusal(f"{key}: Extra inputs are not permitted")
+        if key != "model" and (problem := _conform(value, fields[key], key)) is not None:
+            return Refusal(problem)
+    missing = next((key for key in ("model", "messages") if key not in body), None)
+    return Refusal(f"{missing}: Field required") if missing is not None else _cache_breakpoints(body)
+
+
 #: Anthropic's limit on cache breakpoints and its words for going past it
 #: (docs.claude.com/en/docs/build-with-claude/prompt-caching: "You can define up to 4 cache breakpoints")
 _MAX_BREAKPOINTS = 4

@@ -172,3 +172,9 @@ def refusal(body: dict[str, Any], model: str, version: str) -> Refusal | None:
 def cached_content_refusal(body: dict[str, Any]) -> Refusal | None:
     """The refusal of a cachedContents.create body (v1beta) whose fields or values the API does not take."""
     return _gemini_walk(body, "CachedContent", "", "v1beta")
+
+
+def count_refusal(body: dict[str, Any], message: str = "CountTokensRequest") -> Refusal | None:
+    """The refusal of a countTokens body (v1beta): a ``CountTokensRequest`` of the Gemini API, or the
+    ``GenerateContentRequest`` fields Vertex's countTokens takes beside its contents."""
+    return _gemini_walk(body, message, "", "v1beta")
