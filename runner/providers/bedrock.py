@@ -310,6 +310,19 @@ class BedrockProvider(Provider):
         response = await self._call(model, self.runtime.converse, self._pool, **request)
         return self.converse_completion(response)
 
+    # -- token counting: Claude's, by the runtime's CountTokens (runner/providers/bedrock_claude.py) -------------
+
+    def count_request(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]
+                      ) -> dict[str, Any] | None:
+        from .bedrock_claude import count_request
+
+        return count_request(model, messages, params)
+
+    async def count_tokens(self, model: str, request: dict[str, Any]) -> int:
+        from .bedrock_claude import count_tokens
+
+        return await count_tokens(self, model, request)
+
     # -- batch inference -------------------------------------------------------------------------------------
 
     def batch_unavailable(self, model: str) -> str | None:

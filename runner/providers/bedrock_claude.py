@@ -14,6 +14,7 @@ request with SigV4 from the standard AWS chain (or sends ``AWS_BEARER_TOKEN_BEDR
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -24,14 +25,41 @@ from .answer_bounds import bounds_of
 from .anthropic_messages import AnthropicProvider, transport_errors
 from .base import Completion, ProviderSettings, http_limits
 from .bedrock import CREDENTIAL_HELP
-from .bedrock_ids import claude_name
+from .bedrock_ids import claude_name, foundation_model
 from .tls import shared_context
+from .token_counts import read_count
 
 if TYPE_CHECKING:
     from .bedrock import BedrockProvider
 
 #: the Messages API version Bedrock takes in the body of a Claude request
 BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"
+
+
+@functools.cache
+def _messages_api() -> AnthropicProvider:
+    """The Messages mapping of Claude's bodies (API version 2023-06-01's rules), without a client."""
+    return AnthropicProvider(ProviderSettings(api_version="2023-06-01"))
+
+
+def count_request(model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any] | None:
+    """CountTokens' ``input`` for a request of a Claude model: the InvokeModel body it is sent with, its sampling
+    fields left out (they count for nothing); None for the other models, whose requests keep the byte bound."""
+    name = claude_name(model)
+    if name is None:
+        return None
+    kwargs, _ = _messages_api().request_of(messages, params, name)
+    return {"invokeModel": {"body": {"anthropic_version": BEDROCK_ANTHROPIC_VERSION, **kwargs}}}
+
+
+async def count_tokens(provider: BedrockProvider, model: str, request: dict[str, Any]) -> int:
+    """The runtime's CountTokens (``POST /model/{modelId}/count-tokens``) of the foundation model behind ``model``
+    (runner/providers/token_counts.py), through boto3 in the provider's threads; answered ``{"inputTokens": N}``."""
+    assert provider.runtime is not None, "start() was not awaited"
+    body = json.dumps(request["invokeModel"]["body"], ensure_ascii=False, separators=(",", ":")).encode()
+    answer = await provider._call(model, provider.runtime.count_tokens, provider.pool, modelId=foundation_model(model),
+                                  input={"invokeModel": {"body": body}})
+    return read_count(answer, "inputTokens", provider.where)
 
 
 class BedrockClaude:

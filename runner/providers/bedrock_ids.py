@@ -30,3 +30,11 @@ def claude_name(model: str) -> str | None:
     ``claude-sonnet-4-5-20250929``), None for any other model."""
     found = _CLAUDE.fullmatch(model)
     return _VERSION.sub("", found.group(1)) if found else None
+
+
+def foundation_model(model: str) -> str:
+    """The foundation model behind an id: a cross-region profile's id without its geography prefix
+    (``us.anthropic.claude-...`` -> ``anthropic.claude-...``), any other id as it is. CountTokens takes "the
+    foundation model to use for token counting" (botocore's bedrock-runtime service model, ``modelId``)."""
+    found = _PROFILE.match(model)
+    return model[found.end():] if found else model

@@ -34,6 +34,7 @@ from .anthropic_messages import AnthropicProvider, cache_blocks
 from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, http_limits, register
 from .gemini import GeminiProvider
 from .tls import shared_context
+from .token_counts import gemini_count_fields, read_count
 
 if TYPE_CHECKING:  # the SDKs are imported where they are used: discovering the providers must stay light
     import anthropic
@@ -272,6 +273,38 @@ class VertexProvider(Provider):
     async def stored_prompts(self, model: str) -> list[StoredPrompt]:
         with self.map_errors(model):
             return await self.gemini.stored_prompts(model)
+
+    # -- token counting (runner/providers/token_counts.py) -----------------------------------------------------
+    def count_request(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+        if is_claude(model):
+            return {**self.claude.count_request(model, messages, params),
+                    "anthropic_version": VERTEX_ANTHROPIC_VERSION}
+        return gemini_count_fields(messages, params)
+
+    async def count_tokens(self, model: str, request: dict[str, Any]) -> int:
+        """Claude: ``count-tokens:rawPredict``, where ``AsyncAnthropicVertex``'s ``messages.count_tokens`` sends the
+        body (the model in it); Gemini: the publisher model's ``:countTokens`` through google-genai, which takes a
+        system instruction in Vertex mode."""
+        if is_claude(model):
+            client = await self._claude_client()
+            fields = {key: value for key, value in request.items() if key != "anthropic_version"}
+            with self.map_errors(model):
+                raw = await client.messages.with_raw_response.count_tokens(
+                    **fields, extra_body={"anthropic_version": request["anthropic_version"]})
+            return read_count(self.claude._json_body(raw.http_response.content), "input_tokens", self.where)
+        from google.genai import types
+
+        client = self.gemini.client
+        assert client is not None, "start() was not awaited"
+        system = request.get("systemInstruction")
+        config = request.get("generationConfig") or {}
+        with self.map_errors(model):
+            counted = await client.aio.models.count_tokens(
+                model=model, contents=[types.Content.model_validate(content) for content in request["contents"]],
+                config=types.CountTokensConfig(
+                    system_instruction=types.Content.model_validate(system) if system else None,
+                    generation_config=types.GenerationConfig.model_validate(config) if config else None))
+        return read_count({"totalTokens": counted.total_tokens}, "totalTokens", self.where)
 
     async def _claude(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         claude = self.claude
