@@ -5,8 +5,9 @@ Per stage and model the plan is streamed (never held whole) and looked up in the
 - **requests**, those already **in the cache** (free: a cache hit costs nothing), and **repeats** (a request
   identical to an earlier one of the job: the runner sends it once and shares the answer); the rest are **to send**;
 - **input tokens** of the requests to send, counted by ``runner.providers.tokens``: exact where the provider's
-  tokenizer is here (OpenAI models tiktoken knows, the simulated server); elsewhere two figures, labelled: the
-  expected count (a heuristic, not a bound) and the upper bound a budget reserves (UTF-8 bytes plus framing);
+  tokenizer is here (OpenAI models tiktoken knows, the simulated server) or the provider's count endpoint counted
+  the prompt in a run before (runner/report/stored_counts.py); elsewhere two figures, labelled: the expected count
+  (a heuristic, not a bound) and the upper bound a budget reserves (UTF-8 bytes plus framing);
 - **output tokens**: at most ``max_tokens`` per request to send, and an expected figure from history: the mean
   output tokens of this stage and model's requests already in the cache (the most similar requests there are), or
   else of stored responses of the same provider and model (up to ``HISTORY_SAMPLE`` of them), each capped at
@@ -39,6 +40,7 @@ from runner.plan.stage import StagePlan, model_key
 from runner.providers.pricing import PER, Pricing, Rates
 from runner.providers.tokens import bound_call_tokens, count_call_tokens, exact
 from runner.report.cache_estimate import CacheSums, caching_rule, storage_price
+from runner.report.stored_counts import StoredCounts
 from runner.report.tables import Column, Table, csv_text, json_text
 from runner.report.terminal import clean, clean_lines
 from runner.spec.schema import Job
@@ -54,7 +56,7 @@ HISTORY_SAMPLE = 10_000
 
 CSV_COLUMNS = (
     "stage", "model", "requests", "cached", "repeats", "to_send", "input_tokens", "input_exact", "input_tokens_bound",
-    "max_tokens",
+    "input_counted", "max_tokens",
     "output_tokens_max", "output_tokens_expected", "history", "history_source", "price", "cost_low", "cost_high",
     "batch_low", "batch_high", "batch_price", "cache_read_tokens", "cost_low_cached",
 )
@@ -110,6 +112,8 @@ class Group:
     input_tokens: int | None = 0
     #: input tokens a budget reserves for them: ``input_tokens`` when exact, else a true upper bound
     input_tokens_bound: int | None = 0
+    #: requests to send whose input tokens the provider's count endpoint counted in a run before (exact)
+    input_counted: int = 0
     output_tokens_max: int | None = None
     output_tokens_expected: float | None = None
     #: how many responses ``output_tokens_expected`` is the mean of (0: no history)
@@ -152,8 +156,9 @@ class _Builder:
     """One (stage, model) group being summed."""
 
     def __init__(self, group: Group, rates: Rates | None, batch: Rates | None, count: bool,
-                 cache: CacheSums | None = None) -> None:
+                 cache: CacheSums | None = None, stored: bool = False) -> None:
         self.group = group
+        self.stored = stored and count  # its requests may have counts stored (runner/report/stored_counts.py)
         self.rates = rates
         self.batch = batch
         self.count = count
@@ -163,13 +168,18 @@ class _Builder:
         self.cached_out = 0
         self.cached_n = 0
 
-    def add(self, req: Task) -> None:
+    def add(self, req: Task, counted: int | None = None) -> None:
+        """One request to send; ``counted``: its input tokens as the provider's count endpoint counted them."""
         g = self.group
         g.to_send += 1
         if not self.count:
             return
-        tokens = count_call_tokens(req.provider, req.model_name, req.messages, req.call.pairs)
-        bound = bound_call_tokens(req.provider, req.model_name, req.messages, req.call.pairs, counted=tokens)
+        if counted is not None:
+            tokens = bound = counted
+            g.input_counted += 1
+        else:
+            tokens = count_call_tokens(req.provider, req.model_name, req.messages, req.call.pairs)
+            bound = bound_call_tokens(req.provider, req.model_name, req.messages, req.call.pairs, counted=tokens)
         g.input_tokens = (g.input_tokens or 0) + tokens
         g.input_tokens_bound = (g.input_tokens_bound or 0) + bound
         max_tokens = g.max_tokens or 0
@@ -182,6 +192,8 @@ class _Builder:
 
     def finish(self, store: Store, provider: str, model_id: str) -> Group:
         g = self.group
+        if g.to_send and g.input_counted == g.to_send:
+            g.input_exact = True
         if g.max_tokens is not None:
             g.output_tokens_max = g.max_tokens * g.to_send
         if self.cached_n:
@@ -234,6 +246,7 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
     seen: set[int] = set()
     unplanned: list[str] = []
     warnings: list[str] = []
+    stored = StoredCounts(job, store)
     for stage in job.stages:
         if not stage.is_llm:
             continue
@@ -263,7 +276,8 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
                 group.input_tokens = group.input_tokens_bound = None
             rule = caching_rule(model) if job.stage_prompt_cache(stage) == "auto" and count else None
             builders[model] = _Builder(group, rates, batch, count, CacheSums(
-                stage.name, model, rule, storage_price(job, model)) if rule is not None else None)
+                stage.name, model, rule, storage_price(job, model)) if rule is not None else None,
+                not group.input_exact and stored.counter(provider) is not None)
         replayed = replayable_tasks(store, stage_address(job, stage, plan), stage.name)
         if replayed is not None:  # unchanged since a run that finished it: all cache hits, nothing to plan
             for model, (n, output_tokens) in replayed.items():
@@ -271,7 +285,7 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
                 builder.group.requests = builder.group.cached = builder.cached_n = n
                 builder.cached_out = output_tokens
         else:
-            _plan_groups(plan, builders, store, seen)
+            _plan_groups(plan, builders, store, seen, stored)
         groups += [builders[m].finish(store, *ids[m]) for m in plan.models]
         warnings += [w for m in plan.models if (c := builders[m].cache) is not None and (w := c.reorder_warning())]
     result = Estimate(job=job.name, path=job.path, groups=groups)
@@ -285,10 +299,12 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
     return result
 
 
-def _plan_groups(plan: StagePlan, builders: dict[str, _Builder], store: Store, seen: set[int]) -> None:
+def _plan_groups(plan: StagePlan, builders: dict[str, _Builder], store: Store, seen: set[int],
+                 stored: StoredCounts) -> None:
     """Plan the stage's requests and add each to its model's group: a cache hit, a repeat, or one to send."""
     for chunk in _chunks(plan, CHUNK):
         memo = store.lookup_many(list({req.key for req in chunk}))
+        counted = stored.of([req for req in chunk if req.key not in memo and builders[req.model].stored])
         for req in chunk:
             builder = builders[req.model]
             builder.group.requests += 1
@@ -303,7 +319,7 @@ def _plan_groups(plan: StagePlan, builders: dict[str, _Builder], store: Store, s
                 builder.group.repeats += 1
                 continue
             seen.add(short)
-            builder.add(req)
+            builder.add(req, counted.get(req.key))
 
 
 def _sum(values: list[Any]) -> Any:
@@ -318,6 +334,7 @@ def _totals(groups: list[Group]) -> dict[str, Any]:
     counted = [g.input_tokens for g in groups if g.input_tokens is not None]
     totals["input_tokens"] = sum(counted)
     totals["input_tokens_bound"] = sum(g.input_tokens_bound for g in groups if g.input_tokens_bound is not None)
+    totals["input_counted"] = sum(g.input_counted for g in groups)
     totals["input_exact"] = all(g.input_exact for g in groups if g.to_send)
     totals["output_tokens_max"] = _sum([g.output_tokens_max for g in groups if g.to_send])
     for key in ("cost_low", "cost_high"):
@@ -356,17 +373,20 @@ def _tokens(value: float | int | None) -> str:
     return f"{value:,.0f}" if isinstance(value, float) else f"{value:,}"
 
 
-def _input(tokens: int | None, bound: int | None, is_exact: bool) -> str:
-    """Input tokens as shown: "N (exact)", or "N expected, ≤ M (bound)" where the tokenizer is not here."""
+def _input(g: Group) -> str:
+    """Input tokens as shown: "N (exact)" (the tokenizer is here, or the provider's count endpoint counted every
+    request), or "N expected, ≤ M (bound)", with how many requests were counted exactly when some were."""
+    tokens, bound = g.input_tokens, g.input_tokens_bound
     if tokens is None:
         return "not counted (free)"
-    if is_exact or bound is None:
-        return f"{tokens:,} (exact)" if is_exact else f"{tokens:,} (expected)"
-    return f"{tokens:,} expected, ≤ {bound:,} (bound)"
+    if g.input_exact or bound is None:
+        return f"{tokens:,} (exact)" if g.input_exact else f"{tokens:,} (expected)"
+    some = f"; {g.input_counted:,} of {g.to_send:,} requests exact" if g.input_counted else ""
+    return f"{tokens:,} expected, ≤ {bound:,} (bound{some})"
 
 
 def _row(g: Group) -> list[str]:
-    tokens = _input(g.input_tokens, g.input_tokens_bound, g.input_exact)
+    tokens = _input(g)
     expected = "no history" if not g.history else f"{_tokens(g.output_tokens_expected)} (n={g.history})"
     bounded = g.max_tokens is not None
     batch = _range(g.batch_low, g.batch_high, bounded=bounded) if g.batch_price else "-"
@@ -425,7 +445,8 @@ def render(est: Estimate, fmt: str) -> str:
     notes = summary_lines(est)
     notes.append("in cache: answered before, free; to send: the rest, less repeats of an identical request (sent "
                  "once); input tokens: exact where the provider's tokenizer is here (OpenAI models tiktoken knows, "
-                 "sim:), else the expected count and the upper bound a budget reserves (UTF-8 bytes plus framing); "
+                 "sim:) or its token-counting endpoint counted the prompt in an earlier run (Claude, Gemini), else "
+                 "the expected count and the upper bound a budget reserves (UTF-8 bytes plus framing); "
                  "output expected: mean output tokens of similar stored responses × requests to send; worst: every "
                  "input token (exact or bound) at the dearest input price and max_tokens output tokens per request")
     if fmt == "md":
