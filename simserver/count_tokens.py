@@ -18,8 +18,8 @@ format's model route reads from the same body, so a prompt's count equals what a
         ``{"input": {"converse": {"messages", "system"}}}``; answers ``{"inputTokens": N}``.
 
 Count requests are not model requests: not in ``received``, no fault dice, no rate-limit buckets, never billed.
-/sim/stats counts them under ``count_tokens`` (``received``, and ``by_digest``: each prompt's counts, by the digest
-``completed_by_digest`` uses), once there is one. Strict mode checks each body against the same published
+/sim/stats counts them under ``count_tokens`` (``received``: every count request, answered or not; ``by_digest``:
+each prompt's counts answered, by the digest ``completed_by_digest`` uses), once there is one. Strict mode checks each body against the same published
 definitions as the model routes (:mod:`simserver.strict_anthropic`, :mod:`simserver.strict_gemini`,
 :mod:`simserver.bedrock_strict`). ``SimConfig.count_tokens`` off answers every count request with its format's 500:
 a counting endpoint that fails, whose client must fall back on something else.
@@ -141,6 +141,7 @@ def _count(server: SimServer, fmt: WireFormat, read: Reader, answer: Callable[[i
     """A count route's handler: the format's key check, the body read and counted, the count answered."""
 
     async def handle(request: web.Request) -> web.Response:
+        server.counted.received += 1
         cfg, headers = server.config, fmt.new_headers()
         if cfg.require_key or cfg.api_key is not None:
             key = fmt.key(request)
@@ -161,7 +162,6 @@ def _count(server: SimServer, fmt: WireFormat, read: Reader, answer: Callable[[i
             return fmt.bad_request(exc.message, exc.param, headers)
         except _Refused as exc:
             return fmt.bad_request(exc.refusal.message, exc.refusal.param, headers)
-        server.counted.received += 1
         server.counted.by_digest[message_digest(messages)] += 1
         return response(200, answer(count_prompt_tokens(messages)), headers)
 
