@@ -456,9 +456,12 @@ async def test_bad_anthropic_and_gemini_requests(srv: SimServer, gemini: genai.C
     with pytest.raises(genai_errors.ClientError) as caught:
         await ask_gemini(gemini, candidate_count=2)
     assert caught.value.code == 400 and caught.value.status == "INVALID_ARGUMENT"
-    status, _, _ = await raw_post(srv, "/v1beta/models/sim-a:countTokens", {"contents": []})
+    status, _, text = await raw_post(srv, "/v1beta/models/sim-a:countTokens", {"contents": []},
+                                     {"x-goog-api-key": "test-key"})
+    assert status == 400 and "contents is not specified" in json.loads(text)["error"]["message"]
+    status, _, _ = await raw_post(srv, "/v1beta/models/sim-a:embedContent", {"contents": []})
     assert status == 404
-    assert srv.stats()["by_status"] == {"400": 4}
+    assert srv.stats()["by_status"] == {"400": 4}, "count requests are not model requests"
 
 
 # -- keys ------------------------------------------------------------------------------------------------------
