@@ -337,12 +337,12 @@ class AnthropicProvider(LeanOrSDK["anthropic.AsyncAnthropic"], Provider):
     async def count_tokens(self, model: str, request: dict[str, Any]) -> int:
         """``POST /v1/messages/count_tokens`` (runner/providers/token_counts.py), on the path requests take."""
         if self.wire is not None:
-            answer = await self._lean("POST", "/v1/messages/count_tokens", request)
-            return read_count(self._json_body(answer.content), "input_tokens", self.where)
-        assert self.client is not None, "start() was not awaited"
-        with self.map_errors():
-            raw = await self.client.messages.with_raw_response.count_tokens(**request)
-        return read_count(self._json_body(raw.http_response.content), "input_tokens", self.where)
+            content = (await self._lean("POST", "/v1/messages/count_tokens", request)).content
+        else:
+            assert self.client is not None, "start() was not awaited"
+            with self.map_errors():
+                content = (await self.client.messages.with_raw_response.count_tokens(**request)).http_response.content
+        return read_count(self._json_body(content), "input_tokens", self.where)
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         kwargs, sampling = self.request_of(messages, params, model)

@@ -27,8 +27,11 @@ class StoredCounts:
         """The provider ``name`` as a run builds it (never started), when it counts with an endpoint and its
         ``count_tokens`` setting is on; else None."""
         if name not in self._counters:
+            provider = None
             try:
-                provider = provider_class(name)(self.job.providers.get(name) or ProviderSettings(), self.job.endpoints)
+                cls = provider_class(name)
+                if cls.count_request is not Provider.count_request:  # only a provider that counts is built
+                    provider = cls(self.job.providers.get(name) or ProviderSettings(), self.job.endpoints)
             except Exception:  # noqa: BLE001 - a provider that cannot be built here: its requests are estimated
                 provider = None
             self._counters[name] = provider if provider is not None and provider.settings.count_tokens else None
