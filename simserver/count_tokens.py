@@ -19,10 +19,10 @@ format's model route reads from the same body, so a prompt's count equals what a
 
 Count requests are not model requests: not in ``received``, no fault dice, no rate-limit buckets, never billed.
 /sim/stats counts them under ``count_tokens`` (``received``: every count request, answered or not; ``by_digest``:
-each prompt's counts answered, by the digest ``completed_by_digest`` uses), once there is one. Strict mode checks each body against the same published
-definitions as the model routes (:mod:`simserver.strict_anthropic`, :mod:`simserver.strict_gemini`,
-:mod:`simserver.bedrock_strict`). ``SimConfig.count_tokens`` off answers every count request with its format's 500:
-a counting endpoint that fails, whose client must fall back on something else.
+each prompt's counts answered, by the digest ``completed_by_digest`` uses), once there is one. Strict mode checks
+each body against the same published definitions as the model routes (:mod:`simserver.strict_anthropic`,
+:mod:`simserver.strict_gemini`, :mod:`simserver.bedrock_strict`). ``SimConfig.count_tokens`` off answers every
+count request with its format's 500: a counting endpoint that fails, whose client must fall back on something else.
 """
 
 from __future__ import annotations
