@@ -171,7 +171,8 @@ def _own_score(stage: Stage, req: Task, result: dict[str, Any], notes: list[str]
 
 def _read(stage: Stage, req: Task, text: str, kind: str, result: dict[str, Any], into: str) -> None:
     """Parse ``text`` as ``kind`` into ``result[into]`` (an option mapped back through the shown order), with
-    ``valid``, ``invalid_reason`` and ``answer_letter``."""
+    ``valid``, ``invalid_reason`` (the reason class, and why where the parser says: "not_found: options echoed")
+    and ``answer_letter``."""
     if stage.scoring == "default" and kind == "letter" and req.options is not None:
         parsed = parse_letter(text, req.options, LETTERS, mode=stage.parse_mode)  # the common case, direct
     else:
@@ -179,7 +180,7 @@ def _read(stage: Stage, req: Task, text: str, kind: str, result: dict[str, Any],
                               scoring=stage.scoring)
     result["valid"] = parsed.valid
     if not parsed.valid:
-        result["invalid_reason"] = parsed.reason
+        result["invalid_reason"] = parsed.why
     elif kind in ("letter", "label"):
         if kind == "letter" and parsed.value < len(LETTERS):
             result["answer_letter"] = LETTERS[parsed.value]

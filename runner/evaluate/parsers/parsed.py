@@ -1,9 +1,10 @@
-"""What a parser returns: :class:`Parsed` (a value, or ``None`` with the reason class it is invalid) and the reason
-classes (:class:`Reason`), as ``runner.evaluate.parse`` describes them."""
+"""What a parser returns: :class:`Parsed` (a value, or ``None`` with the reason class it is invalid and, where the
+class alone does not say it, a short why) and the reason classes (:class:`Reason`), as ``runner.evaluate.parse``
+describes them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -11,10 +12,17 @@ from typing import Any
 class Parsed:
     value: Any
     reason: str | None = None
+    #: why, in a few words ("options echoed", "two choices affirmed"); not compared: the class is the verdict
+    detail: str | None = field(default=None, compare=False)
 
     @property
     def valid(self) -> bool:
         return self.reason is None
+
+    @property
+    def why(self) -> str | None:
+        """The reason as a result line states it: ``"not_found: options echoed"``, or the class alone."""
+        return f"{self.reason}: {self.detail}" if self.reason and self.detail else self.reason
 
 
 class Reason:
