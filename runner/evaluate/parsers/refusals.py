@@ -31,35 +31,66 @@ _KINDS = (
     r"(?:options?|choices?|answers?|alternatives?|labels?|class(?:es)?|intents?|intent\s+class(?:es)?"
     r"|categor(?:y|ies))"
 )
-_NONE = re.compile(
-    r"\bnone\s+of\s+(?:them|these|those|the\s+above|above"
-    rf"|(?:the\s+)?(?!others?\b)(?:\w+\s+)?{_KINDS}\b)"
-    r"|\bno\s+(?:correct|valid|suitable|right|matching|appropriate|applicable|good|plausible)\s+"
-    r"(?:option|answer|choice|label|intent|class|category)"
-    r"|\bno\s+(?:option|answer|choice|label|intent|class|category)s?\s+"
-    r"(?:is|are|fits?|matches|match|applies|apply|seems?|among|here)\b"
-    r"|\bthere\s+(?:is|are)\s+no\s+(?:\w+\s+)?(?:option|answer|choice|label|intent|class|category)"
+_KIND = r"(?:option|answer|choice|alternative|label|intent|class|category)"
+#: none-of-them statements that name what none of is (the options, the answers...), read in the answer's words
+_NONE_NAMED = re.compile(
+    rf"\bnone\s+of\s+(?:the\s+above|above|(?:the\s+)?(?!others?\b)(?:\w+\s+)?{_KINDS}\b)"
+    rf"|\bno\s+(?:correct|valid|suitable|right|matching|appropriate|applicable|good|plausible)\s+{_KIND}"
+    rf"|\bno\s+{_KIND}s?\s+(?:is|are|fits?|matches|match|applies|apply|seems?|among|here)\b"
+    rf"|\bthere\s+(?:is|are)\s+no\s+(?:\w+\s+)?{_KIND}"
+    rf"|\bneither\s+(?:of\s+the\s+\w+|one|{_KIND}s?)\b"
+    rf"|\bnot\s+any\s+of\s+(?:the\s+)?(?:\w+\s+)?{_KINDS}\b"
+    rf"|\b(?:all(?:\s+of)?(?:\s+the)?(?:\s+\w+)?\s+{_KINDS}|every\s+(?:\w+\s+)?{_KIND})\s+(?:are|is|seem|seems)"
+    r"\s+(?:\w+\s+)?(?:wrong|incorrect|false|invalid)\b"
+)
+#: none-of-them statements that leave it to the question what none of is: "None of them", "none fits"
+_NONE_VAGUE = re.compile(
+    r"\bnone\s+of\s+(?:them|these|those)"
     r"|\bnone\s+(?:is|are|fits?|applies|apply|matches|match)\b"
-    r"|\bneither\s+of\s+(?:them|these|the\s+\w+)"
+    r"|\bneither\s+(?:of\s+(?:them|these)|is|fits?|applies|works|matches)\b"
+)
+_OFFERED = r"(?:options|choices|answers|alternatives|labels|intents|categories|classes)"
+_NOT_IN = (
+    rf"(?:not|n't|isn't|wasn't)\s+(?:(?:even|actually|really)\s+)?(?:listed\b|among\s+(?:them|these|those)\b"
+    rf"|(?:among|one\s+of)\s+(?:the|these|those)\s+(?:\w+\s+)?{_OFFERED}\b|one\s+of\s+(?:them|these|those)\b"
+    rf"|in\s+the\s+(?:\w+\s+)?(?:list|{_OFFERED})\b(?!\s+of\b)|(?:there|here)\s*(?:[.!]|$)"
+)
+#: "the answer is not listed", "the correct one isn't among the choices", "It's not there.", "Not in the list": said
+#: of the answer (an answer, option, label... or a sentence's "it"), never "A is not among the options I'd pick"
+_NOT_LISTED = re.compile(
+    rf"\b(?:answer|option|choice|label|intent|class|category|(?:correct|right|true)\s+one)(?:'s\s+|\s+"
+    rf"(?:is\s+|was\s+|seems\s+to\s+be\s+)?){_NOT_IN}|(?:given|offered|provided|shown)\b)"
+    rf"|(?:^|[.!?;:\n(]\s*)(?:(?:it|that)(?:'s\s+|\s+(?:is\s+|was\s+)?))?{_NOT_IN})"
+    rf"|\bis\s+missing\s+from\s+the\s+(?:\w+\s+)?(?:list|{_OFFERED})\b",
+    re.IGNORECASE,
 )
 _EXCEPT = re.compile(r"^\s*(?:\w+\s+)?(?:except|but|other\s+than|besides|apart\s+from|save)\b")
 _NONE_ALONE = {"none", "neither", "nothing", "none of them", "none applies", "none fits"}
 
 
-def is_none_of_them(text: str, marker: str = NONE_OF_THEM_MARKER) -> bool:
+def is_none_of_them(text: str, marker: str = NONE_OF_THEM_MARKER, *, named: bool = False) -> bool:
     """Whether the answer says that no option fits: the marker itself ("none-of-them", any case or separator),
     "None of them/these/the above/the options/the given choices", "no correct option", "no option fits",
-    "there is no correct answer", "None", "Neither"... but not "none of the others" nor "none of them except B"."""
+    "there is no correct answer", "neither option is correct", "the answer is not listed", "it isn't among the
+    choices", "None", "Neither"... but not "none of the others" nor "none of them except B". ``named``: only
+    statements that name what none of is ("none of the options", "not listed"), not "none of them" (a yes/no
+    answer's "none of them clash" is about the sentence, not the options)."""
     words = " ".join(tokens_of(text))
     if not words:
         return False
     if words in _NONE_ALONE or " ".join(tokens_of(answer_core(text))) in _NONE_ALONE:
         return True
-    spots = [m.end() for m in _NONE.finditer(words)]
-    mark = " ".join(tokens_of(marker))
-    if mark:
-        spots += [m.end() for m in re.finditer(rf"(?<!\S){re.escape(mark)}(?!\S)", words)]
-    return any(not _EXCEPT.match(words[end:]) for end in spots)
+    spots = [m.end() for pattern in (_NONE_NAMED, None if named else _NONE_VAGUE) if pattern
+             for m in pattern.finditer(words)]
+    mark = tokens_of(marker)
+    if mark and not named:
+        spots += [m.end() for m in re.finditer(rf"(?<!\S){re.escape(' '.join(mark))}(?!\S)", words)]
+    if any(not _EXCEPT.match(words[end:]) for end in spots):
+        return True
+    text = normalised(text)
+    if mark and named and re.search(r"(?:[^\w\s]|_)".join(map(re.escape, mark)), text, re.IGNORECASE):
+        return True  # the marker as written ("none-of-them", "N/A"), not its words ("none of them clash")
+    return any(not _EXCEPT.match(text[m.end() :]) for m in _NOT_LISTED.finditer(text))
 
 
 def marker_slot(options: Sequence[str], marker: str) -> int | None:
