@@ -36,14 +36,19 @@ def parse_label(text: str, labels: Sequence[str], *, marker: str = NONE_OF_THEM_
     if len(same) == 1:
         return Parsed(same[0])
     if len(same) > 1:
-        return Parsed(None, Reason.AMBIGUOUS)
+        return Parsed(None, Reason.AMBIGUOUS, "several labels match")
     r = Reader(answer)
     mentions = name_mentions(r, labels)
 
     def read_at(offset: int) -> Parsed | None:
         k = r.at(offset, _LABEL_LEAD_IN)
-        named = {i for a, _, i in mentions if a == k}
-        return Parsed(named.pop()) if len(named) == 1 else None
+        named = {(b, i) for a, b, i in mentions if a == k}
+        if len(named) != 1:
+            return None
+        end, index = named.pop()
+        if end + 2 < len(r.words) and r.lower[end + 1] == "or" and any(a == end + 2 for a, _, _ in mentions):
+            return Parsed(None, Reason.AMBIGUOUS, "two labels stated")  # "the intent is card_arrival or ..."
+        return Parsed(index)
 
     stated = stated_answer(answer, read_at, CHOSEN)
     if stated is not None:
@@ -53,10 +58,10 @@ def parse_label(text: str, labels: Sequence[str], *, marker: str = NONE_OF_THEM_
         return Parsed(first_line[0])
     slot = marker_slot(labels, marker)
     if is_none_of_them(answer, marker):
-        return Parsed(slot) if slot is not None else Parsed(None, Reason.NONE_OF_THEM)
+        return Parsed(slot) if slot is not None else Parsed(None, Reason.NONE_OF_THEM, "no label offered for it")
     if is_refusal(answer):
         return Parsed(None, Reason.REFUSAL)
     found = choose(r, mentions)
     if found is not None:
         return found
-    return Parsed(None, Reason.NOT_FOUND)
+    return Parsed(None, Reason.NOT_FOUND, "negated every label" if mentions else "no label named")
