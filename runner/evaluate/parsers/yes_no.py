@@ -7,7 +7,7 @@ import re
 from typing import Literal
 
 from .parsed import Parsed, Reason
-from .refusals import is_refusal
+from .refusals import is_none_of_them, is_refusal
 from .statements import stated_answer
 from .text import WORD, answer_core, graded_text
 
@@ -18,16 +18,27 @@ YES_NO_FAMILIES: dict[str, tuple[str, str]] = {
     "acceptable/unacceptable": ("acceptable", "unacceptable"),
     "true/false": ("true", "false"),
 }
-#: the same answers in other languages, read only as the whole answer, its first word or after "Answer:"
-_FOREIGN: dict[str, dict[str, bool]] = {
-    "yes/no": {"oui": True, "ja": True, "sí": True, "si": True, "是": True, "是的": True, "对": True, "はい": True,
-               "non": False, "nein": False, "否": False, "不是": False, "不对": False, "いいえ": False},
+#: the same answers in other words (other languages, colloquial), read only as the whole answer, its first word or
+#: after "Answer:"; Chinese and Japanese text is one word up to punctuation ("不，这句话不对" starts with "不")
+_OTHER_WORDS: dict[str, dict[str, bool]] = {
+    "yes/no": {"oui": True, "ja": True, "sí": True, "si": True, "yep": True, "yup": True, "yeah": True, "yea": True,
+               "uhhuh": True, "mmhmm": True, "mhm": True,
+               "是": True, "是的": True, "对": True, "對": True, "对的": True, "是啊": True, "没错": True, "沒錯": True,
+               "はい": True, "ええ": True, "うん": True, "そうです": True,
+               "non": False, "nein": False, "nope": False, "nah": False, "uhuh": False, "nuhuh": False,
+               "否": False, "不": False, "不是": False, "不是的": False, "不对": False, "不對": False, "没有": False,
+               "沒有": False, "いいえ": False, "いや": False, "ううん": False, "違います": False, "違う": False},
     "correct/incorrect": {"correcte": True, "correcta": True, "correcto": True, "richtig": True, "正确": True,
+                          "正確": True, "对": True, "對": True, "正しい": True, "正解": True,
                           "incorrecte": False, "incorrecta": False, "incorrecto": False, "falsch": False,
-                          "错误": False, "不正确": False},
+                          "错误": False, "錯誤": False, "错": False, "錯": False, "不正确": False, "不正確": False,
+                          "不对": False, "不對": False, "正しくない": False, "間違い": False, "誤り": False},
 }
-_NEGATORS = frozenset({"not", "never", "hardly", "cannot", "nor"})
-_YES_NO_CLAUSE = re.compile(r"[.,;:!?\n]")
+#: hyphenated answers, made one word before reading ("Uh-huh" is yes, "Uh-uh" no)
+_HYPHENATED = re.compile(r"\b(?:uh-huh|mm-hmm|uh-uh|nuh-uh)\b(?!-)", re.IGNORECASE)
+_NEGATORS = frozenset({"not", "never", "hardly", "cannot", "neither", "nor"})
+#: a negation reaches no further than its clause: punctuation, a dash or a hyphen between spaces ("Not bad - correct")
+_YES_NO_CLAUSE = re.compile(r"[.,;:!?\n\u2013\u2014]|\s-+\s")
 #: words after which a leading "no" is the answer, not a determiner ("No it isn't" but "No issues")
 _NO_ANSWERS = frozenset(
     "it it's its this that these those the a an i i'm i'd there there's they he she we you not because since but as "
@@ -55,7 +66,7 @@ def _family_words(family: str | tuple[str, str] | None, foreign: bool = False) -
         keys, pairs = [key], [YES_NO_FAMILIES[key]]
     words: dict[str, bool] = {}
     for key in keys if foreign else ():
-        words.update(_FOREIGN.get(key, {}))
+        words.update(_OTHER_WORDS.get(key, {}))
     for positive, negative in pairs:
         words[positive.lower()] = True
         words[negative.lower()] = False
@@ -92,11 +103,15 @@ def _polarities(text: str, words: dict[str, bool]) -> list[tuple[bool, int, int,
     return out
 
 
-def _hedged(text: str, found: list[tuple[bool, int, int, int]]) -> bool:
-    """Both sides named as alternatives: "yes or no", "yes and no", "correct/incorrect", "neither yes nor no"."""
-    return any(
-        a[0] != b[0] and _HEDGE_GAP.fullmatch(text[a[2] : b[1]]) for a, b in zip(found, found[1:], strict=False)
-    )
+def _hedge(text: str, found: list[tuple[bool, int, int, int]]) -> Parsed | None:
+    """Both sides named as alternatives: "yes or no", "yes and no", "correct/incorrect"; or neither affirmed:
+    "neither yes nor no"."""
+    for a, b in zip(found, found[1:], strict=False):
+        gap = text[a[2] : b[1]]
+        if a[0] != b[0] and _HEDGE_GAP.fullmatch(gap):
+            neither = "nor" in gap.lower().split()
+            return Parsed(None, Reason.AMBIGUOUS, "neither answer affirmed" if neither else "both answers named")
+    return None
 
 
 def _leading_polarity(text: str, words: dict[str, bool]) -> bool | None:
@@ -126,6 +141,7 @@ def parse_yes_no(
     answer = graded_text(text)
     if answer is None:
         return Parsed(None, Reason.EMPTY)
+    answer = _HYPHENATED.sub(lambda m: m.group().replace("-", ""), answer)
     core = answer_core(answer)
     core_tokens = WORD.findall(core.lower())
     if len(core_tokens) == 1 and core_tokens[0] in leading_words:
@@ -133,8 +149,9 @@ def parse_yes_no(
 
     def read_at(offset: int) -> Parsed | None:
         rest = answer_core(answer[offset:])
-        if _hedged(rest, _polarities(rest, leading_words)[:2]):
-            return Parsed(None, Reason.AMBIGUOUS)
+        hedge = _hedge(rest, _polarities(rest, leading_words)[:2])
+        if hedge is not None:
+            return hedge
         polarity = _leading_polarity(rest, leading_words)
         return None if polarity is None else Parsed(polarity)
 
@@ -142,20 +159,23 @@ def parse_yes_no(
     if stated is not None:
         return stated
     found = _polarities(answer, words)
-    if _hedged(answer, found):
-        return Parsed(None, Reason.AMBIGUOUS)
+    hedge = _hedge(answer, found)
+    if hedge is not None:
+        return hedge
     leading = _leading_polarity(core, leading_words)
     if leading is not None:
         return Parsed(leading)
     if _BARE_NOT.fullmatch(core):
         return Parsed(False)
+    if is_none_of_them(answer, named=True):  # "None of the options is correct" holds no "correct" answer
+        return Parsed(None, Reason.NONE_OF_THEM, "says no option fits")
     if is_refusal(answer):
         return Parsed(None, Reason.REFUSAL)
     if not found:
-        return Parsed(None, Reason.NOT_FOUND)
+        return Parsed(None, Reason.NOT_FOUND, "no answer word")
     polarities = [polarity for polarity, *_ in found]
     if len(set(polarities)) == 1 or conflict == "first":
         return Parsed(polarities[0])
     if conflict == "invalid":
-        return Parsed(None, Reason.CONFLICT)
+        return Parsed(None, Reason.CONFLICT, "both answers stated")
     return Parsed(False)
