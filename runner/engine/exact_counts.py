@@ -116,7 +116,7 @@ class ExactCounts:
         else:
             tokens = await self._once(key, provider, call.model_name, request)
         if tokens is not None:
-            call.input_tokens = tokens
+            call.input_tokens = provider.count_reserved(call.model_name, tokens)
             call.tokens_exact = True
 
     async def _once(self, key: str, provider: Provider, model: str, request: dict[str, Any]) -> int | None:

@@ -45,7 +45,7 @@ from .answer_bounds import bounds_of, surfaced
 from .base import CacheMarks, Completion, Provider, ProviderSettings, RateWindow, http_limits, register
 from .lean_or_sdk import LeanOrSDK
 from .tls import shared_context
-from .token_counts import messages_count_request, read_count
+from .token_counts import messages_count_request, read_count, with_estimate_margin
 from .wire import quoted, retry_after_seconds, words
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
@@ -333,6 +333,9 @@ class AnthropicProvider(LeanOrSDK["anthropic.AsyncAnthropic"], Provider):
 
     def count_request(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
         return messages_count_request(self, model, messages, params)
+
+    def count_reserved(self, model: str, counted: int) -> int:
+        return with_estimate_margin(counted)  # Anthropic's count is an estimate (runner/providers/token_counts.py)
 
     async def count_tokens(self, model: str, request: dict[str, Any]) -> int:
         """``POST /v1/messages/count_tokens`` (runner/providers/token_counts.py), on the path requests take."""

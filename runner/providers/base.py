@@ -267,6 +267,11 @@ class Provider(ABC):
         token-counting endpoint (a call that costs nothing); raises the runner's errors."""
         raise BadRequest(f"{self.name}:{model}: this provider has no token-counting endpoint")
 
+    def count_reserved(self, model: str, counted: int) -> int:
+        """The input tokens a budget reserves for a prompt :meth:`count_tokens` counted ``counted``: the count
+        itself where the provider charges what it counts (the default)."""
+        return counted
+
     def count_endpoint(self, model: str) -> str:
         """The rate limiter the count requests of ``model`` share (by default one per provider and key: the
         counting endpoints' limits are their own, not the model's)."""

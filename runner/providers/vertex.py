@@ -34,7 +34,7 @@ from .anthropic_messages import AnthropicProvider, cache_blocks
 from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, http_limits, register
 from .gemini import GeminiProvider
 from .tls import shared_context
-from .token_counts import gemini_count_fields, read_count
+from .token_counts import gemini_count_fields, read_count, with_estimate_margin
 
 if TYPE_CHECKING:  # the SDKs are imported where they are used: discovering the providers must stay light
     import anthropic
@@ -280,6 +280,9 @@ class VertexProvider(Provider):
             return {**self.claude.count_request(model, messages, params),
                     "anthropic_version": VERTEX_ANTHROPIC_VERSION}
         return gemini_count_fields(messages, params)
+
+    def count_reserved(self, model: str, counted: int) -> int:
+        return with_estimate_margin(counted) if is_claude(model) else counted  # Anthropic's count: an estimate
 
     async def count_tokens(self, model: str, request: dict[str, Any]) -> int:
         """Claude: ``count-tokens:rawPredict``, where ``AsyncAnthropicVertex``'s ``messages.count_tokens`` sends the
