@@ -45,7 +45,7 @@ from .bedrock import INVOKE, _read_converse
 from .gemini import GEMINI, gemini_messages
 from .refusals import Refusal
 from .vertex import VERTEX_CLAUDE, VERTEX_GEMINI, VERTEX_VERSION
-from .wire import Invalid, WireFormat, response
+from .wire import Invalid, WireFormat, key_refused, response
 
 if TYPE_CHECKING:
     from .server import SimServer
@@ -143,12 +143,8 @@ def _count(server: SimServer, fmt: WireFormat, read: Reader, answer: Callable[[i
     async def handle(request: web.Request) -> web.Response:
         server.counted.received += 1
         cfg, headers = server.config, fmt.new_headers()
-        if cfg.require_key or cfg.api_key is not None:
-            key = fmt.key(request)
-            if not key:
-                return fmt.missing_key(headers)
-            if cfg.api_key is not None and key != cfg.api_key:
-                return fmt.wrong_key(headers)
+        if (refused := key_refused(cfg, fmt, request, headers)) is not None:
+            return refused
         if not cfg.count_tokens:
             return fmt.server_error(headers)
         try:

@@ -21,7 +21,7 @@ from aiohttp import web
 from .anthropic import ANTHROPIC
 from .gemini import GEMINI
 from .openai import OPENAI
-from .wire import WireFormat, response
+from .wire import WireFormat, key_refused, response
 
 if TYPE_CHECKING:
     from .server import SimServer
@@ -83,20 +83,10 @@ def _not_found(fmt: WireFormat, model: str, api_version: str, headers: dict[str,
 def add_routes(server: SimServer, app: web.Application) -> None:
     """The lookups' routes on ``app``, answering from ``server``'s config."""
 
-    def key_refused(fmt: WireFormat, request: web.Request, headers: dict[str, str]) -> web.Response | None:
-        cfg = server.config
-        if cfg.require_key or cfg.api_key is not None:
-            key = fmt.key(request)
-            if not key:
-                return fmt.missing_key(headers)
-            if cfg.api_key is not None and key != cfg.api_key:
-                return fmt.wrong_key(headers)
-        return None
-
     async def retrieve(request: web.Request) -> web.Response:
         fmt = _format_of(request)
         headers = fmt.new_headers()
-        if (refused := key_refused(fmt, request, headers)) is not None:
+        if (refused := key_refused(server.config, fmt, request, headers)) is not None:
             return refused
         model = request.match_info["model"].removeprefix("models/")
         known = known_models(server)
@@ -108,7 +98,7 @@ def add_routes(server: SimServer, app: web.Application) -> None:
     async def listing(request: web.Request) -> web.Response:
         fmt = _format_of(request)
         headers = fmt.new_headers()
-        if (refused := key_refused(fmt, request, headers)) is not None:
+        if (refused := key_refused(server.config, fmt, request, headers)) is not None:
             return refused
         names = known_models(server) or LISTED
         if fmt is ANTHROPIC:

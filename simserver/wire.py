@@ -109,6 +109,18 @@ class WireFormat(Protocol):
         raise NotImplementedError
 
 
+def key_refused(config: Any, fmt: WireFormat, request: web.Request, headers: dict[str, str]) -> web.Response | None:
+    """The format's answer to a request whose key ``config`` (a ``SimConfig``) refuses: missing where one is
+    required, or not the one set; None when the key is accepted."""
+    if config.require_key or config.api_key is not None:
+        key = fmt.key(request)
+        if not key:
+            return fmt.missing_key(headers)
+        if config.api_key is not None and key != config.api_key:
+            return fmt.wrong_key(headers)
+    return None
+
+
 def response(status: int, body: Any, headers: dict[str, str]) -> web.Response:
     return web.Response(status=status, body=compact(body).encode(), headers={**JSON_HEADERS, **headers})
 
