@@ -68,7 +68,10 @@ def pytest_configure(config: pytest.Config) -> None:
     model's threads sleep while they wait, as the provider sets before it loads llama_cpp: set here too, because a
     test may import llama_cpp itself before any provider does."""
     import runner.cli
+    from runner.cli.common import import_now
     from runner.providers.local_llama import sleeping_openmp_threads
+
+    import_now()  # the command line's lazily imported modules, loaded before any test's threads
 
     runner.cli.RAISE_UNEXPECTED = True
     sleeping_openmp_threads()

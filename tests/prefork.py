@@ -70,6 +70,9 @@ def _serve(path: str) -> tuple[dict[str, Any], list[int]] | None:
     """Fork for each request until the test process goes; returns only in a fork: its request and its streams."""
     for module in PRELOADED:
         __import__(module)
+    from runner.cli.common import import_now
+
+    import_now()  # what the command line imports on first use, imported in the server
     if len(os.listdir("/proc/self/task")) != 1:
         return None  # a fork of a process with threads could hold a lock no thread will release
     gc.freeze()  # what is imported stays out of the forks' collections, which would otherwise copy its pages

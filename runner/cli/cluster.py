@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from types import ModuleType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from runner.errors import RunnerError
-from runner.store import Store
+
+if TYPE_CHECKING:
+    from runner.store import Store
 
 __all__ = ["RayCommand", "RayOption", "WorkersOption", "check_ray", "ray_cluster", "ray_flag"]
 

@@ -5,24 +5,61 @@ job file loaded (:func:`load_job`).
 Every line printed goes through :func:`say`, which drops terminal control sequences (:mod:`runner.report.terminal`):
 an error or a run's message can quote a provider's error body, and a job's names and dataset fields reach warnings.
 Reports printed whole in text or md are cleaned the same way (:func:`emit`).
+
+The command modules import the run service, the store and the reports :func:`later`, when a command first uses
+them: ``runner --help``, ``runner --version`` and a command's own usage errors then start in about a tenth of a
+second, where importing the engine costs half a second more (issue 39).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from types import ModuleType
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runner import service
 from runner.errors import RunnerError
 from runner.report.terminal import clean
-from runner.spec.schema import Job
-from runner.store import Store, open_store
+
+if TYPE_CHECKING:
+    from runner.spec.schema import Job
+    from runner.store import Store
 
 __all__ = ["BudgetOption", "DbOption", "LimitOption", "VarOption", "check_format", "emit", "has_password",
-           "load_job", "open_db", "opened", "say", "var_values"]
+           "import_now", "later", "load_job", "open_db", "opened", "say", "var_values"]
+
+
+#: the modules :func:`later` gave out, for :func:`import_now`
+_LATER: list[str] = []
+
+
+def later(name: str) -> ModuleType:
+    """Module ``name``, imported when one of its attributes is first read (the standard library's
+    ``importlib.util.LazyLoader``); the module itself where it is imported already."""
+    _LATER.append(name)
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.loader is not None, name
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def import_now() -> None:
+    """Import what the command modules left for later, now: for a process that runs commands from several threads
+    or forks (the test suite), where a first use from two threads at once would load a module twice."""
+    for name in _LATER:
+        getattr(sys.modules[name], "__doc__", None)  # an attribute read runs a lazily loaded module
+
+
+service = later("runner.service")
 
 DbOption = Annotated[
     str | None,
@@ -82,6 +119,8 @@ def open_db(db: str | None) -> Store:
     if db and has_password(db) and not opened:
         say("warning: --db carries a password, which other users of this machine can see in `ps`: put the URL in "
             "RUNNER_DB instead (export RUNNER_DB=postgresql://...), or use a ~/.pgpass file", err=True)
+    from runner.store import open_store
+
     store = open_store(db)
     opened.append(store)
     return store

@@ -4,30 +4,32 @@ runner/report/sizing.py) and ``runner validate`` (the file and its datasets' row
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from runner import service
 from runner.cli.common import (
     DbOption,
     LimitOption,
     VarOption,
     check_format,
     emit,
+    later,
     load_job,
     open_db,
     say,
+    service,
     var_values,
 )
-from runner.engine.checks import check_loglikelihood
 from runner.errors import RunnerError
-from runner.report import estimate as estimates
-from runner.report import sizing as sizes
-from runner.report.tables import json_text
-from runner.spec.problems import JobFileProblems
+
+checks = later("runner.engine.checks")
+asyncio = later("asyncio")
+estimates = later("runner.report.estimate")
+sizes = later("runner.report.sizing")
+tables = later("runner.report.tables")
+problems = later("runner.spec.problems")
 
 __all__ = ["check", "estimate", "register", "validate"]
 
@@ -89,7 +91,7 @@ def estimate(
     job = load_job(job_file, var)
     if limit is not None:
         job.limit = service.check_limit(limit)
-    check_loglikelihood(job)  # as submit refuses it: no estimate of what would not be sent
+    checks.check_loglikelihood(job)  # as submit refuses it: no estimate of what would not be sent
     store = open_db(db)
     found = estimates.estimate(job, store)
     text = estimates.render(found, fmt)
@@ -97,7 +99,7 @@ def estimate(
         sized = sizes.sizing(job, found, store, detect=detect, halfwidth=halfwidth, alpha=alpha, power_=power,
                              pilot=pilot)
         if fmt == "json":
-            text = json_text({"estimate": found.as_dict(), "sizing": sized.as_dict()})
+            text = tables.json_text({"estimate": found.as_dict(), "sizing": sized.as_dict()})
         else:
             text += "\n" + sizes.render(sized, fmt)
     emit(text, output, fmt)
@@ -111,7 +113,7 @@ def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML file.")
     if found.bundled is not None:
         say(f"using the bundled {job_file} ({found.bundled})", err=True)
     if found.problems:
-        raise JobFileProblems(job_file, found.problems)
+        raise problems.JobFileProblems(job_file, found.problems)
     job = found.job
     assert job is not None  # a job without problems is built
     stages = ", ".join(f"{s.name} ({len(job.stage_models(s))} model(s))" if s.is_llm else f"{s.name} "

@@ -1,7 +1,6 @@
 """The commands that read the store: ``runner runs``, ``runner report``, ``runner compare``, ``runner costs`` and
 ``runner explain`` (why a request was not a cache hit). Each only parses its arguments and prints what its module of
-runner/report/ renders; a report's module is imported by the command that uses it, for a leaner start (explain's is
-imported here, as it always was)."""
+runner/report/ renders; a report's module is imported by the command that uses it, for a leaner start."""
 
 from __future__ import annotations
 
@@ -10,10 +9,10 @@ from typing import Annotated
 
 import typer
 
-from runner import service
-from runner.cli.common import DbOption, VarOption, check_format, emit, load_job, open_db, say
+from runner.cli.common import DbOption, VarOption, check_format, emit, later, load_job, open_db, say, service
 from runner.errors import RunnerError
-from runner.report import explain as explanations
+
+explanations = later("runner.report.explain")
 
 __all__ = ["compare", "costs", "explain", "register", "report", "runs"]
 

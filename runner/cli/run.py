@@ -5,24 +5,35 @@ options in runner/cli/cluster.py.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runner import service
 from runner.cli.cluster import RayCommand, RayOption, WorkersOption, check_ray, ray_cluster
-from runner.cli.common import BudgetOption, DbOption, LimitOption, VarOption, has_password, load_job, open_db, say
-from runner.report import estimate as estimates
-from runner.report.progress import make_view
-from runner.spec.schema import Job
-from runner.store import Store
+from runner.cli.common import (
+    BudgetOption,
+    DbOption,
+    LimitOption,
+    VarOption,
+    has_password,
+    later,
+    load_job,
+    open_db,
+    say,
+    service,
+)
 
 if TYPE_CHECKING:
     from types import ModuleType
 
     from runner.engine.run import Outcome
+    from runner.spec.schema import Job
+    from runner.store import Store
+
+asyncio = later("asyncio")
+estimates = later("runner.report.estimate")
+progress = later("runner.report.progress")
 
 __all__ = ["register", "resume", "submit", "work"]
 
@@ -38,8 +49,8 @@ def _run(job: Job, store: Store, run_id: str | None = None, replan: bool = False
     """Run (or resume) with the live view, then print the summary and exit with the run's status; a new run first
     probes the endpoints of ``probe`` (none when empty)."""
     started = (lambda rid: say(f"run {rid}: started job {job.name}")) if run_id is None else None
-    outcome = asyncio.run(service.run(job, store, run_id=run_id, replan=replan, view=make_view(), on_run_id=started,
-                                      probe=probe or []))
+    outcome = asyncio.run(service.run(job, store, run_id=run_id, replan=replan, view=progress.make_view(),
+                                      on_run_id=started, probe=probe or []))
     for line in service.summary_lines(store, outcome.run_id):
         say(line)
     for stage, path in (outcome.results or {}).items():
@@ -60,7 +71,7 @@ def _end(outcome: Outcome, *, resumable: bool = True) -> None:
 def _work_on(job: Job, store: Store, run_id: str, *, summary: bool = False) -> None:
     """This process as a worker of ``run_id`` (``runner work``, a task of a named run): its share, then the run's
     end lines (with ``summary``: the accuracy and cost lines and the results files once the run completed)."""
-    outcome = asyncio.run(service.join(job, store, run_id, view=make_view()))
+    outcome = asyncio.run(service.join(job, store, run_id, view=progress.make_view()))
     totals = outcome.stats.totals()
     say(f"this worker: {totals.sent} sent, {totals.cache_hits} cache hits, {totals.errors} failed, "
         f"{totals.elsewhere} done by other workers; ${totals.spend:,.4f}")
@@ -82,7 +93,7 @@ def _on_ray(cluster: ModuleType, job: Job, store: Store, db: str | None, run_id:
 
     # a password is not sent to the actors: they read RUNNER_DB (or ~/.pgpass) where they run
     outcome = ray_workers.run_on_ray(cluster, job, store, run_id, db=None if db and has_password(db) else db,
-                                     workers=2 if workers is None else workers, view=make_view())
+                                     workers=2 if workers is None else workers, view=progress.make_view())
     done = [report for report in outcome.reports if "sent" in report]
     say(f"ray: {len(outcome.reports)} workers ({outcome.joined} processes joined the run): "
         f"{sum(r['sent'] for r in done)} sent, {sum(r['cache_hits'] for r in done)} cache hits, "

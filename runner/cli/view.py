@@ -3,18 +3,19 @@ runner/view/app.py, imported (with aiohttp.web and Jinja2) only when the command
 
 from __future__ import annotations
 
-import asyncio
 import errno
-import webbrowser
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runner.cli.common import DbOption, open_db, say
+from runner.cli.common import DbOption, later, open_db, say
 from runner.errors import RunnerError
 
 if TYPE_CHECKING:
     from aiohttp import web
+
+asyncio = later("asyncio")
+webbrowser = later("webbrowser")
 
 __all__ = ["DEFAULT_PORT", "register", "serve", "view"]
 
