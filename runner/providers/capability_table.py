@@ -185,3 +185,65 @@ RULES: tuple[Rule, ...] = (
          "temperature, max_tokens, top_p, presence_penalty, frequency_penalty, stop and a uint32 seed; no "
          "thinking, no response format", seed=(0, 2**32 - 1)),
 )
+
+
+# -- service tiers ------------------------------------------------------------------------------------------
+# The same model sold at several service tiers: standard (what every request gets without asking), flex (cheaper,
+# slower, may be shed) and priority (dearer, faster). ``TIER_RULES`` say which of flex and priority a model takes
+# beyond standard, tried in order per provider as ``RULES`` are; runner/providers/tiers.py reads them, and
+# ``runner validate`` refuses a tier a model does not take (runner/spec/tiers.py).
+
+
+@dataclass(frozen=True, slots=True)
+class TierRule:
+    """The tiers beyond standard that one model family takes at one provider, with the document saying so."""
+
+    provider: str
+    #: a regular expression matched (``re.match``) against the model id; "" matches every model (the provider's
+    #: last rule: the models its documents do not name take no tier)
+    pattern: str
+    tiers: tuple[str, ...]
+    source: str
+
+
+_OPENAI_TIERS = ("OpenAI pricing page (platform.openai.com/docs/pricing: a model's Flex and Priority prices, as "
+                 "genai-prices 0.2.3 carries them); flex guide (platform.openai.com/docs/guides/flex-processing: "
+                 "'supported models are listed on the pricing page'); priority guide "
+                 "(platform.openai.com/docs/guides/priority-processing)")
+_AZURE_FLEX = ("Azure OpenAI flex processing (learn.microsoft.com/azure/foundry/openai/how-to/flex-processing, "
+               "2026-09-24): gpt-5.6-sol (2026-07-09) on Global Standard deployments; 'an unsupported model returns "
+               "an HTTP 400 invalid_request_error and doesn't fall back to Standard processing'")
+_AZURE_PRIORITY = ("Azure OpenAI priority processing (learn.microsoft.com/azure/foundry/openai/concepts/"
+                   "priority-processing): gpt-5.5, gpt-5.4-mini, gpt-5.4, gpt-5.2, gpt-5.1 and gpt-4.1 on Global or "
+                   "Data Zone Standard deployments, API version 2025-12-01 or later")
+_GEMINI_TIERS = ("Gemini inference tiers (ai.google.dev/gemini-api/docs/flex-inference and /priority-inference; "
+                 "google-gemini/cookbook quickstarts/Inference_tiers.ipynb: 'Most Gemini 2.5 and Gemini 3 models "
+                 "support inference tiers')")
+_GROQ_TIERS = ("Groq service tiers (console.groq.com/docs/service-tiers; console.groq.com/docs/flex-processing: "
+               "flex 'is available for all models to paid customers'; the performance tier is for enterprise "
+               "contracts and has no public price, so the runner offers no priority on Groq)")
+
+#: the first dated Azure OpenAI API version whose requests take ``service_tier`` (Azure's priority processing page,
+#: above; its flex page sends through the undated v1 API, which the runner lets through as it does for reasoning)
+AZURE_TIER_VERSION = "2025-12-01"
+
+TIER_RULES: tuple[TierRule, ...] = (
+    # -- OpenAI (and sim:, which reads these rules under the model's own name) ------------------------------
+    TierRule("openai", r"gpt-5(?:\.\d+)?-chat", (), _OPENAI_TIERS),
+    TierRule("openai", r"gpt-5(?:\.\d+)?-codex", ("priority",), _OPENAI_TIERS),
+    TierRule("openai", r"gpt-5(?:\.\d+)?-(?:nano|pro)", ("flex",), _OPENAI_TIERS),
+    TierRule("openai", r"gpt-(?:[5-9]|\d\d)", ("flex", "priority"), _OPENAI_TIERS),
+    TierRule("openai", r"o3(?:-\d{4}-\d\d-\d\d)?$|o4-mini", ("flex", "priority"), _OPENAI_TIERS),
+    TierRule("openai", r"gpt-4o|gpt-4\.1", ("priority",), _OPENAI_TIERS),
+    TierRule("openai", r"", (), _OPENAI_TIERS),
+    # -- Azure OpenAI (by the model behind the deployment) ---------------------------------------------------
+    TierRule("azure-openai", r"gpt-5\.6-sol", ("flex",), _AZURE_FLEX),
+    TierRule("azure-openai", r"gpt-(?:5\.5|5\.4-mini|5\.4|5\.2|5\.1|4\.1)(?:-\d{4}-\d\d-\d\d)?$", ("priority",),
+             _AZURE_PRIORITY),
+    TierRule("azure-openai", r"", (), f"{_AZURE_FLEX}; {_AZURE_PRIORITY}"),
+    # -- Gemini ---------------------------------------------------------------------------------------------
+    TierRule("gemini", r"gemini-(?:2\.5|[3-9])", ("flex", "priority"), _GEMINI_TIERS),
+    TierRule("gemini", r"", (), _GEMINI_TIERS),
+    # -- Groq -----------------------------------------------------------------------------------------------
+    TierRule("groq", r"", ("flex",), _GROQ_TIERS),
+)
