@@ -29,6 +29,7 @@ from runner.spec.files import not_a_file, resolve_file
 from runner.spec.inputs import FORMAT_OF_NAME
 from runner.spec.problems import Problems, fail
 from runner.spec.schema import BUILTIN_PARSES, Job, Stage, shaped_params
+from runner.spec.tiers import check_tiers
 from runner.spec.yamlfile import Loc, load_yaml_bounded
 from runner.version import version as runner_version
 
@@ -116,6 +117,7 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
                     fail(path, lines, loc + ("params",) if (loc + ("params",)) in lines else loc, problem)
             if shaped.dropped:
                 job.sent_with.setdefault("dropped", {}).setdefault(stage.name, {})[model] = shaped.dropped
+    check_tiers(job, path, lines, problems)
     for key in job.prices:
         with problems:
             _check_model(path, lines, ("prices", key), key, known)

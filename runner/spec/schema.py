@@ -32,12 +32,14 @@ from runner.spec.inputs import Choices, Dataset, InlinePrompt
 from runner.spec.settings import (
     BatchSettings,
     BudgetLimit,
+    Fallback,
     JobBudget,
     Mode,
     Params,
     Price,
     PromptCacheMode,
     RetrySettings,
+    Tier,
 )
 from runner.spec.steps import (
     DATA_OPS,
@@ -122,6 +124,12 @@ class Stage(Strict):
     mode: Mode | None = None
     #: provider prompt caching planned by the runner (auto) or not (off); the job's when unset
     prompt_cache: PromptCacheMode | None = None
+    #: the service tier its requests are sent at (standard, flex, priority: runner/providers/tiers.py), or one per
+    #: model, ``{provider:model: tier}``; the job's for the models it does not name
+    tier: Tier | dict[str, Tier] | None = None
+    #: ``standard``: a flex request the provider still sheds after ``retry.flex_wait`` is sent at standard (and
+    #: said once in the run's notes); unset: it fails (``flex_unavailable``); the job's when unset
+    fallback: Fallback | None = None
     #: row fields copied into each result line (under ``fields``), for reports by them (WinoDict's bucket)
     record: list[str] = Field(default_factory=list)
     #: the row field whose items answer alike (a story, a passage, a term, a concept): every mean, difference and
@@ -267,6 +275,11 @@ class Job(Strict):
     #: online (each request at once), batch (the providers' Batch APIs: half the price, answers within a day)
     #: or auto (batch while the deadline allows, then online)
     mode: Mode = "online"
+    #: the service tier of every stage's requests, or one per model (``{provider:model: tier}``); a stage's wins
+    tier: Tier | dict[str, Tier] | None = None
+    #: ``standard``: shed flex requests go at standard once ``retry.flex_wait`` has passed (a stage may say
+    #: otherwise)
+    fallback: Fallback | None = None
     #: auto: requests sharing a long prefix are sent so that the provider's prompt cache serves the repeats (one of
     #: them first, the rest once it answered; Anthropic's cache_control breakpoints and OpenAI's prompt_cache_key
     #: set for them); off: sent as planned, unmarked
@@ -330,6 +343,18 @@ class Job(Strict):
 
     def stage_prompt_cache(self, stage: Stage) -> PromptCacheMode:
         return stage.prompt_cache or self.prompt_cache
+
+    def stage_tier(self, stage: Stage, model: str) -> Tier | None:
+        """The tier ``model``'s requests of ``stage`` ask for: the first of the stage's ``tier:`` and the job's
+        that names it (a plain tier names every model); None: none asked, nothing sent."""
+        for setting in (stage.tier, self.tier):
+            found = setting.get(model) if isinstance(setting, dict) else setting
+            if found is not None:
+                return found
+        return None
+
+    def stage_fallback(self, stage: Stage) -> Fallback | None:
+        return stage.fallback or self.fallback
 
     def deadline_seconds(self) -> float | None:
         """The deadline as seconds from the run's start, or None."""

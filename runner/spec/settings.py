@@ -56,6 +56,16 @@ class Params(Strict):
         return Params.model_validate(merged)
 
 
+#: a service tier (runner/providers/tiers.py): what every request gets without asking, cheaper and shed when the
+#: provider lacks capacity, dearer and faster
+Tier = Literal["standard", "flex", "priority"]
+#: what a shed flex request is sent at once ``retry.flex_wait`` has passed
+Fallback = Literal["standard"]
+#: how long a shed flex request is tried again at flex, by default: the 15 minutes OpenAI's and Azure's flex guides
+#: give a flex request's client timeout, the top of the 1-15 minutes Gemini's flex tier targets
+FLEX_WAIT = 900.0
+
+
 class RetrySettings(Strict):
     #: attempts of a request that fails with server errors, timeouts or dropped connections
     max_attempts: int = Field(default=6, ge=1, le=50)
@@ -65,6 +75,19 @@ class RetrySettings(Strict):
     max_elapsed: float = Field(default=300.0, gt=0)
     backoff_initial: float = Field(default=0.5, gt=0)
     backoff_max: float = Field(default=30.0, gt=0)
+    #: seconds from a flex request's first attempt during which the provider's shedding it (no flex capacity) is
+    #: met by sending it again at flex, with the backoff above; then it fails, or goes at standard where the stage
+    #: says ``fallback: standard``
+    flex_wait: float = Field(default=FLEX_WAIT, gt=0, le=86400)
+
+
+class TierPrice(Strict):
+    """USD per million tokens at one service tier (``flex:`` or ``priority:`` of a ``prices:`` entry)."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    #: a prompt-cache read at this tier; the tier's input price when absent
+    cached_input: float | None = Field(default=None, ge=0)
 
 
 class Price(Strict):
@@ -82,6 +105,10 @@ class Price(Strict):
     #: the Batch API's prices, when the model has one (OpenAI, Anthropic and Gemini charge half)
     batch_input: float | None = Field(default=None, ge=0)
     batch_output: float | None = Field(default=None, ge=0)
+    #: the service tiers' prices (a stage's ``tier:``), for a model the job prices: without them a job that asks
+    #: its model for that tier is refused before anything is sent
+    flex: TierPrice | None = None
+    priority: TierPrice | None = None
 
 
 Mode = Literal["online", "batch", "auto"]
