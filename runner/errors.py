@@ -11,6 +11,9 @@
     └── ProviderError            one request failed; carries the error class recorded for the task
         ├── RateLimited          429: pause the whole endpoint for ``retry_after`` seconds, then retry
         ├── TransientError       5xx, timeout, connection reset: retry with backoff, bounded
+        ├── FlexUnavailable      a flex-tier request the provider shed (OpenAI 429 "resource unavailable", Groq
+        │                        498, Gemini 503): tried again at flex within ``retry.flex_wait``, then sent at
+        │                        standard where the stage says ``fallback: standard``, else the item fails
         ├── BadRequest           the request itself is wrong or was filtered: the item fails, no retry
         │                        (error class ``bad_request`` or ``content_filtered``)
         │   └── Refused          the model declined to answer (OpenAI ``message.refusal``, Anthropic
@@ -28,6 +31,7 @@ from __future__ import annotations
 __all__ = [
     "AuthError",
     "BadRequest",
+    "FlexUnavailable",
     "JobFileError",
     "ModelSetupError",
     "OutputError",
@@ -115,6 +119,19 @@ class TransientError(ProviderError):
 
     error_class = "server_error"
     retryable = True
+
+
+class FlexUnavailable(ProviderError):
+    """The provider shed a request sent at the flex tier: it has no spare capacity now (not a rate limit of the key,
+    and not billed). The engine's own loop tries it again at flex with a backoff, within ``retry.flex_wait``
+    seconds, then at standard when the stage allows it (runner/engine/online.py); the retry policy leaves it alone.
+    ``retry_after``: the provider's Retry-After in seconds, when it sent one."""
+
+    error_class = "flex_unavailable"
+
+    def __init__(self, message: str, *, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
 
 
 class BadRequest(ProviderError):

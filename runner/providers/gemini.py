@@ -14,11 +14,21 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote
 
-from runner.errors import AuthError, BadRequest, ModelSetupError, QuotaExceeded, RateLimited, Refused, TransientError
+from runner.errors import (
+    AuthError,
+    BadRequest,
+    FlexUnavailable,
+    ModelSetupError,
+    QuotaExceeded,
+    RateLimited,
+    Refused,
+    TransientError,
+)
 
 from . import capabilities
 from .answer_bounds import bounds_of, surfaced
 from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, http_limits, register
+from .tiers import FLEX, GEMINI_TIER_HEADER, GEMINI_WIRE, served
 from .tls import shared_context
 from .token_counts import gemini_count_fields, read_count
 from .wire import quoted, words
@@ -68,6 +78,14 @@ def _is_daily_quota(details: list[dict[str, Any]]) -> bool:
 
 def _key_invalid(details: list[dict[str, Any]]) -> bool:
     return any(d.get("reason") in ("API_KEY_INVALID", "API_KEY_SERVICE_BLOCKED") for d in details)
+
+
+def _header(response: types.GenerateContentResponse, name: str) -> str | None:
+    """A response header of an online answer (google-genai keeps them in ``sdk_http_response``); None for a batch
+    line's answer, which has none."""
+    http = getattr(response, "sdk_http_response", None)
+    headers = getattr(http, "headers", None) or {}
+    return next((value for key, value in headers.items() if key.lower() == name), None)
 
 
 def _enum_text(value: Any) -> str | None:
@@ -216,6 +234,8 @@ class GeminiProvider(Provider):
         if reasoning:
             config["thinking_config"] = types.ThinkingConfig(
                 **_thinking_config(capabilities.capabilities("gemini", model), reasoning))
+        if params.get("service_tier") is not None:  # sent by google-genai as the request's serviceTier
+            config["service_tier"] = GEMINI_WIRE[params["service_tier"]]
         return contents, types.GenerateContentConfig(**config)
 
     def batches(self) -> Batches:
@@ -241,8 +261,15 @@ class GeminiProvider(Provider):
         return read_count(body, "totalTokens", self.where)
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
-        with self.map_errors():
-            response = await self.generate(model, messages, params)
+        try:
+            with self.map_errors():
+                response = await self.generate(model, messages, params)
+        except TransientError as exc:
+            # flex "is sheddable and fails with 503 errors" (google-gemini/cookbook quickstarts/Inference_tiers.ipynb)
+            if exc.status == 503 and params.get("service_tier") == FLEX:
+                raise FlexUnavailable(f"{self.where}: the flex tier had no capacity for the request (503; not "
+                                      "billed)", status=503) from exc
+            raise
         return self.completion_of(response)
 
     async def generate(self, model: str, messages: list[dict[str, str]],
@@ -354,6 +381,7 @@ class GeminiProvider(Provider):
             raw=response.model_dump(mode="json", exclude_none=True, exclude={"sdk_http_response"}),
             thinking="\n\n".join(thoughts) if thoughts else None,
             reasoning_tokens=(usage.thoughts_token_count or 0) if usage else 0,
+            tier=served(_header(response, GEMINI_TIER_HEADER), GEMINI_WIRE),
         )
         feedback = response.prompt_feedback
         if feedback is not None and feedback.block_reason is not None:

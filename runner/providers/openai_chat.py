@@ -47,6 +47,7 @@ from .base import (
 )
 from .lean_or_sdk import LeanOrSDK
 from .openai_errors import error_code, said, status_error
+from .tiers import OPENAI_WIRE, STANDARD, served
 from .tls import shared_context
 from .wire import quoted
 
@@ -154,6 +155,9 @@ class OpenAIChatProvider(LeanOrSDK["openai.AsyncOpenAI"], Provider):
     #: the API's name for the output cap (``max_completion_tokens`` on api.openai.com; most compatible
     #: servers know only ``max_tokens``)
     max_tokens_field: ClassVar[str] = "max_completion_tokens"
+    #: the API's words for the service tiers it sells (runner/providers/tiers.py); empty: none but standard, which
+    #: is then not named
+    service_tiers: ClassVar[Mapping[str, str]] = OPENAI_WIRE
     #: ``max_tokens`` of a scoring request: the fewest generated tokens the server allows
     scoring_max_tokens: ClassVar[int] = 1
     #: statuses with which a server may refuse a list of prompts (llama-cpp-python: 500)
@@ -269,6 +273,11 @@ class OpenAIChatProvider(LeanOrSDK["openai.AsyncOpenAI"], Provider):
         effort = (params.get("reasoning") or {}).get("effort")
         if effort is not None:
             body["reasoning_effort"] = effort
+        tier = params.get("service_tier")
+        if tier in self.service_tiers:
+            body["service_tier"] = self.service_tiers[tier]
+        elif tier not in (None, STANDARD):  # runner validate refuses it first (runner/spec/tiers.py)
+            raise BadRequest(f"{self.name}:{model} is not sold at the {tier} tier (not sent)")
         return body
 
     def mark_prompt_cache(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
@@ -331,6 +340,7 @@ class OpenAIChatProvider(LeanOrSDK["openai.AsyncOpenAI"], Provider):
             or "x-ratelimit-limit-tokens" in headers else None,
             thinking=thinking,
             reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0,
+            tier=served(body.get("service_tier"), self.service_tiers),
         )
         if message.get("refusal"):
             raise Refused(f"{self.where}: the model refused: {quoted(message['refusal'])}", billed=completion)

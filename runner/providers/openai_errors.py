@@ -8,7 +8,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from runner.errors import AuthError, BadRequest, ProviderError, QuotaExceeded, RateLimited, TransientError
+from runner.errors import (
+    AuthError,
+    BadRequest,
+    FlexUnavailable,
+    ProviderError,
+    QuotaExceeded,
+    RateLimited,
+    TransientError,
+)
 
 from .wire import retry_after_seconds, words
 
@@ -39,9 +47,31 @@ def said(body: Any, status: int) -> str:
     return words(status, inner.get("type"), inner.get("code"), inner.get("param"), inner.get("message"))
 
 
+#: Groq's own status for a flex request it sheds (console.groq.com/docs/flex-processing: "If flex capacity is
+#: unavailable, requests will fail quickly with status 498 and error capacity_exceeded")
+GROQ_FLEX_SHED = 498
+
+
+def flex_shed(status: int, body: Any) -> bool:
+    """Whether an error answer is a flex request shed for want of capacity: Groq's 498, or a 429 whose error says
+    "resource unavailable" (OpenAI's flex guide, platform.openai.com/docs/guides/flex-processing, and Azure's
+    flex page name the error "429 Resource Unavailable"; neither publishes its code, so the code
+    ``resource_unavailable`` or those words in the message are read; a 429 without them is a rate limit)."""
+    if status == GROQ_FLEX_SHED:
+        return True
+    if status != 429:
+        return False
+    inner = error_object(body)
+    said_words = " ".join(str(inner.get(key) or "") for key in ("code", "type", "message")).lower()
+    return "resource_unavailable" in said_words or "resource unavailable" in said_words
+
+
 def status_error(where: str, key_variable: str, status: int, body: Any,
                  headers: Mapping[str, str] | None) -> ProviderError:
     """The runner's error for a non-2xx answer; ``body`` as the SDK keeps it (:func:`sdk_body`)."""
+    if flex_shed(status, body):
+        return FlexUnavailable(f"{where}: the flex tier had no capacity for the request ({status}; not billed)",
+                               status=status, retry_after=retry_after_seconds(headers))
     if status == 429:
         if error_code(body) == "insufficient_quota":
             return QuotaExceeded(f"{where}: insufficient quota (429); add credit or change the key")

@@ -94,6 +94,7 @@ class _CompatibleEndpoint(OpenAIChatProvider):
     prompt_cache_style: ClassVar[str | None] = None  # a server's own prefix cache needs no planning here
     max_tokens_field: ClassVar[str] = "max_tokens"
     lean_wire: ClassVar[bool] = True  # vLLM, llama.cpp and Ollama answer the plain JSON the lean wire sends
+    service_tiers: ClassVar[Mapping[str, str]] = {}  # a server of one's own sells no tier
 
     def __init__(self, settings: ProviderSettings, label: str) -> None:
         super().__init__(settings)

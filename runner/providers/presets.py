@@ -11,9 +11,11 @@ serving one model id never share answers. None of them is offered a Batch API he
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 from .openai_chat import OpenAIChatProvider
+from .tiers import GROQ_WIRE
 
 
 class _Preset(OpenAIChatProvider):
@@ -23,6 +25,8 @@ class _Preset(OpenAIChatProvider):
     prompt_cache_style: ClassVar[str | None] = None  # what each service caches is its own (not planned)
     # every one of these services documents max_tokens; max_completion_tokens is api.openai.com's own
     max_tokens_field: ClassVar[str] = "max_tokens"
+    #: no service tier but standard, unless a service's own documents say otherwise (Groq)
+    service_tiers: ClassVar[Mapping[str, str]] = {}
     #: where the service documents its OpenAI-compatible endpoint (the base URL's source)
     documented_at: ClassVar[str]
 
@@ -69,6 +73,8 @@ class GroqProvider(_Preset):
     price_id: ClassVar[str | None] = "groq"
     default_base_url: ClassVar[str | None] = "https://api.groq.com/openai/v1"
     documented_at: ClassVar[str] = "https://console.groq.com/docs/openai"
+    #: on_demand (standard) and flex, which Groq sheds with a 498 (runner/providers/openai_errors.py)
+    service_tiers: ClassVar[Mapping[str, str]] = GROQ_WIRE
 
 
 class DeepSeekProvider(_Preset):

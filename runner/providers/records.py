@@ -77,6 +77,9 @@ class Completion:
     reasoning_tokens: int = 0
     #: rate-limit windows from the response headers, by kind: requests, tokens, input_tokens, output_tokens
     rate: dict[str, RateWindow] | None = None
+    #: the service tier that served the answer as the API said it (standard, flex, priority:
+    #: runner/providers/tiers.py), None when it said none; the engine then takes the tier it sent
+    tier: str | None = None
 
 
 @dataclass(slots=True)
