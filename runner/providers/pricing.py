@@ -204,8 +204,15 @@ class Pricing:
                                                     "cache_write_1h": None}),
                                f"{JOB_PRICES} {model} (batch)")
             for model, p in given.items() if p.batch_input is not None and p.batch_output is not None}
+        #: the job's service-tier prices, by (model, tier)
+        self._job_tiers: dict[tuple[str, str], Rates] = {
+            (model, tier): _from_price(p.model_copy(update={**tiered.model_dump(), "cache_write": None,
+                                                           "cache_write_1h": None}), f"{JOB_PRICES} {model} ({tier})")
+            for model, p in given.items() for tier in ("flex", "priority") if (tiered := getattr(p, tier)) is not None}
         #: per model string: fixed rates (job, free), the genai-prices model, or why it is unknown
         self._found: dict[str, Rates | tuple[str, ModelInfo] | str] = {}
+        #: genai-prices' prices in a price context (batch, a service tier), by (model, context, day)
+        self._variants: dict[tuple[str, str, object], Rates | None] = {}
         #: the job's storage prices of explicit prompt caches
         self._storage = {model: p.cache_storage for model, p in given.items() if p.cache_storage is not None}
 
@@ -246,17 +253,39 @@ class Pricing:
         prices, or genai-prices' batch prices; else None (a model priced by the job without batch prices)."""
         if model in self._job_batch:
             return self._job_batch[model]
+        return self._variant(model, when, _BATCH, "batch")
+
+    def tier_rates(self, model: str, tier: str, when: datetime | None = None) -> Rates | None:
+        """The model's rates at a service tier: standard's are :meth:`rates`; a model the job prices takes flex's and
+        priority's from its entry's ``flex:`` / ``priority:`` (never genai-prices' beside the job's own), any other
+        from genai-prices' ``service_tier`` prices where it has them; a free model is free at every tier. None: no
+        price at that tier."""
+        if tier == "standard":
+            return self.rates(model, when)
+        if model in self._job:
+            return self._job_tiers.get((model, tier))
+        found = self._find(model)
+        if isinstance(found, Rates):
+            return found if found.is_free else None
+        return self._variant(model, when, {"service_tier": tier}, tier)
+
+    def _variant(self, model: str, when: datetime | None, context: dict[str, str], label: str) -> Rates | None:
+        """genai-prices' prices of ``model`` in a price ``context`` (the Batch API's, a service tier's) where it has a
+        variant for it in force at ``when``, else None (in a context it lacks it answers the standard prices)."""
         found = self._find(model)
         if not isinstance(found, tuple):
             return None
         provider_id, info = found
         moment = _utc(when)
-        if not any(
-            variant.when == _BATCH and (variant.constraint is None or variant.constraint.active(moment))
-            for variant in info.price_variants or ()
-        ):
-            return None
-        return _convert(info.get_prices(moment, _BATCH), f"{_genai_prices()}: {provider_id}/{info.id} (batch)")
+        key = (model, label, moment.date())
+        if key in self._variants:
+            return self._variants[key]
+        rates = None
+        if any(variant.when == context and (variant.constraint is None or variant.constraint.active(moment))
+               for variant in info.price_variants or ()):
+            rates = _convert(info.get_prices(moment, context), f"{_genai_prices()}: {provider_id}/{info.id} ({label})")
+        self._variants[key] = rates
+        return rates
 
     def known(self, model: str, when: datetime | None = None) -> bool:
         """Whether the model has a price; free models (local, sim, openai-compatible) count as known."""
