@@ -6,12 +6,13 @@ Which part gets which:
 
 - ``ChunkLeases`` (the run's ``Crew``, when one is given), ``Endpoints`` (the providers, the job's
   ``max_in_flight``, the crew), ``Triage`` (the store), ``ExactCounts`` (the endpoints, the store: the providers'
-  input-token counts), ``Reserver`` (the store, the leases, the run's control, the counts);
+  input-token counts), ``Reserver`` (the store, the leases, the run's control, the counts, the service tiers);
 - the prompt-cache plan: a ``PromptCachePlan`` where a stage plans provider prompt caching (``prompt_cache: auto``)
   and a provider caches prompts, with a ``StoredPrompts`` (over the reserver) where a provider keeps stored prefixes
   (else a ``NoStoredPrompts``); otherwise a ``NoPromptCache``, whose every call does nothing, so no part asks
   whether there is a plan;
-- ``Sender`` (the endpoints, the leases, the retry settings, the plan: it marks each attempt);
+- ``Sender`` (the endpoints, the leases, the retry settings, the plan: it marks each attempt; the service tiers:
+  ``Tiers``, built once from the job, which the reserver and the provenance share);
 - ``Recorder`` (the writer, the reserver, the triage, the leases, the result lines' ``Provenance``);
 - the Batch API side: a ``Batcher`` (the reserver, the recorder, the endpoints, the writer, the plan: it marks a
   batch's lines, the tasks it spawns, ``send_online``) where a stage may use a Batch API, else a ``NoBatcher``,
@@ -45,6 +46,7 @@ from runner.engine.recorder import Recorder
 from runner.engine.reserver import Reserver
 from runner.engine.stats import RunStats
 from runner.engine.stored_prompts import NoStoredPrompts, StoredPrompts
+from runner.engine.tiers import Tiers
 from runner.engine.triage import Triage
 from runner.engine.workers import Crew
 from runner.plan.request import Task
@@ -83,13 +85,14 @@ def assemble(
         crew.on_live = endpoints.share  # the rate limits are split again as processes join and leave
     triage = Triage(store, run_id, stats)
     counts = ExactCounts(endpoints=endpoints, store=store, stats=stats, sleep=sleep)
+    tiers = Tiers(job)
     reserver = Reserver(run_id=run_id, job=job, store=store, stats=stats, control=control, leases=leases,
-                        resume=resume, settled=writer.next_commit, counts=counts)
+                        resume=resume, settled=writer.next_commit, counts=counts, tiers=tiers)
     prompt_cache = prompt_cache_plan(job, providers, run_id=run_id, reserver=reserver)
     reserver.cache_writes = prompt_cache.writes  # reservations priced for the cache writes the marks allow
     sender = Sender(endpoints=endpoints, leases=leases, stats=stats, retry=job.retry, sleep=sleep,
-                    prompt_cache=prompt_cache)
-    provenance = Provenance(job, run_id)
+                    prompt_cache=prompt_cache, tiers=tiers)
+    provenance = Provenance(job, run_id, tiers)
     recorder = Recorder(run_id=run_id, job=job, stats=stats, writer=writer, reserver=reserver, triage=triage,
                         leases=leases, provenance=provenance.of)
     flight: InFlight | None = None

@@ -11,6 +11,7 @@ from typing import Any
 
 from runner.engine.budget import budgets_of
 from runner.engine.endpoints import connection_pool_size
+from runner.engine.tiers import check_tier_prices
 from runner.errors import OutputError, RunnerError, StoreError
 from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
 from runner.spec.schema import Job
@@ -209,9 +210,11 @@ def load_run_job(store: Store, run_id: str) -> tuple[dict[str, Any], Job]:
 
 def check_before_sending(job: Job) -> dict[str, Provider]:
     """The job's providers (not started), once every check that needs no request has passed: keys, prices for a
-    budget, Batch API modes, log-likelihood scoring, the results folders (said before the run row is made)."""
+    budget and for the service tiers asked, Batch API modes, log-likelihood scoring, the results folders (said before
+    the run row is made)."""
     providers = build_providers(job)
     check_prices(job)
+    check_tier_prices(job)
     check_batch_modes(job, providers)
     check_loglikelihood(job)
     check_output(job)

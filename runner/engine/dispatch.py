@@ -26,6 +26,7 @@ from runner.engine.leases import CHUNK, LEASE, ChunkLeases, chunks
 from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
 from runner.engine.recorder import Recorder
 from runner.engine.reserver import Reserver
+from runner.engine.tiers import Tiers
 from runner.engine.triage import Triage
 from runner.engine.workers import POLL, Crew
 from runner.errors import RunnerError
@@ -60,9 +61,10 @@ class Provenance:
     job's fingerprint, the prompt, the model id and parameters of its call), built once per pair, for the first of
     its tasks the recorder records. The dispatcher tells it each stage's prompt as the stage's plan rendered it."""
 
-    def __init__(self, job: Job, run_id: str) -> None:
+    def __init__(self, job: Job, run_id: str, tiers: Tiers | None = None) -> None:
         self.job = job
         self.run_id = run_id
+        self.tiers = tiers if tiers is not None else Tiers(job)
         self.stages = {stage.name: stage for stage in job.stages}
         self.built: dict[tuple[str, str], dict[str, Any]] = {}
         #: each stage's prompt as its plan rendered it (the template its lines' provenance names)
@@ -76,6 +78,9 @@ class Provenance:
             found = self.built[req.stage, req.model] = line_provenance(
                 run_id=self.run_id, job_hash=self.job.fingerprint(), prompt=prompt, model_id=req.call.model_id,
                 params=req.call.params)
+            plan = self.tiers.of(req)
+            if plan is not None:  # the tier asked; each line adds the one that served it (runner/engine/recorder.py)
+                found["tier"] = {"asked": plan.asked, "fallback": plan.fallback}
         return found
 
 

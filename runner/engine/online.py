@@ -1,10 +1,17 @@
 """One online request, attempt by attempt (ARCHITECTURE.md invariants 4 and 5): each attempt waits for its endpoint's
 limiters (runner/engine/limits.py), checks that the task's lease is still this worker's, calls the provider and
-tells the endpoint how it went; the retry policy (runner/engine/retry.py) decides whether to try again."""
+tells the endpoint how it went; the retry policy (runner/engine/retry.py) decides whether to try again.
+
+A request whose stage asks for a service tier (runner/engine/tiers.py) is sent with it as its ``service_tier``
+parameter. One asked at flex that the provider sheds (``FlexUnavailable``) is sent again at flex, after a backoff
+(the provider's Retry-After, else ``retry.backoff_*``), for at most ``retry.flex_wait`` seconds from its first
+attempt; then it fails, or, where its stage says ``fallback: standard``, it is sent at standard, which the run's
+notes say once."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,9 +22,11 @@ from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
 from runner.engine.reserver import input_tokens
 from runner.engine.retry import Tally, retrying
 from runner.engine.stats import RunStats
-from runner.errors import AuthError, ProviderError, RateLimited, TransientError
+from runner.engine.tiers import TierPlan, Tiers
+from runner.errors import AuthError, FlexUnavailable, ProviderError, RateLimited, Refused, TransientError
 from runner.plan.request import Task
 from runner.providers.base import Completion
+from runner.providers.tiers import FLEX, STANDARD
 from runner.spec.settings import RetrySettings
 
 #: transient errors that say the server is loaded (the adaptive concurrency backs off on these)
@@ -34,14 +43,21 @@ class NotReserved(Exception):
 
 class Sender:
     def __init__(self, *, endpoints: Endpoints, leases: ChunkLeases, stats: RunStats, retry: RetrySettings,
-                 sleep: Callable[[float], Any], prompt_cache: PromptCachePlan | NoPromptCache) -> None:
+                 sleep: Callable[[float], Any], prompt_cache: PromptCachePlan | NoPromptCache,
+                 tiers: Tiers | None = None) -> None:
         """``prompt_cache``: the run's prompt-cache plan (runner/engine/prompt_cache.py), which gives a request's
-        marks and makes them ready to send (a stored prefix stored first); :class:`NoPromptCache` marks nothing."""
+        marks and makes them ready to send (a stored prefix stored first); :class:`NoPromptCache` marks nothing.
+        ``tiers``: each stage and model's service tier (none without them)."""
         self.endpoints = endpoints
         self.leases = leases
         self.stats = stats
+        self.retry = retry
+        self.sleep = sleep
         self._retrying = retrying(retry, on_retry=self._count_retry, sleep=sleep)
         self.prompt_cache = prompt_cache
+        self.tiers = tiers
+        #: whether the run's notes said that shed flex requests went at standard (said once a run)
+        self.fell_back = False
 
     async def send(self, req: Task, endpoint: Endpoint, tries: Tally,
                    reserve_again: Callable[[], Awaitable[bool]]) -> tuple[Completion, float]:
@@ -51,13 +67,47 @@ class Sender:
         ``reserve_again()`` has kept its reservation as possibly billed and reserved the retry anew (False: no room,
         :class:`NotReserved`)."""
         await self.endpoints.start(req.provider)
-        return await self._retrying(self._attempt, req, endpoint, tries, reserve_again)
+        plan = self.tiers.of(req) if self.tiers is not None else None
+        if plan is None or plan.asked != FLEX:
+            return await self._retrying(self._attempt, req, endpoint, tries, reserve_again,
+                                        plan.asked if plan is not None else None)
+        return await self._flex(plan, req, endpoint, tries, reserve_again)
+
+    async def _flex(self, plan: TierPlan, req: Task, endpoint: Endpoint, tries: Tally,
+                    reserve_again: Callable[[], Awaitable[bool]]) -> tuple[Completion, float]:
+        """A flex request through its sheds: sent again at flex within ``retry.flex_wait`` seconds of its first
+        attempt, then at standard where the stage falls back, else the last shed is its error."""
+        loop = asyncio.get_running_loop()
+        wait = self.tiers.flex_wait if self.tiers is not None else 0.0
+        deadline = loop.time() + wait
+        while True:
+            try:
+                return await self._retrying(self._attempt, req, endpoint, tries, reserve_again, FLEX)
+            except FlexUnavailable as exc:
+                tries.shed += 1
+                cap = min(self.retry.backoff_max, self.retry.backoff_initial * 2 ** min(tries.shed - 1, 30))
+                pause = exc.retry_after if exc.retry_after is not None else cap / 2 + random.uniform(0, cap / 2)
+                if loop.time() + pause < deadline:
+                    self._count_retry(req)
+                    await self.sleep(pause)
+                    continue
+                if plan.fallback != STANDARD:
+                    raise FlexUnavailable(f"{exc}; still shed after {wait:g} s of retries at flex (retry.flex_wait), "
+                                          "and the stage has no fallback: standard", status=exc.status) from exc
+            break
+        if not self.fell_back:
+            self.fell_back = True
+            self.stats.notes.append(f"stage {req.stage}: {req.model}'s flex requests still shed after {wait:g} s "
+                                    "(retry.flex_wait) are sent at the standard tier (fallback: standard) and charged "
+                                    "at its price; each result line's provenance.tier.served says which")
+        self._count_retry(req)
+        return await self._retrying(self._attempt, req, endpoint, tries, reserve_again, STANDARD)
 
     def _count_retry(self, task: Task) -> None:
         self.stats.counters(task.stage, task.model).retries += 1
 
-    async def _attempt(self, req: Task, endpoint: Endpoint, tries: Tally,
-                       reserve_again: Callable[[], Awaitable[bool]]) -> tuple[Completion, float]:
+    async def _attempt(self, req: Task, endpoint: Endpoint, tries: Tally, reserve_again: Callable[[], Awaitable[bool]],
+                       tier: str | None = None) -> tuple[Completion, float]:
         if tries.last_possibly_billed:
             tries.last_possibly_billed = False
             if not await reserve_again():
@@ -79,14 +129,18 @@ class Sender:
         try:
             call = req.call
             provider = self.endpoints.providers[call.provider]
+            # the tier goes beside what the cache key holds: it changes the price, not the answer
+            params = call.params if tier is None else {**call.params, "service_tier": tier}
             if call.pairs is not None:
                 completion = await provider.loglikelihood(call.model_name, call.pairs)
             elif marks is not None:
                 completion = await provider.execute(
-                    call.model_name, *provider.mark_prompt_cache(call.model_name, call.messages, call.params, marks))
+                    call.model_name, *provider.mark_prompt_cache(call.model_name, call.messages, params, marks))
             else:
-                completion = await provider.execute(call.model_name, call.messages, call.params)
+                completion = await provider.execute(call.model_name, call.messages, params)
         except ProviderError as exc:
+            if tier is not None and isinstance(exc, Refused) and isinstance(exc.billed, Completion):
+                exc.billed.tier = exc.billed.tier or tier  # a billed refusal is charged at the tier that served it
             tries.last_possibly_billed = exc.possibly_billed
             if isinstance(exc, AuthError) and endpoint.dead is None:
                 endpoint.dead = exc  # before the endpoint opens: nothing else is sent with a refused key
@@ -100,4 +154,6 @@ class Sender:
         endpoint.answered()
         latency = loop.time() - started
         endpoint.observe(completion.rate, latency)
+        if tier is not None and completion.tier is None:  # the API did not say: served as sent
+            completion.tier = tier
         return completion, latency

@@ -35,6 +35,15 @@ def billed_of(exc: ProviderError) -> Completion | None:
     return None
 
 
+def served_provenance(provenance: dict[str, Any], tier: str | None) -> dict[str, Any]:
+    """A result line's provenance with the tier that served its answer, where its stage asked one (the stage and
+    model's own object, shared by its lines, otherwise)."""
+    asked = provenance.get("tier")
+    if tier is None or asked is None:
+        return provenance
+    return {**provenance, "tier": {**asked, "served": tier}}
+
+
 class Recorder:
     def __init__(self, *, run_id: str, job: Job, stats: RunStats, writer: Writer, reserver: Reserver,
                  triage: Triage, leases: ChunkLeases, provenance: Callable[[Task], dict[str, Any]]) -> None:
@@ -77,11 +86,11 @@ class Recorder:
         response = ResponseRow(req.key, req.provider, req.call.model_id, req.call.canonical, c.text, dumps(c.raw),
                                c.finish_reason, c.input_tokens, c.output_tokens, c.cached_tokens, cost, latency, now(),
                                c.thinking, c.reasoning_tokens)  # positional, as the task row in _record
-        ledger = self._charge(req, cost, c.input_tokens + c.output_tokens)
+        ledger = self._charge(req, cost, c.input_tokens + c.output_tokens, c.tier)
         self._record(req, counters, c.text, c.finish_reason, c.input_tokens, c.output_tokens, cost=cost,
                      latency=latency, cache_hit=False, attempts=attempts, response=response, ledger=ledger,
                      cached_tokens=c.cached_tokens, release_id=reservation.ledger_id, batch_saved=batch_saved,
-                     thinking=c.thinking, reasoning_tokens=c.reasoning_tokens, cache_saved=cache_saved)
+                     thinking=c.thinking, reasoning_tokens=c.reasoning_tokens, cache_saved=cache_saved, tier=c.tier)
         if batch_saved:
             counters.batch_saved += batch_saved
 
@@ -111,12 +120,12 @@ class Recorder:
             counters.tokens_in += billed.input_tokens
             counters.tokens_out += billed.output_tokens
             counters.reasoning_tokens += billed.reasoning_tokens
-            ledger = self._charge(req, cost, tokens)
+            ledger = self._charge(req, cost, tokens, billed.tier)
         self.reserver.settle_failure(req, reservation, billed is not None, cost, tokens)
         result = result_line(self.stages[req.stage], req, None, status="failed", cache_hit=False,
                              notes=self.stats.notes,
                              reasoning_tokens=billed.reasoning_tokens if billed is not None else 0,
-                             provenance=self.provenance(req))
+                             provenance=served_provenance(self.provenance(req), billed.tier if billed else None))
         result.update(error_class=exc.error_class, error=str(exc))
         line = dumps(result)
         task = TaskRow(
@@ -131,13 +140,13 @@ class Recorder:
         for observer in self.observers:
             observer(task)
 
-    def _charge(self, req: Task, cost: float, tokens: int) -> LedgerRow | None:
-        """The ledger row of what ``req`` cost, in USD and tokens (None when it cost nothing, or only tokens that no
-        token budget counts)."""
+    def _charge(self, req: Task, cost: float, tokens: int, tier: str | None = None) -> LedgerRow | None:
+        """The ledger row of what ``req`` cost, in USD and tokens, and the service tier it was charged at (None when
+        it cost nothing, or only tokens that no token budget counts)."""
         if cost <= 0 and not (tokens > 0 and self.reserver.counts_tokens(req.stage, req.model)):
             return None
         return LedgerRow(run_id=self.run_id, stage=req.stage, model=req.model, key=req.key, kind="charge",
-                         amount=cost, created=now(), tokens=tokens)
+                         amount=cost, created=now(), tokens=tokens, tier=tier)
 
     def _record(
         self, req: Task, counters: Counters, text: str, finish_reason: str | None, input_tokens: int,
@@ -145,11 +154,11 @@ class Recorder:
         response: ResponseRow | None = None, ledger: LedgerRow | None = None, cached_tokens: int = 0,
         saved: float = 0.0,
         release_id: int | None = None, batch_saved: float | None = None, thinking: str | None = None,
-        reasoning_tokens: int = 0, cache_saved: float = 0.0,
+        reasoning_tokens: int = 0, cache_saved: float = 0.0, tier: str | None = None,
     ) -> None:
         result = result_line(self.stages[req.stage], req, text, status="done", cache_hit=cache_hit,
                              notes=self.stats.notes, thinking=thinking, reasoning_tokens=reasoning_tokens,
-                             provenance=self.provenance(req))
+                             provenance=served_provenance(self.provenance(req), tier))
         result["finish_reason"] = finish_reason
         counters.done += 1
         if not cache_hit:

@@ -13,10 +13,11 @@ from runner.engine.control import RunControl
 from runner.engine.exact_counts import ExactCounts
 from runner.engine.leases import ChunkLeases
 from runner.engine.stats import RunStats
+from runner.engine.tiers import Tiers, tier_rates
 from runner.engine.workers import POLL
 from runner.plan.request import Task
 from runner.providers.base import Completion
-from runner.providers.pricing import Pricing
+from runner.providers.pricing import Pricing, Rates
 from runner.providers.tokens import bound_call_tokens, count_call_tokens
 from runner.spec.schema import Job
 from runner.store import Store
@@ -39,9 +40,11 @@ def input_tokens(req: Task) -> int:
 class Reserver:
     def __init__(self, *, run_id: str, job: Job, store: Store | LoopStore, stats: RunStats, control: RunControl,
                  leases: ChunkLeases, resume: bool = False,
-                 settled: Callable[[float], Awaitable[None]] | None = None, counts: ExactCounts | None = None) -> None:
+                 settled: Callable[[float], Awaitable[None]] | None = None, counts: ExactCounts | None = None,
+                 tiers: Tiers | None = None) -> None:
         """``counts``: the run's exact input-token counts (runner/engine/exact_counts.py), asked before a request a
-        budget covers is reserved; without them the byte bound is reserved where the tokenizer is not here."""
+        budget covers is reserved; without them the byte bound is reserved where the tokenizer is not here.
+        ``tiers``: each stage and model's service tier (the job's, when not given)."""
         self.run_id = run_id
         self.counts = counts
         #: waits (at most the given seconds) until this process's settled requests are written to the store
@@ -53,6 +56,7 @@ class Reserver:
         self.leases = leases
         self.stage_names = [stage.name for stage in job.stages]
         self.pricing = Pricing(job)
+        self.tiers = tiers if tiers is not None else Tiers(job)
         self.budgets: Budgets | None = budgets_of(job)
         if self.budgets is not None and resume:  # what earlier attempts of this run spent still counts
             for stage, model, usd, tokens in self.store.sync.spent(run_id):
@@ -190,11 +194,16 @@ class Reserver:
         """(USD, tokens) the request can cost at most: its input tokens (exact: tiktoken's, the simulated server's
         rule, or the provider's count endpoint's; else a true upper bound: ``bound_call_tokens``) and
         ``max_tokens``, in USD at the model's
-        prices (the Batch API's for a batch line, where the model has them), with the cache-write price only for
-        the tokens its prompt-cache marks let the provider write (``writes``, else :attr:`cache_writes`)."""
+        prices (the Batch API's for a batch line, where the model has them; online, the dearest tier the answer may
+        be served at: runner/engine/tiers.py), with the cache-write price only for the tokens its prompt-cache marks
+        let the provider write (``writes``, else :attr:`cache_writes`)."""
         total, tokens, max_tokens = self._bound(req)
         writable, hour = writes if writes is not None else self.cache_writes(req, batch)
         rates = self.pricing.batch_rates(req.model) if batch else None
+        plan = None if batch else self.tiers.of(req)
+        if plan is not None:  # a tier without a price is refused before the run (check_tier_prices): standard's
+            return max((tier_rates(self.pricing, req.model, tier) or self.pricing.require(req.model))
+                       .worst_case(tokens, max_tokens, writable, hour) for tier in plan.may_serve), total
         usd = rates.worst_case(tokens, max_tokens, writable, hour) if rates is not None else \
             self.pricing.worst_case(req.model, tokens, max_tokens, writable=writable, hour=hour)
         return usd, total
@@ -267,12 +276,19 @@ class Reserver:
             self.budgets.spend(req.stage, req.model, usd, tokens)
 
     # -- prices ---------------------------------------------------------------------------------------------
+    def served_rates(self, req: Task, c: Completion) -> Rates:
+        """The rates an online answer is charged at: those of the tier that served it (``c.tier``, as the answer said
+        or as it was sent), the model's standard ones where it names none or that tier has no price."""
+        rates = tier_rates(self.pricing, req.model, c.tier) if c.tier is not None else None
+        return rates if rates is not None else self.pricing.require(req.model)
+
     def cost(self, req: Task, c: Completion, *, batch: bool = False) -> tuple[float, float | None]:
-        """(USD, what the Batch API's price saved or None) of an answer's usage at the run's prices."""
+        """(USD, what the Batch API's price saved or None) of an answer's usage at the run's prices (online, at the
+        tier that served it)."""
         if not self.priced(req.model):
             return 0.0, (0.0 if batch else None)
-        cost = self.pricing.cost(req.model, c.input_tokens, c.output_tokens, c.cached_tokens,
-                                 cache_write_tokens=c.cache_write_tokens, cache_write_1h_tokens=c.cache_write_1h_tokens)
+        cost = self.served_rates(req, c).cost(c.input_tokens, c.output_tokens, c.cached_tokens,
+                                              c.cache_write_tokens, c.cache_write_1h_tokens)
         if not batch:
             return cost, None
         rates = self.pricing.batch_rates(req.model)
@@ -287,7 +303,7 @@ class Reserver:
         if not (c.cached_tokens or c.cache_write_tokens) or not self.priced(req.model):
             return 0.0
         rates = self.pricing.batch_rates(req.model) if batch else None
-        rates = rates or self.pricing.require(req.model)
+        rates = rates or self.served_rates(req, c)
         return rates.cost(c.input_tokens, c.output_tokens) - cost
 
     def saved(self, model: str, input_tokens: int, output_tokens: int, cached_tokens: int) -> float:

@@ -29,14 +29,16 @@ from runner.spec.settings import RetrySettings
 
 
 class Tally:
-    """One request's attempts: all sent, how many of them were answered 429, and whether the last one may have been
-    billed with no answer (it timed out)."""
+    """One request's attempts: all sent, how many of them were answered 429, how many were flex requests the provider
+    shed (retried by the sender's own loop within ``retry.flex_wait``, runner/engine/online.py), and whether the last
+    one may have been billed with no answer (it timed out)."""
 
-    __slots__ = ("last_possibly_billed", "rate_limited", "sent")
+    __slots__ = ("last_possibly_billed", "rate_limited", "sent", "shed")
 
     def __init__(self) -> None:
         self.sent = 0
         self.rate_limited = 0
+        self.shed = 0
         self.last_possibly_billed = False
 
 
@@ -53,9 +55,9 @@ def retrying(settings: RetrySettings, *, on_retry: Callable[[Any], None],
 
     def out_of_attempts(state: RetryCallState) -> bool:
         """Stop after ``max_attempts`` failures of other kinds, or ``rate_limit_attempts`` 429s: a 429 storm
-        is ridden out by pausing, a broken server is not tried for long."""
+        is ridden out by pausing, a broken server is not tried for long (shed flex attempts count in neither)."""
         tally: Tally = state.args[2]
-        return (tally.sent - tally.rate_limited >= settings.max_attempts
+        return (tally.sent - tally.rate_limited - tally.shed >= settings.max_attempts
                 or tally.rate_limited >= settings.rate_limit_attempts)
 
     def wait(state: RetryCallState) -> float:

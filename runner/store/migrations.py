@@ -263,6 +263,13 @@ def m016_token_counts(db: Schema) -> None:
                " tokens {int} NOT NULL, created {text}){no_rowid}")
 
 
+@migration
+def m017_ledger_tier(db: Schema) -> None:
+    """Service tiers (runner/engine/tiers.py): the tier each charge's answer was served and priced at (NULL where its
+    stage asked none, and for charges of earlier versions)."""
+    db.add_column("ledger", "tier", "text")
+
+
 def migrate(conn: Any, dialect: Dialect) -> None:
     """Apply the migrations not yet applied, in one transaction that holds a lock from its start (SQLite's write
     lock, PostgreSQL's advisory lock): several processes opening a new store at once take turns (the later ones

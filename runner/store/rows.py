@@ -73,3 +73,6 @@ class LedgerRow(NamedTuple):
     created: str
     #: input + output tokens billed (what a token budget counts; 0 for a charge that is no request's)
     tokens: int = 0
+    #: the service tier the answer was served and charged at (standard, flex, priority: runner/engine/tiers.py);
+    #: None when its stage asked none and the answer named none
+    tier: str | None = None

@@ -52,7 +52,8 @@ _MEMO = ("response_text, finish_reason, input_tokens, output_tokens, cached_toke
 _RESPONSE_SQL = insert_sql("responses", RESPONSE_COLUMNS, " ON CONFLICT DO NOTHING")
 _LEDGER_SQL = insert_sql("ledger", LEDGER_COLUMNS)
 #: a reservation: its worst case in USD (``amount``) and in ``tokens``, and the worker that made it
-_RESERVE_SQL = insert_sql("ledger", (*LEDGER_COLUMNS, "worker"), " RETURNING id")
+_RESERVE_SQL = insert_sql("ledger", (*LEDGER_COLUMNS[:LEDGER_COLUMNS.index("tokens") + 1], "worker"),
+                          " RETURNING id")
 #: the ledger kinds a run's spend counts: charged, and possibly billed (in flight when a run was killed)
 SPENT = "('charge', 'possibly_billed')"
 #: a run's spend, ``{run}`` the column or placeholder that names the run

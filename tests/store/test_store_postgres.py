@@ -601,7 +601,7 @@ def test_a_write_whose_transaction_the_server_ended_runs_again_whole(pg_url: str
     task = (run_id, "mc", "i1", "sim:m", "r1", "{}", "k1", "done", 0, 1, None, None, 1, 1, 0.25, 0.1, None, 1, "{}",
             0, 0.0, None, 0.0)
     response = ("k1", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.25, 0.1, "x", None, 0)
-    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.25, "2026-01-01T00:00:00", 2)
+    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.25, "2026-01-01T00:00:00", 2, None)
     item = Finished(task=task, response=response, ledger=charge, stage="mc", release_id=reserved, fence=fence)
     assert store.write_finished([item]) == [item]
     assert pauses == [True]
