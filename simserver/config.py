@@ -54,14 +54,21 @@ class SimConfig:
     #: the token-counting endpoints count (simserver.count_tokens); off: each answers its format's 500, a counting
     #: endpoint that fails
     count_tokens: bool = True
+    #: service tiers (simserver.tiers): the fraction of flex requests shed (not billed), the seconds a flex answer
+    #: takes beyond ``latency``, and the priority requests per model served at priority (since a reset) before the
+    #: rest are served at standard (None: no limit)
+    flex_shed: float = 0.0
+    flex_latency: float = 0.0
+    priority_limit: int | None = None
 
     def __post_init__(self) -> None:
         checked_updates(dataclasses.asdict(self))
 
 
 _OPTIONAL = {"rpm": int, "tpm": int, "itpm": int, "otpm": int, "api_key": str, "script": str, "models": str,
-             "cache_min_tokens": int}
-_FRACTIONS = {"batch_expire", "batch_line_errors"}  #: besides the fault_* fields, the fields between 0 and 1
+             "cache_min_tokens": int, "priority_limit": int}
+#: besides the fault_* fields, the fields between 0 and 1
+_FRACTIONS = {"batch_expire", "batch_line_errors", "flex_shed"}
 #: field name -> the type its values take (the command line's ``type=``)
 FIELD_KINDS: dict[str, type] = {f.name: _OPTIONAL.get(f.name) or type(f.default)
                                 for f in dataclasses.fields(SimConfig)}

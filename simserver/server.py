@@ -47,6 +47,7 @@ by the server only when its fraction is non-zero (so adding a knob never shifts 
                        429 with a per-day ``QuotaFailure``; the 429s carry ``retry_after`` like random 429s.
     rate limits        429 from the buckets; no draw.
     ``fault_429``      rate-limit 429 with ``retry-after`` = ``retry_after``. Requests past here are charged.
+    (service tiers)    a tier refused (strict), flex shed (``flex_shed``), priority downgraded: :mod:`simserver.tiers`.
     ``fault_500``      500.
     ``fault_503``      overloaded (OpenAI 503, Anthropic 529, Gemini 503).
     ``fault_timeout``  hang ``hang_seconds`` before answering.
@@ -77,7 +78,7 @@ from typing import Any, Self
 
 from aiohttp import web
 
-from . import azure, bedrock, cached_contents, count_tokens, strict, vertex
+from . import azure, bedrock, cached_contents, count_tokens, strict, tiers, vertex
 from . import models as model_lookups
 from .answers import canonical, count_prompt_tokens, message_digest
 from .anthropic import ANTHROPIC
@@ -101,7 +102,7 @@ __all__ = ["SimServer", "serve", "start_server"]
 #: modules adding routes of their own (``add_routes(server, app)``): the token-counting endpoints (first: Vertex's
 #: ``{model}:rawPredict`` would take Claude's ``count-tokens:rawPredict``), the clouds' paths to the same formats,
 #: and the model lookups a pre-flight check asks
-EXTRA_ROUTES = (count_tokens, azure, bedrock, vertex, model_lookups, cached_contents)
+EXTRA_ROUTES = (count_tokens, azure, bedrock, vertex, model_lookups, cached_contents, tiers)
 
 
 class SimServer:
@@ -129,6 +130,8 @@ class SimServer:
         self.cached_contents = cached_contents.CachedContents(lambda: self.clock())
         #: the token-counting endpoints' requests (simserver.count_tokens)
         self.counted = count_tokens.Counted()
+        #: the service tiers asked, shed and served (simserver.tiers)
+        self.tiers = tiers.TierDesk(self)
         #: what was answered and billed, request by request, while ``log_requests`` is on (simserver.request_log)
         self.log = RequestLog()
         self.log.on = self.config.log_requests
@@ -153,8 +156,9 @@ class SimServer:
             stats["prompt_cache"] = dict(self.prompt_cache.stats)
         if (explicit := self.cached_contents.stats()) is not None:
             stats["cached_contents"] = explicit
-        if (counted := self.counted.stats()) is not None:
-            stats["count_tokens"] = counted
+        for name, part in (("count_tokens", self.counted), ("tiers", self.tiers)):
+            if (figures := part.stats()) is not None:
+                stats[name] = figures
         return stats
 
     def reset(self) -> None:
@@ -168,6 +172,7 @@ class SimServer:
         self.prompt_cache.clear()
         self.cached_contents.clear()
         self.counted.clear()
+        self.tiers.clear()
         self.log.clear()
         for held in self.stored_objects.values():
             held.clear()
@@ -257,9 +262,10 @@ class SimServer:
             bucket.refill(now)
         return buckets
 
-    def _admit(self, fmt: WireFormat, ask: Ask, prompt_tokens: int, headers: dict[str, str]) -> web.Response | None:
-        """The out-of-credit fault, the rate limits, the random 429: the response that turns the request away,
-        or None once it is charged to the model's buckets (and their headers are in ``headers``)."""
+    def _admit(self, fmt: WireFormat, ask: Ask, prompt_tokens: int, headers: dict[str, str],
+               request: web.Request) -> web.Response | None:
+        """The out-of-credit fault, the rate limits, the random 429, then a tier refused or shed: the response that
+        turns the request away, or None once it is charged to the model's buckets (their headers in ``headers``)."""
         cfg, rng = self.config, self._rng
         buckets: list[Bucket] = []
         if cfg.rpm is not None or cfg.tpm is not None or cfg.itpm is not None or cfg.otpm is not None:
@@ -283,7 +289,7 @@ class SimServer:
             for bucket in buckets:
                 bucket.level -= bucket.cost(prompt_tokens, output_tokens)
             fmt.rate_headers(buckets, headers)
-        return None
+        return self.tiers.turn_away(fmt, ask, request, headers, rng)
 
     async def answer(self, request: web.Request, fmt: WireFormat) -> web.Response:
         """Serve one model request in ``fmt``: what the routes of the other modules (the clouds' paths) call."""
@@ -322,6 +328,7 @@ class SimServer:
         if cfg.strict and (refused := strict.refusal(fmt.name, body, model=ask.model, headers=request.headers,
                                                      path=request.path)) is not None:
             return self._finish(strict.render(fmt, refused, headers), fmt, ask)
+        ask.tier = self.tiers.asked(fmt, body)
         entry = None
         if self.script is not None and (entry := self.script.match(ask.model, ask.messages)) is None:
             self._unmatched += 1
@@ -330,7 +337,7 @@ class SimServer:
                                     fmt, ask)
 
         prompt_tokens = count_prompt_tokens(ask.messages)
-        turned_away = self._admit(fmt, ask, prompt_tokens, headers)
+        turned_away = self._admit(fmt, ask, prompt_tokens, headers, request)
         if turned_away is not None:
             return self._finish(turned_away, fmt, ask)
         rule = fmt.cache_rule if cfg.prompt_cache else None
@@ -345,6 +352,7 @@ class SimServer:
         hang = cfg.fault_timeout and rng.random() < cfg.fault_timeout
         malformed = cfg.fault_malformed and rng.random() < cfg.fault_malformed
         filtered = cfg.fault_filter and rng.random() < cfg.fault_filter
+        delay = cfg.latency + self.tiers.delay(ask.tier)
         if hang:
             try:  # close() sets _closing, so shutting down never waits out a hang
                 await asyncio.wait_for(self._closing.wait(), cfg.hang_seconds)
@@ -353,15 +361,16 @@ class SimServer:
             except asyncio.CancelledError:  # aiohttp with handler_cancellation=True: the client left
                 self._finish(web.Response(status=499), fmt, ask, "hung")
                 raise
-        elif cfg.latency > 0:
-            await asyncio.sleep(cfg.latency)
-        if (hang or cfg.latency > 0) and (request.transport is None or request.transport.is_closing()):
+        elif delay > 0:
+            await asyncio.sleep(delay)
+        if (hang or delay > 0) and (request.transport is None or request.transport.is_closing()):
             # The client gave up while we waited: nothing was delivered, so nothing counts as completed.
             return self._finish(web.Response(status=499), fmt, ask, "hung" if hang else "abandoned")
 
         messages_json = canonical(ask.messages)
         body, text = answer_body(fmt, ask, entry, messages_json, prompt_tokens, bool(filtered and not malformed),
                                  cfg.fault_refusal)
+        self.tiers.stamp(fmt, body, headers, ask.tier)  # the answer names the tier that served it
         data = compact(body).encode()
         if malformed:
             data = data[:len(data) // 2]

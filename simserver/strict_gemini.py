@@ -5,9 +5,12 @@ Field names per message and API version come from the published protos (googleap
 ``google/ai/generativelanguage/{v1,v1beta}/*.proto``, extracted to ``published/gemini_fields.json``): v1 has
 no ``systemInstruction`` and its GenerationConfig no ``responseMimeType``, ``responseSchema`` or
 ``thinkingConfig``. Scalar types (``seed`` int32) and enum values come from the same files. The protos lag
-the API in one place the runner uses: ``ThinkingConfig.thinkingLevel`` (Gemini 3), taken from the
-google-genai SDK's ``types.ThinkingConfig``/``types.ThinkingLevel``. Value rules: the capability table
-(at most 5 stop sequences, temperature 0-2, thinking budget ranges, thinking that cannot be turned off).
+the API in two places the runner uses: ``ThinkingConfig.thinkingLevel`` (Gemini 3), taken from the
+google-genai SDK's ``types.ThinkingConfig``/``types.ThinkingLevel``, and ``GenerateContentRequest.serviceTier``
+(the inference tiers), taken from the SDK's ``types.GenerateContentConfig.service_tier``/``types.ServiceTier``
+(whose lower-case values it sends) and the protos' enum naming. Value rules: the capability table (at most 5 stop
+sequences, temperature 0-2, thinking budget ranges, thinking that cannot be turned off; the tiers a model is sold
+at are checked by :mod:`simserver.tiers`).
 """
 
 from __future__ import annotations
@@ -27,8 +30,13 @@ from .refusals import Refusal, is_number, published
 _GEMINI_SUPPLEMENT = {
     ("v1beta", "ThinkingConfig"): {"thinkingLevel": {"name": "thinking_level", "type": "ThinkingLevel",
                                                      "repeated": False}},
+    ("v1beta", "GenerateContentRequest"): {"serviceTier": {"name": "service_tier", "type": "ServiceTier",
+                                                           "repeated": False}},
 }
-_SDK_ENUMS = {"ThinkingLevel": ["THINKING_LEVEL_UNSPECIFIED", "MINIMAL", "LOW", "MEDIUM", "HIGH", "XHIGH"]}
+_SDK_ENUMS = {"ThinkingLevel": ["THINKING_LEVEL_UNSPECIFIED", "MINIMAL", "LOW", "MEDIUM", "HIGH", "XHIGH"],
+              # google-genai 3.6.1 types.ServiceTier's values, and the same in the protos' enum style
+              "ServiceTier": ["unspecified", "standard", "flex", "priority", "SERVICE_TIER_UNSPECIFIED",
+                              "SERVICE_TIER_STANDARD", "SERVICE_TIER_FLEX", "SERVICE_TIER_PRIORITY"]}
 _INT32 = (-(2**31), 2**31 - 1)
 _INTS = {"int32": _INT32, "sint32": _INT32, "sfixed32": _INT32, "uint32": (0, 2**32 - 1), "fixed32": (0, 2**32 - 1),
          "int64": (-(2**63), 2**63 - 1), "sint64": (-(2**63), 2**63 - 1), "uint64": (0, 2**64 - 1)}

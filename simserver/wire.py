@@ -50,6 +50,8 @@ class Ask:
     #: what the request read from and wrote to the prompt cache (:class:`simserver.prompt_cache.CacheUse`), set by
     #: the server before answering; None where the format caches nothing
     cache: Any = None
+    #: the service tier asked (standard, flex, priority), then the one that serves it (:mod:`simserver.tiers`)
+    tier: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
