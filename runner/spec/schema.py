@@ -40,6 +40,7 @@ from runner.spec.settings import (
     PromptCacheMode,
     RetrySettings,
     Tier,
+    tier_setting,
 )
 from runner.spec.steps import (
     DATA_OPS,
@@ -188,6 +189,8 @@ class Stage(Strict):
     def _one_source(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
+    _tier = field_validator("tier", mode="before")(tier_setting)
+
     @model_validator(mode="after")
     def _shape(self) -> Stage:
         ops = self.data_ops()
@@ -291,6 +294,8 @@ class Job(Strict):
     #: requests in flight per endpoint at most, a memory bound (15-20 kB each: bench/latency.py); a
     #: provider's own ``max_in_flight`` wins, an explicit ``concurrency`` caps it further
     max_in_flight: Annotated[int | None, within(1, 1_000_000)] = None
+
+    _tier = field_validator("tier", mode="before")(tier_setting)
 
     @field_validator("deadline", mode="before")
     @classmethod

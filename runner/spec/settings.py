@@ -61,6 +61,18 @@ class Params(Strict):
 Tier = Literal["standard", "flex", "priority"]
 #: what a shed flex request is sent at once ``retry.flex_wait`` has passed
 Fallback = Literal["standard"]
+TIER_NAMES = ("standard", "flex", "priority")
+
+
+def tier_setting(value: Any) -> Any:
+    """A ``tier:`` setting as given, once it is a tier or a mapping of models to tiers; else one sentence (a
+    ValueError pydantic says at the key), not an error per branch of the type's union."""
+    tiers = list(value.values()) if isinstance(value, dict) else [value]
+    if value is None or (tiers and all(tier in TIER_NAMES for tier in tiers)):
+        return value
+    bad = next((tier for tier in tiers if tier not in TIER_NAMES), value)
+    raise ValueError(f"{bad!r} is not a tier: write standard, flex or priority, or one per model as "
+                     "{provider:model: tier}")
 #: how long a shed flex request is tried again at flex, by default: the 15 minutes OpenAI's and Azure's flex guides
 #: give a flex request's client timeout, the top of the 1-15 minutes Gemini's flex tier targets
 FLEX_WAIT = 900.0
