@@ -55,11 +55,13 @@ __all__ = ["API_VERSIONS", "AzureFormat", "add_routes", "set_deployments"]
 
 NAME = "azure-openai"
 #: the data-plane API versions served (GA and preview, from the REST reference's version list and
-#: https://learn.microsoft.com/azure/ai-services/openai/api-version-deprecation)
+#: https://learn.microsoft.com/azure/ai-services/openai/api-version-deprecation; 2025-10-01-preview and 2025-12-01,
+#: the versions service tiers need, from Azure's priority processing page)
 API_VERSIONS = frozenset({
     "2022-12-01", "2023-05-15", "2024-02-01", "2024-06-01", "2024-10-21",
     "2024-07-01-preview", "2024-08-01-preview", "2024-09-01-preview", "2024-10-01-preview", "2024-12-01-preview",
-    "2025-01-01-preview", "2025-02-01-preview", "2025-03-01-preview", "2025-04-01-preview", "preview", "latest",
+    "2025-01-01-preview", "2025-02-01-preview", "2025-03-01-preview", "2025-04-01-preview", "2025-10-01-preview",
+    "2025-12-01", "preview", "latest",
 })
 #: the first API version with the Batch API (Azure's batch how-to)
 BATCH_SINCE = "2024-07-01"
