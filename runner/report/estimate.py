@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runner.engine.replay import replayable_tasks, stage_address
+from runner.engine.tiers import Tiers
 from runner.errors import RunnerError
 from runner.plan.request import Task
 from runner.plan.stage import StagePlan, model_key
@@ -43,6 +44,7 @@ from runner.report.cache_estimate import CacheSums, caching_rule, storage_price
 from runner.report.stored_counts import StoredCounts
 from runner.report.tables import Column, Table, csv_text, json_text
 from runner.report.terminal import clean, clean_lines
+from runner.report.tiers import estimate_lines, group_prices
 from runner.spec.schema import Job
 from runner.store import Reads, Store
 
@@ -77,12 +79,13 @@ class _Sums:
     output_rate: float = 0.0
     high: float = 0.0
 
-    def add(self, rates: Rates, input_tokens: int, bound: int, max_tokens: int) -> None:
-        """``input_tokens``: the expected (or exact) count; ``bound``: what a budget reserves for them."""
+    def add(self, rates: Rates, input_tokens: int, bound: int, max_tokens: int, worst: list[Rates]) -> None:
+        """``input_tokens``: the expected (or exact) count; ``bound``: what a budget reserves for them, at the
+        dearest of ``worst`` (the service tiers an answer may be served at)."""
         tier = rates.at(input_tokens)
         self.input_usd += input_tokens * tier.input / PER
         self.output_rate += tier.output / PER
-        self.high += rates.worst_case(bound, max_tokens)
+        self.high += max(r.worst_case(bound, max_tokens) for r in worst)
 
 
 @dataclass(slots=True)
@@ -98,6 +101,10 @@ class Group:
     input_exact: bool
     #: where the price comes from, ``"unknown price"`` when there is none
     price: str
+    #: the service tier asked (None: none), and the tiers its answers may be served at, whose dearest the worst
+    #: case takes (runner/engine/tiers.py)
+    tier: str | None = None
+    tier_serves: list[str] = field(default_factory=list)
     batch_price: str | None = None
     #: how the stage sends (online, batch or auto): a batch stage's worst case is at the Batch API's price
     mode: str = "online"
@@ -156,10 +163,11 @@ class _Builder:
     """One (stage, model) group being summed."""
 
     def __init__(self, group: Group, rates: Rates | None, batch: Rates | None, count: bool,
-                 cache: CacheSums | None = None, stored: bool = False) -> None:
+                 cache: CacheSums | None = None, stored: bool = False, worst: list[Rates] | None = None) -> None:
         self.group = group
         self.stored = stored and count  # its requests may have counts stored (runner/report/stored_counts.py)
         self.rates = rates
+        self.worst = worst or ([rates] if rates is not None else [])
         self.batch = batch
         self.count = count
         self.cache = cache
@@ -184,9 +192,9 @@ class _Builder:
         g.input_tokens_bound = (g.input_tokens_bound or 0) + bound
         max_tokens = g.max_tokens or 0
         if self.sums is not None and self.rates is not None:
-            self.sums.add(self.rates, tokens, bound, max_tokens)
+            self.sums.add(self.rates, tokens, bound, max_tokens, self.worst)
         if self.batch_sums is not None and self.batch is not None:
-            self.batch_sums.add(self.batch, tokens, bound, max_tokens)
+            self.batch_sums.add(self.batch, tokens, bound, max_tokens, [self.batch])
         if self.cache is not None:
             self.cache.add(req.messages)
 
@@ -241,7 +249,7 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
     models (their cost is 0 whatever the count), which ``runner submit`` uses to get to the run sooner."""
     started = time.perf_counter()
     pricing = Pricing(job)
-    rates_of: dict[str, Rates | None] = {}
+    tiers = Tiers(job)
     groups: list[Group] = []
     seen: set[int] = set()
     unplanned: list[str] = []
@@ -257,9 +265,8 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
         builders: dict[str, _Builder] = {}
         ids: dict[str, tuple[str, str]] = {}
         for model in plan.models:
-            if model not in rates_of:
-                rates_of[model] = pricing.rates(model)
-            rates = rates_of[model]
+            tier = tiers.plans.get((stage.name, model))
+            rates, worst = group_prices(pricing, tier, model)
             batch = pricing.batch_rates(model) if rates is not None else None
             provider, name, model_id = model_key(model, job.endpoints, job)
             ids[model] = (provider, model_id)
@@ -268,7 +275,8 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
             group = Group(stage=stage.name, model=model, max_tokens=max_tokens, input_exact=exact(provider, name),
                           price=rates.source if rates is not None else "unknown price",
                           batch_price=batch.source if batch is not None else None,
-                          free=rates is not None and rates.is_free, mode=job.stage_mode(stage))
+                          free=rates is not None and rates.is_free, mode=job.stage_mode(stage),
+                          tier=tier.asked if tier else None, tier_serves=list(tier.may_serve) if tier else [])
             if rates is None:
                 group.add_price = model
             count = count_free or rates is None or not rates.is_free
@@ -277,7 +285,7 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
             rule = caching_rule(model) if job.stage_prompt_cache(stage) == "auto" and count else None
             builders[model] = _Builder(group, rates, batch, count, CacheSums(
                 stage.name, model, rule, storage_price(job, model)) if rule is not None else None,
-                not group.input_exact and stored.counter(provider) is not None)
+                not group.input_exact and stored.counter(provider) is not None, worst)
         replayed = replayable_tasks(store, stage_address(job, stage, plan), stage.name)
         if replayed is not None:  # unchanged since a run that finished it: all cache hits, nothing to plan
             for model, (n, output_tokens) in replayed.items():
@@ -414,7 +422,7 @@ def summary_lines(est: Estimate) -> list[str]:
         lines.append(f"with provider prompt caching (prompt_cache: auto): expected {usd(t['cost_low_cached'])}, "
                      f"{usd(t['cost_low'] - t['cost_low_cached'])} less, {t['cache_read_tokens']:,} of the "
                      f"{t['input_tokens']:,} input tokens read from the providers' caches")
-    lines += t.get("warnings", [])
+    lines += t.get("warnings", []) + estimate_lines(est.groups)
     for model in t["unknown_prices"]:
         lines.append(f"unknown price for {model}: add prices: {{{model}: {{input: USD, output: USD}}}} "
                      "(per million tokens) to the job to price it")

@@ -42,6 +42,7 @@ from runner.report.cells import (
     tokens_out_text,
 )
 from runner.report.terminal import clean, clean_lines
+from runner.report.tiers import report_lines
 from runner.store import Reads, Store
 
 FORMATS = ("text", "json", "csv", "md")
@@ -163,6 +164,8 @@ def build(store: Store, run_id: str, judged: str | None = None, by: str | None =
         "shuffled_options": _shuffle_note(run),
         # the API and SDK versions the requests went out with, and what drop_unsupported left out
         "sent_with": json.loads(run["job_json"]).get("sent_with") or {},
+        # the charges by the service tier that served them (stage, model, tier, charges, USD)
+        "tiers": Reads(store).served_tiers(run_id),
         "rows": rows,
         "ci_method": item_scores.CI_METHOD,
         "breakdown": {"by": by, "max_values": item_scores.MAX_BREAKDOWN_VALUES},
@@ -370,7 +373,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
     if fmt == "md":
         lines = [f"**{head}**", ""]
         lines += _markdown(headers, table)
-        lines += ["", foot, *notes] + ([shuffles] if shuffles else []) + sent_with_lines(data)
+        lines += ["", foot, *notes] + ([shuffles] if shuffles else []) + sent_with_lines(data) + report_lines(data)
         lines += breakdown_lines(data, markdown=True)
         if data.get("layout"):
             lines += ["", *layouts.render_text(data["layout"], markdown=True)]
@@ -379,7 +382,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
         lines += stops.text_lines(data.get("stops") or [])
         return "\n".join(clean_lines(lines)) + "\n"
     lines = [head, *_aligned(headers, table)]
-    lines += [foot, *notes] + ([shuffles] if shuffles else []) + sent_with_lines(data)
+    lines += [foot, *notes] + ([shuffles] if shuffles else []) + sent_with_lines(data) + report_lines(data)
     lines += batch_lines(data)
     lines += details_lines(data)
     lines += breakdown_lines(data)
@@ -424,7 +427,7 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
                  + (f", by the Batch API's price ${t['batch_saved']:.4f} ({t['batched']} batched)" if t["batched"]
                     else "")
                  + (f", {prompt_cache_text(t)}" if t["cached_input_tokens"] else ""))
-    lines += [line for line in sent_with_lines(data) if line.startswith("left out")]
+    lines += [line for line in sent_with_lines(data) if line.startswith("left out")] + report_lines(data)
     lines += batch_lines(data)
     if data.get("pipeline"):
         lines.append(funnel.summary(data["pipeline"]))

@@ -148,6 +148,13 @@ class Reads:
             f" AND status = 'failed' GROUP BY error_class ORDER BY error_class{self.dialect.text_order} NULLS FIRST",
             (run_id, stage, model)))
 
+    def served_tiers(self, run_id: str) -> list[tuple[str, str, str, int, float]]:
+        """(stage, model, tier, charges, USD) of the run's charges by the service tier they were served and priced
+        at (runner/engine/tiers.py); charges without a tier are left out."""
+        return sorted((stage, model, tier, int(n), float(usd or 0.0)) for stage, model, tier, n, usd in self.store.rows(
+            "SELECT stage, model, tier, count(*), sum(amount) FROM ledger WHERE run_id = ? AND kind = 'charge'"
+            " AND tier IS NOT NULL GROUP BY stage, model, tier", (run_id,)))
+
     def latencies(self, run_id: str, stage: str, model: str) -> list[float]:
         """The latencies of the requests sent, ascending."""
         return [latency for (latency,) in self.store.rows(
