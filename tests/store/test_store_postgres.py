@@ -209,7 +209,8 @@ def _fill(store: Any) -> tuple[str, str]:
                         "thinking": f"thought {n}" if n % 2 else None, "reasoning_tokens": n % 3 or None}[c]
                        for c in RESPONSE_COLUMNS) for n, t in enumerate(tasks) if t[7] == "done"]
     ledger = [tuple({"run_id": run_id, "stage": t[1], "model": t[3], "key": t[6], "kind": "charge", "amount": 0.25,
-                     "created": "2024-01-02T00:00:00", "tokens": 12}[c] for c in LEDGER_COLUMNS) for t in tasks[:6]]
+                     "created": "2024-01-02T00:00:00", "tokens": 12, "tier": None}[c] for c in LEDGER_COLUMNS)
+              for t in tasks[:6]]
     store.write_batch(tasks[:10], responses, ledger)
     store.write_batch(tasks[10:], [], [])
     store.write_batch([tasks[3]], [], [])  # a replaced row moves to the end, as INSERT OR REPLACE's new rowid
