@@ -36,10 +36,6 @@ TIERS = (STANDARD, FLEX, PRIORITY)
 #: default"). The answer's ``service_tier`` names the tier that processed it (the same page: "check the
 #: service_tier field in a successful response").
 OPENAI_WIRE = {STANDARD: "default", FLEX: "flex", PRIORITY: "priority"}
-#: what else an OpenAI answer may say: "fast" is priority's other name (OpenAI's priority prices are its "fast"
-#: prices in genai-prices 0.2.3; openrouter.ai's ChatRequestServiceTier: "fast is accepted as an alias for
-#: priority"); "auto" and "scale" name no tier the runner prices, so such an answer is charged at the tier sent
-_OPENAI_READ = {"fast": PRIORITY, "standard": STANDARD}
 #: Groq's ``service_tier`` (console.groq.com/docs/service-tiers): on_demand (the default when omitted), flex
 GROQ_WIRE = {STANDARD: "on_demand", FLEX: "flex"}
 #: Gemini's GenerateContentRequest ``serviceTier`` as google-genai 3.6.1 writes it (``types.ServiceTier``: standard,
@@ -53,14 +49,12 @@ GEMINI_TIER_HEADER = "x-gemini-service-tier"
 
 def served(value: object, wire: Mapping[str, str]) -> str | None:
     """The runner's name of the tier an API's ``value`` names (its wire words ``wire``, read back), or None when it
-    names none the runner prices (absent, "auto", "scale"): the answer is then charged at the tier it was sent at."""
+    names none of them (absent; OpenAI's "auto", "scale" or "fast", which the runner never asks for): the answer is
+    then charged at the tier it was sent at."""
     if not isinstance(value, str):
         return None
     text = value.strip().lower()
-    for ours, theirs in wire.items():
-        if text == theirs:
-            return ours
-    return _OPENAI_READ.get(text) if wire is OPENAI_WIRE else None
+    return next((ours for ours, theirs in wire.items() if text == theirs), None)
 
 
 def tier_rule(provider: str, model: str) -> TierRule | None:

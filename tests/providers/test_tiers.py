@@ -18,7 +18,7 @@ import pytest
 from runner.errors import BadRequest, FlexUnavailable, RateLimited, TransientError
 from runner.providers.base import Provider, ProviderSettings, provider_class
 from runner.providers.openai_errors import flex_shed
-from runner.providers.tiers import served, tier_problem, tiers_taken
+from runner.providers.tiers import GEMINI_WIRE, GROQ_WIRE, OPENAI_WIRE, served, tier_problem, tiers_taken
 from simserver import SimConfig, SimServer, start_server, strict
 from tests.providers.test_request_shaping import GEMINI_ANSWER, OPENAI_ANSWER, Capture
 
@@ -193,7 +193,6 @@ def test_the_tiers_each_model_is_sold_at_and_the_words_read_back():
     assert tier_problem("azure-openai", "gpt-5.6-sol", "flex", api_version="2024-10-21") is not None
     assert tier_problem("azure-openai", "gpt-5.6-sol", "flex", api_version="2025-12-01") is None
     assert tier_problem("azure-openai", "gpt-5.6-sol", "flex", api_version="v1") is None
-    from runner.providers.tiers import GEMINI_WIRE, GROQ_WIRE, OPENAI_WIRE
-    assert [served(v, OPENAI_WIRE) for v in ("default", "flex", "priority", "fast", "scale", None)] == [
-        "standard", "flex", "priority", "priority", None, None]
+    assert [served(v, OPENAI_WIRE) for v in ("default", "flex", "priority", "scale", None)] == [
+        "standard", "flex", "priority", None, None]
     assert served("on_demand", GROQ_WIRE) == "standard" and served("standard", GEMINI_WIRE) == "standard"
