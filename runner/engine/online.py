@@ -44,10 +44,10 @@ class NotReserved(Exception):
 class Sender:
     def __init__(self, *, endpoints: Endpoints, leases: ChunkLeases, stats: RunStats, retry: RetrySettings,
                  sleep: Callable[[float], Any], prompt_cache: PromptCachePlan | NoPromptCache,
-                 tiers: Tiers | None = None) -> None:
+                 tiers: Tiers) -> None:
         """``prompt_cache``: the run's prompt-cache plan (runner/engine/prompt_cache.py), which gives a request's
         marks and makes them ready to send (a stored prefix stored first); :class:`NoPromptCache` marks nothing.
-        ``tiers``: each stage and model's service tier (none without them)."""
+        ``tiers``: each stage and model's service tier (a stage that asks none is sent as it always was)."""
         self.endpoints = endpoints
         self.leases = leases
         self.stats = stats
@@ -67,7 +67,7 @@ class Sender:
         ``reserve_again()`` has kept its reservation as possibly billed and reserved the retry anew (False: no room,
         :class:`NotReserved`)."""
         await self.endpoints.start(req.provider)
-        plan = self.tiers.of(req) if self.tiers is not None else None
+        plan = self.tiers.of(req)
         if plan is None or plan.asked != FLEX:
             return await self._retrying(self._attempt, req, endpoint, tries, reserve_again,
                                         plan.asked if plan is not None else None)
@@ -78,7 +78,7 @@ class Sender:
         """A flex request through its sheds: sent again at flex within ``retry.flex_wait`` seconds of its first
         attempt, then at standard where the stage falls back, else the last shed is its error."""
         loop = asyncio.get_running_loop()
-        wait = self.tiers.flex_wait if self.tiers is not None else 0.0
+        wait = self.tiers.flex_wait
         deadline = loop.time() + wait
         while True:
             try:
