@@ -51,12 +51,15 @@ PRELOADED = ("runner.cli", "simserver.cli", "runner.report.summary", "runner.rep
 
 #: environment settings a Python process reads when it starts, before any of the test's code could see them
 _READ_AT_START = ("PYTHON", "LC_", "LANG", "TZ")
+#: ... but for these, which Python reads where they are used (Ray's ray.init() sets PYTHONBREAKPOINT in the test
+#: process for good, which made every later fork of that process a new interpreter)
+_READ_LATER = frozenset({"PYTHONBREAKPOINT", "PYTHONASYNCIODEBUG"})
 
 _REAL_POPEN = subprocess.Popen
 
 
 def _started_with(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(_READ_AT_START)}
+    return {k: v for k, v in env.items() if k.startswith(_READ_AT_START) and k not in _READ_LATER}
 
 
 # ---- the server, in its own process ----
@@ -333,6 +336,9 @@ def start_shared() -> None:
             os.environ[SHARED + "_SERVER"] = _server.shared
 
 
+#: why the last ``-m runner.cli`` or ``-m simserver`` was not forked, where the environment was why
+last_unforked: str | None = None
+
 #: the pids of the ``runner`` processes forked for this test process (kept while they may be running)
 _runner_forks: set[int] = set()
 
@@ -388,6 +394,10 @@ class PreforkPopen(_REAL_POPEN):
         caller = sys._getframe(2).f_globals.get("__name__", "")
         environment = dict(os.environ if env is None else env)
         server = _the_server() if module and not caller.startswith("asyncio") else None
+        if server is not None and _started_with(environment) != server.env:
+            global last_unforked
+            differ = sorted(set(_started_with(environment).items()) ^ set(server.env.items()))
+            last_unforked = f"{module}: the environment differs from the server's in {sorted({k for k, _ in differ})}"
         if server is None or _started_with(environment) != server.env:
             return super()._execute_child(*usual)
         streams = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,

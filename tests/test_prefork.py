@@ -34,11 +34,13 @@ def test_a_forked_runner_prints_exits_and_reads_its_cwd_and_environment(tmp_path
 
 
 def test_a_forked_runner_is_the_servers_child_and_dies_of_kill_9(tmp_path: Path) -> None:
+    # PYTHONBREAKPOINT is read where breakpoint() is called, not at start (ray.init() sets it for good)
     process = subprocess.Popen(runner_cmd("sim", "--port", "0"), cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env={**os.environ, "PYTHONBREAKPOINT": "ray.util.rpdb._driver_set_trace"})
     try:
         assert "listening" in process.stdout.readline()
-        assert parent_of(process.pid) == prefork.server_pid()
+        assert parent_of(process.pid) == prefork.server_pid(), prefork.last_unforked
         assert os.getsid(process.pid) == process.pid  # start_new_session
         assert process.poll() is None and process.pid in prefork.runner_forks()
         with pytest.raises(subprocess.TimeoutExpired):
