@@ -122,11 +122,11 @@ def _serve(path: str) -> tuple[dict[str, Any], list[int]] | None:
                 selector.register(os.pidfd_open(pid), selectors.EVENT_READ, (pid, conn))
             else:
                 pid, conn = key.data
-                _, status = os.waitpid(pid, 0)
+                _, status, usage = os.wait4(pid, 0)
                 selector.unregister(key.fd)
                 os.close(key.fd)
                 with contextlib.suppress(OSError):
-                    _send(conn, {"status": status})
+                    _send(conn, {"status": status, "cpu": usage.ru_utime + usage.ru_stime})
                 conn.close()
 
 
@@ -294,6 +294,8 @@ class _Reply:
                     time.sleep(0.05)
                 message = {"status": 255 << 8}
             self.status = message["status"]
+            global forks_cpu
+            forks_cpu += message.get("cpu", 0.0)
             self.conn.close()
         return self.status
 
@@ -335,6 +337,10 @@ def start_shared() -> None:
             _server = _Server()
             os.environ[SHARED + "_SERVER"] = _server.shared
 
+
+#: CPU seconds of the forks of this test process that have ended (a fork is the server's child, so the test
+#: process's own RUSAGE_CHILDREN does not count it)
+forks_cpu = 0.0
 
 #: why the last ``-m runner.cli`` or ``-m simserver`` was not forked, where the environment was why
 last_unforked: str | None = None
