@@ -58,8 +58,22 @@ _READ_LATER = frozenset({"PYTHONBREAKPOINT", "PYTHONASYNCIODEBUG"})
 _REAL_POPEN = subprocess.Popen
 
 
+#: the project's root, where the server imports the runner from (its sys.path[0])
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _on_root(path: str) -> bool:
+    return bool(path) and Path(path).resolve() == ROOT
+
+
 def _started_with(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(_READ_AT_START) and k not in _READ_LATER}
+    """The settings of ``env`` a new interpreter reads at start, but a PYTHONPATH of the project's root alone (as
+    many tests give their runner processes): the server imported the runner from there already, and a fork puts
+    it on its path as the interpreter would (:func:`_become`)."""
+    found = {k: v for k, v in env.items() if k.startswith(_READ_AT_START) and k not in _READ_LATER}
+    if all(_on_root(path) for path in found.get("PYTHONPATH", "x").split(os.pathsep)):
+        del found["PYTHONPATH"]
+    return found
 
 
 # ---- the server, in its own process ----
@@ -144,6 +158,8 @@ def _become(request: dict[str, Any], fds: list[int]) -> str:
     os.environ.update(request["env"])
     sys.argv = list(request["argv"])
     sys.path[0] = os.getcwd()  # as -m puts it
+    for path in reversed([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]):
+        sys.path.insert(1, path)  # only the project's root (_started_with): where the interpreter would put it
     # the standard streams, made as a new interpreter makes them for these descriptors
     encoding = sys.stdout.encoding
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
@@ -219,8 +235,7 @@ class _Server:
         folder = tempfile.mkdtemp(prefix="runner-prefork-")
         self.path = os.path.join(folder, "socket")
         self.env = _started_with(dict(os.environ))
-        root = Path(__file__).resolve().parent.parent
-        self.process = _REAL_POPEN([sys.executable, "-m", "tests.prefork", self.path], cwd=root,
+        self.process = _REAL_POPEN([sys.executable, "-m", "tests.prefork", self.path], cwd=ROOT,
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                    text=True)
         self.pid = self.process.pid
