@@ -13,9 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-from runner.providers.capabilities import capabilities
-
 from .buckets import Blocked, Bucket
+from .model_rules import facts
 from .wire import (
     Ask,
     Invalid,
@@ -74,17 +73,12 @@ def _parse_anthropic(body: Any, request: web.Request) -> Ask:
     return ask
 
 
-#: model families (the runner's capability table) whose thinking display defaults to "omitted": Claude Opus 4.7
-#: and later, Sonnet 5, Haiku 5.5, Fable, Mythos (earlier Claude 4 models default to "summarized")
-_OMITTED_BY_DEFAULT = ("claude-fable", "claude-4.7+")
-
-
 def _read_thinking(body: dict[str, Any], ask: Ask) -> None:
     """``thinking`` ({type: enabled, budget_tokens}, {type: adaptive} with ``output_config.effort``, or disabled;
     a model that always thinks thinks without it), its ``display`` ("summarized" returns the thinking text,
     "omitted" an empty one; the default is the model's), and ``output_config.format`` (or the beta's
     ``output_format``) ``{type: json_schema, schema}``."""
-    caps = capabilities("anthropic", ask.model)
+    rules = facts("anthropic", ask.model)
     thinking = body.get("thinking")
     output_config = body.get("output_config")
     if output_config is not None and not isinstance(output_config, dict):
@@ -104,12 +98,12 @@ def _read_thinking(body: dict[str, Any], ask: Ask) -> None:
         ask.budget = thinking.get("budget_tokens") if kind == "enabled" else None
     else:
         display = None
-        ask.thinking = caps is not None and caps.reasoning == "always"
+        ask.thinking = rules.get("reasoning") == "always"
     effort = output_config.get("effort")
     if effort is not None and effort not in ("low", "medium", "high", "xhigh", "max"):
         raise Invalid("output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'")
     ask.effort = effort
-    omitted = caps is not None and caps.family in _OMITTED_BY_DEFAULT
+    omitted = bool(rules.get("thinking_omitted"))
     ask.show_thinking = ask.thinking and (display == "summarized" or (display is None and not omitted))
     fmt = output_config.get("format", body.get("output_format"))
     if fmt is not None:

@@ -9,9 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
-from runner.providers.capabilities import capabilities
-
 from .buckets import Blocked
+from .model_rules import facts
 from .wire import (
     Ask,
     Invalid,
@@ -113,9 +112,8 @@ def _parse_gemini(body: Any, request: web.Request) -> Ask:
 def _read_thinking(config: Any, ask: Ask) -> None:
     """``thinkingConfig`` (``thinkingBudget``: 0 off, -1 dynamic; ``thinkingLevel``; ``includeThoughts``): a
     request with one thinks, unless its budget is 0; without one, a model that thinks by default (the runner's
-    capability table: 2.5 Pro and Flash, 3) thinks. The thought summary comes back only with includeThoughts."""
-    caps = capabilities("gemini", ask.model)
-    ask.thinking = caps is not None and caps.reasoning in ("default", "always")
+    model rules: 2.5 Pro and Flash, 3) thinks. The thought summary comes back only with includeThoughts."""
+    ask.thinking = facts("gemini", ask.model).get("reasoning") in ("default", "always")
     if config is None:
         return
     if not isinstance(config, dict):

@@ -9,9 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
-from runner.providers.capabilities import capabilities
-
 from .buckets import PER_MINUTE, Blocked, Bucket
+from .model_rules import facts
 from .wire import Ask, Invalid, Thought, WireFormat, positive_int, response, retry_headers, seconds_text, strings
 
 __all__ = ["OPENAI", "OpenAIFormat"]
@@ -60,17 +59,16 @@ _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 
 def _read_reasoning(body: dict[str, Any], ask: Ask) -> None:
-    """A reasoning model (the runner's capability table: reasoning "default" or "always") thinks unless
+    """A reasoning model (this server's model rules: reasoning "default" or "always") thinks unless
     ``reasoning_effort`` is "none"; any model thinks when given another effort. The Chat Completions API returns
     no thinking text, only the reasoning tokens."""
     effort = body.get("reasoning_effort")
     if effort is not None and effort not in _EFFORTS:
         raise Invalid(f"Invalid value: '{effort}'. Supported values are: "
                       + ", ".join(f"'{e}'" for e in _EFFORTS) + ".", "reasoning_effort")
-    caps = capabilities("openai", ask.model)
     ask.effort = effort
     ask.thinking = effort != "none" and (effort is not None
-                                         or (caps is not None and caps.reasoning in ("default", "always")))
+                                         or facts("openai", ask.model).get("reasoning") in ("default", "always"))
 
 
 def _read_response_format(value: Any, ask: Ask) -> None:

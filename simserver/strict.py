@@ -5,9 +5,11 @@ returns None for a body the real API takes, or a :class:`~simserver.refusals.Ref
 OpenAI the ``param`` and ``code``) that :func:`render` turns into the format's own error body.
 
 Each API's rules, and where each comes from (never from this project's own idea of the API), are in a module of
-their own: :mod:`simserver.strict_openai` (OpenAI's published OpenAPI document and the capability table),
-:mod:`simserver.strict_anthropic` (the anthropic SDK's request types, the ``anthropic-version`` header and the
-capability table) and :mod:`simserver.strict_gemini` (the published protos and the capability table).
+their own: :mod:`simserver.strict_openai` (OpenAI's published OpenAPI document), :mod:`simserver.strict_anthropic`
+(the anthropic SDK's request types and the ``anthropic-version`` header) and :mod:`simserver.strict_gemini` (the
+published protos); the rules per model are this server's own, :mod:`simserver.model_rules` (written from the
+providers' documents, SDK types and model pages, each with its source; not the runner's capability table, so that a
+wrong entry there is refused here).
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ The ``anthropic-version`` header decides. The body's structure is the anthropic 
 (``anthropic.types.message_create_params.MessageCreateParamsBase`` and the TypedDicts it names); SDK 2.x
 types no longer name ``temperature``, ``top_p`` or ``top_k``, as version 2026-10-21 refuses them, so those
 three are taken only under 2023-06-01. Unknown fields: "<field>: Extra inputs are not permitted". The rules
-per model come from the capability table (temperature range, temperature with top_p, sampling refused on
-Claude Opus 4.7+, Sonnet 5+, Fable, Mythos, thinking forms and budgets, structured outputs, output limit).
+per model are this server's own (:func:`simserver.model_rules.facts`, each with its source): temperature range,
+temperature with top_p, sampling refused on Claude Opus 4.7+, Sonnet 5+, Fable, Mythos, thinking forms and
+budgets, effort levels, structured outputs (and where a platform serving Claude has them), output limit.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from typing import Any
 
 from typing_extensions import is_typeddict
 
-from runner.providers.capabilities import ANTHROPIC_VERSIONS, ModelCaps, capabilities
-
+from .model_rules import ANTHROPIC_VERSIONS, Facts, facts
 from .refusals import Refusal, is_number
 
 #: the sampling fields API version 2023-06-01 takes (Messages API reference of that version) and the SDK 2.x
@@ -116,7 +116,10 @@ def _conform(value: Any, tp: Any, where: str) -> str | None:
     return None  # a type this check does not know: taken
 
 
-def refusal(body: dict[str, Any], model: str, headers: Mapping[str, str]) -> Refusal | None:
+def refusal(body: dict[str, Any], model: str, headers: Mapping[str, str],
+            platform: str | None = None) -> Refusal | None:
+    """The refusal the Messages API gives this body, or None; ``platform`` (vertex, bedrock) is the cloud serving
+    Claude, whose own rules apply beside the model's."""
     version = headers.get("anthropic-version")
     if not version:
         return Refusal("anthropic-version: header is required")
@@ -136,8 +139,7 @@ def refusal(body: dict[str, Any], model: str, headers: Mapping[str, str]) -> Ref
             return Refusal(problem)
     if (problem := _cache_breakpoints(body)) is not None:
         return problem
-    caps = capabilities("anthropic", model, version)
-    return _anthropic_model(body, caps) if caps is not None else None
+    return _anthropic_model(body, facts("anthropic", model, platform))
 
 
 @functools.cache
@@ -199,31 +201,33 @@ def _cache_breakpoints(body: dict[str, Any]) -> Refusal | None:
 _THINKING_DOC = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
 
 
-def _anthropic_model(body: dict[str, Any], caps: ModelCaps) -> Refusal | None:
+def _anthropic_model(body: dict[str, Any], model: Facts) -> Refusal | None:
     temperature, top_p, top_k = (body.get(name) for name in _SAMPLING)
-    if caps.temperature is None:  # Claude Opus 4.7+, Sonnet 5+, Fable, Mythos: no sampling parameter at all
+    # (under 2026-10-21 no sampling field comes this far: the SDK 2.x types refuse them above)
+    allowed = model.get("temperature", (0.0, 1.0))
+    if allowed is None:  # Claude Opus 4.7+, Sonnet 5+, Fable, Mythos: no sampling parameter at all
         for name, value in zip(_SAMPLING, (temperature, top_p, top_k), strict=True):
             if value is not None:
                 return Refusal(f"`{name}` is not supported for this model.")
-    elif temperature is not None and not caps.temperature[0] <= temperature <= caps.temperature[1]:
-        side = "less" if temperature > caps.temperature[1] else "greater"
-        bound = caps.temperature[1] if side == "less" else caps.temperature[0]
+    elif temperature is not None and not allowed[0] <= temperature <= allowed[1]:
+        side = "less" if temperature > allowed[1] else "greater"
+        bound = allowed[1] if side == "less" else allowed[0]
         return Refusal(f"temperature: Input should be {side} than or equal to {bound:g}")
     if top_p is not None and not 0 <= top_p <= 1:
         return Refusal(f"top_p: Input should be {'less' if top_p > 1 else 'greater'} than or equal to "
                        f"{1 if top_p > 1 else 0}")
-    if temperature is not None and top_p is not None and not caps.temperature_with_top_p:
+    if temperature is not None and top_p is not None and model.get("temperature_with_top_p") is False:
         return Refusal("`temperature` and `top_p` cannot both be specified for this model. Please use only one.")
-    max_tokens = body.get("max_tokens")
-    if isinstance(max_tokens, int) and caps.max_output and max_tokens > caps.max_output:
-        return Refusal(f"max_tokens: {max_tokens} > {caps.max_output}, which is the maximum allowed number of "
-                       f"output tokens for {caps.model}")
+    max_tokens, limit = body.get("max_tokens"), model.get("max_output")
+    if isinstance(max_tokens, int) and limit and max_tokens > limit:
+        return Refusal(f"max_tokens: {max_tokens} > {limit}, which is the maximum allowed number of "
+                       f"output tokens for {model.model}")
     thinking = body.get("thinking") or {}
     kind = thinking.get("type")
     if kind == "enabled":
-        if caps.reasoning == "never":
-            return Refusal(f"'{caps.model}' does not support thinking.")
-        if caps.budget is None:
+        if model.get("reasoning") == "never":
+            return Refusal(f"'{model.model}' does not support thinking.")
+        if model.says("budget") and model.get("budget") is None:
             return Refusal("thinking.type.enabled is not supported for this model. Use thinking.type.adaptive and "
                            "output_config.effort to control thinking behavior.")
         budget = thinking.get("budget_tokens")
@@ -232,9 +236,14 @@ def _anthropic_model(body: dict[str, Any], caps: ModelCaps) -> Refusal | None:
         if isinstance(budget, int) and isinstance(max_tokens, int) and budget >= max_tokens:
             return Refusal("`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our "
                            f"documentation at {_THINKING_DOC}#max-tokens-and-context-window-size")
-    elif kind == "adaptive" and not caps.efforts:
-        return Refusal(f"adaptive thinking is not supported on this model ('{caps.model}'); use thinking.type."
+    elif kind == "adaptive" and model.get("efforts") == ():
+        return Refusal(f"adaptive thinking is not supported on this model ('{model.model}'); use thinking.type."
                        "enabled with budget_tokens.")
+    elif kind == "disabled" and model.says("budget") and model.get("budget") is None:
+        # the models that take only adaptive thinking refuse it disabled (Bedrock's adaptive thinking page): leave
+        # thinking out instead
+        return Refusal("thinking.type.disabled is not supported for this model. Omit thinking, or use "
+                       "thinking.type.adaptive with output_config.effort.")
     if kind in ("enabled", "adaptive"):
         if temperature is not None and temperature != 1:
             return Refusal("`temperature` may only be set to 1 when thinking is enabled. Please consult our "
@@ -246,12 +255,13 @@ def _anthropic_model(body: dict[str, Any], caps: ModelCaps) -> Refusal | None:
             return Refusal("`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled. Please "
                            f"consult our documentation at {_THINKING_DOC}#feature-compatibility")
     output_config = body.get("output_config") or {}
-    if output_config.get("format") is not None and not caps.schema:
-        return Refusal(f"output_config.format: structured outputs are not supported on this model ('{caps.model}')")
+    if output_config.get("format") is not None and model.get("schema") is False:
+        return Refusal(f"output_config.format: structured outputs are not supported on this model ('{model.model}')")
     effort = output_config.get("effort")
-    if effort is not None:
-        if not caps.efforts:
-            return Refusal(f"output_config.effort: effort is not supported on this model ('{caps.model}')")
-        if effort not in caps.efforts:
-            return Refusal(f"output_config.effort: Input should be {' or '.join(repr(e) for e in caps.efforts)}")
+    if effort is not None and model.says("efforts"):
+        efforts = model.get("efforts")
+        if not efforts:
+            return Refusal(f"output_config.effort: effort is not supported on this model ('{model.model}')")
+        if effort not in efforts:
+            return Refusal(f"output_config.effort: Input should be {' or '.join(repr(e) for e in efforts)}")
     return None

@@ -8,9 +8,10 @@ no ``systemInstruction`` and its GenerationConfig no ``responseMimeType``, ``res
 the API in two places the runner uses: ``ThinkingConfig.thinkingLevel`` (Gemini 3), taken from the
 google-genai SDK's ``types.ThinkingConfig``/``types.ThinkingLevel``, and ``GenerateContentRequest.serviceTier``
 (the inference tiers), taken from the SDK's ``types.GenerateContentConfig.service_tier``/``types.ServiceTier``
-(whose lower-case values it sends) and the protos' enum naming. Value rules: the capability table (at most 5 stop
-sequences, temperature 0-2, thinking budget ranges, thinking that cannot be turned off; the tiers a model is sold
-at are checked by :mod:`simserver.tiers`).
+(whose lower-case values it sends) and the protos' enum naming. Value rules: this server's own
+(:func:`simserver.model_rules.facts`, each with its source: at most 5 stop sequences, temperature 0-2, penalties,
+thinking budget ranges and levels, thinking that cannot be turned off; the tiers a model is sold at are checked
+by :mod:`simserver.tiers`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ import math
 import re
 from typing import Any
 
-from runner.providers.capabilities import capabilities
-
+from .model_rules import facts
 from .refusals import Refusal, is_number, published
 
 #: fields the published protos lag behind, taken from the google-genai SDK's types (see the module docstring):
@@ -130,28 +130,25 @@ def refusal(body: dict[str, Any], model: str, version: str) -> Refusal | None:
     refused = _gemini_walk(body, "GenerateContentRequest", "", version)
     if refused is not None:
         return refused
-    caps = capabilities("gemini", model)
-    if caps is None:
-        return None
+    rules = facts("gemini", model)
     config = body.get("generationConfig", body.get("generation_config")) or {}
 
     def option(camel: str, snake: str) -> Any:
         return config.get(camel, config.get(snake))
 
-    stop = option("stopSequences", "stop_sequences") or []
-    if caps.max_stop is not None and len(stop) > caps.max_stop:
+    stop, max_stop = option("stopSequences", "stop_sequences") or [], rules.get("max_stop")
+    if max_stop is not None and len(stop) > max_stop:
         return Refusal(f"* GenerateContentRequest.generation_config.stop_sequences: the number of stop_sequences "
-                       f"must be at most {caps.max_stop}, got {len(stop)}.\n")
-    temperature = config.get("temperature")
-    if temperature is not None and caps.temperature is not None and \
-            not caps.temperature[0] <= temperature <= caps.temperature[1]:
+                       f"must be at most {max_stop}, got {len(stop)}.\n")
+    temperature, allowed = config.get("temperature"), rules.get("temperature")
+    if temperature is not None and allowed is not None and not allowed[0] <= temperature <= allowed[1]:
         return Refusal(f"Unable to submit request because it has a temperature value of {temperature:g} but the "
-                       f"supported range is from {caps.temperature[0]:g} (inclusive) to "
-                       f"{caps.temperature[1] + 0.0001:g} (exclusive). Update the value and try again.")
+                       f"supported range is from {allowed[0]:g} (inclusive) to "
+                       f"{allowed[1] + 0.0001:g} (exclusive). Update the value and try again.")
     # a model without penalties refuses any but 0, which is taken as unset (the API's answer to Gemini 2.5 models,
-    # reported in vercel/ai#8943 and google-gemini/cookbook#1290; the table's penalties rule)
+    # reported in vercel/ai#8943 and google-gemini/cookbook#1290)
     for camel, snake in (("presencePenalty", "presence_penalty"), ("frequencyPenalty", "frequency_penalty")):
-        if not caps.penalties and option(camel, snake) not in (None, 0):
+        if rules.get("penalties") is False and option(camel, snake) not in (None, 0):
             return Refusal(f"Penalty is not enabled for models/{model}")
     top_p = option("topP", "top_p")
     if top_p is not None and not 0 <= top_p <= 1:
@@ -160,20 +157,22 @@ def refusal(body: dict[str, Any], model: str, version: str) -> Refusal | None:
     thinking = option("thinkingConfig", "thinking_config") or {}
     budget = thinking.get("thinkingBudget", thinking.get("thinking_budget"))
     level = thinking.get("thinkingLevel", thinking.get("thinking_level"))
+    reasoning, bounds = rules.get("reasoning"), rules.get("budget")
     if budget is not None and budget != -1:  # -1: dynamic thinking
-        if budget == 0 and caps.reasoning == "always":
+        if budget == 0 and reasoning == "always":
             return Refusal("Budget 0 is invalid. This model only works in thinking mode.")
-        if budget != 0 and caps.budget is not None and not caps.budget[0] <= budget <= caps.budget[1]:
+        if budget != 0 and bounds is not None and not bounds[0] <= budget <= bounds[1]:
             return Refusal(f"The thinking budget {budget} is invalid. Please choose a value between "
-                           f"{caps.budget[0]} and {caps.budget[1]}.")
-        if budget != 0 and caps.reasoning == "never":
+                           f"{bounds[0]} and {bounds[1]}.")
+        if budget != 0 and reasoning == "never":
             return Refusal(f"Thinking is not supported for models/{model}.")
-    if level is not None and level != "THINKING_LEVEL_UNSPECIFIED":
-        if not caps.efforts:
+    efforts = rules.get("efforts")
+    if level is not None and level != "THINKING_LEVEL_UNSPECIFIED" and efforts is not None:
+        if not efforts:
             return Refusal(f"Thinking level is not supported for models/{model}.")
-        if str(level).lower() not in caps.efforts:
+        if str(level).lower() not in efforts:
             return Refusal(f"Thinking level {level} is not supported for models/{model}; supported levels are "
-                           f"{', '.join(e.upper() for e in caps.efforts)}.")
+                           f"{', '.join(e.upper() for e in efforts)}.")
     return None
 
 

@@ -6,10 +6,10 @@ The body must validate against ``CreateChatCompletionRequest`` of OpenAI's publi
 ``nullable`` is translated here). Top-level names the document does not define are refused ("Unrecognized
 request argument supplied"). The json_schema response format's ``name`` rule is in the document's prose
 ("Must be a-z, A-Z, 0-9, or contain underscores and dashes, with a maximum length of 64"). The rules per
-model are the capability table's (:func:`runner.providers.capabilities.capabilities`, each rule with its
-source): reasoning models take no temperature or top_p but their default 1, no ``max_tokens``, no logprobs
-and (where the table says so) no ``stop``; ``reasoning_effort`` only on reasoning models and only the
-levels they take; ``max_completion_tokens`` up to the model's output limit.
+model are this server's own (:func:`simserver.model_rules.facts`, each rule with its source; a fact no rule
+states is not checked): reasoning models take no temperature or top_p but their default 1, no ``max_tokens``,
+no penalties, no logprobs and (where their rule says so) no ``stop``; ``reasoning_effort`` only on reasoning
+models and only the levels they take; ``max_completion_tokens`` up to the model's output limit.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import json
 import re
 from typing import Any
 
-from runner.providers.capabilities import ModelCaps, capabilities
-
+from .model_rules import Facts, facts
 from .refusals import Refusal, published
 
 
@@ -208,8 +207,7 @@ def refusal(body: dict[str, Any], model: str, path: str) -> Refusal | None:
             return Refusal("Invalid 'response_format.json_schema.name': string does not match pattern. Expected a "
                            "string that matches the pattern '^[a-zA-Z0-9_-]+$'.", "response_format.json_schema.name",
                            "invalid_value")
-    caps = capabilities("openai", model)
-    return _openai_model(body, caps) if caps is not None else None
+    return _openai_model(body, facts("openai", model))
 
 
 def _unsupported(name: str, extra: str = "") -> Refusal:
@@ -217,9 +215,10 @@ def _unsupported(name: str, extra: str = "") -> Refusal:
                    "unsupported_parameter")
 
 
-def _openai_model(body: dict[str, Any], caps: ModelCaps) -> Refusal | None:
-    reasons = caps.reasoning != "never"
-    for name, allowed in (("temperature", caps.temperature is not None), ("top_p", caps.top_p)):
+def _openai_model(body: dict[str, Any], model: Facts) -> Refusal | None:
+    reasons = model.get("reasoning") in ("optional", "default", "always")
+    takes = {"temperature": model.get("temperature", ()) is not None, "top_p": model.get("top_p", True)}
+    for name, allowed in takes.items():
         value = body.get(name)
         if value is not None and not allowed and value != 1:
             return Refusal(f"Unsupported value: '{name}' does not support {_number(value)} with this model. Only the "
@@ -227,35 +226,39 @@ def _openai_model(body: dict[str, Any], caps: ModelCaps) -> Refusal | None:
     if reasons and body.get("max_tokens") is not None:
         return _unsupported("max_tokens", " Use 'max_completion_tokens' instead.")
     # the reasoning models take no penalties but their default 0 (OpenAI's reasoning guide, its list of the
-    # parameters they do not support; the table's penalties rule)
+    # parameters they do not support)
     for name in ("presence_penalty", "frequency_penalty"):
-        if not caps.penalties and body.get(name) not in (None, 0):
+        if not model.get("penalties", True) and body.get(name) not in (None, 0):
             return _unsupported(name)
-    if not caps.logprobs:
+    if not model.get("logprobs", True):
         for name in ("logprobs", "top_logprobs"):
             if body.get(name) not in (None, False):
                 return _unsupported(name)
-    if caps.max_stop == 0 and body.get("stop"):
+    if model.get("max_stop") == 0 and body.get("stop"):
         return _unsupported("stop")
     effort = body.get("reasoning_effort")
     if effort is not None:
-        if not reasons:
+        efforts = model.get("efforts")
+        if model.get("reasoning") == "never" or efforts == ():
             return _unsupported("reasoning_effort")
-        if caps.efforts and effort not in caps.efforts:
-            shown = ", ".join(f"'{e}'" for e in caps.efforts[:-1]) + f", and '{caps.efforts[-1]}'"
+        if efforts and effort not in efforts:
+            shown = ", ".join(f"'{e}'" for e in efforts[:-1]) + f", and '{efforts[-1]}'" if len(efforts) > 1 \
+                else f"'{efforts[0]}'"
             return Refusal(f"Unsupported value: 'reasoning_effort' does not support '{effort}' with this model. "
                            f"Supported values are: {shown}.", "reasoning_effort", "unsupported_value")
     kind = (body.get("response_format") or {}).get("type")
-    if (kind == "json_schema" and not caps.schema) or (kind == "json_object" and not caps.json_mode):
+    if (kind == "json_schema" and not model.get("schema", True)) or \
+            (kind == "json_object" and not model.get("json_mode", True)):
         return Refusal(f"Invalid parameter: 'response_format' of type '{kind}' is not supported with this model.",
                        "response_format", None)
-    seed = body.get("seed")
-    if caps.seed is not None and isinstance(seed, int) and not caps.seed[0] <= seed <= caps.seed[1]:
-        return Refusal(f"Invalid 'seed': integer out of range. Expected a value between {caps.seed[0]} and "
-                       f"{caps.seed[1]}, but got {seed} instead.", "seed", "integer_out_of_range")
+    seed, bounds = body.get("seed"), model.get("seed")
+    if bounds is not None and isinstance(seed, int) and not bounds[0] <= seed <= bounds[1]:
+        return Refusal(f"Invalid 'seed': integer out of range. Expected a value between {bounds[0]} and "
+                       f"{bounds[1]}, but got {seed} instead.", "seed", "integer_out_of_range")
+    limit = model.get("max_output")
     for name in ("max_completion_tokens", "max_tokens"):
         cap = body.get(name)
-        if isinstance(cap, int) and caps.max_output and cap > caps.max_output:
-            return Refusal(f"max_tokens is too large: {cap}. This model supports at most {caps.max_output} "
+        if isinstance(cap, int) and limit and cap > limit:
+            return Refusal(f"max_tokens is too large: {cap}. This model supports at most {limit} "
                            f"completion tokens, whereas you provided {cap}.", name, "invalid_value")
     return None
