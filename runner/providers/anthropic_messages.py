@@ -144,7 +144,9 @@ def _thinking(caps: capabilities.ModelCaps | None, reasoning: Mapping[str, Any]
     model takes no effort), else adaptive thinking with an effort (Claude 4.6 and later; 4.7 and later only that)."""
     effort, budget = reasoning.get("effort"), reasoning.get("budget_tokens")
     if effort == "none" or budget == 0:
-        return ({"type": "disabled"} if caps is not None and caps.reasoning != "always" else None), None
+        # adaptive-only models (no budget form: Opus 4.7+) refuse ``disabled``: thinking left out (Bedrock's page)
+        return ({"type": "disabled"} if caps is not None and caps.reasoning != "always" and caps.budget is not None
+                else None), None
     takes_budget = caps is None or caps.budget is not None
     takes_effort = caps is not None and bool(caps.efforts)
     if takes_budget and (budget is not None or not takes_effort):

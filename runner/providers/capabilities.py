@@ -274,7 +274,9 @@ def _shape_reasoning(caps: ModelCaps, out: dict[str, Any], reasoning: dict[str, 
                "choose one of those for reasoning.effort")
         return
     if effort is not None and not caps.efforts and caps.budget is None:
-        refuse("reasoning", "takes no reasoning effort", "set reasoning.budget_tokens")
+        # a model that reasons at a depth of its own (OpenAI's o1-mini) takes neither an effort nor a budget
+        refuse("reasoning", "takes no reasoning effort", "remove reasoning.effort" if caps.reasoning == "always"
+               else "set reasoning.budget_tokens")
         return
     if budget is not None and caps.budget is None and caps.provider != "openai":
         refuse("reasoning", "takes no thinking budget", "set reasoning.effort instead of budget_tokens")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-TABLE_VERSION = "2026-11-24"
+TABLE_VERSION = "2026-11-30"
 
 #: the Anthropic API versions the runner knows, and the one it sends unless ``providers: {anthropic:
 #: {api_version: ...}}`` says otherwise. 2026-10-21 (the default of anthropic SDK 2.x) refuses temperature, top_p
@@ -103,6 +103,14 @@ _ANTHROPIC_STRUCTURED = ("Anthropic structured outputs (platform.claude.com/docs
                          "and later")
 _GEMINI_DOC = ("Gemini API GenerationConfig (ai.google.dev/api/generate-content#generationconfig): at most 5 "
                "stopSequences, seed int32, temperature 0-2")
+_OPENAI_EFFORTS = ("openai/openai-ruby lib/openai/models/reasoning_effort.rb at cdafc127 (the OpenAPI description): "
+                   "gpt-5.1 takes none, low, medium and high; models before it no none; gpt-5-pro only high; xhigh "
+                   "the models after gpt-5.1-codex-max")
+_OPENAI_O1_MINI = ("OpenAI API reference, reasoning_effort: o1 and o3-mini on (dzhng/deep-research#89; o1-mini answers "
+                   "'Unknown parameter: reasoning_effort', BerriAI/litellm#11819); the o1-preview and o1-mini beta "
+                   "limits: no response_format")
+_OPENAI_FORMATS = ("OpenAI API reference, response_format: 'Compatible with GPT-4o, GPT-4o mini, GPT-4 Turbo and all "
+                   "GPT-3.5 Turbo models newer than gpt-3.5-turbo-1106'; json_schema from gpt-4o-2024-08-06 on")
 _OPENAI_PENALTIES = ("OpenAI reasoning guide: reasoning models refuse presence_penalty and frequency_penalty, as they "
                      "refuse temperature")
 _ANTHROPIC_PENALTIES = ("Anthropic Messages API reference (and the anthropic SDK's MessageCreateParams): no "
@@ -112,7 +120,8 @@ _GEMINI_PENALTIES = ("Gemini 2.5 and later answer 400 'Penalty is not enabled fo
                      "Gemini 2.0 and 1.5 take them")
 _GEMINI_THINKING = ("Gemini thinking guide (ai.google.dev/gemini-api/docs/thinking): thinkingBudget 128-32768 on 2.5 "
                     "Pro (cannot be turned off), 0-24576 on 2.5 Flash (0 turns it off), 512-24576 on 2.5 Flash-Lite "
-                    "(off by default); Gemini 3 takes thinkingLevel and cannot be turned off")
+                    "(off by default); Gemini 3 takes thinkingLevel and cannot be turned off: low and high on 3 Pro, "
+                    "low, medium and high on 3.1 Pro, minimal to high on 3 Flash")
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
@@ -124,17 +133,34 @@ RULES: tuple[Rule, ...] = (
          efforts=("none", "low", "medium", "high", "xhigh"), schema=True, json_mode=True, max_output=128000),
     Rule("openai", r"gpt-5(?:\.\d+)?-chat", "gpt-5-chat", f"models.dev; {_OPENAI_DOC}", max_stop=4, seed=INT64,
          schema=True, json_mode=True, max_output=16384),
+    Rule("openai", r"gpt-5\.1(?:-\d{4}-\d\d-\d\d)?$", "gpt-5.1",
+         f"{_OPENAI_REASONING}; {_OPENAI_EFFORTS}; {_OPENAI_PENALTIES}; {_OPENAI_DOC}", temperature=None, top_p=False,
+         penalties=False, max_stop=0, seed=INT64, reasoning="default", efforts=("none", "low", "medium", "high"),
+         schema=True, json_mode=True, max_output=128000),
     Rule("openai", r"gpt-5\.[1-4]", "gpt-5.1-5.4", f"{_OPENAI_REASONING}; {_OPENAI_PENALTIES}; {_OPENAI_DOC}",
          temperature=None, top_p=False, penalties=False, max_stop=0, seed=INT64, reasoning="default",
          efforts=("none", "low", "medium", "high", "xhigh"), schema=True, json_mode=True, max_output=128000),
+    Rule("openai", r"gpt-5-pro", "gpt-5-pro", f"{_OPENAI_REASONING}; {_OPENAI_EFFORTS}; {_OPENAI_PENALTIES}; "
+         f"{_OPENAI_DOC}", temperature=None, top_p=False, penalties=False, max_stop=0, seed=INT64, reasoning="always",
+         efforts=("high",), schema=True, json_mode=True, max_output=272000),
     Rule("openai", r"gpt-5", "gpt-5", f"{_OPENAI_REASONING}; {_OPENAI_PENALTIES}; {_OPENAI_DOC}", temperature=None,
          top_p=False, penalties=False, max_stop=0, seed=INT64, reasoning="always",
          efforts=("minimal", "low", "medium", "high"), schema=True, json_mode=True, max_output=128000),
+    Rule("openai", r"o1-mini", "o1-mini", f"{_OPENAI_REASONING}; {_OPENAI_O1_MINI}; {_OPENAI_DOC}",
+         temperature=None, top_p=False, penalties=False, max_stop=0, seed=INT64, reasoning="always",
+         max_output=65536),
+    Rule("openai", r"o1-preview", "o1-preview", f"{_OPENAI_REASONING}; {_OPENAI_O1_MINI}; {_OPENAI_DOC}",
+         temperature=None, top_p=False, penalties=False, max_stop=0, seed=INT64, reasoning="always",
+         max_output=32768),
     Rule("openai", r"o\d", "o-series", f"{_OPENAI_REASONING}; {_OPENAI_PENALTIES}; {_OPENAI_DOC}", temperature=None,
          top_p=False, penalties=False, max_stop=0, seed=INT64, reasoning="always", efforts=("low", "medium", "high"),
          schema=True, json_mode=True, max_output=100000),
-    Rule("openai", r"gpt-4o-2024-05-13|gpt-4-|gpt-4$|gpt-3\.5", "gpt-4 (no schema)", _OPENAI_DOC, max_stop=4,
-         seed=INT64, logprobs=True, json_mode=True, max_output=4096),
+    Rule("openai", r"gpt-4(?:-0613|-0314)?$", "gpt-4 (no response format)", f"{_OPENAI_FORMATS}; {_OPENAI_DOC}",
+         max_stop=4, seed=INT64, logprobs=True, max_output=8192),
+    Rule("openai", r"gpt-3\.5-turbo-(?:0613|0301|16k)", "gpt-3.5 (no response format)",
+         f"{_OPENAI_FORMATS}; {_OPENAI_DOC}", max_stop=4, seed=INT64, logprobs=True, max_output=4096),
+    Rule("openai", r"gpt-4o-2024-05-13|gpt-4-|gpt-3\.5", "gpt-4 (no schema)", f"{_OPENAI_FORMATS}; {_OPENAI_DOC}",
+         max_stop=4, seed=INT64, logprobs=True, json_mode=True, max_output=4096),
     Rule("openai", r"", "chat", _OPENAI_DOC, max_stop=4, seed=INT64, logprobs=True, schema=True, json_mode=True,
          max_output=16384),
     # -- Anthropic: no penalties on any model ----------------------------------------------------------------
@@ -159,6 +185,14 @@ RULES: tuple[Rule, ...] = (
     Rule("anthropic", r"", "claude-3", f"Anthropic Messages API reference: temperature 0-1; {_ANTHROPIC_PENALTIES}",
          temperature=(0.0, 1.0), penalties=False, max_output=8192),
     # -- Gemini ---------------------------------------------------------------------------------------------
+    Rule("gemini", r"gemini-3-pro(?:-preview)?(?:-\d\d-\d\d\d\d)?$", "gemini-3-pro",
+         f"{_GEMINI_THINKING}; {_GEMINI_PENALTIES}; {_GEMINI_DOC}", penalties=False, max_stop=5, seed=INT32,
+         reasoning="always", efforts=("low", "high"), budget=(128, 32768), schema=True, json_mode=True,
+         max_output=65536),
+    Rule("gemini", r"gemini-3\.1-pro(?:-preview)?(?:-\d\d-\d\d\d\d)?$", "gemini-3.1-pro",
+         f"{_GEMINI_THINKING}; {_GEMINI_PENALTIES}; {_GEMINI_DOC}", penalties=False, max_stop=5, seed=INT32,
+         reasoning="always", efforts=("low", "medium", "high"), budget=(128, 32768), schema=True, json_mode=True,
+         max_output=65536),
     Rule("gemini", r"gemini-[3-9]", "gemini-3", f"{_GEMINI_THINKING}; {_GEMINI_PENALTIES}; {_GEMINI_DOC}",
          penalties=False, max_stop=5, seed=INT32, reasoning="always", efforts=("minimal", "low", "medium", "high"),
          budget=(128, 32768), schema=True, json_mode=True, max_output=65536),

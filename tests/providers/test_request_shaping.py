@@ -164,6 +164,33 @@ async def test_anthropic_adaptive_thinking_with_effort_on_the_newest_models():
     assert problems and "takes no thinking budget" in problems[0]
 
 
+async def test_anthropic_thinking_off_is_left_out_where_the_model_takes_only_adaptive_thinking():
+    """Opus 4.7 and later refuse ``thinking: {type: disabled}`` (400): effort none sends no thinking at all; a model
+    of the budget form is sent ``disabled``."""
+    request, _ = await send("anthropic", "claude-opus-4-7", {"max_tokens": 8, "reasoning": {"effort": "none"}},
+                            ANTHROPIC_ANSWER)
+    assert "thinking" not in request["body"] and "output_config" not in request["body"]
+    request, _ = await send("anthropic", "claude-sonnet-4-6", {"max_tokens": 8, "reasoning": {"effort": "none"}},
+                            ANTHROPIC_ANSWER)
+    assert request["body"]["thinking"] == {"type": "disabled"}
+
+
+def test_openai_efforts_per_model_from_the_reasoning_effort_docs():
+    """gpt-5.1 takes no xhigh, gpt-5-pro only high, o1-mini no effort at all, Gemini 3 Pro no minimal or medium."""
+    assert "takes reasoning effort none, low, medium, high, not xhigh" in \
+        shape("openai", "gpt-5.1", {"reasoning": {"effort": "xhigh"}}).problems[0]
+    assert shape("openai", "gpt-5.2", {"reasoning": {"effort": "xhigh"}}).problems == []
+    assert "takes reasoning effort high, not low" in shape("openai", "gpt-5-pro",
+                                                           {"reasoning": {"effort": "low"}}).problems[0]
+    assert shape("openai", "o1-mini", {"reasoning": {"effort": "low"}}).problems == [
+        "openai:o1-mini takes no reasoning effort: remove reasoning.effort, or set drop_unsupported: true to leave it "
+        "out"]
+    assert "takes reasoning effort low, high, not medium" in \
+        shape("gemini", "gemini-3-pro-preview", {"reasoning": {"effort": "medium"}}).problems[0]
+    assert "has no JSON mode without a schema" in \
+        shape("openai", "gpt-4", {"response_format": {"type": "json_object"}}).problems[0]
+
+
 async def test_anthropic_structured_output_and_refusal():
     schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
               "additionalProperties": False}
