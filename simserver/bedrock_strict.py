@@ -12,8 +12,8 @@ model identifier is invalid." (the ``modelId`` pattern of the same model).
 InvokeModel for Claude (``POST /model/{modelId}/invoke``): Bedrock's Messages body carries
 ``anthropic_version: "bedrock-2023-05-31"`` and no ``model`` (docs.aws.amazon.com/bedrock/latest/userguide/
 model-parameters-anthropic-claude-messages.html); the rest is the Messages API of version 2023-06-01, checked by
-:mod:`simserver.strict_anthropic` (the anthropic SDK's request types and the capability table, under the model's
-Claude name).
+:mod:`simserver.strict_anthropic` (the anthropic SDK's request types and the server's own rules per model, under the
+model's Claude name, with what Bedrock serves of them: ``simserver.model_rules.PLATFORMS``).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def invoke_refusal(body: dict[str, Any], model: str, headers: Mapping[str, str],
                        "input and try again.")
     messages = {k: v for k, v in body.items() if k not in ("anthropic_version", "anthropic_beta")}
     messages["model"] = name
-    return strict_anthropic.refusal(messages, name, {"anthropic-version": "2023-06-01"})
+    return strict_anthropic.refusal(messages, name, {"anthropic-version": "2023-06-01"}, platform="bedrock")
 
 
 def count_refusal(body: dict[str, Any]) -> Refusal | None:

@@ -23,7 +23,8 @@ so no server keeps a list of them. Strict rules (``simserver.strict.RULES``): Ge
 generativelanguage v1beta (the field set closest to Vertex v1's GenerateContentRequest, which has
 systemInstruction, responseMimeType, responseJsonSchema and thinkingConfig), plus Vertex's ``labels``; Claude's
 are strict_anthropic's under API version 2023-06-01 (the one ``vertex-2023-10-16`` tracks), plus Vertex's own:
-``anthropic_version`` in the body must be ``vertex-2023-10-16`` and ``model`` must not be there (it is in the path).
+``anthropic_version`` in the body must be ``vertex-2023-10-16`` and ``model`` must not be there (it is in the path),
+and structured outputs only for the Claude models Vertex serves them for (``simserver.model_rules.PLATFORMS``).
 Source: https://docs.claude.com/en/api/claude-on-vertex-ai ("anthropic_version is passed in the request body
 (rather than as a header), and must be set to the value vertex-2023-10-16"; "model is not passed in the request
 body; it is specified in the Google Cloud endpoint URL").
@@ -183,7 +184,7 @@ def _claude_rule(body: dict[str, Any], model: str, headers: Mapping[str, str], p
     if version != VERTEX_VERSION:
         return Refusal(f"anthropic_version: Input should be '{VERTEX_VERSION}'")
     rest = {key: value for key, value in body.items() if key != "anthropic_version"}
-    return strict_anthropic.refusal(rest, model, {"anthropic-version": "2023-06-01"})
+    return strict_anthropic.refusal(rest, model, {"anthropic-version": "2023-06-01"}, platform="vertex")
 
 
 strict.RULES[VERTEX_GEMINI.name] = _gemini_rule

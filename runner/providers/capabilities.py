@@ -40,6 +40,7 @@ from .capability_table import (
     EFFORT_ALLOWANCE,
     EFFORT_BUDGET,
     GEMINI_API_VERSION,
+    PLATFORM_RULES,
     RULES,
     TABLE_VERSION,
     Rule,
@@ -77,6 +78,8 @@ class ModelCaps:
     #: where the facts came from, for messages and the report
     sources: tuple[str, ...] = ()
     max_output: int | None = None
+    #: (why, what to do) where the platform serving the model has no structured outputs for it (PLATFORM_RULES)
+    schema_refused: tuple[str, str] | None = None
 
     def __getattr__(self, name: str) -> Any:  # the rule's fields read as the caps' own
         return getattr(self.rule, name)
@@ -130,6 +133,12 @@ def capabilities(provider: str, model: str, api_version: str | None = None) -> M
         limit = (entry.get("limit") or {}).get("output")
         if isinstance(limit, int) and limit > 0:
             max_output = limit
+    schema_refused = None
+    for platform in PLATFORM_RULES:  # what the platform serving the model does not serve of it
+        if platform.provider == provider and platform.table == table and re.match(platform.pattern, looked_up):
+            if platform.schema is False and rule.schema:
+                rule, schema_refused = replace(rule, schema=False), (platform.why, platform.fix)
+                sources.append(platform.source)
     if table == "anthropic":
         api_version = api_version or ANTHROPIC_DEFAULT_VERSION
         if api_version == "2026-10-21":
@@ -137,7 +146,7 @@ def capabilities(provider: str, model: str, api_version: str | None = None) -> M
             sources.append("Anthropic API version 2026-10-21: no temperature, top_p or top_k for any model")
     elif table == "gemini":
         api_version = GEMINI_API_VERSION
-    return ModelCaps(provider, model, rule, api_version, tuple(sources), max_output)
+    return ModelCaps(provider, model, rule, api_version, tuple(sources), max_output, schema_refused)
 
 
 @dataclass(slots=True)
@@ -221,8 +230,9 @@ def shape(provider: str, model: str, params: Mapping[str, Any], *, drop_unsuppor
     if response_format:
         kind = response_format.get("type")
         if kind == "json_schema" and not caps.schema:
-            refuse("response_format", "has no structured outputs with a JSON Schema",
-                   "use a model that has them, or remove the stage's schema:")
+            why, fix = caps.schema_refused or ("has no structured outputs with a JSON Schema",
+                                               "use a model that has them, or remove the stage's schema:")
+            refuse("response_format", why, fix)
         elif kind == "json_object" and not caps.json_mode:
             refuse("response_format", "has no JSON mode without a schema", "give the stage a schema:")
     _shape_reasoning(caps, out, reasoning, refuse, shaped)

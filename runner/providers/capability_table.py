@@ -221,6 +221,49 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+# -- platforms serving another's models --------------------------------------------------------------------
+# A cloud serving a model family through its own platform (Claude on Vertex AI, Claude on Bedrock) may serve less of
+# it than the family's own API: a ``PlatformRule`` takes that away from the family's rule for the models it names,
+# and says in its own words what to do instead.
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformRule:
+    """What one platform does not serve of one model family's capabilities, with the document saying so."""
+
+    provider: str  #: the platform's provider (vertex, bedrock)
+    table: str  #: the rules the models are read under there (anthropic)
+    #: matched (``re.match``) against the name the table reads the model under (``claude-sonnet-4-5-20250929``)
+    pattern: str
+    source: str
+    #: False: no structured outputs with a JSON Schema there
+    schema: bool | None = None
+    #: the refusal's words: why (after the model's name) and what to do
+    why: str = ""
+    fix: str = ""
+
+
+_VERTEX_CLAUDE_SCHEMA = ("Google Cloud, Structured outputs with Anthropic Claude models (docs.cloud.google.com/"
+                         "vertex-ai/generative-ai/docs/partner-models/claude/structured_outputs): Vertex AI serves "
+                         "them for Claude Opus 4.7, Sonnet 4.6 and Opus 4.6; Opus 4.5, Sonnet 4.5 and Haiku 4.5 "
+                         "'coming soon'; off until the organization policy constraints/vertexai."
+                         "allowedPartnerModelFeatures allows structured_outputs")
+_BEDROCK_CLAUDE_SCHEMA = ("Amazon Bedrock user guide, Claude structured outputs (docs.aws.amazon.com/bedrock/latest/"
+                          "userguide/claude-messages-structured-outputs.html): Claude Sonnet 4.5, Haiku 4.5, Opus 4.5 "
+                          "and Opus 4.6 on the bedrock-runtime endpoint")
+
+PLATFORM_RULES: tuple[PlatformRule, ...] = (
+    PlatformRule("vertex", "anthropic", r"claude-(?:opus-4-[15]|sonnet-4-5|haiku-4-5)", _VERTEX_CLAUDE_SCHEMA,
+                 schema=False, why="has no structured outputs on Vertex AI (Google Cloud offers them for Claude "
+                 "Opus 4.7, Sonnet 4.6 and Opus 4.6; for Opus 4.5, Sonnet 4.5 and Haiku 4.5 they are 'coming soon')",
+                 fix="use vertex:claude-sonnet-4-6 or a later Claude model, or the same model on anthropic:, or "
+                 "remove the stage's schema:"),
+    PlatformRule("bedrock", "anthropic", r"claude-opus-4-1", _BEDROCK_CLAUDE_SCHEMA, schema=False,
+                 why="has no structured outputs on Bedrock (AWS offers them for Claude Sonnet 4.5, Haiku 4.5, Opus "
+                 "4.5 and Opus 4.6)", fix="use one of those models, or remove the stage's schema:"),
+)
+
+
 # -- service tiers ------------------------------------------------------------------------------------------
 # The same model sold at several service tiers: standard (what every request gets without asking), flex (cheaper,
 # slower, may be shed) and priority (dearer, faster). ``TIER_RULES`` say which of flex and priority a model takes

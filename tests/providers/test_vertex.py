@@ -429,3 +429,48 @@ async def test_gemini_on_vertex_stores_a_shared_system_prompt_once_and_reads_it(
     assert [r["cached_tokens"] for r in store.responses()] == [tokens] * 10
     charges = [row for row in store.ledger(outcome.run_id) if row["key"].startswith("stored-prompt:")]
     assert charges and sum(row["amount"] for row in charges) > 0
+
+
+ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["A", "B", "C", "D"]}},
+                 "required": ["answer"], "additionalProperties": False}
+
+
+def structured_job(tmp_path: Path, model: str) -> Path:
+    """A job whose stage asks for a JSON answer to a schema (``parse: json``), on ``model``."""
+    dataset = write_rows(tmp_path / "rows.jsonl", 2)
+    path = write_job(tmp_path / "job.yaml", dataset, models=[model], extra=vertex_settings("http://127.0.0.1:9"))
+    text = path.read_text(encoding="utf-8").replace("    parse: letter\n", f"    parse: json\n    schema: "
+                                                    f"{json.dumps(ANSWER_SCHEMA)}\n    answer_field: answer\n"
+                                                    "    score_as: letter\n")
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_validate_refuses_structured_output_where_vertex_does_not_serve_it(tmp_path, monkeypatch, capsys):
+    """Google Cloud serves Claude's structured outputs for Opus 4.7, Sonnet 4.6 and Opus 4.6 only (the 4.5 models
+    'coming soon'): a stage with a schema on vertex:claude-sonnet-4-5 is refused before anything is sent."""
+    path = structured_job(tmp_path, "vertex:claude-sonnet-4-5@20250929")
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 2
+    problem = one_error(err)  # one sentence at the stage's line, no traceback
+    assert problem.startswith(f"Error: {path}:8: stages[0]: vertex:claude-sonnet-4-5@20250929 has no structured "
+                              "outputs on Vertex AI (Google Cloud offers them for Claude Opus 4.7, Sonnet 4.6 and "
+                              "Opus 4.6"), problem
+    assert "use vertex:claude-sonnet-4-6 or a later Claude model" in problem
+    ok = structured_job(tmp_path, "vertex:claude-sonnet-4-6")
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(ok))
+    assert code == 0, err
+
+
+async def test_the_strict_server_refuses_claude_structured_output_where_vertex_does_not_serve_it(srv: SimServer):
+    """The same rule on the simulated server's side, from its own table: the request is refused there too, so a
+    runner that let it through would fail against the strict server."""
+    provider = await started(srv.root_url)
+    params = {"max_tokens": 60, "response_format": {"type": "json_schema", "json_schema": {"schema": ANSWER_SCHEMA}}}
+    try:
+        with pytest.raises(Exception, match="structured outputs are not supported"):
+            await provider.execute("claude-sonnet-4-5@20250929", [{"role": "user", "content": "A?"}], params)
+        answer = await provider.execute("claude-sonnet-4-6", [{"role": "user", "content": "A?"}], params)
+        assert set(json.loads(answer.text)) == {"answer"}
+    finally:
+        await provider.aclose()

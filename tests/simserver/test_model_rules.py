@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from runner.providers.bedrock_ids import claude_name
 from runner.providers.capabilities import ModelCaps, capabilities
 from simserver import strict
 from simserver.model_rules import RULES, facts
@@ -60,9 +61,12 @@ def _same(name: str, ours: Any, theirs: Any) -> bool:
 
 
 def disagreements(provider: str, api: str, models: list[str], platform: str | None = None) -> list[str]:
+    """Each fact the server's rules state of a model (read under ``api``, served by ``platform``) that the runner's
+    table, asked for ``provider:model``, says otherwise."""
     out = []
     for model in models:
-        ours, caps = facts(api, model, platform), capabilities(provider, model)
+        name = (claude_name(model) or model) if provider == "bedrock" and api == "anthropic" else model
+        ours, caps = facts(api, name, platform), capabilities(provider, model)
         if not ours.known or caps is None:
             continue
         for name in FIELDS:
@@ -79,6 +83,19 @@ def test_the_two_tables_agree_on_every_model_both_know(provider: str) -> None:
     known = [m for m in models if facts(provider, m).known and capabilities(provider, m) is not None]
     assert len(known) >= 7, known  # the comparison is not empty
     assert disagreements(provider, provider, models) == []
+
+
+def test_the_platforms_serving_claude_agree() -> None:
+    """Claude on Vertex AI and on Bedrock (InvokeModel): the model's facts with what the platform does not serve."""
+    vertex = sorted(set((_catalogue().get("google-vertex-anthropic") or {}).get("models") or {}) | {
+        "claude-sonnet-4-5@20250929", "claude-haiku-4-5@20251001", "claude-opus-4-1@20250805", "claude-sonnet-4-6",
+        "claude-opus-4-6", "claude-opus-4-7"})
+    bedrock = sorted(m for m in (_catalogue().get("amazon-bedrock") or {}).get("models") or {} if claude_name(m)) + [
+        "anthropic.claude-opus-4-1-20250805-v1:0", "us.anthropic.claude-sonnet-4-5-20250929-v1:0"]
+    assert not facts("anthropic", "claude-sonnet-4-5@20250929", "vertex").get("schema")
+    assert facts("anthropic", "claude-sonnet-4-6", "vertex").get("schema")
+    assert disagreements("vertex", "anthropic", vertex, "vertex") == []
+    assert disagreements("bedrock", "anthropic", bedrock, "bedrock") == []
 
 
 def test_every_rule_names_its_source() -> None:
