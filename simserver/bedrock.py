@@ -2,7 +2,8 @@
 control plane's model lookups a pre-flight check asks.
 
     ``POST /model/{modelId}/converse``   Converse (any model): ``messages`` of ``{"text": ...}`` blocks, ``system``,
-                                         ``inferenceConfig``; answered with ``output.message``, ``stopReason``,
+                                         ``inferenceConfig``, ``outputConfig`` (``textFormat``'s schema: the answer
+                                         is an instance of it); answered with ``output.message``, ``stopReason``,
                                          ``usage`` and ``metrics``. Counted as ``bedrock-converse``.
     ``POST /model/{modelId}/invoke``     InvokeModel for Claude: the Anthropic Messages body with
                                          ``anthropic_version: "bedrock-2023-05-31"`` and no ``model`` (it is in the
@@ -24,6 +25,7 @@ invocation jobs) and the S3 it reads and writes are :mod:`simserver.batch_bedroc
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -145,8 +147,23 @@ def _read_converse(body: Any, request: web.Request) -> Ask:
         raise Invalid("inferenceConfig.maxTokens: Member must have value greater than or equal to 1")
     if stop is not None and not strings(stop):
         raise Invalid("inferenceConfig.stopSequences: Member must be a list of strings")
-    return Ask(_model_of(request), messages, config.get("temperature"), max_tokens, config.get("topP"), stop or None,
-               None)
+    ask = Ask(_model_of(request), messages, config.get("temperature"), max_tokens, config.get("topP"), stop or None,
+              None)
+    output = body.get("outputConfig") or {}
+    if not isinstance(output, dict):
+        raise Invalid("outputConfig: Member must be an object")
+    ask.effort = output.get("effort") if isinstance(output.get("effort"), str) else None
+    schema = (((output.get("textFormat") or {}).get("structure") or {}).get("jsonSchema") or {}).get("schema")
+    if schema is not None:  # a JSON string (JsonSchemaDefinition.schema): the answer is an instance of it
+        try:
+            ask.schema = json.loads(schema)
+        except (TypeError, ValueError):
+            raise Invalid("outputConfig.textFormat.structure.jsonSchema.schema: Member must be a JSON Schema "
+                          "document (a JSON object)") from None
+        if not isinstance(ask.schema, dict):
+            raise Invalid("outputConfig.textFormat.structure.jsonSchema.schema: Member must be a JSON Schema "
+                          "document (a JSON object)")
+    return ask
 
 
 class ConverseFormat(_BedrockErrors, WireFormat):

@@ -7,7 +7,9 @@ AWS's published definition of the API), shape by shape: unknown members, require
 ``maxTokens`` at least 1). The words are Bedrock's: an unknown key is "Malformed input request: extraneous key
 [...] is not permitted", a constraint "1 validation error detected: Value ... at '...' failed to satisfy
 constraint: ..." (the AWS validation message every AWS JSON service answers with), a bad model id "The provided
-model identifier is invalid." (the ``modelId`` pattern of the same model).
+model identifier is invalid." (the ``modelId`` pattern of the same model). ``outputConfig`` beyond its shape: an
+``effort`` among the values its documentation names, a ``textFormat`` schema that is a JSON Schema document, and
+structured outputs only on the models Bedrock lists (:mod:`simserver.model_rules`).
 
 InvokeModel for Claude (``POST /model/{modelId}/invoke``): Bedrock's Messages body carries
 ``anthropic_version: "bedrock-2023-05-31"`` and no ``model`` (docs.aws.amazon.com/bedrock/latest/userguide/
@@ -19,6 +21,7 @@ model's Claude name, with what Bedrock serves of them: ``simserver.model_rules.P
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +29,7 @@ from typing import Any
 from runner.providers.bedrock_ids import claude_name
 
 from . import strict_anthropic
+from .model_rules import CONVERSE_EFFORTS, facts
 from .refusals import Refusal, is_number
 
 BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"
@@ -126,7 +130,36 @@ def converse_refusal(body: dict[str, Any], model: str, headers: Mapping[str, str
     if not 1 <= len(model) <= model_shape.metadata.get("max", 2048) or (pattern and not re.fullmatch(pattern, model)):
         return Refusal("The provided model identifier is invalid.")
     problem = _check(body, shape, "")
+    if problem is None and isinstance(body.get("outputConfig"), dict):
+        problem = _output_config(body["outputConfig"], model)
     return Refusal(problem) if problem is not None else None
+
+
+def _output_config(config: dict[str, Any], model: str) -> str | None:
+    """What the service model's shape leaves to words (OutputConfig, checked against it above): ``effort`` is a
+    string of 0 to 16 characters whose documentation names its values; ``textFormat``'s ``schema`` is a String
+    holding a JSON Schema; and only the models of the server's own rules take structured outputs
+    (:mod:`simserver.model_rules`, from Bedrock's structured outputs page). The words are the AWS validation
+    message's form; the last is this server's own."""
+    effort = config.get("effort")
+    if effort is not None and effort not in CONVERSE_EFFORTS:
+        return _violation(effort, "outputConfig.effort", f"Member must satisfy enum value set: "
+                                                         f"[{', '.join(CONVERSE_EFFORTS)}]")
+    text_format = config.get("textFormat")
+    if text_format is None:
+        return None
+    where = "outputConfig.textFormat.structure.jsonSchema.schema"
+    schema = ((text_format.get("structure") or {}).get("jsonSchema") or {}).get("schema")
+    try:
+        parsed = json.loads(schema) if isinstance(schema, str) else None
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        return _violation(schema, where, "Member must be a JSON Schema document (a JSON object)")
+    if facts("converse", model).get("schema") is False:
+        return f"The model {model} does not support structured outputs (outputConfig.textFormat); use a model that " \
+               "supports them."
+    return None
 
 
 def invoke_refusal(body: dict[str, Any], model: str, headers: Mapping[str, str], path: str) -> Refusal | None:

@@ -98,9 +98,9 @@ _GEM_PENALTY = ("Gemini 2.5 answers 400 'Penalty is not enabled for models/gemin
 _BR_SCHEMA = ("Amazon Bedrock user guide, structured outputs (docs.aws.amazon.com/bedrock/latest/userguide/"
               "structured-output.html#structured-output-supported-models): outputConfig.textFormat on Claude Sonnet "
               "4.5, Haiku 4.5, Opus 4.5 and Opus 4.6 (claude-messages-structured-outputs.html), Qwen3, gpt-oss, "
-              "DeepSeek V3.x, Gemma 3 12B and 27B, Kimi K2, NVIDIA Nemotron (the list as langchain-aws#883 and "
-              "567-labs/instructor#2084 quote it, and models.dev's amazon-bedrock entries set from it, "
-              "anomalyco/models.dev#1326)")
+              "DeepSeek V3.x, Gemma 3 12B and 27B, Kimi K2, NVIDIA Nemotron, Mistral's (the list as "
+              "langchain-aws#883 and 567-labs/instructor#2084 quote it, and models.dev's amazon-bedrock entries set "
+              "from it, anomalyco/models.dev#1326); no other model")
 
 RULES: tuple[ModelRule, ...] = (
     # -- OpenAI -------------------------------------------------------------------------------------------------
@@ -185,7 +185,8 @@ RULES: tuple[ModelRule, ...] = (
     ModelRule("converse", r"anthropic\.claude-(?:sonnet-4-5|haiku-4-5|opus-4-5|opus-4-6)", "claude", _BR_SCHEMA,
               {"schema": True}),
     ModelRule("converse", r"qwen\.qwen3|openai\.gpt-oss|deepseek\.v3|google\.gemma-3-(?:12b|27b)|"
-              r"moonshot(?:ai)?\.kimi-k2|nvidia\.nemotron", "open weights", _BR_SCHEMA, {"schema": True}),
+              r"moonshot(?:ai)?\.kimi-k2|nvidia\.nemotron|mistral\.(?:devstral|magistral|ministral|"
+              r"mistral-large-3|voxtral)", "open weights", _BR_SCHEMA, {"schema": True}),
 )
 
 #: what every model of an API takes, whatever its family (a family's rule states more, or otherwise)
@@ -194,7 +195,8 @@ API_WIDE: dict[str, tuple[Mapping[str, Any], str]] = {
     "anthropic": ({"temperature": (0.0, 1.0), "top_p": True, "penalties": False, "max_stop": None, "seed": None,
                    "logprobs": False, "json_mode": False}, _ANT_REF),
     "gemini": ({"temperature": (0.0, 2.0), "top_p": True, "max_stop": 5, "seed": _INT32}, _GEM_DOC),
-    "converse": ({}, _BR_SCHEMA),
+    # structured outputs only on the models the page lists
+    "converse": ({"schema": False}, _BR_SCHEMA),
 }
 
 _OAI_PAGES = "OpenAI model pages (platform.openai.com/docs/models): max output tokens"

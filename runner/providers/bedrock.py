@@ -1,4 +1,5 @@
-"""AWS Bedrock: any model through the Converse API (boto3's ``bedrock-runtime`` client), Claude models through the
+"""AWS Bedrock: any model through the Converse API (boto3's ``bedrock-runtime`` client; the request and answer in
+:mod:`runner.providers.bedrock_converse`), Claude models through the
 anthropic SDK's ``AsyncAnthropicBedrock`` (InvokeModel with the Messages body, :mod:`runner.providers.bedrock_claude`),
 so that thinking, structured output and the capability table behave for them as for ``anthropic:``.
 
@@ -43,7 +44,6 @@ from runner.errors import (
     ProviderError,
     QuotaExceeded,
     RateLimited,
-    Refused,
     TransientError,
 )
 
@@ -60,19 +60,12 @@ if TYPE_CHECKING:
 CREDENTIAL_HELP = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), "
                    "or AWS_PROFILE, or AWS_BEARER_TOKEN_BEDROCK (a Bedrock API key), or run where an instance or "
                    "container role applies")
-#: Converse's stop reasons as the runner's finish reasons (StopReason of botocore's bedrock-runtime model)
-_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "stop", "max_tokens": "length",
-           "model_context_window_exceeded": "length"}
-_FILTERED = ("content_filtered", "guardrail_intervened")
 #: the error codes of Bedrock's exceptions (botocore's bedrock-runtime model) and of the AWS auth layer
 _AUTH = ("AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException", "ExpiredTokenException",
          "MissingAuthenticationTokenException", "IncompleteSignatureException", "ExpiredToken",
          "InvalidClientTokenId", "SignatureDoesNotMatch")
 _TRANSIENT = ("ModelTimeoutException", "InternalServerException", "ServiceUnavailableException",
               "ModelNotReadyException", "ModelErrorException", "ServiceUnavailable", "InternalFailure")
-#: what Converse cannot carry of the runner's parameters (InferenceConfiguration has maxTokens, temperature, topP
-#: and stopSequences only); a model's own fields would go in additionalModelRequestFields, which differ by model
-_NOT_CONVERSE = ("seed", "logprobs", "presence_penalty", "frequency_penalty", "response_format", "reasoning")
 _ROLE_ARN = re.compile(r"arn:aws(-[^:]+)?:iam::([0-9]{12})?:role/.+")
 #: what a job needs for batch inference, as the sentence that says so names it
 BATCH_SETTINGS = ("providers: {bedrock: {batch_folder: s3://BUCKET/PREFIX, batch_role_arn: "
@@ -239,60 +232,17 @@ class BedrockProvider(Provider):
     # -- Converse ------------------------------------------------------------------------------------------
 
     def converse_request(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:
-        """The Converse request (boto3's keyword arguments) of the runner's messages and parameters; what Converse
-        cannot carry is refused before anything is sent."""
-        given = [name for name in _NOT_CONVERSE if params.get(name)]
-        if given:
-            raise BadRequest(f"bedrock:{model} takes no {', '.join(given)} through the Converse API: remove "
-                             f"params.{given[0]} for this model (no request was sent)")
-        temperature = params.get("temperature")
-        if temperature is not None and not 0 <= temperature <= 1:  # InferenceConfiguration.temperature: 0 to 1
-            raise BadRequest(f"bedrock:{model} takes temperature 0 to 1, not {temperature:g}: set "
-                             "params.temperature between 0 and 1 (no request was sent)")
-        system = [{"text": m["content"]} for m in messages if m.get("role") == "system" and m["content"]]
-        turns = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in messages
-                 if m.get("role") != "system"]
-        config: dict[str, Any] = {}
-        for ours, theirs in (("max_tokens", "maxTokens"), ("temperature", "temperature"), ("top_p", "topP"),
-                             ("stop", "stopSequences")):
-            if params.get(ours) is not None:
-                config[theirs] = params[ours]
-        request: dict[str, Any] = {"modelId": model, "messages": turns}
-        if system:
-            request["system"] = system
-        if config:
-            request["inferenceConfig"] = config
-        return request
+        """The Converse request (boto3's keyword arguments) of the runner's messages and parameters
+        (:func:`runner.providers.bedrock_converse.converse_request`)."""
+        from .bedrock_converse import converse_request
+
+        return converse_request(model, messages, params)
 
     def converse_completion(self, response: Mapping[str, Any]) -> Completion:
-        """A Converse response as a :class:`Completion`; a filtered answer (content filter, guardrail) is
-        ``Refused``, billed. A body without the members botocore's service model requires of a ConverseResponse
-        that the runner reads (``output`` an object, ``stopReason``) is malformed: botocore's parser hands on a body
-        that is not JSON as ``{"message": TEXT}``."""
-        if not isinstance(response.get("output"), dict) or not response.get("stopReason"):
-            raise TransientError(f"{self.where}: the response was not a Converse answer (no output or stopReason)",
-                                 error_class="malformed_response")
-        blocks = ((response.get("output") or {}).get("message") or {}).get("content") or []
-        usage = response.get("usage") or {}
-        cache_read = usage.get("cacheReadInputTokens") or 0
-        cache_write = usage.get("cacheWriteInputTokens") or 0
-        thoughts = [((b.get("reasoningContent") or {}).get("reasoningText") or {}).get("text") for b in blocks]
-        thoughts = [t for t in thoughts if t]
-        stop = response.get("stopReason")
-        completion = Completion(
-            text="".join(b["text"] for b in blocks if isinstance(b.get("text"), str)),
-            finish_reason=_FINISH.get(stop, stop),
-            # Converse counts cached input apart (like Anthropic); the runner's input_tokens is all input
-            input_tokens=(usage.get("inputTokens") or 0) + cache_read + cache_write,
-            output_tokens=usage.get("outputTokens") or 0,
-            cached_tokens=cache_read,
-            cache_write_tokens=cache_write,
-            raw={key: value for key, value in response.items() if key != "ResponseMetadata"},
-            thinking="\n\n".join(thoughts) if thoughts else None,
-        )
-        if stop in _FILTERED:
-            raise Refused(f"{self.where}: the answer was withheld (stopReason {stop})", billed=completion)
-        return completion
+        """A Converse response as a :class:`Completion` (:mod:`runner.providers.bedrock_converse`)."""
+        from .bedrock_converse import converse_completion
+
+        return converse_completion(response, self.where)
 
     def mark_prompt_cache(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
                           marks: CacheMarks) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -87,7 +87,8 @@ class ModelCaps:
 
 @functools.cache
 def _catalogue() -> dict[str, dict[str, Any]]:
-    """models.dev's models of the three providers by (provider, id); empty when the package is missing."""
+    """models.dev's models of the three providers and of Bedrock by (provider, id); empty when the package is
+    missing."""
     try:
         from importlib.resources import files
 
@@ -96,7 +97,8 @@ def _catalogue() -> dict[str, dict[str, Any]]:
         return {}
     data = json.loads(gzip.decompress(raw))
     out: dict[str, dict[str, Any]] = {}
-    for ours, theirs in (("openai", "openai"), ("anthropic", "anthropic"), ("gemini", "google")):
+    for ours, theirs in (("openai", "openai"), ("anthropic", "anthropic"), ("gemini", "google"),
+                         ("bedrock", "amazon-bedrock")):
         for model_id, model in (data.get(theirs, {}).get("models") or {}).items():
             out[f"{ours}:{model_id}"] = model
     return out
@@ -121,6 +123,10 @@ def capabilities(provider: str, model: str, api_version: str | None = None) -> M
         return None
     sources = [rule.source]
     entry = _catalogue().get(f"{table}:{looked_up}")
+    if entry is None and table == "bedrock":  # a profile models.dev does not list: its foundation model's entry
+        from .bedrock_ids import foundation_model
+
+        entry = _catalogue().get(f"{table}:{foundation_model(looked_up)}")
     max_output = rule.max_output
     if entry is not None:
         sources.append(f"models.dev {catalogue_version() or ''} ({table}/{looked_up})".replace("  ", " "))
@@ -128,7 +134,7 @@ def capabilities(provider: str, model: str, api_version: str | None = None) -> M
             rule = replace(rule, temperature=None, top_p=False, penalties=False)
         elif entry.get("temperature") is True and rule.temperature is None and not entry.get("reasoning"):
             rule = replace(rule, temperature=(0.0, 2.0), top_p=True, penalties=table != "anthropic")
-        if entry.get("structured_output") is False and table == "openai":
+        if entry.get("structured_output") is False and table in ("openai", "bedrock"):
             rule = replace(rule, schema=False)
         limit = (entry.get("limit") or {}).get("output")
         if isinstance(limit, int) and limit > 0:

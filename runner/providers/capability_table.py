@@ -123,6 +123,19 @@ _GEMINI_THINKING = ("Gemini thinking guide (ai.google.dev/gemini-api/docs/thinki
                     "(off by default); Gemini 3 takes thinkingLevel and cannot be turned off: low and high on 3 Pro, "
                     "low, medium and high on 3.1 Pro, minimal to high on 3 Flash")
 
+_CONVERSE = ("botocore's bedrock-runtime service model (botocore/data/bedrock-runtime/2023-09-30/service-2.json), "
+             "InferenceConfiguration: maxTokens >= 1, temperature 0-1, topP 0-1, stopSequences; OutputConfig: "
+             "textFormat (json_schema only) and effort; no seed, penalties, logprobs or thinking budget through "
+             "Converse. No AWS page names a model other than Claude (sent through InvokeModel here) that reads "
+             "outputConfig.effort, whose documented values are Claude's: no Converse rule takes an effort")
+_BEDROCK_SCHEMA = ("Amazon Bedrock user guide, structured outputs (docs.aws.amazon.com/bedrock/latest/userguide/"
+                   "structured-output.html#structured-output-supported-models): outputConfig.textFormat only on the "
+                   "models listed: Qwen3, gpt-oss, DeepSeek V3.x, Gemma 3 12B and 27B, Kimi K2, NVIDIA Nemotron and "
+                   "Mistral's (the list as langchain-aws#883 and 567-labs/instructor#2084 quote it; models.dev's "
+                   "amazon-bedrock entries, set from it in anomalyco/models.dev#1326, fold in over it)")
+#: the geography prefix of a cross-region inference profile (runner/providers/bedrock_ids.py)
+_BEDROCK_PROFILE = r"(?:(?:us|eu|apac|jp|au|ca|us-gov|global)\.)?"
+
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
 
@@ -210,10 +223,11 @@ RULES: tuple[Rule, ...] = (
     Rule("gemini", r"", "gemini", f"{_GEMINI_DOC}; {_GEMINI_PENALTIES}", max_stop=5, seed=INT32, logprobs=True,
          schema=True, json_mode=True, max_output=8192),
     # -- AWS Bedrock's Converse API (Claude on Bedrock is looked up as anthropic, by its Claude name) -----------
-    Rule("bedrock", r"", "converse", "botocore's bedrock-runtime service model (botocore/data/bedrock-runtime/"
-         "2023-09-30/service-2.json), InferenceConfiguration: maxTokens >= 1, temperature 0-1, topP 0-1, "
-         "stopSequences; no seed, penalties, logprobs, response format or thinking through Converse",
-         temperature=(0.0, 1.0), penalties=False),
+    Rule("bedrock", _BEDROCK_PROFILE + r"(?:qwen\.qwen3|openai\.gpt-oss|deepseek\.v3|google\.gemma-3-(?:12b|27b)|"
+         r"moonshot(?:ai)?\.kimi-k2|nvidia\.nemotron|mistral\.(?:devstral|magistral|ministral|mistral-large-3|"
+         r"voxtral))", "converse (structured outputs)", f"{_CONVERSE}; {_BEDROCK_SCHEMA}", temperature=(0.0, 1.0),
+         penalties=False, schema=True),
+    Rule("bedrock", r"", "converse", f"{_CONVERSE}; {_BEDROCK_SCHEMA}", temperature=(0.0, 1.0), penalties=False),
     # -- the embedded model -----------------------------------------------------------------------------------
     Rule("local", r"", "embedded", "runner/providers/local.py: llama-cpp-python's create_chat_completion with "
          "temperature, max_tokens, top_p, presence_penalty, frequency_penalty, stop and a uint32 seed; no "

@@ -60,14 +60,16 @@ def _same(name: str, ours: Any, theirs: Any) -> bool:
     return bool(ours == theirs)
 
 
-def disagreements(provider: str, api: str, models: list[str], platform: str | None = None) -> list[str]:
+def disagreements(provider: str, api: str, models: list[str], platform: str | None = None, *,
+                  api_wide: bool = False) -> list[str]:
     """Each fact the server's rules state of a model (read under ``api``, served by ``platform``) that the runner's
-    table, asked for ``provider:model``, says otherwise."""
+    table, asked for ``provider:model``, says otherwise; ``api_wide``: what the API states of every model counts
+    too (Converse's structured outputs: only the models Bedrock lists)."""
     out = []
     for model in models:
         name = (claude_name(model) or model) if provider == "bedrock" and api == "anthropic" else model
         ours, caps = facts(api, name, platform), capabilities(provider, model)
-        if not ours.known or caps is None:
+        if not (ours.known or api_wide) or caps is None:
             continue
         for name in FIELDS:
             if ours.says(name) and not _same(name, ours.get(name), _runner_value(caps, name)):
@@ -96,6 +98,18 @@ def test_the_platforms_serving_claude_agree() -> None:
     assert facts("anthropic", "claude-sonnet-4-6", "vertex").get("schema")
     assert disagreements("vertex", "anthropic", vertex, "vertex") == []
     assert disagreements("bedrock", "anthropic", bedrock, "bedrock") == []
+
+
+def test_the_converse_models_agree_on_structured_outputs() -> None:
+    """Bedrock's Converse models (Claude aside: it goes through InvokeModel, above): outputConfig.textFormat only on
+    the models Bedrock's structured outputs page lists."""
+    listed = (_catalogue().get("amazon-bedrock") or {}).get("models") or {}
+    models = sorted({m for m in listed if not claude_name(m)} | {
+        "openai.gpt-oss-120b-1:0", "us.openai.gpt-oss-20b-1:0", "qwen.qwen3-32b-v1:0", "amazon.nova-pro-v1:0",
+        "meta.llama3-3-70b-instruct-v1:0", "google.gemma-3-4b-it", "minimax.minimax-m2"})
+    assert facts("converse", "us.openai.gpt-oss-20b-1:0").get("schema")
+    assert not facts("converse", "amazon.nova-pro-v1:0").get("schema")
+    assert disagreements("bedrock", "converse", models, api_wide=True) == []
 
 
 def test_every_rule_names_its_source() -> None:

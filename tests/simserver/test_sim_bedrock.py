@@ -223,3 +223,74 @@ async def test_what_botocore_would_not_send_is_refused_in_bedrocks_words(srv, bo
             assert response.status == 400
             assert response.headers["x-amzn-ErrorType"].startswith("ValidationException:")
             assert words in (await response.json())["message"]
+
+
+# -- outputConfig: structured outputs and effort, against botocore's shape and the server's own rules ---------------
+
+GPT_OSS = "openai.gpt-oss-120b-1:0"
+LETTER = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["A", "B", "C", "D"]}},
+          "required": ["answer"], "additionalProperties": False}
+
+
+def _output_config_members() -> set[str]:
+    import botocore.session
+
+    shape = botocore.session.get_session().get_service_model("bedrock-runtime").operation_model("Converse").input_shape
+    member = shape.members.get("outputConfig")
+    return set(member.members) if member is not None else set()
+
+
+needs_output_config = pytest.mark.skipif(not {"textFormat", "effort"} <= _output_config_members(),
+                                         reason="the installed botocore's Converse has no outputConfig.textFormat "
+                                                "and effort")
+
+
+def text_format(schema: Any) -> dict[str, Any]:
+    return {"textFormat": {"type": "json_schema", "structure": {"jsonSchema": {"schema": schema, "name": "letter"}}}}
+
+
+@needs_output_config
+async def test_converse_structured_output_answers_an_instance_of_the_schema(srv):
+    answer = await call(client(srv).converse, modelId=GPT_OSS, messages=HI, outputConfig=text_format(
+        json.dumps(LETTER)))
+    text = answer["output"]["message"]["content"][0]["text"]
+    assert json.loads(text)["answer"] in ("A", "B", "C", "D") and set(json.loads(text)) == {"answer"}
+    geography = await call(client(srv).converse, modelId="us." + GPT_OSS, messages=HI,
+                           outputConfig=text_format(json.dumps(LETTER)))
+    assert json.loads(geography["output"]["message"]["content"][0]["text"])["answer"]
+
+
+@needs_output_config
+async def test_converse_structured_output_is_refused_where_bedrock_does_not_serve_it(srv):
+    """Bedrock's structured outputs page lists the models that take outputConfig.textFormat: Nova is not one."""
+    code, status, message = await refusal(client(srv).converse, modelId=NOVA, messages=HI,
+                                          outputConfig=text_format(json.dumps(LETTER)))
+    assert (code, status) == ("ValidationException", 400)
+    assert message == (f"The model {NOVA} does not support structured outputs (outputConfig.textFormat); use a model "
+                       "that supports them.")
+
+
+@needs_output_config
+async def test_converse_output_config_is_checked_against_the_service_model(srv):
+    runtime = client(srv)
+    # a schema is a String in JsonSchemaDefinition, holding a JSON Schema document
+    code, _, message = await refusal(runtime.converse, modelId=GPT_OSS, messages=HI,
+                                     outputConfig=text_format("{not json"))
+    assert code == "ValidationException" and "at 'outputConfig.textFormat.structure.jsonSchema.schema'" in message
+    # effort: a string of 0 to 16 characters (botocore sends any such); its documentation names the values
+    code, _, message = await refusal(runtime.converse, modelId=GPT_OSS, messages=HI, outputConfig={"effort": "extreme"})
+    assert code == "ValidationException"
+    assert message.endswith("at 'outputConfig.effort' failed to satisfy constraint: Member must satisfy enum value "
+                            "set: [low, medium, high, xhigh, max]")
+    answer = await call(runtime.converse, modelId=GPT_OSS, messages=HI, outputConfig={"effort": "high"})
+    assert answer["stopReason"] in ("end_turn", "max_tokens")
+
+    def smuggle(request: Any, **_: Any) -> None:  # past botocore's own check: a member its shape does not have
+        body = json.loads(request.data)
+        body["outputConfig"]["textFormat"]["strict"] = True
+        request.data = json.dumps(body).encode()
+
+    runtime.meta.events.register("before-sign.bedrock-runtime.Converse", smuggle)
+    code, _, message = await refusal(runtime.converse, modelId=GPT_OSS, messages=HI,
+                                     outputConfig=text_format(json.dumps(LETTER)))
+    assert message.startswith("Malformed input request: extraneous key [strict] is not permitted")
