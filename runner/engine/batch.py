@@ -48,6 +48,7 @@ from runner.engine.stats import RunStats
 from runner.errors import AuthError, ProviderError, QuotaExceeded
 from runner.plan.request import Task
 from runner.providers.batching import ENDED, REFUSED, Batches, BatchLine, batch_label
+from runner.providers.records import stamp
 from runner.spec.schema import Job
 from runner.store import Store, Writer
 from runner.store.offloop import LoopStore, off_loop
@@ -378,6 +379,7 @@ class Batcher:
         """Take an ended batch's results: answers recorded (at the batch price), lines to retry submitted again
         (or, past an auto stage's deadline, sent online), the rest failed."""
         results = {r.custom_id: r for r in await self._client(batch.provider).results(batch.provider_batch_id)}
+        sent_with = self.endpoints.providers[batch.provider].sent_with(batch.model, batch=True)
         statuses: dict[str, str] = {}
         online: list[Task] = []
         late = self._auto(batch.stage) and self.past_deadline()
@@ -390,7 +392,8 @@ class Batcher:
             if result is not None and result.completion is not None:
                 statuses[key] = "done"
                 if tasks:
-                    lines.answer(tasks, result.completion, reservation or Reservation([], 0.0, 0, batch.keys[key]))
+                    lines.answer(tasks, stamp(result.completion, sent_with),
+                                 reservation or Reservation([], 0.0, 0, batch.keys[key]))
                 elif batch.keys[key] is not None:  # answered for a task this process did not plan
                     self.store.post("release", batch.keys[key])
                 continue

@@ -25,7 +25,7 @@ from runner.engine.stats import RunStats
 from runner.engine.tiers import TierPlan, Tiers
 from runner.errors import AuthError, FlexUnavailable, ProviderError, RateLimited, Refused, TransientError
 from runner.plan.request import Task
-from runner.providers.base import Completion
+from runner.providers.base import Completion, stamp
 from runner.providers.tiers import FLEX, STANDARD
 from runner.spec.settings import RetrySettings
 
@@ -139,7 +139,8 @@ class Sender:
             else:
                 completion = await provider.execute(call.model_name, call.messages, params)
         except ProviderError as exc:
-            if tier is not None and isinstance(exc, Refused) and isinstance(exc.billed, Completion):
+            if isinstance(exc, Refused) and isinstance(exc.billed, Completion):
+                stamp(exc.billed, provider.sent_with(call.model_name))
                 exc.billed.tier = exc.billed.tier or tier  # a billed refusal is charged at the tier that served it
             tries.last_possibly_billed = exc.possibly_billed
             if isinstance(exc, AuthError) and endpoint.dead is None:
@@ -152,6 +153,7 @@ class Sender:
                 endpoint.failed()
             raise
         endpoint.answered()
+        stamp(completion, provider.sent_with(call.model_name))  # for the result line's provenance
         latency = loop.time() - started
         endpoint.observe(completion.rate, latency)
         if tier is not None and completion.tier is None:  # the API did not say: served as sent

@@ -22,9 +22,9 @@ from runner.store import CachedResponse, Finished, LedgerRow, ResponseRow, TaskR
 
 
 def memo_of(c: Completion, cost: float = 0.0) -> CachedResponse:
-    """A fresh answer as the memo gives it back (its thinking with it)."""
+    """A fresh answer as the memo gives it back (its thinking with it, and what produced it)."""
     return CachedResponse(c.text, c.finish_reason, c.input_tokens, c.output_tokens, c.cached_tokens, cost,
-                          c.thinking, c.reasoning_tokens)
+                          c.thinking, c.reasoning_tokens, c.reported_model, c.sent_with)
 
 
 def billed_of(exc: ProviderError) -> Completion | None:
@@ -44,6 +44,25 @@ def served_provenance(provenance: dict[str, Any], tier: str | None) -> dict[str,
     return {**provenance, "tier": {**asked, "served": tier}}
 
 
+class Origins:
+    """Each result line's provenance with what produced its answer: the model the provider said answered
+    (``reported_model``) and what sent the request (``sent_with``: the SDK and its version, or ``lean wire``); a
+    cache hit's are those of the memo's answer. Lines of a stage and model mostly share both, so each combination's
+    object is built once and shared."""
+
+    def __init__(self) -> None:
+        self.built: dict[tuple[int, str | None, str | None, str | None], dict[str, Any]] = {}
+
+    def of(self, provenance: dict[str, Any], tier: str | None, reported_model: str | None,
+           sent_with: str | None) -> dict[str, Any]:
+        key = (id(provenance), tier, reported_model, sent_with)
+        found = self.built.get(key)
+        if found is None:
+            found = self.built[key] = {**served_provenance(provenance, tier), "reported_model": reported_model,
+                                       "sent_with": sent_with}
+        return found
+
+
 class Recorder:
     def __init__(self, *, run_id: str, job: Job, stats: RunStats, writer: Writer, reserver: Reserver,
                  triage: Triage, leases: ChunkLeases, provenance: Callable[[Task], dict[str, Any]]) -> None:
@@ -57,6 +76,7 @@ class Recorder:
         self.triage = triage
         self.leases = leases
         self.provenance = provenance
+        self.origins = Origins()
         #: told of each task as it is recorded, before it is committed (a stage's early-stopping rule)
         self.observers: list[Callable[[TaskRow], None]] = []
 
@@ -68,7 +88,8 @@ class Recorder:
         counters.saved += saved
         self._record(req, counters, cached.text, cached.finish_reason, cached.input_tokens, cached.output_tokens,
                      cost=0.0, latency=None, cache_hit=True, attempts=0, cached_tokens=cached.cached_tokens,
-                     saved=saved, thinking=cached.thinking, reasoning_tokens=cached.reasoning_tokens)
+                     saved=saved, thinking=cached.thinking, reasoning_tokens=cached.reasoning_tokens,
+                     origin=(cached.reported_model, cached.sent_with))
 
     def fresh(self, req: Task, c: Completion, attempts: int, latency: float | None, reservation: Reservation, *,
               batch: bool = False) -> None:
@@ -85,12 +106,13 @@ class Recorder:
         self.triage.remember(req.key, memo_of(c, cost))
         response = ResponseRow(req.key, req.provider, req.call.model_id, req.call.canonical, c.text, dumps(c.raw),
                                c.finish_reason, c.input_tokens, c.output_tokens, c.cached_tokens, cost, latency, now(),
-                               c.thinking, c.reasoning_tokens)  # positional, as the task row in _record
+                               c.thinking, c.reasoning_tokens, c.reported_model, c.sent_with)  # positional, as below
         ledger = self._charge(req, cost, c.input_tokens + c.output_tokens, c.tier)
         self._record(req, counters, c.text, c.finish_reason, c.input_tokens, c.output_tokens, cost=cost,
                      latency=latency, cache_hit=False, attempts=attempts, response=response, ledger=ledger,
                      cached_tokens=c.cached_tokens, release_id=reservation.ledger_id, batch_saved=batch_saved,
-                     thinking=c.thinking, reasoning_tokens=c.reasoning_tokens, cache_saved=cache_saved, tier=c.tier)
+                     thinking=c.thinking, reasoning_tokens=c.reasoning_tokens, cache_saved=cache_saved, tier=c.tier,
+                     origin=(c.reported_model, c.sent_with))
         if batch_saved:
             counters.batch_saved += batch_saved
 
@@ -122,10 +144,11 @@ class Recorder:
             counters.reasoning_tokens += billed.reasoning_tokens
             ledger = self._charge(req, cost, tokens, billed.tier)
         self.reserver.settle_failure(req, reservation, billed is not None, cost, tokens)
+        origin = (billed.tier, billed.reported_model, billed.sent_with) if billed is not None else (None, None, None)
         result = result_line(self.stages[req.stage], req, None, status="failed", cache_hit=False,
                              notes=self.stats.notes,
                              reasoning_tokens=billed.reasoning_tokens if billed is not None else 0,
-                             provenance=served_provenance(self.provenance(req), billed.tier if billed else None))
+                             provenance=self.origins.of(self.provenance(req), *origin))
         result.update(error_class=exc.error_class, error=str(exc))
         line = dumps(result)
         task = TaskRow(
@@ -155,10 +178,11 @@ class Recorder:
         saved: float = 0.0,
         release_id: int | None = None, batch_saved: float | None = None, thinking: str | None = None,
         reasoning_tokens: int = 0, cache_saved: float = 0.0, tier: str | None = None,
+        origin: tuple[str | None, str | None] = (None, None),
     ) -> None:
         result = result_line(self.stages[req.stage], req, text, status="done", cache_hit=cache_hit,
                              notes=self.stats.notes, thinking=thinking, reasoning_tokens=reasoning_tokens,
-                             provenance=served_provenance(self.provenance(req), tier))
+                             provenance=self.origins.of(self.provenance(req), tier, *origin))
         result["finish_reason"] = finish_reason
         counters.done += 1
         if not cache_hit:

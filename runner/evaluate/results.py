@@ -16,7 +16,8 @@ invalid answer.
 Every line carries its ``provenance`` (:func:`line_provenance`): the run, the job's fingerprint, the prompt
 template (name, file and SHA-256), the model id that keys the cache (for a local model, its weights' content), the
 parameters sent and the runner's version. It is the same for every task of a stage and model, so the dispatcher
-builds it once per pair and hands the same object to each line.
+builds it once per pair and hands the same object to each line; the recorder adds what produced the line's answer
+(``reported_model``, ``sent_with``: runner/engine/recorder.py ``Origins``).
 """
 
 from __future__ import annotations

@@ -198,6 +198,7 @@ def proxied(url: str) -> bool:
 class AnthropicProvider(LeanOrSDK["anthropic.AsyncAnthropic"], Provider):
     name: ClassVar[str] = "anthropic"
     sdk_modules: ClassVar[tuple[str, ...]] = ("anthropic",)
+    sdk_package: ClassVar[str | None] = "anthropic"
     extra: ClassVar[str | None] = "anthropic"
     key_env_var: ClassVar[str | None] = "ANTHROPIC_API_KEY"
     default_concurrency: ClassVar[int] = 32

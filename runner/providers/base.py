@@ -55,13 +55,16 @@ from pydantic import (
 from runner.errors import BadRequest, ModelSetupError
 from runner.providers import answer_bounds
 from runner.providers.records import (
+    LEAN_WIRE,
     CacheMarks,
     Completion,
     ContinuationScore,
     RateWindow,
     StoredPrompt,
     loglikelihood_completion,
+    package_version,
     parse_loglikelihoods,
+    stamp,
 )
 from runner.providers.registry import EntryPointRegistry
 
@@ -70,8 +73,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT", "ENTRY_POINT_GROUP", "PROVIDERS", "CacheMarks", "Completion", "ContinuationScore",
-    "Provider", "ProviderSettings", "RateWindow", "StoredPrompt", "http_limits", "loglikelihood_completion",
-    "parse_loglikelihoods", "provider_class", "provider_names", "register", "split_model", "unregister",
+    "LEAN_WIRE", "Provider", "ProviderSettings", "RateWindow", "StoredPrompt", "http_limits",
+    "loglikelihood_completion", "parse_loglikelihoods", "provider_class", "provider_names", "register", "split_model",
+    "stamp", "unregister",
 ]
 
 
@@ -212,6 +216,8 @@ class Provider(ABC):
     sdk_modules: ClassVar[tuple[str, ...]] = ()
     #: the package extra that installs them (``pip install 'llm-job-runner[EXTRA]'``)
     extra: ClassVar[str | None] = None
+    #: the distribution whose client sends its requests (its version goes into each result line's provenance)
+    sdk_package: ClassVar[str | None] = None
 
     class Options(BaseModel):
         """This provider's own settings beyond the shared :class:`ProviderSettings`; a provider that has some
@@ -345,6 +351,13 @@ class Provider(ABC):
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Open clients or load weights; raise ``ModelSetupError`` with the fix when that fails."""
+
+    def sent_with(self, model: str, *, batch: bool = False) -> str | None:
+        """What sends ``model``'s requests, for the result lines' provenance: ``lean wire`` where the runner's own
+        HTTP client does (``self.wire``), else the SDK and its version; a Batch API always goes through its SDK."""
+        if not batch and getattr(self, "wire", None) is not None:
+            return LEAN_WIRE
+        return package_version(self.sdk_package)
 
     @abstractmethod
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:

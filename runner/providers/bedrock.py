@@ -50,6 +50,7 @@ from runner.errors import (
 from .answer_bounds import bounds_of, surfaced
 from .base import CacheMarks, Completion, Provider, ProviderSettings, register
 from .bedrock_ids import claude_name, is_profile
+from .records import package_version
 from .wire import quoted, retry_after_seconds, words
 
 if TYPE_CHECKING:
@@ -115,6 +116,10 @@ class BedrockProvider(Provider):
             if value is not None and not _ROLE_ARN.fullmatch(value):
                 raise ValueError(f"{value!r} is not an IAM role ARN (arn:aws:iam::ACCOUNT:role/NAME)")
             return value
+
+    def sent_with(self, model: str, *, batch: bool = False) -> str | None:
+        """Claude's online requests go through the anthropic SDK, the rest (and batch inference) through boto3."""
+        return package_version("anthropic" if claude_name(model) is not None and not batch else "boto3")
 
     @classmethod
     def capability_model(cls, model: str) -> tuple[str, str] | None:

@@ -115,6 +115,7 @@ def _thinking_config(caps: capabilities.ModelCaps | None, reasoning: dict[str, A
 class GeminiProvider(Provider):
     name: ClassVar[str] = "gemini"
     sdk_modules: ClassVar[tuple[str, ...]] = ("google.genai",)
+    sdk_package: ClassVar[str | None] = "google-genai"
     extra: ClassVar[str | None] = "gemini"
     key_env_var: ClassVar[str | None] = "GEMINI_API_KEY"
     default_concurrency: ClassVar[int] = 32

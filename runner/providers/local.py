@@ -87,6 +87,7 @@ def local_model(name: str, job: Job) -> LocalModel:
 
 @register
 class LocalProvider(Provider):
+    sdk_package: ClassVar[str | None] = "llama-cpp-python"
     name: ClassVar[str] = "local"
     key_env_var: ClassVar[str | None] = None
     default_concurrency: ClassVar[int] = 1

@@ -165,6 +165,7 @@ class OpenAIChatProvider(LeanOrSDK["openai.AsyncOpenAI"], Provider):
     #: requests go over the lean wire (``lean_http.py``: JSON over aiohttp, no SDK) rather than the SDK; the SDK
     #: client is then built only when something asks for it (the Batch API, a test)
     lean_wire: ClassVar[bool] = False
+    sdk_package: ClassVar[str | None] = "openai"
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)

@@ -7,6 +7,7 @@ provider contract from runner/providers/base.py."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable
@@ -80,6 +81,44 @@ class Completion:
     #: the service tier that served the answer as the API said it (standard, flex, priority:
     #: runner/providers/tiers.py), None when it said none; the engine then takes the tier it sent
     tier: str | None = None
+    #: the model the provider says answered (its response's ``model``, Gemini's ``modelVersion``): a dated snapshot
+    #: where the job named an alias; None where the API names none (Bedrock's Converse). :func:`stamp` fills it in
+    reported_model: str | None = None
+    #: what sent the request: the SDK and its version (``openai 3.57.0``), or ``lean wire`` (the runner's own HTTP
+    #: client); the engine sets it from the provider (``Provider.sent_with``)
+    sent_with: str | None = None
+
+
+#: what :attr:`Completion.sent_with` says of a request the runner's own HTTP client sent (runner/providers/lean_http.py)
+LEAN_WIRE = "lean wire"
+#: the response fields that name the model that answered: OpenAI's and Anthropic's ``model``, Gemini's
+#: ``modelVersion`` (``model_version`` as google-genai's objects dump it)
+_MODEL_FIELDS = ("model", "modelVersion", "model_version")
+
+
+@functools.cache
+def package_version(package: str | None) -> str | None:
+    """``package version`` of an installed distribution (``openai 3.57.0``; boto3 with the botocore under it), None
+    when there is none."""
+    if package is None:
+        return None
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = f"{package} {version(package)}"
+        return f"{found} (botocore {version('botocore')})" if package == "boto3" else found
+    except PackageNotFoundError:
+        return package
+
+
+def stamp(completion: Completion, sent_with: str | None) -> Completion:
+    """``completion`` with what produced it, for its result line's provenance: the model its response names (unless
+    the provider said) and what sent it."""
+    if completion.reported_model is None and isinstance(completion.raw, dict):
+        named = next((completion.raw[f] for f in _MODEL_FIELDS if isinstance(completion.raw.get(f), str)), None)
+        completion.reported_model = named or None
+    completion.sent_with = sent_with
+    return completion
 
 
 @dataclass(slots=True)

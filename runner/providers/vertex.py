@@ -33,6 +33,7 @@ from .answer_bounds import bounds_of
 from .anthropic_messages import AnthropicProvider, cache_blocks
 from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, http_limits, register
 from .gemini import GeminiProvider
+from .records import package_version
 from .tls import shared_context
 from .token_counts import gemini_count_fields, read_count, with_estimate_margin
 
@@ -101,6 +102,10 @@ class VertexProvider(Provider):
         batch_folder: str | None = None
         #: false: never store Gemini prompt prefixes as cached contents (prompt_cache: auto then orders only)
         explicit_cache: bool = True
+
+    def sent_with(self, model: str, *, batch: bool = False) -> str | None:
+        """Claude's requests go through the anthropic SDK, Gemini's through google-genai (batch prediction too)."""
+        return package_version("anthropic" if is_claude(model) and not batch else "google-genai")
 
     @classmethod
     def capability_model(cls, model: str) -> tuple[str, str] | None:

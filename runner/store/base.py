@@ -91,6 +91,9 @@ class CachedResponse:
     thinking: str | None = None
     #: output tokens spent thinking (counted in ``output_tokens`` too)
     reasoning_tokens: int = 0
+    #: the model the provider said answered, and what sent the request (the result line's provenance)
+    reported_model: str | None = None
+    sent_with: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

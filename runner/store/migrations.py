@@ -270,6 +270,15 @@ def m017_ledger_tier(db: Schema) -> None:
     db.add_column("ledger", "tier", "text")
 
 
+@migration
+def m018_response_origin(db: Schema) -> None:
+    """Provenance: the model the provider said answered each memo entry (its response's ``model``), and what sent
+    the request (an SDK and its version, or the lean wire), for the result lines of the request and of its cache
+    hits (NULL for entries of earlier versions)."""
+    db.add_column("responses", "reported_model", "text")
+    db.add_column("responses", "sent_with", "text")
+
+
 def migrate(conn: Any, dialect: Dialect) -> None:
     """Apply the migrations not yet applied, in one transaction that holds a lock from its start (SQLite's write
     lock, PostgreSQL's advisory lock): several processes opening a new store at once take turns (the later ones

@@ -59,6 +59,9 @@ class ResponseRow(NamedTuple):
     created: str
     thinking: str | None
     reasoning_tokens: int
+    #: the model the provider said answered, and what sent the request (SDK and version, or the lean wire)
+    reported_model: str | None = None
+    sent_with: str | None = None
 
 
 class LedgerRow(NamedTuple):

@@ -45,7 +45,7 @@ EPSILON = 1e-9
 _KEYS = 500
 #: a memo row's columns as :class:`CachedResponse` takes them (rows older than m010 have no reasoning tokens)
 _MEMO = ("response_text, finish_reason, input_tokens, output_tokens, cached_tokens, cost, thinking,"
-         " coalesce(reasoning_tokens, 0)")
+         " coalesce(reasoning_tokens, 0), reported_model, sent_with")
 
 
 # A memo row is never overwritten: the first answer to a request is the answer.

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 import urllib.request
+from importlib.metadata import version as installed
 from pathlib import Path
 
 import pytest
@@ -65,8 +66,10 @@ def lines(path: Path) -> list[dict]:
     for line in path.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         kept = {k: v for k, v in row.items() if k not in ("cache_hit",)}
-        # the run and its job (a batch job and an online one differ in mode) are not the answers'
-        kept["provenance"] = {k: v for k, v in row["provenance"].items() if k not in ("run_id", "job_hash")}
+        # the run and its job (a batch job and an online one differ in mode) are not the answers', nor the client
+        # that sent them (a Batch API goes through its SDK, an online request may go over the lean wire)
+        kept["provenance"] = {k: v for k, v in row["provenance"].items()
+                              if k not in ("run_id", "job_hash", "sent_with")}
         out.append(kept)
     return sorted(out, key=lambda r: (r["id"], r["seed"]))
 
@@ -361,6 +364,11 @@ async def test_each_cloud_providers_batch_api_answers_as_its_online_api(tmp_path
     batched, batch_report = await run("batch")
     assert server.stats()["batches"] == before + 1
     assert batched == online
+    sdk = {"openai": "openai", "anthropic": "anthropic", "gemini": "google-genai"}[provider]
+    folder = tmp_path / "batch"
+    results = next(folder.rglob("mc.jsonl"))
+    assert {json.loads(x)["provenance"]["sent_with"] for x in results.read_text(encoding="utf-8").splitlines()} == \
+        {f"{sdk} {installed(sdk)}"}  # each batch line says the SDK that sent it
     totals = batch_report["totals"]
     assert totals["batched"] == totals["sent"] > 0
     rates = Pricing(load_job(write_job(tmp_path, url, mode="batch", models=[model], name="p"))).batch_rates(model)

@@ -69,9 +69,10 @@ async def test_recorded_rows_read_back_from_the_store_with_the_same_values(tmp_p
 
     held = await reserver.reserve(answered)
     answer = Completion(text="B", finish_reason="stop", input_tokens=12, output_tokens=3, raw={"id": "x"},
-                        thinking="think first", reasoning_tokens=2)
+                        thinking="think first", reasoning_tokens=2, reported_model="m1-2026-01-01",
+                        sent_with="lean wire")
     recorder.fresh(answered, answer, 2, 0.25, held)
-    memo = CachedResponse("C", "stop", 20, 1, 4, 0.5, None, 0)
+    memo = CachedResponse("C", "stop", 20, 1, 4, 0.5, None, 0, "m1-2025-12-01", "fake-sdk 1.0")
     recorder.cached(hit, memo)
     refusal_held = await reserver.reserve(refused)
     bill = Completion(text="", input_tokens=7, output_tokens=5, cached_tokens=1)
@@ -113,11 +114,20 @@ async def test_recorded_rows_read_back_from_the_store_with_the_same_values(tmp_p
         "key": answered.key, "provider": "fake", "model": answered.call.model_id,
         "request_json": answered.call.canonical, "response_text": "B", "response_json": '{"id":"x"}',
         "finish_reason": "stop", "input_tokens": 12, "output_tokens": 3, "cached_tokens": 0,
-        "cost": pytest.approx(usd(12, 3)), "latency": 0.25, "thinking": "think first", "reasoning_tokens": 2}
+        "cost": pytest.approx(usd(12, 3)), "latency": 0.25, "thinking": "think first", "reasoning_tokens": 2,
+        "reported_model": "m1-2026-01-01", "sent_with": "lean wire"}
     assert memo_row["created"].startswith("20")
+    # each line's provenance says what produced its answer: the fresh one's, the memo's for the hit
+    assert {item: {k: json.loads(rows[item]["result_json"])["provenance"].get(k) for k in ("reported_model",
+                                                                                         "sent_with")}
+            for item in (answered.item, hit.item, refused.item)} == {
+        answered.item: {"reported_model": "m1-2026-01-01", "sent_with": "lean wire"},
+        hit.item: {"reported_model": "m1-2025-12-01", "sent_with": "fake-sdk 1.0"},
+        refused.item: {"reported_model": None, "sent_with": None}}
 
     stored = store.lookup_many([answered.key])[answered.key]
-    assert stored == CachedResponse("B", "stop", 12, 3, 0, pytest.approx(usd(12, 3)), "think first", 2)
+    assert stored == CachedResponse("B", "stop", 12, 3, 0, pytest.approx(usd(12, 3)), "think first", 2,
+                                    "m1-2026-01-01", "lean wire")
     assert hit.key not in store.lookup_many([hit.key])  # a cache hit writes no memo row
     charges = sorted((row["key"], row["amount"], row["tokens"]) for row in store.ledger(run_id, kind="charge"))
     assert charges == sorted([(answered.key, pytest.approx(usd(12, 3)), 15),

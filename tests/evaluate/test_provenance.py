@@ -37,7 +37,8 @@ user: |-
 """
 
 
-def _mc_job(tmp_path: Path, models: list[str], *, extra: str = "", rows: int = 6) -> Path:
+def _mc_job(tmp_path: Path, models: list[str], *, extra: str = "", rows: int = 6,
+            params: str = "{temperature: 0, max_tokens: 5, top_p: 1, seed: 7}") -> Path:
     """A multiple-choice job whose prompt is the template file prompts/mc.yaml beside it."""
     dataset = write_rows(tmp_path / "rows.jsonl", rows)
     (tmp_path / "prompts").mkdir(exist_ok=True)
@@ -46,7 +47,7 @@ def _mc_job(tmp_path: Path, models: list[str], *, extra: str = "", rows: int = 6
     path.write_text("\n".join([
         "name: provenance",
         f"models: {json.dumps(models)}",
-        "params: {temperature: 0, max_tokens: 5, top_p: 1, seed: 7}",
+        f"params: {params}",
         f"output_dir: {json.dumps(str(tmp_path / 'results'))}",
         "retry: {max_attempts: 1}",
         extra,
@@ -68,9 +69,11 @@ def _stored(store: Store, run_id: str) -> list[dict[str, Any]]:
     return [json.loads(task["result_json"]) for task in store.tasks(run_id)]
 
 
-def _expected(store: Store, run_id: str, job_path: Path, model: str) -> dict[str, Any]:
+def _expected(store: Store, run_id: str, job_path: Path, model: str, *, reported_model: str | None = None,
+              sent_with: str | None = None) -> dict[str, Any]:
     """The provenance a line of ``model`` in _mc_job's stage must carry, from its sources: the run's stored
-    fingerprint, the template file's bytes, the stage's shaped parameters and the runner's version."""
+    fingerprint, the template file's bytes, the stage's shaped parameters and the runner's version; and what
+    produced its answer (the fake provider names no model and uses no SDK)."""
     job = load_job(job_path)
     template = job_path.parent / "prompts" / "mc.yaml"
     return {
@@ -81,6 +84,8 @@ def _expected(store: Store, run_id: str, job_path: Path, model: str) -> dict[str
         "model_id": model.partition(":")[2],
         "params": canonical_params(job.model_params(job.stages[0], model)),
         "runner_version": VERSION,
+        "reported_model": reported_model,
+        "sent_with": sent_with,
     }
 
 
@@ -201,7 +206,7 @@ stages:
                 "run_id": outcome.run_id, "job_hash": job.fingerprint(),
                 "prompt": {"name": "inline", "path": None, "sha256": hashlib.sha256(text.encode()).hexdigest()},
                 "model_id": "m", "params": canonical_params(job.model_params(stage, "fake:m")),
-                "runner_version": VERSION}
+                "runner_version": VERSION, "reported_model": None, "sent_with": None}
     assert by_stage["judge"][0]["provenance"]["params"] == {"max_tokens": 4, "temperature": 0.5}
 
 
@@ -218,7 +223,8 @@ async def test_no_api_key_from_the_environment_reaches_the_results_or_the_store(
     lines = _lines(outcome.results["mc"])
     assert len(lines) == 12 and server.stats()["received"] == len({x["cache_key"] for x in lines})  # keys were sent
     for line in lines:
-        assert line["provenance"] == _expected(store, outcome.run_id, path, "sim:alpha")
+        assert line["provenance"] == _expected(store, outcome.run_id, path, "sim:alpha", reported_model="alpha",
+                                               sent_with="lean wire")
     results_text = outcome.results["mc"].read_text(encoding="utf-8")
     stored = "\n".join(task["result_json"] for task in store.tasks(outcome.run_id))
     store.close()
@@ -226,3 +232,37 @@ async def test_no_api_key_from_the_environment_reaches_the_results_or_the_store(
     assert stored and files
     for text in (results_text, stored, *files):
         assert SECRET not in text
+
+
+async def test_a_line_names_the_model_that_answered_and_what_sent_the_request(tmp_path, srv, monkeypatch):
+    """Each line's provenance carries the model the provider's answer names (OpenAI's and Anthropic's ``model``,
+    Gemini's ``modelVersion``) and what sent the request: the SDK and its version, or the lean wire; a cache hit's
+    line carries those of the memo's answer, and so does the store's memo row."""
+    from importlib.metadata import version as installed
+
+    server = fresh(srv)
+    for variable in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(variable, raising=False)  # anthropic: over the lean wire unless a proxy applies
+    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.setenv(variable, "test-key")
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    sent = {"sim:alpha": ("alpha", "lean wire"), "openai:gpt-4o": ("gpt-4o", f"openai {installed('openai')}"),
+            "anthropic:claude-3-5-haiku-20241022": ("claude-3-5-haiku-20241022", "lean wire"),
+            "gemini:gemini-2.0-flash": ("gemini-2.0-flash", f"google-genai {installed('google-genai')}")}
+    urls = {"sim": server.url, "openai": server.url, "anthropic": server.root_url, "gemini": server.root_url}
+    extra = "providers: {" + ", ".join(f"{p}: {{base_url: {json.dumps(u)}, timeout: 5}}" for p, u in urls.items()) \
+        + "}"
+    path = _mc_job(tmp_path, list(sent), extra=extra, rows=3, params="{temperature: 0, max_tokens: 5}")
+    store = open_store(tmp_path / "s.sqlite")
+    outcome = await execute(load_job(path), store)
+    assert outcome.status == "completed", outcome.message
+    lines = _lines(outcome.results["mc"])
+    assert len(lines) == 3 * 2 * len(sent) and not any(x["cache_hit"] for x in lines if x["model"] != "sim:alpha")
+    for line in lines:
+        reported, client = sent[line["model"]]
+        assert (line["provenance"]["reported_model"], line["provenance"]["sent_with"]) == (reported, client), line
+    assert {(row["reported_model"], row["sent_with"]) for row in store.responses()} == set(sent.values())
+    again = await execute(load_job(path), store, reuse=False)  # every request a cache hit: the memo's origin
+    for line in _lines(again.results["mc"]):
+        assert line["cache_hit"] and (line["provenance"]["reported_model"], line["provenance"]["sent_with"]) == \
+            sent[line["model"]]

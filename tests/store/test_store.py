@@ -23,7 +23,7 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
             "key": str, "provider": str, "model": str, "request_json": str, "response_text": str,
             "response_json": str, "finish_reason": str, "input_tokens": int, "output_tokens": int,
             "cached_tokens": int, "cost": float, "latency": float, "created": str, "thinking": str,
-            "reasoning_tokens": int,
+            "reasoning_tokens": int, "reported_model": str, "sent_with": str,
         },
         ["key"],
     ),
@@ -73,7 +73,7 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
 MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs", "m006_pipelines",
                    "m007_stage_replays", "m008_batches", "m009_workers", "m010_thinking",
                    "m011_fencing", "m012_prompt_cache_savings", "m013_ledger_tokens", "m014_worker_steady",
-                   "m015_stage_stops", "m016_token_counts", "m017_ledger_tier"]
+                   "m015_stage_stops", "m016_token_counts", "m017_ledger_tier", "m018_response_origin"]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -151,12 +151,12 @@ def in_transaction(store: Any) -> bool:
 
 
 def response(key: str, text: str = "B", cost: float = 0.001, thinking: str | None = None,
-             reasoning_tokens: int = 0) -> tuple:
+             reasoning_tokens: int = 0, reported_model: str | None = None, sent_with: str | None = None) -> tuple:
     values = {
         "key": key, "provider": "sim", "model": "gpt-test", "request_json": "{}", "response_text": text,
         "response_json": "{}", "finish_reason": "stop", "input_tokens": 10, "output_tokens": 1,
         "cached_tokens": 0, "cost": cost, "latency": 0.01, "created": "2024-01-01T00:00:00", "thinking": thinking,
-        "reasoning_tokens": reasoning_tokens,
+        "reasoning_tokens": reasoning_tokens, "reported_model": reported_model, "sent_with": sent_with,
     }
     return tuple(values[c] for c in RESPONSE_COLUMNS)
 
@@ -336,6 +336,28 @@ def test_lookup(store: SQLiteStore) -> None:
     assert store.lookup("k9") == CachedResponse(
         text="The answer is D", finish_reason="stop", input_tokens=10, output_tokens=1, cached_tokens=0, cost=0.25
     )
+
+
+def test_m018_keeps_what_produced_each_answer_for_its_cache_hits(store_path: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model the provider named and what sent the request come back with a memo row (a cache hit's result
+    line carries them); rows of a store made before m018 come back with neither."""
+    from runner.store import migrations
+
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:17])
+        old = open_store(store_path)
+        mark = "?" if isinstance(old, SQLiteStore) else "%s"
+        before = RESPONSE_COLUMNS[:RESPONSE_COLUMNS.index("reported_model")]
+        old.conn.execute(f"INSERT INTO responses ({', '.join(before)}) VALUES ({', '.join(mark for _ in before)})",
+                         response("k1", "C")[:len(before)])
+        old.close()
+    new = open_store(store_path)
+    new.write_batch([], [response("k2", "B", reported_model="gpt-test-2024-01-01", sent_with="openai 3.57.0")], [])
+    found = new.lookup_many(["k1", "k2"])
+    assert (found["k1"].reported_model, found["k1"].sent_with) == (None, None)
+    assert (found["k2"].reported_model, found["k2"].sent_with) == ("gpt-test-2024-01-01", "openai 3.57.0")
+    new.close()
 
 
 def test_the_memo_keeps_thinking_apart_from_the_answer(store: SQLiteStore) -> None:

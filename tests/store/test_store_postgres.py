@@ -206,7 +206,8 @@ def _fill(store: Any) -> tuple[str, str]:
     responses = [tuple({"key": t[6], "provider": "sim", "model": t[3], "request_json": "{}", "response_text": "A",
                         "response_json": "{}", "finish_reason": "stop", "input_tokens": 10, "output_tokens": 2 + n % 5,
                         "cached_tokens": 0, "cost": 0.25, "latency": 0.5, "created": f"2024-01-0{1 + n % 3}",
-                        "thinking": f"thought {n}" if n % 2 else None, "reasoning_tokens": n % 3 or None}[c]
+                        "thinking": f"thought {n}" if n % 2 else None, "reasoning_tokens": n % 3 or None,
+                        "reported_model": f"model-{n % 2}", "sent_with": None if n % 3 else "lean wire"}[c]
                        for c in RESPONSE_COLUMNS) for n, t in enumerate(tasks) if t[7] == "done"]
     ledger = [tuple({"run_id": run_id, "stage": t[1], "model": t[3], "key": t[6], "kind": "charge", "amount": 0.25,
                      "created": "2024-01-02T00:00:00", "tokens": 12, "tier": None}[c] for c in LEDGER_COLUMNS)
@@ -381,7 +382,7 @@ def test_claims_leases_and_workers(pg_url: str) -> None:
     assert store.claim_keys(["d"], "w2", 30) == {"d"}
     store.release_keys(["a"], "w2")  # not w2's: stays
     assert store.claim_keys(["a"], "w2", 30) == set()
-    store.write_batch([], [("a", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.0, 0.0, "x", None, 0)], [])
+    store.write_batch([], [("a", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.0, 0.0, "x", None, 0, None, None)], [])
     assert store.claim_keys(["a"], "w2", 30) == {"a"}  # the answer's commit ended w1's claim
 
     assert store.claim_chunk(run_id, "mc", 0, "w1", 30) == "new"
@@ -601,7 +602,7 @@ def test_a_write_whose_transaction_the_server_ended_runs_again_whole(pg_url: str
     monkeypatch.setattr(PostgresStore, "holds", pausing)
     task = (run_id, "mc", "i1", "sim:m", "r1", "{}", "k1", "done", 0, 1, None, None, 1, 1, 0.25, 0.1, None, 1, "{}",
             0, 0.0, None, 0.0)
-    response = ("k1", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.25, 0.1, "x", None, 0)
+    response = ("k1", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.25, 0.1, "x", None, 0, None, None)
     charge = (run_id, "mc", "sim:m", "k1", "charge", 0.25, "2026-01-01T00:00:00", 2, None)
     item = Finished(task=task, response=response, ledger=charge, stage="mc", release_id=reserved, fence=fence)
     assert store.write_finished([item]) == [item]

@@ -121,7 +121,8 @@ def test_a_resume_settles_a_reservation_to_its_answers_tokens(store):
     run_id = _run(store)
     answered = store.reserve(run_id, "mc", "sim:m", "k1", 0.5, "w1", tokens=900)
     lost = store.reserve(run_id, "mc", "sim:m", "k2", 0.5, "w1", tokens=800)
-    store.write_batch([], [("k1", "sim", "m", "{}", "A", "{}", "stop", 30, 4, 0, 0.125, 0.1, "x", None, 0)], [])
+    store.write_batch([], [("k1", "sim", "m", "{}", "A", "{}", "stop", 30, 4, 0, 0.125, 0.1, "x", None, 0, None,
+                            None)], [])
     assert store.resolve_reservations(run_id) == (1, 1)
     rows = {row["id"]: (row["kind"], row["amount"], row["tokens"]) for row in store.ledger(run_id)}
     assert rows == {answered: ("charge", 0.125, 34), lost: ("possibly_billed", 0.5, 800)}
@@ -143,7 +144,7 @@ def test_writes_of_a_worker_that_lost_its_lease_are_refused(store):
     assert store.heartbeat("w1", 30) == []  # still live, but the lease is w2's now
     task = (run_id, "mc", "i1", "sim:m", "r1", "{}", "k1", "done", 0, 1, None, None, 1, 1, 0.25, 0.1, None, 1, "{}",
             0, 0.0, None, 0.0)
-    response = ("k1", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.25, 0.1, "x", None, 0)
+    response = ("k1", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.25, 0.1, "x", None, 0, None, None)
     charge = (run_id, "mc", "sim:m", "k1", "charge", 0.25, "2026-01-01T00:00:00", 2, None)
     late = Finished(task=task, response=response, ledger=charge, stage="mc", release_id=reserved, fence=old)
     assert store.write_finished([late]) == []
