@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,20 @@ if TYPE_CHECKING:
 
 #: the Messages API version Bedrock takes in the body of a Claude request
 BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"
+
+
+def static_credentials(provider: BedrockProvider) -> dict[str, str | None]:
+    """The AWS keys the provider's session found, where they do not expire (the environment's, a shared file's), as
+    the anthropic SDK's arguments. Given none, the SDK signs with a boto3 session it keeps for the rest of the
+    process per (region, profile), whose keys are the first it found (anthropic/lib/aws/_auth.py's lru_cache): a
+    process whose AWS_ACCESS_KEY_ID changed between two runs signed the second with the first's. Keys that refresh
+    (SSO, an assumed role) are left to the SDK's session, which refreshes them; a Bedrock API key too."""
+    if os.environ.get("AWS_BEARER_TOKEN_BEDROCK"):
+        return {}
+    found = provider._session.get_credentials()
+    if found is None or hasattr(found, "refresh_needed"):  # RefreshableCredentials
+        return {}
+    return {"aws_access_key": found.access_key, "aws_secret_key": found.secret_key, "aws_session_token": found.token}
 
 
 @functools.cache
@@ -79,6 +94,7 @@ class BedrockClaude:
             self.client = anthropic.AsyncAnthropicBedrock(
                 aws_region=provider.region(),
                 aws_profile=provider.options.profile,  # AWS_PROFILE and the rest of the chain: boto3's session
+                **static_credentials(provider),
                 base_url=settings.base_url,
                 max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
                 timeout=settings.timeout,

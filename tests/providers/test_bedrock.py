@@ -61,6 +61,18 @@ def test_a_model_id_keeps_its_own_colon():
     assert provider_class("bedrock") is BedrockProvider
 
 
+async def test_claude_signs_with_the_keys_of_the_environment_each_run_finds(tmp_path, monkeypatch):
+    # the anthropic SDK keeps one boto3 session a process per region and profile, with the first keys it found: a
+    # second run after AWS_ACCESS_KEY_ID changed signed with the old keys (20 auth failures) until the runner gave
+    # the SDK the keys its own session finds
+    for n, key in enumerate(("AKIDSIMULATEDFIRST", "AKIDSIMULATEDSECOND")):
+        isolated_aws(monkeypatch, tmp_path, key)
+        async with await start_server(SimConfig(api_key=key)) as srv:
+            job = load_job(make_job(tmp_path, srv.root_url, CLAUDE, 3, name=f"job{n}"))
+            outcome = await execute(job, open_store(tmp_path / f"s{n}.sqlite"))
+        assert outcome.status == "completed", (key, outcome.message)
+
+
 @pytest.mark.parametrize("model", [CONVERSE, CLAUDE])
 async def test_answers_usage_and_prices_through_each_sdk(tmp_path, model):
     # the server takes only this access key id: every request was signed with the chain's credentials
