@@ -170,11 +170,20 @@ def load_unstored(path: Path) -> Iterator[list[Finished]]:
 
 
 def store_unstored(store: Store, path: Path) -> int:
-    """Commit what a run kept at ``path`` when its store failed, then remove the file; returns how many tasks."""
+    """Commit what a run kept at ``path`` when its store failed, then remove the file; returns how many tasks.
+
+    A batch kept aside may have been committed after all: a PostgreSQL server that restarted while the batch's
+    COMMIT was on its way cannot say whether it took it (runner/store/postgres.py), so the run ended keeping it.
+    Writing it again is harmless for the memo, the task rows and the reservations it removes, but not for its
+    charges: one the ledger already has (the same run, key and time) is not written twice."""
     count = 0
+    stored: dict[str, set[tuple[str, str]]] = {}  # per run, (key, created) of the charges the ledger holds
     for batch in load_unstored(path):
+        charges = [f.ledger for f in batch if f.ledger is not None]
+        for run_id in {row.run_id for row in charges} - set(stored):
+            stored[run_id] = {(row["key"], row["created"]) for row in store.ledger(run_id, kind="charge")}
         store.write_batch([f.task for f in batch], [f.response for f in batch if f.response is not None],
-                          [f.ledger for f in batch if f.ledger is not None],
+                          [row for row in charges if (row.key, row.created) not in stored[row.run_id]],
                           [(f.release_id,) for f in batch if f.release_id is not None])
         count += len(batch)
     path.unlink()

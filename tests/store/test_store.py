@@ -15,6 +15,8 @@ import pytest
 from runner.errors import StoreError
 from runner.store import CachedResponse, Finished, SQLiteStore, Writer, open_store
 from runner.store.base import LEDGER_COLUMNS, RESPONSE_COLUMNS, TASK_COLUMNS
+from runner.store.rows import LedgerRow, ResponseRow, TaskRow
+from runner.store.writer import save_unstored, store_unstored
 
 # The schema as declared in runner/store/migrations.py: a change there must be a new migration and a change here.
 SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
@@ -369,6 +371,26 @@ def test_the_memo_keeps_thinking_apart_from_the_answer(store: SQLiteStore) -> No
     found = store.lookup_many(["k1", "k2"])
     assert (found["k1"].thinking, found["k1"].reasoning_tokens) == ("C looks tempting, but B", 40)
     assert (found["k2"].thinking, found["k2"].reasoning_tokens) == (None, 0)
+
+
+@pytest.mark.parametrize("committed", [True, False], ids=["committed", "not-committed"])
+def test_answers_kept_aside_are_stored_once_whether_or_not_their_commit_landed(store: Any, tmp_path: Path,
+                                                                               committed: bool) -> None:
+    """A PostgreSQL server that restarts while a batch's COMMIT is on its way cannot say whether it took it, so the
+    run ends keeping the batch aside (runner/store/writer.py); the resume stores it, and a batch that had committed
+    after all is not charged twice (the fault simulation's seed 13 found the double charge)."""
+    run_id = new_run(store)
+    reservation = store.reserve(run_id, "mc", "sim:gpt-test", "k1", 0.01)
+    item = Finished(task=TaskRow(*task(run_id, "1", "k1")), response=ResponseRow(*response("k1")),
+                    ledger=LedgerRow(*ledger(run_id, "k1")), release_id=reservation)
+    if committed:
+        store.write_finished([item])
+    kept = save_unstored([item], [tmp_path / "unstored.jsonl"])
+    assert kept is not None
+    assert store_unstored(store, kept) == 1
+    assert [(row["key"], row["kind"]) for row in store.ledger(run_id)] == [("k1", "charge")]
+    assert store.charged(run_id) == pytest.approx(0.001)
+    assert store.task_status(run_id, "mc", "1") == "done" and not kept.exists()
 
 
 # -- runs ----------------------------------------------------------------------------------------------------
