@@ -56,8 +56,11 @@ class AzureOpenAIProvider(OpenAIChatProvider):
     extra: ClassVar[str | None] = "azure"
 
     class Options(OpenAIChatProvider.Options):
+        #: the resource's address, https://NAME.openai.azure.com (else AZURE_OPENAI_ENDPOINT)
         endpoint: str | None = None
+        #: the API version sent (else OPENAI_API_VERSION)
         api_version: str | None = None
+        #: key: AZURE_OPENAI_API_KEY (or AZURE_OPENAI_AD_TOKEN); entra: azure-identity's DefaultAzureCredential
         auth: Literal["key", "entra"] = "key"
         #: deployment name -> the model it serves (gpt-4o), for prices and the capability table
         deployments: dict[str, str] = {}

@@ -91,14 +91,19 @@ class ProviderSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    #: the API's address, instead of the provider's own (a proxy, the simulated server, your own server)
     base_url: str | None = None
     #: the environment variable holding the key; the key itself never appears in a job file
     api_key_env: str | None = None
+    #: requests per minute at most (else read from the answers' rate-limit headers)
     rpm: int | None = Field(default=None, gt=0)
+    #: tokens per minute at most (input + output)
     tpm: int | None = Field(default=None, gt=0)
     #: input and output tokens per minute, for providers that limit them separately (Anthropic)
     itpm: int | None = Field(default=None, gt=0)
+    #: output tokens per minute (as ``itpm``)
     otpm: int | None = Field(default=None, gt=0)
+    #: requests in flight at once, a hard cap (with no known rate limit: exactly this many, no ramp)
     concurrency: int | None = Field(default=None, gt=0)
     #: requests in flight per endpoint at most (memory: 15-20 kB each); default the job's, else
     #: ``DEFAULT_MAX_IN_FLIGHT`` (8,192)
@@ -122,6 +127,7 @@ class ProviderSettings(BaseModel):
     count_rpm: int | None = Field(default=None, gt=0)
     #: the embedded model's settings (``LocalProvider.Options``), kept here so job files keep validating
     model_path: str | None = None
+    #: the embedded model's context window in tokens
     n_ctx: int = Field(default=2048, gt=0)
 
     #: keys no field above names but some registered provider's ``Options`` declares; each provider

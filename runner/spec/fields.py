@@ -35,6 +35,7 @@ def within(low: int, high: int) -> AfterValidator:
         if value is not None and not low <= value <= high:
             raise ValueError(f"must be from {low:,} to {high:,}")
         return value
+    check.bounds = (low, high)  # type: ignore[attr-defined]  # read by scripts/gen_reference.py
     return AfterValidator(check)
 
 

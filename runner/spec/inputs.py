@@ -49,7 +49,9 @@ class Dataset(Strict):
 
 
 class Turn(Strict):
+    #: who says it
     role: Literal["user", "assistant"]
+    #: the turn's text (a Jinja2 template, as the prompt's)
     content: str
 
 
@@ -58,12 +60,17 @@ class InlinePrompt(Strict):
     a ``context`` and the ``continuation`` whose log-probability after it is scored, rendered once per option
     (``option``, ``option_index``) of a ``parse: loglikelihood`` stage."""
 
+    #: the system message (a Jinja2 template over the row's fields)
     system: str | None = None
     #: earlier turns of a conversation (few-shot examples, a previous answer), between system and user
     messages: list[Turn] = Field(default_factory=list)
+    #: the user message (a Jinja2 template over the row's fields)
     user: str | None = None
+    #: log-likelihood: the text before each option's continuation (a template)
     context: str | None = None
+    #: log-likelihood: the text whose log-probability after the context is scored, once per option (a template)
     continuation: str | None = None
+    #: the paper and table the prompt reproduces (free text, as a template file's ``source:``)
     source: str | None = None
 
     @model_validator(mode="after")
@@ -94,7 +101,9 @@ class Choices(Strict):
     #: that equal it; anything else, or an index out of range, is an error naming the file and line. Unset, the
     #: stage has no answer key and is not scored, whatever fields its rows have.
     gold: str | None = None
+    #: the seeds of the option shuffle: each is one request per row and model
     seeds: Annotated[list[int], AfterValidator(seeds_within)] = Field(default_factory=lambda: [0, 1, 2])
+    #: false: the options are shown in the row's order under every seed
     shuffle: bool = True
     #: Know-No's prompts without the gold: the gold option is removed before shuffling, and the right answer
     #: is to say none fits

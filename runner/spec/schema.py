@@ -89,15 +89,23 @@ class StopRule(Strict):
 
 
 class Stage(Strict):
+    #: the stage's name: its results file is ``<name>.jsonl``, and ``from:`` and reports name it
     name: str = Field(pattern=NAME_PATTERN)
+    #: the rows the stage reads (or, in a pipeline, ``from:``)
     dataset: Dataset | None = None
     #: in a pipeline: the earlier stage(s) whose output rows this stage reads
     from_: list[str] | None = Field(default=None, alias="from")
+    #: the models this stage asks, instead of the job's
     models: list[str] | None = None
+    #: a template file's name under prompts/ (``newterm/coma-exercise``), or an inline prompt
     prompt: str | InlinePrompt | None = None
+    #: multiple choice: where the options and the gold come from, and the seeds of their shuffle
     choices: Choices | None = None
+    #: more axes to cross with the rows, each a list of values the prompt sees by name (``{template: [0, 1, 2]}``)
     variants: dict[str, list[Any]] = Field(default_factory=dict)
+    #: how many times each prompt is asked (the sample index is part of the cache key)
     samples: Annotated[int, within(1, MAX_SAMPLES)] = 1
+    #: the stage's generation parameters, merged over the job's
     params: Params = Field(default_factory=Params)
     #: the row field holding the gold answer when the stage has no choices (CSJ's true/false); with choices,
     #: ``choices.gold`` names it. Unset, the stage is not scored: a row field that happens to be called ``gold``
@@ -119,7 +127,9 @@ class Stage(Strict):
     scoring: Literal["default", "newterm-reference"] = "default"
     #: answers that need human judgement (Know-No's no-hint prompts): not scored, shown options kept in results
     review: bool = False
+    #: the stage's results file, instead of ``<output_dir>/<job>/<run id>/<stage>.jsonl``
     output: str | None = None
+    #: the most this stage may spend, in USD and/or tokens (it stops alone when spent)
     budget: BudgetLimit | None = None
     #: how the stage's requests are sent: online, through the providers' Batch APIs, or auto (the job's when unset)
     mode: Mode | None = None
@@ -167,17 +177,29 @@ class Stage(Strict):
     sample_offset: Annotated[int, within(0, MAX_COUNT)] = 0
 
     # -- pipelines: data operations (exactly one, instead of a prompt)
+    #: rows of several ``from:`` stages joined on equal fields
     join: JoinStep | None = None
+    #: true: the rows of the ``from:`` stages one after the other
     concat: bool | None = None
+    #: a row per element of a list field
     explode: ExplodeStep | None = None
+    #: a row per group of rows sharing fields, their other fields collected into lists
     group: GroupStep | None = None
+    #: the first row of each group of rows sharing fields
     dedupe: DedupeStep | None = None
+    #: ``n`` rows drawn at random (seeded) from each group
     sample: SampleStep | None = None
+    #: the rows in a seeded random order
     shuffle: ShuffleStep | None = None
+    #: the ``k`` rows of each group with the highest (or lowest) score
     top_k: TopKStep | None = None
+    #: only the rows a Jinja expression keeps
     filter: FilterStep | None = None
+    #: fields set on every row, each from a Jinja expression over the row (``{F: EXPRESSION}``)
     set: dict[str, str] | None = None
+    #: the similarity of two text fields of each row, into a new field
     similarity: SimilarityStep | None = None
+    #: a named Python step of runner/recipes/ (``newterm.related_terms``), with ``args:``
     recipe: str | None = None
     #: arguments of ``recipe:``
     args: dict[str, Any] = Field(default_factory=dict)
@@ -254,9 +276,11 @@ class Stage(Strict):
 class ReportLayout(Strict):
     """A paper's table layout for ``runner report``: NewTerm's Table 1, Know-No's Table 3 or WinoDict's Table 2."""
 
+    #: which paper's table
     layout: Literal["newterm", "knowno", "winodict"]
     #: winodict: the log-likelihood stage (and the prompt-form stage for chat models, if any)
     stage: str | None = None
+    #: winodict: the stage asking chat models the same items as a two-option question
     chat_stage: str | None = None
     #: newterm: which stage holds each task, e.g. {COMA: coma, COST: cost, CSJ: csj}
     tasks: dict[Literal["COMA", "COST", "CSJ"], str] = Field(default_factory=dict)
@@ -265,15 +289,23 @@ class ReportLayout(Strict):
 
 
 class Job(Strict):
+    #: the job's name: its results go under ``<output_dir>/<name>/<run id>/``, and reports and the ledger name it
     name: str = Field(pattern=NAME_PATTERN)
+    #: free text
     description: str | None = None
+    #: the models every LLM stage asks, as ``provider:model`` (a stage's ``models:`` replaces them for that stage)
     models: list[str] = Field(default_factory=list)
+    #: the generation parameters of every stage (a stage's ``params:`` are merged over them)
     params: Params = Field(default_factory=Params)
+    #: settings per provider (``providers: {openai: {rpm: 500}}``): its address, key variable, limits and bounds
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
     #: the user's OpenAI-compatible servers, named in models as ``openai-compatible:NAME/MODEL``
     endpoints: dict[str, ProviderSettings] = Field(default_factory=dict)
+    #: how failed requests are tried again (the runner's own retries: the SDKs' are off)
     retry: RetrySettings = Field(default_factory=RetrySettings)
+    #: prices per ``provider:model``, in USD per million tokens, over genai-prices' (or for a model it lacks)
     prices: dict[str, Price] = Field(default_factory=dict)
+    #: the most the run may spend, in USD and/or tokens, for the whole run and per model
     budget: JobBudget | None = None
     #: online (each request at once), batch (the providers' Batch APIs: half the price, answers within a day)
     #: or auto (batch while the deadline allows, then online)
@@ -290,6 +322,7 @@ class Job(Strict):
     #: with mode auto: when the answers are needed, as seconds from the run's start ("90m", "6h", "1d" or a
     #: number of seconds); what no batch has answered by then is sent online
     deadline: str | None = None
+    #: how stages in ``mode: batch`` or ``auto`` use the providers' Batch APIs
     batch: BatchSettings = Field(default_factory=BatchSettings)
     #: requests in flight per endpoint at most, a memory bound (15-20 kB each: bench/latency.py); a
     #: provider's own ``max_in_flight`` wins, an explicit ``concurrency`` caps it further
@@ -306,7 +339,9 @@ class Job(Strict):
         return str(value)
     #: read only the first N items of every stage's dataset (``runner submit --limit N`` sets it too)
     limit: Annotated[int | None, within(1, MAX_ROWS)] = None
+    #: a paper's table for ``runner report`` (NewTerm's, Know-No's or WinoDict's layout)
     report: ReportLayout | None = None
+    #: the folder results files go under: ``<output_dir>/<job>/<run id>/<stage>.jsonl``
     output_dir: str = "results"
     #: values for ``${name}`` in the file's strings (``--var name=value`` overrides them)
     vars: dict[str, str] = Field(default_factory=dict)
@@ -317,6 +352,7 @@ class Job(Strict):
     embeddings: Literal["auto", "minilm", "lexical"] = "auto"
     #: leave out what a model cannot take (a stage may say otherwise) instead of refusing the job
     drop_unsupported: bool = False
+    #: what the job does, in order: LLM stages (a prompt) and, in a pipeline, data stages
     stages: list[Stage] = Field(min_length=1)
 
     # Filled in by load_job, not read from the file.

@@ -14,7 +14,9 @@ class Reasoning(Strict):
     """How much a reasoning model thinks: an effort level, a thinking budget in tokens, or both (the budget is then
     the thinking allowance added to the output cap). Mapped per API by ``runner.providers.capabilities``."""
 
+    #: how hard the model thinks, among the levels it takes
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    #: the thinking budget in tokens (added to the output cap as the thinking allowance)
     budget_tokens: Annotated[int | None, within(0, MAX_TOKENS)] = None
 
     @model_validator(mode="after")
@@ -29,17 +31,25 @@ class Params(Strict):
     """Generation parameters; every one of them is part of the cache key when set (as shaped for each model by
     ``runner.providers.capabilities.shape``: the key holds what is sent)."""
 
+    #: the sampling temperature (what a model takes is narrower: Anthropic 0 to 1, reasoning models none)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    #: the answer's output cap in tokens (a thinking allowance is added on top for reasoning); budgets need it
     max_tokens: Annotated[int | None, within(1, MAX_TOKENS)] = None
+    #: nucleus sampling's probability mass
     top_p: float | None = Field(default=None, gt=0, le=1)
+    #: stop sequences (a string or a list; OpenAI takes at most 4, Gemini 5)
     stop: list[str] | None = None
+    #: the sampling seed, where the API has one
     seed: Seed | None = None
+    #: OpenAI's response_format as given (a stage's ``schema:`` sets a json_schema one)
     response_format: dict[str, Any] | None = None
+    #: ask for the answer tokens' log-probabilities, where the API gives them
     logprobs: bool | None = None
     #: penalties on tokens already in the answer, -2 to 2 as OpenAI's CreateChatCompletionRequest bounds them; sent
     #: as OpenAI's presence_penalty/frequency_penalty, Gemini's presencePenalty/frequencyPenalty and llama.cpp's
     #: own arguments; Anthropic and reasoning models take none (runner/providers/capabilities.py)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    #: as presence_penalty, growing with how often a token already appeared
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     #: thinking of reasoning models: {effort: low|medium|high|...} or {budget_tokens: N}
     reasoning: Reasoning | None = None
@@ -85,7 +95,9 @@ class RetrySettings(Strict):
     rate_limit_attempts: int = Field(default=30, ge=1, le=200)
     #: seconds from a request's first attempt after which it is not tried again
     max_elapsed: float = Field(default=300.0, gt=0)
+    #: seconds: the scale of the exponential backoff between attempts (full jitter)
     backoff_initial: float = Field(default=0.5, gt=0)
+    #: seconds: the longest wait between two attempts
     backoff_max: float = Field(default=30.0, gt=0)
     #: seconds from a flex request's first attempt during which the provider's shedding it (no flex capacity) is
     #: met by sending it again at flex, with the backoff above; then it fails, or goes at standard where the stage
@@ -96,7 +108,9 @@ class RetrySettings(Strict):
 class TierPrice(Strict):
     """USD per million tokens at one service tier (``flex:`` or ``priority:`` of a ``prices:`` entry)."""
 
+    #: USD per million input tokens at this tier
     input: float = Field(ge=0)
+    #: USD per million output tokens at this tier
     output: float = Field(ge=0)
     #: a prompt-cache read at this tier; the tier's input price when absent
     cached_input: float | None = Field(default=None, ge=0)
@@ -105,8 +119,11 @@ class TierPrice(Strict):
 class Price(Strict):
     """USD per million tokens."""
 
+    #: USD per million input tokens
     input: float = Field(ge=0)
+    #: USD per million output tokens (thinking tokens included)
     output: float = Field(ge=0)
+    #: a prompt-cache read; the input price when absent
     cached_input: float | None = Field(default=None, ge=0)
     #: a prompt-cache write (Anthropic prices it above plain input); the input price when absent
     cache_write: float | None = Field(default=None, ge=0)
@@ -116,10 +133,12 @@ class Price(Strict):
     cache_storage: float | None = Field(default=None, ge=0)
     #: the Batch API's prices, when the model has one (OpenAI, Anthropic and Gemini charge half)
     batch_input: float | None = Field(default=None, ge=0)
+    #: the Batch API's output price
     batch_output: float | None = Field(default=None, ge=0)
     #: the service tiers' prices (a stage's ``tier:``), for a model the job prices: without them a job that asks
     #: its model for that tier is refused before anything is sent
     flex: TierPrice | None = None
+    #: the priority tier's prices (as ``flex:``)
     priority: TierPrice | None = None
 
 
@@ -143,11 +162,14 @@ class BatchSettings(Strict):
 class BudgetLimit(Strict):
     """A spending limit: USD and/or tokens (input + output)."""
 
+    #: the most it may spend in USD
     usd: float | None = Field(default=None, gt=0)
+    #: the most input + output tokens it may spend
     tokens: Annotated[int | None, within(1, MAX_BUDGET_TOKENS)] = None
 
 
 class JobBudget(BudgetLimit):
     """The run's limit, and limits per model (``provider:model``) across stages."""
 
+    #: a limit per ``provider:model``, across stages
     models: dict[str, BudgetLimit] = Field(default_factory=dict)

@@ -27,10 +27,12 @@ class ExplodeStep(Strict):
     #: a list field: each element becomes a row of its own (objects are merged into the row, other values
     #: are stored under ``as``); the row id gets ``.<n>``
     field: str
+    #: the field a non-object element is stored under (default: the list field's name)
     as_: str | None = Field(default=None, alias="as")
 
 
 class GroupStep(Strict):
+    #: the fields whose values make a group
     by: list[str] = Field(min_length=1)
     #: new list field -> the field collected from each row of the group, in row order
     collect: dict[str, str] = Field(min_length=1)
@@ -56,18 +58,23 @@ class DedupeStep(KeyedStep):
 
 
 class SampleStep(KeyedStep):
+    #: rows drawn from each group
     n: Annotated[int, within(1, MAX_COUNT)]
+    #: the draw's seed (the job's ``seed:`` when unset)
     seed: Seed | None = None
 
 
 class ShuffleStep(Strict):
+    #: the order's seed (the job's ``seed:`` when unset)
     seed: Seed | None = None
 
 
 class TopKStep(KeyedStep):
+    #: rows kept from each group
     k: Annotated[int, within(1, MAX_COUNT)]
     #: the numeric field ranked (rows without it rank last)
     score: str
+    #: desc: the highest scores; asc: the lowest
     order: Literal["desc", "asc"] = "desc"
 
 
@@ -79,8 +86,11 @@ class FilterStep(Strict):
 
 
 class SimilarityStep(Strict):
+    #: the first text field
     a: str
+    #: the second text field
     b: str
+    #: the new field the similarity (a cosine) goes into
     as_: str = Field(alias="as")
 
 
