@@ -126,7 +126,7 @@ class VLLMProvider(_Preset):
     lean_wire: ClassVar[bool] = True  # a local server: the lean wire, not the SDK (lean_http.py)
 
 
-#: every preset by its name, for the README's table and the tests
+#: every preset by its name, for the providers' reference (scripts/gen_reference.py) and the tests
 PRESETS: dict[str, type[_Preset]] = {cls.name: cls for cls in (
     OpenRouterProvider, TogetherProvider, GroqProvider, DeepSeekProvider, MistralProvider, FireworksProvider,
     OllamaProvider, VLLMProvider)}

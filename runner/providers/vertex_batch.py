@@ -28,7 +28,7 @@ failed: its status is Google's words, ``"Bad Request: {"error": {"code": 400, "m
 as the online mapping of that HTTP status (a status without a JSON error by its words, "Bad Request" a 400, and
 as a 500, retried, when they are not known). Input lines missing
 from the output (a job expired, cancelled or failed part-way) come back ``retry`` (expired or cancelled). A job that
-failed as a whole with no output raises its error. The staged objects are kept (see the README: a results read must
+failed as a whole with no output raises its error. The staged objects are kept (see docs/clouds.md: a results read must
 be repeatable after a crash, and the engine has no hook after it recorded a batch as collected); a lifecycle rule
 on the bucket removes them.
 

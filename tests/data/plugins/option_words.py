@@ -1,4 +1,4 @@
-"""An example of one's own parser and scorer (README "Your own parser or scorer"): a job names them as
+"""An example of one's own parser and scorer (docs/plugins.md, "A parser or a scorer"): a job names them as
 ``parse: option_words:last_option_named`` and ``scorer: option_words:partial_credit`` with this file beside it."""
 
 from __future__ import annotations
