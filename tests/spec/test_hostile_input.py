@@ -329,3 +329,29 @@ def test_vars_that_expand_without_end_are_refused(tmp_path: Path) -> None:
     chain = '  v0: "' + "x" * 100 + '"\n' + "".join(f'  v{i}: "{f"${{v{i - 1}}}" * 10}"\n' for i in range(1, 9))
     path = vars_job(tmp_path, chain + '  a: "${v8}"\n')
     assert "characters to the job" in error_of(path)
+
+
+def test_libyaml_and_pyyaml_read_every_bundled_file_alike(tmp_path):
+    """The fast path (libyaml's parser under this module's bounded composer) gives every bundled job, prompt and
+    schema file the data and key lines PyYAML's own parser gives."""
+    from runner.spec import yamlfile
+
+    assert yamlfile._FastLoader is not None, "PyYAML without libyaml: the fast path is not taken"
+    files = sorted(p for folder in ("jobs", "prompts", "deploy") for p in (ROOT / folder).rglob("*.y*ml"))
+    assert len(files) > 30
+    for path in files:
+        fast, _ = yamlfile._composed(path, path.read_text(encoding="utf-8"), None, yamlfile._FastLoader)
+        slow, _ = yamlfile._composed(path, path.read_text(encoding="utf-8"), None, yamlfile._BoundedLoader)
+        lines_fast: dict = {}
+        lines_slow: dict = {}
+        yamlfile._walk(path, fast, (), lines_fast)
+        yamlfile._walk(path, slow, (), lines_slow)
+        assert lines_fast == lines_slow, path
+        assert yamlfile._FastLoader("", path).construct_document(fast) == \
+            yamlfile._BoundedLoader("", path).construct_document(slow), path
+
+
+def test_a_document_libyaml_refuses_is_said_in_pyyamls_words(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("name: x\nmodels: [a\nstages: []\n", encoding="utf-8")
+    assert error_of(path).startswith(f"{path}:3: not valid YAML: expected ',' or ']', but got ':'")
