@@ -54,6 +54,8 @@ class SimConfig:
     #: the token-counting endpoints count (simserver.count_tokens); off: each answers its format's 500, a counting
     #: endpoint that fails
     count_tokens: bool = True
+    #: seconds each count request takes to answer (a real count endpoint is a round trip of its own)
+    count_latency: float = 0.0
     #: service tiers (simserver.tiers): the fraction of flex requests shed (not billed), the seconds a flex answer
     #: takes beyond ``latency``, and the priority requests per model served at priority (since a reset) before the
     #: rest are served at standard (None: no limit)

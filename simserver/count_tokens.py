@@ -19,7 +19,8 @@ format's model route reads from the same body, so a prompt's count equals what a
 
 Count requests are not model requests: not in ``received``, no fault dice, no rate-limit buckets, never billed.
 /sim/stats counts them under ``count_tokens`` (``received``: every count request, answered or not; ``by_digest``:
-each prompt's counts answered, by the digest ``completed_by_digest`` uses), once there is one. Strict mode checks
+each prompt's counts answered, by the digest ``completed_by_digest`` uses; ``peak_in_flight``: the most answered at
+once), once there is one. ``SimConfig.count_latency`` makes each answer take that long. Strict mode checks
 each body against the same published definitions as the model routes (:mod:`simserver.strict_anthropic`,
 :mod:`simserver.strict_gemini`, :mod:`simserver.bedrock_strict`). ``SimConfig.count_tokens`` off answers every
 count request with its format's 500: a counting endpoint that fails, whose client must fall back on something else.
@@ -27,6 +28,7 @@ count request with its format's 500: a counting endpoint that fails, whose clien
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -61,13 +63,18 @@ class Counted:
     def __init__(self) -> None:
         self.received = 0
         self.by_digest: Counter[str] = Counter()
+        #: count requests being answered now, and the most at once since the last reset
+        self.in_flight = 0
+        self.peak = 0
 
     def clear(self) -> None:
         self.received = 0
         self.by_digest.clear()
+        self.peak = self.in_flight
 
     def stats(self) -> dict[str, Any] | None:
-        return {"received": self.received, "by_digest": dict(self.by_digest)} if self.received else None
+        return {"received": self.received, "by_digest": dict(self.by_digest),
+                "peak_in_flight": self.peak} if self.received else None
 
 
 #: what a count route reads from a body (given the request and whether strict mode is on): its messages as the
@@ -158,7 +165,15 @@ def _count(server: SimServer, fmt: WireFormat, read: Reader, answer: Callable[[i
             return fmt.bad_request(exc.message, exc.param, headers)
         except _Refused as exc:
             return fmt.bad_request(exc.refusal.message, exc.refusal.param, headers)
-        server.counted.by_digest[message_digest(messages)] += 1
+        counted = server.counted
+        counted.in_flight += 1
+        counted.peak = max(counted.peak, counted.in_flight)
+        try:
+            if cfg.count_latency > 0:
+                await asyncio.sleep(cfg.count_latency)
+        finally:
+            counted.in_flight -= 1
+        counted.by_digest[message_digest(messages)] += 1
         return response(200, answer(count_prompt_tokens(messages)), headers)
 
     return handle

@@ -338,6 +338,7 @@ class Dispatcher:
         hits, to_send = await self.triage.sort(chunk, done)
         if to_send:
             self.prompt_cache.plan(to_send)
+        counting = self.reserver.count_ahead(to_send, self.spawned.spawn) if to_send else None
         recorder = self.recorder
         for req, cached in hits:
             recorder.cached(req, cached)
@@ -349,9 +350,11 @@ class Dispatcher:
         if crew is not None and to_send and not batching:
             mine, answered = await crew.claim(sorted({req.key for req in to_send} - set(self.flight.on_way)))
         stage = chunk[0].stage
-        for req in to_send:
+        for index, req in enumerate(to_send):
             if self.control.stopping or self.stopped_early(stage):
                 break
+            if counting is not None:
+                counting.reach(index)
             # answered while this chunk was being dispatched, or by another process before the claim
             cached = self.triage.answered(req.key) or answered.get(req.key)
             if cached is not None:

@@ -15,16 +15,20 @@ budget unspent.
   every count request of that endpoint.
 - Before the reservation: ``Reserver.reserve`` awaits :meth:`ExactCounts.count`, which sets the call's
   ``input_tokens`` to the count and its ``tokens_exact``; the endpoint's token buckets then take the count too.
+  A chunk's prompts are counted ahead of its dispatch (:class:`CountsAhead`), so the reservations do not wait for
+  one count round trip after another.
 - A count that fails leaves the request to the byte bound, as before: a 429 is waited out (up to
   ``RATE_LIMIT_ATTEMPTS`` times), another transient failure tried again (up to ``ATTEMPTS`` times); a refusal (a
-  model the endpoint does not count, a refused key) or ``FAILURES_IN_A_ROW`` failed counts in a row turn counting
-  off for that endpoint for the rest of the run. A provider's first failure is said once, in one line of the run's
+  model the endpoint does not count, a refused key) or ``FAILURES_IN_A_ROW`` failed counts in a row (or as many
+  failed tries in a row as they make, whichever comes first: counts asked ahead fail together) turn counting off
+  for that endpoint for the rest of the run. A provider's first failure is said once, in one line of the run's
   notes; ``providers: {NAME: {count_tokens: false}}`` turns counting off from the start.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -39,7 +43,7 @@ from runner.providers.token_counts import count_key
 from runner.store import Store
 from runner.store.offloop import LoopStore, off_loop
 
-__all__ = ["ATTEMPTS", "FAILURES_IN_A_ROW", "RATE_LIMIT_ATTEMPTS", "ExactCounts"]
+__all__ = ["AHEAD", "ATTEMPTS", "CountsAhead", "FAILURES_IN_A_ROW", "RATE_LIMIT_ATTEMPTS", "ExactCounts"]
 
 #: tries of one count that fails with a transient error (a 5xx, a timeout, a dropped connection)
 ATTEMPTS = 3
@@ -51,17 +55,21 @@ FAILURES_IN_A_ROW = 3
 RECENT = 16_384
 #: seconds before the first try again of a transient failure (doubled each time), and a 429's pause without one
 BACKOFF_S = 0.2
+#: how far ahead of the dispatch a chunk's requests are counted (the count endpoint's own limits bound what reaches
+#: the provider at once)
+AHEAD = 64
 
 
 class _Gate:
     """One count endpoint's limiter and its state in this run."""
 
-    __slots__ = ("endpoint", "failures", "off")
+    __slots__ = ("endpoint", "failed_tries", "failures", "off")
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
-        #: counts in a row that failed
+        #: counts in a row that failed, and tries in a row that failed
         self.failures = 0
+        self.failed_tries = 0
         #: why counting is off for this endpoint (None: on)
         self.off: str | None = None
 
@@ -119,6 +127,12 @@ class ExactCounts:
             call.input_tokens = provider.count_reserved(call.model_name, tokens)
             call.tokens_exact = True
 
+    async def quietly(self, req: Task) -> None:
+        """:meth:`count`, asked ahead of the reservation (:class:`CountsAhead`): a count that fails here is left to
+        the reservation, which asks again and takes what it finds."""
+        with contextlib.suppress(Exception):
+            await self.count(req)
+
     async def _once(self, key: str, provider: Provider, model: str, request: dict[str, Any]) -> int | None:
         """The count under ``key``, looked up or asked once however many requests want it at the same time."""
         asking = self._asking.get(key)
@@ -172,6 +186,9 @@ class ExactCounts:
         endpoint, tries, limited = gate.endpoint, 0, 0
         while True:
             await endpoint.slots.acquire()
+            if gate.off is not None:  # turned off while this count waited for its slot
+                endpoint.slots.release()
+                return None
             try:
                 await endpoint.ready()
                 tokens = await provider.count_tokens(model, request)
@@ -184,14 +201,19 @@ class ExactCounts:
             except TransientError as exc:
                 tries += 1
                 failure = exc
-                if tries < ATTEMPTS:
+                gate.failed_tries += 1
+                if gate.failed_tries >= ATTEMPTS * FAILURES_IN_A_ROW:
+                    # as many tries as FAILURES_IN_A_ROW counts make, failed in a row: counts asked ahead together
+                    # would otherwise each make their tries before any of them has failed them all
+                    gate.off = gate.off or f"{gate.failed_tries} tries in a row failed"
+                elif tries < ATTEMPTS:
                     await self._sleep(BACKOFF_S * 2 ** (tries - 1))
                     continue
             except Exception as exc:  # noqa: BLE001 - refused (or a defect): counting goes off, the run goes on
                 failure = exc
                 gate.off = str(exc)
             else:
-                gate.failures = 0
+                gate.failures = gate.failed_tries = 0
                 return tokens
             finally:
                 endpoint.answered()
@@ -228,3 +250,30 @@ class ExactCounts:
         rows, self._unsaved = self._unsaved, []
         if rows:
             self.store.post("save_token_counts", rows)
+
+
+class CountsAhead:
+    """The counts of a chunk's requests, each started :data:`AHEAD` requests before the dispatch reaches it. The
+    dispatch reserves one request after another, so a count asked only at its reservation cost one round trip per
+    distinct prompt before the next request could go; asked ahead, a reservation finds its count made or joins it
+    on its way. A run that stops has counted at most :data:`AHEAD` requests it does not send (counts are free, and
+    kept in the store for a resume)."""
+
+    __slots__ = ("counts", "reqs", "spawn", "started", "wanted")
+
+    def __init__(self, counts: ExactCounts, reqs: list[Task], wanted: Callable[[Task], bool],
+                 spawn: Callable[[Any], None]) -> None:
+        self.counts = counts
+        self.reqs = reqs
+        self.wanted = wanted
+        self.spawn = spawn
+        self.started = 0
+
+    def reach(self, index: int) -> None:
+        """The dispatch is at ``reqs[index]``: the counts up to :data:`AHEAD` requests beyond it are on their way."""
+        end = min(index + AHEAD, len(self.reqs))
+        while self.started < end:
+            req = self.reqs[self.started]
+            self.started += 1
+            if self.wanted(req):
+                self.spawn(self.counts.quietly(req))

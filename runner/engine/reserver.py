@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from runner.engine.budget import LATER, Budgets, Exhausted, Reservation, Scope, budgets_of
 from runner.engine.control import RunControl
-from runner.engine.exact_counts import ExactCounts
+from runner.engine.exact_counts import CountsAhead, ExactCounts
 from runner.engine.leases import ChunkLeases
 from runner.engine.stats import RunStats
 from runner.engine.tiers import Tiers, tier_rates
@@ -80,6 +81,14 @@ class Reserver:
     def free(self, model: str) -> bool:
         """Whether a request of ``model`` needs no reservation at all (no budget, and the model costs nothing)."""
         return self.budgets is None and not self.priced(model)
+
+    def count_ahead(self, reqs: list[Task], spawn: Callable[[Any], None]) -> CountsAhead | None:
+        """The input-token counts of those of ``reqs`` a budget covers, started ahead of their reservations as the
+        dispatch goes (:class:`CountsAhead`); None when the run counts nothing."""
+        if self.counts is None or self.budgets is None:
+            return None
+        return CountsAhead(self.counts, reqs,
+                           lambda req: not self.closed(req) and any(self._limits(req.stage, req.model)), spawn)
 
     async def reserve(self, req: Task, *, batch: bool = False) -> Reservation | str | None:
         """Reserve the request's worst case against its budgets and in the ledger; None when a budget ran out (or

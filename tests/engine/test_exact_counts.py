@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runner.engine.exact_counts import ATTEMPTS, FAILURES_IN_A_ROW
+from runner.engine.exact_counts import AHEAD, ATTEMPTS, FAILURES_IN_A_ROW
 from runner.engine.run import execute
 from runner.report import estimate as estimates
 from runner.spec.job import load_job
@@ -76,8 +76,9 @@ def worst_exact(rows: list[str]) -> float:
 
 async def test_each_prompt_is_counted_once_and_the_count_is_kept_across_a_resume(tmp_path, server: SimServer):
     """Two stages ask the same 30 prompts (other output caps: other requests, one count each); the first run
-    runs out of budget, a resume with a larger one finishes: every prompt was counted by the server once, the
-    request that did not fit counted in the first run and found in the store by the resume."""
+    runs out of budget, a resume with a larger one finishes: every prompt was counted by the server once, those
+    counted ahead of a dispatch the budget stopped (runner/engine/exact_counts.py, ``AHEAD``) found in the store by
+    the resume."""
     rows = questions(1, 30)
     path = write_job(tmp_path, server.root_url, CLAUDE, rows, usd=3.0, stages=2)
     job = load_job(path)
@@ -87,7 +88,7 @@ async def test_each_prompt_is_counted_once_and_the_count_is_kept_across_a_resume
     counted = server.stats()["count_tokens"]
     assert counted["received"] == len(counted["by_digest"]) and set(counted["by_digest"].values()) == {1}
     sent = server.stats()["received"]
-    assert sent < len(counted["by_digest"]) + 4 < 30, "the request that did not fit (and those in flight) counted"
+    assert sent < len(counted["by_digest"]) <= min(30, sent + 4 + AHEAD), "counted ahead, at most AHEAD unsent"
     assert store.row("SELECT count(*) FROM token_counts") == (counted["received"],), "each count kept"
     set_budget(job, 1000.0)
     second = await execute(job, store, run_id=first.run_id)
@@ -143,6 +144,24 @@ async def test_a_budgeted_run_stops_within_five_percent_of_its_budget_and_never_
             fills.append(used / budget)
     assert min(exact_fill) >= 0.95, exact_fill
     assert sum(bound_fill) < sum(exact_fill), (bound_fill, exact_fill)
+
+
+@pytest.mark.parametrize("model", [CLAUDE, GEMINI])
+async def test_a_chunks_prompts_are_counted_ahead_of_their_reservations_not_one_after_another(
+        tmp_path, server: SimServer, model: str):
+    """Each count takes 50 ms: asked at each reservation, as the dispatch reaches it, they went one at a time (one
+    in flight at most, a round trip per distinct prompt before the next request could go); asked ahead of the
+    dispatch they overlap, each prompt still counted once and reserved at its count."""
+    server.configure(count_latency=0.05)
+    rows = questions(7, 24)
+    job = load_job(write_job(tmp_path, server.root_url, model, rows, usd=1000.0, concurrency=8))
+    store = open_store(tmp_path / "s.sqlite")
+    outcome = await execute(job, store)
+    assert outcome.status == "completed"
+    counted = server.stats()["count_tokens"]
+    assert counted["received"] == len(counted["by_digest"]) == 24
+    assert counted["peak_in_flight"] > 4, counted["peak_in_flight"]
+    assert store.row("SELECT count(*) FROM token_counts") == (24,)
 
 
 async def test_without_a_budget_nothing_is_counted(tmp_path, server: SimServer):
