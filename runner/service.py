@@ -142,8 +142,45 @@ def validate_job_file(path: str | os.PathLike[str], vars: Mapping[str, str] | No
         if (problem := loglikelihood_problem(job)) is not None:
             problems.append(problem)
             job = None
+        elif (problem := deadline_problem(job)) is not None:
+            problems.append(problem)
+            job = None
     return Validation(problems, job, dataset_warnings(job) if job is not None else [],
                       located if bundled else None)
+
+
+def deadline_problem(job: Job, store: Store | None = None) -> str | None:
+    """A deadline of the job that has passed or that no mode can meet (the estimate against ``store``, else an empty
+    store: nothing cached), in one sentence; None without one."""
+    if all(job.stage_deadline(stage) is None for stage in job.llm_stages()):
+        return None
+    from runner.report import estimate as estimates
+    from runner.report.deadline import DeadlineMissed, check_deadlines
+    from runner.store import open_store
+
+    try:
+        check_deadlines(job)
+        own = store is None
+        store = open_store(":memory:") if store is None else store
+        try:
+            check_deadlines(job, estimates.estimate(job, store).groups, store)
+        finally:
+            if own:
+                store.close()
+    except DeadlineMissed as exc:
+        return str(exc)
+    return None
+
+
+def set_deadline(job: Job, text: str) -> None:
+    """``--deadline``: the job's deadline over the file's (a stage's own still wins for that stage)."""
+    from runner.spec.schema import deadline_seconds
+
+    try:
+        deadline_seconds(text, 0.0)
+    except ValueError as exc:
+        raise RunnerError(f"--deadline: {exc}") from None
+    job.deadline = text
 
 
 def check_limit(limit: int, option: str = "--limit") -> int:
@@ -154,8 +191,11 @@ def check_limit(limit: int, option: str = "--limit") -> int:
 
 
 def apply_settings(job: Job, *, budget: float | None = None, limit: int | None = None,
-                   wording: Wording = CLI) -> Job:
-    """``--budget`` and ``--limit`` over what the job file says (the job is changed in place, and returned)."""
+                   wording: Wording = CLI, deadline: str | None = None) -> Job:
+    """``--budget``, ``--limit`` and ``--deadline`` over what the job file says (the job is changed in place, and
+    returned)."""
+    if deadline is not None:
+        set_deadline(job, deadline)
     if budget is not None:
         set_budget(job, budget)
     if limit is not None:
@@ -171,6 +211,10 @@ def prepare_submit(job: Job, store: Store, *, allow_partial: bool = False, repla
     from runner.report import estimate as estimates
 
     est = estimates.estimate(job, store, count_free=False)
+    if any(job.stage_deadline(stage) is not None for stage in job.llm_stages()):
+        from runner.report.deadline import check_deadlines
+
+        check_deadlines(job, est.groups, store)  # passed, or no mode meets it: before anything is sent
     cap = job.budget.usd if job.budget is not None else None
     refusal = estimates.over_budget(est, cap, allow_partial=f"{wording.give} {wording.allow_partial}",
                                     budget=wording.budget)

@@ -81,6 +81,15 @@ BudgetOption = Annotated[
                  show_default=False),
 ]
 
+DeadlineOption = Annotated[
+    str | None,
+    # parsed by service.set_deadline, which says a bad one in one line
+    typer.Option("--deadline", help="When the answers are needed: a duration from the start (6h, 90m) or an ISO "
+                 "8601 time with its zone (over the job file's deadline:); each stage's requests then go the "
+                 "cheapest way (batch, flex, standard, priority) that finishes by it with 95 % confidence.",
+                 show_default=False),
+]
+
 VarOption = Annotated[
     list[str] | None,
     typer.Option("--var", help="NAME=VALUE: a value for ${NAME} in the job file, over its vars: (repeatable).",

@@ -11,6 +11,7 @@ import typer
 
 from runner.cli.common import (
     DbOption,
+    DeadlineOption,
     LimitOption,
     VarOption,
     check_format,
@@ -67,6 +68,7 @@ def estimate(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
     limit: LimitOption = None,
     var: VarOption = None,
+    deadline: DeadlineOption = None,
     detect: Annotated[float | None, typer.Option(
         help="Also say how many items it takes to detect this difference of accuracy between each pair of a "
              "stage's models (0.02: two points), and their cost.")] = None,
@@ -88,9 +90,7 @@ def estimate(
         sizes.check_settings(detect=detect, halfwidth=halfwidth, alpha=alpha, power_=power)
         if fmt == "csv":
             raise RunnerError("--detect and --halfwidth print text, json or md, not csv")
-    job = load_job(job_file, var)
-    if limit is not None:
-        job.limit = service.check_limit(limit)
+    job = service.apply_settings(load_job(job_file, var), limit=limit, deadline=deadline)
     checks.check_loglikelihood(job)  # as submit refuses it: no estimate of what would not be sent
     store = open_db(db)
     found = estimates.estimate(job, store)

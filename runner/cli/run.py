@@ -14,6 +14,7 @@ from runner.cli.cluster import RayCommand, RayOption, WorkersOption, check_ray, 
 from runner.cli.common import (
     BudgetOption,
     DbOption,
+    DeadlineOption,
     LimitOption,
     VarOption,
     has_password,
@@ -145,6 +146,7 @@ def submit(
     budget: BudgetOption = None,
     limit: LimitOption = None,
     var: VarOption = None,
+    deadline: DeadlineOption = None,
     allow_partial: Annotated[bool, typer.Option(
         "--allow-partial", help="Start even when the estimate's worst case exceeds the budget; the run stops when "
         "the budget is spent (`runner resume RUN_ID --budget USD` continues it).")] = False,
@@ -165,7 +167,7 @@ def submit(
     """Validate a job file, estimate its cost, probe each model's endpoint, and run it; print accuracy and cost at
     the end. Refuses (exit 2) when the estimate's worst case exceeds the run's budget, unless --allow-partial; stops
     (exit 1) before any request when an endpoint is unreachable, refuses its key or does not know the model."""
-    job = service.apply_settings(load_job(job_file, var), budget=budget, limit=limit)
+    job = service.apply_settings(load_job(job_file, var), budget=budget, limit=limit, deadline=deadline)
     check_ray(ray, workers, "start more processes with the same --run-id")
     if run_id is not None:
         service.check_run_id(run_id)

@@ -41,6 +41,7 @@ from runner.plan.stage import StagePlan, model_key
 from runner.providers.pricing import PER, Pricing, Rates
 from runner.providers.tokens import bound_call_tokens, count_call_tokens, exact
 from runner.report.cache_estimate import CacheSums, caching_rule, storage_price
+from runner.report.deadline import deadline_lines
 from runner.report.stored_counts import StoredCounts
 from runner.report.tables import Column, Table, csv_text, json_text
 from runner.report.terminal import clean, clean_lines
@@ -300,6 +301,9 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
     result.totals = _totals(groups)
     result.totals["warnings"] = warnings
     result.totals["unplanned_stages"] = unplanned
+    # each mode's cost and time and the planned mix, per deadline (runner/report/deadline.py)
+    result.totals["deadline"] = deadline_lines(job, groups, store) if any(
+        job.stage_deadline(s) is not None for s in job.llm_stages()) else []
     if unplanned:  # what the listed stages cost is not known, so neither is the worst case
         result.totals["cost_high"] = result.totals["batch_high"] = result.totals["high_as_sent"] = None
     result.elapsed = time.perf_counter() - started
@@ -422,7 +426,7 @@ def summary_lines(est: Estimate) -> list[str]:
         lines.append(f"with provider prompt caching (prompt_cache: auto): expected {usd(t['cost_low_cached'])}, "
                      f"{usd(t['cost_low'] - t['cost_low_cached'])} less, {t['cache_read_tokens']:,} of the "
                      f"{t['input_tokens']:,} input tokens read from the providers' caches")
-    lines += t.get("warnings", []) + estimate_lines(est.groups)
+    lines += t.get("warnings", []) + estimate_lines(est.groups) + t.get("deadline", [])
     for model in t["unknown_prices"]:
         lines.append(f"unknown price for {model}: add prices: {{{model}: {{input: USD, output: USD}}}} "
                      "(per million tokens) to the job to price it")

@@ -3,6 +3,7 @@ that size a job's work, each said in one sentence when a value is out of them.""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
@@ -55,3 +56,18 @@ Seed = Annotated[int, within(*SEED_RANGE)]
 class Strict(BaseModel):
     # populate_by_name: a job stored as JSON for resume is written with field names (``from_``, ``as_``)
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """``"90m"`` → 5400.0; a bare number is seconds. ValueError names the forms it takes."""
+    found = _DURATION.match(str(text))
+    if not found:
+        raise ValueError(f"{text!r} is not a duration: write seconds, or a number with s, m, h or d (e.g. 6h)")
+    seconds = float(found.group(1)) * _UNIT_SECONDS[found.group(2) or "s"]
+    if seconds > MAX_DEADLINE:
+        raise ValueError("more than a year: a duration must be at most 366d")
+    return seconds

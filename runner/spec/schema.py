@@ -15,9 +15,11 @@ which imports runner/spec; it imports nothing from runner/plan.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import re
+import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -27,7 +29,7 @@ from runner.errors import RunnerError
 from runner.evaluate.plugins import PARSER_GROUP, entry_point_names, is_import_path
 from runner.providers.base import ProviderSettings, provider_class, split_model
 from runner.providers.capabilities import Shaped, shape
-from runner.spec.fields import MAX_COUNT, MAX_DEADLINE, MAX_ROWS, MAX_SAMPLES, Seed, Strict, within
+from runner.spec.fields import MAX_COUNT, MAX_ROWS, MAX_SAMPLES, Seed, Strict, parse_duration, within
 from runner.spec.inputs import Choices, Dataset, InlinePrompt
 from runner.spec.settings import (
     BatchSettings,
@@ -36,6 +38,7 @@ from runner.spec.settings import (
     JobBudget,
     Mode,
     Params,
+    PlannerSettings,
     Price,
     PromptCacheMode,
     RetrySettings,
@@ -141,6 +144,8 @@ class Stage(Strict):
     #: ``standard``: a flex request the provider still sheds after ``retry.flex_wait`` is sent at standard (and
     #: said once in the run's notes); unset: it fails (``flex_unavailable``); the job's when unset
     fallback: Fallback | None = None
+    #: when this stage's answers are needed (the job's ``deadline:`` form); the job's when unset
+    deadline: str | None = None
     #: row fields copied into each result line (under ``fields``), for reports by them (WinoDict's bucket)
     record: list[str] = Field(default_factory=list)
     #: the row field whose items answer alike (a story, a passage, a term, a concept): every mean, difference and
@@ -212,6 +217,7 @@ class Stage(Strict):
         return [value] if isinstance(value, str) else value
 
     _tier = field_validator("tier", mode="before")(tier_setting)
+    _deadline = field_validator("deadline", mode="before")(lambda value: _deadline_setting(value))
 
     @model_validator(mode="after")
     def _shape(self) -> Stage:
@@ -319,9 +325,14 @@ class Job(Strict):
     #: them first, the rest once it answered; Anthropic's cache_control breakpoints and OpenAI's prompt_cache_key
     #: set for them); off: sent as planned, unmarked
     prompt_cache: PromptCacheMode = "auto"
-    #: with mode auto: when the answers are needed, as seconds from the run's start ("90m", "6h", "1d" or a
-    #: number of seconds); what no batch has answered by then is sent online
+    #: when the answers are needed: a duration from the run's start ("90m", "6h", "1d" or a number of seconds) or
+    #: an ISO 8601 time with its zone ("2026-12-01T18:00Z"). The deadline planner (runner/plan/deadline.py) then
+    #: sends each stage's requests the cheapest way that finishes by it with 95 % confidence (batch, flex,
+    #: standard, priority), ``mode`` being auto unless the job says otherwise; what no batch has answered by the
+    #: cutover is sent online
     deadline: str | None = None
+    #: what the deadline planner assumes where the store has no history (runner/plan/deadline_inputs.py)
+    planner: PlannerSettings = Field(default_factory=PlannerSettings)
     #: how stages in ``mode: batch`` or ``auto`` use the providers' Batch APIs
     batch: BatchSettings = Field(default_factory=BatchSettings)
     #: requests in flight per endpoint at most, a memory bound (15-20 kB each: bench/latency.py); a
@@ -330,13 +341,7 @@ class Job(Strict):
 
     _tier = field_validator("tier", mode="before")(tier_setting)
 
-    @field_validator("deadline", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> Any:
-        if value is None:
-            return None
-        parse_duration(str(value))  # raises a ValueError pydantic reports at the key's line
-        return str(value)
+    _deadline = field_validator("deadline", mode="before")(lambda value: _deadline_setting(value))
     #: read only the first N items of every stage's dataset (``runner submit --limit N`` sets it too)
     limit: Annotated[int | None, within(1, MAX_ROWS)] = None
     #: a paper's table for ``runner report`` (NewTerm's, Know-No's or WinoDict's layout)
@@ -380,7 +385,16 @@ class Job(Strict):
         return min(limits) if limits else None
 
     def stage_mode(self, stage: Stage) -> Mode:
-        return stage.mode or self.mode
+        """The stage's ``mode:``, else the job's; a stage with a deadline and no mode said anywhere is ``auto``:
+        the deadline planner chooses."""
+        if stage.mode is not None:
+            return stage.mode
+        if "mode" not in self.model_fields_set and self.stage_deadline(stage) is not None:
+            return "auto"
+        return self.mode
+
+    def stage_deadline(self, stage: Stage) -> str | None:
+        return stage.deadline if stage.deadline is not None else self.deadline
 
     def stage_prompt_cache(self, stage: Stage) -> PromptCacheMode:
         return stage.prompt_cache or self.prompt_cache
@@ -397,9 +411,14 @@ class Job(Strict):
     def stage_fallback(self, stage: Stage) -> Fallback | None:
         return stage.fallback or self.fallback
 
-    def deadline_seconds(self) -> float | None:
-        """The deadline as seconds from the run's start, or None."""
-        return parse_duration(self.deadline) if self.deadline is not None else None
+    def deadline_seconds(self, now: float | None = None) -> float | None:
+        """The job's deadline as seconds from ``now`` (epoch seconds; the run's start), or None."""
+        return deadline_seconds(self.deadline, now) if self.deadline is not None else None
+
+    def stage_deadline_seconds(self, stage: Stage, now: float | None = None) -> float | None:
+        """The stage's deadline (its own, else the job's) as seconds from ``now`` (the run's start), or None."""
+        text = self.stage_deadline(stage)
+        return deadline_seconds(text, now) if text is not None else None
 
     def stage_params(self, stage: Stage) -> Params:
         """The stage's parameters over the job's; a stage ``schema:`` becomes a json_schema response format."""
@@ -430,8 +449,7 @@ class Job(Strict):
 
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_ABSOLUTE = re.compile(r"^\s*\d{4}-\d{2}-\d{2}[T ]")
 
 
 def _schema_name(stage: Stage) -> str:
@@ -454,12 +472,37 @@ def shaped_params(job: Job, stage: Stage, model: str) -> Shaped:
                  drop_unsupported=job.stage_drops(stage), api_version=api_version, label=model)
 
 
-def parse_duration(text: str) -> float:
-    """``"90m"`` → 5400.0; a bare number is seconds. ValueError names the forms it takes."""
-    found = _DURATION.match(str(text))
-    if not found:
-        raise ValueError(f"{text!r} is not a duration: write seconds, or a number with s, m, h or d (e.g. 6h)")
-    seconds = float(found.group(1)) * _UNIT_SECONDS[found.group(2) or "s"]
-    if seconds > MAX_DEADLINE:
-        raise ValueError("more than a year: a duration must be at most 366d")
-    return seconds
+def _deadline_setting(value: Any) -> Any:
+    if value is None:
+        return None
+    deadline_seconds(str(value), 0.0)  # raises a ValueError pydantic reports at the key's line
+    return str(value)
+
+
+def absolute_time(text: str) -> float | None:
+    """An ISO 8601 time with its zone as epoch seconds; None when ``text`` is not one (a duration, or nothing). A
+    time without a zone is a ValueError: whose clock it means is not known."""
+    if not _ABSOLUTE.match(str(text)):
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(str(text).strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is neither a duration (6h) nor an ISO 8601 time (2026-12-01T18:00Z)") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no time zone: add one (2026-12-01T18:00Z, or +01:00)")
+    return moment.timestamp()
+
+
+def deadline_seconds(text: str, now: float | None = None) -> float:
+    """A deadline as seconds from ``now`` (epoch seconds, default the clock): a duration as it is, an absolute
+    time less ``now`` (negative when past; ``now`` 0 checks only its form). ValueError in one sentence."""
+    moment = absolute_time(text)
+    if moment is None:
+        try:
+            return parse_duration(text)
+        except ValueError:
+            raise ValueError(f"{str(text)!r} is not a deadline: write a duration (seconds, or a number with s, m, h "
+                             "or d, e.g. 6h) or an ISO 8601 time with its zone (2026-12-01T18:00Z)") from None
+    if now == 0.0:
+        return moment
+    return moment - (time.time() if now is None else now)

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from runner.spec.fields import MAX_BUDGET_TOKENS, MAX_TOKENS, Seed, Strict, within
+from runner.spec.fields import MAX_BUDGET_TOKENS, MAX_TOKENS, Seed, Strict, parse_duration, within
 
 
 class Reasoning(Strict):
@@ -157,6 +157,34 @@ class BatchSettings(Strict):
     max_resubmits: int = Field(default=2, ge=0, le=10)
     #: with ``mode: auto`` and a deadline: submit a batch only while at least this many seconds are left
     min_window: float = Field(default=3600.0, ge=0)
+
+
+def _duration_setting(value: Any) -> Any:
+    if value is None:
+        return None
+    parse_duration(str(value))
+    return str(value)
+
+
+class PlannerSettings(Strict):
+    """What the deadline planner (runner/plan/deadline.py) assumes of the providers, over the store's history and
+    the stated defaults (runner/plan/deadline_inputs.py): each unset figure comes from those, in that order."""
+
+    #: a Batch API's turnaround: its median and 95th percentile (durations: "2h", "90m")
+    batch_median: str | None = None
+    batch_p95: str | None = None
+    #: the fraction of flex attempts shed: its mean and the 95th percentile of a run's
+    flex_shed: float | None = Field(default=None, ge=0, lt=1)
+    flex_shed_p95: float | None = Field(default=None, ge=0, lt=1)
+    #: 95th-percentile seconds of an answer at the standard, priority and flex tiers (durations)
+    latency: str | None = None
+    priority_latency: str | None = None
+    flex_latency: str | None = None
+    #: the probability the plan must finish by the deadline with
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+
+    _durations = field_validator("batch_median", "batch_p95", "latency", "priority_latency", "flex_latency",
+                                 mode="before")(lambda value: _duration_setting(value))
 
 
 class BudgetLimit(Strict):
