@@ -303,12 +303,15 @@ def _candidate(groups: list[Group], beta: float, phi: float, left: float, rate: 
 
 def _fastest(groups: list[Group], left: float, rate: float, online: Online,
              latency: Mapping[str, float]) -> _Candidate:
-    """Everything online now at each group's fastest tier it takes, its batches cancelled: the best effort."""
+    """Everything online now, its batches cancelled: the best effort. Each group at standard where it takes it and
+    its latency fits what is left (they share the rate limit, so a dearer tier gains only its latency), else at its
+    fastest tier."""
     counts, costs = [], []
     attempts = 0.0
     slowest = 0.0
     for g in groups:
-        tier = min((t for t in ONLINE if g.takes(t) and t != FLEX), key=lambda t: latency[t], default=None)
+        tier = STANDARD if g.takes(STANDARD) and latency[STANDARD] <= left else min(
+            (t for t in ONLINE if g.takes(t) and t != FLEX), key=lambda t: latency[t], default=None)
         if tier is None:
             tier = FLEX if g.takes(FLEX) else STANDARD
         n = g.remaining + g.in_batch
