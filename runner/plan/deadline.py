@@ -327,7 +327,7 @@ def _duration(seconds: float) -> str:
         return "never"
     if seconds >= 5400:
         return f"{seconds / 3600:.1f} h"
-    if seconds >= 90:
+    if seconds >= 120:
         return f"{seconds / 60:.0f} min"
     return f"{seconds:.0f} s"
 
