@@ -35,6 +35,7 @@ from typing import Any
 
 from runner.engine.batch import Batcher, NoBatcher
 from runner.engine.control import RunControl, Spawned
+from runner.engine.deadline import steer_of
 from runner.engine.dispatch import Dispatcher, Provenance
 from runner.engine.endpoints import Endpoints
 from runner.engine.exact_counts import ExactCounts
@@ -53,6 +54,7 @@ from runner.plan.request import Task
 from runner.providers.base import Provider
 from runner.spec.schema import Job
 from runner.store import Store, Writer
+from runner.store.offloop import off_loop
 
 __all__ = ["assemble", "prompt_cache_plan"]
 
@@ -85,7 +87,8 @@ def assemble(
         crew.on_live = endpoints.share  # the rate limits are split again as processes join and leave
     triage = Triage(store, run_id, stats)
     counts = ExactCounts(endpoints=endpoints, store=store, stats=stats, sleep=sleep)
-    tiers = Tiers(job)
+    steer = steer_of(job, stats, deadline, off_loop(store).sync)  # the deadline planner, where a stage has one
+    tiers = Tiers(job, steer)
     reserver = Reserver(run_id=run_id, job=job, store=store, stats=stats, control=control, leases=leases,
                         resume=resume, settled=writer.next_commit, counts=counts, tiers=tiers)
     prompt_cache = prompt_cache_plan(job, providers, run_id=run_id, reserver=reserver)
@@ -105,7 +108,8 @@ def assemble(
     if any(job.stage_mode(stage) != "online" for stage in job.llm_stages()):
         batcher = Batcher(job=job, run_id=run_id, store=store, stats=stats, control=control, endpoints=endpoints,
                           reserver=reserver, recorder=recorder, writer=writer, prompt_cache=prompt_cache,
-                          send_online=send_online, sleep=sleep, deadline=deadline, spawn=spawned.spawn)
+                          send_online=send_online, sleep=sleep, deadline=deadline, spawn=spawned.spawn,
+                          steer=steer)
     flight = InFlight(control=control, stats=stats, endpoints=endpoints, leases=leases, reserver=reserver,
                       sender=sender, recorder=recorder, batcher=batcher, prompt_cache=prompt_cache, spawned=spawned)
     return Dispatcher(job=job, writer=writer, control=control, leases=leases, triage=triage, reserver=reserver,

@@ -40,6 +40,7 @@ from runner.engine.batch_lines import BatchLines
 from runner.engine.batch_records import BatchRecords, OpenBatch
 from runner.engine.budget import LATER, Reservation
 from runner.engine.control import RunControl
+from runner.engine.deadline import DeadlineSteer
 from runner.engine.endpoints import Endpoints
 from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
 from runner.engine.recorder import Recorder
@@ -67,7 +68,7 @@ class Batcher:
                  endpoints: Endpoints, reserver: Reserver, recorder: Recorder, writer: Writer,
                  prompt_cache: PromptCachePlan | NoPromptCache, send_online: Callable[[Task], Awaitable[bool]],
                  sleep: Callable[[float], Any], deadline: float | None,
-                 spawn: Callable[[Awaitable[Any]], None]) -> None:
+                 spawn: Callable[[Awaitable[Any]], None], steer: DeadlineSteer | None = None) -> None:
         self.job = job
         self.run_id = run_id
         self.store = off_loop(store)
@@ -99,6 +100,8 @@ class Batcher:
         self.online_stages: set[str] = set()
         #: provider prompt caching planned (the run's plan, or the null one), to mark the lines of a batch
         self.prompt_cache = prompt_cache
+        #: the deadline planner, for the auto stages with a deadline (runner/engine/deadline.py)
+        self.steer = steer
 
     # -- which tasks go through a batch ------------------------------------------------------------------
     def wants(self, task: Task) -> bool:
@@ -115,7 +118,18 @@ class Batcher:
             return False
         if not getattr(self.endpoints.providers[task.provider], "supports_batch", False):
             return False  # ``mode: batch`` was refused at the start for such a model; ``auto`` sends it online
+        if mode == "auto" and self.steer is not None and self.steer.planned(task.stage, task.model):
+            return self.steer.mode_of(task) == "batch"
         return mode == "batch" or not self.past_window()
+
+    def _late(self, stage: str, model: str) -> bool:
+        """Whether an auto stage's batches are past their time: its cutover where the deadline planner plans it,
+        else the run's deadline."""
+        if not self._auto(stage):
+            return False
+        if self.steer is not None and self.steer.planned(stage, model):
+            return self.steer.cut_over(stage, model)
+        return self.past_deadline()
 
     def wants_any(self, tasks: Iterable[Task]) -> bool:
         return any(self.wants(task) for task in tasks)
@@ -246,7 +260,7 @@ class Batcher:
         again (a submit that failed counts as a resubmission, bounded by ``max_resubmits``), or sent online past an
         auto stage's deadline."""
         online: list[Task] = []
-        late = self._auto(batch.stage) and self.past_deadline()
+        late = self._late(batch.stage, batch.model)
         lines = self.lines
         for key, ledger_id in batch.keys.items():
             lines.resumed.pop(key, None)
@@ -267,6 +281,8 @@ class Batcher:
                 lines.pending.setdefault((batch.stage, batch.model), []).append(tasks[0])
         self.records.drop(batch)
         self.open.pop(batch.id, None)
+        if self.steer is not None:
+            self.steer.batch_ended(batch.stage, batch.model, 0, online)
         if online:
             for task in online:
                 if not await self.send_online(task):
@@ -323,7 +339,7 @@ class Batcher:
             if not mine or self.control.stopping:
                 return
             for batch in mine:
-                if self._auto(batch.stage) and self.past_deadline() and not batch.unknown:
+                if self._late(batch.stage, batch.model) and not batch.unknown:
                     await self._cancel(batch)
             for batch in mine:
                 if self.control.stopping:
@@ -382,7 +398,7 @@ class Batcher:
         sent_with = self.endpoints.providers[batch.provider].sent_with(batch.model, batch=True)
         statuses: dict[str, str] = {}
         online: list[Task] = []
-        late = self._auto(batch.stage) and self.past_deadline()
+        late = self._late(batch.stage, batch.model)
         lines = self.lines
         for key in batch.keys:
             result = results.get(key)
@@ -420,6 +436,8 @@ class Batcher:
         await self.writer.flush()
         self.records.collected(batch, statuses)
         self.open.pop(batch.id, None)
+        if self.steer is not None:
+            self.steer.batch_ended(batch.stage, batch.model, sum(s == "done" for s in statuses.values()), online)
         if online:
             for task in online:
                 if not await self.send_online(task):

@@ -6,12 +6,16 @@ asked (:func:`check_tier_prices`), whose source the run records (``sent_with.tie
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from runner.errors import RunnerError
 from runner.plan.request import Task
 from runner.providers.pricing import Pricing, Rates
 from runner.providers.tiers import FLEX, PRIORITY, STANDARD
 from runner.spec.schema import Job
+
+if TYPE_CHECKING:
+    from runner.engine.deadline import DeadlineSteer
 
 __all__ = ["TierPlan", "Tiers", "check_tier_prices"]
 
@@ -22,12 +26,17 @@ class TierPlan:
 
     asked: str
     fallback: str | None = None
+    #: for a request the deadline planner steers (runner/engine/deadline.py): every tier it may send its group's
+    #: requests at, so that a reservation holds whichever it chose
+    steered: tuple[str, ...] = ()
 
     @property
     def may_serve(self) -> tuple[str, ...]:
         """The tiers an answer may come back at, hence be charged at: the one asked; standard too after a fallback,
         and for priority, which Gemini and OpenAI serve at standard past the account's priority limit (Gemini's
         priority page: "automatically downgraded to the Standard tier"; the answer says so)."""
+        if self.steered:
+            return self.steered
         if (self.asked == FLEX and self.fallback == STANDARD) or self.asked == PRIORITY:
             return (self.asked, STANDARD)
         return (self.asked,)
@@ -36,7 +45,9 @@ class TierPlan:
 class Tiers:
     """Each (stage, model)'s :class:`TierPlan`, from the job's ``tier:`` and ``fallback:`` settings, built once."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: Job, steer: DeadlineSteer | None = None) -> None:
+        #: the deadline planner's per-request tiers for the stages it plans (None: no stage is planned)
+        self.steer = steer
         self.plans = {(stage.name, model): TierPlan(tier, job.stage_fallback(stage) if tier == FLEX else None)
                       for stage in job.llm_stages() for model in job.stage_models(stage)
                       if (tier := job.stage_tier(stage, model)) is not None}
@@ -44,7 +55,13 @@ class Tiers:
         self.flex_wait = job.retry.flex_wait
 
     def of(self, req: Task) -> TierPlan | None:
-        """``req``'s tier, None when its stage asks none (nothing is sent: the provider's default, standard)."""
+        """``req``'s tier, None when its stage asks none (nothing is sent: the provider's default, standard); the
+        deadline planner's choice for a stage it plans (a flex request then falls back to standard: the deadline
+        needs it)."""
+        steer = self.steer
+        if steer is not None and steer.planned(req.stage, req.model):
+            tier = steer.tier_of(req)
+            return TierPlan(tier, STANDARD if tier == FLEX else None, steer.serves(req.stage, req.model))
         return self.plans.get((req.stage, req.model)) if self.plans else None
 
 

@@ -1,0 +1,100 @@
+"""The deadline planner in whole runs against the simulated server (runner/engine/deadline.py over
+runner/plan/deadline.py): a batch that meets the deadline is waited for; one that does not is cancelled at the
+cutover and its requests answered online before the deadline; every answer charged once, in one ledger."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.engine.run import execute
+from runner.spec.job import load_job
+from runner.store import open_store
+from simserver import SimConfig, start_server
+
+MODEL = "sim:gpt-sim"
+#: USD per million tokens: batch half of standard, flex dearer than batch, priority double
+PRICES = {"input": 2000.0, "output": 8000.0, "batch_input": 1000.0, "batch_output": 4000.0,
+          "flex": {"input": 1500.0, "output": 6000.0}, "priority": {"input": 4000.0, "output": 16000.0}}
+
+
+def write_job(folder: Path, root: str, rows: int, deadline: str, **job: Any) -> Path:
+    dataset = folder / "rows.jsonl"
+    dataset.write_text("".join(json.dumps({"question": f"Deadline question {i}?"}) + "\n" for i in range(rows)),
+                       encoding="utf-8")
+    body = {
+        "name": "deadline", "output_dir": str(folder / "results"), "models": [MODEL], "deadline": deadline,
+        "providers": {"sim": {"base_url": root + "/v1", "rpm": 6000, "timeout": 10}},
+        "params": {"temperature": 0, "max_tokens": 8},
+        "retry": {"max_attempts": 4, "backoff_initial": 0.01, "backoff_max": 0.02, "max_elapsed": 30},
+        "batch": {"poll_interval": 0.05},
+        # what the planner assumes of this server: batches within 1-2 s, answers within half a second
+        "planner": {"batch_median": "1s", "batch_p95": "2s", "latency": "0.5s", "priority_latency": "0.2s",
+                    "flex_latency": "1s"},
+        "prices": {MODEL: PRICES},
+        "stages": [{"name": "ask", "dataset": {"path": str(dataset)}, "prompt": {"user": "{{ question }}"}}],
+        **job,
+    }
+    path = folder / "deadline.yaml"
+    path.write_text(json.dumps(body), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+async def server():
+    async with await start_server(SimConfig(seed=5)) as srv:
+        yield srv
+
+
+async def test_a_batch_that_meets_the_deadline_is_waited_for(tmp_path, server):
+    server.configure(batch_delay=0.3)
+    job = load_job(write_job(tmp_path, server.root_url, 30, "60s"))
+    store = open_store(tmp_path / "s.sqlite")
+    outcome = await execute(job, store)
+    assert outcome.status == "completed"
+    stats = server.stats()
+    assert stats["batch_results"]["succeeded"] == 30 and stats.get("tiers") is None
+    charged = store.ledger(outcome.run_id, kind="charge")
+    assert len(charged) == 30 and len({c["key"] for c in charged}) == 30
+
+
+async def test_at_the_cutover_a_slow_batch_is_cancelled_and_answered_online_by_the_deadline(tmp_path, server):
+    # the server's batch takes a minute; the planner expects 2 s at most, so it batches, then cuts over: 30
+    # requests online at 100 a second and their half second leave the cutover about 2.1 s after the start
+    server.configure(batch_delay=60.0)
+    job = load_job(write_job(tmp_path, server.root_url, 30, "3s"))
+    store = open_store(tmp_path / "s.sqlite")
+    started = time.monotonic()
+    outcome = await execute(job, store)
+    took = time.monotonic() - started
+    assert outcome.status == "completed" and took < 3.0
+    stats = server.stats()
+    answered_in_batch = stats["batch_results"]["succeeded"]
+    assert stats["batch_results"]["canceled"] == 30 - answered_in_batch
+    served = stats["tiers"]["served"]["openai"]
+    assert sum(served.values()) == 30 - answered_in_batch and set(served) <= {"standard", "priority"}
+    charged = store.ledger(outcome.run_id, kind="charge")
+    assert len(charged) == 30 and len({c["key"] for c in charged}) == 30  # each answer paid once
+
+
+async def test_a_budgeted_run_mixing_batch_flex_and_standard_never_overshoots(tmp_path, server):
+    # sim:gpt-sim is batched and cut over to standard; sim:gpt-flex, whose flex is the cheapest way, is sent at
+    # flex, half of it shed and tried again, some falling back to standard: one ledger, one budget over them all
+    server.configure(batch_delay=60.0, flex_shed=0.5)
+    flexy = "sim:gpt-flex"
+    prices = {MODEL: PRICES, flexy: {**PRICES, "flex": {"input": 500.0, "output": 2000.0}}}
+    job = load_job(write_job(tmp_path, server.root_url, 40, "3s", models=[MODEL, flexy], prices=prices,
+                             budget={"usd": 2.5}))
+    job.retry.flex_wait = 0.2
+    store = open_store(tmp_path / "s.sqlite")
+    outcome = await execute(job, store)
+    spent = sum(row["amount"] for row in store.ledger(outcome.run_id) if row["kind"] in ("charge", "possibly_billed"))
+    assert 0 < spent <= 2.5
+    tiers = {row["tier"] for row in store.ledger(outcome.run_id, kind="charge")}
+    assert "flex" in tiers and "standard" in tiers
+    assert server.stats()["batches"] >= 1
+    assert outcome.stats.totals().over_budget > 0  # the budget, not the deadline, stopped it
