@@ -6,7 +6,9 @@ endpoint's cutover so that their lines go online in time.
 batches (lines given to a batch, less those answered or sent back), and the last plan. A request's mode is chosen
 once (:meth:`mode_of`, remembered by its key for its reservation and its send) as the mode whose planned count is
 furthest ahead of what was given to it since that plan. The state is planned again every ``REPLAN`` requests
-decided or ``REPLAN_SECONDS``, whichever comes first, and when a batch's lines come back. A stage's relative
+decided or ``REPLAN_SECONDS``, whichever comes first, and when a batch's lines come back. A model that costs
+nothing (the simulated server's and the user's own, unless the job prices them) has nothing to save: its auto stage
+batches while ``batch.min_window`` allows, as without a planner. A stage's relative
 deadline counts from when this process started the run (a resume starts it again); the job's from the run's start,
 as the store keeps it.
 """
@@ -54,6 +56,8 @@ class _Group:
     since_plan: dict[str, int] = field(default_factory=dict)
     in_batch: int = 0
     batch_since: float | None = None
+    #: its batches were cut over: nothing more is batched
+    cut: bool = False
 
 
 class DeadlineSteer:
@@ -74,6 +78,9 @@ class DeadlineSteer:
             at = deadline if stage.deadline is None and deadline is not None else \
                 self.started + (job.stage_deadline_seconds(stage, self.started) or 0.0)
             for model in job.stage_models(stage):
+                rates = self.pricing.rates(model)
+                if rates is None or rates.is_free:  # nothing to save: auto as without a planner (batch.min_window)
+                    continue
                 self.groups[(stage.name, model)] = _Group(
                     stage.name, model, at, refused=mode_refusals(job, stage, model, batch_api(job, model)))
         self.modes: OrderedDict[str, str] = OrderedDict()
@@ -99,6 +106,8 @@ class DeadlineSteer:
             self.since_plan = REPLAN  # a group the plan did not know: planned again now
         mix = self._plan(g).of(g.stage, g.model)
         counts = dict(mix.counts) if mix is not None else {}
+        if g.cut:
+            counts.pop(BATCH, None)
         mode = max(counts, key=lambda m: counts[m] - g.since_plan.get(m, 0), default=STANDARD)
         g.given[mode] = g.given.get(mode, 0) + 1
         g.since_plan[mode] = g.since_plan.get(mode, 0) + 1
@@ -130,8 +139,10 @@ class DeadlineSteer:
         g.in_batch = max(0, g.in_batch - answered - len(back))
         if not g.in_batch:
             g.batch_since = None
+        if back:  # cut over: the group's requests go online from now on
+            g.cut = True
         for task in back:
-            self.modes.pop(task.key, None)
+            self.modes[task.key] = STANDARD
         self.since_plan = REPLAN  # planned again at the next request
 
     def cut_over(self, stage: str, model: str) -> bool:

@@ -34,6 +34,7 @@ from runner.evaluate.results import line_provenance
 from runner.plan.prompts import Prompt, load_prompt
 from runner.plan.request import Task
 from runner.plan.stage import StagePlan
+from runner.providers.tiers import STANDARD
 from runner.spec.schema import Job
 from runner.store import CachedResponse, Finished, Writer
 
@@ -79,7 +80,9 @@ class Provenance:
                 run_id=self.run_id, job_hash=self.job.fingerprint(), prompt=prompt, model_id=req.call.model_id,
                 params=req.call.params)
             plan = self.tiers.of(req)
-            if plan is not None:  # the tier asked; each line adds the one that served it (runner/engine/recorder.py)
+            if plan is not None and plan.steered:  # the deadline planner chose each request's tier
+                found["tier"] = {"asked": "deadline planner", "fallback": STANDARD}
+            elif plan is not None:  # the tier asked; each line adds the one that served it (runner/engine/recorder.py)
                 found["tier"] = {"asked": plan.asked, "fallback": plan.fallback}
         return found
 

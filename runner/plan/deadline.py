@@ -36,6 +36,8 @@ MODES = (BATCH, FLEX, STANDARD, PRIORITY)
 ONLINE = (FLEX, STANDARD, PRIORITY)
 #: shares of a group's requests tried for the batch and for flex
 STEPS = 20
+#: the least probability a new batch ends before its cutover for the planner to send one
+MIN_BATCH_CHANCE = 0.01
 
 
 def _phi(x: float) -> float:
@@ -293,6 +295,8 @@ def _candidate(groups: list[Group], beta: float, phi: float, left: float, rate: 
         if turnaround is not None and (mix.get(BATCH) or g.in_batch):
             until = left if cutover is None else cutover
             fresh = turnaround.done_by(0.0, until)
+            if mix.get(BATCH) and fresh < MIN_BATCH_CHANCE:
+                return None  # lines that will almost surely be sent online after all: a batch gains nothing
             old = turnaround.done_by(g.batch_age, until)
             batch_price = g.price.get(BATCH, g.price[tier])
             cost += mix.get(BATCH, 0) * (fresh * batch_price + (1 - fresh) * g.price[tier])

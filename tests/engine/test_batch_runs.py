@@ -181,7 +181,10 @@ async def test_a_budget_is_reserved_before_a_batch_is_submitted_and_never_oversh
 async def test_auto_sends_online_what_no_batch_answered_by_the_deadline(tmp_path, server: SimServer):
     server.configure(batch_delay=30.0)  # far beyond the deadline: the batch is cancelled with few lines done
     store = open_store(tmp_path / "s.sqlite")
-    job = write_job(tmp_path, server.url, mode="auto", deadline="1",
+    # the deadline planner expects a batch within a second, so it batches, and cuts over before the deadline
+    job = write_job(tmp_path, server.url, mode="auto", deadline="2",
+                    providers={"sim": {"base_url": server.url, "timeout": 10, "rpm": 6000}},
+                    planner={"batch_median": "0.5s", "batch_p95": "1s", "latency": "0.2s"},
                     batch={"poll_interval": 0.05, "min_window": 0})
     started = time.monotonic()
     outcome = await execute(load_job(job), store)
@@ -192,14 +195,24 @@ async def test_auto_sends_online_what_no_batch_answered_by_the_deadline(tmp_path
     assert stats["batches"] == 1
     assert stats["received"] == n - in_batch, "online: exactly what the batch did not answer"
     expected, _ = await online_reference(tmp_path, server.url)
-    assert lines(outcome.results["mc"]) == expected
+    got = lines(outcome.results["mc"])
+    assert {line["provenance"]["tier"]["asked"] for line in got} == {"deadline planner"}
+    assert [_untiered(line) for line in got] == [_untiered(line) for line in expected]
     [batch] = store.batches(outcome.run_id)
     assert batch["by_status"].get("online", 0) == n - in_batch
 
 
+def _untiered(line: dict) -> dict:
+    """A result line without its provenance's tier (the deadline planner's, which an online run has not)."""
+    return {**line, "provenance": {k: v for k, v in line["provenance"].items() if k != "tier"}}
+
+
 async def test_auto_with_no_time_left_for_a_batch_goes_online(tmp_path, server: SimServer):
     store = open_store(tmp_path / "s.sqlite")
-    job = write_job(tmp_path, server.url, mode="auto", deadline="10m")  # min_window defaults to an hour
+    # the deadline planner: a batch's median is an hour, so in 3 s it would almost surely be cut over unanswered
+    job = write_job(tmp_path, server.url, mode="auto", deadline="3s",
+                    providers={"sim": {"base_url": server.url, "timeout": 10, "rpm": 6000}},
+                    planner={"batch_median": "1h", "latency": "0.2s"})
     outcome = await execute(load_job(job), store)
     assert outcome.status == "completed"
     assert server.stats().get("batches", 0) == 0 and server.stats()["received"] == distinct(job)
