@@ -170,15 +170,19 @@ class PlannerSettings(Strict):
     """What the deadline planner (runner/plan/deadline.py) assumes of the providers, over the store's history and
     the stated defaults (runner/plan/deadline_inputs.py): each unset figure comes from those, in that order."""
 
-    #: a Batch API's turnaround: its median and 95th percentile (durations: "2h", "90m")
+    #: a Batch API's median turnaround (a duration: "2h", "90m")
     batch_median: str | None = None
+    #: a Batch API's 95th-percentile turnaround (a duration)
     batch_p95: str | None = None
-    #: the fraction of flex attempts shed: its mean and the 95th percentile of a run's
+    #: the mean fraction of flex attempts shed
     flex_shed: float | None = Field(default=None, ge=0, lt=1)
+    #: the 95th percentile of a run's fraction of flex attempts shed
     flex_shed_p95: float | None = Field(default=None, ge=0, lt=1)
-    #: 95th-percentile seconds of an answer at the standard, priority and flex tiers (durations)
+    #: an answer's 95th-percentile time at the standard tier (a duration)
     latency: str | None = None
+    #: an answer's 95th-percentile time at the priority tier (a duration)
     priority_latency: str | None = None
+    #: an answer's 95th-percentile time at the flex tier (a duration)
     flex_latency: str | None = None
     #: the probability the plan must finish by the deadline with
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
