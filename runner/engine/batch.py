@@ -284,9 +284,7 @@ class Batcher:
         if self.steer is not None:
             self.steer.batch_ended(batch.stage, batch.model, 0, online)
         if online:
-            for task in online:
-                if not await self.send_online(task):
-                    break
+            self.spawn(self._online(online))
 
     def _too_few(self, stage: str, model: str, tasks: list[Task], floor: int, *, budget: bool = False) -> None:
         """A group smaller than the provider's Batch API takes (Bedrock's 100 records a job). While a batch is in
@@ -439,9 +437,15 @@ class Batcher:
         if self.steer is not None:
             self.steer.batch_ended(batch.stage, batch.model, sum(s == "done" for s in statuses.values()), online)
         if online:
-            for task in online:
-                if not await self.send_online(task):
-                    break
+            self.spawn(self._online(online))
+
+    async def _online(self, tasks: list[Task]) -> None:
+        """Send a batch's lines online (a deadline passed), in a task of their own: awaited by the loop that polls
+        the batches, a budget with reservations of another batch in flight kept the first of them waiting for room
+        that batch frees only once that same loop collects it (a run that never ended)."""
+        for task in tasks:
+            if not await self.send_online(task):
+                break
 
 
 class NoBatcher:
