@@ -1,18 +1,20 @@
 """What the cluster tests share: the store every process of a test opens (a SQLite file or a fresh PostgreSQL
-schema), a job against the simulated server, and a local Ray cluster (one per test process, started by the first
-test that asks for it: starting one takes 20 s of a loaded machine)."""
+schema), a job against the simulated server, the check that a run several processes shared completed with nothing
+lost or paid twice, and a local Ray cluster (one per test process, started by the first test that asks for it:
+starting one takes 20 s of a loaded machine)."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import write_job, write_rows
+from tests.helpers import sim_stats, write_job, write_rows
 
 #: short leases, so a killed worker's chunks are taken over within seconds (as tests/engine/test_workers.py)
 LEASE_TTL = "8"
@@ -26,6 +28,30 @@ def sim_job(folder: Path, url: str, rows: int, *, concurrency: int = 2, name: st
     providers = f"providers: {{sim: {{base_url: {json.dumps(url)}, concurrency: {concurrency}}}}}"
     return write_job(folder / f"{name}.yaml", dataset, models=["sim:gpt-sim"], extra=f"{providers}\n{PRICES}",
                      name=name)
+
+
+def check_shared_run(db: str, run_id: str, url: str, rows: int) -> None:
+    """One run, completed, every item answered once and charged once, every worker gone."""
+    from runner.store import open_store
+
+    completed = sim_stats(url)["completed_by_digest"]
+    assert len(completed) == rows and set(completed.values()) == {1}, "a request was sent twice"
+    store = open_store(db)
+    try:
+        assert [run["id"] for run in store.list_runs()] == [run_id]
+        assert store.get_run(run_id)["status"] == "completed"
+        tasks = store.tasks(run_id)
+        assert len(tasks) == rows and {t["status"] for t in tasks} == {"done"}
+        charges = Counter(row["key"] for row in store.ledger(run_id, kind="charge"))
+        assert len(charges) == rows and set(charges.values()) == {1}
+        assert {w["state"] for w in store.workers(run_id)} == {"left"}
+    finally:
+        store.close()
+
+
+def python_env() -> dict[str, str]:
+    """What this Python needs to find the runner in a process of its own (a virtualenv, PYTHONPATH)."""
+    return {name: os.environ[name] for name in ("PYTHONPATH", "VIRTUAL_ENV") if name in os.environ}
 
 
 @pytest.fixture(scope="session")

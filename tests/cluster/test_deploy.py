@@ -6,43 +6,23 @@ is needed."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
-from collections import Counter
 
 import pytest
 import yaml
 
-from runner.store import open_store
-from tests.cluster.conftest import LEASE_TTL, sim_job
-from tests.helpers import ROOT, sim_stats
+from tests.cluster.conftest import LEASE_TTL, check_shared_run, python_env, sim_job
+from tests.helpers import ROOT
 
 SBATCH = ROOT / "deploy" / "slurm" / "runner-array.sbatch"
 MANIFEST = ROOT / "deploy" / "kubernetes" / "runner-indexed-job.yaml"
 TASKS = 3
 #: ``runner`` as these tests run it: this Python's module (the `runner` script may not be on PATH)
 RUNNER = [sys.executable, "-m", "runner.cli"]
-
-
-def _check_run(db: str, run_id: str, url: str, rows: int) -> None:
-    """One run, completed, every item answered once and charged once, every worker gone."""
-    completed = sim_stats(url)["completed_by_digest"]
-    assert len(completed) == rows and set(completed.values()) == {1}, "a request was sent twice"
-    store = open_store(db)
-    try:
-        assert [run["id"] for run in store.list_runs()] == [run_id]
-        assert store.get_run(run_id)["status"] == "completed"
-        tasks = store.tasks(run_id)
-        assert len(tasks) == rows and {t["status"] for t in tasks} == {"done"}
-        charges = Counter(row["key"] for row in store.ledger(run_id, kind="charge"))
-        assert len(charges) == rows and set(charges.values()) == {1}
-        assert {w["state"] for w in store.workers(run_id)} == {"left"}
-    finally:
-        store.close()
 
 
 def _finish(procs: list[subprocess.Popen]) -> list[str]:
@@ -78,18 +58,13 @@ def test_slurm_array_tasks_make_one_run(tmp_path, sim_server, db, monkeypatch):
     for index in range(TASKS):
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SLURM_ARRAY_JOB_ID": "4242",
                "SLURM_ARRAY_TASK_ID": str(index), "SLURM_JOB_ID": str(4243 + index), "JOB_FILE": str(job),
-               "RUNNER_DB": db, "RUNNER_LEASE_TTL": LEASE_TTL, **_python_env()}
+               "RUNNER_DB": db, "RUNNER_LEASE_TTL": LEASE_TTL, **python_env()}
         procs.append(subprocess.Popen([bash, "-c", runner], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     outs = _finish(procs)
     assert sum("run slurm-4242: started job testjob" in out for out in outs) == 1, outs
     assert all("run slurm-4242: completed" in out for out in outs), outs
-    _check_run(db, "slurm-4242", sim_server, rows)
-
-
-def _python_env() -> dict[str, str]:
-    """What this Python needs to find the runner in a process of its own (a virtualenv, PYTHONPATH)."""
-    return {name: os.environ[name] for name in ("PYTHONPATH", "VIRTUAL_ENV") if name in os.environ}
+    check_shared_run(db, "slurm-4242", sim_server, rows)
 
 
 def _container() -> dict:
@@ -134,7 +109,7 @@ def test_kubernetes_indexed_job_pods_make_one_run(tmp_path, sim_server, db, monk
     procs = []
     for index in range(TASKS):
         env: dict[str, str] = {"JOB_COMPLETION_INDEX": str(index), "RUNNER_LEASE_TTL": LEASE_TTL,
-                               "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **_python_env()}
+                               "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **python_env()}
         for var in container["env"]:
             source = var.get("valueFrom", {})
             if "value" in var:
@@ -152,4 +127,4 @@ def test_kubernetes_indexed_job_pods_make_one_run(tmp_path, sim_server, db, monk
     run_id = f"k8s-{uid}"
     assert sum(f"run {run_id}: started job testjob" in out for out in outs) == 1, outs
     assert all(f"run {run_id}: completed" in out for out in outs), outs
-    _check_run(db, run_id, sim_server, rows)
+    check_shared_run(db, run_id, sim_server, rows)
