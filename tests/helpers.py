@@ -92,6 +92,14 @@ def sim_stats(url: str) -> dict:
         return json.load(response)
 
 
+def sim_configure(url: str, **config: object) -> None:
+    """Change some of the simulated server's settings (``/sim/config``) while it serves, e.g. its latency."""
+    request = urllib.request.Request(url.removesuffix("/v1") + "/sim/config", data=json.dumps(config).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        response.read()
+
+
 def runner_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "runner.cli", *args]
 

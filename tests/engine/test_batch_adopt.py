@@ -11,12 +11,10 @@ an intent the resume finds nothing for: its lines are submitted once, by the res
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,7 @@ from runner.spec.job import load_job
 from runner.store import open_store
 from simserver import SimConfig, SimServer, start_server
 from tests.engine.test_batch_runs import ROWS, distinct, write_job
-from tests.helpers import killed_after_submit, runner_cmd, sim_stats
+from tests.helpers import killed_after_submit, runner_cmd, sim_configure, sim_stats
 
 CLOUD = {"openai": ("openai:gpt-4o-mini", "OPENAI_API_KEY"),
          "anthropic": ("anthropic:claude-haiku-4-5", "ANTHROPIC_API_KEY"),
@@ -41,19 +39,13 @@ KILLED_AFTER_SUBMIT = killed_after_submit("openai_batch.OpenAIBatches", "anthrop
                                           "gemini_batch.GeminiBatches")
 
 
-def configure(url: str, **config: object) -> None:
-    request = urllib.request.Request(url.removesuffix("/v1") + "/sim/config", data=json.dumps(config).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-    urllib.request.urlopen(request, timeout=5).read()
-
-
 # OpenAI's in the fast path; the others' (the same adoption through each provider's batch API) with the whole suite
 @pytest.mark.parametrize("provider", [pytest.param(name, marks=() if name == "openai" else pytest.mark.slow)
                                       for name in CLOUD])
 def test_a_batch_accepted_but_not_recorded_is_adopted_by_the_resume(tmp_path: Path, sim_server: str, provider: str):
     model, variable = CLOUD[provider]
     url = sim_server if provider == "openai" else sim_server.removesuffix("/v1")
-    configure(sim_server, batch_delay=1.0)
+    sim_configure(sim_server, batch_delay=1.0)
     env = {**os.environ, variable: "test-key-" + variable.lower()}
     db = tmp_path / "s.sqlite"
     open_store(db).close()
@@ -96,7 +88,7 @@ def test_a_batch_accepted_but_not_recorded_is_adopted_by_the_resume(tmp_path: Pa
 def test_a_batch_the_provider_never_took_is_submitted_by_the_resume(tmp_path: Path, sim_server: str):
     """Killed after the intent was recorded and before the provider was asked: the resume finds no such batch,
     forgets the intent and submits its lines, once."""
-    configure(sim_server, batch_delay=0.2)
+    sim_configure(sim_server, batch_delay=0.2)
     db = tmp_path / "s.sqlite"
     open_store(db).close()
     job = write_job(tmp_path, sim_server, mode="batch")
