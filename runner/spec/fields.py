@@ -62,6 +62,11 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+def is_duration(text: str) -> bool:
+    """Whether ``text`` has a duration's form (:func:`parse_duration` may still find it too long)."""
+    return _DURATION.match(str(text)) is not None
+
+
 def parse_duration(text: str) -> float:
     """``"90m"`` → 5400.0; a bare number is seconds. ValueError names the forms it takes."""
     found = _DURATION.match(str(text))

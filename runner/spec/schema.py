@@ -29,7 +29,7 @@ from runner.errors import RunnerError
 from runner.evaluate.plugins import PARSER_GROUP, entry_point_names, is_import_path
 from runner.providers.base import ProviderSettings, provider_class, split_model
 from runner.providers.capabilities import Shaped, shape
-from runner.spec.fields import MAX_COUNT, MAX_ROWS, MAX_SAMPLES, Seed, Strict, parse_duration, within
+from runner.spec.fields import MAX_COUNT, MAX_ROWS, MAX_SAMPLES, Seed, Strict, is_duration, parse_duration, within
 from runner.spec.inputs import Choices, Dataset, InlinePrompt
 from runner.spec.settings import (
     BatchSettings,
@@ -498,11 +498,10 @@ def deadline_seconds(text: str, now: float | None = None) -> float:
     time less ``now`` (negative when past; ``now`` 0 checks only its form). ValueError in one sentence."""
     moment = absolute_time(text)
     if moment is None:
-        try:
-            return parse_duration(text)
-        except ValueError:
+        if not is_duration(text):
             raise ValueError(f"{str(text)!r} is not a deadline: write a duration (seconds, or a number with s, m, h "
-                             "or d, e.g. 6h) or an ISO 8601 time with its zone (2026-12-01T18:00Z)") from None
+                             "or d, e.g. 6h) or an ISO 8601 time with its zone (2026-12-01T18:00Z)")
+        return parse_duration(text)  # one too long says so
     if now == 0.0:
         return moment
     return moment - (time.time() if now is None else now)
