@@ -266,17 +266,17 @@ WATCH_EVERY = 0.25
 async def watch(stopper: StageStopper, store: Any, run_id: str, position: int, alone: Callable[[], bool]) -> None:
     """One of several workers' rule: fed every worker's answers as the store has them since ``position`` (each task
     once), it writes this process's decision to the store as soon as it holds, or takes another worker's from
-    there. While the process is ``alone`` on the run its own answers are all there is and the store is not read.
-    Ends once the stage is stopped and the decision is in the store; the dispatcher cancels it at the stage's end
+    there. While the process is ``alone`` on the run its own answers are all there is and the answers in the store
+    are not read; its decisions still are: a worker that decided, wrote its decision and left before this one read
+    it leaves this one alone, and it asked the rest of the stage (a clean-clone run of the suite caught it). Ends
+    once the stage is stopped and the decision is in the store; the dispatcher cancels it at the stage's end
     otherwise. ``store``: the engine's :class:`runner.store.offloop.LoopStore`."""
     import asyncio
 
     while True:
-        if alone() and not stopper.stopped:
-            await asyncio.sleep(WATCH_EVERY)
-            continue
-        position, rows = await store.stage_scores(run_id, stopper.stage, position)
-        stopper.feed(rows)
+        if not alone() or stopper.stopped:
+            position, rows = await store.stage_scores(run_id, stopper.stage, position)
+            stopper.feed(rows)
         if not stopper.stopped:
             for record in await store.stops(run_id):
                 if record.get("stage") == stopper.stage:

@@ -5,6 +5,7 @@ the rule up where it was without paying twice, and bad rules are refused by `run
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -500,3 +501,43 @@ def test_two_workers_on_postgresql_one_killed_the_other_takes_over_and_decides_p
         assert record["stopped"] and record["found"]
     finally:
         store.close()
+
+
+async def test_a_worker_left_alone_still_takes_the_decision_the_other_wrote_before_it_left():
+    """The other worker decided, wrote its decision and left before this one read the store: alone on the run, this
+    worker no longer reads the answers there, but still reads the decisions, so it stops too instead of asking the
+    rest of the stage (a clean-clone run of the suite caught a worker asking on for minutes)."""
+    from runner.engine import early_stop
+
+    class Stopper:  # what watch() reads and calls of a StageStopper
+        stage, adopted, decision = "with-gold", False, None
+        fed: list = []
+
+        @property
+        def stopped(self) -> bool:
+            return self.decision is not None
+
+        def feed(self, rows) -> None:
+            self.fed.extend(rows)
+
+        def adopt(self, record) -> None:
+            if record.get("stopped"):
+                self.decision, self.adopted = record["found"], True
+
+    class Store:
+        scores_read = 0
+
+        async def stage_scores(self, run_id, stage, position):
+            self.scores_read += 1
+            return position, []
+
+        async def stops(self, run_id):
+            return [{"stage": "with-gold", "stopped": True, "found": ["a better"], "items_asked": 40}]
+
+        async def record_stop(self, run_id, stage, record):  # only a decision of this worker's own is written
+            raise AssertionError("an adopted decision is not written again")
+
+    stopper, store = Stopper(), Store()
+    await asyncio.wait_for(early_stop.watch(stopper, store, "RUN", 0, alone=lambda: True), timeout=5)
+    assert stopper.adopted and stopper.decision == ["a better"]
+    assert store.scores_read == 0, "alone, the answers in the store are not read"
