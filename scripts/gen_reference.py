@@ -6,7 +6,10 @@ drift from it:
   each provider's own ``Options``): its type, default, bounds and meaning (the ``#:`` comment above the field);
 - ``cli.md``: every command of ``runner`` with its arguments and options, from the typer app (runner/cli/);
 - ``providers.md``: every provider of the registry (the entry points of ``runner.providers``) and the capability
-  table's rules (runner/providers/capability_table.py).
+  table's rules (runner/providers/capability_table.py);
+
+and runner/cli/help.json, the help of ``runner`` and of each command as the typer app prints it, which
+``runner --help`` prints without importing typer (runner/cli/quick.py).
 
     python scripts/gen_reference.py           # write them
     python scripts/gen_reference.py --check   # exit 1 naming each file that differs from what would be written
@@ -445,11 +448,25 @@ def providers_reference() -> str:
 
 GENERATED = {"job-file.md": job_file_reference, "cli.md": cli_reference, "providers.md": providers_reference}
 
+#: the help ``runner --help`` prints without importing typer
+KEPT_HELP = ROOT / "runner" / "cli" / "help.json"
+
+
+def kept_help() -> str:
+    import json
+
+    from runner.cli.typer_app import rendered_help
+
+    return json.dumps(rendered_help(), indent=1, ensure_ascii=False) + "\n"
+
 
 def stale() -> list[str]:
     """The generated files that differ from what the code would write now."""
-    return [name for name, make in GENERATED.items()
-            if not (OUT / name).exists() or (OUT / name).read_text(encoding="utf-8") != make()]
+    names = [f"docs/reference/{name}" for name, make in GENERATED.items()
+             if not (OUT / name).exists() or (OUT / name).read_text(encoding="utf-8") != make()]
+    if not KEPT_HELP.exists() or KEPT_HELP.read_text(encoding="utf-8") != kept_help():
+        names.append(str(KEPT_HELP.relative_to(ROOT)))
+    return names
 
 
 def main() -> int:
@@ -459,12 +476,14 @@ def main() -> int:
     if args.check:
         names = stale()
         for name in names:
-            print(f"docs/reference/{name} is stale: run python scripts/gen_reference.py", file=sys.stderr)
+            print(f"{name} is stale: run python scripts/gen_reference.py", file=sys.stderr)
         return 1 if names else 0
     OUT.mkdir(parents=True, exist_ok=True)
     for name, make in GENERATED.items():
         (OUT / name).write_text(make(), encoding="utf-8")
         print(f"wrote docs/reference/{name}")
+    KEPT_HELP.write_text(kept_help(), encoding="utf-8")
+    print(f"wrote {KEPT_HELP.relative_to(ROOT)}")
     return 0
 
 

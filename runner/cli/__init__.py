@@ -1,130 +1,39 @@
-"""The ``runner`` command: the typer app built from its command modules, and :func:`main`, the one place an error
-becomes a line.
+"""The ``runner`` command.
 
-Each command module registers its commands with ``register(app)``: runner/cli/run.py (submit, resume, work),
-runner/cli/jobs.py (check, estimate, validate), runner/cli/reports.py (runs, report, compare, costs, explain),
-runner/cli/sim.py (sim) and runner/cli/view.py (view). A command only parses its arguments, calls the run service
-(runner/service.py) or a report (runner/report/) and prints; the options and helpers they share are
-runner/cli/common.py, the cluster options of submit and work runner/cli/cluster.py. No command module imports
-another, or this one.
-
-Every error a user can cause ends in ``Error: <one sentence>`` on stderr and a non-zero exit (2 for a job
-file that does not validate, a problem ``runner validate`` finds in a dataset's rows, or a submit whose worst case
-exceeds its budget, 1 otherwise), never a traceback.
-``RUNNER_RAISE_ERRORS=1`` shows tracebacks of unexpected errors, for bug reports.
+:func:`main` is its entry point. ``runner --version``, ``runner --help``, ``runner`` alone and ``runner COMMAND
+--help`` are answered by runner/cli/quick.py without importing typer (typer and the commands cost some 0.1 s of a
+0.2 s start: issue 39 asks 0.15 s of ``runner --help``); everything else goes to the typer app,
+runner/cli/typer_app.py, which this package also lends its ``app``, ``build_app`` and ``COMMANDS`` (imported on
+first use).
 """
 
 from __future__ import annotations
 
-import os
-import sys
-from typing import Annotated
+from typing import Any
 
-import typer
-from typer.models import CommandInfo
-
-try:  # typer ≥ 0.22 carries its own copy of click
-    from typer._click import exceptions as click_errors
-    from typer.exceptions import Abort
-except ImportError:  # an older typer runs on click itself
-    from click import exceptions as click_errors  # type: ignore[no-redef]
-    from click.exceptions import Abort  # type: ignore[assignment]
-
-from runner.cli import jobs, reports, run, sim, view
-from runner.cli.common import opened, say
-from runner.errors import RunnerError
-
-__all__ = ["COMMANDS", "RAISE_UNEXPECTED", "app", "build_app", "main"]
+__all__ = ["COMMANDS", "EXIT_INTERRUPTED", "RAISE_UNEXPECTED", "app", "build_app", "main"]
 
 #: raise an unexpected error (a bug) instead of printing it in one line: what RUNNER_RAISE_ERRORS=1 does, for a
 #: program that calls main() in its own process and wants the traceback (the test suite sets it)
 RAISE_UNEXPECTED = False
 
+#: the exit code of a command interrupted (Ctrl-C)
 EXIT_INTERRUPTED = 130
-
-#: the commands in the order ``runner --help`` lists them
-COMMANDS = ("submit", "check", "estimate", "costs", "validate", "resume", "work", "runs", "report", "compare", "sim",
-            "explain", "view")
-
-
-def build_app() -> typer.Typer:
-    """The ``runner`` app: every command module's commands, listed in the order of :data:`COMMANDS`."""
-    app = typer.Typer(
-        add_completion=False,
-        no_args_is_help=True,
-        pretty_exceptions_enable=False,
-        # click's own help layout: typer's boxed one imports rich and markdown-it-py, 0.2 s of a 0.1 s --help
-        rich_markup_mode=None,
-        help="Run LLM API jobs from YAML files: cached, resumable, with live progress and cost reports.",
-    )
-    app.callback()(_options)
-    for module in (run, jobs, reports, sim, view):
-        module.register(app)
-    app.registered_commands.sort(key=lambda command: COMMANDS.index(_name(command)))
-    return app
-
-
-def _name(command: CommandInfo) -> str:
-    return command.name or command.callback.__name__  # type: ignore[union-attr]
-
-
-def _print_version(asked: bool) -> None:
-    """``runner --version``: the version naming the commit that runs (runner/version.py), then exit."""
-    if asked:
-        from runner.version import version
-
-        typer.echo(f"runner {version()}")
-        raise typer.Exit()
-
-
-def _options(
-    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
-                                          help="Print the runner's version (the git commit it runs), exit.")] = False,
-) -> None:
-    pass
-
-
-app = build_app()
 
 
 def main() -> None:
-    opened.clear()
-    try:
-        # not standalone: click's usage errors come here, to be said in one line instead of a box
-        code = app(standalone_mode=False)
-    except click_errors.NoArgsIsHelpError as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click_errors.UsageError as exc:
-        command = exc.ctx.command_path if exc.ctx is not None else "runner"
-        say(f"Error: {exc.format_message()} (`{command} --help` lists the options)", err=True)
-        sys.exit(exc.exit_code)
-    except click_errors.ClickException as exc:
-        say(f"Error: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
-    except Abort:
-        say("Error: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    except RunnerError as exc:
-        problems = getattr(exc, "problems", None)
-        if problems and len(problems) > 1:  # a job file with several problems: each on its own line first
-            for problem in problems:
-                say(problem, err=True)
-            say(f"Error: {exc.summary}", err=True)  # type: ignore[attr-defined]
-        else:
-            say(f"Error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        say("Error: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    except Exception as exc:  # a bug: still one line, unless asked for the traceback
-        said = opened[-1].failure(exc) if opened and hasattr(opened[-1], "failure") else None
-        if said is not None:  # the store failed outside a run (a full disk, a corrupt page, the server gone)
-            say(f"Error: {said}", err=True)
-            sys.exit(1)
-        if os.environ.get("RUNNER_RAISE_ERRORS") or RAISE_UNEXPECTED:
-            raise
-        say(f"Error: unexpected {type(exc).__name__}: {exc} (set RUNNER_RAISE_ERRORS=1 for the "
-            "traceback, and please report it)", err=True)
-        sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+    from runner.cli import quick
+
+    quick.answer()  # exits when it could answer
+    from runner.cli import typer_app
+
+    typer_app.main()
+
+
+def __getattr__(name: str) -> Any:
+    """The typer app's ``app``, ``build_app`` and ``COMMANDS``, importing it on first use."""
+    if name in ("app", "build_app", "COMMANDS"):
+        from runner.cli import typer_app
+
+        return getattr(typer_app, name)
+    raise AttributeError(f"module 'runner.cli' has no attribute {name!r}")
