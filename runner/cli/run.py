@@ -99,6 +99,10 @@ def _on_ray(cluster: ModuleType, job: Job, store: Store, db: str | None, run_id:
     say(f"ray: {len(outcome.reports)} workers ({outcome.joined} processes joined the run): "
         f"{sum(r['sent'] for r in done)} sent, {sum(r['cache_hits'] for r in done)} cache hits, "
         f"{sum(r['errors'] for r in done)} failed; ${sum(r['spend'] for r in done):,.4f}")
+    lost = [report for report in outcome.reports if report.get("lost")]
+    if lost and outcome.status == "completed":
+        say(f"ray: {len(lost)} worker{'s' if len(lost) > 1 else ''} lost ({lost[0]['error']}); the others took "
+            "over its work")
     if outcome.status == "completed":
         _summary(store, run_id, outcome.results)
     _end(outcome, resumable=True)  # type: ignore[arg-type]

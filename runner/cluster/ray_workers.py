@@ -255,22 +255,29 @@ def let_go(store: Store, run_id: str, ttl: float, *, poll: float = POLL) -> None
 
 
 def _report(ray: ModuleType, ref: Any) -> dict[str, Any]:
-    """An actor's report, or the sentence for an actor Ray could not keep alive."""
+    """An actor's report, or, for an actor Ray lost (its node gone, or its restarts spent), the sentence saying so
+    with ``lost`` set."""
     try:
         return ray.get(ref)
     except ray.exceptions.RayActorError as exc:
         reason = " ".join(str(exc).split())[:200]
         return {"error": f"a Ray worker died and was not started again (after {RESTARTS} restarts, or its node is "
-                         f"gone): {reason}", "exit_code": 1}
+                         f"gone): {reason}", "exit_code": 1, "lost": True}
 
 
 def _verdict(reports: list[dict[str, Any]]) -> tuple[str, str | None]:
-    """The run's status from its actors' reports: completed when every actor completed; else the first error, or
-    the first status that is not completed (budget_exhausted, failed, interrupted)."""
-    for report in reports:
+    """The run's status from its actors' reports: completed when every actor completed, or when the only ones
+    that did not are actors Ray lost: an actor completes only once the store has every task of the run done or
+    failed (``left_unanswered`` in runner/engine/run.py), the lost ones' included, which it took over when their
+    leases ran out. Else the first error, or the first status that is not completed (budget_exhausted, failed,
+    interrupted); failed when Ray lost every actor."""
+    kept = [report for report in reports if not report.get("lost")]
+    for report in kept:
         if "error" in report:
             return "failed", report["error"]
-    for report in reports:
+    for report in kept:
         if report.get("status") != "completed":
             return report.get("status", "failed"), report.get("message")
+    if not kept:
+        return "failed", reports[0]["error"]
     return "completed", None

@@ -153,3 +153,18 @@ def test_ray_workers_must_be_one_or_more(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert only_error(proc.stderr) == "Error: --workers must be 1 or more (got 0)"
+
+
+def test_a_worker_ray_lost_fails_no_run_the_others_completed():
+    """An actor completes only once every task of the run is done or failed, a lost actor's included: Ray losing
+    one (its node gone) fails the run only when no other actor completed it."""
+    from runner.cluster.ray_workers import _verdict
+
+    done = {"status": "completed", "message": None, "sent": 10}
+    lost = {"error": "a Ray worker died and was not started again (...)", "exit_code": 1, "lost": True}
+    assert _verdict([done, lost, done]) == ("completed", None)
+    assert _verdict([lost, lost]) == ("failed", lost["error"])
+    broken = {"error": "the store is gone", "exit_code": 1}
+    assert _verdict([done, broken, lost]) == ("failed", "the store is gone")
+    stopped = {"status": "budget_exhausted", "message": "spent"}
+    assert _verdict([lost, stopped, done]) == ("budget_exhausted", "spent")
