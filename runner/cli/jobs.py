@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
 
 
 def check(
-    job_file: Annotated[Path, typer.Argument(help="The job YAML file.")],
+    job_file: Annotated[Path, typer.Argument(metavar="JOB_FILE", help="The job YAML file.")],
     var: VarOption = None,
     timeout: Annotated[float | None, typer.Option(
         "--timeout", help="Seconds each endpoint may take to answer (default: RUNNER_CHECK_TIMEOUT or 3).",
@@ -62,7 +62,7 @@ def check(
 
 
 def estimate(
-    job_file: Annotated[Path, typer.Argument(help="The job YAML file.")],
+    job_file: Annotated[Path, typer.Argument(metavar="JOB_FILE", help="The job YAML file.")],
     db: DbOption = None,
     fmt: Annotated[str, typer.Option("--format", help="text, json, csv or md.")] = "text",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
@@ -105,7 +105,7 @@ def estimate(
     emit(text, output, fmt)
 
 
-def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML file.")], var: VarOption = None) -> None:
+def validate(job_file: Annotated[Path, typer.Argument(metavar="JOB_FILE", help="The job YAML file.")], var: VarOption = None) -> None:
     """Only validate a job file and the rows of its datasets, saying every problem found in one go (the file's
     file:line and key; a dataset's file:line: a repeated id, a gold answer that is not one of the options). Exit 2
     when there is any."""

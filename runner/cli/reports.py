@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
 
 
 def costs(
-    run: Annotated[str | None, typer.Argument(help="A finished run to re-price (see `runner runs`); without it, spend "
+    run: Annotated[str | None, typer.Argument(metavar="RUN", help="A finished run to re-price (see `runner runs`); without it, spend "
                                               "across runs.", show_default=False)] = None,
     as_models: Annotated[list[str] | None, typer.Option("--as", help="Re-price RUN's requests on this model "
                                                         "(repeatable).", show_default=False)] = None,
@@ -69,7 +69,7 @@ def runs(
 
 
 def report(
-    run_id: Annotated[str, typer.Argument(help="The run (see `runner runs`).")],
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run (see `runner runs`).")],
     db: DbOption = None,
     fmt: Annotated[str, typer.Option("--format", help="text, json, csv, md or html (html needs -o).")] = "text",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
@@ -133,7 +133,7 @@ def _is_job_file(target: str) -> bool:
 
 
 def explain(
-    target: Annotated[str, typer.Argument(help="A run (see `runner runs`), or a job file before a run.")],
+    target: Annotated[str, typer.Argument(metavar="TARGET", help="A run (see `runner runs`), or a job file before a run.")],
     item: Annotated[str, typer.Option("--item", help="The item: a dataset row's id (its dataset.id field, else its "
                                       "row number).")],
     stage: Annotated[str | None, typer.Option("--stage", help="Only this stage (default: every stage with the "

@@ -145,7 +145,7 @@ def _announce(submission: service.Submission) -> service.Submission:
 
 
 def submit(
-    job_file: Annotated[Path, typer.Argument(help="The job YAML file.")],
+    job_file: Annotated[Path, typer.Argument(metavar="JOB_FILE", help="The job YAML file.")],
     db: DbOption = None,
     budget: BudgetOption = None,
     limit: LimitOption = None,
@@ -183,7 +183,7 @@ def submit(
 
 
 def resume(
-    run_id: Annotated[str, typer.Argument(help="The run to finish (see `runner runs`).")],
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run to finish (see `runner runs`).")],
     db: DbOption = None,
     budget: BudgetOption = None,
 ) -> None:
@@ -196,7 +196,7 @@ def resume(
 
 
 def work(
-    run_id: Annotated[str, typer.Argument(help="The run to join (see `runner runs`; a --run-id name too).")],
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run to join (see `runner runs`; a --run-id name too).")],
     db: DbOption = None,
     ray: RayOption = None,
     workers: WorkersOption = None,
