@@ -39,6 +39,9 @@ class FirstRequestRelay:
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/v1"
         self.first_any: float | None = None
         self.first_chat: float | None = None
+        #: what marks the first answer request in a request's bytes (its path; bench/startup_providers.py sets
+        #: each provider's)
+        self.chat_marker = b"/chat/completions"
         #: the process sending (its CPU seconds are read when its first chat request arrives), and those seconds
         self.sender: int | None = None
         self.sender_cpu: float | None = None
@@ -68,7 +71,7 @@ class FirstRequestRelay:
                     seen = time.perf_counter()
                     if self.first_any is None:
                         self.first_any = seen
-                    if self.first_chat is None and b"POST " in data and b"/chat/completions" in data:
+                    if self.first_chat is None and b"POST " in data and self.chat_marker in data:
                         self.first_chat = seen
                         if self.sender is not None:
                             with contextlib.suppress(OSError):

@@ -3,6 +3,7 @@
 
     python bench/workers.py [--n 6000] [--workers 1 2 4] [--rpm 10000] [--rpm-n 16000] [--store postgres]
     python bench/workers.py --ray [--n 6000] [--ray-workers 4] [--rounds 3] [--store postgres]
+    python bench/workers.py --ray-nodes [--n 6000] [--workers 1 2 4] [--latency 0.2] [--store postgres]
 
 In one run it prints:
 
@@ -26,6 +27,16 @@ distinct priced requests against the simulated server without latency or limits:
    0), requests charged twice in the ledger (target 0), and the requests the server answered twice, each of which
    must be one the killed process had in flight (kept as possibly billed).
 
+With ``--ray-nodes`` it prints instead, on a Ray cluster of four nodes this script starts on 127.0.0.1 (each a raylet
+of its own with one CPU: Ray's multi-node launcher, ``ray.cluster_utils.Cluster``; the tests' too,
+tests/cluster/test_ray_nodes.py), against the simulated server answering after ``--latency`` seconds:
+
+5. ``runner submit --ray ADDRESS --workers N`` for N in ``--workers`` (one actor per node): requests/s from the first
+   task committed to the last, and every request sent once; then 3 workers with one node lost (its raylet and its
+   processes killed) once a quarter of the run is committed: tasks lost (target 0), requests charged twice
+   (target 0), the requests the server answered twice (each one the lost worker had in flight, kept as possibly
+   billed).
+
 The store is a PostgreSQL server started for the run (Debian's binaries, as the tests start it: devservers/postgres.py),
 or a SQLite file with ``--store sqlite``. A script, not a test: pytest does not collect ``bench/``.
 """
@@ -33,6 +44,7 @@ or a SQLite file with ``--store sqlite``. A script, not a test: pytest does not 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -52,8 +64,8 @@ from devservers.postgres import PgServer, find_bin  # noqa: E402
 from runner.store import open_store  # noqa: E402
 
 
-def start_sim(rpm: int | None) -> tuple[subprocess.Popen, str]:
-    args = [sys.executable, "-m", "simserver", "--port", "0", "--latency", "0"]
+def start_sim(rpm: int | None, latency: float = 0.0) -> tuple[subprocess.Popen, str]:
+    args = [sys.executable, "-m", "simserver", "--port", "0", "--latency", str(latency)]
     if rpm:
         args += ["--rpm", str(rpm)]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -232,6 +244,99 @@ def ray_sections(args: argparse.Namespace, new_db, folder: Path) -> None:
           f"(possibly billed, the killed process's requests in flight: {possibly})")
 
 
+def ray_nodes_section(args: argparse.Namespace, new_db, folder: Path) -> None:
+    """Section 5 (``--ray-nodes``)."""
+    import signal
+    import threading
+
+    os.environ.update({"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled",
+                       "RAY_USAGE_STATS_ENABLED": "0", "RUNNER_LEASE_TTL": "8",
+                       "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray-")})  # a short path: Unix sockets live there
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    nodes = [cluster.head_node] + [cluster.add_node(num_cpus=1) for _ in range(3)]
+    cluster.wait_for_nodes()
+    n, latency = args.n, args.latency
+    print(f"\n5. a Ray cluster of {len(nodes)} nodes of one CPU each on 127.0.0.1; one run of {n:,} distinct priced "
+          f"requests, simulated server answering in {latency} s, 64 in flight per worker; leases of 8 s")
+    try:
+        for workers in args.workers:
+            sim, url = start_sim(None, latency)
+            try:
+                job_dir = folder / f"nodes{workers}"
+                job_dir.mkdir()
+                db = new_db(f"nodes{workers}")
+                run_id, _ = run_on_ray(workers, db, write_job(job_dir, url, n, None, PRICED), job_dir,
+                                       cluster.address)
+                tasks, seconds = span(commit_times(db, run_id))
+                extra = twice(url)
+            finally:
+                sim.terminate()
+                sim.wait(timeout=10)
+            print(f"   {workers} worker(s): {tasks:,} tasks in {seconds:.1f} s = {tasks / seconds:,.0f} requests/s "
+                  f"({'each sent once' if extra == 0 else f'{extra} SENT TWICE'})")
+        sim, url = start_sim(None, latency)
+        lost = nodes[1].all_processes["raylet"][0].process.pid
+        try:
+            job_dir = folder / "nodes-lost"
+            job_dir.mkdir()
+            db = new_db("nodes-lost")
+
+            def lose_a_node(run_id: str) -> None:
+                def watch() -> None:
+                    while done_count(db, run_id) < n // 4:
+                        time.sleep(0.2)
+                    for pid in [lost, *descendants(lost)]:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                threading.Thread(target=watch, daemon=True).start()
+
+            run_id, out = run_on_ray(3, db, write_job(job_dir, url, n, None, PRICED), job_dir, cluster.address,
+                                     on_started=lose_a_node)
+            extra = twice(url)
+        finally:
+            sim.terminate()
+            sim.wait(timeout=10)
+        store = open_store(db)
+        try:
+            tasks = store.tasks(run_id)
+            charged = Counter(row["key"] for row in store.ledger(run_id, kind="charge"))
+            possibly = len(store.ledger(run_id, kind="possibly_billed"))
+        finally:
+            store.close()
+        missing = n - sum(1 for t in tasks if t["status"] == "done")
+        print(f"   3 workers, one node lost at a quarter: {'completed' if 'completed' in out else 'NOT COMPLETED'}; "
+              f"tasks lost {missing}, charged twice {sum(c - 1 for c in charged.values())}; answered twice "
+              f"{extra} (possibly billed, kept for the lost worker's requests in flight: {possibly})")
+    finally:
+        cluster.shutdown()
+
+
+def done_count(db: str, run_id: str) -> int:
+    store = open_store(db)
+    try:
+        return sum(1 for t in store.tasks(run_id) if t["status"] == "done")
+    finally:
+        store.close()
+
+
+def descendants(root: int) -> list[int]:
+    """The processes under ``root``, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if entry.name.isdigit():
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def commit_times(db: str, run_id: str) -> list[float]:
     """When each task of a run was committed (epoch seconds), ascending."""
     store = open_store(db)
@@ -258,6 +363,8 @@ def main() -> None:
     parser.add_argument("--ray", action="store_true", help="sections 3 and 4: Ray actors against runner processes")
     parser.add_argument("--ray-workers", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3, help="section 3's rounds (each: processes, then Ray)")
+    parser.add_argument("--ray-nodes", action="store_true", help="section 5: a Ray cluster of four nodes")
+    parser.add_argument("--latency", type=float, default=0.2, help="section 5's simulated latency (seconds)")
     args = parser.parse_args()
 
     folder = Path(tempfile.mkdtemp(prefix="runner-bench-workers-"))
@@ -276,9 +383,9 @@ def main() -> None:
         return str(path)
 
     print(f"machine: {os.cpu_count()} cores; store: {args.store}; python {sys.version.split()[0]}")
-    if args.ray:
+    if args.ray or args.ray_nodes:
         try:
-            ray_sections(args, new_db, folder)
+            (ray_nodes_section if args.ray_nodes else ray_sections)(args, new_db, folder)
         finally:
             if server is not None:
                 server.stop()

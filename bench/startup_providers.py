@@ -1,0 +1,176 @@
+"""Start-up per provider (issue 39 item 2): the seconds from ``runner submit JOB`` to the first request and to the
+first answer request (chat completions, messages, generateContent, converse) reaching the simulated server, and
+the CPU the process had used by then, for a job of one model of each provider; and ``runner --help``. Medians of
+``--runs`` (5) per provider, the providers interleaved round by round.
+
+    python bench/startup_providers.py [--runs 5] [--rows 20] [--providers sim,openai,...]
+
+Each provider is pointed at one simulated server (``python -m simserver``) through a relay that notes when
+requests arrive (bench/throughput_startup.py's :class:`FirstRequestRelay`); keys and credentials are made up and
+come from the environment as a user's would (Vertex AI's from a service-account key file whose token endpoint is
+the simulated server's). The target is 0.5 s to the first answer request for every provider and 0.15 s for
+``runner --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from bench.throughput_common import SimProcess, distinct_row, median, write_jsonl  # noqa: E402
+from bench.throughput_startup import FirstRequestRelay  # noqa: E402
+
+#: per provider: the model asked, what marks an answer request in its path, and its settings (``{root}``: the
+#: relay's address without ``/v1``)
+PROVIDERS: dict[str, tuple[str, bytes, dict[str, str]]] = {
+    "sim": ("sim:gpt-4o-mini", b"/chat/completions", {"base_url": "{root}/v1"}),
+    "openai": ("openai:gpt-4o-mini", b"/chat/completions", {"base_url": "{root}/v1"}),
+    "azure-openai": ("azure-openai:gpt-4o-mini", b"/chat/completions",
+                     {"base_url": "{root}/openai", "api_version": "2024-10-21"}),
+    "anthropic": ("anthropic:claude-haiku-4-5", b"/v1/messages", {"base_url": "{root}"}),
+    "gemini": ("gemini:gemini-2.0-flash", b":generateContent", {"base_url": "{root}"}),
+    "vertex": ("vertex:gemini-2.0-flash", b":generateContent",
+               {"base_url": "{root}", "project": "sim-project", "location": "us-east5"}),
+    "bedrock": ("bedrock:amazon.nova-pro-v1:0", b"/converse", {"base_url": "{root}"}),
+}
+
+TARGET_FIRST_ANSWER = 0.5
+TARGET_HELP = 0.15
+
+
+def environment(folder: Path, root: str) -> dict[str, str]:
+    """Made-up keys for every provider, from the environment as a user's; nothing of this machine's clouds."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GOOGLE_", "AZURE_", "CLOUDSDK_"))}
+    env.update({
+        "OPENAI_API_KEY": "sk-simulated", "ANTHROPIC_API_KEY": "sk-ant-simulated", "GEMINI_API_KEY": "simulated",
+        "AZURE_OPENAI_API_KEY": "simulated", "AWS_ACCESS_KEY_ID": "AKIDSIMULATED",
+        "AWS_SECRET_ACCESS_KEY": "simulated-secret", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": str(folder / "no-aws-config"), "AWS_SHARED_CREDENTIALS_FILE": str(folder / "no-aws-creds"),
+        "CLOUDSDK_CONFIG": str(folder / "gcloud"), "NO_GCE_CHECK": "True",
+        "GOOGLE_APPLICATION_CREDENTIALS": str(service_account(folder, root + "/token")),
+        "PYTHONPATH": str(ROOT),
+    })
+    return env
+
+
+def service_account(folder: Path, token_uri: str) -> Path:
+    """A service-account key file as the Google Cloud console writes one, its token endpoint the simulated
+    server's."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    path = folder / "service-account.json"
+    path.write_text(json.dumps({
+        "type": "service_account", "project_id": "sim-project", "private_key_id": "0123456789abcdef",
+        "private_key": pem, "client_email": "runner@sim-project.iam.gserviceaccount.com",
+        "client_id": "100000000000000000001", "token_uri": token_uri}), encoding="utf-8")
+    return path
+
+
+def write_job(path: Path, provider: str, root: str, dataset: Path, out_dir: Path) -> None:
+    model, _, settings = PROVIDERS[provider]
+    job = {
+        "name": f"startup-{provider}", "output_dir": str(out_dir), "models": [model],
+        "providers": {provider: {key: value.format(root=root) for key, value in settings.items()}},
+        "params": {"max_tokens": 5, "temperature": 0},
+        "stages": [{"name": "mc", "dataset": {"path": str(dataset)}, "prompt": {"user": "{question}"},
+                    "choices": {"seeds": [0]}, "parse": "letter"}],
+    }
+    path.write_text(yaml.safe_dump(job, sort_keys=False), encoding="utf-8")
+
+
+def one_start(relay: FirstRequestRelay, provider: str, folder: Path, env: dict[str, str], rows: int,
+              timeout: float) -> tuple[float, float, float]:
+    """One ``runner submit`` (the installed command, as a user types it): seconds to the first request and to the
+    first answer request, and the CPU seconds the process had used when that arrived."""
+    folder.mkdir(parents=True)
+    dataset = folder / "rows.jsonl"
+    write_jsonl(dataset, (distinct_row(i, folder.name) for i in range(rows)))
+    job = folder / "job.yaml"
+    write_job(job, provider, relay.url.removesuffix("/v1"), dataset, folder / "results")
+    relay.chat_marker = PROVIDERS[provider][1]
+    relay.reset()
+    started = time.perf_counter()
+    child = subprocess.Popen([str(Path(sys.executable).parent / "runner"), "submit", str(job), "--db",
+                              str(folder / "store.sqlite")], cwd=folder, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    relay.sender = child.pid
+    try:
+        stdout, stderr = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        stdout, stderr = child.communicate()
+    if child.returncode != 0 or relay.first_any is None or relay.first_chat is None or relay.sender_cpu is None:
+        raise SystemExit(f"runner submit of a {provider} job: exit {child.returncode}\n{stdout[-2000:]}"
+                         f"{stderr[-2000:]}")
+    return relay.first_any - started, relay.first_chat - started, relay.sender_cpu
+
+
+def help_seconds(runs: int) -> float:
+    """The median wall seconds of ``runner --help``."""
+    walls = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([str(Path(sys.executable).parent / "runner"), "--help"], check=True, stdout=subprocess.DEVNULL)
+        walls.append(time.perf_counter() - started)
+    return median(walls)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--rows", type=int, default=20)
+    parser.add_argument("--providers", default=",".join(PROVIDERS))
+    parser.add_argument("--timeout", type=float, default=120.0)
+    args = parser.parse_args()
+    providers = args.providers.split(",")
+    unknown = [name for name in providers if name not in PROVIDERS]
+    if unknown:
+        parser.error(f"unknown provider(s) {', '.join(unknown)}: choose among {', '.join(PROVIDERS)}")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "runner")], check=True,
+                   stdout=subprocess.DEVNULL)  # as pip's install does
+    print(f"load {os.getloadavg()[0]:.2f}; {args.runs} runs per provider of a {args.rows}-row job, interleaved")
+    server = SimProcess()
+    relay = FirstRequestRelay(int(server.url.rsplit(":", 1)[1].split("/")[0]))
+    figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in providers}
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
+            env = environment(Path(tmp), relay.url.removesuffix("/v1"))
+            for r in range(args.runs):
+                for provider in providers if r % 2 == 0 else reversed(providers):
+                    got = one_start(relay, provider, Path(tmp) / f"{provider}-{r}", env, args.rows, args.timeout)
+                    figures[provider].append(got)
+        helped = help_seconds(args.runs)
+    finally:
+        relay.close()
+        server.stop()
+    met = helped <= TARGET_HELP
+    print(f"{'provider':<14}{'first request':>15}{'first answer req.':>19}{'CPU by then':>13}  target "
+          f"<= {TARGET_FIRST_ANSWER} s")
+    for provider in providers:
+        first, chat, cpu = (median([f[i] for f in figures[provider]]) for i in range(3))
+        met = met and chat <= TARGET_FIRST_ANSWER
+        print(f"{provider:<14}{first:>13.3f} s{chat:>17.3f} s{cpu:>11.2f} s  "
+              f"{'MET' if chat <= TARGET_FIRST_ANSWER else 'MISSED'}")
+    print(f"runner --help: {helped:.3f} s (median of {args.runs}; target <= {TARGET_HELP} s: "
+          f"{'MET' if helped <= TARGET_HELP else 'MISSED'})")
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
