@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from runner.store.dialect import Dialect
@@ -289,7 +290,10 @@ def migrate(conn: Any, dialect: Dialect) -> None:
     if dialect.name == "sqlite":
         conn.execute("BEGIN IMMEDIATE")
         try:
-            _apply(conn, dialect, "?")
+            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+                _create_new(conn)
+            else:
+                _apply(conn, dialect, "?")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -309,6 +313,35 @@ def _apply(conn: Any, dialect: Dialect, mark: str) -> None:
             fn(schema)
             conn.execute(f"INSERT INTO _migrations (name, applied_at) VALUES ({mark}, {mark})",
                          (fn.__name__, dt.datetime.now(dt.UTC).isoformat()))
+
+
+def _create_new(conn: Any) -> None:
+    """A new SQLite store: the schema the migrations end with, made at once (a third of the time: each ALTER TABLE
+    of the migrations makes SQLite read the whole schema again), every migration recorded as applied."""
+    statements, names = _final_sqlite_schema(tuple(MIGRATIONS))
+    for statement in statements:
+        conn.execute(statement)
+    applied = dt.datetime.now(dt.UTC).isoformat()
+    conn.executemany("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", [(name, applied) for name in names])
+
+
+@cache
+def _final_sqlite_schema(migrations: tuple[Callable[[Schema], None], ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The statements that make the schema ``migrations`` make, in the order SQLite made its objects (a table
+    before its indexes and triggers), read back from an in-memory database they ran on once per process; and
+    their names."""
+    import sqlite3
+
+    from runner.store.dialect import SQLITE
+
+    memory = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        _apply(memory, SQLITE, "?")
+        statements = tuple(sql for (sql,) in memory.execute(
+            "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' ORDER BY rowid"))
+    finally:
+        memory.close()
+    return statements, tuple(fn.__name__ for fn in migrations)
 
 
 def _up_to_date(conn: Any, dialect: Dialect) -> bool:

@@ -224,6 +224,33 @@ def test_migrations_recorded_once(store_path: Any) -> None:
     second.close()
 
 
+def test_a_new_store_made_at_once_has_the_schema_the_migrations_make_one_by_one(tmp_path: Any) -> None:
+    """A new SQLite store is made from the schema the migrations end with (runner/store/migrations.py's
+    ``_create_new``): every table, column, index and trigger the same as applying each migration in turn, which a
+    store that already has tables still does."""
+    import sqlite3
+
+    from runner.store.dialect import SQLITE
+    from runner.store.migrations import _apply
+
+    def schema(conn: sqlite3.Connection) -> tuple:
+        objects = sorted(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master "
+                                      "WHERE name NOT LIKE 'sqlite_%'").fetchall())
+        columns = {name: conn.execute(f"PRAGMA table_xinfo({name})").fetchall()
+                   for kind, name, _, _ in objects if kind == "table"}
+        return objects, columns, [name for (name,) in conn.execute("SELECT name FROM _migrations ORDER BY name")]
+
+    at_once = open_store(tmp_path / "new.sqlite")
+    one_by_one = sqlite3.connect(tmp_path / "stepwise.sqlite", isolation_level=None)
+    _apply(one_by_one, SQLITE, "?")
+    try:
+        assert schema(at_once.conn) == schema(one_by_one)
+        assert schema(one_by_one)[2] == MIGRATION_NAMES
+    finally:
+        at_once.close()
+        one_by_one.close()
+
+
 def test_m010_adds_thinking_to_an_existing_memo(store_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A store made before m010 (its memo rows without thinking) opens, migrates, and answers its old rows with no
     thinking and no reasoning tokens."""
