@@ -27,6 +27,7 @@ from runner.recipes import get_parser, get_step, parser_names, step_names
 from runner.spec.fields import MAX_VARIANTS
 from runner.spec.files import not_a_file, resolve_file
 from runner.spec.inputs import FORMAT_OF_NAME
+from runner.spec.pools import check_pools, labelled, provider_of
 from runner.spec.problems import Problems, fail
 from runner.spec.schema import BUILTIN_PARSES, Job, Stage, shaped_params
 from runner.spec.tiers import check_tiers
@@ -40,9 +41,11 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
     problems = Problems(path)
     known = provider_names()
     for name in job.providers:
-        if name not in known:
+        if provider_of(name) not in known:
             with problems:
-                fail(path, lines, ("providers", name), _unknown_provider(name, known))
+                fail(path, lines, ("providers", name), _unknown_provider(provider_of(name), known, name
+                                                                         if labelled(name) else None))
+    check_pools(job, path, lines, problems, known, _unknown_provider)
     for index, model in enumerate(job.models):
         with problems:
             _check_model(path, lines, ("models", index), model, known, job.endpoints, job)
@@ -137,7 +140,7 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
                 fail(path, lines, ("providers", name, "api_version"),
                      f"anthropic api_version {settings.api_version!r} is not one the runner knows "
                      f"({', '.join(ANTHROPIC_VERSIONS)})")
-        elif settings.api_version is not None and name != "anthropic" and not _takes_api_version(name):
+        elif settings.api_version is not None and name != "anthropic" and not _takes_api_version(provider_of(name)):
             with problems:
                 fail(path, lines, ("providers", name, "api_version"),
                      f"api_version is an anthropic setting; {name} sends the version the runner pins")

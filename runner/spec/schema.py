@@ -31,6 +31,7 @@ from runner.providers.base import ProviderSettings, provider_class, split_model
 from runner.providers.capabilities import Shaped, shape
 from runner.spec.fields import MAX_COUNT, MAX_ROWS, MAX_SAMPLES, Seed, Strict, is_duration, parse_duration, within
 from runner.spec.inputs import Choices, Dataset, InlinePrompt
+from runner.spec.pools import Pool
 from runner.spec.settings import (
     BatchSettings,
     BudgetLimit,
@@ -303,10 +304,16 @@ class Job(Strict):
     models: list[str] = Field(default_factory=list)
     #: the generation parameters of every stage (a stage's ``params:`` are merged over them)
     params: Params = Field(default_factory=Params)
-    #: settings per provider (``providers: {openai: {rpm: 500}}``): its address, key variable, limits and bounds
+    #: settings per provider (``providers: {openai: {rpm: 500}}``): its address, key variable, limits and bounds;
+    #: a ``provider:label`` key is one more endpoint of that provider, for ``pools:``
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
     #: the user's OpenAI-compatible servers, named in models as ``openai-compatible:NAME/MODEL``
     endpoints: dict[str, ProviderSettings] = Field(default_factory=dict)
+    #: models served by several endpoints, by the model as ``models:`` names it: ``{anthropic:claude-haiku-4-5:
+    #: {endpoints: [anthropic, anthropic:eu], same_model: false}}``. Their limits add up; each endpoint keeps its own
+    #: limiter, prompt cache and price; a ``provider:label`` endpoint's settings are ``providers: {provider:label:
+    #: {...}}``, over the provider's own (runner/spec/pools.py)
+    pools: dict[str, Pool] = Field(default_factory=dict)
     #: how failed requests are tried again (the runner's own retries: the SDKs' are off)
     retry: RetrySettings = Field(default_factory=RetrySettings)
     #: prices per ``provider:model``, in USD per million tokens, over genai-prices' (or for a model it lacks)
