@@ -82,7 +82,7 @@ def assemble(
     spawned = Spawned()
     leases = ChunkLeases(stats)
     leases.crew = crew  # ChunkLeases takes its crew through this setter (which also hands the crew its lost-lease hook)
-    endpoints = Endpoints(providers, max_in_flight=job.max_in_flight, crew=crew)
+    endpoints = Endpoints(providers, max_in_flight=job.max_in_flight, crew=crew, pools=job.pools, notes=stats.notes)
     if crew is not None:
         crew.on_live = endpoints.share  # the rate limits are split again as processes join and leave
     triage = Triage(store, run_id, stats)

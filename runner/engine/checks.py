@@ -14,6 +14,7 @@ from runner.engine.endpoints import connection_pool_size
 from runner.engine.tiers import check_tier_prices
 from runner.errors import OutputError, RunnerError, StoreError
 from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
+from runner.spec.pools import labelled, provider_of
 from runner.spec.schema import Job
 from runner.store import Store
 
@@ -62,7 +63,28 @@ def build_providers(job: Job) -> dict[str, Provider]:
                                                               endpoints)
         provider.check_sdk(model_name)
         provider.check_key(model_name)
+    for model, pool in job.pools.items():  # each endpoint of a pool: its own provider object and settings
+        for member in pool.members():
+            name = provider_of(member.endpoint)
+            provider = providers.get(member.endpoint)
+            if provider is None:
+                provider = providers[member.endpoint] = provider_class(name)(
+                    sized(endpoint_settings(job, member.endpoint)), endpoints)
+            served = member.model or split_model(model)[1]
+            provider.check_sdk(served)
+            provider.check_key(served)
     return providers
+
+
+def endpoint_settings(job: Job, endpoint: str) -> ProviderSettings:
+    """The settings of a pool's endpoint: a provider's own (``providers: {sim: ...}``), or a label's
+    (``providers: {sim:b: ...}``) over its provider's."""
+    base = job.providers.get(provider_of(endpoint)) or ProviderSettings()
+    own = job.providers.get(endpoint) if labelled(endpoint) else None
+    if own is None:
+        return base
+    return ProviderSettings.model_validate({**base.model_dump(exclude_unset=True),
+                                            **own.model_dump(exclude_unset=True)})
 
 
 class NotJoinable(RunnerError):

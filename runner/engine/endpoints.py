@@ -2,16 +2,19 @@
 request, each provider started (clients opened, weights loaded) on its first cache miss, once; and the connection
 pool a provider's HTTP client needs for the requests its endpoints keep in flight (computed here, handed to each
 provider in its settings when the run builds it: ``build_providers`` in runner/engine/checks.py; the providers
-never import the engine)."""
+never import the engine). A pooled model's requests are routed among its endpoints by runner/engine/pools.py."""
 
 from __future__ import annotations
 
 import asyncio
 
 from runner.engine.limits import DEFAULT_MAX_IN_FLIGHT, Endpoint, connection_room
+from runner.engine.pools import Member, PoolRoute, members_of
 from runner.engine.workers import Crew
+from runner.errors import ProviderError
 from runner.plan.request import Task
 from runner.providers.base import Provider, ProviderSettings
+from runner.spec.pools import Pool
 
 
 def in_flight_bound(settings: ProviderSettings, job_bound: int | None = None) -> int | None:
@@ -32,8 +35,17 @@ def connection_pool_size(settings: ProviderSettings, job_bound: int | None = Non
 
 class Endpoints:
     def __init__(self, providers: dict[str, Provider], max_in_flight: int | None = None, *,
-                 crew: Crew | None = None) -> None:
+                 crew: Crew | None = None, pools: dict[str, Pool] | None = None,
+                 notes: list[str] | None = None) -> None:
+        """``pools``: the job's pooled models (their endpoints' providers among ``providers``, under their labels);
+        ``notes``: the run's notes, where an endpoint taken out is said."""
         self.providers = providers
+        #: the job's pools, by the model they serve; each routed once its first request comes
+        self.pools = pools or {}
+        self._routes: dict[str, PoolRoute] = {}
+        #: each pooled endpoint's member, by its endpoint's name
+        self._members: dict[str, tuple[PoolRoute, Member]] = {}
+        self._notes = notes if notes is not None else []
         #: the job's ``max_in_flight``: each endpoint's memory bound where its provider sets none
         self.max_in_flight = max_in_flight
         #: by endpoint name (provider + key + model: ``Provider.endpoint_key``)
@@ -42,13 +54,62 @@ class Endpoints:
         self.crew = crew
         self._starting: dict[str, asyncio.Future[None]] = {}
 
-    def of(self, req: Task) -> Endpoint:
-        """The endpoint ``req`` is sent through."""
-        provider = self.providers[req.provider]
-        name = provider.endpoint_key(req.model_name)
+    def of(self, req: Task, group: str | None = None) -> Endpoint:
+        """The endpoint ``req`` is sent through (of a pooled model: the one its prompt-cache ``group`` goes to, else
+        the one with the most room)."""
+        if self.pools and req.model in self.pools:
+            return self._route(req.model).choose(group).endpoint
+        return self._endpoint(req.provider, req.model_name)
+
+    def _route(self, model: str) -> PoolRoute:
+        route = self._routes.get(model)
+        if route is None:
+            route = self._routes[model] = PoolRoute(model, [], self._notes)
+            route.members = members_of(model, self.pools[model], self._member_endpoint)
+            for member in route.members:
+                self._members[member.endpoint.name] = (route, member)
+        return route
+
+    def _member_endpoint(self, label: str, provider: str, model_name: str) -> Endpoint:
+        return self._endpoint(provider, model_name, label)
+
+    def member(self, endpoint: Endpoint) -> tuple[PoolRoute, Member] | None:
+        """The pool and member ``endpoint`` serves, None for an endpoint of no pool."""
+        return self._members.get(endpoint.name) if self._members else None
+
+    def current(self, endpoint: Endpoint, group: str | None) -> Member | None:
+        """The pooled endpoint an attempt of a request admitted at ``endpoint`` goes to now: the same, unless it was
+        taken out (then the one its pool routes the request's ``group`` to); None for an endpoint of no pool."""
+        found = self.member(endpoint)
+        if found is None:
+            return None
+        route, member = found
+        return member if member.out is None else route.choose(group)
+
+    def outcome(self, endpoint: Endpoint, exc: ProviderError | None) -> None:
+        """How an attempt at a pooled ``endpoint`` went (None: answered): a failure may take it out."""
+        found = self.member(endpoint)
+        if found is not None:
+            route, member = found
+            if exc is None:
+                route.succeeded(member)
+            else:
+                route.failed(member, exc)
+
+    def moved(self, endpoint: Endpoint | None) -> bool:
+        """Whether requests whose last attempt ``endpoint`` failed go on elsewhere: a pooled endpoint taken out
+        while another of its pool serves."""
+        found = self.member(endpoint) if endpoint is not None else None
+        return found is not None and found[1].out is not None and bool(found[0].live())
+
+    def _endpoint(self, provider_key: str, model_name: str, label: str | None = None) -> Endpoint:
+        provider = self.providers[provider_key]
+        name = provider.endpoint_key(model_name)
+        if label is not None:  # two labels of one provider may share a base URL and a key variable
+            name = f"{label}|{name}"
         found = self.by_name.get(name)
         if found is None:
-            s = provider.settings_for(req.model_name)
+            s = provider.settings_for(model_name)
             limited = any((s.rpm, s.tpm, s.itpm, s.otpm, s.concurrency))
             found = self.by_name[name] = Endpoint(
                 name, concurrency=s.concurrency, max_in_flight=in_flight_bound(s, self.max_in_flight),

@@ -108,7 +108,7 @@ class InFlight:
             return True
         # On its way from here: an identical task dispatched meanwhile follows this one instead of sending it too.
         self.on_way[req.key] = loop.create_future()
-        endpoint = self.endpoints.of(req)
+        endpoint = self.endpoints.of(req, self.prompt_cache.group(req) if self.endpoints.pools else None)
         if (first := self.prompt_cache.gate(req, self.on_way[req.key])) is not None:
             self.spawn(self._after_first(first, req, endpoint))  # its prompt-cache group's first is on its way
             return True

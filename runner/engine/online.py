@@ -18,6 +18,7 @@ from typing import Any
 from runner.engine.endpoints import Endpoints
 from runner.engine.leases import ChunkLeases
 from runner.engine.limits import Endpoint
+from runner.engine.pools import Member
 from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
 from runner.engine.reserver import input_tokens
 from runner.engine.retry import Tally, retrying
@@ -25,7 +26,7 @@ from runner.engine.stats import RunStats
 from runner.engine.tiers import TierPlan, Tiers
 from runner.errors import AuthError, FlexUnavailable, ProviderError, RateLimited, Refused, TransientError
 from runner.plan.request import Task
-from runner.providers.base import Completion, stamp
+from runner.providers.base import Completion, Provider, stamp
 from runner.providers.tiers import FLEX, STANDARD
 from runner.spec.settings import RetrySettings
 
@@ -66,7 +67,20 @@ class Sender:
         sent. An attempt that may have been billed with no answer (it timed out) is not sent again before
         ``reserve_again()`` has kept its reservation as possibly billed and reserved the retry anew (False: no room,
         :class:`NotReserved`)."""
-        await self.endpoints.start(req.provider)
+        pool = self.endpoints.pools.get(req.model) if self.endpoints.pools else None
+        if pool is None:
+            return await self._tiered(req, endpoint, tries, reserve_again)
+        for _ in range(len(pool.endpoints)):
+            try:
+                return await self._tiered(req, endpoint, tries, reserve_again)
+            except ProviderError:
+                if not self.endpoints.moved(tries.via):  # its endpoint serves on, or no other does: the error stands
+                    raise
+                self._count_retry(req)  # its endpoint was taken out: the request goes on at another of its pool
+        return await self._tiered(req, endpoint, tries, reserve_again)
+
+    async def _tiered(self, req: Task, endpoint: Endpoint, tries: Tally,
+                      reserve_again: Callable[[], Awaitable[bool]]) -> tuple[Completion, float]:
         plan = self.tiers.of(req)
         if plan is None or plan.asked != FLEX:
             return await self._retrying(self._attempt, req, endpoint, tries, reserve_again,
@@ -112,6 +126,12 @@ class Sender:
             tries.last_possibly_billed = False
             if not await reserve_again():
                 raise NotReserved(req.item)
+        call = req.call
+        provider_key, model_name, admitted, member = call.provider, call.model_name, endpoint, None
+        if self.endpoints.pools and (member := self.endpoints.current(endpoint, self.prompt_cache.group(req))):
+            endpoint, provider_key, model_name = member.endpoint, member.provider, member.model_name
+            tries.via = endpoint
+        await self.endpoints.start(provider_key)
         if endpoint.dead is not None:
             raise AuthError(f"not sent: {endpoint.dead}")
         if endpoint.counts_tokens:
@@ -126,21 +146,24 @@ class Sender:
         tries.sent += 1
         loop = asyncio.get_running_loop()
         started = loop.time()
+        provider = self.endpoints.providers[provider_key]
         try:
-            call = req.call
-            provider = self.endpoints.providers[call.provider]
             # the tier goes beside what the cache key holds: it changes the price, not the answer
             params = call.params if tier is None else {**call.params, "service_tier": tier}
             if call.pairs is not None:
-                completion = await provider.loglikelihood(call.model_name, call.pairs)
+                completion = await provider.loglikelihood(model_name, call.pairs)
             elif marks is not None:
                 completion = await provider.execute(
-                    call.model_name, *provider.mark_prompt_cache(call.model_name, call.messages, params, marks))
+                    model_name, *provider.mark_prompt_cache(model_name, call.messages, params, marks))
             else:
-                completion = await provider.execute(call.model_name, call.messages, params)
+                completion = await provider.execute(model_name, call.messages, params)
         except ProviderError as exc:
+            if member is not None:
+                self.endpoints.outcome(endpoint, exc)
+                if isinstance(exc, RateLimited) and endpoint is not admitted:  # the policy pauses the admitting one
+                    endpoint.pause(exc.retry_after if exc.retry_after is not None else self.retry.backoff_initial)
             if isinstance(exc, Refused) and isinstance(exc.billed, Completion):
-                stamp(exc.billed, provider.sent_with(call.model_name))
+                stamp(exc.billed, _sent_with(provider, model_name, member))
                 exc.billed.tier = exc.billed.tier or tier  # a billed refusal is charged at the tier that served it
             tries.last_possibly_billed = exc.possibly_billed
             if isinstance(exc, AuthError) and endpoint.dead is None:
@@ -153,9 +176,17 @@ class Sender:
                 endpoint.failed()
             raise
         endpoint.answered()
-        stamp(completion, provider.sent_with(call.model_name))  # for the result line's provenance
+        if member is not None:
+            self.endpoints.outcome(endpoint, None)
+        stamp(completion, _sent_with(provider, model_name, member))  # for the result line's provenance
         latency = loop.time() - started
         endpoint.observe(completion.rate, latency)
         if tier is not None and completion.tier is None:  # the API did not say: served as sent
             completion.tier = tier
         return completion, latency
+
+
+def _sent_with(provider: Provider, model_name: str, member: Member | None) -> str | None:
+    """What sent a request, for its result line's provenance: with the endpoint of its pool that served it."""
+    sent = provider.sent_with(model_name)
+    return sent if member is None else f"{sent or provider.name} at {member.label}"

@@ -225,6 +225,12 @@ class PromptCachePlan:
         self._marks.pop(key, None)
         self._priced.pop(key, None)
 
+    def group(self, task: Task) -> str | None:
+        """The digest of ``task``'s prompt-cache group (its longest shared prefix), None when it is in none: a pooled
+        model sends a group's requests to one endpoint (runner/engine/pools.py)."""
+        marks = self._marks.get(task.key)
+        return marks.group if marks is not None else None
+
     def gate(self, task: Task, answer: asyncio.Future[Any]) -> asyncio.Future[Any] | None:
         """What ``task`` waits for before it is sent: its group's first request's ``answer`` while that is on its
         way; None when it may go now (its group is warm, or it leads it: then ``answer``, its own, is what the
@@ -262,6 +268,9 @@ class NoPromptCache:
 
     def forget(self, key: str) -> None:
         pass
+
+    def group(self, task: Task) -> str | None:
+        return None
 
     def gate(self, task: Task, answer: asyncio.Future[Any]) -> asyncio.Future[Any] | None:
         return None

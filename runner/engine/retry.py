@@ -33,13 +33,15 @@ class Tally:
     shed (retried by the sender's own loop within ``retry.flex_wait``, runner/engine/online.py), and whether the last
     one may have been billed with no answer (it timed out)."""
 
-    __slots__ = ("last_possibly_billed", "rate_limited", "sent", "shed")
+    __slots__ = ("last_possibly_billed", "rate_limited", "sent", "shed", "via")
 
     def __init__(self) -> None:
         self.sent = 0
         self.rate_limited = 0
         self.shed = 0
         self.last_possibly_billed = False
+        #: a pooled model's request: the endpoint its last attempt went to (runner/engine/pools.py)
+        self.via: Any = None
 
 
 def retryable(exc: BaseException) -> bool:
