@@ -164,6 +164,7 @@ class Sender:
                     endpoint.pause(exc.retry_after if exc.retry_after is not None else self.retry.backoff_initial)
             if isinstance(exc, Refused) and isinstance(exc.billed, Completion):
                 stamp(exc.billed, _sent_with(provider, model_name, member))
+                exc.billed.endpoint = member.label if member is not None else None
                 exc.billed.tier = exc.billed.tier or tier  # a billed refusal is charged at the tier that served it
             tries.last_possibly_billed = exc.possibly_billed
             if isinstance(exc, AuthError) and endpoint.dead is None:
@@ -179,6 +180,8 @@ class Sender:
         if member is not None:
             self.endpoints.outcome(endpoint, None)
         stamp(completion, _sent_with(provider, model_name, member))  # for the result line's provenance
+        if member is not None:
+            completion.endpoint = member.label  # charged at its price, in a ledger row of its own
         latency = loop.time() - started
         endpoint.observe(completion.rate, latency)
         if tier is not None and completion.tier is None:  # the API did not say: served as sent

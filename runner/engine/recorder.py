@@ -107,7 +107,7 @@ class Recorder:
         response = ResponseRow(req.key, req.provider, req.call.model_id, req.call.canonical, c.text, dumps(c.raw),
                                c.finish_reason, c.input_tokens, c.output_tokens, c.cached_tokens, cost, latency, now(),
                                c.thinking, c.reasoning_tokens, c.reported_model, c.sent_with)  # positional, as below
-        ledger = self._charge(req, cost, c.input_tokens + c.output_tokens, c.tier)
+        ledger = self._charge(req, cost, c.input_tokens + c.output_tokens, c.tier, c.endpoint)
         self._record(req, counters, c.text, c.finish_reason, c.input_tokens, c.output_tokens, cost=cost,
                      latency=latency, cache_hit=False, attempts=attempts, response=response, ledger=ledger,
                      cached_tokens=c.cached_tokens, release_id=reservation.ledger_id, batch_saved=batch_saved,
@@ -142,7 +142,7 @@ class Recorder:
             counters.tokens_in += billed.input_tokens
             counters.tokens_out += billed.output_tokens
             counters.reasoning_tokens += billed.reasoning_tokens
-            ledger = self._charge(req, cost, tokens, billed.tier)
+            ledger = self._charge(req, cost, tokens, billed.tier, billed.endpoint)
         self.reserver.settle_failure(req, reservation, billed is not None, cost, tokens)
         origin = (billed.tier, billed.reported_model, billed.sent_with) if billed is not None else (None, None, None)
         result = result_line(self.stages[req.stage], req, None, status="failed", cache_hit=False,
@@ -163,13 +163,14 @@ class Recorder:
         for observer in self.observers:
             observer(task)
 
-    def _charge(self, req: Task, cost: float, tokens: int, tier: str | None = None) -> LedgerRow | None:
-        """The ledger row of what ``req`` cost, in USD and tokens, and the service tier it was charged at (None when
-        it cost nothing, or only tokens that no token budget counts)."""
+    def _charge(self, req: Task, cost: float, tokens: int, tier: str | None = None,
+                endpoint: str | None = None) -> LedgerRow | None:
+        """The ledger row of what ``req`` cost, in USD and tokens, the service tier it was charged at and the pooled
+        endpoint that charged it (None when it cost nothing, or only tokens that no token budget counts)."""
         if cost <= 0 and not (tokens > 0 and self.reserver.counts_tokens(req.stage, req.model)):
             return None
         return LedgerRow(run_id=self.run_id, stage=req.stage, model=req.model, key=req.key, kind="charge",
-                         amount=cost, created=now(), tokens=tokens, tier=tier)
+                         amount=cost, created=now(), tokens=tokens, tier=tier, endpoint=endpoint)
 
     def _record(
         self, req: Task, counters: Counters, text: str, finish_reason: str | None, input_tokens: int,

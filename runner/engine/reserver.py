@@ -17,9 +17,10 @@ from runner.engine.stats import RunStats
 from runner.engine.tiers import Tiers, tier_rates
 from runner.engine.workers import POLL
 from runner.plan.request import Task
-from runner.providers.base import Completion
+from runner.providers.base import Completion, split_model
 from runner.providers.pricing import Pricing, Rates
 from runner.providers.tokens import bound_call_tokens, count_call_tokens
+from runner.spec.pools import PoolEndpoint, provider_of
 from runner.spec.schema import Job
 from runner.store import Store
 from runner.store.base import Fenced
@@ -57,6 +58,10 @@ class Reserver:
         self.leases = leases
         self.stage_names = [stage.name for stage in job.stages]
         self.pricing = Pricing(job)
+        #: a pooled model's endpoints, each by its label, priced as ``provider:model`` at that endpoint where that
+        #: has a price, else as the pooled model
+        self.pool_prices: dict[str, dict[str, str]] = {model: self._endpoint_prices(model, pool.members())
+                                                       for model, pool in job.pools.items()}
         self.tiers = tiers if tiers is not None else Tiers(job)
         self.budgets: Budgets | None = budgets_of(job)
         if self.budgets is not None and resume:  # what earlier attempts of this run spent still counts
@@ -208,14 +213,33 @@ class Reserver:
         let the provider write (``writes``, else :attr:`cache_writes`)."""
         total, tokens, max_tokens = self._bound(req)
         writable, hour = writes if writes is not None else self.cache_writes(req, batch)
-        rates = self.pricing.batch_rates(req.model) if batch else None
+        pooled = self.pool_prices.get(req.model) if not batch else None
+        models = set(pooled.values()) if pooled else (req.model,)  # a pool: its dearest endpoint's price
+        return max(self._worst_usd(req, model, tokens, max_tokens, writable, hour, batch) for model in models), total
+
+    def _worst_usd(self, req: Task, model: str, tokens: int, max_tokens: int, writable: int | None, hour: bool,
+                   batch: bool) -> float:
+        rates = self.pricing.batch_rates(model) if batch else None
         plan = None if batch else self.tiers.of(req)
         if plan is not None:  # a tier without a price is refused before the run (check_tier_prices): standard's
-            return max((tier_rates(self.pricing, req.model, tier) or self.pricing.require(req.model))
-                       .worst_case(tokens, max_tokens, writable, hour) for tier in plan.may_serve), total
-        usd = rates.worst_case(tokens, max_tokens, writable, hour) if rates is not None else \
-            self.pricing.worst_case(req.model, tokens, max_tokens, writable=writable, hour=hour)
-        return usd, total
+            return max((tier_rates(self.pricing, model, tier) or self.pricing.require(model))
+                       .worst_case(tokens, max_tokens, writable, hour) for tier in plan.may_serve)
+        return rates.worst_case(tokens, max_tokens, writable, hour) if rates is not None else \
+            self.pricing.worst_case(model, tokens, max_tokens, writable=writable, hour=hour)
+
+    def _endpoint_prices(self, model: str, members: list[PoolEndpoint]) -> dict[str, str]:
+        name = split_model(model)[1]
+        out = {}
+        for member in members:
+            own = f"{provider_of(member.endpoint)}:{member.model or name}"
+            out[member.endpoint] = own if own == model or self.pricing.rates(own) is not None else model
+        return out
+
+    def priced_as(self, req: Task, c: Completion) -> str:
+        """The model an answer is priced as: a pooled model's at the endpoint that answered (``c.endpoint``)."""
+        if c.endpoint is None or not self.pool_prices:
+            return req.model
+        return self.pool_prices.get(req.model, {}).get(c.endpoint, req.model)
 
     @staticmethod
     def _bound(req: Task) -> tuple[int, int, int]:
@@ -288,8 +312,9 @@ class Reserver:
     def served_rates(self, req: Task, c: Completion) -> Rates:
         """The rates an online answer is charged at: those of the tier that served it (``c.tier``, as the answer said
         or as it was sent), the model's standard ones where it names none or that tier has no price."""
-        rates = tier_rates(self.pricing, req.model, c.tier) if c.tier is not None else None
-        return rates if rates is not None else self.pricing.require(req.model)
+        model = self.priced_as(req, c)
+        rates = tier_rates(self.pricing, model, c.tier) if c.tier is not None else None
+        return rates if rates is not None else self.pricing.require(model)
 
     def cost(self, req: Task, c: Completion, *, batch: bool = False) -> tuple[float, float | None]:
         """(USD, what the Batch API's price saved or None) of an answer's usage at the run's prices (online, at the

@@ -87,6 +87,9 @@ class Completion:
     #: what sent the request: the SDK and its version (``openai 3.57.0``), or ``lean wire`` (the runner's own HTTP
     #: client); the engine sets it from the provider (``Provider.sent_with``)
     sent_with: str | None = None
+    #: the endpoint of a pooled model's pool that answered (its label: ``sim:b``); the engine sets it, None
+    #: outside pools
+    endpoint: str | None = None
 
 
 #: what :attr:`Completion.sent_with` says of a request the runner's own HTTP client sent (runner/providers/lean_http.py)

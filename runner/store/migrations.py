@@ -280,6 +280,14 @@ def m018_response_origin(db: Schema) -> None:
     db.add_column("responses", "sent_with", "text")
 
 
+@migration
+def m019_ledger_endpoint(db: Schema) -> None:
+    """Pooled endpoints (runner/engine/pools.py): the endpoint of a pooled model that answered each charge (its label
+    in the job's ``pools:``), priced at that endpoint's price (NULL outside pools, and for charges of earlier
+    versions)."""
+    db.add_column("ledger", "endpoint", "text")
+
+
 def migrate(conn: Any, dialect: Dialect) -> None:
     """Apply the migrations not yet applied, in one transaction that holds a lock from its start (SQLite's write
     lock, PostgreSQL's advisory lock): several processes opening a new store at once take turns (the later ones

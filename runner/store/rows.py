@@ -79,3 +79,5 @@ class LedgerRow(NamedTuple):
     #: the service tier the answer was served and charged at (standard, flex, priority: runner/engine/tiers.py);
     #: None when its stage asked none and the answer named none
     tier: str | None = None
+    #: the endpoint of a pooled model that answered and charged it (its label in ``pools:``); None outside pools
+    endpoint: str | None = None

@@ -137,3 +137,24 @@ async def test_same_model_makes_an_answer_from_any_endpoint_a_memo_hit(tmp_path:
         outcome = await execute(load_job(again), store)
         assert outcome.status == "completed"
         assert sum(served(s) for s in sims) == 20, "the second run, on another endpoint, was all memo hits"
+
+
+async def test_each_endpoint_charges_at_its_own_price_in_ledger_rows_of_its_own(tmp_path: Path) -> None:
+    async with AsyncExitStack() as stack:
+        sims = await servers(stack, count=2)
+        path = write_job(tmp_path, [s.url for s in sims], questions(40), prices=True)
+        job = json.loads(path.read_text())
+        job["pools"][MODEL] = {"endpoints": ["sim", {"endpoint": "sim:b", "model": "gpt-4o-dear"}], "same_model": True}
+        job["prices"]["sim:gpt-4o-dear"] = {"input": 10.0, "output": 20.0}
+        job["budget"] = {"usd": 1.0}
+        path.write_text(json.dumps(job))
+        store = open_store(tmp_path / "s.sqlite")
+        outcome = await execute(load_job(path), store)
+        assert outcome.status == "completed", outcome.message
+        used = {r["key"]: (r["input_tokens"], r["output_tokens"]) for r in store.responses()}
+        charges = store.ledger(outcome.run_id, "charge")
+        assert {r["endpoint"] for r in charges} == {"sim", "sim:b"} and len(charges) == 40
+        for row in charges:
+            per = (10.0, 20.0) if row["endpoint"] == "sim:b" else (1.0, 2.0)
+            inputs, outputs = used[row["key"]]
+            assert row["amount"] == pytest.approx((inputs * per[0] + outputs * per[1]) / 1e6, rel=1e-9)

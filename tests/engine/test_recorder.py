@@ -42,11 +42,11 @@ def test_each_rows_fields_are_columns_of_its_table_in_a_fresh_store(tmp_path: Pa
 
 def test_a_row_is_the_parameter_tuple_in_field_order():
     row = LedgerRow(run_id="r", stage="s", model="m", key="k", kind="charge", amount=0.5, created="t", tokens=9,
-                    tier="flex")
-    assert row == ("r", "s", "m", "k", "charge", 0.5, "t", 9, "flex") and row.amount == 0.5
+                    tier="flex", endpoint="sim:b")
+    assert row == ("r", "s", "m", "k", "charge", 0.5, "t", 9, "flex", "sim:b") and row.amount == 0.5
     # a row written by an earlier version (unstored answers saved aside, runner/store/writer.py) has no tokens: 0,
-    # and no service tier
-    assert LedgerRow(*row[:7]).tokens == 0 and LedgerRow(*row[:8]).tier is None
+    # no service tier and no pooled endpoint
+    assert LedgerRow(*row[:7]).tokens == 0 and LedgerRow(*row[:8]).tier is None and LedgerRow(*row[:9]).endpoint is None
     values = {name: f"v{n}" for n, name in enumerate(RESPONSE_COLUMNS)}
     assert ResponseRow(**values) == tuple(values[c] for c in RESPONSE_COLUMNS)
 

@@ -165,6 +165,6 @@ async def test_a_token_budget_is_reserved_in_the_store_and_has_its_last_word(tmp
     assert isinstance(second, Reservation) and second.ledger_id is not None
     parts.reserver.release(first)
     parts.reserver.release(second)
-    parts.store.write_batch([], [], [(parts.run_id, "mc", MODEL, "spent", "charge", 0.0, "t", tokens * 2, None)])
+    parts.store.write_batch([], [], [(parts.run_id, "mc", MODEL, "spent", "charge", 0.0, "t", tokens * 2, None, None)])
     assert await parts.reserver.reserve(parts.tasks[2]) is None  # half a request's room, nothing in flight
     assert parts.reserver.closed(parts.tasks[3]) and parts.reserver.exhausted is None

@@ -56,14 +56,14 @@ async def ledger(tmp_path: Path) -> dict:
     reports = {o.run_id: report.build(store, o.run_id) for o in (a1, a2, b1)}
     assert reports[a2.run_id]["totals"]["cache_hits"] == 5 and reports[a2.run_id]["totals"]["saved"] > 0
     [today] = {row["created"][:10] for row in store.ledger()}
-    # ledger rows (LEDGER_COLUMNS: run_id, stage, model, key, kind, amount, created, tokens, tier) written as the
-    # writer does
+    # ledger rows (LEDGER_COLUMNS: run_id, stage, model, key, kind, amount, created, tokens, tier, endpoint) written
+    # as the writer does
     store.write_batch(
         [], [],
-        [(a1.run_id, "ask", "sim:cheap", "k1", "charge", 0.5, f"{DAY1}T10:00:00.000+00:00", 30, None),
-         (b1.run_id, "ask", "sim:dear", "k2", "possibly_billed", 0.25, f"{DAY2}T11:00:00.000+00:00", 30, None),
+        [(a1.run_id, "ask", "sim:cheap", "k1", "charge", 0.5, f"{DAY1}T10:00:00.000+00:00", 30, None, None),
+         (b1.run_id, "ask", "sim:dear", "k2", "possibly_billed", 0.25, f"{DAY2}T11:00:00.000+00:00", 30, None, None),
          ("19990101-000000-dead", "ask", "sim:dear", "k3", "reserved", 0.125, f"{DAY2}T12:00:00.000+00:00", 30,
-          None)],
+          None, None)],
     )
     return {"store": store, "today": today, "a1": a1.run_id, "a2": a2.run_id, "b1": b1.run_id, "reports": reports}
 

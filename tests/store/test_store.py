@@ -50,7 +50,7 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
     "ledger": (
         {
             "id": int, "run_id": str, "stage": str, "model": str, "key": str, "kind": str, "amount": float,
-            "created": str, "worker": str, "tokens": int, "tier": str,
+            "created": str, "worker": str, "tokens": int, "tier": str, "endpoint": str,
         },
         ["id"],
     ),
@@ -75,7 +75,8 @@ SCHEMA: dict[str, tuple[dict[str, type], list[str]]] = {
 MIGRATION_NAMES = ["m001_responses", "m002_runs", "m003_tasks", "m004_ledger", "m005_costs", "m006_pipelines",
                    "m007_stage_replays", "m008_batches", "m009_workers", "m010_thinking",
                    "m011_fencing", "m012_prompt_cache_savings", "m013_ledger_tokens", "m014_worker_steady",
-                   "m015_stage_stops", "m016_token_counts", "m017_ledger_tier", "m018_response_origin"]
+                   "m015_stage_stops", "m016_token_counts", "m017_ledger_tier", "m018_response_origin",
+                   "m019_ledger_endpoint"]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -176,7 +177,7 @@ def task(run_id: str, item: str, key: str, status: str = "done", cost: float = 0
 
 def ledger(run_id: str, key: str, amount: float = 0.001) -> tuple:
     values = {"run_id": run_id, "stage": "mc", "model": "sim:gpt-test", "key": key, "kind": "charge",
-              "amount": amount, "created": "2024-01-01T00:00:00", "tokens": 12, "tier": None}
+              "amount": amount, "created": "2024-01-01T00:00:00", "tokens": 12, "tier": None, "endpoint": None}
     return tuple(values[c] for c in LEDGER_COLUMNS)
 
 

@@ -210,7 +210,8 @@ def _fill(store: Any) -> tuple[str, str]:
                         "reported_model": f"model-{n % 2}", "sent_with": None if n % 3 else "lean wire"}[c]
                        for c in RESPONSE_COLUMNS) for n, t in enumerate(tasks) if t[7] == "done"]
     ledger = [tuple({"run_id": run_id, "stage": t[1], "model": t[3], "key": t[6], "kind": "charge", "amount": 0.25,
-                     "created": "2024-01-02T00:00:00", "tokens": 12, "tier": None}[c] for c in LEDGER_COLUMNS)
+                     "created": "2024-01-02T00:00:00", "tokens": 12, "tier": None,
+                     "endpoint": "sim:b" if t[6] == "k1" else None}[c] for c in LEDGER_COLUMNS)
               for t in tasks[:6]]
     store.write_batch(tasks[:10], responses, ledger)
     store.write_batch(tasks[10:], [], [])
@@ -603,7 +604,7 @@ def test_a_write_whose_transaction_the_server_ended_runs_again_whole(pg_url: str
     task = (run_id, "mc", "i1", "sim:m", "r1", "{}", "k1", "done", 0, 1, None, None, 1, 1, 0.25, 0.1, None, 1, "{}",
             0, 0.0, None, 0.0)
     response = ("k1", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.25, 0.1, "x", None, 0, None, None)
-    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.25, "2026-01-01T00:00:00", 2, None)
+    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.25, "2026-01-01T00:00:00", 2, None, None)
     item = Finished(task=task, response=response, ledger=charge, stage="mc", release_id=reserved, fence=fence)
     assert store.write_finished([item]) == [item]
     assert pauses == [True]

@@ -73,7 +73,8 @@ def _check_upgraded(old: Any, new: Any, level: str) -> None:
     # and the store goes on working: a reservation within the budget, then a charge that settles it
     got, blocked, _ = old.reserve_within(RUN, "mc", "sim:m", "k9", 1.0, {"run": charged + 1.5})
     assert got is not None and blocked is None
-    old.write_batch([], [], [(RUN, "mc", "sim:m", "k9", "charge", 0.25, "2024-01-02T00:00:00", 12, None)], [(got,)])
+    old.write_batch([], [], [(RUN, "mc", "sim:m", "k9", "charge", 0.25, "2024-01-02T00:00:00", 12, None, None)],
+                    [(got,)])
     assert old.reserve_within(RUN, "mc", "sim:m", "k10", 1.0, {"run": charged + 1.5})[1] == "run"
     assert _budget(old)[1] == (RUN, "run", pytest.approx(charged + 0.75), 1)
     # m013: the charges took their answers' tokens from the memo (10 in, 2 out each), the open reservation none

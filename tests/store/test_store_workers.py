@@ -57,7 +57,7 @@ def test_budget_sums_follow_the_ledger_and_bound_every_process(store):
     # another process: the stage's 0.7 has 0.2 left while the first reservation is in flight
     assert store.reserve_within(run_id, "mc", "sim:m", "k2", 0.3, limits, "w2") == (None, "stage:mc", 1)
     # settled at its actual cost (the writer's commit: a charge and the reservation removed), room comes back
-    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.1, "2026-01-01T00:00:00", 40, None)
+    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.1, "2026-01-01T00:00:00", 40, None, None)
     store.write_batch([], [], [charge], [(first,)])
     second, blocked, _ = store.reserve_within(run_id, "mc", "sim:m", "k2", 0.3, limits, "w2")
     assert second is not None and blocked is None
@@ -94,8 +94,8 @@ def test_token_sums_follow_the_ledger_and_bound_every_process(store):
     # settled to what the answer used (a charge that cost nothing still carries its tokens), room comes back
     task = (run_id, "mc", "i1", "sim:m", "r1", "{}", "k1", "done", 0, 1, None, None, 100, 20, 0.0, 0.1, None, 1, "{}",
             0, 0.0, None, 0.0)
-    store.write_batch([task], [], [(run_id, "mc", "sim:m", "k1", "charge", 0.0, "2026-01-01T00:00:00", 120, None)],
-                      [(first,)])
+    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.0, "2026-01-01T00:00:00", 120, None, None)
+    store.write_batch([task], [], [charge], [(first,)])
     assert _tokens(store, run_id)["run"] == (120, 0)
     second, blocked, _ = store.reserve_within(run_id, "mc", "sim:m", "k2", 0.0, {}, "w2", tokens=480,
                                               token_limits=limits)
@@ -145,7 +145,7 @@ def test_writes_of_a_worker_that_lost_its_lease_are_refused(store):
     task = (run_id, "mc", "i1", "sim:m", "r1", "{}", "k1", "done", 0, 1, None, None, 1, 1, 0.25, 0.1, None, 1, "{}",
             0, 0.0, None, 0.0)
     response = ("k1", "sim", "m", "{}", "A", "{}", "stop", 1, 1, 0, 0.25, 0.1, "x", None, 0, None, None)
-    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.25, "2026-01-01T00:00:00", 2, None)
+    charge = (run_id, "mc", "sim:m", "k1", "charge", 0.25, "2026-01-01T00:00:00", 2, None, None)
     late = Finished(task=task, response=response, ledger=charge, stage="mc", release_id=reserved, fence=old)
     assert store.write_finished([late]) == []
     assert store.tasks(run_id) == [] and store.lookup("k1") is not None
