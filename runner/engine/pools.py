@@ -5,8 +5,8 @@ Each endpoint of a pool is an endpoint as any other (its own limiter: runner/eng
 object and settings, its own prompt cache at the provider), so the pool's limits add up. A request of a
 prompt-cache group (runner/engine/prompt_cache.py) goes where its group went first, so the prefix its first request
 wrote is read by the others: a new group goes to the endpoint a stable hash of its digest names, unless that one has
-a line while another sits idle; the group sticks there unless it is taken out or the same holds again. A request of
-no group goes to the endpoint with the most room (free slots less its line), in turn on a tie.
+a line while another sits idle; the group stays there (its prefix is cached there) until that endpoint is taken
+out. A request of no group goes to the endpoint with the most room (free slots less its line), in turn on a tie.
 
 An endpoint that fails is taken out: at once on a refused key or an exhausted quota, after :data:`STREAK` failures in
 a row that say it is down or broken (5xx, a refused or dropped connection, a timeout). Nothing more is routed to it,
@@ -73,11 +73,10 @@ class PoolRoute:
         if group is None:
             return self._roomiest(live)
         held = self._groups.get(group)
-        if held is not None and held.out is None and not (_crowded(held) and self._idle(live)):
+        if held is not None and held.out is None:  # placed: its prefix is cached there
             self._groups.move_to_end(group)
             return held
-        if held is None or held.out is not None:
-            held = live[int(hashlib.sha256(group.encode()).hexdigest()[:8], 16) % len(live)]
+        held = live[int(hashlib.sha256(group.encode()).hexdigest()[:8], 16) % len(live)]
         if _crowded(held) and self._idle(live):
             held = self._roomiest(live)
         self._groups[group] = held

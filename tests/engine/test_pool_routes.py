@@ -35,13 +35,17 @@ def test_a_request_of_no_group_goes_where_there_is_most_room() -> None:
     assert pool.choose(None).label == "sim:1"
 
 
-def test_a_group_leaves_an_endpoint_with_a_line_for_an_idle_one() -> None:
+def test_a_new_group_goes_to_an_idle_endpoint_rather_than_one_with_a_line_and_a_placed_one_stays() -> None:
     pool, _ = route()
-    first = pool.choose("g")
-    first.endpoint.slots.held = 4
-    first.endpoint.slots.waiters.append(object())  # type: ignore[arg-type]
-    moved = pool.choose("g")
-    assert moved is not first and pool.choose("g") is moved
+    placed = pool.choose("g")
+    hashed = route()[0].choose("h")
+    for member in pool.members:
+        if member.label in (placed.label, hashed.label):
+            member.endpoint.slots.held = 4
+            member.endpoint.slots.waiters.append(object())  # type: ignore[arg-type]
+    assert pool.choose("g") is placed, "its prefix is cached there"
+    new = pool.choose("h")
+    assert new.label != hashed.label and not new.endpoint.slots.waiters and pool.choose("h") is new
 
 
 def test_a_streak_of_failures_or_a_refused_key_takes_an_endpoint_out_but_never_the_last() -> None:
