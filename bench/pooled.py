@@ -135,10 +135,14 @@ async def rate(rpm: int, window: float, latency: float) -> None:
     answers = [int(f.get("200", 0)) for f in finals]
     limited = sum(int(f.get("429", 0)) for f in finals)
     steady = steady_rate(samples, burst, window)
+    when = [f"{t - started:.1f} s: {sum(lim)}" for (t, _, lim), (_, _, was) in zip(samples[1:], samples, strict=False)
+            if sum(lim) != sum(was)]
     print(f"rate: 3 endpoints of {rpm:,} RPM (latency {latency:g} s), {rows:,} requests: {steady:,.0f} RPM together "
           f"over {window:g} s of steady state ({steady / rpm:.2f}x one endpoint's limit, {steady / burst:.1%} of the "
           f"three's); {limited} x 429; answers per endpoint {', '.join(f'{a:,}' for a in answers)}; {elapsed:.1f} s; "
           f"run {outcome.status}")
+    if when:
+        print(f"rate: 429s so far, by when the servers counted them (s from the start): {'; '.join(when)}")
 
 
 async def cache(latency: float, groups: int, per_group: int) -> None:
