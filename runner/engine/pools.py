@@ -113,6 +113,10 @@ class PoolRoute:
         if member.out is not None or len(self.live()) <= 1:
             return  # the last endpoint keeps serving: its errors end the requests as they would without a pool
         member.out = why
+        # its line goes on at once, each request re-routed by its first attempt (runner/engine/online.py), however
+        # few requests its slots had come to let go
+        member.endpoint.ramp = None
+        member.endpoint.slots.resize(member.endpoint.ceiling)
         others = ", ".join(m.label for m in self.live())
         self._notes.append(f"endpoint {member.label} of {self.model} is taken out after {why}: its work goes to "
                            f"{others}")

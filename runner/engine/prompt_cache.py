@@ -86,6 +86,9 @@ class PromptCachePlan:
         self.clock = clock
         self._on = {stage.name for stage in job.llm_stages() if job.stage_prompt_cache(stage) == "auto"}
         self._providers = providers
+        #: pooled models (runner/engine/pools.py): no prefix of theirs is stored at a provider, since each endpoint of
+        #: the pool would need its own copy
+        self._pooled = set(job.pools)
         self._rules: dict[str, CacheRule | None] = {}
         #: tokens of the prefixes counted lately, as expected and at most (a group spanning chunks is counted once),
         #: at most KEPT of them
@@ -142,7 +145,7 @@ class PromptCachePlan:
                     kept = tuple(cuts[position][-MAX_CUTS:])
                     _, _, digest, bound = levels[position][-1]  # the longest prefix: its last cut
                     self._marks[group[index].key] = CacheMarks(digest, kept, writable=bound)
-            if self.stored.serves(group[0]):
+            if model not in self._pooled and self.stored.serves(group[0]):
                 self._marks.update(self.stored.choose(rule, [(task, self._marks[task.key]) for task in group
                                                              if task.key in self._marks]))
 
