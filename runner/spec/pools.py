@@ -84,7 +84,7 @@ def check_pools(job: Job, path: Path, lines: dict[Loc, int], problems: Problems,
             with problems:
                 fail(path, lines, loc + ("endpoints",), f"the list is empty: name the endpoints that serve {model!r}")
             continue
-        seen: set[tuple[str, str]] = set()
+        seen: set[str] = set()
         families: dict[tuple[str, str], str] = {}
         for index, member in enumerate(pool.members()):
             at: Loc = loc + ("endpoints", index)
@@ -99,15 +99,15 @@ def check_pools(job: Job, path: Path, lines: dict[Loc, int], problems: Problems,
 
 
 def _check_member(job: Job, path: Path, lines: dict[Loc, int], at: Loc, model: str, member: PoolEndpoint,
-                  known: list[str], unknown: Unknown, seen: set[tuple[str, str]]) -> tuple[str, str]:
+                  known: list[str], unknown: Unknown, seen: set[str]) -> tuple[str, str]:
     """One endpoint's problems; its memo family (provider, model id) when it has none."""
     provider = provider_of(member.endpoint)
     if provider not in known:
         fail(path, lines, at, unknown(provider, known, member.endpoint))
-    served = member.model or split_model(model)[1]
-    if (member.endpoint, served) in seen:
+    if member.endpoint in seen:  # one limiter, price and ledger label each: another key or region is another label
         fail(path, lines, at, f"endpoint {member.endpoint!r} is listed twice")
-    seen.add((member.endpoint, served))
+    seen.add(member.endpoint)
+    served = member.model or split_model(model)[1]
     if labelled(member.endpoint) and member.endpoint not in job.providers:
         fail(path, lines, at, f"endpoint {member.endpoint!r} has no settings: add them under providers: "
                               f"{{{member.endpoint}: {{...}}}} (a base_url, api_key_env, region)")

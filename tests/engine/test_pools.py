@@ -158,3 +158,18 @@ async def test_each_endpoint_charges_at_its_own_price_in_ledger_rows_of_its_own(
             per = (10.0, 20.0) if row["endpoint"] == "sim:b" else (1.0, 2.0)
             inputs, outputs = used[row["key"]]
             assert row["amount"] == pytest.approx((inputs * per[0] + outputs * per[1]) / 1e6, rel=1e-9)
+
+
+async def test_a_pooled_request_reserves_its_dearest_endpoints_price(tmp_path: Path, fake_provider) -> None:
+    from tests.engine.test_reserver import PRICES, Parts
+
+    prices = "prices: {fake:m1: {input: 1000.0, output: 3000.0}, fake:m2: {input: 3000.0, output: 9000.0}}"
+    for folder in ("one", "pool"):
+        (tmp_path / folder).mkdir()
+    one = Parts(tmp_path / "one", PRICES).reserver
+    pooled = Parts(tmp_path / "pool", f"""{prices}
+providers: {{"fake:b": {{}}}}
+pools: {{fake:m1: {{endpoints: [fake, {{endpoint: "fake:b", model: m2}}], same_model: true}}}}""")
+    task = pooled.tasks[0]
+    assert pooled.reserver.pool_prices == {"fake:m1": {"fake": "fake:m1", "fake:b": "fake:m2"}}
+    assert pooled.reserver.worst_case(task)[0] == pytest.approx(3 * one.worst_case(task)[0])

@@ -47,8 +47,8 @@ def test_a_pool_of_a_provider_and_a_labelled_endpoint_loads(tmp_path: Path) -> N
     ("[]", 14, "pools.sim:gpt-test.endpoints", "the list is empty: name the endpoints that serve 'sim:gpt-test'"),
     ("[sim, 'sim:b', sim]", 14, "pools.sim:gpt-test.endpoints[2]", "endpoint 'sim' is listed twice"),
     ("[sim, 'sim:c']", 14, "pools.sim:gpt-test.endpoints[1]", "endpoint 'sim:c' has no settings: add them"),
-    ("[sim, {endpoint: sim, model: other}]", 13, "pools.sim:gpt-test",
-     "the memo keys the answers of sim (gpt-test) and sim (other) apart"),
+    ("[sim, {endpoint: 'sim:b', model: other}]", 13, "pools.sim:gpt-test",
+     "the memo keys the answers of sim (gpt-test) and sim:b (other) apart"),
 ])
 def test_a_bad_endpoint_list_is_refused_in_one_sentence_at_its_line(
         tmp_path: Path, endpoints: str, line: int, key: str, said: str) -> None:
@@ -59,7 +59,7 @@ def test_a_bad_endpoint_list_is_refused_in_one_sentence_at_its_line(
 
 
 def test_endpoints_keyed_apart_pool_once_the_job_says_they_serve_the_same_weights(tmp_path: Path) -> None:
-    path = pooled(tmp_path, "[sim, {endpoint: sim, model: other}]\n    same_model: true")
+    path = pooled(tmp_path, "[sim, {endpoint: 'sim:b', model: other}]\n    same_model: true")
     assert load_job(path).pools["sim:gpt-test"].same_model
 
 
