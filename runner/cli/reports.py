@@ -35,7 +35,8 @@ def costs(
     db: DbOption = None,
     since: Annotated[str | None, typer.Option(help="Only spend from this day on (YYYY-MM-DD, UTC).",
                                               show_default=False)] = None,
-    by: Annotated[str, typer.Option(help="Group by model, job or day (UTC).")] = "model",
+    by: Annotated[str, typer.Option(help="Group by model, job, day (UTC) or endpoint (a pooled model's charges per "
+                                         "endpoint that answered them).")] = "model",
     fmt: Annotated[str, typer.Option("--format", help="text, json, csv or md.")] = "text",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
 ) -> None:

@@ -1,4 +1,4 @@
-"""Spend across runs: ``runner costs [--since DATE] [--by model|job|day]``.
+"""Spend across runs: ``runner costs [--since DATE] [--by model|job|day|endpoint]``.
 
 Money comes from the ledger, one row per request that cost something: ``charge`` (settled to the response's
 cost), ``possibly_billed`` (in flight when a run was killed, kept at its worst case after a resume could not
@@ -27,7 +27,7 @@ from runner.store.reads import UNKNOWN_JOB
 __all__ = ["BY", "FORMATS", "UNKNOWN_JOB", "build", "parse_since", "render", "whatif_run"]
 
 FORMATS = ("text", "json", "csv", "md")
-BY = ("model", "job", "day")
+BY = ("model", "job", "day", "endpoint")
 
 
 @dataclass(slots=True)

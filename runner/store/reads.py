@@ -28,6 +28,8 @@ _GROUP_SQL = {
     "model": ("l.model", "t.model"),
     "job": (f"coalesce(r.job_name, '{UNKNOWN_JOB}')", f"coalesce(r.job_name, '{UNKNOWN_JOB}')"),
     "day": ("substr(l.created, 1, 10)", "substr(t.updated, 1, 10)"),
+    # a pooled model's charges per endpoint that answered them (runner/engine/pools.py); a cache hit is no endpoint's
+    "endpoint": ("coalesce(l.model || ' at ' || l.endpoint, l.model)", "t.model"),
 }
 #: the scored tasks of one stage and model
 _SCORED = " FROM tasks WHERE run_id = ? AND stage = ? AND model = ? AND score IS NOT NULL"
@@ -107,7 +109,8 @@ class Reads:
             " GROUP BY stage, model", (run_id, "stored-prompt:%"))}
 
     def ledger_sums(self, by: str, since: str | None) -> list[tuple[str | None, str, str, int, float]]:
-        """(group, run id, kind, rows, USD) of the ledger grouped by ``by`` (model, job or day), from ``since``. A
+        """(group, run id, kind, rows, USD) of the ledger grouped by ``by`` (model, job, day or endpoint: a pooled
+        model's ``MODEL at LABEL``), from ``since``. A
         charge of tokens alone (an answer that cost nothing, kept for a token budget) is not counted as a row."""
         where, params = ("WHERE l.created >= ?", [since]) if since else ("", [])
         found = self.store.rows(f"SELECT {_GROUP_SQL[by][0]}, l.run_id, l.kind,"

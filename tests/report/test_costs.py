@@ -60,7 +60,7 @@ async def ledger(tmp_path: Path) -> dict:
     # as the writer does
     store.write_batch(
         [], [],
-        [(a1.run_id, "ask", "sim:cheap", "k1", "charge", 0.5, f"{DAY1}T10:00:00.000+00:00", 30, None, None),
+        [(a1.run_id, "ask", "sim:cheap", "k1", "charge", 0.5, f"{DAY1}T10:00:00.000+00:00", 30, None, "sim:b"),
          (b1.run_id, "ask", "sim:dear", "k2", "possibly_billed", 0.25, f"{DAY2}T11:00:00.000+00:00", 30, None, None),
          ("19990101-000000-dead", "ask", "sim:dear", "k3", "reserved", 0.125, f"{DAY2}T12:00:00.000+00:00", 30,
           None, None)],
@@ -121,6 +121,14 @@ def test_sums_per_job_and_per_day(ledger: dict) -> None:
     assert t["charged"] == pytest.approx(engine + 0.5, rel=1e-9) and t["possibly_billed"] == pytest.approx(0.375)
 
 
+def test_sums_per_endpoint_of_a_pooled_model(ledger: dict) -> None:
+    rows = _by(costs.build(ledger["store"], by="endpoint"))
+    assert set(rows) == {"sim:cheap", "sim:cheap at sim:b", "sim:dear"}
+    pooled = rows["sim:cheap at sim:b"]  # the charge a pool's endpoint sim:b answered (the ledger's endpoint column)
+    assert (pooled["charged"], pooled["requests_charged"], pooled["runs"]) == (0.5, 1, 1)
+    assert rows["sim:cheap"]["requests_charged"] == 5 + 4 and rows["sim:cheap"]["cache_hits"] == 5
+
+
 def test_since(ledger: dict) -> None:
     store, today = ledger["store"], ledger["today"]
     days = _by(costs.build(store, by="day", since=DAY2))
@@ -167,7 +175,7 @@ def test_user_errors_are_one_sentence(tmp_path: Path, monkeypatch, capsys) -> No
         (("--since", "01/03/2025"), "Error: --since must be a date written YYYY-MM-DD (e.g. 2025-01-31), not "
                                     "'01/03/2025'"),
         (("--since", "2025-02-30"), "Error: --since must be a date written YYYY-MM-DD"),
-        (("--by", "week"), "Error: --by must be one of model, job, day, not 'week'"),
+        (("--by", "week"), "Error: --by must be one of model, job, day, endpoint, not 'week'"),
         (("--format", "xml"), "Error: --format must be one of text, json, csv, md, not 'xml'"),
     ]:
         code, out, err = _cli(monkeypatch, capsys, "costs", *args)
