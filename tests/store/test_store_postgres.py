@@ -260,7 +260,7 @@ def _answers(store: Any, run_id: str, judge: str) -> dict[str, Any]:
     out["unsettled"] = reads.unsettled(run_id, True), reads.unsettled(run_id, False)
     out["charged"] = store.charged(run_id)
     out["ledger"] = [{k: v for k, v in row.items() if k not in ("id", "created")} for row in store.ledger(run_id)]
-    for by in ("model", "job", "day"):
+    for by in ("model", "job", "day", "endpoint"):
         out[f"ledger sums {by}"] = reads.ledger_sums(by, None), reads.ledger_sums(by, "2024-01-02")
         out[f"saved sums {by}"] = reads.saved_sums(by, None)
     out["runs"] = [{k: v for k, v in run.items() if k not in ("pid", "started")} for run in store.list_runs()]
