@@ -70,7 +70,8 @@ async def test_three_endpoints_serve_more_than_any_ones_limit_with_no_429(tmp_pa
         outcome = await execute(load_job(path), store)
         assert outcome.status == "completed", outcome.message
         counts = [served(s) for s in sims]
-        assert sum(counts) == 150 and max(counts) <= 60, counts  # more than one endpoint's minute, within each's
+        # 150 answered at once: more than one endpoint's minute (60), spread over the three by their room
+        assert sum(counts) == 150 and min(counts) >= 30, counts
         assert all(s.stats()["by_status"].get("429", 0) == 0 for s in sims)
 
 
