@@ -12,7 +12,7 @@ headers; the base the job's ``base_url``, else ANTHROPIC_BASE_URL, else https://
 SDK's convention). A non-2xx answer is mapped by one function on both paths (:func:`status_error`).
 
 The SDK where a proxy applies, because the lean wire speaks to no proxy and the SDK's client does (httpx reads
-HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY). The rule (:func:`proxied`): the standard library's
+HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY). The rule (``lean_or_sdk.proxied``): the standard library's
 ``urllib.request.getproxies()`` names a proxy for the base URL's scheme (or ``all``) and
 ``urllib.request.proxy_bypass`` (NO_PROXY) does not exempt its host; then :meth:`AnthropicProvider.start` builds the
 SDK client as before, else the lean wire. The Message Batches API (``anthropic_batch.py``) always uses the SDK
@@ -27,7 +27,6 @@ import os
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
-from urllib.parse import urlsplit
 
 from runner.errors import (
     AuthError,
@@ -43,7 +42,7 @@ from runner.errors import (
 from . import capabilities
 from .answer_bounds import bounds_of, surfaced
 from .base import CacheMarks, Completion, Provider, ProviderSettings, RateWindow, http_limits, register
-from .lean_or_sdk import LeanOrSDK
+from .lean_or_sdk import LeanOrSDK, proxied
 from .tls import shared_context
 from .token_counts import messages_count_request, read_count, with_estimate_margin
 from .wire import quoted, retry_after_seconds, words
@@ -180,18 +179,6 @@ def status_error(where: str, key_variable: str, status: int, body: Any,
         return TransientError(f"{where}: server error {status} {kind}".rstrip(), status=status)
     # the provider's words: what to fix is in the message ("temperature: ... not supported ...")
     return BadRequest(f"{where}: request rejected ({words(status, kind, None, None, message)})", status=status)
-
-
-def proxied(url: str) -> bool:
-    """Whether the environment sends requests to ``url`` through a proxy, as the standard library reads it: one
-    for its scheme (or ALL_PROXY) that NO_PROXY does not exempt its host from."""
-    import urllib.request  # about 10 ms, once per start
-
-    parts = urlsplit(url)
-    proxies = urllib.request.getproxies()
-    if not (proxies.get(parts.scheme) or proxies.get("all")):
-        return False
-    return not urllib.request.proxy_bypass(parts.netloc.rpartition("@")[2])
 
 
 @register

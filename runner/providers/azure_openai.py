@@ -1,5 +1,6 @@
-"""Azure OpenAI: Chat Completions on a resource's deployments through the openai SDK's ``AsyncAzureOpenAI`` client
-(aiohttp transport, SDK retries off), and its Batch API (``azure_batch``).
+"""Azure OpenAI: Chat Completions on a resource's deployments over the lean wire (``runner/providers/lean_http.py``),
+as the openai SDK's ``AsyncAzureOpenAI`` client sends them, which is kept for the Batch API (``azure_batch``) and
+where a proxy applies (aiohttp transport, SDK retries off).
 
 In job files ``azure-openai:DEPLOYMENT``; the path carries the deployment name, the model behind it matters only for
 prices and the capability table. Settings (``providers: {azure-openai: {...}}``)::
@@ -21,12 +22,16 @@ import contextlib
 import os
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from urllib.parse import quote
 
 from runner.errors import AuthError, BadRequest, ModelSetupError, ProviderError, TransientError
 
 from .answer_bounds import bounds_of
 from .base import Completion, ProviderSettings, _importable, http_limits, register
+from .lean_http import path_segment
+from .lean_or_sdk import proxied
 from .openai_chat import OpenAIChatProvider, openai_rate
+from .openai_errors import sdk_body, status_error
 from .tls import shared_context
 
 if TYPE_CHECKING:
@@ -69,6 +74,8 @@ class AzureOpenAIProvider(OpenAIChatProvider):
         super().__init__(settings, endpoints)
         self.options: AzureOpenAIProvider.Options
         self.credential: Any = None
+        #: Entra ID's bearer token provider (``auth: entra``), awaited for each request's token
+        self.token_provider: Any = None
 
     # -- settings ------------------------------------------------------------------------------------
 
@@ -158,26 +165,24 @@ class AzureOpenAIProvider(OpenAIChatProvider):
 
     # -- the client ----------------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    def _credentials(self) -> dict[str, Any]:
+        """The SDK client's credential argument: Entra ID's token provider, the static token, or the key."""
+        if self.options.auth == "entra":
+            return {"azure_ad_token_provider": self.token_provider}
+        variable = next((v for v in self.key_variables() if os.environ.get(v)), None)
+        if variable == TOKEN_ENV:
+            return {"azure_ad_token": os.environ[TOKEN_ENV]}
+        # check_key has made sure one is set; a direct caller without one gets the service's 401
+        return {"api_key": os.environ.get(variable or "", "") or "no-key"}
+
+    def _sdk_client(self) -> Any:
         import openai
 
         from .bounded_httpx import bounded_client
 
-        credentials: dict[str, Any] = {}
-        if self.options.auth == "entra":
-            from azure.identity.aio import DefaultAzureCredential, get_bearer_token_provider
-
-            self.credential = DefaultAzureCredential()
-            credentials["azure_ad_token_provider"] = get_bearer_token_provider(self.credential, ENTRA_SCOPE)
-        else:
-            variable = next((v for v in self.key_variables() if os.environ.get(v)), None)
-            if variable == TOKEN_ENV:
-                credentials["azure_ad_token"] = os.environ[TOKEN_ENV]
-            else:  # check_key has made sure one is set; a direct caller without one gets the service's 401
-                credentials["api_key"] = os.environ.get(variable or "", "") or "no-key"
         place = {"base_url": self.settings.base_url} if self.settings.base_url else {"azure_endpoint": self.endpoint}
-        self.client = openai.AsyncAzureOpenAI(
-            **credentials, **place,
+        return openai.AsyncAzureOpenAI(
+            **self._credentials(), **place,
             api_version=self.api_version,
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
@@ -185,6 +190,69 @@ class AzureOpenAIProvider(OpenAIChatProvider):
                                        timeout=self.settings.timeout, limits=http_limits(self.settings),
                                        verify=shared_context()),
         )
+
+    async def start(self) -> None:
+        """The lean wire at the SDK's base URL (the job's ``base_url`` as it is, else ``{endpoint}/openai``), with the
+        SDK's auth header (``api-key``, or ``Authorization: Bearer`` with a token, Entra ID's fetched per request by
+        :meth:`_lean` as the SDK's token provider is called); the SDK client where a proxy applies (and on first use
+        for the Batch API)."""
+        if self.options.auth == "entra":
+            from azure.identity.aio import DefaultAzureCredential, get_bearer_token_provider
+
+            self.credential = DefaultAzureCredential()
+            self.token_provider = get_bearer_token_provider(self.credential, ENTRA_SCOPE)
+        if self.sdk_needed():
+            self.client = self._sdk_client()
+            return
+        from .lean_http import LeanWire
+
+        credentials = self._credentials()
+        headers = ({"api-key": credentials["api_key"]} if "api_key" in credentials
+                   else {"Authorization": f"Bearer {credentials['azure_ad_token']}"}
+                   if "azure_ad_token" in credentials else {})
+        self.wire = LeanWire(self.settings.base_url or f"{self.endpoint}/openai", "", self.settings.timeout,
+                             headers=headers, tls=shared_context, error_of=self._status_error,
+                             bounds=bounds_of(self.settings))
+
+    def sdk_needed(self) -> bool:
+        if not self.lean_wire:
+            return True
+        return "OPENAI_CUSTOM_HEADERS" in os.environ or proxied(self.settings.base_url or self.endpoint)
+
+    def chat_path(self, model: str) -> str:
+        """``/deployments/{deployment}/chat/completions?api-version=...``, where the SDK's client sends a request
+        for the deployment ``model`` (its body keeps ``model`` too)."""
+        return f"/deployments/{path_segment(model)}/chat/completions?api-version={quote(self.api_version, safe='')}"
+
+    async def _lean(self, method: str, path: str, body: Any = None, passing: tuple[int, ...] = ()) -> Any:
+        assert self.wire is not None, "start() was not awaited"
+        headers = None
+        if self.token_provider is not None:
+            try:
+                headers = {"Authorization": f"Bearer {await self.token_provider()}"}
+            except Exception as exc:
+                raise self._entra_refusal(exc) from exc
+        return await self.wire.request(method, path, body, where=self.where, passing=passing, headers=headers)
+
+    def _status_error(self, status: int, body: Any, headers: Mapping[str, str]) -> ProviderError:
+        """The OpenAI mapping of an error answer (``openai_errors.status_error``), a refused credential worded as
+        :meth:`map_errors` words it."""
+        error = status_error(self.where, self.key_variable, status, sdk_body(body), headers)
+        return self._credential_refused(error) if isinstance(error, AuthError) else error
+
+    def _credential_refused(self, exc: AuthError) -> AuthError:
+        return AuthError(f"{self.where}: the credential was refused ({exc.status}); check {self.credential_fix}",
+                         status=exc.status)
+
+    def _entra_refusal(self, exc: Exception) -> Exception:
+        """Entra ID's failure to give a token (no credential found) as an auth error; any other exception as it is."""
+        from azure.core.exceptions import ClientAuthenticationError  # what the credential raises
+
+        if not isinstance(exc, ClientAuthenticationError):
+            return exc
+        return AuthError(f"{self.where}: no Microsoft Entra ID token could be had for auth: entra "
+                         f"({type(exc).__name__}); sign in (az login) or set the managed identity's variables",
+                         status=401)
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -209,25 +277,21 @@ class AzureOpenAIProvider(OpenAIChatProvider):
     @contextlib.contextmanager
     def map_errors(self) -> Iterator[None]:
         """The OpenAI mapping (a refused credential names where it came from), and Entra ID's own failures (no
-        credential found) as an auth error."""
+        credential found) as an auth error (the SDK path: the Batch API, a proxy)."""
         try:
             with super().map_errors():
                 yield
         except AuthError as exc:
-            raise AuthError(f"{self.where}: the credential was refused ({exc.status}); check {self.credential_fix}",
-                            status=exc.status) from exc
+            raise self._credential_refused(exc) from exc
         except ProviderError:
             raise
         except Exception as exc:
             if self.options.auth != "entra":
                 raise
-            from azure.core.exceptions import ClientAuthenticationError  # what the credential raises
-
-            if not isinstance(exc, ClientAuthenticationError):
+            refusal = self._entra_refusal(exc)
+            if refusal is exc:
                 raise
-            raise AuthError(f"{self.where}: no Microsoft Entra ID token could be had for auth: entra "
-                            f"({type(exc).__name__}); sign in (az login) or set the managed identity's variables",
-                            status=401) from exc
+            raise refusal from exc
 
     # -- pre-flight -----------------------------------------------------------------------------------
 
@@ -236,11 +300,15 @@ class AzureOpenAIProvider(OpenAIChatProvider):
         deployment with no messages: the data plane has no deployment lookup, and Azure routes a request to its
         deployment (404 DeploymentNotFound) before the model validates its body (a 400, not billed), so it tells
         whether the deployment exists without spending a token."""
-        assert self.client is not None, "start() was not awaited"
         label = f"{self.name}:{model}"
+        version = quote(self.api_version, safe="")
         try:
-            with self.map_errors():
-                await self.client.models.list()
+            if self.wire is not None:
+                await self._lean("GET", f"/models?api-version={version}")
+            else:
+                assert self.client is not None, "start() was not awaited"
+                with self.map_errors():
+                    await self.client.models.list()
         except AuthError as exc:
             raise AuthError(f"{label}: the resource refused the credential; check {self.credential_fix}",
                             status=exc.status) from exc
@@ -253,8 +321,13 @@ class AzureOpenAIProvider(OpenAIChatProvider):
             raise ModelSetupError(f"{label}: the resource refused API version {self.api_version!r} ({exc}); set "
                                   f"providers: {self.name}: api_version to one Azure supports") from exc
         try:
-            with self.map_errors():
-                await self.client.chat.completions.create(model=model, messages=[], max_completion_tokens=1)
+            if self.wire is not None:
+                await self._lean("POST", self.chat_path(model),
+                                 {"messages": [], "model": model, "max_completion_tokens": 1})
+            else:
+                assert self.client is not None, "start() was not awaited"
+                with self.map_errors():
+                    await self.client.chat.completions.create(model=model, messages=[], max_completion_tokens=1)
         except BadRequest as exc:
             if exc.status == 404:
                 raise ModelSetupError(f"{label}: the resource has no deployment named {model!r}; deploy it or name "

@@ -144,12 +144,13 @@ class LeanWire:
             connection.close()
 
     async def request(self, method: str, path: str, body: Any = None, *, where: str, key_variable: str | None = None,
-                      passing: Collection[int] = ()) -> Answer:
-        """Send one request (``path`` after the base URL, e.g. ``/chat/completions``) and return its answer; a
-        non-2xx answer whose status is not in ``passing`` raises the runner's error for it (the caller's
-        ``error_of``, else the OpenAI mapping, which names ``key_variable`` in a refused key's message), a failed
-        transport a :class:`TransientError`."""
-        headers = list(self._headers)
+                      passing: Collection[int] = (), headers: Mapping[str, str] | None = None) -> Answer:
+        """Send one request (``path`` after the base URL, e.g. ``/chat/completions``, with its query if any) and
+        return its answer; a non-2xx answer whose status is not in ``passing`` raises the runner's error for it (the
+        caller's ``error_of``, else the OpenAI mapping, which names ``key_variable`` in a refused key's message), a
+        failed transport a :class:`TransientError`. ``headers``: this request's own besides the wire's (a token
+        that changes, as Entra ID's)."""
+        headers = [*self._headers, *headers.items()] if headers else list(self._headers)
         data = b""
         if body is not None:
             data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -45,7 +46,7 @@ from .base import (
     loglikelihood_completion,
     register,
 )
-from .lean_or_sdk import LeanOrSDK
+from .lean_or_sdk import LeanOrSDK, proxied
 from .openai_errors import error_code, said, status_error
 from .tiers import OPENAI_WIRE, STANDARD, served
 from .tls import shared_context
@@ -162,9 +163,13 @@ class OpenAIChatProvider(LeanOrSDK["openai.AsyncOpenAI"], Provider):
     scoring_max_tokens: ClassVar[int] = 1
     #: statuses with which a server may refuse a list of prompts (llama-cpp-python: 500)
     _LIST_REFUSED: ClassVar[frozenset[int]] = frozenset({400, 413, 422, 500})
-    #: requests go over the lean wire (``lean_http.py``: JSON over aiohttp, no SDK) rather than the SDK; the SDK
-    #: client is then built only when something asks for it (the Batch API, a test)
-    lean_wire: ClassVar[bool] = False
+    #: requests go over the lean wire (``lean_http.py``: JSON over h11, no SDK) rather than the SDK; the SDK client is
+    #: then built only when something asks for it (the Batch API, a test). False: the SDK always
+    lean_wire: ClassVar[bool] = True
+    #: a server of the user's own or on this machine (sim, openai-compatible, ollama, vllm): the lean wire even where
+    #: a proxy is set, as before; a hosted API keeps the SDK where a proxy applies or OPENAI_CUSTOM_HEADERS is set
+    #: (:meth:`sdk_needed`)
+    local_server: ClassVar[bool] = False
     sdk_package: ClassVar[str | None] = "openai"
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
@@ -213,14 +218,35 @@ class OpenAIChatProvider(LeanOrSDK["openai.AsyncOpenAI"], Provider):
                                        verify=shared_context()),
         )
 
-    async def start(self) -> None:
+    def sdk_needed(self) -> bool:
+        """Whether this provider's requests go through the SDK rather than the lean wire: its class says so, or a
+        hosted API is reached through a proxy (``lean_or_sdk.proxied``) or with the SDK's OPENAI_CUSTOM_HEADERS, which
+        the lean wire does not read."""
         if not self.lean_wire:
+            return True
+        if self.local_server:
+            return False
+        url = self.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        return "OPENAI_CUSTOM_HEADERS" in os.environ or proxied(url)
+
+    def wire_headers(self) -> dict[str, str]:
+        """The headers every lean request carries, as the SDK's client sends them: the key as a bearer token, and the
+        organization and project from OPENAI_ORG_ID and OPENAI_PROJECT_ID where set (api.openai.com's)."""
+        headers = {"Authorization": f"Bearer {self.api_key() or 'no-key'}"}
+        if not self.local_server:
+            for variable, header in (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project")):
+                if os.environ.get(variable):
+                    headers[header] = os.environ[variable]
+        return headers
+
+    async def start(self) -> None:
+        if self.sdk_needed():
             self.client = self._sdk_client()
             return
         from .lean_http import LeanWire
 
-        self.wire = LeanWire(self.base_url, self.api_key() or "no-key", self.settings.timeout,
-                             bounds=bounds_of(self.settings))
+        self.wire = LeanWire(self.base_url, "", self.settings.timeout, headers=self.wire_headers(),
+                             tls=shared_context, bounds=bounds_of(self.settings))
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -264,6 +290,10 @@ class OpenAIChatProvider(LeanOrSDK["openai.AsyncOpenAI"], Provider):
         raise ModelSetupError(f"{self.name}:{model}: {self.where} has no models endpoint (404): check its "
                               "base_url (the API's root, e.g. ending in /v1)") from cause
 
+    def chat_path(self, model: str) -> str:
+        """The Chat Completions path after the base URL, as the SDK's client asks it of ``model``."""
+        return "/chat/completions"
+
     def request_body(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:
         """The Chat Completions body of one request: what :meth:`execute` sends, and a batch line's body."""
         body: dict[str, Any] = {"model": model, "messages": messages}
@@ -287,7 +317,7 @@ class OpenAIChatProvider(LeanOrSDK["openai.AsyncOpenAI"], Provider):
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         if self.wire is not None:
-            answer = await self._lean("POST", "/chat/completions", self.request_body(model, messages, params))
+            answer = await self._lean("POST", self.chat_path(model), self.request_body(model, messages, params))
             return self.completion_of(self._json_body(answer.content), answer.headers)
         assert self.client is not None, "start() was not awaited"
         with self.map_errors():

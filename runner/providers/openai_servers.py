@@ -93,7 +93,7 @@ class _CompatibleEndpoint(OpenAIChatProvider):
     supports_batch: ClassVar[bool] = False  # vLLM, llama.cpp and Ollama have no Batch API in general
     prompt_cache_style: ClassVar[str | None] = None  # a server's own prefix cache needs no planning here
     max_tokens_field: ClassVar[str] = "max_tokens"
-    lean_wire: ClassVar[bool] = True  # vLLM, llama.cpp and Ollama answer the plain JSON the lean wire sends
+    local_server: ClassVar[bool] = True  # vLLM, llama.cpp and Ollama: the lean wire, proxy or not
     service_tiers: ClassVar[Mapping[str, str]] = {}  # a server of one's own sells no tier
 
     def __init__(self, settings: ProviderSettings, label: str) -> None:
@@ -139,7 +139,7 @@ class SimProvider(OpenAIChatProvider):
     max_tokens_field: ClassVar[str] = "max_tokens"
     supports_loglikelihood: ClassVar[bool] = True
     scoring_max_tokens: ClassVar[int] = 0  # the simulated server generates nothing for 0
-    lean_wire: ClassVar[bool] = True
+    local_server: ClassVar[bool] = True
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)

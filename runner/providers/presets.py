@@ -110,7 +110,7 @@ class OllamaProvider(_Preset):
     default_concurrency: ClassVar[int] = 4  # one machine's model; Ollama queues the rest (OLLAMA_NUM_PARALLEL)
     default_base_url: ClassVar[str | None] = "http://127.0.0.1:11434/v1"
     documented_at: ClassVar[str] = "https://docs.ollama.com/openai"
-    lean_wire: ClassVar[bool] = True  # a local server: the lean wire, not the SDK (lean_http.py)
+    local_server: ClassVar[bool] = True  # a local server: the lean wire, proxy or not (lean_http.py)
 
 
 class VLLMProvider(_Preset):
@@ -123,7 +123,7 @@ class VLLMProvider(_Preset):
     default_concurrency: ClassVar[int] = 32
     default_base_url: ClassVar[str | None] = "http://127.0.0.1:8000/v1"
     documented_at: ClassVar[str] = "https://docs.vllm.ai/en/latest/serving/openai_compatible_server.html"
-    lean_wire: ClassVar[bool] = True  # a local server: the lean wire, not the SDK (lean_http.py)
+    local_server: ClassVar[bool] = True  # a local server: the lean wire, proxy or not (lean_http.py)
 
 
 #: every preset by its name, for the providers' reference (scripts/gen_reference.py) and the tests

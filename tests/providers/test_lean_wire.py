@@ -58,15 +58,17 @@ def described(error: Any) -> tuple[Any, ...]:
     return (type(error).__name__, str(error), error.status, error.error_class, getattr(error, "retry_after", None))
 
 
-def test_the_local_servers_take_the_lean_wire_and_the_clouds_keep_the_sdk() -> None:
+def test_every_openai_format_provider_takes_the_lean_wire_and_only_the_local_ones_ignore_a_proxy() -> None:
     from runner.providers.azure_openai import AzureOpenAIProvider
     from runner.providers.openai_servers import _CompatibleEndpoint
 
-    assert SimProvider.lean_wire and _CompatibleEndpoint.lean_wire
-    assert PRESETS["ollama"].lean_wire and PRESETS["vllm"].lean_wire
-    assert not OpenAIChatProvider.lean_wire and not AzureOpenAIProvider.lean_wire
-    assert not any(PRESETS[name].lean_wire for name in ("openrouter", "together", "groq", "deepseek", "mistral",
-                                                        "fireworks"))
+    assert OpenAIChatProvider.lean_wire and AzureOpenAIProvider.lean_wire
+    assert all(PRESETS[name].lean_wire for name in PRESETS)
+    assert SimProvider.local_server and _CompatibleEndpoint.local_server
+    assert PRESETS["ollama"].local_server and PRESETS["vllm"].local_server
+    assert not OpenAIChatProvider.local_server and not AzureOpenAIProvider.local_server
+    assert not any(PRESETS[name].local_server for name in ("openrouter", "together", "groq", "deepseek", "mistral",
+                                                           "fireworks"))
 
 
 async def test_an_answer_is_the_same_completion_and_sends_no_sdk_client() -> None:
