@@ -1,33 +1,32 @@
-"""Gemini's generateContent through the ``google-genai`` SDK (the maintained successor of the deprecated
-``google-generativeai``), async over an httpx2 client of the runner's whose answers are bounded
-(``bounded_httpx.py``), and with the SDK's retries off (``HttpRetryOptions(attempts=1)``).
+"""Gemini's generateContent over the lean wire (``runner/providers/lean_http.py``: the JSON of
+``runner/providers/gemini_wire.py``, the key as ``x-goog-api-key``), the ``google-genai`` SDK (the maintained
+successor of the deprecated ``google-generativeai``) kept for what only it speaks here: the Batch API, explicit
+caching's cachedContents, and every request where a proxy applies (``lean_or_sdk.proxied``). The SDK goes async
+over an httpx2 client of the runner's whose answers are bounded (``bounded_httpx.py``), its retries off
+(``HttpRetryOptions(attempts=1)``).
 
-Models are named ``gemini:gemini-2.0-flash``; the key comes from GEMINI_API_KEY, else GOOGLE_API_KEY. With its
-retries off the SDK lets raw httpx2 (or, on Vertex with a client certificate, aiohttp) and timeout errors through:
-:meth:`map_errors` classifies those too.
+Models are named ``gemini:gemini-2.0-flash``; the key comes from GEMINI_API_KEY, else GOOGLE_API_KEY; the base URL
+from the job's ``base_url``, else GOOGLE_GEMINI_BASE_URL, else https://generativelanguage.googleapis.com (as the SDK
+reads them), on ``v1beta`` (``capabilities.GEMINI_API_VERSION``). With its retries off the SDK lets raw httpx2 (or,
+on Vertex with a client certificate, aiohttp) and timeout errors through: :meth:`map_errors` classifies those too;
+an error answer is the same error on both paths (``gemini_wire.status_error``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import json
+import os
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
-from urllib.parse import quote
 
-from runner.errors import (
-    AuthError,
-    BadRequest,
-    FlexUnavailable,
-    ModelSetupError,
-    QuotaExceeded,
-    RateLimited,
-    Refused,
-    TransientError,
-)
+from runner.errors import FlexUnavailable, ModelSetupError, ProviderError, Refused, TransientError
 
 from . import capabilities
 from .answer_bounds import bounds_of, surfaced
 from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, http_limits, register
+from .gemini_wire import read_answer, request_body, sdk_fields, status_error, thinking_config
+from .lean_or_sdk import LeanOrSDK, proxied
 from .tiers import FLEX, GEMINI_TIER_HEADER, GEMINI_WIRE, served
 from .tls import shared_context
 from .token_counts import gemini_count_fields, read_count
@@ -35,49 +34,18 @@ from .wire import quoted, words
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
     from google import genai
-    from google.genai import errors, types
+    from google.genai import types
 
     from .batching import Batches
+    from .lean_http import Answer, LeanWire
 
-#: the Gemini API's root when the job names no base_url (google-genai's default)
+#: the Gemini API's root when neither the job nor GOOGLE_GEMINI_BASE_URL names one (google-genai's default)
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 #: the error of a request naming a cached content that expired or was deleted meanwhile (as the API words it)
 _CACHE_GONE = "cachedcontent not found"
 
 #: finish reasons that mean the answer was withheld
 _FILTERED = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"}
-
-
-def _error_details(exc: errors.APIError) -> list[dict[str, Any]]:
-    body = exc.details if isinstance(exc.details, dict) else {}
-    inner = body.get("error", body)
-    details = inner.get("details") if isinstance(inner, dict) else None
-    return [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
-
-
-def retry_delay(details: list[dict[str, Any]]) -> float | None:
-    """Seconds from a ``google.rpc.RetryInfo`` detail (``"retryDelay": "13s"``)."""
-    for detail in details:
-        delay = detail.get("retryDelay")
-        if isinstance(delay, str) and delay.endswith("s"):
-            try:
-                return max(0.0, float(delay[:-1]))
-            except ValueError:
-                return None
-    return None
-
-
-def _is_daily_quota(details: list[dict[str, Any]]) -> bool:
-    """A per-day quota (or a free tier's) will not come back after a pause: treat it as out of quota."""
-    for detail in details:
-        for violation in detail.get("violations") or []:
-            if "PerDay" in str(violation.get("quotaId", "")):
-                return True
-    return False
-
-
-def _key_invalid(details: list[dict[str, Any]]) -> bool:
-    return any(d.get("reason") in ("API_KEY_INVALID", "API_KEY_SERVICE_BLOCKED") for d in details)
 
 
 def _header(response: types.GenerateContentResponse, name: str) -> str | None:
@@ -88,31 +56,18 @@ def _header(response: types.GenerateContentResponse, name: str) -> str | None:
     return next((value for key, value in headers.items() if key.lower() == name), None)
 
 
-def _enum_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return str(getattr(value, "value", value))
+def _model_path(model: str) -> str:
+    """``models/{model}`` as the SDK names a model in a URL (a name already under ``models/`` or ``tunedModels/``
+    as it is)."""
+    from .lean_http import path_segment
 
-
-#: Gemini 3's thinking levels for the runner's efforts (ai.google.dev/gemini-api/docs/thinking#thinking-levels)
-_LEVELS = {"minimal": "minimal", "low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
-
-
-def _thinking_config(caps: capabilities.ModelCaps | None, reasoning: dict[str, Any]) -> dict[str, Any]:
-    """generateContent's thinkingConfig for the job's ``reasoning:``: a level where the model takes levels and the
-    job names an effort, else a budget (0 turns thinking off where the model allows); thoughts included, so that
-    the thinking is kept apart from the answer."""
-    effort, budget = reasoning.get("effort"), reasoning.get("budget_tokens")
-    if effort == "none" or budget == 0:
-        return {"thinking_budget": 0}
-    if caps is not None and caps.efforts and effort is not None and budget is None:
-        return {"thinking_level": _LEVELS.get(effort, "high"), "include_thoughts": True}
-    sent = capabilities.budget_for(caps, reasoning) if caps is not None else int(budget or 1024)
-    return {"thinking_budget": sent, "include_thoughts": True}
+    if model.startswith(("models/", "tunedModels/")):
+        return model
+    return "models/" + path_segment(model)
 
 
 @register
-class GeminiProvider(Provider):
+class GeminiProvider(LeanOrSDK["genai.Client"], Provider):
     name: ClassVar[str] = "gemini"
     sdk_modules: ClassVar[tuple[str, ...]] = ("google.genai",)
     sdk_package: ClassVar[str | None] = "google-genai"
@@ -136,7 +91,8 @@ class GeminiProvider(Provider):
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
-        self.client: genai.Client | None = None
+        self._client: genai.Client | None = None
+        self.wire: LeanWire | None = None
         self.http: Any = None
         self.where = f"gemini at {settings.base_url or 'generativelanguage.googleapis.com'}"
         #: stored prefixes a request found gone (expired, deleted): the runner stores them again or does without
@@ -147,7 +103,24 @@ class GeminiProvider(Provider):
             return [self.settings.api_key_env]
         return ["GEMINI_API_KEY", "GOOGLE_API_KEY"]
 
+    @property
+    def base_url(self) -> str:
+        return (self.settings.base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
     async def start(self) -> None:
+        if proxied(self.base_url):
+            self.client = self._sdk_client()
+            return
+        from .lean_http import LeanWire
+
+        self.wire = LeanWire(f"{self.base_url}/{capabilities.GEMINI_API_VERSION}", "", self.settings.timeout,
+                             headers={"x-goog-api-key": self.api_key() or ""}, tls=shared_context,
+                             error_of=self._status_error, bounds=bounds_of(self.settings))
+
+    def _status_error(self, status: int, body: Any, headers: Mapping[str, str]) -> ProviderError:
+        return status_error(self.where, self.key_variables(), status, body, headers)
+
+    def _sdk_client(self) -> genai.Client:
         from google import genai
         from google.genai import types
 
@@ -163,7 +136,7 @@ class GeminiProvider(Provider):
             # aiohttp session google-genai makes, whose are not
             httpx_async_client=self.http_client(),
         )
-        self.client = genai.Client(api_key=self.api_key(), http_options=options)
+        return genai.Client(api_key=self.api_key(), http_options=options)
 
     def http_client(self) -> Any:
         """The httpx2 client the SDK sends with, its answers bounded; closed by :meth:`aclose`."""
@@ -178,9 +151,12 @@ class GeminiProvider(Provider):
         return self.http
 
     async def aclose(self) -> None:
-        if self.client is not None:
-            await self.client.aio.aclose()
-            self.client = None
+        if self._client is not None:
+            await self._client.aio.aclose()
+            self._client = None
+        if self.wire is not None:
+            await self.wire.aclose()
+            self.wire = None
         if self.http is not None:  # the SDK closes only the clients it made
             await self.http.aclose()
             self.http = None
@@ -188,18 +164,27 @@ class GeminiProvider(Provider):
     async def probe(self, model: str) -> None:
         """``GET /v1beta/models/{model}`` (the SDK's ``models.get``), not charged: a 404 NOT_FOUND is a model the
         API does not serve (https://ai.google.dev/api/models#method:-models.get)."""
+        if self.wire is not None:
+            from .lean_http import parsed_or_text
+
+            answer = await self.wire.request("GET", "/" + _model_path(model), where=self.where, passing=(404,))
+            if answer.status == 404:
+                _, status, message = sdk_fields(404, parsed_or_text(answer.content))
+                self._unknown_model(model, status, message)
+            return
         from google.genai import errors
 
-        assert self.client is not None, "start() was not awaited"
         with self.map_errors():
             try:
-                await self.client.aio.models.get(model=model)
+                await self.client.aio.models.get(model=model)  # type: ignore[union-attr]
             except errors.ClientError as exc:
                 if exc.code != 404:
                     raise
-                raise ModelSetupError(f"{self.name}:{model} is not a model {self.where} knows "
-                                      f"({words(404, exc.status, None, None, exc.message)}): check the model id"
-                                      ) from exc
+                self._unknown_model(model, exc.status, exc.message, exc)
+
+    def _unknown_model(self, model: str, status: Any, message: Any, cause: BaseException | None = None) -> None:
+        raise ModelSetupError(f"{self.name}:{model} is not a model {self.where} knows "
+                              f"({words(404, status, None, None, message)}): check the model id") from cause
 
     @staticmethod
     def request_of(messages: list[dict[str, str]], params: dict[str, Any],
@@ -234,7 +219,7 @@ class GeminiProvider(Provider):
         reasoning = params.get("reasoning")
         if reasoning:
             config["thinking_config"] = types.ThinkingConfig(
-                **_thinking_config(capabilities.capabilities("gemini", model), reasoning))
+                **thinking_config(capabilities.capabilities("gemini", model), reasoning))
         if params.get("service_tier") is not None:  # sent by google-genai as the request's serviceTier
             config["service_tier"] = GEMINI_WIRE[params["service_tier"]]
         return contents, types.GenerateContentConfig(**config)
@@ -248,21 +233,27 @@ class GeminiProvider(Provider):
         return {"generateContentRequest": {"model": f"models/{model}", **gemini_count_fields(messages, params)}}
 
     async def count_tokens(self, model: str, request: dict[str, Any]) -> int:
-        """``POST /v1beta/models/{model}:countTokens`` (runner/providers/token_counts.py), sent over the provider's
-        httpx2 client: google-genai's ``count_tokens`` refuses a system instruction on the Gemini API, which only
-        this request's ``generateContentRequest`` form carries. An error answer is raised as the SDK's own."""
+        """``POST /v1beta/models/{model}:countTokens`` (runner/providers/token_counts.py), over the lean wire, else the
+        provider's httpx2 client: google-genai's ``count_tokens`` refuses a system instruction on the Gemini API,
+        which only this request's ``generateContentRequest`` form carries. An error answer is mapped as the SDK's."""
+        path = f"/{_model_path(model)}:countTokens"
+        if self.wire is not None:
+            answer = await self.wire.request("POST", path, request, where=self.where)
+            return read_count(self._json_body(answer.content), "totalTokens", self.where)
         from google.genai import errors
 
-        base = (self.settings.base_url or DEFAULT_BASE_URL).rstrip("/")
-        url = f"{base}/{capabilities.GEMINI_API_VERSION}/models/{quote(model, safe='-._~')}:countTokens"
         with self.map_errors():
-            response = await self.http_client().post(url, json=request, headers={"x-goog-api-key": self.api_key()})
+            response = await self.http_client().post(f"{self.base_url}/{capabilities.GEMINI_API_VERSION}{path}",
+                                                     json=request, headers={"x-goog-api-key": self.api_key()})
             await errors.APIError.raise_for_async_response(response)
             body = response.json()
         return read_count(body, "totalTokens", self.where)
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         try:
+            if self.wire is not None:
+                answer = await self._generate_lean(model, messages, params)
+                return self.completion_of(self._json_body(answer.content), answer.headers)
             with self.map_errors():
                 response = await self.generate(model, messages, params)
         except TransientError as exc:
@@ -273,16 +264,46 @@ class GeminiProvider(Provider):
             raise
         return self.completion_of(response)
 
+    async def _generate_lean(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Answer:
+        """generateContent over the lean wire; a request naming a cached content that lapsed is sent again whole,
+        as :meth:`generate` does."""
+        assert self.wire is not None, "start() was not awaited"
+        path = f"/{_model_path(model)}:generateContent"
+        stored = params.get("cached_content")
+        if not stored:
+            return await self.wire.request("POST", path, request_body(messages, params, model), where=self.where)
+        answer = await self.wire.request("POST", path, request_body(messages, params, model), where=self.where,
+                                         passing=(403, 404))
+        if answer.status < 400:
+            return answer
+        from .lean_http import parsed_or_text
+
+        body = parsed_or_text(answer.content)
+        if _CACHE_GONE not in str(sdk_fields(answer.status, body)[2]).lower():
+            raise self._status_error(answer.status, body, answer.headers)
+        self.gone_prompts.add(stored)
+        whole = {k: v for k, v in params.items() if k not in ("cached_content", "cached_messages")}
+        return await self.wire.request("POST", path, request_body(messages, whole, model), where=self.where)
+
+    def _json_body(self, content: bytes) -> Any:
+        try:
+            return json.loads(content)
+        except ValueError as exc:
+            raise TransientError(f"{self.where}: the response was not valid JSON ({type(exc).__name__})",
+                                 error_class="malformed_response") from exc
+
     async def generate(self, model: str, messages: list[dict[str, str]],
                        params: dict[str, Any]) -> types.GenerateContentResponse:
-        """generateContent, the SDK's errors let through; a request naming a cached content that lapsed between the
-        runner's look and the send is sent again whole (the runner stores the prefix again for the next)."""
+        """generateContent through the SDK (its errors let through); a request naming a cached content that lapsed
+        between the runner's look and the send is sent again whole (the runner stores the prefix again for the
+        next)."""
         from google.genai import errors
 
-        assert self.client is not None, "start() was not awaited"
+        client = self.client
+        assert client is not None, "start() was not awaited"
         contents, config = self.request_of(messages, params, model)
         try:
-            return await self.client.aio.models.generate_content(model=model, contents=contents, config=config)
+            return await client.aio.models.generate_content(model=model, contents=contents, config=config)
         except errors.ClientError as exc:
             stored = params.get("cached_content")
             if not stored or exc.code not in (403, 404) or _CACHE_GONE not in str(exc.message).lower():
@@ -290,7 +311,7 @@ class GeminiProvider(Provider):
             self.gone_prompts.add(stored)
             whole = {k: v for k, v in params.items() if k not in ("cached_content", "cached_messages")}
             contents, config = self.request_of(messages, whole, model)
-            return await self.client.aio.models.generate_content(model=model, contents=contents, config=config)
+            return await client.aio.models.generate_content(model=model, contents=contents, config=config)
 
     # -- explicit caching: prompt prefixes stored as cachedContents (runner/engine/stored_prompts.py) -------------
     def stores_prompts_for(self, model: str) -> bool:
@@ -361,40 +382,47 @@ class GeminiProvider(Provider):
                     found.append(self._stored(cached))
         return found
 
-    def completion_of(self, response: types.GenerateContentResponse) -> Completion:
-        """A generateContent answer (online, or a batch job's inlined response) as a :class:`Completion`. One with
-        neither candidates nor prompt feedback (which says why there are none) is malformed, not an empty answer."""
-        if not response.candidates and response.prompt_feedback is None:
+    def completion_of(self, response: Any, headers: Mapping[str, str] | None = None) -> Completion:
+        """A generateContent answer as a :class:`Completion`: its JSON (the lean wire's, with its ``headers``; a
+        batch line's) or the SDK's ``GenerateContentResponse`` (the SDK path, a batch job's inlined response), read
+        as its JSON. One with neither candidates nor prompt feedback (which says why there are none) is
+        malformed, not an empty answer."""
+        if not isinstance(response, dict):
+            tier = _header(response, GEMINI_TIER_HEADER)
+            response = response.model_dump(mode="json", by_alias=True, exclude_none=True,
+                                           exclude={"sdk_http_response"})
+        else:
+            tier = (headers or {}).get(GEMINI_TIER_HEADER)
+        try:
+            got = read_answer(response)
+        except ValueError as exc:
             raise TransientError(f"{self.where}: the response was not a generateContent answer (no candidates, no "
-                                 "prompt feedback)", error_class="malformed_response")
-        candidate = response.candidates[0] if response.candidates else None
-        finish = _enum_text(candidate.finish_reason) if candidate is not None else None
-        parts = (candidate.content.parts if candidate is not None and candidate.content else None) or []
-        usage = response.usage_metadata
-        thoughts = [p.text for p in parts if p.text and p.thought]
+                                 "prompt feedback)", error_class="malformed_response") from exc
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise TransientError(f"{self.where}: the response was not valid JSON ({type(exc).__name__})",
+                                 error_class="malformed_response") from exc
+        finish = got["finish"]
         completion = Completion(
-            text="".join(p.text for p in parts if p.text and not p.thought),
+            text=got["text"],
             finish_reason=finish,
-            input_tokens=(usage.prompt_token_count or 0) if usage else 0,
-            # thinking tokens are billed as output
-            output_tokens=((usage.candidates_token_count or 0) + (usage.thoughts_token_count or 0)) if usage else 0,
-            cached_tokens=(usage.cached_content_token_count or 0) if usage else 0,
-            raw=response.model_dump(mode="json", exclude_none=True, exclude={"sdk_http_response"}),
-            thinking="\n\n".join(thoughts) if thoughts else None,
-            reasoning_tokens=(usage.thoughts_token_count or 0) if usage else 0,
-            tier=served(_header(response, GEMINI_TIER_HEADER), GEMINI_WIRE),
+            input_tokens=got["input"],
+            output_tokens=got["output"] + got["thinking"],  # thinking tokens are billed as output
+            cached_tokens=got["cached"],
+            raw=response,
+            thinking="\n\n".join(got["thoughts"]) if got["thoughts"] else None,
+            reasoning_tokens=got["thinking"],
+            tier=served(tier, GEMINI_WIRE),
         )
-        feedback = response.prompt_feedback
-        if feedback is not None and feedback.block_reason is not None:
-            raise Refused(f"{self.where}: the prompt was blocked ({quoted(_enum_text(feedback.block_reason))})",
-                          billed=completion)
+        if got["blocked"] is not None:
+            raise Refused(f"{self.where}: the prompt was blocked ({quoted(got['blocked'])})", billed=completion)
         if finish in _FILTERED:
             raise Refused(f"{self.where}: the answer was withheld (finish reason {finish})", billed=completion)
         return completion
 
     @contextlib.contextmanager
     def map_errors(self) -> Iterator[None]:
-        """The SDK's exceptions (and, with its retries off, raw httpx2 and aiohttp ones) as the runner's classes."""
+        """The SDK's exceptions (and, with its retries off, raw httpx2 and aiohttp ones) as the runner's classes; an
+        error answer as the lean wire maps it (``gemini_wire.status_error``)."""
         import aiohttp
         import httpx2
         from google.genai import errors
@@ -403,26 +431,9 @@ class GeminiProvider(Provider):
         with surfaced(where):
             try:
                 yield
-            except errors.ClientError as exc:
-                details = _error_details(exc)
-                code = exc.code
-                if code == 429:
-                    if _is_daily_quota(details):
-                        raise QuotaExceeded(f"{where}: a daily quota is used up (429 RESOURCE_EXHAUSTED); wait for it "
-                                            "to reset or enable billing") from exc
-                    raise RateLimited(f"{where}: rate limited (429)", retry_after=retry_delay(details)) from exc
-                if code in (401, 403) or _key_invalid(details):
-                    raise AuthError(f"{where}: the key was refused ({code} {exc.status}); check the variable "
-                                    f"{' or '.join(self.key_variables())}", status=code) from exc
-                if code in (408, 409):
-                    raise TransientError(f"{where}: {code} {exc.status}", status=code) from exc
-                # the provider's words: what to fix is in the message ("Unknown name \"systemInstruction\" ...")
-                raise BadRequest(f"{where}: request rejected ({words(code, exc.status, None, None, exc.message)})",
-                                 status=code) from exc
-            except errors.ServerError as exc:
-                raise TransientError(f"{where}: server error {exc.code} {exc.status}", status=exc.code) from exc
             except errors.APIError as exc:
-                raise TransientError(f"{where}: unexpected answer {exc.code} {exc.status}", status=exc.code) from exc
+                headers = getattr(exc.response, "headers", None)
+                raise status_error(where, self.key_variables(), exc.code, exc.details, headers) from exc
             except httpx2.ConnectTimeout as exc:
                 raise TransientError(f"{where}: connection failed (ConnectTimeout)", error_class="connection") from exc
             except (TimeoutError, aiohttp.ServerTimeoutError, httpx2.TimeoutException) as exc:

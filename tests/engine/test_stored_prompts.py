@@ -84,7 +84,7 @@ async def gemini_of(job: Any) -> AsyncIterator[Any]:
 
 def output(usage: dict[str, Any]) -> int:
     """Output tokens as billed: the answer's and the thinking's (2.5 Flash thinks unless told not to)."""
-    return usage["candidates_token_count"] + usage.get("thoughts_token_count", 0)
+    return usage["candidatesTokenCount"] + usage.get("thoughtsTokenCount", 0)
 
 
 def stored_charges(store: Any, run_id: str) -> list[dict[str, Any]]:
@@ -116,10 +116,10 @@ async def test_a_shared_system_prompt_is_stored_once_read_by_every_request_and_d
     assert 0 < lived < TTL
 
     # each answer read the prefix at the cached price; the report's cost and saving count the storage
-    usages = [json.loads(r["response_json"])["usage_metadata"] for r in responses]
+    usages = [json.loads(r["response_json"])["usageMetadata"] for r in responses]
     for response, usage in zip(responses, usages, strict=True):
-        assert usage["cached_content_token_count"] == tokens
-        by_hand = ((usage["prompt_token_count"] - tokens) * rates.input + tokens * rates.cached_input
+        assert usage["cachedContentTokenCount"] == tokens
+        by_hand = ((usage["promptTokenCount"] - tokens) * rates.input + tokens * rates.cached_input
                    + output(usage) * rates.output) / 1e6
         assert response["cost"] == pytest.approx(by_hand, rel=1e-9)
     data = report.build(store, outcome.run_id)
@@ -127,7 +127,7 @@ async def test_a_shared_system_prompt_is_stored_once_read_by_every_request_and_d
     assert data["totals"]["stored_prompts"] == pytest.approx(paid, abs=1e-9)
     assert data["totals"]["cost"] == pytest.approx(sum(r["cost"] for r in responses) + paid, abs=1e-9)
     assert data["totals"]["ledger_charged"] == pytest.approx(data["totals"]["cost"], abs=1e-9)
-    uncached = sum((u["prompt_token_count"] * rates.input + output(u) * rates.output) / 1e6 for u in usages)
+    uncached = sum((u["promptTokenCount"] * rates.input + output(u) * rates.output) / 1e6 for u in usages)
     assert data["totals"]["cache_saved"] == pytest.approx(uncached - data["totals"]["cost"], rel=1e-6)
     assert data["totals"]["cache_saved"] > 0
     assert "for the prompt prefixes it stored" in report.render(data, "text")

@@ -96,7 +96,7 @@ def sim_batch(srv: SimServer, batch_id: str) -> Any:
 
 
 def without_ids(raw: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in raw.items() if k not in ("id", "created", "response_id",
+    return {k: v for k, v in raw.items() if k not in ("id", "created", "response_id", "responseId",
                                                     "automatic_function_calling_history")}
 
 
