@@ -54,7 +54,7 @@ if str(ROOT) not in sys.path:
 
 # the phases first, from this checkout's bench/ (before CODE's folder comes first on the path)
 from bench.throughput_common import SimProcess, code_state, stop_postgres, use_postgres, versions  # noqa: E402
-from bench.throughput_cpu import cpu_child, run_cpu  # noqa: E402
+from bench.throughput_cpu import aiohttp_child, cpu_child, run_cpu  # noqa: E402
 from bench.throughput_rates import run_main  # noqa: E402
 from bench.throughput_startup import run_startup  # noqa: E402
 from bench.throughput_stream import stream_child  # noqa: E402
@@ -86,10 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite",
                         help="each run's store in phases 1-4 and 6: a new SQLite file, or a new schema of a throwaway "
                              "PostgreSQL server on 127.0.0.1 (devservers/postgres.py)")
+    parser.add_argument("--providers", default="sim",
+                        help="phase 6's providers, comma-separated (sim, openai, azure-openai, anthropic, gemini); "
+                             "with more than sim, a bare aiohttp loop beside them")
     parser.add_argument("--only", default="main,cpu,startup",
                         help="the phases to run, comma-separated: main (1-5), cpu (6), startup (7)")
     parser.add_argument("--stream-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cpu-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--aiohttp-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--warm-job", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)
@@ -110,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cpu_child:
         cpu_child(Path(args.job), Path(args.warm_job), Path(args.store), args.timeout)
+        return 0
+    if args.aiohttp_child:
+        aiohttp_child(args.url, args.n, args.warmup, args.concurrency, args.timeout)
         return 0
 
     def out(text: str) -> None:

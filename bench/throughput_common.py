@@ -79,13 +79,38 @@ def bare_prompt(i: int, tag: str) -> str:
     return f"Question: {row['question']}\n{options}\n{INSTRUCTION}"
 
 
+#: the model each provider's job in phase 6 asks the simulated server for (one it serves under strict checks), and
+#: the provider's settings beside its ``base_url``; the keys are test keys (:data:`BENCH_KEYS`)
+PROVIDER_MODELS = {"sim": MODEL, "openai": "gpt-4o-mini", "azure-openai": "gpt-4o-mini",
+                   "anthropic": "claude-haiku-4-5", "gemini": "gemini-2.0-flash"}
+BENCH_KEYS = {"OPENAI_API_KEY": "bench", "AZURE_OPENAI_API_KEY": "bench", "ANTHROPIC_API_KEY": "bench",
+              "GEMINI_API_KEY": "bench"}
+
+
+def provider_settings(provider: str, url: str) -> dict[str, Any]:
+    """A provider's settings against the simulated server at ``url`` (its ``/v1`` URL)."""
+    root = url.removesuffix("/v1")
+    if provider == "azure-openai":
+        return {"base_url": root + "/openai", "api_version": "2024-10-21"}
+    return {"base_url": root if provider in ("anthropic", "gemini") else url}
+
+
+#: ``sim`` with a price of its own (gpt-4o-mini's): the lean wire with the engine's work for a priced model (each
+#: request's worst case reserved in the store's ledger and settled), as every cloud provider's model has
+PRICED_SIM = "sim+price"
+
+
 def write_job(path: Path, name: str, dataset: Path, url: str, concurrency: int, out_dir: Path,
-              shuffle: bool = True) -> None:
+              shuffle: bool = True, provider: str = "sim") -> None:
+    priced = provider == PRICED_SIM
+    provider = provider.removesuffix("+price")
+    model = f"{provider}:{PROVIDER_MODELS[provider]}"
     job = {
         "name": name,
         "output_dir": str(out_dir),
-        "models": [f"sim:{MODEL}"],
-        "providers": {"sim": {"base_url": url, "concurrency": concurrency}},
+        "models": [model],
+        "providers": {provider: {**provider_settings(provider, url), "concurrency": concurrency}},
+        **({"prices": {model: {"input": 0.15, "output": 0.6}}} if priced else {}),
         "params": {"max_tokens": MAX_TOKENS, "temperature": 0},
         "stages": [{
             "name": "mc",
@@ -255,7 +280,7 @@ def new_store(folder: Path) -> str:
 
 
 def child_env(code: Path) -> dict[str, str]:
-    return {**os.environ, "BENCH_CODE": str(code), "PYTHONPATH": str(code)}
+    return {**os.environ, **BENCH_KEYS, "BENCH_CODE": str(code), "PYTHONPATH": str(code)}
 
 
 def median(values: list[float]) -> float:
