@@ -1,12 +1,12 @@
 """The lean wire: JSON requests over HTTP/1.1 connections of our own, kept alive and reused, with h11
 (python-hyper's HTTP/1.1 protocol library, which httpx's transport uses too) reading and writing the messages on
-asyncio streams. It replaces the OpenAI SDK, whose typed request transformation and httpx layer cost about half
-the CPU of an uncached request against a fast server (issue 25's profile), for the servers that speak the OpenAI
-format and nothing more: the simulated server (``sim``), the user's own (``openai-compatible``) and the local
-presets (``ollama``, ``vllm``); api.openai.com and Azure keep the SDK, whose error types and auth matter there.
-It also carries Anthropic's Messages API (``runner/providers/anthropic_messages.py``), whose SDK costs 3 s of CPU
-to import: that caller gives its own auth headers, default base URL, TLS context and mapping of an error answer;
-without them a wire speaks as the OpenAI SDK does.
+asyncio streams. It replaces the SDKs on the hot path: the OpenAI SDK's typed request transformation and httpx layer
+cost about half the CPU of an uncached request against a fast server (issue 25's profile), google-genai's about
+two thirds (issue 39). It carries the OpenAI format (``openai_chat.py``: api.openai.com, Azure, the hosted presets,
+the simulated server, the user's own servers), Anthropic's Messages API (``anthropic_messages.py``, whose SDK costs
+3 s of CPU to import) and Gemini's generateContent (``gemini.py``): each caller gives its own auth headers, default
+base URL, TLS context and mapping of an error answer; without them a wire speaks as the OpenAI SDK does. The SDKs
+stay for what only they speak here (the Batch APIs, Gemini's cachedContents) and where a proxy applies.
 
 Why not aiohttp's client: importing it costs 0.1 s of every start (it builds two TLS contexts, reading the system's
 certificates, at import), and its requests cost half as much CPU again as these (``bench/throughput.py``). Here a
@@ -16,8 +16,8 @@ It behaves as the SDK path does: the same headers a server reads (``Authorizatio
 same timeout (it bounds connecting and each read), a non-2xx answer mapped by the one
 mapping both paths share (:func:`runner.providers.openai_errors.status_error`), and the transport's failures
 worded as the SDK path words them (a read that timed out; a connection that could not be made, with the reason).
-HTTP(S)_PROXY is not read: these servers are the user's own or local, and the anthropic provider keeps its SDK
-where a proxy applies. Every answer is bounded in size, as received and as decompressed, and in total time
+HTTP(S)_PROXY is not read: a hosted API's provider keeps its SDK where a proxy applies (``lean_or_sdk.proxied``),
+and the user's own or local servers are reached directly. Every answer is bounded in size, as received and as decompressed, and in total time
 (``answer_bounds.py``), as the SDKs' clients are (``bounded_httpx.py``)."""
 
 from __future__ import annotations

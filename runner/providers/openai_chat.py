@@ -1,7 +1,7 @@
-"""Chat Completions through the official OpenAI SDK (async client, aiohttp transport, no SDK retries), or, for
-the servers that are the user's own or local (``lean_wire``: sim, openai-compatible, ollama, vllm), as plain JSON
-over the lean wire (``runner/providers/lean_http.py``), which spares the SDK's request transformation (about half
-the CPU of a request against a fast server) and its import.
+"""Chat Completions as plain JSON over the lean wire (``runner/providers/lean_http.py``), which spares the
+official OpenAI SDK's request transformation (about half the CPU of a request against a fast server) and its
+import; the SDK (async client, aiohttp transport, no SDK retries) where a hosted API is reached through a proxy or
+with OPENAI_CUSTOM_HEADERS (:meth:`OpenAIChatProvider.sdk_needed`), and for the Batch API.
 
 Three providers share this code:
 
