@@ -21,7 +21,11 @@ In one run, against ``simserver`` started in its own process on 127.0.0.1, it pr
 6. the runner's CPU per uncached request (the same job of N requests, each run in a fresh process that first
    warms up on its own small job, CPU measured around ``execute``) and, with ``--compare PATH`` (a checkout of
    another commit, e.g. ``git worktree add /tmp/wt-base HEAD~3``), the same for that checkout, run alternately
-   (ABBA) with this one, and the ratio now / then (target <= 50 %, issue 25);
+   (ABBA) with this one, and the ratio now / then (target <= 50 %, issue 25); with ``--providers`` (sim,
+   sim+price, openai, azure-openai, anthropic, gemini), each provider's job side by side with a bare aiohttp loop,
+   and each provider within 1.3x ``sim:`` (issue 39);
+6b. (``--only wire``) each of ``--providers``' own path without the engine: ``Provider.execute`` alone, the SDK or
+   the lean wire (bench/throughput_wire.py), and each within 1.3x ``sim:``'s lean wire;
 7. start-up: seconds from starting ``runner submit JOB`` to the first request reaching the server (the model
    probe) and to the first chat request, median of ``--startup`` runs (target <= 0.5 s to the first chat request
    on a quiet machine), through a relay in front of the server that notes when requests arrive; with
@@ -31,11 +35,11 @@ Phases 1, 2 and 4 run ``--rounds`` times, interleaved (ABBA), after an untimed w
 figure is the rate over all rounds (requests / summed seconds), printed with every round's own figure, because
 on a small shared machine a single round is noisy.
 
-A script, not a test: pytest does not collect ``bench/``. This file is its command line; the phases are modules
-of their own: bench/throughput_rates.py (1-4), bench/throughput_stream.py (5), bench/throughput_cpu.py (6) and
-bench/throughput_startup.py (7), over what they share in bench/throughput_common.py (the job writers, the server
-process, the meters). Every phase has a timeout; the server subprocess is always stopped. ``--rows 0`` skips
-phase 5.
+A script, not a test: pytest does not collect ``bench/``. This file is its command line; the phases are modules of
+their own: bench/throughput_rates.py (1-4), bench/throughput_stream.py (5), bench/throughput_cpu.py (6),
+bench/throughput_wire.py (6b) and bench/throughput_startup.py (7), over what they share in
+bench/throughput_common.py (the job writers, the server process, the meters). Every phase has a timeout; the server
+subprocess is always stopped. ``--rows 0`` skips phase 5.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from bench.throughput_cpu import aiohttp_child, cpu_child, run_cpu  # noqa: E402
 from bench.throughput_rates import run_main  # noqa: E402
 from bench.throughput_startup import run_startup  # noqa: E402
 from bench.throughput_stream import stream_child  # noqa: E402
+from bench.throughput_wire import run_wire, wire_child  # noqa: E402
 
 #: the checkout whose runner a child process measures (phases 6 and 7 run the other one's with --compare); the
 #: phases import the runner only inside their functions, so it comes from here
@@ -90,10 +95,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="phase 6's providers, comma-separated (sim, openai, azure-openai, anthropic, gemini); "
                              "with more than sim, a bare aiohttp loop beside them")
     parser.add_argument("--only", default="main,cpu,startup",
-                        help="the phases to run, comma-separated: main (1-5), cpu (6), startup (7)")
+                        help="the phases to run, comma-separated: main (1-5), cpu (6), wire (6b: each of --providers' "
+                             "own path, without the engine), startup (7)")
     parser.add_argument("--stream-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cpu-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--aiohttp-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--wire-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--warm-job", help=argparse.SUPPRESS)
@@ -104,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--n, --rounds, --concurrency, --startup and --startup-rows must be at least 1; --rows and "
                      "--warmup at least 0")
     only = {part.strip() for part in args.only.split(",") if part.strip()}
-    if not only or only - {"main", "cpu", "startup"}:
-        parser.error("--only takes main, cpu and startup, comma-separated")
+    if not only or only - {"main", "cpu", "wire", "startup"}:
+        parser.error("--only takes main, cpu, wire and startup, comma-separated")
     if args.compare is not None and not (args.compare / "runner" / "__init__.py").is_file():
         parser.error(f"--compare {args.compare}: no runner package there; give a checkout of the project "
                      "(git worktree add /tmp/wt-base COMMIT)")
@@ -115,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cpu_child:
         cpu_child(Path(args.job), Path(args.warm_job), Path(args.store), args.timeout)
+        return 0
+    if args.wire_child:
+        wire_child(args.providers, args.url, args.n, args.warmup, args.concurrency, args.timeout)
         return 0
     if args.aiohttp_child:
         aiohttp_child(args.url, args.n, args.warmup, args.concurrency, args.timeout)
@@ -143,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         sides = [("now", ROOT)] + ([("then", args.compare.resolve())] if args.compare is not None else [])
         if "cpu" in only:
             all_met &= run_cpu(args, server, tmp, sides, out)
+        if "wire" in only:
+            all_met &= run_wire(args, server, sides, out)
         if "startup" in only:
             all_met &= run_startup(args, server, tmp, sides, out)
         out(f"all targets met: {'yes' if all_met else 'no'}")

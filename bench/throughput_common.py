@@ -88,7 +88,7 @@ BENCH_KEYS = {"OPENAI_API_KEY": "bench", "AZURE_OPENAI_API_KEY": "bench", "ANTHR
 
 
 def provider_settings(provider: str, url: str) -> dict[str, Any]:
-    """A provider's settings against the simulated server at ``url`` (its ``/v1`` URL)."""
+    """A provider's settings against the simulated server at ``url`` (its ``/v1`` URL), as a job gives them."""
     root = url.removesuffix("/v1")
     if provider == "azure-openai":
         return {"base_url": root + "/openai", "api_version": "2024-10-21"}
