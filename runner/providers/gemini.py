@@ -25,7 +25,7 @@ from runner.errors import FlexUnavailable, ModelSetupError, ProviderError, Refus
 from . import capabilities
 from .answer_bounds import bounds_of, surfaced
 from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, http_limits, register
-from .gemini_wire import read_answer, request_body, sdk_fields, status_error, thinking_config
+from .gemini_wire import model_path, read_answer, request_body, sdk_fields, sdk_header, status_error, thinking_config
 from .lean_or_sdk import LeanOrSDK, proxied
 from .tiers import FLEX, GEMINI_TIER_HEADER, GEMINI_WIRE, served
 from .tls import shared_context
@@ -46,24 +46,6 @@ _CACHE_GONE = "cachedcontent not found"
 
 #: finish reasons that mean the answer was withheld
 _FILTERED = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"}
-
-
-def _header(response: types.GenerateContentResponse, name: str) -> str | None:
-    """A response header of an online answer (google-genai keeps them in ``sdk_http_response``); None for a batch
-    line's answer, which has none."""
-    http = getattr(response, "sdk_http_response", None)
-    headers = getattr(http, "headers", None) or {}
-    return next((value for key, value in headers.items() if key.lower() == name), None)
-
-
-def _model_path(model: str) -> str:
-    """``models/{model}`` as the SDK names a model in a URL (a name already under ``models/`` or ``tunedModels/``
-    as it is)."""
-    from .lean_http import path_segment
-
-    if model.startswith(("models/", "tunedModels/")):
-        return model
-    return "models/" + path_segment(model)
 
 
 @register
@@ -167,7 +149,7 @@ class GeminiProvider(LeanOrSDK["genai.Client"], Provider):
         if self.wire is not None:
             from .lean_http import parsed_or_text
 
-            answer = await self.wire.request("GET", "/" + _model_path(model), where=self.where, passing=(404,))
+            answer = await self.wire.request("GET", "/" + model_path(model), where=self.where, passing=(404,))
             if answer.status == 404:
                 _, status, message = sdk_fields(404, parsed_or_text(answer.content))
                 self._unknown_model(model, status, message)
@@ -236,7 +218,7 @@ class GeminiProvider(LeanOrSDK["genai.Client"], Provider):
         """``POST /v1beta/models/{model}:countTokens`` (runner/providers/token_counts.py), over the lean wire, else the
         provider's httpx2 client: google-genai's ``count_tokens`` refuses a system instruction on the Gemini API,
         which only this request's ``generateContentRequest`` form carries. An error answer is mapped as the SDK's."""
-        path = f"/{_model_path(model)}:countTokens"
+        path = f"/{model_path(model)}:countTokens"
         if self.wire is not None:
             answer = await self.wire.request("POST", path, request, where=self.where)
             return read_count(self._json_body(answer.content), "totalTokens", self.where)
@@ -268,7 +250,7 @@ class GeminiProvider(LeanOrSDK["genai.Client"], Provider):
         """generateContent over the lean wire; a request naming a cached content that lapsed is sent again whole,
         as :meth:`generate` does."""
         assert self.wire is not None, "start() was not awaited"
-        path = f"/{_model_path(model)}:generateContent"
+        path = f"/{model_path(model)}:generateContent"
         stored = params.get("cached_content")
         if not stored:
             return await self.wire.request("POST", path, request_body(messages, params, model), where=self.where)
@@ -388,7 +370,7 @@ class GeminiProvider(LeanOrSDK["genai.Client"], Provider):
         as its JSON. One with neither candidates nor prompt feedback (which says why there are none) is
         malformed, not an empty answer."""
         if not isinstance(response, dict):
-            tier = _header(response, GEMINI_TIER_HEADER)
+            tier = sdk_header(response, GEMINI_TIER_HEADER)
             response = response.model_dump(mode="json", by_alias=True, exclude_none=True,
                                            exclude={"sdk_http_response"})
         else:

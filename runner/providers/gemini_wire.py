@@ -24,8 +24,8 @@ from . import capabilities
 from .tiers import GEMINI_WIRE
 from .wire import retry_after_seconds, words
 
-__all__ = ["error_details", "read_answer", "request_body", "retry_delay", "sdk_fields", "status_error",
-           "thinking_config"]
+__all__ = ["error_details", "model_path", "read_answer", "request_body", "retry_delay", "sdk_fields", "sdk_header",
+           "status_error", "thinking_config"]
 
 #: Gemini 3's thinking levels for the runner's efforts (ai.google.dev/gemini-api/docs/thinking#thinking-levels)
 _LEVELS = {"minimal": "minimal", "low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
@@ -33,6 +33,24 @@ _LEVELS = {"minimal": "minimal", "low": "low", "medium": "medium", "high": "high
 _FIELDS = (("temperature", "temperature"), ("max_tokens", "maxOutputTokens"), ("top_p", "topP"),
            ("stop", "stopSequences"), ("seed", "seed"), ("logprobs", "responseLogprobs"),
            ("presence_penalty", "presencePenalty"), ("frequency_penalty", "frequencyPenalty"))
+
+
+def model_path(model: str) -> str:
+    """``models/{model}`` as the SDK names a model in a URL (a name already under ``models/`` or ``tunedModels/``
+    as it is)."""
+    from .lean_http import path_segment  # h11 with it: imported once a wire is built
+
+    if model.startswith(("models/", "tunedModels/")):
+        return model
+    return "models/" + path_segment(model)
+
+
+def sdk_header(response: Any, name: str) -> str | None:
+    """A response header of an SDK answer (google-genai keeps them in ``sdk_http_response``); None for a batch
+    line's answer, which has none."""
+    http = getattr(response, "sdk_http_response", None)
+    headers = getattr(http, "headers", None) or {}
+    return next((value for key, value in headers.items() if key.lower() == name), None)
 
 
 def thinking_config(caps: capabilities.ModelCaps | None, reasoning: Mapping[str, Any]) -> dict[str, Any]:

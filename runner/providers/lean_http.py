@@ -17,8 +17,8 @@ same timeout (it bounds connecting and each read), a non-2xx answer mapped by th
 mapping both paths share (:func:`runner.providers.openai_errors.status_error`), and the transport's failures
 worded as the SDK path words them (a read that timed out; a connection that could not be made, with the reason).
 HTTP(S)_PROXY is not read: a hosted API's provider keeps its SDK where a proxy applies (``lean_or_sdk.proxied``),
-and the user's own or local servers are reached directly. Every answer is bounded in size, as received and as decompressed, and in total time
-(``answer_bounds.py``), as the SDKs' clients are (``bounded_httpx.py``)."""
+and the user's own or local servers are reached directly. Every answer is bounded in size, as received and as
+decompressed, and in total time (``answer_bounds.py``), as the SDKs' clients are (``bounded_httpx.py``)."""
 
 from __future__ import annotations
 
