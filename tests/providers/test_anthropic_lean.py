@@ -406,13 +406,22 @@ async def test_anthropic_base_url_from_the_environment_is_the_lean_wires_default
 
 # -- a whole run in a process of its own --------------------------------------------------------------------------
 
-def test_a_submit_of_an_anthropic_job_never_imports_the_sdk(tmp_path: Path, sim_server: str) -> None:
-    """``runner submit`` (the probe, then every request) of an ``anthropic:`` job against the simulated server in a
-    process of its own: it completes, and the process never imported the anthropic package."""
+def test_a_submit_of_a_job_of_every_lean_provider_never_imports_an_sdk(tmp_path: Path, sim_server: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``runner submit`` (the probes, then every request) of a job asking ``anthropic:``, ``openai:``,
+    ``azure-openai:`` and ``gemini:`` models of the simulated server, in a process of its own: it completes, and the
+    process never imported the anthropic, openai or google-genai package (each costs seconds of CPU to import)."""
+    for variable in ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.setenv(variable, "test-key")
+    for variable in ("GOOGLE_API_KEY", "OPENAI_BASE_URL", "OPENAI_CUSTOM_HEADERS", "GOOGLE_GEMINI_BASE_URL"):
+        monkeypatch.delenv(variable, raising=False)
     root = sim_server.removesuffix("/v1")
-    dataset = write_rows(tmp_path / "rows.jsonl", 6)
-    job = write_job(tmp_path / "job.yaml", dataset, models=[f"anthropic:{MODEL}"],
-                    extra=f"providers: {{anthropic: {{base_url: '{root}'}}}}")
+    dataset = write_rows(tmp_path / "rows.jsonl", 3)
+    models = [f"anthropic:{MODEL}", "openai:gpt-4o-mini", "azure-openai:gpt-4o-mini", "gemini:gemini-2.0-flash"]
+    job = write_job(tmp_path / "job.yaml", dataset, models=models,
+                    extra=f"providers: {{anthropic: {{base_url: '{root}'}}, openai: {{base_url: '{sim_server}'}}, "
+                          f"gemini: {{base_url: '{root}'}}, azure-openai: {{base_url: '{root}/openai', "
+                          "api_version: '2024-10-21'}}")
     code = ("import sys\n"
             "from runner.cli import main\n"
             f"sys.argv = ['runner', 'submit', {str(job)!r}, '--db', {str(tmp_path / 's.sqlite')!r}]\n"
@@ -421,11 +430,15 @@ def test_a_submit_of_an_anthropic_job_never_imports_the_sdk(tmp_path: Path, sim_
             "    main()\n"
             "except SystemExit as exc:\n"
             "    exit_code = exc.code or 0\n"
-            "sdk = sorted(name for name in sys.modules if name.split('.')[0] == 'anthropic')\n"
+            "sdk = sorted(name for name in sys.modules if name.split('.')[0] in ('anthropic', 'openai')\n"
+            "             or name.startswith('google.genai'))\n"
             "print('RESULT', exit_code, ','.join(sdk) or '-', flush=True)\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert result == ["RESULT 0 -"], done.stdout + done.stderr
     assert "completed" in done.stdout
     stats = sim_stats(sim_server)
-    assert stats["by_route"]["anthropic"] == 6 and stats["by_status"] == {"200": 6}
+    assert {route: stats["by_route"].get(route) for route in ("anthropic", "openai", "azure-openai", "gemini")} == \
+        {"anthropic": 3, "openai": 3, "azure-openai": 4, "gemini": 3}, stats
+    # Azure's probe: a request with no messages, refused unbilled (a 400), which tells the deployment exists
+    assert stats["by_status"] == {"200": 12, "400": 1}
