@@ -105,7 +105,8 @@ def estimate(
     emit(text, output, fmt)
 
 
-def validate(job_file: Annotated[Path, typer.Argument(metavar="JOB_FILE", help="The job YAML file.")], var: VarOption = None) -> None:
+def validate(job_file: Annotated[Path, typer.Argument(metavar="JOB_FILE", help="The job YAML file.")],
+             var: VarOption = None) -> None:
     """Only validate a job file and the rows of its datasets, saying every problem found in one go (the file's
     file:line and key; a dataset's file:line: a repeated id, a gold answer that is not one of the options). Exit 2
     when there is any."""

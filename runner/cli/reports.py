@@ -26,8 +26,9 @@ def register(app: typer.Typer) -> None:
 
 
 def costs(
-    run: Annotated[str | None, typer.Argument(metavar="RUN", help="A finished run to re-price (see `runner runs`); without it, spend "
-                                              "across runs.", show_default=False)] = None,
+    run: Annotated[str | None, typer.Argument(
+        metavar="RUN", help="A finished run to re-price (see `runner runs`); without it, spend across runs.",
+        show_default=False)] = None,
     as_models: Annotated[list[str] | None, typer.Option("--as", help="Re-price RUN's requests on this model "
                                                         "(repeatable).", show_default=False)] = None,
     batch: Annotated[bool, typer.Option("--batch", help="Re-price RUN at Batch API prices.")] = False,
@@ -134,7 +135,8 @@ def _is_job_file(target: str) -> bool:
 
 
 def explain(
-    target: Annotated[str, typer.Argument(metavar="TARGET", help="A run (see `runner runs`), or a job file before a run.")],
+    target: Annotated[str, typer.Argument(metavar="TARGET",
+                                          help="A run (see `runner runs`), or a job file before a run.")],
     item: Annotated[str, typer.Option("--item", help="The item: a dataset row's id (its dataset.id field, else its "
                                       "row number).")],
     stage: Annotated[str | None, typer.Option("--stage", help="Only this stage (default: every stage with the "

@@ -196,7 +196,8 @@ def resume(
 
 
 def work(
-    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run to join (see `runner runs`; a --run-id name too).")],
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID",
+                                          help="The run to join (see `runner runs`; a --run-id name too).")],
     db: DbOption = None,
     ray: RayOption = None,
     workers: WorkersOption = None,
