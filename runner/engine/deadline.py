@@ -23,12 +23,10 @@ from runner.engine.stats import RunStats
 from runner.plan.deadline import BATCH, FLEX, PRIORITY, STANDARD, Group, Plan, State, plan
 from runner.plan.deadline_inputs import (
     batch_api,
+    endpoint_inputs,
     mode_refusals,
-    online_of,
-    provider_of,
     read_history,
     request_prices,
-    turnaround_of,
 )
 from runner.plan.request import Task
 from runner.providers.pricing import Pricing
@@ -177,10 +175,8 @@ class DeadlineSteer:
             remaining = max(0, counters.total - counters.cache_hits - counters.resumed - sum(g.given.values()))
             groups.append(Group(g.stage, g.model, g.model, remaining, g.prices, g.in_batch,
                                 now - g.batch_since if g.batch_since else 0.0, g.refused))
-        endpoints = {g.endpoint for g in groups}
-        return State(now - self.started, deadline - self.started, tuple(groups),
-                     {e: online_of(self.job, provider_of(e), self.history) for e in endpoints},
-                     {e: turnaround_of(self.job, provider_of(e), self.history) for e in endpoints},
+        online, turnaround = endpoint_inputs(self.job, (g.endpoint for g in groups), self.history)
+        return State(now - self.started, deadline - self.started, tuple(groups), online, turnaround,
                      margin=self.job.batch.poll_interval, confidence=self.job.planner.confidence)
 
 

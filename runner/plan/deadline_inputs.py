@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from runner.errors import RunnerError
@@ -24,7 +25,8 @@ from runner.spec.fields import parse_duration
 from runner.spec.schema import Job, Stage
 from runner.store import Store
 
-__all__ = ["DEFAULTS", "History", "mode_refusals", "online_of", "read_history", "request_prices", "turnaround_of"]
+__all__ = ["DEFAULTS", "History", "endpoint_inputs", "mode_refusals", "online_of", "read_history", "request_prices",
+           "turnaround_of"]
 
 #: the figures no job setting or history gives, each with where it comes from
 DEFAULTS = {
@@ -134,6 +136,15 @@ def online_of(job: Job, provider: str, history: dict[str, History]) -> Online:
     sources = [rpm[1], shed[1], shed95[1], *(f[1] for f in figures.values())]
     return Online(rpm[0], figures["latency"][0], figures["priority_latency"][0], figures["flex_latency"][0],
                   shed[0], max(shed95[0], shed[0]), "; ".join(sources))
+
+
+def endpoint_inputs(job: Job, endpoints: Iterable[str], history: dict[str, History]
+                    ) -> tuple[dict[str, Online], dict[str, Turnaround]]:
+    """The planner's per-endpoint inputs (``State.online`` and ``State.turnaround``) for ``endpoints`` (a model
+    each: its provider's figures), as the run and the estimate both build them."""
+    found = set(endpoints)
+    return ({e: online_of(job, provider_of(e), history) for e in found},
+            {e: turnaround_of(job, provider_of(e), history) for e in found})
 
 
 def mode_refusals(job: Job, stage: Stage, model: str, batch_api: bool) -> dict[str, str]:

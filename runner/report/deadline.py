@@ -12,12 +12,10 @@ from runner.errors import RunnerError
 from runner.plan.deadline import BATCH, MODES, Group, Plan, State, plan
 from runner.plan.deadline_inputs import (
     batch_api,
+    endpoint_inputs,
     mode_refusals,
-    online_of,
-    provider_of,
     read_history,
     request_prices,
-    turnaround_of,
 )
 from runner.providers.pricing import Pricing
 from runner.spec.schema import Job
@@ -66,11 +64,9 @@ def states(job: Job, groups: list[Any], store: Store | None, *, now: float | Non
         stage_name = planned[0].stage
         seconds = job.stage_deadline_seconds(stages[stage_name], now)
         assert seconds is not None
-        endpoints = {g.endpoint for g in planned}
+        online, turnaround = endpoint_inputs(job, (g.endpoint for g in planned), history)
         found.append((text, State(
-            now=0.0, deadline=seconds, groups=tuple(planned),
-            online={e: online_of(job, provider_of(e), history) for e in endpoints},
-            turnaround={e: turnaround_of(job, provider_of(e), history) for e in endpoints},
+            now=0.0, deadline=seconds, groups=tuple(planned), online=online, turnaround=turnaround,
             margin=job.batch.poll_interval, confidence=job.planner.confidence)))
     return found
 

@@ -81,3 +81,14 @@ def test_a_bad_deadline_option_is_one_line(tmp_path: Path, monkeypatch: pytest.M
                            "--deadline", "soon")
     assert code != 0
     assert only_error(err).startswith("Error: --deadline: 'soon' is not a deadline")
+
+
+def test_the_run_and_the_estimate_take_each_endpoints_figures_from_one_place(tmp_path: Path) -> None:
+    from runner.plan.deadline_inputs import endpoint_inputs
+
+    job = load_job(job_file(tmp_path, "deadline: 6h\nproviders: {openai: {rpm: 900}}\n"
+                                      "planner: {batch_median: 2h, flex_latency: 5m}"))
+    online, turnaround = endpoint_inputs(job, ["openai:gpt-4o-mini", "openai:gpt-4o-mini"], {})
+    assert set(online) == set(turnaround) == {"openai:gpt-4o-mini"}
+    assert online["openai:gpt-4o-mini"].rpm == 900 and online["openai:gpt-4o-mini"].flex_latency == 300
+    assert turnaround["openai:gpt-4o-mini"].median == 7200
