@@ -2,11 +2,13 @@
 answered. The wire formats live in :mod:`simserver.batch_openai`, :mod:`simserver.batch_anthropic` and
 :mod:`simserver.batch_gemini`.
 
-Time. A batch made with ``batch_delay`` = ``d`` seconds (the value when it was created) ends ``d`` seconds
-after its creation, by the server's ``clock``, at the first look after that (a retrieve, a list, a cancel, a
+Time. A batch made with ``batch_delay`` = ``d`` seconds (the value when it was created; or its turnaround drawn
+from ``batch_median`` and ``batch_p95``: :mod:`simserver.clock`) ends ``d`` seconds after its creation, by the
+server's ``clock`` (scaled by ``time_scale``), at the first look after that (a retrieve, a list, a cancel, a
 results download); ``d = 0`` means done at the first look. Its line ``i`` of ``n`` counts as done at
 ``d * (i + 1) / n``, which decides what a cancel (or a forced expiry) keeps: lines done by then are answered,
-the others are canceled (expired). Nothing runs in the background.
+the others are canceled (expired). A batch still running ``batch_window`` seconds after its creation ends
+expired, its lines done by then answered. Nothing runs in the background.
 
 Lines. A line whose custom id hashes (SHA-256 of ``"expire\\0" + id``, as a fraction of 2**64) below
 ``batch_expire`` never completes: when its batch ends it is expired, and the batch ends expired. One whose
@@ -39,6 +41,7 @@ from aiohttp import web
 
 from . import strict
 from .answers import canonical, count_prompt_tokens
+from .clock import batch_delay
 from .openai import OPENAI
 from .respond import answer_body
 from .wire import Invalid, WireFormat
@@ -159,8 +162,8 @@ class BatchStore:
 
     def add(self, batch_id: str, provider: str, lines: list[Line], info: dict[str, Any] | None = None,
             on_end: Callable[[Batch], None] | None = None) -> Batch:
-        batch = Batch(batch_id, provider, lines, time.time(), self.server.clock(), self.server.config.batch_delay,
-                      info or {}, on_end=on_end)
+        batch = Batch(batch_id, provider, lines, time.time(), self.server.clock(),
+                      batch_delay(self.server.config, self.created), info or {}, on_end=on_end)
         self.batches[batch_id] = batch
         self.created += 1
         self.lines += len(lines)
@@ -198,6 +201,8 @@ class BatchStore:
             self._settle(batch, "canceled", batch.cancel_elapsed)
         elif self.elapsed(batch) >= batch.delay:
             self._settle(batch, None, 0.0)
+        elif batch.delay > (window := self.server.config.batch_window) and self.elapsed(batch) >= window:
+            self._settle(batch, "expired", window)  # the Batch APIs' window: what is done by then is answered
 
     def cancel(self, batch: Batch) -> None:
         """Ask to cancel a running batch: it ends, canceled, at the next look."""

@@ -41,6 +41,12 @@ class SimConfig:
     #: the fewest tokens a prefix needs to be cached, for every API and model (None: each API's documented minimum)
     cache_min_tokens: int | None = None
     batch_delay: float = 0.0  #: seconds from a batch's creation until it ends (0: done at the first look)
+    #: above 0: each batch's turnaround drawn lognormal of this median and ``batch_p95`` (seconds), seeded by ``seed``
+    #: and the batch's number since the last reset (simserver.clock), instead of ``batch_delay``
+    batch_median: float = 0.0
+    batch_p95: float = 0.0
+    #: seconds after its creation a batch still running ends expired, its lines done by then answered (the 24 h)
+    batch_window: float = 86400.0
     batch_expire: float = 0.0  #: fraction of batch lines (by custom id hash) that expire instead of completing
     batch_line_errors: float = 0.0  #: fraction of batch lines (by custom id hash) answered with a 500 error
     #: refuse what the real APIs refuse, as they do (simserver.strict); ``--lenient`` / ``strict: false`` turns it off
@@ -62,6 +68,10 @@ class SimConfig:
     flex_shed: float = 0.0
     flex_latency: float = 0.0
     priority_limit: int | None = None
+    #: real seconds per simulated second (simserver.clock): the server's clock runs 1 / time_scale as fast as the
+    #: wall, and every duration above (latencies, hangs, retry-after, batch turnarounds, the rate limits' minute) is
+    #: scaled so; for tests and benchmarks of deadlines (0.001: a 1-hour batch ends after 3.6 s)
+    time_scale: float = 1.0
 
     def __post_init__(self) -> None:
         checked_updates(dataclasses.asdict(self))
@@ -71,6 +81,8 @@ _OPTIONAL = {"rpm": int, "tpm": int, "itpm": int, "otpm": int, "api_key": str, "
              "cache_min_tokens": int, "priority_limit": int}
 #: besides the fault_* fields, the fields between 0 and 1
 _FRACTIONS = {"batch_expire", "batch_line_errors", "flex_shed"}
+#: the fields above 0
+_POSITIVE = {"time_scale", "batch_window"}
 #: field name -> the type its values take (the command line's ``type=``)
 FIELD_KINDS: dict[str, type] = {f.name: _OPTIONAL.get(f.name) or type(f.default)
                                 for f in dataclasses.fields(SimConfig)}
@@ -105,7 +117,8 @@ def checked_updates(updates: Any) -> dict[str, Any]:
             out[name] = value
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value % 1):
             raise ValueError(f"{name} must be a{'n integer' if kind is int else ' number'}")
-        elif value < 0 or (_fraction(name) and value > 1) or (name in _OPTIONAL and value < 1):
+        elif (value < 0 or (_fraction(name) and value > 1) or (name in _OPTIONAL and value < 1)
+              or (name in _POSITIVE and value == 0)):
             raise ValueError(f"{name} must be {'between 0 and 1' if _fraction(name) else 'positive'}")
         else:
             out[name] = kind(value)

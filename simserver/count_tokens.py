@@ -170,7 +170,7 @@ def _count(server: SimServer, fmt: WireFormat, read: Reader, answer: Callable[[i
         counted.peak = max(counted.peak, counted.in_flight)
         try:
             if cfg.count_latency > 0:
-                await asyncio.sleep(cfg.count_latency)
+                await asyncio.sleep(cfg.count_latency * cfg.time_scale)
         finally:
             counted.in_flight -= 1
         counted.by_digest[message_digest(messages)] += 1

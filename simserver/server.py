@@ -72,7 +72,6 @@ import json
 import math
 import random
 import signal
-import time
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -87,6 +86,7 @@ from .batch_gemini import GeminiBatches
 from .batch_openai import OpenAIBatches
 from .batches import BatchStore
 from .buckets import DEFAULT_MAX_TOKENS, LIMITS, PER_MINUTE, Bucket, wait_ms, why_blocked
+from .clock import ScaledClock
 from .completions import COMPLETIONS
 from .config import SimConfig, checked_updates
 from .gemini import GEMINI
@@ -117,7 +117,8 @@ class SimServer:
         self._rng = random.Random(self.config.seed)
         self._buckets: dict[str, list[Bucket]] = {}  # per model, the configured limits' buckets
         self._closing = asyncio.Event()
-        self.clock: Callable[[], float] = time.monotonic  #: the rate limits' clock; tests may replace it
+        #: the rate limits' and batches' clock, scaled by ``time_scale`` (simserver.clock); tests may replace it
+        self.clock: Callable[[], float] = ScaledClock(self.config.time_scale)
         self._runner: web.AppRunner | None = None
         #: model requests being answered now (a reset leaves them be: they may count after it)
         self.in_flight = 0
@@ -193,6 +194,8 @@ class SimServer:
             self._rng.seed(self.config.seed)
         if any(name in changes for name, _ in LIMITS):
             self._buckets.clear()
+        if "time_scale" in changes and isinstance(self.clock, ScaledClock):
+            self.clock.rescale(self.config.time_scale)
         return self.config
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> Self:
@@ -272,7 +275,7 @@ class SimServer:
             buckets = self._buckets_at(ask.model, self.clock())
         if cfg.fault_quota and rng.random() < cfg.fault_quota:
             fmt.rate_headers(buckets, headers)
-            return fmt.quota(ask.model, cfg.retry_after, headers)
+            return fmt.quota(ask.model, cfg.retry_after * cfg.time_scale, headers)
         output_tokens = ask.max_tokens or DEFAULT_MAX_TOKENS
         if buckets and (blocked := why_blocked(buckets, prompt_tokens, output_tokens)) is not None:
             fmt.rate_headers(buckets, headers)
@@ -281,10 +284,10 @@ class SimServer:
                 return fmt.bad_request(f"Request too large for {ask.model} on {PER_MINUTE[b.kind]}: Limit "
                                        f"{b.capacity}, Requested {blocked.cost}. The input or output tokens must "
                                        "be reduced.", None, headers)
-            return fmt.limited(ask.model, blocked, wait_ms(blocked.wait) / 1000, headers)
+            return fmt.limited(ask.model, blocked, wait_ms(blocked.wait) / 1000 * cfg.time_scale, headers)
         if cfg.fault_429 and rng.random() < cfg.fault_429:
             fmt.rate_headers(buckets, headers)
-            return fmt.limited(ask.model, None, cfg.retry_after, headers)
+            return fmt.limited(ask.model, None, cfg.retry_after * cfg.time_scale, headers)
         if buckets:
             for bucket in buckets:
                 bucket.level -= bucket.cost(prompt_tokens, output_tokens)
@@ -352,10 +355,10 @@ class SimServer:
         hang = cfg.fault_timeout and rng.random() < cfg.fault_timeout
         malformed = cfg.fault_malformed and rng.random() < cfg.fault_malformed
         filtered = cfg.fault_filter and rng.random() < cfg.fault_filter
-        delay = cfg.latency + self.tiers.delay(ask.tier)
+        delay = (cfg.latency + self.tiers.delay(ask.tier)) * cfg.time_scale
         if hang:
             try:  # close() sets _closing, so shutting down never waits out a hang
-                await asyncio.wait_for(self._closing.wait(), cfg.hang_seconds)
+                await asyncio.wait_for(self._closing.wait(), cfg.hang_seconds * cfg.time_scale)
             except TimeoutError:
                 pass
             except asyncio.CancelledError:  # aiohttp with handler_cancellation=True: the client left

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from google.genai import types as genai_types
 
 from devservers import launchers
 from simserver import SimConfig, SimServer
+from simserver.clock import ScaledClock
 
 #: the project's root (the folder with pyproject.toml)
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,7 +132,7 @@ def fresh(server: SimServer, **config: Any) -> SimServer:
     """A shared simulated server as new: the default config (with ``config`` over it), the real clock, no
     batches or files, counters zeroed."""
     server.configure(**{**dataclasses.asdict(SimConfig()), **config})
-    server.clock = time.monotonic
+    server.clock = ScaledClock(server.config.time_scale)
     server.reset()
     return server
 
