@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.plan.choices import LETTERS
-from runner.report import cells, layouts, stops
+from runner.report import cells, layouts, modes, stops
 from runner.report import funnel as funnels
 from runner.report import summary as reports
 from runner.report.plots import accuracy_plot, cost_plots, esc, funnel_plot, heatmap_plot
@@ -356,7 +356,7 @@ def render(data: dict[str, Any]) -> str:
               f'${t["batch_saved"]:.4f} saved by the Batch API ({t["batched"]} batched of {t["sent"]} sent), '
               f'${t["cache_saved"]:.4f} by the provider\'s prompt cache ({t["cached_input_tokens"]} input tokens '
               "read from it).</p>",
-              cost_plots(data["rows"])]
+              cost_plots(data["rows"]), modes.html_section(data.get("modes") or [])]
     if data["heatmaps"]:
         parts += ["<h2>Position bias</h2>",
                   '<p class="note">Valid letter answers by the letter the gold option was shown at (rows) and the '

@@ -20,7 +20,7 @@ from typing import Any
 
 from runner.plan.choices import LETTERS
 from runner.processes import pid_alive
-from runner.report import funnel, item_scores, layouts, stops
+from runner.report import funnel, item_scores, layouts, modes, stops
 from runner.report.cells import (
     CI_NOTE,
     ITEM_HEADERS,
@@ -173,6 +173,8 @@ def build(store: Store, run_id: str, judged: str | None = None, by: str | None =
         "layout": layout,
         "pipeline": funnel.build(store, run_id),
     }
+    if totals["batched"] or data["tiers"]:  # the modes used against all at standard, where not all standard
+        data["modes"] = modes.build(store, run)
     stopped = stops.build(store, run_id)
     if stopped:  # the stages with a stop: rule: what it decided, items and dollars against all, its sequences
         data["stops"] = stopped
@@ -374,6 +376,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
         lines = [f"**{head}**", ""]
         lines += _markdown(headers, table)
         lines += ["", foot, *notes] + ([shuffles] if shuffles else []) + sent_with_lines(data) + report_lines(data)
+        lines += modes.text_lines(data.get("modes") or [])
         lines += breakdown_lines(data, markdown=True)
         if data.get("layout"):
             lines += ["", *layouts.render_text(data["layout"], markdown=True)]
@@ -383,6 +386,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
         return "\n".join(clean_lines(lines)) + "\n"
     lines = [head, *_aligned(headers, table)]
     lines += [foot, *notes] + ([shuffles] if shuffles else []) + sent_with_lines(data) + report_lines(data)
+    lines += modes.text_lines(data.get("modes") or [])
     lines += batch_lines(data)
     lines += details_lines(data)
     lines += breakdown_lines(data)

@@ -158,6 +158,20 @@ class Reads:
             "SELECT stage, model, tier, count(*), sum(amount) FROM ledger WHERE run_id = ? AND kind = 'charge'"
             " AND tier IS NOT NULL GROUP BY stage, model, tier", (run_id,)))
 
+    def mode_usage(self, run_id: str) -> list[tuple[str, str, str, int, int, float, int, int]]:
+        """(stage, model, mode, input tokens, requests, USD, cached input tokens, output tokens) of the run's
+        requests sent and answered, by the way each went (batch: through a Batch API; else the service tier its
+        charge was served at, standard where none was asked) and by input tokens (a price may depend on them)."""
+        found = self.store.rows(
+            "SELECT t.stage, t.model, CASE WHEN t.batch_saved IS NOT NULL THEN 'batch' ELSE"
+            " coalesce(l.tier, 'standard') END, coalesce(t.input_tokens, 0), count(*), sum(t.cost),"
+            " CAST(sum(coalesce(t.cached_tokens, 0)) AS BIGINT), CAST(sum(coalesce(t.output_tokens, 0)) AS BIGINT)"
+            " FROM tasks t LEFT JOIN (SELECT key, max(tier) AS tier FROM ledger WHERE run_id = ? AND kind = 'charge'"
+            " GROUP BY key) l ON l.key = t.key WHERE t.run_id = ? AND t.status = 'done' AND t.cache_hit = 0"
+            " GROUP BY 1, 2, 3, 4", (run_id, run_id))
+        return sqlite_sorted([(stage, model, mode, int(tokens), int(k), zero(usd), int(cached or 0), int(out or 0))
+                              for stage, model, mode, tokens, k, usd, cached, out in found], 4)
+
     def latencies(self, run_id: str, stage: str, model: str) -> list[float]:
         """The latencies of the requests sent, ascending."""
         return [latency for (latency,) in self.store.rows(
