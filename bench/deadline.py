@@ -2,6 +2,7 @@
 """The deadline planner (issue 38) on a 20,000-request job, deadlines 1 h, 6 h and 24 h:
 
     python bench/deadline.py [--draws 50] [--seed 38]
+    python bench/deadline.py --e2e [--scale 0.01] [--seed 38]
 
 The job: stage ``reason`` (10,000 requests) of a model sold at every mode (batch, flex, standard, priority: USD
 0.001 / 0.001 / 0.002 / 0.0035 a request) and stage ``label`` (10,000) of a model without flex (batch, standard,
@@ -15,8 +16,11 @@ simulation, over ``--draws`` draws (seeds ``--seed`` + i), beside each single mo
 Printed per deadline: the share of draws that meet it and the mean cost for the planner and each single mode, the
 planner's cost against the cheapest single mode that meets the deadline in at least 95 % of the draws, and against
 all-standard. The planner keeps back two steps of the simulation before the deadline (``margin``: what a poll of
-the batches is to a run). Not built yet: the end-to-end run per deadline through the simulated server with its
-clock scaled (the server has no clock scale or turnaround distribution yet).
+the batches is to a run).
+
+``--e2e``: instead, one run per deadline of a 2,000-request job through the runner and the simulated server with
+its clock scaled (``--scale``, 0.01 by default: an hour in 36 s), beside the simulation's prediction for the same
+draws, and whether they agree (bench/deadline_e2e.py says how).
 
 A script, not a test: pytest does not collect ``bench/``.
 """
@@ -107,7 +111,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=50)
     parser.add_argument("--seed", type=int, default=38)
+    parser.add_argument("--e2e", action="store_true", help="one run per deadline through the simulated server")
+    parser.add_argument("--scale", type=float, default=0.01, help="--e2e: real seconds per world second")
     args = parser.parse_args()
+    if args.e2e:
+        import asyncio
+
+        from bench.deadline_e2e import run_all
+
+        if not 0 < args.scale <= 1:
+            parser.error("--scale: give a number above 0 and at most 1 (0.01: an hour in 36 s)")
+        for line in asyncio.run(run_all(DEADLINES, args.scale, args.seed)):
+            print(line, flush=True)
+        return
     for line in run(args.draws, args.seed):
         print(line, flush=True)
 

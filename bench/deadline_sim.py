@@ -49,6 +49,9 @@ class World:
 
     shed: dict[str, float]
     seed: int
+    #: the n-th batch's turnaround (seconds) where the draws are given (the simulated server's own, for the
+    #: end-to-end runs of bench/deadline_e2e.py); None: drawn here from BATCH_MEDIAN and BATCH_P95
+    turnarounds: Callable[[int], float] | None = None
 
 
 def draw(seed: int, endpoints: list[str]) -> World:
@@ -114,6 +117,7 @@ def simulate(state: State, world: World, policy: Policy = plan, *, cancel: bool 
     replan_every = state.deadline / REPLANS
     credit = {e: 0.0 for e in state.online}
     now, next_plan = 0.0, 0.0
+    made = 0  # batches created
     current: Plan | None = None
     total = sum(unsent)
     while out.done < total and now < 10 * state.deadline:
@@ -126,7 +130,9 @@ def simulate(state: State, world: World, policy: Policy = plan, *, cancel: bool 
                 n = mix.counts.get(BATCH, 0) if mix else 0
                 n = min(n, unsent[i])
                 if n:
-                    batches.append(_Batch(i, now, n, _turnaround(rng)))
+                    took = world.turnarounds(made) if world.turnarounds is not None else _turnaround(rng)
+                    made += 1
+                    batches.append(_Batch(i, now, n, took))
                     unsent[i] -= n
         # batches: lines answered by now; a cancel at the cutover sends the rest back to be planned
         for b in list(batches):

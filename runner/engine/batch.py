@@ -119,7 +119,12 @@ class Batcher:
         if not getattr(self.endpoints.providers[task.provider], "supports_batch", False):
             return False  # ``mode: batch`` was refused at the start for such a model; ``auto`` sends it online
         if mode == "auto" and self.steer is not None and self.steer.planned(task.stage, task.model):
-            return self.steer.mode_of(task) == "batch"
+            if self.steer.mode_of(task) == "batch":
+                return True
+            # the planner gives a group's batch lines first: once it sends one online, their batch starts
+            if held := self.lines.pending.pop((task.stage, task.model), None):
+                self.spawn(self.submit(task.stage, task.model, held))
+            return False
         return mode == "batch" or not self.past_window()
 
     def _late(self, stage: str, model: str) -> bool:
@@ -157,8 +162,9 @@ class Batcher:
         if group is not None and len(group) >= self.settings.max_requests:
             await self.submit(task.stage, task.model)
 
-    async def submit(self, stage: str, model: str) -> None:
-        tasks = self.lines.pending.pop((stage, model), [])
+    async def submit(self, stage: str, model: str, tasks: list[Task] | None = None) -> None:
+        """Submit the group's lines not yet in a batch (``tasks``: those, already taken from the pending ones)."""
+        tasks = self.lines.pending.pop((stage, model), []) if tasks is None else tasks
         floor = getattr(self.endpoints.providers[tasks[0].provider], "batch_min_lines", 1) if tasks else 1
         if len(tasks) < floor:
             self._too_few(stage, model, tasks, floor)

@@ -4,8 +4,10 @@ endpoint's cutover so that their lines go online in time.
 
 :class:`DeadlineSteer` keeps, per stage and model, what it decided (requests given to each mode), what waits in
 batches (lines given to a batch, less those answered or sent back), and the last plan. A request's mode is chosen
-once (:meth:`mode_of`, remembered by its key for its reservation and its send) as the mode whose planned count is
-furthest ahead of what was given to it since that plan. The state is planned again every ``REPLAN`` requests
+once (:meth:`mode_of`, remembered by its key for its reservation and its send): the batch while the plan's batch
+lines are not all given (so the batch is submitted as soon as the group's first request goes online, not at the end
+of a stage dispatched at the online pace), then the online tier whose planned count is furthest ahead of what was
+given to it since that plan. The state is planned again every ``REPLAN`` requests
 decided or ``REPLAN_SECONDS``, whichever comes first, and when a batch's lines come back. A model that costs
 nothing (the simulated server's and the user's own, unless the job prices them) has nothing to save: its auto stage
 batches while ``batch.min_window`` allows, as without a planner. A stage's relative
@@ -106,7 +108,11 @@ class DeadlineSteer:
         counts = dict(mix.counts) if mix is not None else {}
         if g.cut:
             counts.pop(BATCH, None)
-        mode = max(counts, key=lambda m: counts[m] - g.since_plan.get(m, 0), default=STANDARD)
+        if counts.get(BATCH, 0) > g.since_plan.get(BATCH, 0):  # batch lines first: their batch starts sooner
+            mode = BATCH
+        else:
+            mode = max((m for m in counts if m != BATCH), key=lambda m: counts[m] - g.since_plan.get(m, 0),
+                       default=STANDARD)
         g.given[mode] = g.given.get(mode, 0) + 1
         g.since_plan[mode] = g.since_plan.get(mode, 0) + 1
         self.since_plan += 1

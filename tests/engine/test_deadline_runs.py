@@ -101,3 +101,21 @@ async def test_a_budgeted_run_mixing_batch_flex_and_standard_never_overshoots(tm
     assert "flex" in tiers and "standard" in tiers
     assert server.stats()["batches"] >= 1
     assert outcome.stats.totals().over_budget > 0  # the budget, not the deadline, stopped it
+
+
+async def test_a_scaled_end_to_end_run_meets_its_deadline_at_the_planners_mix():
+    """``bench/deadline.py --e2e`` in small: 2 x 60 requests, a 24 h deadline at a ten-thousandth of the time
+    (8.6 s), the server's batch turnaround its seeded draw (2.8 h) and no flex shed: the run meets the deadline and
+    sends each request the way the planner planned at the start (the labeller's through a batch, the reasoner's at
+    flex), at the planned price."""
+    from bench.deadline_e2e import PRICES, run_once, state
+    from runner.plan.deadline import plan
+
+    planned: dict[str, int] = {}
+    for mix in plan(state(86400.0, rows=60)).mixes:
+        for mode, n in mix.counts.items():
+            planned[mode] = planned.get(mode, 0) + n
+    assert planned == {"batch": 60, "flex": 60}
+    result = await run_once(86400.0, 0.0001, 38, rows=60, shed=0.0)
+    assert result.met and result.mix == planned
+    assert result.cost == pytest.approx(60 * PRICES["sim:labeller"]["batch"] + 60 * PRICES["sim:reasoner"]["flex"])
