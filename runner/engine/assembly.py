@@ -87,7 +87,7 @@ def assemble(
         crew.on_live = endpoints.share  # the rate limits are split again as processes join and leave
     triage = Triage(store, run_id, stats)
     counts = ExactCounts(endpoints=endpoints, store=store, stats=stats, sleep=sleep)
-    steer = steer_of(job, stats, deadline, off_loop(store).sync)  # the deadline planner, where a stage has one
+    steer = steer_of(job, stats, deadline, off_loop(store).sync, run_id)  # the deadline planner, where a stage has one
     tiers = Tiers(job, steer)
     reserver = Reserver(run_id=run_id, job=job, store=store, stats=stats, control=control, leases=leases,
                         resume=resume, settled=writer.next_commit, counts=counts, tiers=tiers)

@@ -10,13 +10,14 @@ of a stage dispatched at the online pace), then the online tier whose planned co
 given to it since that plan. The state is planned again every ``REPLAN`` requests
 decided or ``REPLAN_SECONDS``, whichever comes first, and when a batch's lines come back. A model that costs
 nothing (the simulated server's and the user's own, unless the job prices them) has nothing to save: its auto stage
-batches while ``batch.min_window`` allows, as without a planner. A stage's relative
-deadline counts from when this process started the run (a resume starts it again); the job's from the run's start,
-as the store keeps it.
+batches while ``batch.min_window`` allows, as without a planner. A relative deadline counts from the run's start as
+the store keeps it (``runs.created``), the job's and a stage's alike: a resume, or a worker joining, does not start
+it again.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -64,11 +65,14 @@ class DeadlineSteer:
     """Which way each request of the planned stages goes, and when their batches are cut over."""
 
     def __init__(self, job: Job, stats: RunStats, *, deadline: float | None, store: Store | None = None,
-                 clock: type[time.time] | None = None) -> None:
+                 clock: type[time.time] | None = None, run_started: float | None = None) -> None:
+        """``deadline``: the job's (epoch seconds); ``run_started``: when the run started (epoch seconds, the
+        store's), which a stage's relative deadline counts from (this process's start when None)."""
         self.job = job
         self.stats = stats
         self.clock = clock or time.time
         self.started = self.clock()
+        origin = self.started if run_started is None else run_started
         self.pricing = Pricing(job)
         self.history = read_history(store)
         self.groups: dict[tuple[str, str], _Group] = {}
@@ -76,7 +80,7 @@ class DeadlineSteer:
             if job.stage_mode(stage) != "auto" or job.stage_deadline(stage) is None:
                 continue
             at = deadline if stage.deadline is None and deadline is not None else \
-                self.started + (job.stage_deadline_seconds(stage, self.started) or 0.0)
+                origin + (job.stage_deadline_seconds(stage, origin) or 0.0)
             for model in job.stage_models(stage):
                 rates = self.pricing.rates(model)
                 if rates is None or rates.is_free:  # nothing to save: auto as without a planner (batch.min_window)
@@ -186,8 +190,12 @@ class DeadlineSteer:
                      margin=self.job.batch.poll_interval, confidence=self.job.planner.confidence)
 
 
-def steer_of(job: Job, stats: RunStats, deadline: float | None, store: Store | None) -> DeadlineSteer | None:
-    """The run's steer where a stage is planned (``mode: auto`` and a deadline), else None."""
+def steer_of(job: Job, stats: RunStats, deadline: float | None, store: Store | None,
+             run_id: str | None = None) -> DeadlineSteer | None:
+    """The run's steer where a stage is planned (``mode: auto`` and a deadline), else None; ``run_id``: the run
+    whose stored start a stage's relative deadline counts from."""
     if not any(job.stage_mode(s) == "auto" and job.stage_deadline(s) is not None for s in job.llm_stages()):
         return None
-    return DeadlineSteer(job, stats, deadline=deadline, store=store)
+    created = store.get_run(run_id).get("created") if store is not None and run_id is not None else None
+    started = dt.datetime.fromisoformat(str(created)).timestamp() if created else None
+    return DeadlineSteer(job, stats, deadline=deadline, store=store, run_started=started)

@@ -119,3 +119,24 @@ async def test_a_scaled_end_to_end_run_meets_its_deadline_at_the_planners_mix():
     result = await run_once(86400.0, 0.0001, 38, rows=60, shed=0.0)
     assert result.met and result.mix == planned
     assert result.cost == pytest.approx(60 * PRICES["sim:labeller"]["batch"] + 60 * PRICES["sim:reasoner"]["flex"])
+
+
+def test_a_stages_relative_deadline_counts_from_the_runs_stored_start(tmp_path):
+    """A resume (or a worker joining) 50 minutes into a run whose stage has ``deadline: 1h`` plans for the 10
+    minutes left, not for an hour from its own start."""
+    import datetime as dt
+
+    from runner.engine.deadline import steer_of
+    from runner.engine.stats import RunStats
+
+    job = load_job(write_job(tmp_path, "http://127.0.0.1:9", 4, "6h"))
+    job.deadline = None
+    job.stages[0].deadline = "1h"
+    store = open_store(tmp_path / "s.sqlite")
+    run_id = store.create_run("deadline", "deadline.yaml", job.model_dump_json(), "f", 4)
+    started = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=50)
+    store.set_run(run_id, created=started.isoformat(timespec="milliseconds"))
+    steer = steer_of(job, RunStats(), None, store, run_id)
+    assert steer is not None
+    [group] = steer.groups.values()
+    assert group.deadline == pytest.approx(started.timestamp() + 3600, abs=0.01)
