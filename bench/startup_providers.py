@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 import yaml  # noqa: E402
 
 from bench.throughput_common import SimProcess, distinct_row, median, write_jsonl  # noqa: E402
-from bench.throughput_startup import FirstRequestRelay  # noqa: E402
+from bench.throughput_startup import FirstRequestRelay, timed_submit  # noqa: E402
 
 #: per provider: the model asked, what marks an answer request in its path, and its settings (``{root}``: the
 #: relay's address without ``/v1``)
@@ -104,21 +104,8 @@ def one_start(relay: FirstRequestRelay, provider: str, folder: Path, env: dict[s
     job = folder / "job.yaml"
     write_job(job, provider, relay.url.removesuffix("/v1"), dataset, folder / "results")
     relay.chat_marker = PROVIDERS[provider][1]
-    relay.reset()
-    started = time.perf_counter()
-    child = subprocess.Popen([str(Path(sys.executable).parent / "runner"), "submit", str(job), "--db",
-                              str(folder / "store.sqlite")], cwd=folder, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    relay.sender = child.pid
-    try:
-        stdout, stderr = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        stdout, stderr = child.communicate()
-    if child.returncode != 0 or relay.first_any is None or relay.first_chat is None or relay.sender_cpu is None:
-        raise SystemExit(f"runner submit of a {provider} job: exit {child.returncode}\n{stdout[-2000:]}"
-                         f"{stderr[-2000:]}")
-    return relay.first_any - started, relay.first_chat - started, relay.sender_cpu
+    command = [str(Path(sys.executable).parent / "runner"), "submit", str(job), "--db", str(folder / "store.sqlite")]
+    return timed_submit(relay, command, folder, env, timeout, f"of a {provider} job")
 
 
 def help_seconds(runs: int) -> float:

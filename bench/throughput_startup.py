@@ -98,10 +98,17 @@ def phase_startup(relay: FirstRequestRelay, tmp: Path, code: Path, rows: int, ti
     write_job(job, "bench-startup", dataset, relay.url, 8, folder / "results")
     command = [sys.executable, "-c", "import sys; from runner.cli import main; sys.exit(main())", "submit",
                str(job), "--db", str(folder / "store.sqlite")]
+    return timed_submit(relay, command, folder, child_env(code), timeout, f"under {code}")
+
+
+def timed_submit(relay: FirstRequestRelay, command: list[str], cwd: Path, env: dict[str, str], timeout: float,
+                 what: str) -> tuple[float, float, float]:
+    """Run ``command`` (a ``runner submit``) against the relay: the seconds to its first request and to its first
+    answer request, and the CPU seconds the process had used when that arrived; a failed run ends the benchmark
+    with its output (``what`` names it)."""
     relay.reset()
     started = time.perf_counter()
-    child = subprocess.Popen(command, cwd=folder, env=child_env(code), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     relay.sender = child.pid
     try:
         stdout, stderr = child.communicate(timeout=timeout)
@@ -109,7 +116,7 @@ def phase_startup(relay: FirstRequestRelay, tmp: Path, code: Path, rows: int, ti
         child.kill()
         stdout, stderr = child.communicate()
     if child.returncode != 0 or relay.first_any is None or relay.first_chat is None or relay.sender_cpu is None:
-        raise SystemExit(f"runner submit under {code}: exit {child.returncode}\n{stdout[-2000:]}{stderr[-2000:]}")
+        raise SystemExit(f"runner submit {what}: exit {child.returncode}\n{stdout[-2000:]}{stderr[-2000:]}")
     return relay.first_any - started, relay.first_chat - started, relay.sender_cpu
 
 
