@@ -174,7 +174,7 @@ def deadline_problem(job: Job, store: Store | None = None) -> str | None:
 
 def set_deadline(job: Job, text: str) -> None:
     """``--deadline``: the job's deadline over the file's (a stage's own still wins for that stage)."""
-    from runner.spec.schema import deadline_seconds
+    from runner.spec.fields import deadline_seconds
 
     try:
         deadline_seconds(text, 0.0)

@@ -1,9 +1,12 @@
-"""What every model of the job file shares: the base that refuses unknown keys, and the bounds of the integers
-that size a job's work, each said in one sentence when a value is out of them."""
+"""What every model of the job file shares: the base that refuses unknown keys, the bounds of the integers that
+size a job's work, each said in one sentence when a value is out of them, and the durations and deadlines the job
+writes as text ("90m", "6h", "2026-12-01T18:00Z")."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
+import time
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
@@ -76,3 +79,35 @@ def parse_duration(text: str) -> float:
     if seconds > MAX_DEADLINE:
         raise ValueError("more than a year: a duration must be at most 366d")
     return seconds
+
+
+#: the start of an ISO 8601 date: a deadline that is a time rather than a duration
+_ABSOLUTE = re.compile(r"^\s*\d{4}-\d{2}-\d{2}[T ]")
+
+
+def absolute_time(text: str) -> float | None:
+    """An ISO 8601 time with its zone as epoch seconds; None when ``text`` is not one (a duration, or nothing). A
+    time without a zone is a ValueError: whose clock it means is not known."""
+    if not _ABSOLUTE.match(str(text)):
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(str(text).strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is neither a duration (6h) nor an ISO 8601 time (2026-12-01T18:00Z)") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no time zone: add one (2026-12-01T18:00Z, or +01:00)")
+    return moment.timestamp()
+
+
+def deadline_seconds(text: str, now: float | None = None) -> float:
+    """A deadline as seconds from ``now`` (epoch seconds, default the clock): a duration as it is, an absolute
+    time less ``now`` (negative when past; ``now`` 0 checks only its form). ValueError in one sentence."""
+    moment = absolute_time(text)
+    if moment is None:
+        if not is_duration(text):
+            raise ValueError(f"{str(text)!r} is not a deadline: write a duration (seconds, or a number with s, m, h "
+                             "or d, e.g. 6h) or an ISO 8601 time with its zone (2026-12-01T18:00Z)")
+        return parse_duration(text)  # one too long says so
+    if now == 0.0:
+        return moment
+    return moment - (time.time() if now is None else now)

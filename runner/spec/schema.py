@@ -15,11 +15,9 @@ which imports runner/spec; it imports nothing from runner/plan.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import re
-import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -29,7 +27,7 @@ from runner.errors import RunnerError
 from runner.evaluate.plugins import PARSER_GROUP, entry_point_names, is_import_path
 from runner.providers.base import ProviderSettings, provider_class, split_model
 from runner.providers.capabilities import Shaped, shape
-from runner.spec.fields import MAX_COUNT, MAX_ROWS, MAX_SAMPLES, Seed, Strict, is_duration, parse_duration, within
+from runner.spec.fields import MAX_COUNT, MAX_ROWS, MAX_SAMPLES, Seed, Strict, deadline_seconds, within
 from runner.spec.inputs import Choices, Dataset, InlinePrompt
 from runner.spec.pools import Pool
 from runner.spec.settings import (
@@ -456,9 +454,6 @@ class Job(Strict):
 
 
 
-_ABSOLUTE = re.compile(r"^\s*\d{4}-\d{2}-\d{2}[T ]")
-
-
 def _schema_name(stage: Stage) -> str:
     """OpenAI's json_schema needs a name (``^[a-zA-Z0-9_-]{1,64}$``): the schema's title, else the stage's."""
     title = stage.schema_.get("title") if isinstance(stage.schema_, dict) else None
@@ -484,31 +479,3 @@ def _deadline_setting(value: Any) -> Any:
         return None
     deadline_seconds(str(value), 0.0)  # raises a ValueError pydantic reports at the key's line
     return str(value)
-
-
-def absolute_time(text: str) -> float | None:
-    """An ISO 8601 time with its zone as epoch seconds; None when ``text`` is not one (a duration, or nothing). A
-    time without a zone is a ValueError: whose clock it means is not known."""
-    if not _ABSOLUTE.match(str(text)):
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(str(text).strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{text!r} is neither a duration (6h) nor an ISO 8601 time (2026-12-01T18:00Z)") from None
-    if moment.tzinfo is None:
-        raise ValueError(f"{text!r} has no time zone: add one (2026-12-01T18:00Z, or +01:00)")
-    return moment.timestamp()
-
-
-def deadline_seconds(text: str, now: float | None = None) -> float:
-    """A deadline as seconds from ``now`` (epoch seconds, default the clock): a duration as it is, an absolute
-    time less ``now`` (negative when past; ``now`` 0 checks only its form). ValueError in one sentence."""
-    moment = absolute_time(text)
-    if moment is None:
-        if not is_duration(text):
-            raise ValueError(f"{str(text)!r} is not a deadline: write a duration (seconds, or a number with s, m, h "
-                             "or d, e.g. 6h) or an ISO 8601 time with its zone (2026-12-01T18:00Z)")
-        return parse_duration(text)  # one too long says so
-    if now == 0.0:
-        return moment
-    return moment - (time.time() if now is None else now)
