@@ -166,10 +166,12 @@ class ViewReads:
 
     # -- savings ----------------------------------------------------------------------------------------
     def savings(self, by: str, since: str | None = None) -> dict[str, tuple[float, float]]:
-        """Per group (model, job or day, as ``runner costs --by`` groups tasks, from ``since``): (USD saved by the
-        Batch API's price, USD saved by the provider's prompt cache)."""
+        """Per group (model, job, day or endpoint, as ``runner costs --by`` groups tasks, from ``since``): (USD saved
+        by the Batch API's price, USD saved by the provider's prompt cache)."""
         group = {"model": "t.model", "job": f"coalesce(r.job_name, '{UNKNOWN_JOB}')",
-                 "day": "substr(t.updated, 1, 10)"}[by]
+                 "day": "substr(t.updated, 1, 10)",
+                 # a task names no endpoint: a model's savings go on its row (a pooled one's are not split by endpoint)
+                 "endpoint": "t.model"}[by]
         where, args = (" AND t.updated >= ?", [since]) if since else ("", [])
         found = self.store.rows(
             f"SELECT {group}, sum(t.batch_saved), sum(t.cache_saved) FROM tasks t LEFT JOIN runs r ON r.id = t.run_id"
