@@ -213,9 +213,12 @@ class Reserver:
         let the provider write (``writes``, else :attr:`cache_writes`)."""
         total, tokens, max_tokens = self._bound(req)
         writable, hour = writes if writes is not None else self.cache_writes(req, batch)
-        pooled = self.pool_prices.get(req.model) if not batch else None
-        models = set(pooled.values()) if pooled else (req.model,)  # a pool: its dearest endpoint's price
-        return max(self._worst_usd(req, model, tokens, max_tokens, writable, hour, batch) for model in models), total
+        pooled = self.pool_prices.get(req.model) if self.pool_prices and not batch else None
+        if pooled is None:
+            return self._worst_usd(req, req.model, tokens, max_tokens, writable, hour, batch), total
+        # a pool: its dearest endpoint's price
+        return max(self._worst_usd(req, model, tokens, max_tokens, writable, hour, batch)
+                   for model in set(pooled.values())), total
 
     def _worst_usd(self, req: Task, model: str, tokens: int, max_tokens: int, writable: int | None, hour: bool,
                    batch: bool) -> float:
