@@ -44,7 +44,6 @@ or a SQLite file with ``--store sqlite``. A script, not a test: pytest does not 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import os
@@ -61,6 +60,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from devservers.postgres import PgServer, find_bin  # noqa: E402
+from devservers.processes import kill_tree  # noqa: E402
 from runner.store import open_store  # noqa: E402
 
 
@@ -246,7 +246,6 @@ def ray_sections(args: argparse.Namespace, new_db, folder: Path) -> None:
 
 def ray_nodes_section(args: argparse.Namespace, new_db, folder: Path) -> None:
     """Section 5 (``--ray-nodes``)."""
-    import signal
     import threading
 
     os.environ.update({"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled",
@@ -287,9 +286,7 @@ def ray_nodes_section(args: argparse.Namespace, new_db, folder: Path) -> None:
                 def watch() -> None:
                     while done_count(db, run_id) < n // 4:
                         time.sleep(0.2)
-                    for pid in [lost, *descendants(lost)]:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(pid, signal.SIGKILL)
+                    kill_tree(lost)
                 threading.Thread(target=watch, daemon=True).start()
 
             run_id, out = run_on_ray(3, db, write_job(job_dir, url, n, None, PRICED), job_dir, cluster.address,
@@ -319,22 +316,6 @@ def done_count(db: str, run_id: str) -> int:
         return sum(1 for t in store.tasks(run_id) if t["status"] == "done")
     finally:
         store.close()
-
-
-def descendants(root: int) -> list[int]:
-    """The processes under ``root``, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            if entry.name.isdigit():
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def commit_times(db: str, run_id: str) -> list[float]:

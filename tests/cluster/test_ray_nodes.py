@@ -11,7 +11,6 @@ and the tests talk to 127.0.0.1 only."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from devservers.processes import kill_tree, parent
 from runner.store import open_store
 from tests.cluster.conftest import LEASE_TTL, python_env, sim_job
 from tests.helpers import done_tasks, sim_stats, start_runner
@@ -89,34 +89,13 @@ def _read_line(proc: subprocess.Popen, timeout: float) -> str:
     return proc.stdout.readline()
 
 
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-def _descendants(root: int) -> list[int]:
-    """The processes under ``root`` (its children, theirs, ...), from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                children.setdefault(_parent(int(entry.name)), []).append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def _node_of(pid: int, raylets: list[int]) -> int | None:
     """The raylet among ``raylets`` whose node runs process ``pid`` (a worker process is its raylet's child)."""
     while pid > 1:
         if pid in raylets:
             return pid
         try:
-            pid = _parent(pid)
+            pid = parent(pid)
         except (OSError, IndexError, ValueError):
             return None
     return None
@@ -151,9 +130,7 @@ def test_workers_on_three_nodes_one_node_lost_mid_run_the_run_completes_paying_n
         time.sleep(0.2)
     assert sorted(placed.values()) == sorted(raylets), f"not one worker per node: {placed}"
     lost = raylets[1]  # not the head's: the command's own driver is attached to the head node
-    for pid in [lost, *_descendants(lost)]:  # the node's raylet and every process it started: a machine lost
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    kill_tree(lost)  # the node's raylet and every process it started: a machine lost
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err
     run_id = out.split("run ", 1)[1].split(":", 1)[0]
