@@ -86,6 +86,9 @@ _END_HOLDER_SQL = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
 #: the session's name in pg_stat_activity
 _NAME_SQL = "SELECT set_config('application_name', %s, false)"
 
+#: the first key of the advisory locks that order a run's task writes (:meth:`PostgresStore.order_task_writes`)
+_TASK_WRITES = 7
+
 # The task's time stamp is taken by the server at commit; a replaced task row gets a new seq (SQLite: a new rowid).
 _TASK_SQL = (
     f"INSERT INTO tasks ({', '.join(TASK_COLUMNS)}, updated) VALUES ({', '.join('?' for _ in TASK_COLUMNS)},"
@@ -393,6 +396,15 @@ class PostgresStore(PgWorkerClock, SQLStore):
 
     def lock_run_budget(self, tx: Tx, run_id: str) -> None:
         tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (run_id,))
+
+    def order_task_writes(self, tx: Tx, run_ids: list[str]) -> None:
+        # A task's seq is drawn when it is written but seen by others when its transaction commits: two processes'
+        # transactions could commit in the other order, and a reader that had read up to the later seq would never
+        # read the earlier one (an early-stopping worker then waited forever for an item another worker had
+        # answered). Writers of a run's tasks therefore take turns, first thing in their transaction (so no lock
+        # is held while waiting for this one). The two-key form: its keys are apart from the budget's one-key locks.
+        for run_id in run_ids:
+            tx.execute(f"SELECT pg_advisory_xact_lock({_TASK_WRITES}, hashtext(?))", (run_id,))
 
     # -- several processes on one run (runner/engine/workers.py): times are the server's clock -------------------
     def join_run(self, run_id: str, worker: str, host: str, pid: int, ttl: float) -> None:

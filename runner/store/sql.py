@@ -190,6 +190,9 @@ class SQLStore(WorkerSQL):
         def body(tx: Tx) -> list[Finished]:
             written, charges, releases = list(tasks), list(ledger), list(released or ())
             refused: list[Finished] = []
+            runs = {row[0] for row in written} | {item.task[0] for item in fenced or ()}
+            if runs:
+                self.order_task_writes(tx, sorted(runs))
             if responses:
                 tx.executemany(_RESPONSE_SQL, responses)
             if fenced:
@@ -235,7 +238,11 @@ class SQLStore(WorkerSQL):
             f" FROM tasks WHERE run_id = ? AND stage = ? AND status = 'done' ORDER BY {self.dialect.task_order}")
         args = (run_id, stage, stage, source_stage, f'"stage":{dumps(source_stage)}', f'"stage":{dumps(stage)}',
                 source, source_stage)
-        self.atomic(lambda tx: tx.execute(copy, args))
+
+        def body(tx: Tx) -> None:
+            self.order_task_writes(tx, [run_id])
+            tx.execute(copy, args)
+        self.atomic(body)
         found = self.rows("SELECT model, count(*), count(score), coalesce(sum(score), 0), coalesce(sum(saved), 0)"
                           " FROM tasks WHERE run_id = ? AND stage = ? GROUP BY model", (run_id, stage))
         return [(model, n, scored, float(correct), float(saved)) for model, n, scored, correct, saved in
@@ -254,6 +261,11 @@ class SQLStore(WorkerSQL):
                                            tokens=tokens)[0] or 0)
         row = self.row(_RESERVE_SQL, (run_id, stage, model, key, "reserved", usd, now(), tokens, worker))
         return int(row[0]) if row else 0
+
+    def order_task_writes(self, tx: Tx, run_ids: list[str]) -> None:
+        """Keep other processes from writing these runs' tasks until the transaction ends, so that the order of
+        task positions (:meth:`stage_scores`) is the order of commits (SQLite: the write lock :meth:`atomic` holds
+        already)."""
 
     def lock_run_budget(self, tx: Tx, run_id: str) -> None:
         """Keep other processes from reserving in this run until the transaction ends (SQLite: the write lock that

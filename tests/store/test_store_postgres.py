@@ -459,6 +459,44 @@ def test_one_store_shared_by_two_threads(pg_url: str) -> None:
     assert Reads(store).count_tasks(run_id, "mc") == 80 and len(store.ledger(run_id)) == 80
 
 
+def test_task_positions_are_read_in_commit_order_across_processes(pg_url: str) -> None:
+    """Two processes write one run's tasks at once; a third reads them by position as they come
+    (``stage_scores``, what an early-stopping worker reads of the others' answers). Process A's transaction draws
+    its task's position first but commits last: B's write waits for it, so the reader, which had read up to what
+    was committed, still reads A's task afterwards. (Before, B committed a later position first, the reader moved
+    past A's, and a worker waited forever for an item another had answered: a flaky two-worker test.)"""
+    a, b, reader = open_store(pg_url), open_store(pg_url), open_store(pg_url)
+    run_id = a.create_run("j", "j.yaml", "{}", "fp", 2)
+    inside, let_go = threading.Event(), threading.Event()
+
+    def stalled_claims(tx: Any, keys: list[str], worker: str | None = None) -> None:  # after A's task is written
+        inside.set()
+        assert let_go.wait(30), "the test never let A's transaction commit"
+    a.drop_claims = stalled_claims  # type: ignore[method-assign]
+    response = tuple({"key": "k-mc-a-m", "provider": "sim", "model": "m", "request_json": "{}", "response_text": "A",
+                      "response_json": "{}", "finish_reason": "stop", "input_tokens": 1, "output_tokens": 1,
+                      "cached_tokens": 0, "cost": 0.0, "latency": 0.1, "created": "2024-01-01", "thinking": None,
+                      "reasoning_tokens": None, "reported_model": None, "sent_with": None}[c] for c in RESPONSE_COLUMNS)
+    writers = [threading.Thread(target=a.write_batch, args=([_task(run_id, "mc", "a", "m", {}, {})], [response], [])),
+               threading.Thread(target=b.write_batch, args=([_task(run_id, "mc", "b", "m", {}, {})], [], []))]
+    writers[0].start()
+    assert inside.wait(30), "A's transaction never reached its commit"
+    writers[1].start()
+    writers[1].join(1.0)  # B waits for A's transaction (before, it committed within milliseconds)
+    seen: list[str] = []
+    position, rows = reader.stage_scores(run_id, "mc", 0)
+    seen += [row["item"] for row in rows]
+    let_go.set()
+    for writer in writers:
+        writer.join(30)
+        assert not writer.is_alive(), "a write never ended"
+    position, rows = reader.stage_scores(run_id, "mc", position)
+    seen += [row["item"] for row in rows]
+    assert sorted(seen) == ["a", "b"], f"the reader read {seen} by position"
+    for store in (a, b, reader):
+        store.close()
+
+
 def test_results_stream_through_a_server_cursor(pg_url: str) -> None:
     store = open_store(pg_url)
     run_id = store.create_run("j", "j.yaml", "{}", "fp", 1)
