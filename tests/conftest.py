@@ -23,6 +23,7 @@ import pytest_asyncio
 from google import genai
 
 from runner.providers import base
+from scripts import slow_by_time
 from simserver import SimConfig, SimServer, start_server
 from tests import prefork
 from tests.helpers import (
@@ -109,6 +110,17 @@ LONGEST_SLOW = ("tests/test_chaos.py", "tests/recipes/test_winodict_eval.py", "t
 #: model, thousands of random requests) run first, for the same reason
 LONGEST_FIRST = ("tests/test_quickstart.py", "tests/providers/test_token_bounds.py",
                  "tests/providers/test_loglikelihood_providers.py")
+
+
+#: the tests the fast path leaves to the whole suite for their time alone (tests/slow_by_time.txt, written by
+#: scripts/slow_by_time.py, which runs them with RUNNER_TEST_SLOW_BY_TIME=0 to measure them again)
+SLOW_BY_TIME = slow_by_time.listed() if os.environ.get("RUNNER_TEST_SLOW_BY_TIME") != "0" else set()
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A test of tests/slow_by_time.txt is marked ``slow`` as it is collected, before ``-m`` selects."""
+    if item.nodeid in SLOW_BY_TIME:
+        item.add_marker(pytest.mark.slow)
 
 
 #: the tests of this process that ``--dist loadgroup`` should have grouped and did not (see below)
