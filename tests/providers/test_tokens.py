@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tiktoken
 
 from runner.providers import tokens
 from runner.providers.tokens import count_input_tokens, count_text_tokens, estimate_text_tokens, exact
@@ -178,6 +179,24 @@ def test_tiktoken_loads_the_shipped_files_with_no_network(tmp_path: Path) -> Non
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["9", "9", "True", "[]"]
+
+
+def test_the_shipped_files_read_here_are_the_encodings_tiktoken_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # tokens._ranks reads a .tiktoken file in C calls; tiktoken's own reader (load_tiktoken_bpe, from the same
+    # file through its cache folder) is the reference, and the encodings agree on a text too.
+    from tiktoken.load import load_tiktoken_bpe
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tokens.DATA_DIR))
+    for name in tokens.SHIPPED:
+        path = tokens.DATA_DIR / hashlib.sha1(tokens._URL.format(name).encode()).hexdigest()
+        ours = tokens._ranks(path.read_bytes())
+        assert ours == load_tiktoken_bpe(tokens._URL.format(name), expected_hash=tokens.SHIPPED[name])
+        theirs = tiktoken.get_encoding(name)
+        mine = tokens.encoding(name)
+        assert (mine.name, mine._pat_str, mine._special_tokens, mine.n_vocab) == (
+            theirs.name, theirs._pat_str, theirs._special_tokens, theirs.n_vocab)
+        text = "Hello, wörld! 12345 新しい言葉 <|endoftext|>"
+        assert mine.encode_ordinary(text) == theirs.encode_ordinary(text)
 
 
 def test_a_damaged_or_missing_vocabulary_file_is_an_error_not_a_download(
