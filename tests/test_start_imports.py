@@ -60,3 +60,21 @@ def test_the_store_still_shows_its_tables_through_sqlite_utils(tmp_path) -> None
         assert "tasks" in store.db.table_names()
     finally:
         store.close()
+
+
+def test_the_parsers_compile_their_patterns_on_first_use() -> None:
+    # The answer parsers' patterns are compiled when an answer is first parsed, not when a submit starts.
+    probe = ("import re\n"
+             "from runner.evaluate import parse\n"
+             "from runner.evaluate.parsers import lazy, refusals\n"
+             "import sys\n"
+             "patterns = [value for name, module in sys.modules.items() if name.startswith('runner.evaluate.parsers')\n"
+             "            for value in vars(module).values() if isinstance(value, lazy.LazyPattern)]\n"
+             "print(len(patterns), sum(p._compiled is not None for p in patterns))\n"
+             "said = refusals.is_refusal(\"I'm sorry, I can't help with that.\")\n"
+             "print(said, refusals._REFUSAL._compiled is not None)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    counts, used = done.stdout.splitlines()
+    total, compiled = map(int, counts.split())
+    assert total > 30 and compiled == 0
+    assert used == "True True"

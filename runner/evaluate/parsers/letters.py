@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+from runner.evaluate.parsers.lazy import lazy_compile
 from runner.plan.choices import LETTERS, NONE_OF_THEM_MARKER
 
 from .parsed import Parsed, Reason
@@ -42,22 +43,22 @@ def _not_a_letter(r: Reader, k: int) -> bool:
     return following[:1].islower() and following.lower() not in _LETTER_NEXT and not named
 
 
-_LEADING = re.compile(
+_LEADING = lazy_compile(
     r"^[\s*_`\"'(\[#]*(?i:(?:(?:the|my|final|correct)\s+)*(?:answer|option|choice)\s*(?:is|:)?\s*:?\s*)?"
     r"[*(\[]*([^\W_])(?![^\W_])[*)\]]*\s*(?:[.:),;\-]|$|\n)"
 )
-_OPTION_LINE = re.compile(r"^[\s*#>\-]*[(\[]?([A-Z])[.)\]:]\s+\S", re.MULTILINE)
+_OPTION_LINE = lazy_compile(r"^[\s*#>\-]*[(\[]?([A-Z])[.)\]:]\s+\S", re.MULTILINE)
 _LEAD_IN = frozenset("option choice letter the la le die el opción opzione".split())
 _ARTICLES = frozenset({"a", "an", "the"})
 #: a line that starts with an option's label: "A. carrot", "(B) apple", "- **C)** potato", "| D | onion |"
-_LABEL_LINE = re.compile(
+_LABEL_LINE = lazy_compile(
     r"^[ \t>#*\-]*(?:\|[ \t]*\**[(\[]?([A-Z])[)\]]?\**[ \t]*\||\**[(\[]?\**([A-Z])\**[.)\]:]\**[ \t]+\S)",
     re.MULTILINE,
 )
 _AFFIRMING = frozenset("correct right true yes best answer".split())
 _DENYING = frozenset("not never no incorrect wrong false".split())
 #: between two options echoed in one line: "A) carrot, B) apple", "(A) carrot (B) apple", "A. carrot; B. apple"
-_ECHO_GAP = re.compile(r"[\s,;/|*\-()\[\]]*(?:(?:and|or)[\s(\[*]*)?")
+_ECHO_GAP = lazy_compile(r"[\s,;/|*\-()\[\]]*(?:(?:and|or)[\s(\[*]*)?")
 
 
 def _lone_letter(core: str, valid: str) -> int | None:
@@ -261,7 +262,7 @@ def parse_letter(
 # -- a set of letters ------------------------------------------------------------------------------------------
 
 _LIST_FILLER = frozenset({"and", "or", "option", "options", "letter", "letters", "choice", "choices", "both"})
-_LIST_PUNCT = re.compile(r"^[\s,;/&+().\[\]*:\-]*$")
+_LIST_PUNCT = lazy_compile(r"^[\s,;/&+().\[\]*:\-]*$")
 
 
 def parse_letters(

@@ -8,13 +8,15 @@ import bisect
 import re
 from collections.abc import Callable, Sequence
 
+from runner.evaluate.parsers.lazy import lazy_compile
+
 from .parsed import Parsed, Reason
 from .text import WORD, name_tokens, spelling
 
-_SENTENCE_BREAK = re.compile(r"[.!?;\n\u3002]")
+_SENTENCE_BREAK = lazy_compile(r"[.!?;\n\u3002]")
 #: a clause ends at punctuation, a dash, or a hyphen between spaces ("not A - C")
-_CLAUSE_BREAK = re.compile(r"[.!?;\n\u3002,:\u3001\u2013\u2014]|\s-+\s")
-_DECORATION = re.compile(r"[\s*_`\"'(\[{:=<#]*")
+_CLAUSE_BREAK = lazy_compile(r"[.!?;\n\u3002,:\u3001\u2013\u2014]|\s-+\s")
+_DECORATION = lazy_compile(r"[\s*_`\"'(\[{:=<#]*")
 
 
 class Reader:
@@ -85,8 +87,8 @@ _WEIGHING = frozenset({"between", "either", "whether"})
 _VERDICTS = _NEGATE_AFTER - {"not", "never", "cannot"}
 #: Chinese and Japanese text is one word between Latin letters: a negation ends the word before a name ("不是A",
 #: "排除A") or starts the word after it ("A是错的", "A和B都不对", "Aではない", "Aは間違い")
-_CJK_NOT_BEFORE = re.compile(r"(?:不是|不选|不選|排除|并非|並非|而非|并不是|並不是|不可能是)(?:选项|選項|答案)?$")
-_CJK_NOT_AFTER = re.compile(
+_CJK_NOT_BEFORE = lazy_compile(r"(?:不是|不选|不選|排除|并非|並非|而非|并不是|並不是|不可能是)(?:选项|選項|答案)?$")
+_CJK_NOT_AFTER = lazy_compile(
     r"^(?:是|也|都|就|则|則|は|も|が)?(?:不对|不對|不正确|不正確|错|錯|不是|不行|不可能|可以排除|被排除|排除|误|誤"
     r"|ではな|じゃな|間違|正しくな|違)"
 )
@@ -130,10 +132,10 @@ def ruled_out(r: Reader, first: int, last: int, names: set[int]) -> bool:
 _JOINER = r"(?:and|or|nor|und|oder|et|ou|y|o|和|与|與|或者?|及|跟|还是|還是|と|や)"
 _PUNCT = r"[ \t,/&\u3001()\[\]*\"'`]*"
 #: what may stand between two names of one list: "A, B", "(C) and (D)", "A, B, or C", "option A or option B", "A/B"
-LIST_GAP = re.compile(rf"{_PUNCT}(?:{_JOINER}{_PUNCT})?(?:(?:options?|choices?|letters?)[ \t]+{_PUNCT})?",
+LIST_GAP = lazy_compile(rf"{_PUNCT}(?:{_JOINER}{_PUNCT})?(?:(?:options?|choices?|letters?)[ \t]+{_PUNCT})?",
                        re.IGNORECASE)
-_JOINED = re.compile(rf"(?<![^\W_]){_JOINER}(?![^\W_])|[/&]", re.IGNORECASE)
-_COMMA = re.compile(r"[,\u3001]")
+_JOINED = lazy_compile(rf"(?<![^\W_]){_JOINER}(?![^\W_])|[/&]", re.IGNORECASE)
+_COMMA = lazy_compile(r"[,\u3001]")
 #: words after a list that make it one subject even without "and" or "or": "C, D are invalid"
 _PLURAL = frozenset("are were both all seem look appear".split())
 

@@ -4,12 +4,13 @@ reads them."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
+
+from runner.evaluate.parsers.lazy import lazy_compile
 
 from .parsed import Parsed, Reason
 
-_NON_WORD = re.compile(r"[\W_]+")
+_NON_WORD = lazy_compile(r"[\W_]+")
 _REFERENCE_LETTERS = ("A", "B", "C", "D")
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from runner.evaluate.parsers.lazy import lazy_compile
 from runner.plan.choices import NONE_OF_THEM_MARKER
 
 from .text import answer_core, normalised, tokens_of
 
-_REFUSAL = re.compile(
+_REFUSAL = lazy_compile(
     r"\bas\s+an?\s+(?:ai|artificial\s+intelligence|(?:large\s+)?language\s+model|llm|assistant)\b"
     r"|\bi(?:'m|\s+am)\s+(?:sorry|afraid|unable|not\s+able)\b"
     r"|\bi\s+apologi[sz]e\b"
@@ -33,7 +34,7 @@ _KINDS = (
 )
 _KIND = r"(?:option|answer|choice|alternative|label|intent|class|category)"
 #: none-of-them statements that name what none of is (the options, the answers...), read in the answer's words
-_NONE_NAMED = re.compile(
+_NONE_NAMED = lazy_compile(
     rf"\bnone\s+of\s+(?:the\s+above|above|(?:the\s+)?(?!others?\b)(?:\w+\s+)?{_KINDS}\b)"
     rf"|\bno\s+(?:correct|valid|suitable|right|matching|appropriate|applicable|good|plausible)\s+{_KIND}"
     rf"|\bno\s+{_KIND}s?\s+(?:is|are|fits?|matches|match|applies|apply|seems?|among|here)\b"
@@ -44,7 +45,7 @@ _NONE_NAMED = re.compile(
     r"\s+(?:\w+\s+)?(?:wrong|incorrect|false|invalid)\b"
 )
 #: none-of-them statements that leave it to the question what none of is: "None of them", "none fits"
-_NONE_VAGUE = re.compile(
+_NONE_VAGUE = lazy_compile(
     r"\bnone\s+of\s+(?:them|these|those)"
     r"|\bnone\s+(?:is|are|fits?|applies|apply|matches|match)\b"
     r"|\bneither\s+(?:of\s+(?:them|these)|is|fits?|applies|works|matches)\b"
@@ -57,14 +58,14 @@ _NOT_IN = (
 )
 #: "the answer is not listed", "the correct one isn't among the choices", "It's not there.", "Not in the list": said
 #: of the answer (an answer, option, label... or a sentence's "it"), never "A is not among the options I'd pick"
-_NOT_LISTED = re.compile(
+_NOT_LISTED = lazy_compile(
     rf"\b(?:answer|option|choice|label|intent|class|category|(?:correct|right|true)\s+one)(?:'s\s+|\s+"
     rf"(?:is\s+|was\s+|seems\s+to\s+be\s+)?){_NOT_IN}|(?:given|offered|provided|shown)\b)"
     rf"|(?:^|[.!?;:\n(]\s*)(?:(?:it|that)(?:'s\s+|\s+(?:is\s+|was\s+)?))?{_NOT_IN})"
     rf"|\bis\s+missing\s+from\s+the\s+(?:\w+\s+)?(?:list|{_OFFERED})\b",
     re.IGNORECASE,
 )
-_EXCEPT = re.compile(r"^\s*(?:\w+\s+)?(?:except|but|other\s+than|besides|apart\s+from|save)\b")
+_EXCEPT = lazy_compile(r"^\s*(?:\w+\s+)?(?:except|but|other\s+than|besides|apart\s+from|save)\b")
 _NONE_ALONE = {"none", "neither", "nothing", "none of them", "none applies", "none fits"}
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import bisect
 import re
 
+from runner.evaluate.parsers.lazy import lazy_compile
+
 from .parsed import Parsed, Reason
 from .reader import Reader, choose
 from .refusals import is_refusal
@@ -12,12 +14,12 @@ from .statements import stated_answer
 from .text import answer_core, graded_text, tokens_of
 
 #: ratings given: "I'd give it 6", "rate it a 7", "gets a 3", "deserves a 9"
-_RATED = re.compile(
+_RATED = lazy_compile(
     r"\b(?:give|gives|giving|gave|rate|rates|rated|score|scores|scored|gets|get|got|deserves|deserve|assign|assigns"
     r"|award|awards)\b(?:\s+(?:it|this|that|this\s+sentence|the\s+sentence|this\s+one))?(?:\s+(?:a|an|as|at))?",
     re.IGNORECASE,
 )
-_INTEGER = re.compile(r"(?<![\w.\-])(-?\d+)(?!\w|[.,]\d)")
+_INTEGER = lazy_compile(r"(?<![\w.\-])(-?\d+)(?!\w|[.,]\d)")
 _NUMBER_WORDS = {
     word: n
     for n, word in enumerate(
@@ -25,8 +27,8 @@ _NUMBER_WORDS = {
         "seventeen eighteen nineteen twenty".split()
     )
 }
-_DENOMINATOR = re.compile(r"(?:out\s+of|/)\s*$", re.IGNORECASE)
-_RATING_AT = re.compile(r"[\s*_`\"'(\[{:=]*(?:(?:a|an|of)\s+)?(?:(-?\d+)(?!\w|[.,]\d)|([a-z]+)\b)", re.IGNORECASE)
+_DENOMINATOR = lazy_compile(r"(?:out\s+of|/)\s*$", re.IGNORECASE)
+_RATING_AT = lazy_compile(r"[\s*_`\"'(\[{:=]*(?:(?:a|an|of)\s+)?(?:(-?\d+)(?!\w|[.,]\d)|([a-z]+)\b)", re.IGNORECASE)
 
 
 def _scale_statement(low: int, high: int) -> re.Pattern[str]:

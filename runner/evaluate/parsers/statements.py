@@ -7,10 +7,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from runner.evaluate.parsers.lazy import LazyPattern, lazy_compile
+
 from .parsed import Parsed
 
 # final-answer markers: "the answer is", "Answer:", "La réponse est", "答案是", "正确答案：", "答えは", "Rating:"
-_MARKER = re.compile(
+_MARKER = lazy_compile(
     r"(?P<final>\b(?:final|finale|endgültige|definitive)\s+|最终|最終)?"
     r"(?:\b(?:correct|right|best|richtige|bonne|correcta|correcte|corretta|correta)\s+)?"
     r"(?:\b(?:answer|option|choice|letter|selection|intent|label|class|category|classification|rating|score"
@@ -23,13 +25,13 @@ _MARKER = re.compile(
     re.IGNORECASE,
 )
 #: Chinese "故选B", "所以选B", "因此应选 C", "答案选B": the formula a worked solution ends with
-_CJK_CHOOSE = re.compile(
+_CJK_CHOOSE = lazy_compile(
     r"(?:故|所以|因此|因而|于是|於是|综上所述?|綜上所述?|答案|最终|最終)[,\s]*(?:应该?|應該?|应当|應當|可以)?[选選](?:择|擇)?"
     r"(?![项項])[:\s]*"
 )
 #: words between a marker and the answer that do not stop it: "the answer is clearly C", "is, of course, C", "is
 #: most likely B" (a hedge on one answer still chooses it; "B or maybe C" is two)
-_ADVERBS = re.compile(
+_ADVERBS = lazy_compile(
     r"(?:[\s,*_]*\b(?:actually|clearly|definitely|obviously|certainly|surely|undoubtedly|unquestionably|indeed|really"
     r"|truly|evidently|plainly|simply|just|still|now|therefore|thus|hence|then|probably|presumably|likely"
     r"|(?:most|very|quite)\s+(?:likely|probably)|almost\s+certainly|possibly|perhaps|maybe|of\s+course"
@@ -38,7 +40,7 @@ _ADVERBS = re.compile(
     re.IGNORECASE,
 )
 #: lenient choices of letters and labels: "I'd go with C", "I choose C", "classified as card_arrival"
-CHOSEN = re.compile(
+CHOSEN = lazy_compile(
     r"(?:\b(?:i|we)(?:'d|'ll|'m|\s+would|\s+will|\s+am|\s+will\s+go)?\s+(?:say|pick|choose|select))\b"
     r"|\b(?:go(?:ing)?\s+with|went\s+with|opt(?:ing)?\s+for|settle\s+on|vote\s+for|choose|chose|pick|select)\b"
     r"|\b(?:classified\s+as|categori[sz]ed\s+as|falls?\s+(?:under|into)|belongs?\s+to)\b"
@@ -46,11 +48,11 @@ CHOSEN = re.compile(
     re.IGNORECASE,
 )
 #: a determiner before a marker's noun that makes it no statement of the answer
-_NOT_THE_ANSWER = re.compile(r"\b(?:no|neither|none|any|which|what)\s+$", re.IGNORECASE)
-_LINE_START = re.compile(r"[\s#>*_\-\"'`{,]*(?:(?:the|my|our|la|le|die|el)\s+)?", re.IGNORECASE)
+_NOT_THE_ANSWER = lazy_compile(r"\b(?:no|neither|none|any|which|what)\s+$", re.IGNORECASE)
+_LINE_START = lazy_compile(r"[\s#>*_\-\"'`{,]*(?:(?:the|my|our|la|le|die|el)\s+)?", re.IGNORECASE)
 
 
-def _markers(text: str, also: re.Pattern[str] | None) -> list[tuple[bool, int]]:
+def _markers(text: str, also: re.Pattern[str] | LazyPattern | None) -> list[tuple[bool, int]]:
     """(strong, end) of each final-answer marker in order: strong when final ("Final answer:"), a JSON key
     (``"answer":``) or a line's own start ("Answer: C", "**Answer:** C")."""
     found = []
@@ -69,7 +71,7 @@ def _markers(text: str, also: re.Pattern[str] | None) -> list[tuple[bool, int]]:
 
 
 def stated_answer(
-    text: str, read_at: Callable[[int], Parsed | None], also: re.Pattern[str] | None = None
+    text: str, read_at: Callable[[int], Parsed | None], also: re.Pattern[str] | LazyPattern | None = None
 ) -> Parsed | None:
     """The answer an explicit final-answer statement gives: after the last strong marker that is followed by an
     answer, else after the last other one."""

@@ -10,18 +10,20 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
+from runner.evaluate.parsers.lazy import lazy_compile
+
 _THINK_TAG = r"(?:think|thinking|reasoning)"
-_THINK_BLOCK = re.compile(rf"<({_THINK_TAG})\s*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
-_THINK_CLOSE = re.compile(rf"</{_THINK_TAG}\s*>", re.IGNORECASE)
-_THINK_OPEN = re.compile(rf"\s*<{_THINK_TAG}\s*>", re.IGNORECASE)
-_FENCED = re.compile(r"```[\w-]*[ \t]*\n?(.*?)\n?```", re.DOTALL)
+_THINK_BLOCK = lazy_compile(rf"<({_THINK_TAG})\s*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_THINK_CLOSE = lazy_compile(rf"</{_THINK_TAG}\s*>", re.IGNORECASE)
+_THINK_OPEN = lazy_compile(rf"\s*<{_THINK_TAG}\s*>", re.IGNORECASE)
+_FENCED = lazy_compile(r"```[\w-]*[ \t]*\n?(.*?)\n?```", re.DOTALL)
 #: the fields of a JSON answer that hold the answer, in order of preference
 _ANSWER_KEYS = ("final_answer", "answer", "choice", "option", "letter", "label", "intent", "category", "class",
                 "rating", "score", "verdict", "judgment", "judgement", "prediction")
-_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_TEX_WRAP = re.compile(r"\\(?:text|textbf|textit|texttt|textrm|mathrm|mathbf|mathit|mbox)\s*\{([^{}]*)\}")
+_BOXED = lazy_compile(r"\\(?:boxed|fbox)\s*\{")
+_TEX_WRAP = lazy_compile(r"\\(?:text|textbf|textit|texttt|textrm|mathrm|mathbf|mathit|mbox)\s*\{([^{}]*)\}")
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
-_CJK_EDGE = re.compile(rf"(?<=[{_CJK}])(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?=[{_CJK}])")
+_CJK_EDGE = lazy_compile(rf"(?<=[{_CJK}])(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?=[{_CJK}])")
 
 
 def _strip_thinking(text: str) -> str:
@@ -95,7 +97,7 @@ def graded_text(text: str) -> str | None:
 
 
 #: words (letters and digits), contractions kept whole so "I'm" is no letter "I"
-WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
+WORD = lazy_compile(r"[^\W_]+(?:'[^\W_]+)*")
 _BRITISH = {
     "cheque": "check", "cheques": "checks", "practise": "practice", "practised": "practiced", "licence": "license",
     "defence": "defense", "offence": "offense", "programme": "program", "programmes": "programs", "grey": "gray",
@@ -106,11 +108,11 @@ _BRITISH = {
     "fibre": "fiber", "catalogue": "catalog", "dialogue": "dialog", "analogue": "analog", "mould": "mold",
 }
 _BRITISH_RULES = (
-    (re.compile(r"^(\w{2,})is(e|es|ed|ing|ation|ations|er|ers)$"), r"\1iz\2"),  # authorise, recognised
-    (re.compile(r"^(\w+)ys(e|es|ed|ing)$"), r"\1yz\2"),  # analyse
-    (re.compile(r"^(col|fav|behavi|hon|lab|neighb|flav|hum|harb|rum|sav|arm|vap|endeav|rig|od|val|cand|splend)our"),
+    (lazy_compile(r"^(\w{2,})is(e|es|ed|ing|ation|ations|er|ers)$"), r"\1iz\2"),  # authorise, recognised
+    (lazy_compile(r"^(\w+)ys(e|es|ed|ing)$"), r"\1yz\2"),  # analyse
+    (lazy_compile(r"^(col|fav|behavi|hon|lab|neighb|flav|hum|harb|rum|sav|arm|vap|endeav|rig|od|val|cand|splend)our"),
      r"\1or"),  # colour, favourite
-    (re.compile(r"^(cancel|label|travel|model|fuel|total|signal|counsel|level|channel|dial|equal|marvel|tunnel"
+    (lazy_compile(r"^(cancel|label|travel|model|fuel|total|signal|counsel|level|channel|dial|equal|marvel|tunnel"
                 r"|quarrel|rival|initial|jewel)l(ed|ing|er|ers)$"), r"\1\2"),  # cancelled, labelled
 )
 
@@ -135,7 +137,7 @@ def name_tokens(name: str) -> tuple[str, ...]:
     return tuple(tokens_of(name))
 
 
-_ANSWER_PREFIX = re.compile(
+_ANSWER_PREFIX = lazy_compile(
     r"^(?:(?:the|my|your|final|correct|best)\s+)*(?:answer|choice|option|letter|réponse|antwort|respuesta)\b"
     r"\s*(?:is\b|would\s+be\b|est\b|ist\b|es\b|[:=\-])?\s*:?\s*",
     re.IGNORECASE,

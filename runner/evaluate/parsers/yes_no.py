@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from runner.evaluate.parsers.lazy import lazy_compile
+
 from .parsed import Parsed, Reason
 from .refusals import is_none_of_them, is_refusal
 from .statements import stated_answer
@@ -35,22 +37,22 @@ _OTHER_WORDS: dict[str, dict[str, bool]] = {
                           "不对": False, "不對": False, "正しくない": False, "間違い": False, "誤り": False},
 }
 #: hyphenated answers, made one word before reading ("Uh-huh" is yes, "Uh-uh" no)
-_HYPHENATED = re.compile(r"\b(?:uh-huh|mm-hmm|uh-uh|nuh-uh)\b(?!-)", re.IGNORECASE)
+_HYPHENATED = lazy_compile(r"\b(?:uh-huh|mm-hmm|uh-uh|nuh-uh)\b(?!-)", re.IGNORECASE)
 _NEGATORS = frozenset({"not", "never", "hardly", "cannot", "neither", "nor"})
 #: a negation reaches no further than its clause: punctuation, a dash or a hyphen between spaces ("Not bad - correct")
-_YES_NO_CLAUSE = re.compile(r"[.,;:!?\n\u2013\u2014]|\s-+\s")
+_YES_NO_CLAUSE = lazy_compile(r"[.,;:!?\n\u2013\u2014]|\s-+\s")
 #: words after which a leading "no" is the answer, not a determiner ("No it isn't" but "No issues")
 _NO_ANSWERS = frozenset(
     "it it's its this that these those the a an i i'm i'd there there's they he she we you not because since but as "
     "so definitely absolutely certainly never way sir way".split()
 )
 #: a negation standing for the negative answer: "Absolutely not.", "Not at all", "Not really"
-_BARE_NOT = re.compile(
+_BARE_NOT = lazy_compile(
     r"(?:(?:absolutely|definitely|certainly|of\s+course|surely|clearly)\s+)?not(?:\s+(?:really|at\s+all|quite))?!?",
     re.IGNORECASE,
 )
-_ASKED = re.compile(r"[^.!\n?]*\?")  # the rest of the sentence is a question ("Correct or incorrect? ...")
-_HEDGE_GAP = re.compile(r"\s*(?:/|,?\s*(?:or|and|nor|oder|und|ou|et|o|y|maybe|perhaps)\b)\s*", re.IGNORECASE)
+_ASKED = lazy_compile(r"[^.!\n?]*\?")  # the rest of the sentence is a question ("Correct or incorrect? ...")
+_HEDGE_GAP = lazy_compile(r"\s*(?:/|,?\s*(?:or|and|nor|oder|und|ou|et|o|y|maybe|perhaps)\b)\s*", re.IGNORECASE)
 
 
 def _family_words(family: str | tuple[str, str] | None, foreign: bool = False) -> dict[str, bool]:
