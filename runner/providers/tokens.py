@@ -37,11 +37,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import tiktoken
-
 from .base import provider_class
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # tiktoken (12 ms) is imported when an encoding is first built: not for a sim: run
+    import tiktoken
+
     from .base import Provider
 
 __all__ = ["bound_call_tokens", "bound_input_tokens", "bound_text_tokens", "count_call_tokens", "count_input_tokens",
@@ -133,6 +133,8 @@ def _load(name: str) -> tiktoken.Encoding:
         raise RuntimeError(f"the tiktoken file for {name} is missing from {DATA_DIR}; reinstall the runner") from exc
     if hashlib.sha256(data).hexdigest() != SHIPPED[name]:
         raise RuntimeError(f"the tiktoken file for {name} in {DATA_DIR} is damaged; reinstall the runner")
+    import tiktoken
+
     return tiktoken.Encoding(**_parameters(name, _ranks(data)))
 
 
@@ -161,6 +163,8 @@ def _parameters(name: str, ranks: dict[bytes, int]) -> dict[str, Any]:
 @functools.cache
 def model_encoding(model: str) -> tuple[tiktoken.Encoding, bool]:
     """The encoding of an OpenAI model, and whether tiktoken knows the model (else the fallback is used)."""
+    import tiktoken
+
     try:
         name = tiktoken.encoding_name_for_model(model)
     except KeyError:
