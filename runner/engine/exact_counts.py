@@ -189,8 +189,9 @@ class ExactCounts:
             if gate.off is not None:  # turned off while this count waited for its slot
                 endpoint.slots.release()
                 return None
+            taken = None
             try:
-                await endpoint.ready()
+                taken = await endpoint.ready()
                 tokens = await provider.count_tokens(model, request)
             except RateLimited as exc:
                 limited += 1
@@ -216,6 +217,8 @@ class ExactCounts:
                 gate.failures = gate.failed_tries = 0
                 return tokens
             finally:
+                if taken is not None:
+                    endpoint.arrived(taken)  # (runner/engine/limits.py: Bucket)
                 endpoint.answered()
                 endpoint.slots.release()
             break

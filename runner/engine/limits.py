@@ -4,7 +4,10 @@ An endpoint is provider + key + model: two models of one provider do not share l
 
 - token buckets for requests, tokens, input tokens and output tokens per minute. A bucket starts from the
   job's configured value, or from the first response's rate-limit headers when the job sets none; headers
-  keep it in step with the server afterwards (its ``remaining``), and a configured value stays the ceiling;
+  keep it in step with the server afterwards (its ``remaining``), and a configured value stays the ceiling.
+  What a request took is counted as not yet at the server until its attempt ends (:class:`Bucket`): a server's
+  bucket that is full refills nothing until the request arrives, so refill counted while it is on its way (a
+  stalled event loop, a burst still being sent) is refill the server never had;
 - a pause shared by every request after a 429, for its Retry-After;
 - a bound on the requests in flight. Where a request limit is known (configured or from headers) it follows
   Little's law: the rate the buckets allow times the mean answer latency, with headroom, plus what they hold
@@ -44,10 +47,31 @@ RISE = 1.5
 RESERVED_FILES = 256
 
 
-class Bucket:
-    """A token bucket: ``capacity`` per minute, refilled continuously. ``take`` waits until it can."""
+#: seconds after which a request taken from a bucket and still unanswered is counted as at the server (see Bucket)
+HORIZON = 10.0
 
-    __slots__ = ("_clock", "_sleep", "capacity", "ceiling", "full", "level", "rate", "share", "stamp")
+
+class Bucket:
+    """A token bucket: ``capacity`` per minute, refilled continuously. ``take`` waits until it can.
+
+    The server counts a request when it arrives, and its bucket, like ours, never holds more than its capacity. So
+    while a request we took is on its way, the server's bucket may still be full and refill nothing: a burst taken
+    at once from a full bucket but sent over two seconds (a loaded machine, three endpoints' bursts built by one
+    event loop), or requests taken just before the loop stalled, would let us count two seconds' refill the server
+    never had, and the steady pace after the burst then overdraws the server's bucket by that much (the 429s of
+    bench/pooled.py under load, issue 38). Hence the bucket never refills past ``capacity`` less what is
+    ``held``: taken by requests whose attempts have not ended (:meth:`arrived`; an answer, even a 429, proves the
+    request reached the server, and an attempt that ended otherwise will not reach it any more), nor are younger
+    than ``HORIZON`` seconds. That is the server's bucket if every such request arrived as late as it could,
+    which is the worst case for what the server has left (a later arrival can only lose more refill at its cap).
+    In steady state this never binds (held is the rate times the answer latency, at most ``HORIZON`` seconds of
+    refill, a sixth of the bucket, and the bucket holds next to nothing); after a burst from a full bucket it
+    withholds the refill of the time until the burst's first answers come (at most ``HORIZON``). A stall of more
+    than ``HORIZON`` seconds between the limiter and the server could still overdraw it, by the refill of the
+    excess less the margin."""
+
+    __slots__ = ("_clock", "_sleep", "capacity", "ceiling", "full", "held", "holds", "level", "rate", "share",
+                 "stamp")
 
     def __init__(self, capacity: float, *, ceiling: float | None = None, clock: Callable[[], float],
                  sleep: Callable[[float], object], share: float = 1.0) -> None:
@@ -61,12 +85,30 @@ class Bucket:
         self._clock = clock
         self._sleep = sleep
         self.stamp = clock()
+        #: what requests on their way took, oldest first: [amount (0 once arrived), when taken]
+        self.holds: deque[list[float]] = deque()
+        #: the sum of the holds' amounts
+        self.held = 0.0
 
     def _refill(self) -> float:
         now = self._clock()
-        self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
-        self.stamp = now
+        holds = self.holds
+        while holds and (not holds[0][0] or holds[0][1] + HORIZON <= now):
+            hold = holds.popleft()
+            if hold[0]:  # unanswered for HORIZON seconds: at the server's count from then on
+                self._advance(hold[1] + HORIZON)
+                self.held -= hold[0]
+                hold[0] = 0.0
+        if not holds:
+            self.held = 0.0  # no float residue
+        self._advance(now)
         return now
+
+    def _advance(self, now: float) -> None:
+        """Refill up to ``now``, never past the capacity less what is held (each hold's end is applied at its
+        own time: the refill before it is capped as it was then)."""
+        self.level = min(self.capacity - self.held, self.level + max(0.0, now - self.stamp) * self.rate)
+        self.stamp = max(self.stamp, now)
 
     def available(self) -> float:
         """What the bucket holds now."""
@@ -80,15 +122,28 @@ class Bucket:
         refill of that delay. Half a second's refill, at most 5 % of the bucket; the pace is unchanged."""
         return min(self.rate * 0.5, self.capacity * 0.05)
 
-    async def take(self, amount: float) -> None:
+    async def take(self, amount: float) -> list[float]:
+        """Take ``amount`` once the bucket holds it and the margin; the hold to hand to :meth:`arrived` when the
+        request's attempt ends."""
         amount = min(amount, self.capacity - self.margin)  # a request larger than the bucket still goes, alone
         while True:
-            self._refill()
+            now = self._refill()
             short = amount + self.margin - self.level
             if short <= 1e-9:  # float sums of refills may fall short by an ulp
                 self.level -= amount
-                return
+                hold = [amount, now]
+                self.holds.append(hold)
+                self.held += amount
+                return hold
             await self._sleep(max(short / self.rate, 1e-3))
+
+    def arrived(self, hold: list[float]) -> None:
+        """The attempt that took ``hold`` ended: what it took is at the server's count (or never will be)."""
+        if hold[0]:
+            self._refill()  # the refill until now, capped as it was while the request was on its way
+            if hold[0]:  # (not counted as arrived by the horizon meanwhile)
+                self.held -= hold[0]
+                hold[0] = 0.0
 
     def resize(self, limit: int) -> None:
         """The server announced its limit: adopt it, below the configured ceiling."""
@@ -114,6 +169,12 @@ class Bucket:
         believe more than our own count: other clients may share the key, and we may have sent more since."""
         self._refill()
         self.level = min(self.level, remaining * self.share + age * self.rate)
+
+
+#: what one attempt took from an endpoint's buckets: (bucket, its hold) each
+Taken = list[tuple[Bucket, list[float]]]
+#: what an endpoint with no buckets takes
+NOTHING: Taken = []
 
 
 class Slots:
@@ -304,22 +365,35 @@ class Endpoint:
     def pause(self, seconds: float) -> None:
         self.paused_until = max(self.paused_until, self._clock() + seconds)
 
-    async def ready(self, input_tokens: int = 0, output_tokens: int = 0) -> None:
-        """Wait out any pause, then take one request and the request's tokens from the buckets."""
+    async def ready(self, input_tokens: int = 0, output_tokens: int = 0) -> Taken:
+        """Wait out any pause, then take one request and the request's tokens from the buckets. What was taken
+        goes to :meth:`arrived` when the attempt ends, however it ends (see :class:`Bucket`)."""
         while (wait := self.paused_until - self._clock()) > 0:
             await self._sleep(wait)
         buckets = self.buckets
         if not buckets:
-            return
+            return NOTHING
         per_request = self.per_request
-        for kind, amount in (("requests", 1), ("tokens", input_tokens + output_tokens),
-                             ("input_tokens", input_tokens), ("output_tokens", output_tokens)):
-            bucket = buckets.get(kind)
-            if bucket is not None and amount > 0:
-                if kind != "requests":
-                    mean = per_request.get(kind)
-                    per_request[kind] = amount if mean is None else mean + LATENCY_WEIGHT * (amount - mean)
-                await bucket.take(amount)
+        taken: Taken = []
+        try:
+            for kind, amount in (("requests", 1), ("tokens", input_tokens + output_tokens),
+                                 ("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+                bucket = buckets.get(kind)
+                if bucket is not None and amount > 0:
+                    if kind != "requests":
+                        mean = per_request.get(kind)
+                        per_request[kind] = amount if mean is None else mean + LATENCY_WEIGHT * (amount - mean)
+                    taken.append((bucket, await bucket.take(amount)))
+        except BaseException:  # cancelled while waiting for a later bucket: nothing is sent
+            self.arrived(taken)
+            raise
+        return taken
+
+    @staticmethod
+    def arrived(taken: Taken) -> None:
+        """The attempt that took ``taken`` (:meth:`ready`) ended: answered, refused, or never to reach the server."""
+        for bucket, hold in taken:
+            bucket.arrived(hold)
 
     def answered(self) -> None:
         """An answer (or an error) came back: after the endpoint's first, let the others go."""

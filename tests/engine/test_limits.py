@@ -10,10 +10,12 @@ import asyncio
 
 import pytest
 
-from runner.engine.limits import Bucket, Endpoint, Slots
+from runner.engine.limits import HORIZON, Bucket, Endpoint, Slots
 from runner.providers.anthropic_messages import anthropic_rate
 from runner.providers.base import RateWindow
 from runner.providers.openai_chat import duration_seconds, openai_rate
+from simserver.buckets import Bucket as ServerBucket
+from simserver.buckets import why_blocked
 
 
 class FakeClock:
@@ -39,20 +41,104 @@ async def test_a_bucket_admits_its_capacity_less_a_margin_then_its_per_minute_ra
     b = bucket(600, clock)
     assert b.margin == pytest.approx(5.0)  # half a second of refill, kept back for delays on the way
     for _ in range(595):
-        await b.take(1)
+        b.arrived(await b.take(1))  # each answered at once: at the server's count
     assert clock.now == 0.0  # a full bucket lets a burst of its size through
     for _ in range(10):
-        await b.take(1)
+        b.arrived(await b.take(1))
     assert clock.now == pytest.approx(1.0)  # then 600 per minute: ten in one second
 
 
 async def test_a_request_larger_than_the_bucket_waits_for_a_full_bucket_and_goes_alone():
     clock = FakeClock()
     b = bucket(60, clock)
-    await b.take(60)
+    b.arrived(await b.take(60))
     assert clock.now == 0.0
     await b.take(1000)
     assert clock.now == pytest.approx(60.0 - b.margin)  # refilled to the brim, less the margin kept back
+
+
+class Wire:
+    """The way from a client's bucket to the simulated server's (simserver/buckets.py), on one fake clock: each
+    request taken reaches the server ``delay`` s after it was taken (or when a stalled event loop runs again, at
+    ``stalled_until``), is answered ``latency`` s later, and its hold is given back then, as the sender does."""
+
+    def __init__(self, rpm: int, *, stalled_until: float = 0.0, delay: float = 0.01, latency: float = 0.2) -> None:
+        self.clock = FakeClock()
+        self.client = Bucket(rpm, clock=self.clock, sleep=self.sleep)
+        self.rpm, self.stalled_until, self.delay, self.latency = rpm, stalled_until, delay, latency
+        self.arrivals: list[float] = []
+        self.answers: list[tuple[float, list[float]]] = []
+
+    async def sleep(self, seconds: float) -> None:  # the answers due meanwhile come back at their times
+        end = self.clock.now + seconds
+        for due in sorted((a for a in self.answers if a[0] <= end), key=lambda a: a[0]):
+            self.clock.now = max(self.clock.now, due[0])
+            self.client.arrived(due[1])
+            self.answers.remove(due)
+        self.clock.now = end
+        await asyncio.sleep(0)
+
+    async def send(self, until: float) -> int:
+        """Take and send requests as fast as the client's bucket allows until ``until``; how many went."""
+        sent = 0
+        while self.clock.now < until:
+            hold = await self.client.take(1)
+            arrives = max(self.clock.now, self.stalled_until) + self.delay
+            self.arrivals.append(arrives)
+            self.answers.append((arrives + self.latency, hold))
+            sent += 1
+        return sent
+
+    def refused(self) -> int:
+        """The server's 429s: its bucket, made at the first arrival (as simserver makes it), counts each arrival."""
+        arrivals = sorted(self.arrivals)
+        server, refused = ServerBucket("requests", self.rpm, arrivals[0]), 0
+        for moment in arrivals:
+            server.refill(moment)
+            if why_blocked([server], 0, 0) is not None:
+                refused += 1
+            else:
+                server.level -= 1
+        return refused
+
+
+@pytest.mark.parametrize("stall", [0.0, 2.0, HORIZON - 1])
+async def test_a_burst_that_reaches_the_server_late_does_not_overdraw_its_bucket(stall: float):
+    # Issue 38: a full bucket's burst is taken at once, but the event loop stalls (a loaded machine, three endpoints'
+    # bursts built by one loop) and the requests reach the server only ``stall`` s later. The server's bucket is
+    # full until then and refills nothing; a client that counted refill meanwhile overdrew it by that refill less
+    # its margin once it went on at the limit's pace (25 x 429 of 1,000 RPM after a 2 s stall before the fix).
+    wire = Wire(1000, stalled_until=stall)
+    sent = await wire.send(until=stall + 20.0)
+    assert wire.refused() == 0, (f"the server refused {wire.refused()} of {sent} requests sent at the client's "
+                                 f"pace after a {stall:g} s stall: the client counted refill the server never had")
+    # the price: the refill of the stall and of one latency after it, once; the pace is the limit's after that
+    assert sent >= 1000 - wire.client.margin + (20.0 - wire.latency - wire.delay) * 1000 / 60 - 2
+
+
+async def test_answers_slower_than_the_horizon_keep_the_limits_pace():
+    # A request unanswered HORIZON s after it was taken counts as at the server: answers of two minutes do not
+    # hold back the steady pace (what is held stays at most HORIZON s of refill).
+    wire = Wire(1000, latency=120.0)
+    before = await wire.send(until=30.0)
+    during = await wire.send(until=90.0)
+    assert wire.refused() == 0
+    assert during == pytest.approx(1000, abs=2), (f"{during} requests went in the minute after the burst's first "
+                                                  "30 s; the limit's pace is 1,000 a minute")
+    assert before >= 1000 - wire.client.margin  # the burst itself
+
+
+async def test_a_request_cancelled_while_waiting_for_a_later_bucket_gives_back_its_hold():
+    clock = FakeClock()
+    endpoint = Endpoint("e", concurrency=8, rpm=600, otpm=100, clock=clock, sleep=clock.sleep)
+    endpoint.arrived(await endpoint.ready(output_tokens=100))
+    waiting = asyncio.ensure_future(endpoint.ready(output_tokens=50))  # took a request, waits for output tokens
+    await asyncio.sleep(0)
+    assert endpoint.buckets["requests"].held == 1
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert endpoint.buckets["requests"].held == 0, "a request never sent still holds its take"
 
 
 async def test_headers_shrink_a_bucket_but_never_past_the_configured_ceiling():
@@ -143,7 +229,7 @@ async def test_input_and_output_tokens_are_taken_from_their_own_buckets():
     clock = FakeClock()
     endpoint = Endpoint("e", concurrency=8, itpm=1000, otpm=100, clock=clock, sleep=clock.sleep)
     assert endpoint.counts_tokens
-    await endpoint.ready(input_tokens=10, output_tokens=100)
+    endpoint.arrived(await endpoint.ready(input_tokens=10, output_tokens=100))
     assert clock.now == 0.0
     await endpoint.ready(input_tokens=10, output_tokens=50)  # the output bucket is empty: 30 s for 50
     assert clock.now == pytest.approx(30.0)
