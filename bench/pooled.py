@@ -3,6 +3,7 @@
 providers' prompt-cache reads, and a run that loses one of them.
 
     python bench/pooled.py [--rpm 1000] [--window 60] [--latency 0.2] [--part all|rate|cache|outage]
+                           [--stall SECONDS [--stall-after 900]]
 
 Each endpoint is a simulated server in its own process (``python -m simserver``), its RPM limit a token bucket (a
 minute's worth may burst, then the limit per minute, refilled continuously), as OpenAI's and Anthropic's are. The
@@ -10,7 +11,9 @@ runner runs in this process. Three parts:
 
 1. ``rate``: three endpoints of ``--rpm`` each (the job says so: ``providers: {sim: {rpm:}, sim:b: ..., sim:c:
    ...}``). The rate of answers of the three servers together, over ``--window`` seconds of steady state (from 5 s
-   after the three bursts are spent), and the 429s over the whole run.
+   after the three bursts are spent), and the 429s over the whole run. ``--stall S`` blocks the runner's event loop
+   for S seconds once, after its ``--stall-after``-th request was taken from the endpoints' buckets (while the bursts
+   are on their way): what a loaded machine does by chance, on purpose (issue 38's 429s).
 2. ``cache``: groups of questions sharing a 6,000-token prefix (a story), sent once to one endpoint and once to the
    pool of three: the share of input tokens the servers read from their prompt caches, each way.
 3. ``outage``: three endpoints, one killed (SIGKILL) once the three bursts are spent and a fifth of the rest is
@@ -46,6 +49,25 @@ from runner.store import open_store  # noqa: E402
 MODEL = "sim:gpt-4o"
 LABELS = ("sim", "sim:b", "sim:c")
 SETTLE = 5.0  # seconds after the bursts before the window opens
+
+
+def stall_once(after: int, seconds: float) -> None:
+    """Block the event loop for ``seconds`` once, right after the ``after``-th take from any endpoint's bucket:
+    the requests taken so far reach their servers only when it runs again."""
+    from runner.engine.limits import Bucket
+
+    take = Bucket.take
+    taken = 0
+
+    async def stalling(self: Bucket, amount: float) -> Any:
+        nonlocal taken
+        hold = await take(self, amount)
+        taken += 1
+        if taken == after:
+            time.sleep(seconds)  # the stall: nothing else runs meanwhile
+        return hold
+
+    Bucket.take = stalling  # type: ignore[method-assign]
 
 
 def write_job(folder: Path, urls: list[str], rows: list[dict[str, Any]], *, settings: dict[str, Any],
@@ -219,7 +241,11 @@ def main() -> None:
     parser.add_argument("--per-group", type=int, default=20)
     parser.add_argument("--outage-requests", type=int, default=4500)
     parser.add_argument("--part", choices=["all", "rate", "cache", "outage"], default="all")
+    parser.add_argument("--stall", type=float, default=0.0, help="block the event loop this long once (rate part)")
+    parser.add_argument("--stall-after", type=int, default=900, help="... after this many requests were taken")
     args = parser.parse_args()
+    if args.stall > 0:
+        stall_once(args.stall_after, args.stall)
     if args.part in ("all", "rate"):
         asyncio.run(rate(args.rpm, args.window, args.latency))
     if args.part in ("all", "cache"):
