@@ -29,10 +29,10 @@ LIST = ROOT / "tests" / "slow_by_time.txt"
 _DURATION = re.compile(r"^\s*([\d.]+)s (setup|call|teardown)\s+(\S.*?)(?:@\w+)?\s*$")
 
 HEADER = """\
-# Tests the fast path (`python -m pytest -m "not slow"`) leaves to the whole suite for their time alone: each took
-# more than {over:g} s (set-up, call and tear-down) in a fast-path run on this project's 2-core machine. tests/conftest.py
-# marks them `slow`; the whole suite runs them as before. Written by `python scripts/slow_by_time.py` (its docstring
-# says how); edit by running it again, not by hand. Seconds, then the test's id.
+# Tests the fast path (`python -m pytest -m "not slow"`) leaves to the whole suite for their time alone: each
+# took more than {over:g} s (set-up, call and tear-down) in a fast-path run on this project's 2-core machine.
+# tests/conftest.py marks them `slow`; the whole suite runs them as before. Written by `python
+# scripts/slow_by_time.py` (its docstring says how); renew it by running that again. Seconds, then the test's id.
 """
 
 
