@@ -9,7 +9,7 @@ The lean wire, because importing the SDK costs about 3.3 s of CPU (3,600 modules
 the body of :meth:`AnthropicProvider.request_of`, its sampling fields at the top level as the SDK's ``extra_body``
 put them, and ``GET {base}/v1/models/{model}`` for the probe; ``x-api-key`` and the pinned ``anthropic-version``
 headers; the base the job's ``base_url``, else ANTHROPIC_BASE_URL, else https://api.anthropic.com (no ``/v1``: the
-SDK's convention). A non-2xx answer is mapped by one function on both paths (:func:`status_error`).
+SDK's convention). A non-2xx answer is mapped by one function on both paths (``anthropic_errors.status_error``).
 
 The SDK where a proxy applies, because the lean wire speaks to no proxy and the SDK's client does (httpx reads
 HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY). The rule (``lean_or_sdk.proxied``): the standard library's
@@ -28,24 +28,16 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
-from runner.errors import (
-    AuthError,
-    BadRequest,
-    ModelSetupError,
-    ProviderError,
-    QuotaExceeded,
-    RateLimited,
-    Refused,
-    TransientError,
-)
+from runner.errors import ModelSetupError, ProviderError, Refused, TransientError
 
 from . import capabilities
-from .answer_bounds import bounds_of, surfaced
+from .answer_bounds import bounds_of
+from .anthropic_errors import error_words, status_error, transport_errors
 from .base import CacheMarks, Completion, Provider, ProviderSettings, RateWindow, http_limits, register
 from .lean_or_sdk import LeanOrSDK, proxied
 from .tls import shared_context
 from .token_counts import messages_count_request, read_count, with_estimate_margin
-from .wire import quoted, retry_after_seconds, words
+from .wire import quoted, words
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: discovering the providers must stay light
     import anthropic
@@ -153,32 +145,6 @@ def _thinking(caps: capabilities.ModelCaps | None, reasoning: Mapping[str, Any]
         return {"type": "enabled", "budget_tokens": sent}, None
     # adaptive thinking returns no thinking text unless asked for a summary
     return {"type": "adaptive", "display": "summarized"}, effort
-
-
-def error_words(body: Any) -> tuple[str, str]:
-    """(type, message) of an error answer's body, ``{"type": "error", "error": {"type", "message"}}`` (as the SDK
-    keeps it: the JSON parsed, else the text); empty strings where it has none."""
-    body = body if isinstance(body, dict) else {}
-    inner = body.get("error") if isinstance(body.get("error"), dict) else {}
-    return str(inner.get("type") or ""), str(inner.get("message") or "")
-
-
-def status_error(where: str, key_variable: str, status: int, body: Any,
-                 headers: Mapping[str, str] | None) -> ProviderError:
-    """The runner's error for a non-2xx answer, the same on the SDK path (its ``APIStatusError``: the SDK picks
-    its class by the status alone for 401, 403 and 429) and the lean wire's. Messages are our own: a 401's text
-    may quote part of the key."""
-    if status == 429:
-        return RateLimited(f"{where}: rate limited (429)", retry_after=retry_after_seconds(headers))
-    if status in (401, 403):
-        return AuthError(f"{where}: the key was refused ({status}); check the variable {key_variable}", status=status)
-    kind, message = error_words(body)
-    if status == 402 or kind == "billing_error" or "credit balance" in message.lower():
-        return QuotaExceeded(f"{where}: the account's credit is exhausted ({status}); add credit or change the key")
-    if status >= 500 or status in (408, 409):  # 529 is overloaded_error
-        return TransientError(f"{where}: server error {status} {kind}".rstrip(), status=status)
-    # the provider's words: what to fix is in the message ("temperature: ... not supported ...")
-    return BadRequest(f"{where}: request rejected ({words(status, kind, None, None, message)})", status=status)
 
 
 @register
@@ -411,43 +377,3 @@ class AnthropicProvider(LeanOrSDK["anthropic.AsyncAnthropic"], Provider):
         except anthropic.APIStatusError as exc:  # one mapping with the lean wire's (status_error)
             raise status_error(where, self.key_variable, exc.status_code, exc.body, exc.response.headers) from exc
 
-
-@contextlib.contextmanager
-def transport_errors(where: str, timeout: float) -> Iterator[None]:
-    """What the anthropic SDK's clients (direct, on Bedrock, on Vertex) raise when no answer came back: a timeout, a
-    dropped connection, a body that is not JSON; each a retryable ``TransientError``. Status errors are each
-    caller's: the APIs word them differently."""
-    import aiohttp
-    import anthropic
-
-    with surfaced(where):
-        try:
-            yield
-        except anthropic.APITimeoutError as exc:
-            # anthropic before 2.10: its aiohttp transport reported every failed connection (a refused one too) as
-            # a connect timeout; 2.10 on, as a connection error
-            if (failed := _connection_failure(exc)) is not None:
-                raise TransientError(f"{where}: connection failed ({type(failed).__name__})",
-                                     error_class="connection") from exc
-            raise TransientError(f"{where}: timed out after {timeout:g} s", error_class="timeout") from exc
-        except anthropic.APIConnectionError as exc:
-            raise TransientError(f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})",
-                                 error_class="connection") from exc
-        except anthropic.APIResponseValidationError as exc:
-            raise TransientError(f"{where}: the response was not valid JSON",
-                                 error_class="malformed_response") from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
-                                 error_class="connection") from exc
-
-
-def _connection_failure(exc: BaseException) -> BaseException | None:
-    """The aiohttp error under ``exc`` (its chain of causes) that is a failed connection, not a timeout; or None."""
-    import aiohttp
-
-    cause = exc.__cause__
-    while cause is not None:
-        if isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(cause, TimeoutError):
-            return cause
-        cause = cause.__cause__
-    return None

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import AuthError, TransientError
 
 from .answer_bounds import bounds_of
-from .anthropic_messages import AnthropicProvider, transport_errors
+from .anthropic_errors import transport_errors
+from .anthropic_messages import AnthropicProvider
 from .base import Completion, ProviderSettings, http_limits
 from .bedrock import CREDENTIAL_HELP
 from .bedrock_ids import claude_name, foundation_model
