@@ -9,7 +9,8 @@ A model's price comes from the first of these that has it:
 3. nothing: a model of a paid provider (``openai``, ``anthropic``, ``gemini``) that genai-prices does not list is
    unknown: ``known()`` says so and ``cost()``/``worst_case()`` raise ``UnknownPrice``. Models of every other
    provider (``local``, ``sim``, ``openai-compatible``, test providers) are free unless the job prices them, so a
-   new paid provider must set its class's ``price_id`` (``PROVIDER_IDS`` is read from the registry).
+   new paid provider must set its class's ``price_id`` (``PROVIDER_IDS``, runner/providers/price_ids.py, is read
+   from the registry).
 
 Usage is counted as the providers report it (after normalisation by ``providers/``): ``input_tokens`` are all
 input tokens, of which ``cached_tokens`` were read from the prompt cache and ``cache_write_tokens`` written to it;
@@ -24,7 +25,7 @@ Amounts are floats in USD at full precision; round them only for display (``to_c
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -33,6 +34,8 @@ from typing import TYPE_CHECKING
 
 from runner.errors import RunnerError
 
+from .price_ids import PROVIDER_IDS
+
 if TYPE_CHECKING:  # genai-prices (with httpx) is imported when a price is first looked up: not at every start
     from genai_prices.types import ModelInfo, ModelPrice, TieredPrices
 
@@ -40,7 +43,6 @@ if TYPE_CHECKING:  # genai-prices (with httpx) is imported when a price is first
     from runner.spec.settings import Price
 
 __all__ = [
-    "PROVIDER_IDS",
     "STORAGE_PER_HOUR",
     "Pricing",
     "Rates",
@@ -48,37 +50,6 @@ __all__ = [
     "format_usd",
     "to_cents",
 ]
-
-class _ProviderIds(Mapping[str, str]):
-    """Our provider names -> genai-prices' provider ids, read from the registered provider classes'
-    ``price_id`` whenever it is asked (a provider registered later is seen; an alias resolves to its provider)."""
-
-    def __getitem__(self, name: str) -> str:
-        from .base import provider_class
-
-        price_id = provider_class(name).price_id
-        if price_id is None:
-            raise KeyError(name)
-        return price_id
-
-    def _ids(self) -> dict[str, str]:
-        from .base import provider_class, provider_names
-
-        return {name: cls.price_id for name in provider_names() if (cls := provider_class(name)).price_id}
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._ids())
-
-    def __len__(self) -> int:
-        return len(self._ids())
-
-    def __repr__(self) -> str:
-        return f"PROVIDER_IDS({self._ids()!r})"
-
-
-#: the paid providers: our provider names -> genai-prices' provider ids. Every other provider is free unless the
-#: job prices its models, so a provider that bills must set ``price_id`` (or its models be priced in the job).
-PROVIDER_IDS: Mapping[str, str] = _ProviderIds()
 
 JOB_PRICES = "job prices:"
 PER = 1_000_000  # rates are USD per this many tokens

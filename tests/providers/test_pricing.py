@@ -13,7 +13,7 @@ from genai_prices import Usage, calc_price
 from genai_prices.data_snapshot import get_snapshot
 from genai_prices.types import TieredPrices
 
-from runner.providers import pricing
+from runner.providers import price_ids, pricing
 from runner.providers.pricing import Pricing, UnknownPrice, format_usd, to_cents
 from runner.spec.schema import Job
 from runner.spec.settings import Price
@@ -27,7 +27,7 @@ TIERED = ["gemini:gemini-2.5-pro", "gemini:gemini-1.5-pro", "anthropic:claude-so
 def _package_usd(model: str, **usage: int) -> float:
     """What genai-prices itself charges for this usage."""
     provider, _, model_id = model.partition(":")
-    result = calc_price(Usage(**usage), model_id, provider_id=pricing.PROVIDER_IDS[provider])
+    result = calc_price(Usage(**usage), model_id, provider_id=price_ids.PROVIDER_IDS[provider])
     return float(result.total_price)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from runner.errors import ModelSetupError
-from runner.providers import base, pricing, tokens
+from runner.providers import base, price_ids, tokens
 from runner.providers.base import Provider, ProviderSettings, provider_class, provider_names, register, unregister
 from tests.helpers import ROOT
 
@@ -108,7 +108,7 @@ def test_every_bundled_provider_is_an_entry_point_of_this_package() -> None:
         assert (cls.name, cls.__module__, cls.__qualname__) == (name, module, attribute)
     with pytest.raises(KeyError, match="unknown provider 'nosuch'"):
         provider_class("nosuch")
-    assert {name: pricing.PROVIDER_IDS.get(name) for name in ("openai", "anthropic", "gemini", "sim", "local")} \
+    assert {name: price_ids.PROVIDER_IDS.get(name) for name in ("openai", "anthropic", "gemini", "sim", "local")} \
         == {"openai": "openai", "anthropic": "anthropic", "gemini": "google", "sim": None, "local": None}
 
 
@@ -149,7 +149,7 @@ def test_a_new_provider_is_one_class_and_one_entry_point(foo_plugin: Path) -> No
     # token counting and prices come from the class
     messages = [{"role": "user", "content": "hi"}]
     assert tokens.count_input_tokens("foo", "m", messages) == 1001 and tokens.exact("foo", "m")
-    assert pricing.PROVIDER_IDS["foo"] == "mistral" and pricing.PROVIDER_IDS["foo-alias"] == "mistral"
+    assert price_ids.PROVIDER_IDS["foo"] == "mistral" and price_ids.PROVIDER_IDS["foo-alias"] == "mistral"
 
 
 def test_a_plug_ins_own_setting_is_known_before_its_class_is_loaded(foo_plugin: Path) -> None:
