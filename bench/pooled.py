@@ -54,7 +54,7 @@ SETTLE = 5.0  # seconds after the bursts before the window opens
 def stall_once(after: int, seconds: float) -> None:
     """Block the event loop for ``seconds`` once, right after the ``after``-th take from any endpoint's bucket:
     the requests taken so far reach their servers only when it runs again."""
-    from runner.engine.limits import Bucket
+    from runner.engine.buckets import Bucket
 
     take = Bucket.take
     taken = 0

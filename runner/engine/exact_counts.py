@@ -218,7 +218,7 @@ class ExactCounts:
                 return tokens
             finally:
                 if taken is not None:
-                    endpoint.arrived(taken)  # (runner/engine/limits.py: Bucket)
+                    endpoint.arrived(taken)  # (runner/engine/buckets.py: Bucket)
                 endpoint.answered()
                 endpoint.slots.release()
             break

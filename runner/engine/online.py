@@ -138,7 +138,7 @@ class Sender:
             taken = await endpoint.ready(input_tokens(req), req.call.params.get("max_tokens") or 0)
         else:
             taken = await endpoint.ready()
-        try:  # until the attempt ends, what it took may not be at the server's count yet (limits.Bucket)
+        try:  # until the attempt ends, what it took may not be at the server's count yet (buckets.Bucket)
             if await self.leases.lost_lease_of(req):  # checked last before each attempt: after a stall, it may be
                 raise LeaseLost(req.item)  # another's
             marks = self.prompt_cache.marks(req) if req.call.pairs is None else None

@@ -10,7 +10,8 @@ import asyncio
 
 import pytest
 
-from runner.engine.limits import HORIZON, Bucket, Endpoint, Slots
+from runner.engine.buckets import HORIZON, Bucket
+from runner.engine.limits import Endpoint, Slots
 from runner.providers.anthropic_messages import anthropic_rate
 from runner.providers.base import RateWindow
 from runner.providers.openai_chat import duration_seconds, openai_rate
