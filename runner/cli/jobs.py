@@ -28,6 +28,7 @@ from runner.errors import RunnerError
 checks = later("runner.engine.checks")
 asyncio = later("asyncio")
 estimates = later("runner.report.estimate")
+estimate_views = later("runner.report.estimate_render")
 sizes = later("runner.report.sizing")
 tables = later("runner.report.tables")
 problems = later("runner.spec.problems")
@@ -84,7 +85,7 @@ def estimate(
     """Before a run, per stage and model: requests, cache hits, input tokens, output tokens (max and expected from
     history), and the cost range of what is left to send (and at Batch API prices). Needs no API key. With
     --detect or --halfwidth, also how many items the comparison or the accuracy needs, and what they cost."""
-    check_format(fmt, estimates.FORMATS)
+    check_format(fmt, estimate_views.FORMATS)
     sizing_asked = detect is not None or halfwidth is not None
     if sizing_asked:
         sizes.check_settings(detect=detect, halfwidth=halfwidth, alpha=alpha, power_=power)
@@ -94,7 +95,7 @@ def estimate(
     checks.check_loglikelihood(job)  # as submit refuses it: no estimate of what would not be sent
     store = open_db(db)
     found = estimates.estimate(job, store)
-    text = estimates.render(found, fmt)
+    text = estimate_views.render(found, fmt)
     if sizing_asked:
         sized = sizes.sizing(job, found, store, detect=detect, halfwidth=halfwidth, alpha=alpha, power_=power,
                              pilot=pilot)

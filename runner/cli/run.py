@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from runner.store import Store
 
 asyncio = later("asyncio")
-estimates = later("runner.report.estimate")
+estimate_views = later("runner.report.estimate_render")
 progress = later("runner.report.progress")
 
 __all__ = ["register", "resume", "submit", "work"]
@@ -134,7 +134,7 @@ def _shared(job: Job, store: Store, db: str | None, run_id: str | None, ray: str
 
 def _announce(submission: service.Submission) -> service.Submission:
     """A new run's estimate, then its refusal (exit 2), its --allow-partial line and its warnings."""
-    for line in estimates.summary_lines(submission.estimate):
+    for line in estimate_views.summary_lines(submission.estimate):
         say(line)
     submission.raise_if_refused()
     if submission.partial is not None:

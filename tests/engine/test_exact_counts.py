@@ -15,6 +15,7 @@ import pytest
 from runner.engine.exact_counts import AHEAD, ATTEMPTS, FAILURES_IN_A_ROW
 from runner.engine.run import execute
 from runner.report import estimate as estimates
+from runner.report import estimate_render
 from runner.spec.job import load_job
 from runner.spec.overrides import set_budget
 from runner.store import Store, open_store
@@ -180,7 +181,7 @@ async def test_the_estimate_labels_prompts_counted_before_exact_and_the_others_b
                                temperature=0.5))
     [group] = estimates.estimate(again, store).groups
     assert group.to_send == 15 and group.input_counted == 12 and not group.input_exact
-    text = estimates.render(estimates.estimate(again, store), "text")
+    text = estimate_render.render(estimates.estimate(again, store), "text")
     assert "(bound; 12 of 15 requests exact)" in text
     same = load_job(write_job(tmp_path / "same", server.root_url, CLAUDE, rows, usd=1000.0, temperature=0.5))
     est = estimates.estimate(same, store)
@@ -189,8 +190,8 @@ async def test_the_estimate_labels_prompts_counted_before_exact_and_the_others_b
 
     exact = sum(count_prompt_tokens([{"content": "Answer in a few words."}, {"content": q}]) for q in rows)
     assert group.input_exact and group.input_tokens == group.input_tokens_bound == exact
-    assert f"{exact:,} (exact)" in estimates.render(est, "text")
-    assert json.loads(estimates.render(est, "json"))["groups"][0]["input_counted"] == 12
+    assert f"{exact:,} (exact)" in estimate_render.render(est, "text")
+    assert json.loads(estimate_render.render(est, "json"))["groups"][0]["input_counted"] == 12
     off = load_job(write_job(tmp_path / "off", server.root_url, CLAUDE, rows, usd=1000.0, temperature=0.5,
                              count=False))
     [group] = estimates.estimate(off, store).groups

@@ -25,6 +25,7 @@ from runner.plan.stage import StagePlan
 from runner.providers.pricing import Pricing
 from runner.providers.tokens import bound_call_tokens
 from runner.report import estimate as estimates
+from runner.report import estimate_render
 from runner.report import summary as report
 from runner.spec.job import load_job
 from runner.store import Store, open_store
@@ -202,7 +203,7 @@ def test_the_estimate_prices_the_tier_and_says_from_where(tmp_path):
     assert group.cost_low == pytest.approx(group.input_tokens * flex.input / 1e6)
     assert group.cost_high == pytest.approx(group.input_tokens_bound * standard.input / 1e6 + 4 * 8 * standard.output
                                             / 1e6)
-    text = estimates.render(est, "text")
+    text = estimate_render.render(est, "text")
     assert (f"service tier: ask {MODEL} at flex, priced by job prices: {MODEL} (flex); its worst case at the "
             "dearest of flex, standard (what a budget reserves)") in text
 

@@ -11,7 +11,8 @@ import pytest
 
 from runner.providers.pricing import PER, Pricing
 from runner.providers.tokens import count_input_tokens
-from runner.report.estimate import estimate, render
+from runner.report.estimate import estimate
+from runner.report.estimate_render import render
 from runner.spec.job import load_job
 from runner.store import open_store
 

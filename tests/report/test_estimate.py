@@ -19,6 +19,7 @@ from runner.plan.stage import StagePlan
 from runner.providers.pricing import Pricing
 from runner.providers.tokens import count_input_tokens
 from runner.report import estimate as estimates
+from runner.report import estimate_render
 from runner.spec.job import load_job
 from runner.store import open_store
 from simserver import SimServer, start_server
@@ -102,7 +103,7 @@ async def test_arithmetic_by_hand_with_cached_requests_excluded(tmp_path: Path, 
     assert est.high == pytest.approx(worst, rel=1e-12)
     assert est.totals["cost_low"] == pytest.approx(expected, rel=1e-12)
 
-    text = estimates.render(est, "text")
+    text = estimate_render.render(est, "text")
     assert f"${expected:,.4f} – ${worst:,.4f}" in text
     assert re.search(r"estimated in \d+\.\d\d s", text)
     assert f"{sum(tokens):,} (exact)" in text
@@ -114,7 +115,7 @@ async def test_arithmetic_by_hand_with_cached_requests_excluded(tmp_path: Path, 
     all_tokens = [count_input_tokens("sim", "priced", _messages(r, s)) for r in range(3) for s in (0, 1)]
     assert g.cost_low == pytest.approx(sum(all_tokens) * PRICE_IN / 1e6, rel=1e-12)
     assert g.cost_high == pytest.approx(sum(t * PRICE_IN + MAX_TOKENS * PRICE_OUT for t in all_tokens) / 1e6)
-    assert "no history" in estimates.render(fresh, "text")
+    assert "no history" in estimate_render.render(fresh, "text")
 
 
 def test_repeated_requests_are_sent_once(tmp_path: Path) -> None:
