@@ -1,8 +1,9 @@
 """The store's queries, written once for SQLite and PostgreSQL: :class:`SQLStore` implements every method of
 :class:`~runner.store.base.Store` whose SQL both databases accept (spelled through :mod:`runner.store.dialect`):
-the memo, runs, tasks, the ledger, Batch API requests, replayed stages and pipelines' stage outputs, over the
-primitives of :class:`~runner.store.sql_base.SQLBase` and with the worker protocol's shared queries of
-:class:`~runner.store.sql_workers.WorkerSQL`.
+the memo, runs, tasks, the ledger, replayed stages and pipelines' stage outputs, over the
+primitives of :class:`~runner.store.sql_base.SQLBase`, with the worker protocol's shared queries of
+:class:`~runner.store.sql_workers.WorkerSQL` and the Batch API's records of
+:class:`~runner.store.sql_batch_api.BatchAPISQL`.
 
 A backend (:mod:`runner.store.sqlite`, :mod:`runner.store.postgres`) adds its connection, its transactions
 (:meth:`SQLBase.atomic`), the statements whose SQL must differ (a task row's upsert, which renews its order) and
@@ -35,6 +36,7 @@ from runner.store.base import (
 )
 from runner.store.dialect import Dialect, sqlite_sorted, zero
 from runner.store.sql_base import T, Tx, insert_sql, upsert
+from runner.store.sql_batch_api import BatchAPISQL
 from runner.store.sql_workers import WorkerSQL
 
 __all__ = ["EPSILON", "RUN_SPEND", "SPENT", "SQLStore", "T", "Tx", "runs_sql", "upsert"]
@@ -74,7 +76,7 @@ def runs_sql(dialect: Dialect, columns: str, *, where: str = "", order: str = "r
 RUN_ID_DRAWS = 20
 
 
-class SQLStore(WorkerSQL):
+class SQLStore(WorkerSQL, BatchAPISQL):
     """Every query both databases accept, once. Subclasses set :attr:`dialect` and :attr:`task_sql` and provide
     the primitives of :class:`~runner.store.sql_base.SQLBase` and :meth:`atomic`."""
 
@@ -350,54 +352,6 @@ class SQLStore(WorkerSQL):
         clause = " AND ".join(f"{name} = ?" for name in conditions)
         return self.dicts(f"SELECT * FROM ledger{' WHERE ' + clause if clause else ''} ORDER BY id",
                           list(conditions.values()))
-
-    # -- Batch API requests ----------------------------------------------------------------------------
-    def record_batch(self, batch_id: str, run_id: str, stage: str, model: str, provider_batch_id: str | None,
-                     round: int, lines: list[tuple[str, int | None]], *, state: str = "running") -> None:
-        def body(tx: Tx) -> None:
-            tx.execute("INSERT INTO batches (id, run_id, stage, model, provider_batch_id, round, state,"
-                       " provider_state, lines, created, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       (batch_id, run_id, stage, model, provider_batch_id, round, state,
-                        "submitted" if state == "running" else state, len(lines), now(), now()))
-            tx.executemany(upsert("batch_lines", ("batch_id", "key", "ledger_id", "status"), ("batch_id", "key")),
-                           [(batch_id, key, ledger, "pending") for key, ledger in lines])
-        self.atomic(body)
-
-    def open_batches(self, run_id: str, stage: str) -> list[dict[str, Any]]:
-        c = self.dialect.text_order
-        found = self.dicts("SELECT * FROM batches WHERE run_id = ? AND stage = ? AND state != 'collected'"
-                           f" ORDER BY created{c} NULLS FIRST, id{c}", (run_id, stage))
-        for batch in found:
-            batch["lines"] = {key: (ledger, status) for key, ledger, status in self.rows(
-                f"SELECT key, ledger_id, status FROM batch_lines WHERE batch_id = ? ORDER BY key{c}", (batch["id"],))}
-        return found
-
-    def update_batch(self, batch_id: str, **fields: Any) -> None:
-        fields.setdefault("updated", now())
-        assignments = ", ".join(f"{name} = ?" for name in fields)
-        self.execute(f"UPDATE batches SET {assignments} WHERE id = ?", (*fields.values(), batch_id))
-
-    def finish_batch(self, batch_id: str, statuses: dict[str, str]) -> None:
-        def body(tx: Tx) -> None:
-            tx.executemany("UPDATE batch_lines SET status = ? WHERE batch_id = ? AND key = ?",
-                           [(status, batch_id, key) for key, status in statuses.items()])
-            tx.execute("UPDATE batches SET state = 'collected', updated = ? WHERE id = ?", (now(), batch_id))
-        self.atomic(body)
-
-    def drop_batch(self, batch_id: str) -> None:
-        def body(tx: Tx) -> None:
-            tx.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch_id,))
-            tx.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
-        self.atomic(body)
-
-    def batches(self, run_id: str) -> list[dict[str, Any]]:
-        c = self.dialect.text_order
-        found = self.dicts(f"SELECT * FROM batches WHERE run_id = ? ORDER BY created{c} NULLS FIRST, id{c}",
-                           (run_id,))
-        for batch in found:
-            batch["by_status"] = dict(sqlite_sorted(self.rows(
-                "SELECT status, count(*) FROM batch_lines WHERE batch_id = ? GROUP BY status", (batch["id"],)), 1))
-        return found
 
     # -- input tokens counted by the providers (runner/engine/exact_counts.py) -----------------------------
     def token_counts(self, keys: list[str]) -> dict[str, int]:

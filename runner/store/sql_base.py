@@ -1,8 +1,9 @@
 """What the store's shared queries stand on: :class:`SQLBase`, the primitives a backend gives (one statement each,
 with ``?`` placeholders, and :meth:`SQLBase.atomic`, one transaction) and the :class:`Tx` a transaction's body
-writes through. The queries are :class:`~runner.store.sql_workers.WorkerSQL` (the worker protocol's) and
-:class:`~runner.store.sql.SQLStore` (the memo, runs, tasks, ledger, batches and stage outputs), written once for
-SQLite and PostgreSQL; a backend (:mod:`runner.store.sqlite`, :mod:`runner.store.postgres`) subclasses SQLStore.
+writes through. The queries are :class:`~runner.store.sql_workers.WorkerSQL` (the worker protocol's),
+:class:`~runner.store.sql_batch_api.BatchAPISQL` (the Batch API's batches) and :class:`~runner.store.sql.SQLStore`
+(the memo, runs, tasks, ledger and stage outputs), written once for SQLite and PostgreSQL; a backend
+(:mod:`runner.store.sqlite`, :mod:`runner.store.postgres`) subclasses SQLStore.
 """
 
 from __future__ import annotations
