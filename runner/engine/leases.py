@@ -15,7 +15,7 @@ from runner.engine.stats import RunStats
 from runner.engine.workers import Crew
 from runner.plan.request import Task
 from runner.store import Finished
-from runner.store.base import Fence
+from runner.store.fencing import Fence
 
 #: requests planned, checked against the memo and dispatched together
 CHUNK = 256

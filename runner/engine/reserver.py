@@ -23,7 +23,7 @@ from runner.providers.tokens import bound_call_tokens, count_call_tokens
 from runner.spec.pools import PoolEndpoint, provider_of
 from runner.spec.schema import Job
 from runner.store import Store
-from runner.store.base import Fenced
+from runner.store.fencing import Fenced
 from runner.store.offloop import LoopStore, off_loop
 
 #: the reservation of a free request outside any budget: no scope, no ledger row (never mutated)

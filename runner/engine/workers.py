@@ -15,7 +15,7 @@ hit. A claim ends when the answer is committed, when the request fails, or when 
 
 Fencing. A worker can stall longer than its lease (a stopped process, a machine too loaded to run its event loop)
 and wake up to find its chunks taken over. Every lease carries a token that grows whenever it is taken over
-(:class:`runner.store.base.Fence`), and every write a worker makes on behalf of a lease carries the token it got:
+(:class:`runner.store.fencing.Fence`), and every write a worker makes on behalf of a lease carries the token it got:
 its finished tasks (their rows, their ledger charges and the removal of their reservations, in the writer's
 transaction), its reservations, and the completion of the lease. The store refuses them once the lease changed
 hands or the worker was declared dead. What a refused task brings is handled so that nothing is counted twice:
@@ -55,7 +55,7 @@ from typing import Any
 
 from runner.errors import RunnerError
 from runner.store import CachedResponse, Store
-from runner.store.base import Fence
+from runner.store.fencing import Fence
 from runner.store.offloop import LoopStore, off_loop
 
 #: seconds a lease or claim outlives its worker's last heartbeat (RUNNER_LEASE_TTL overrides)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import StoreError
+from runner.store.fencing import Fence
 from runner.store.rows import LedgerRow, ResponseRow, TaskRow
 
 DEFAULT_DB = "cache.sqlite"
@@ -42,28 +43,6 @@ DEFAULT_DB = "cache.sqlite"
 TASK_COLUMNS: tuple[str, ...] = TaskRow._fields
 RESPONSE_COLUMNS: tuple[str, ...] = ResponseRow._fields
 LEDGER_COLUMNS: tuple[str, ...] = LedgerRow._fields
-
-#: a leaving worker's reservations still open, but those of lines in a batch not yet collected (``?``: the worker)
-LEFT_RESERVATIONS_SQL = (
-    "UPDATE ledger SET kind = 'possibly_billed' WHERE worker = ? AND kind = 'reserved' AND id NOT IN"
-    " (SELECT l.ledger_id FROM batch_lines l JOIN batches b ON b.id = l.batch_id WHERE b.state != 'collected'"
-    " AND l.status = 'pending' AND l.ledger_id IS NOT NULL)")
-
-#: the lease's worker has not been declared dead nor left (a worker without a row counts as live: the store's tests)
-LIVE_SQL = "NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = leases.worker AND w.state != 'live')"
-#: a fence holds: its lease (run, stage, chunk) is still its worker's with its token, and that worker is live
-HELD_SQL = ("SELECT 1 FROM leases WHERE run_id = ? AND stage = ? AND chunk = ? AND worker = ? AND token = ?"
-            f" AND {LIVE_SQL}")
-#: the worker ``?`` may judge others' heartbeats: it is live, its own heartbeats came without a gap for the last ``?``
-#: seconds (its lease), and its lease still runs for ``?`` seconds (half of it: its last heartbeat is recent), on
-#: the clock ``{clock}`` (the store's, as the statement runs). A store that stalled every worker (a stopped server,
-#: a lock held elsewhere) leaves every lease expired when it answers again: a worker then waits a lease before it
-#: trusts what the others' heartbeats say, and a statement sent before the stall and run after it finds its own
-#: worker's heartbeat as old as the others'. A worker without a row (the store's tests) may.
-STEADY_SQL = ("NOT EXISTS (SELECT 1 FROM workers me WHERE me.id = ? AND NOT (me.state = 'live'"
-              " AND coalesce(me.steady, 0) <= {clock} - ? AND me.seen >= {clock} + ?))")
-#: the reservation of a request whose worker lost its lease: it may have been sent, so it may have been billed
-FENCED_RESERVATION_SQL = "UPDATE ledger SET kind = 'possibly_billed' WHERE id = ? AND kind = 'reserved'"
 
 #: compact JSON for result lines and stored columns
 dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -94,24 +73,6 @@ class CachedResponse:
     #: the model the provider said answered, and what sent the request (the result line's provenance)
     reported_model: str | None = None
     sent_with: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Fence:
-    """A chunk lease as its holder knows it (runner/engine/workers.py). Writes made on behalf of the lease carry it,
-    and the store accepts them only while ``worker`` is live and the lease is still its with this ``token``: the
-    token grows by one whenever the lease is taken over, so a worker that stalled past its lease and lost it (or was
-    declared dead) cannot write for it any more, even if it got the chunk back later."""
-
-    worker: str
-    run_id: str
-    stage: str
-    chunk: int
-    token: int
-
-
-class Fenced(StoreError):
-    """A write refused because its worker lost the lease it was made for, or was declared dead."""
 
 
 class RunExists(StoreError):
@@ -219,9 +180,9 @@ class Store(ABC):
                     ) -> list[Finished]:
         """One transaction: the responses, the tasks they finish, their ledger charges, and the removal of the
         reservations those charges settle. ``fenced``: finished tasks written only if their lease still holds
-        (:class:`Fence`; their responses are among ``responses``, which are always written: the memo is
-        content-addressed). A refused one's task row and charge are not written and its reservation becomes
-        possibly billed (or is removed when the request failed unbilled). Returns the refused ones."""
+        (:class:`~runner.store.fencing.Fence`; their responses are among ``responses``, which are always written:
+        the memo is content-addressed). A refused one's task row and charge are not written and its reservation
+        becomes possibly billed (or is removed when the request failed unbilled). Returns the refused ones."""
 
     def write_finished(self, batch: list[Finished]) -> list[Finished]:
         """Commit finished tasks in one transaction (:meth:`write_batch`); returns those written (a task whose lease
@@ -252,8 +213,8 @@ class Store(ABC):
     def reserve(self, run_id: str, stage: str, model: str, key: str, usd: float, worker: str | None = None, *,
                 fence: Fence | None = None, tokens: int = 0) -> int:
         """Record a request's worst-case cost (``usd`` and ``tokens``) before it is sent, committed at once so a
-        crash leaves it; returns the reservation's id. With a ``fence``, :class:`Fenced` when that lease does not
-        hold."""
+        crash leaves it; returns the reservation's id. With a ``fence``, :class:`~runner.store.fencing.Fenced` when
+        that lease does not hold."""
 
     @abstractmethod
     def release(self, ledger_id: int) -> None:
@@ -345,7 +306,8 @@ class Store(ABC):
         had it, (``"taken"``, token) when it was this worker's already or taken over from a worker whose lease
         expired (some of its tasks may be done; the token grows unless it was this worker's and live), None when
         another live worker holds it or it is done. With ``steady`` (the worker's lease), an expired lease is taken
-        over only while the worker itself is steady (:data:`STEADY_SQL`, as the statement runs); else None too."""
+        over only while the worker itself is steady (:data:`~runner.store.fencing.STEADY_SQL`, as the statement
+        runs); else None too."""
 
     def claim_chunks(self, run_id: str, stage: str, chunks: list[int], worker: str, ttl: float
                      ) -> dict[int, str | None]:
@@ -412,7 +374,7 @@ class Store(ABC):
         ``limits`` (USD by scope: ``run``, ``stage:NAME``, ``model:NAME``) and in ``token_limits`` (tokens, by the
         same scope names), counting every process's charges and reservations, in one transaction. Returns (ledger
         id, None, 0), or (None, the scope without room, reservations in flight in it). With a ``fence``,
-        :class:`Fenced` when that lease does not hold."""
+        :class:`~runner.store.fencing.Fenced` when that lease does not hold."""
 
     # -- input tokens counted by the providers (runner/engine/exact_counts.py) -----------------------------
     @abstractmethod

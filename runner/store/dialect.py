@@ -76,7 +76,7 @@ class Dialect:
     text_order: str
     #: ``{0}`` contains the text ``{1}``
     contains: str
-    #: what follows the fence check (base.HELD_SQL) in a write transaction
+    #: what follows the fence check (fencing.HELD_SQL) in a write transaction
     hold_lock: str
     #: a list of values is one parameter (PostgreSQL's ``= ANY(?)``), or as many as values (SQLite's ``IN``)
     one_parameter_list: bool

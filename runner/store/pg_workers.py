@@ -1,6 +1,6 @@
 """The worker protocol's queries that read the clock, on PostgreSQL: the server's clock (``clock_timestamp()``), the
 same for every machine on the run. Which workers are live or dead, leasing chunks and taking an expired lease over
-(``FOR UPDATE SKIP LOCKED``), each gated on the asking worker's steadiness (runner/store/base.py, STEADY_SQL).
+(``FOR UPDATE SKIP LOCKED``), each gated on the asking worker's steadiness (runner/store/fencing.py, STEADY_SQL).
 Joining, heartbeats and request claims set the session's bounds too, and stay with the session
 (:mod:`runner.store.postgres`); the queries that need no clock are :mod:`runner.store.sql_workers`'s."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.store.base import STEADY_SQL
 from runner.store.dialect import POSTGRES
+from runner.store.fencing import STEADY_SQL
 from runner.store.sql_base import SQLBase, Tx
 
 __all__ = ["CLOCK", "TEXT_ORDER", "PgWorkerClock"]

@@ -22,19 +22,17 @@ from typing import Any
 
 from runner.errors import StoreError
 from runner.store.base import (
-    FENCED_RESERVATION_SQL,
     LEDGER_COLUMNS,
     RESPONSE_COLUMNS,
     TASK_COLUMNS,
     CachedResponse,
-    Fence,
-    Fenced,
     Finished,
     RunExists,
     dumps,
     now,
 )
 from runner.store.dialect import Dialect, sqlite_sorted, zero
+from runner.store.fencing import FENCED_RESERVATION_SQL, Fence, Fenced
 from runner.store.sql_base import T, Tx, insert_sql, upsert
 from runner.store.sql_batch_api import BatchAPISQL
 from runner.store.sql_workers import WorkerSQL

@@ -10,7 +10,7 @@ claiming keys, finding dead workers) is each backend's own: :mod:`runner.store.s
 
 from __future__ import annotations
 
-from runner.store.base import HELD_SQL, LEFT_RESERVATIONS_SQL, LIVE_SQL, Fence
+from runner.store.fencing import HELD_SQL, LEFT_RESERVATIONS_SQL, LIVE_SQL, Fence
 from runner.store.sql_base import SQLBase, Tx
 
 __all__ = ["WorkerSQL"]

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import StoreError
-from runner.store.base import STEADY_SQL, TASK_COLUMNS, Store, default_path, now
+from runner.store.base import TASK_COLUMNS, Store, default_path, now
 from runner.store.dialect import SQLITE
+from runner.store.fencing import STEADY_SQL
 from runner.store.migrations import migrate
 from runner.store.sql import SQLStore, T, Tx
 from runner.store.sqlite_lock import ATTEMPT_S, LockWait, StoreLocked, is_busy
@@ -227,7 +228,7 @@ class SQLiteStore(SQLStore):
         return found
 
     def _steady(self, conn: Tx, worker: str, clock: float, steady: float) -> bool:
-        """Whether ``worker`` may take others' expired leases over now (runner/store/base.py, STEADY_SQL)."""
+        """Whether ``worker`` may take others' expired leases over now (runner/store/fencing.py, STEADY_SQL)."""
         return not steady or conn.execute(f"SELECT {_STEADY}", (worker, clock, steady, clock, steady / 2)
                                           ).fetchone()[0] == 1
 

@@ -621,7 +621,8 @@ def test_a_write_whose_transaction_the_server_ended_runs_again_whole(pg_url: str
     """A worker paused inside its fenced write (after the fence check, before the batched inserts): the server ends
     the idle transaction, the write connects again and runs whole, once: one task row, one charge, the reservation
     released."""
-    from runner.store.base import Fence, Finished
+    from runner.store.base import Finished
+    from runner.store.fencing import Fence
 
     store = open_store(pg_url)
     run_id = store.create_run("j", "j.yaml", "{}", "fp", 1)

@@ -132,7 +132,8 @@ def test_a_resume_settles_a_reservation_to_its_answers_tokens(store):
 def test_writes_of_a_worker_that_lost_its_lease_are_refused(store):
     """Fencing: a lease taken over gets a new token; the old holder's task rows, charges, reservations and lease
     completion are refused, its answer still goes to the memo, and its reservation becomes possibly billed."""
-    from runner.store.base import Fence, Fenced, Finished
+    from runner.store.base import Finished
+    from runner.store.fencing import Fence, Fenced
 
     run_id = _run(store)
     store.join_run(run_id, "w1", "host", 1, 30)
