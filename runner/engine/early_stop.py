@@ -39,7 +39,7 @@ from typing import Any
 
 from runner.evaluate.sequential import BettingSequence, Interval, difference_interval, difference_score
 from runner.plan.stage import StagePlan
-from runner.spec.schema import StopRule
+from runner.spec.stage import StopRule
 from runner.store.rows import TaskRow
 
 #: looks kept in a stored record (evenly spaced, the first and last among them)

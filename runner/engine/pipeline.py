@@ -29,7 +29,8 @@ from runner.plan.request import canonical_json, canonical_params
 from runner.plan.stage import StagePlan, dataset_rows, model_key
 from runner.plan.steps import run_step
 from runner.recipes import Context, get_parser, get_step, source_of
-from runner.spec.schema import Job, Stage
+from runner.spec.schema import Job
+from runner.spec.stage import Stage
 from runner.store import Store, Writer, dumps
 from runner.store.offloop import LoopStore, off_loop
 

@@ -23,7 +23,8 @@ from runner.plan.datasets import dataset_digest
 from runner.plan.request import canonical_params
 from runner.plan.stage import StagePlan, model_key
 from runner.providers.pricing import Pricing
-from runner.spec.schema import Job, Stage
+from runner.spec.schema import Job
+from runner.spec.stage import Stage
 from runner.store import Store
 
 #: bump when what a task row or result line holds changes in a way the code digest would not show

@@ -72,7 +72,7 @@ def load(name: str, group: str, folder: str | Path | None = None) -> Callable[..
 
 
 def load_stage_plugins(stage: Any, folder: str | Path | None) -> None:
-    """Load a stage's own parser and scorer (a ``runner.spec.schema.Stage``), so its answers can be read."""
+    """Load a stage's own parser and scorer (a ``runner.spec.stage.Stage``), so its answers can be read."""
     if stage.parse_plugin:
         load(stage.parse, PARSER_GROUP, folder)
     if stage.scorer is not None:

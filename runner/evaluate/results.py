@@ -32,7 +32,7 @@ from runner.plan.choices import LETTERS, NONE_OF_THEM, inverse_partial
 from runner.plan.request import Task
 from runner.providers.base import parse_loglikelihoods
 from runner.recipes import parse_items
-from runner.spec.schema import Stage
+from runner.spec.stage import Stage
 from runner.version import version
 
 if TYPE_CHECKING:

@@ -22,7 +22,8 @@ from runner.providers.base import provider_class, split_model
 from runner.providers.pricing import Pricing
 from runner.providers.tiers import tiers_taken
 from runner.spec.fields import parse_duration
-from runner.spec.schema import Job, Stage
+from runner.spec.schema import Job
+from runner.spec.stage import Stage
 from runner.store import Store
 
 __all__ = ["DEFAULTS", "History", "endpoint_inputs", "mode_refusals", "online_of", "read_history", "request_prices",

@@ -32,7 +32,8 @@ from runner.plan.request import (
 )
 from runner.providers.base import provider_class, split_model
 from runner.spec.inputs import Choices, Dataset
-from runner.spec.schema import Job, Stage
+from runner.spec.schema import Job
+from runner.spec.stage import Stage
 
 
 def iter_rows(source: str | Path | Dataset, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:

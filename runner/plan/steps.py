@@ -15,7 +15,7 @@ from typing import Any
 from runner.errors import RunnerError
 from runner.plan.prompts import compile_expression
 from runner.recipes import Context, Outcome, get_step
-from runner.spec.schema import Stage
+from runner.spec.stage import Stage
 
 Rows = list[dict[str, Any]]
 

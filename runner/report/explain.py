@@ -27,7 +27,8 @@ from runner.plan.request import Task
 from runner.plan.stage import StagePlan
 from runner.report.terminal import clean_lines
 from runner.report.whatif import stored_job
-from runner.spec.schema import Job, Stage
+from runner.spec.schema import Job
+from runner.spec.stage import Stage
 from runner.store import Reads, Store
 
 __all__ = ["FORMATS", "build", "differences", "render"]

@@ -29,7 +29,8 @@ from runner.spec.files import not_a_file, resolve_file
 from runner.spec.inputs import FORMAT_OF_NAME
 from runner.spec.pools import check_pools, labelled, provider_of
 from runner.spec.problems import Problems, fail
-from runner.spec.schema import BUILTIN_PARSES, Job, Stage, shaped_params
+from runner.spec.schema import Job, shaped_params
+from runner.spec.stage import BUILTIN_PARSES, Stage
 from runner.spec.tiers import check_tiers
 from runner.spec.yamlfile import Loc, load_yaml_bounded
 from runner.version import version as runner_version

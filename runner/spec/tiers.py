@@ -12,7 +12,8 @@ from runner.errors import RunnerError
 from runner.providers.base import provider_class, split_model
 from runner.providers.tiers import STANDARD, tier_problem
 from runner.spec.problems import Problems, fail
-from runner.spec.schema import Job, Stage
+from runner.spec.schema import Job
+from runner.spec.stage import Stage
 from runner.spec.yamlfile import Loc
 
 

@@ -16,7 +16,7 @@ from runner.providers.base import Completion
 from runner.recipes import Context
 from runner.report import summary as report
 from runner.spec.job import load_job
-from runner.spec.schema import Stage
+from runner.spec.stage import Stage
 from runner.store import Store, open_store
 
 CTX = Context(similarity=get_similarity("lexical"), seed=0)
