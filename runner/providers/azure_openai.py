@@ -27,11 +27,12 @@ from urllib.parse import quote
 from runner.errors import AuthError, BadRequest, ModelSetupError, ProviderError, TransientError
 
 from .answer_bounds import bounds_of
-from .base import Completion, ProviderSettings, _importable, http_limits, register
+from .base import Completion, ProviderSettings, http_limits, register
 from .lean_http import path_segment
 from .lean_or_sdk import proxied
 from .openai_chat import OpenAIChatProvider, openai_rate
 from .openai_errors import sdk_body, status_error
+from .setup_checks import _importable
 from .tls import shared_context
 
 if TYPE_CHECKING:

@@ -35,8 +35,6 @@ imports runner/engine.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -67,6 +65,7 @@ from runner.providers.records import (
     stamp,
 )
 from runner.providers.registry import EntryPointRegistry
+from runner.providers.setup_checks import SetupChecks
 
 if TYPE_CHECKING:
     from .batching import Batches
@@ -188,13 +187,11 @@ class ProviderSettings(BaseModel):
         return min(bounds) if bounds else DEFAULT_MAX_IN_FLIGHT
 
 
-class Provider(ABC):
+class Provider(SetupChecks, ABC):
     """Base class: set the class attributes, implement :meth:`execute`; decorate with :func:`register`."""
 
     #: the prefix used in job files: ``name:model``
     name: ClassVar[str]
-    #: environment variable read for the key when the job does not name another
-    key_env_var: ClassVar[str | None] = None
     #: in-flight requests per endpoint when the job sets no ``concurrency``
     default_concurrency: ClassVar[int] = 16
     #: whether an endpoint with no configured limits adapts its concurrency until the server's rate-limit
@@ -217,11 +214,6 @@ class Provider(ABC):
     #: cached contents): :meth:`store_prompt` and its neighbours; runner/engine/stored_prompts.py decides when one
     #: pays for itself
     stores_prompts: ClassVar[bool] = False
-    #: the modules this provider's SDK brings (``("anthropic",)``); :meth:`check_sdk` finds them before anything is
-    #: sent, so a missing one is one sentence, not an ImportError in the middle of a run
-    sdk_modules: ClassVar[tuple[str, ...]] = ()
-    #: the package extra that installs them (``pip install 'llm-job-runner[EXTRA]'``)
-    extra: ClassVar[str | None] = None
     #: the distribution whose client sends its requests (its version goes into each result line's provenance)
     sdk_package: ClassVar[str | None] = None
 
@@ -288,37 +280,6 @@ class Provider(ABC):
         """The rate limiter the count requests of ``model`` share (by default one per provider and key: the
         counting endpoints' limits are their own, not the model's)."""
         return self.endpoint_key("#count-tokens")
-
-    def key_variables(self) -> list[str]:
-        """The environment variables this provider reads its key from, in order of preference."""
-        variable = self.settings.api_key_env or self.key_env_var
-        return [variable] if variable else []
-
-    def api_key(self) -> str:
-        """The key from the environment ('' when none is set); never stored, logged or shown."""
-        return next((os.environ[v] for v in self.key_variables() if os.environ.get(v)), "")
-
-    def check_key(self, model: str) -> None:
-        """Raise ``ModelSetupError`` naming the variable to set when this provider needs a key it lacks."""
-        variables = self.key_variables()
-        if variables and not self.api_key():
-            names = " or ".join(variables)
-            raise ModelSetupError(f"{self.name}:{model} needs an API key: export {names} (no request was sent)")
-
-    def check_sdk(self, model: str) -> None:
-        """Raise ``ModelSetupError`` giving the pip command when a module of this provider's SDK is not installed."""
-        missing = [module for module in self.sdk_modules if not _importable(module)]
-        if missing:
-            install = f"pip install 'llm-job-runner[{self.extra}]'" if self.extra else f"pip install {missing[0]}"
-            raise ModelSetupError(f"{self.name}:{model} needs the {missing[0]} package, which is not installed: "
-                                  f"{install} (no request was sent)")
-
-    async def probe(self, model: str) -> None:  # noqa: B027 - optional hook
-        """Check, with the cheapest call the API has (a model lookup, a models list, or one token), that the
-        endpoint answers, takes the key and knows ``model`` (for clouds: the deployment, project or region too).
-        Raises the runner's errors (``AuthError``, ``ModelSetupError``, ``TransientError``...) with one sentence
-        each; ``runner check`` and the first seconds of ``runner submit`` call it, after :meth:`start`. The
-        default checks nothing (a provider without a cheap call)."""
 
     @classmethod
     def api_version_of(cls, settings: ProviderSettings | None) -> str | None:
@@ -421,13 +382,6 @@ class Provider(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release clients and files."""
-
-
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package missing, or a module without a spec
-        return False
 
 
 def http_limits(settings: ProviderSettings) -> Any:
