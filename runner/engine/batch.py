@@ -4,7 +4,8 @@ batches, at the Batch API's price, into the same memo and ledger as online reque
 The state every step reads and changes is held in two parts of its own: each line's (its waiting tasks, group,
 reservation and resubmissions: :class:`~runner.engine.batch_lines.BatchLines`) and what the store and the live view
 know of each batch (:class:`~runner.engine.batch_records.BatchRecords`); this module moves the lines through the
-batches. A run whose stages are all online has a :class:`NoBatcher`, which wants no task.
+batches, and what becomes of a batch's lines once it ends is decided by runner/engine/batch_outcomes.py. A run
+whose stages are all online has a :class:`NoBatcher`, which wants no task.
 
 For each stage and model, the requests the memo cannot answer are grouped (identical requests once: a line's
 custom id is the request's cache key) into batches of at most ``batch.max_requests``. Before a batch is submitted,
@@ -37,6 +38,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from runner.engine.batch_lines import BatchLines
+from runner.engine.batch_outcomes import settle_results, settle_unsent
 from runner.engine.batch_records import BatchRecords, OpenBatch
 from runner.engine.budget import LATER, Reservation
 from runner.engine.control import RunControl
@@ -48,8 +50,7 @@ from runner.engine.reserver import Reserver
 from runner.engine.stats import RunStats
 from runner.errors import AuthError, ProviderError, QuotaExceeded
 from runner.plan.request import Task
-from runner.providers.batching import ENDED, REFUSED, Batches, BatchLine, batch_label
-from runner.providers.records import stamp
+from runner.providers.batching import ENDED, Batches, BatchLine, batch_label
 from runner.spec.schema import Job
 from runner.store import Store, Writer
 from runner.store.offloop import LoopStore, off_loop
@@ -265,26 +266,8 @@ class Batcher:
         """The provider never accepted the batch: its lines' reservations are released and the lines submitted
         again (a submit that failed counts as a resubmission, bounded by ``max_resubmits``), or sent online past an
         auto stage's deadline."""
-        online: list[Task] = []
-        late = self._late(batch.stage, batch.model)
-        lines = self.lines
-        for key, ledger_id in batch.keys.items():
-            lines.resumed.pop(key, None)
-            lines.give_back(key, ledger_id)
-            tasks = lines.waiting.get(key)
-            if not tasks:
-                lines.waiting.pop(key, None)
-                continue
-            if late:
-                del lines.waiting[key]
-                online.extend(tasks)
-            elif batch.error is not None and lines.resubmits.get(key, 0) >= self.settings.max_resubmits:
-                del lines.waiting[key]
-                lines.fail(key, tasks, batch.error)
-            elif batch.error is not None:
-                lines.resubmit(batch.stage, batch.model, key, tasks)
-            else:
-                lines.pending.setdefault((batch.stage, batch.model), []).append(tasks[0])
+        online = settle_unsent(self.lines, batch, late=self._late(batch.stage, batch.model),
+                               max_resubmits=self.settings.max_resubmits)
         self.records.drop(batch)
         self.open.pop(batch.id, None)
         if self.steer is not None:
@@ -400,41 +383,9 @@ class Batcher:
         (or, past an auto stage's deadline, sent online), the rest failed."""
         results = {r.custom_id: r for r in await self._client(batch.provider).results(batch.provider_batch_id)}
         sent_with = self.endpoints.providers[batch.provider].sent_with(batch.model, batch=True)
-        statuses: dict[str, str] = {}
-        online: list[Task] = []
-        late = self._late(batch.stage, batch.model)
-        lines = self.lines
-        for key in batch.keys:
-            result = results.get(key)
-            tasks = lines.waiting.pop(key, [])
-            lines.resumed.pop(key, None)
-            reservation = lines.reservations.pop(key, None)
-            if result is not None and result.completion is not None:
-                statuses[key] = "done"
-                if tasks:
-                    lines.answer(tasks, stamp(result.completion, sent_with),
-                                 reservation or Reservation([], 0.0, 0, batch.keys[key]))
-                elif batch.keys[key] is not None:  # answered for a task this process did not plan
-                    self.store.post("release", batch.keys[key])
-                continue
-            lines.release(reservation, batch.keys[key])
-            retry = result is None or result.retry
-            # a line refused with its batch for other lines is submitted again once, whatever max_resubmits says
-            refused = result is not None and result.error is not None and result.error.error_class == REFUSED
-            if refused and key in lines.refiled:
-                retry = False
-            if tasks and retry and late:
-                statuses[key] = "online"
-                online.extend(tasks)
-            elif tasks and retry and (refused or lines.resubmits.get(key, 0) < self.settings.max_resubmits):
-                statuses[key] = "retry"
-                if refused:
-                    lines.refiled.add(key)
-                lines.resubmit(batch.stage, batch.model, key, tasks)
-            else:
-                statuses[key] = "failed"
-                lines.fail(key, tasks, result.error if result is not None and result.error is not None
-                           else ProviderError("the batch ended without answering this request"))
+        statuses, online = settle_results(self.lines, batch, results, sent_with,
+                                          late=self._late(batch.stage, batch.model),
+                                          max_resubmits=self.settings.max_resubmits, store=self.store)
         # The answers are committed before the batch is marked collected: a crash in between leaves the batch open,
         # and a resume reads its results again (answered lines are then cache hits) instead of paying for them twice.
         await self.writer.flush()
