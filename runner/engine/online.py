@@ -139,59 +139,70 @@ class Sender:
         else:
             taken = await endpoint.ready()
         try:  # until the attempt ends, what it took may not be at the server's count yet (buckets.Bucket)
-            if await self.leases.lost_lease_of(req):  # checked last before each attempt: after a stall, it may be
-                raise LeaseLost(req.item)  # another's
-            marks = self.prompt_cache.marks(req) if req.call.pairs is None else None
-            if marks is not None and marks.store_key is not None:
-                marks = await self.prompt_cache.ready(req, marks)
-            tries.sent += 1
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            provider = self.endpoints.providers[provider_key]
-            try:
-                # the tier goes beside what the cache key holds: it changes the price, not the answer
-                params = call.params if tier is None else {**call.params, "service_tier": tier}
-                if call.pairs is not None:
-                    completion = await provider.loglikelihood(model_name, call.pairs)
-                elif marks is not None:
-                    completion = await provider.execute(
-                        model_name, *provider.mark_prompt_cache(model_name, call.messages, params, marks))
-                else:
-                    completion = await provider.execute(model_name, call.messages, params)
-            except ProviderError as exc:
-                if member is not None:
-                    self.endpoints.outcome(endpoint, exc)
-                    if isinstance(exc, RateLimited) and endpoint is not admitted:  # the policy pauses the
-                        endpoint.pause(exc.retry_after if exc.retry_after is not None  # admitting one
-                                       else self.retry.backoff_initial)
-                if isinstance(exc, Refused) and isinstance(exc.billed, Completion):
-                    stamp(exc.billed, _sent_with(provider, model_name, member))
-                    exc.billed.endpoint = member.label if member is not None else None
-                    # a billed refusal is charged at the tier that served it
-                    exc.billed.tier = exc.billed.tier or tier
-                tries.last_possibly_billed = exc.possibly_billed
-                if isinstance(exc, AuthError) and endpoint.dead is None:
-                    endpoint.dead = exc  # before the endpoint opens: nothing else is sent with a refused key
-                endpoint.answered()
-                if isinstance(exc, RateLimited):
-                    tries.rate_limited += 1
-                    endpoint.failed()
-                elif isinstance(exc, TransientError) and exc.error_class in LOAD_ERRORS:
-                    endpoint.failed()
-                raise
-            endpoint.answered()
-            if member is not None:
-                self.endpoints.outcome(endpoint, None)
-            stamp(completion, _sent_with(provider, model_name, member))  # for the result line's provenance
-            if member is not None:
-                completion.endpoint = member.label  # charged at its price, in a ledger row of its own
-            latency = loop.time() - started
-            endpoint.observe(completion.rate, latency)
-            if tier is not None and completion.tier is None:  # the API did not say: served as sent
-                completion.tier = tier
-            return completion, latency
+            return await self._send_once(req, endpoint, tries, provider_key, model_name, admitted, member, tier)
         finally:
             endpoint.arrived(taken)
+
+    async def _send_once(self, req: Task, endpoint: Endpoint, tries: Tally, provider_key: str, model_name: str,
+                         admitted: Endpoint, member: Member | None, tier: str | None) -> tuple[Completion, float]:
+        """One request sent once at ``endpoint`` (its pool's ``member`` when pooled), its answer stamped with what
+        served it; a provider's error is recorded on the endpoint and raised."""
+        if await self.leases.lost_lease_of(req):  # checked last before each attempt: after a stall, it may be another's
+            raise LeaseLost(req.item)
+        call = req.call
+        marks = self.prompt_cache.marks(req) if call.pairs is None else None
+        if marks is not None and marks.store_key is not None:
+            marks = await self.prompt_cache.ready(req, marks)
+        tries.sent += 1
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        provider = self.endpoints.providers[provider_key]
+        try:
+            # the tier goes beside what the cache key holds: it changes the price, not the answer
+            params = call.params if tier is None else {**call.params, "service_tier": tier}
+            if call.pairs is not None:
+                completion = await provider.loglikelihood(model_name, call.pairs)
+            elif marks is not None:
+                completion = await provider.execute(
+                    model_name, *provider.mark_prompt_cache(model_name, call.messages, params, marks))
+            else:
+                completion = await provider.execute(model_name, call.messages, params)
+        except ProviderError as exc:
+            self._failed(exc, endpoint, tries, provider, model_name, admitted, member, tier)
+            raise
+        endpoint.answered()
+        if member is not None:
+            self.endpoints.outcome(endpoint, None)
+        stamp(completion, _sent_with(provider, model_name, member))  # for the result line's provenance
+        if member is not None:
+            completion.endpoint = member.label  # charged at its price, in a ledger row of its own
+        latency = loop.time() - started
+        endpoint.observe(completion.rate, latency)
+        if tier is not None and completion.tier is None:  # the API did not say: served as sent
+            completion.tier = tier
+        return completion, latency
+
+    def _failed(self, exc: ProviderError, endpoint: Endpoint, tries: Tally, provider: Provider, model_name: str,
+                admitted: Endpoint, member: Member | None, tier: str | None) -> None:
+        """What a provider's error says about the endpoint (paused, failing, its key refused) and about the request
+        (possibly billed; a billed refusal's provenance and tier)."""
+        if member is not None:
+            self.endpoints.outcome(endpoint, exc)
+            if isinstance(exc, RateLimited) and endpoint is not admitted:  # the policy pauses the admitting one
+                endpoint.pause(exc.retry_after if exc.retry_after is not None else self.retry.backoff_initial)
+        if isinstance(exc, Refused) and isinstance(exc.billed, Completion):
+            stamp(exc.billed, _sent_with(provider, model_name, member))
+            exc.billed.endpoint = member.label if member is not None else None
+            exc.billed.tier = exc.billed.tier or tier  # a billed refusal is charged at the tier that served it
+        tries.last_possibly_billed = exc.possibly_billed
+        if isinstance(exc, AuthError) and endpoint.dead is None:
+            endpoint.dead = exc  # before the endpoint opens: nothing else is sent with a refused key
+        endpoint.answered()
+        if isinstance(exc, RateLimited):
+            tries.rate_limited += 1
+            endpoint.failed()
+        elif isinstance(exc, TransientError) and exc.error_class in LOAD_ERRORS:
+            endpoint.failed()
 
 
 def _sent_with(provider: Provider, model_name: str, member: Member | None) -> str | None:
