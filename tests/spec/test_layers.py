@@ -13,7 +13,7 @@ from tests.helpers import ROOT
 from tests.imports import MODULES, every_import, imports_in_functions, module_level_imports, reachable
 
 #: the schema's modules: the models of a job file
-SCHEMA = ("runner.spec.schema", "runner.spec.fields", "runner.spec.settings", "runner.spec.steps")
+SCHEMA = ("runner.spec.schema", "runner.spec.stage", "runner.spec.fields", "runner.spec.settings", "runner.spec.steps")
 #: what the schema may take from runner/providers: the settings model every provider is built with, and the
 #: capability table that shapes a stage's parameters per model
 PROVIDER_CONTRACT = ("runner.providers.base", "runner.providers.capabilities")
