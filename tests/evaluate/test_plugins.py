@@ -29,8 +29,8 @@ def _fresh_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test loads its plug-ins anew (the loader remembers them per process)."""
     monkeypatch.setattr(plugins, "_loaded", {})
     plugins.entry_point_names.cache_clear()
-    for name in [m for m in sys.modules if m in ("option_words", "broken_words", "mypkg", "mypkg.scoring")]:
-        del sys.modules[name]
+    for name in ("option_words", "broken_words", "mypkg", "mypkg.scoring"):  # not a walk over sys.modules: a thread
+        sys.modules.pop(name, None)  # another test left running may import meanwhile
 
 
 def _job(tmp_path: Path, stage: str, *, seeds: str = "[0, 1, 2]", choices: bool = True) -> Path:

@@ -80,9 +80,10 @@ def on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     finally:
         for name in set(base.PROVIDERS.classes) - before:
             unregister(name)
-        for module in [m for m in sys.modules if getattr(sys.modules[m], "__file__", "") and
-                       str(folder) in str(sys.modules[m].__file__)]:
-            del sys.modules[module]
+        # a copy: a thread another test left running (an executor's, the embedded model's) may import meanwhile
+        for name, module in list(sys.modules.items()):
+            if str(folder) in str(getattr(module, "__file__", None) or ""):
+                sys.modules.pop(name, None)
 
 
 @pytest.fixture
