@@ -56,17 +56,19 @@ if TYPE_CHECKING:
 
     from runner.spec.schema import Job
 
-#: the worker thread's niceness (Linux: per thread, inherited by the threads it starts)
+#: how much nicer than its process the worker thread runs (Linux: per thread, inherited by the threads it starts)
 WORKER_NICE = 10
 
 
 def lower_priority() -> None:
-    """Run the calling thread (the model's worker) at ``WORKER_NICE``; elsewhere than Linux, or when the system
-    refuses, it keeps the process's priority."""
+    """Run the calling thread (the model's worker) ``WORKER_NICE`` nicer than it was, at most 19: never at a higher
+    priority than a process started with ``nice`` (as root, setting 10 outright raised a ``nice -n 19`` process's
+    thread). Elsewhere than Linux, or when the system refuses, it keeps the process's priority."""
     if sys.platform != "linux":  # only Linux takes a thread id for PRIO_PROCESS
         return
+    thread = threading.get_native_id()
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
+        os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + WORKER_NICE))
     except OSError:
         pass
 
