@@ -6,6 +6,9 @@ A probe costs nothing and records nothing: no budget is reserved, no memo or sto
 server does not count it as a model request. Each failure is one sentence naming ``provider:model``: an endpoint
 that cannot be reached (with the question whether it runs), a refused key (with its variable), an unknown model,
 deployment, project or region (with what to fix), a missing key or SDK (as the run would say it).
+
+A pooled model (``pools:``) is asked at every endpoint of its pool, each with its own settings (key, region, base
+URL) and its name there: one answer per endpoint, named ``provider:model at LABEL``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 from runner.errors import ModelSetupError, RunnerError, TransientError
 from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
+from runner.spec.pools import endpoint_settings, provider_of
 from runner.spec.schema import Job
 
 #: seconds each probe may take (each start, then each lookup) when neither ``--timeout`` nor the variable says
@@ -30,8 +34,10 @@ _UNREACHABLE = ("connection", "timeout")
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """One model's answer: ``problem`` is the sentence saying what is wrong, None when the endpoint answered well."""
+    """One model's answer (a pooled model's: one endpoint's): ``problem`` is the sentence saying what is wrong, None
+    when the endpoint answered well."""
 
+    #: ``provider:model``, or ``provider:model at LABEL`` for an endpoint of its pool
     model: str
     problem: str | None = None
 
@@ -107,24 +113,24 @@ async def probe_models(job: Job, models: Iterable[str] | None = None, *, timeout
     Each provider is built as the run builds it (its SDK and key checked first), started, asked once per model,
     and closed."""
     seconds = timeout_setting(timeout)
-    names = list(dict.fromkeys(models if models is not None else job_models(job)))
+    names = [target for model in dict.fromkeys(models if models is not None else job_models(job))
+             for target in _targets(job, model)]
     problems: dict[str, str] = {}
     providers: dict[str, Provider] = {}
-    users: dict[str, list[tuple[str, str]]] = {}  # provider name -> (provider:model, model) to probe
+    users: dict[str, list[tuple[str, str]]] = {}  # provider key -> (what is probed, model) to probe
     endpoints = {label: _with_timeout(settings, seconds) for label, settings in job.endpoints.items()}
-    for model in names:
-        name, model_name = split_model(model)
+    for model, key, model_name in names:
         try:
-            provider = providers.get(name)
+            provider = providers.get(key)
             if provider is None:
-                settings = _with_timeout(job.providers.get(name) or ProviderSettings(), seconds)
-                provider = providers[name] = provider_class(name)(settings, endpoints)
+                settings = _with_timeout(endpoint_settings(job, key), seconds)
+                provider = providers[key] = provider_class(provider_of(key))(settings, endpoints)
             provider.check_sdk(model_name)
             provider.check_key(model_name)
         except (RunnerError, KeyError) as exc:
             problems[model] = sentence(model, exc)
             continue
-        users.setdefault(name, []).append((model, model_name))
+        users.setdefault(key, []).append((model, model_name))
     try:
         started = await asyncio.gather(*(_bounded(providers[name].start(), seconds) for name in users))
         asks: list[tuple[str, Coroutine[Any, Any, None]]] = []
@@ -143,7 +149,17 @@ async def probe_models(job: Job, models: Iterable[str] | None = None, *, timeout
                 await provider.aclose()
             except Exception:  # noqa: S110 - closing a probe's client must not hide what the probe found
                 pass
-    return [Probe(model, problems.get(model)) for model in names]
+    return [Probe(model, problems.get(model)) for model, _, _ in names]
+
+
+def _targets(job: Job, model: str) -> list[tuple[str, str, str]]:
+    """What to probe for ``model``: (what the answer names, the provider's key, the model's name there): its
+    provider's endpoint, or each endpoint of its pool under its label."""
+    name, model_name = split_model(model)
+    pool = job.pools.get(model)
+    if pool is None or not pool.endpoints:
+        return [(model, name, model_name)]
+    return [(f"{model} at {m.endpoint}", m.endpoint, m.model or model_name) for m in pool.members()]
 
 
 async def require(job: Job, models: Iterable[str] | None = None, *, timeout: float | None = None,

@@ -14,7 +14,7 @@ from runner.engine.endpoints import connection_pool_size
 from runner.engine.tiers import check_tier_prices
 from runner.errors import OutputError, RunnerError, StoreError
 from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
-from runner.spec.pools import labelled, provider_of
+from runner.spec.pools import endpoint_settings, provider_of
 from runner.spec.schema import Job
 from runner.store import Store
 
@@ -74,17 +74,6 @@ def build_providers(job: Job) -> dict[str, Provider]:
             provider.check_sdk(served)
             provider.check_key(served)
     return providers
-
-
-def endpoint_settings(job: Job, endpoint: str) -> ProviderSettings:
-    """The settings of a pool's endpoint: a provider's own (``providers: {sim: ...}``), or a label's
-    (``providers: {sim:b: ...}``) over its provider's."""
-    base = job.providers.get(provider_of(endpoint)) or ProviderSettings()
-    own = job.providers.get(endpoint) if labelled(endpoint) else None
-    if own is None:
-        return base
-    return ProviderSettings.model_validate({**base.model_dump(exclude_unset=True),
-                                            **own.model_dump(exclude_unset=True)})
 
 
 class NotJoinable(RunnerError):

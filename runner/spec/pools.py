@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from runner.errors import RunnerError
-from runner.providers.base import provider_class, split_model
+from runner.providers.base import ProviderSettings, provider_class, split_model
 from runner.spec.fields import Strict
 from runner.spec.problems import Problems, fail
 from runner.spec.yamlfile import Loc
@@ -67,6 +67,17 @@ def provider_of(endpoint: str) -> str:
 def labelled(name: str) -> bool:
     """Whether a ``providers:`` key is an endpoint label (``provider:label``) rather than a provider."""
     return ":" in name
+
+
+def endpoint_settings(job: Job, endpoint: str) -> ProviderSettings:
+    """The settings of a pool's endpoint: a provider's own (``providers: {sim: ...}``), or a label's
+    (``providers: {sim:b: ...}``) over its provider's."""
+    base = job.providers.get(provider_of(endpoint)) or ProviderSettings()
+    own = job.providers.get(endpoint) if labelled(endpoint) else None
+    if own is None:
+        return base
+    return ProviderSettings.model_validate({**base.model_dump(exclude_unset=True),
+                                            **own.model_dump(exclude_unset=True)})
 
 
 def check_pools(job: Job, path: Path, lines: dict[Loc, int], problems: Problems, known: list[str],
