@@ -44,6 +44,7 @@ from runner.engine.budget import LATER, Reservation
 from runner.engine.control import RunControl
 from runner.engine.deadline import DeadlineSteer
 from runner.engine.endpoints import Endpoints
+from runner.engine.pools import BatchRoutes
 from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
 from runner.engine.recorder import Recorder
 from runner.engine.reserver import Reserver
@@ -103,6 +104,8 @@ class Batcher:
         self.prompt_cache = prompt_cache
         #: the deadline planner, for the auto stages with a deadline (runner/engine/deadline.py)
         self.steer = steer
+        #: the provider each model's lines go through (a pooled model's: one endpoint of its pool)
+        self.routes = BatchRoutes(job, stats.notes)
 
     # -- which tasks go through a batch ------------------------------------------------------------------
     def wants(self, task: Task) -> bool:
@@ -117,7 +120,7 @@ class Batcher:
         mode = self.job.stage_mode(stage)
         if mode == "online" or task.call.kind != "chat":
             return False
-        if not getattr(self.endpoints.providers[task.provider], "supports_batch", False):
+        if not getattr(self.endpoints.providers[self.routes.provider(task)], "supports_batch", False):
             return False  # ``mode: batch`` was refused at the start for such a model; ``auto`` sends it online
         if mode == "auto" and self.steer is not None and self.steer.planned(task.stage, task.model):
             if self.steer.mode_of(task) == "batch":
@@ -166,7 +169,8 @@ class Batcher:
     async def submit(self, stage: str, model: str, tasks: list[Task] | None = None) -> None:
         """Submit the group's lines not yet in a batch (``tasks``: those, already taken from the pending ones)."""
         tasks = self.lines.pending.pop((stage, model), []) if tasks is None else tasks
-        floor = getattr(self.endpoints.providers[tasks[0].provider], "batch_min_lines", 1) if tasks else 1
+        via = self.routes.provider(tasks[0]) if tasks else None
+        floor = getattr(self.endpoints.providers[via], "batch_min_lines", 1) if via is not None else 1
         if len(tasks) < floor:
             self._too_few(stage, model, tasks, floor)
             return
@@ -200,18 +204,20 @@ class Batcher:
             self._too_few(stage, model, [*sent, *later], floor, budget=True)
             return
         first = tasks[0]
+        assert via is not None  # it has lines, so tasks
         try:
-            await self.endpoints.start(first.provider)
-            client = self._client(first.provider)
+            await self.endpoints.start(via)
+            client = self._client(via)
         except ProviderError as exc:
             self._refuse(keys, exc)
             return
-        lines = self.prompt_cache.mark_lines(self.endpoints.providers[first.provider], sent, lines)
+        self.routes.say(stage, model)
+        lines = self.prompt_cache.mark_lines(self.endpoints.providers[via], sent, lines)
         for task in later:  # planned again with the batch they go in
             self.prompt_cache.forget(task.key)
         # a provider may need several batches where the count alone allows one (Gemini: inline requests under 20 MB)
         chunks = getattr(client, "chunks", None)
-        for part in chunks(first.model_name, lines) if chunks is not None else [lines]:
+        for part in chunks(self.routes.model_name(first), lines) if chunks is not None else [lines]:
             if self.control.stopping:  # a fatal error in an earlier part: these lines stay for a resume
                 self._refuse({line.custom_id: keys[line.custom_id] for line in part}, None)
                 continue
@@ -223,12 +229,12 @@ class Batcher:
         its lines, an error that may hide an accepted batch leaves it to be looked up (:meth:`_resolve`)."""
         round_ = max((self.lines.resubmits.get(line.custom_id, 0) for line in lines), default=0)
         # the run's id, the stage and a random part: a resumed process must not reuse an earlier process's ids
-        batch = OpenBatch(f"{self.run_id}:{stage}:{secrets.token_hex(4)}", stage, model, first.provider, "",
-                          round_, keys, label=batch_label(self.run_id, stage, model, round_, keys),
-                          since=time.time())
+        batch = OpenBatch(f"{self.run_id}:{stage}:{secrets.token_hex(4)}", stage, model,
+                          self.routes.provider(first), "", round_, keys,
+                          label=batch_label(self.run_id, stage, model, round_, keys), since=time.time())
         self.records.intend(batch)
         try:
-            provider_id = await client.submit(first.model_name, lines, label=batch.label)
+            provider_id = await client.submit(self.routes.model_name(first), lines, label=batch.label)
         except ProviderError as exc:
             if not exc.retryable:  # refused: the provider has no such batch
                 self.records.drop(batch)
@@ -383,7 +389,10 @@ class Batcher:
         (or, past an auto stage's deadline, sent online), the rest failed."""
         results = {r.custom_id: r for r in await self._client(batch.provider).results(batch.provider_batch_id)}
         sent_with = self.endpoints.providers[batch.provider].sent_with(batch.model, batch=True)
-        statuses, online = settle_results(self.lines, batch, results, sent_with,
+        label = self.routes.label(batch.model)
+        if label is not None:  # a pool's: charged at its endpoint's price
+            sent_with = f"{sent_with or batch.provider} at {label}"
+        statuses, online = settle_results(self.lines, batch, results, sent_with, endpoint=label,
                                           late=self._late(batch.stage, batch.model),
                                           max_resubmits=self.settings.max_resubmits, store=self.store)
         # The answers are committed before the batch is marked collected: a crash in between leaves the batch open,

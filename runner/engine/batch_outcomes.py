@@ -12,17 +12,19 @@ from runner.engine.budget import Reservation
 from runner.errors import ProviderError
 from runner.plan.request import Task
 from runner.providers.batching import REFUSED, BatchResult
-from runner.providers.records import stamp
+from runner.providers.records import Completion, stamp
 from runner.store.offloop import LoopStore
 
 __all__ = ["settle_results", "settle_unsent"]
 
 
 def settle_results(lines: BatchLines, batch: OpenBatch, results: dict[str, BatchResult], sent_with: str | None, *,
-                   late: bool, max_resubmits: int, store: LoopStore) -> tuple[dict[str, str], list[Task]]:
+                   endpoint: str | None, late: bool, max_resubmits: int,
+                   store: LoopStore) -> tuple[dict[str, str], list[Task]]:
     """An ended batch's ``results`` (by custom id) given to its lines: each line's status (``done``, ``retry``,
     ``online`` or ``failed``) for the store, and the tasks to send online (``late``: past an auto stage's
-    deadline). An answer for a task this process did not plan releases its ledger row through ``store``."""
+    deadline). ``endpoint``: the pool's endpoint that took the batch, whose price charges what it answered or billed.
+    An answer for a task this process did not plan releases its ledger row through ``store``."""
     statuses: dict[str, str] = {}
     online: list[Task] = []
     for key in batch.keys:
@@ -33,6 +35,7 @@ def settle_results(lines: BatchLines, batch: OpenBatch, results: dict[str, Batch
         if result is not None and result.completion is not None:
             statuses[key] = "done"
             if tasks:
+                result.completion.endpoint = endpoint
                 lines.answer(tasks, stamp(result.completion, sent_with),
                              reservation or Reservation([], 0.0, 0, batch.keys[key]))
             elif batch.keys[key] is not None:  # answered for a task this process did not plan
@@ -54,8 +57,11 @@ def settle_results(lines: BatchLines, batch: OpenBatch, results: dict[str, Batch
             lines.resubmit(batch.stage, batch.model, key, tasks)
         else:
             statuses[key] = "failed"
-            lines.fail(key, tasks, result.error if result is not None and result.error is not None
-                       else ProviderError("the batch ended without answering this request"))
+            error = (result.error if result is not None and result.error is not None
+                     else ProviderError("the batch ended without answering this request"))
+            if endpoint is not None and isinstance(billed := getattr(error, "billed", None), Completion):
+                billed.endpoint = endpoint  # a refusal billed by the pool's endpoint, charged at its price
+            lines.fail(key, tasks, error)
     return statuses, online
 
 

@@ -14,7 +14,7 @@ from runner.engine.endpoints import connection_pool_size
 from runner.engine.tiers import check_tier_prices
 from runner.errors import OutputError, RunnerError, StoreError
 from runner.providers.base import Provider, ProviderSettings, provider_class, split_model
-from runner.spec.pools import endpoint_settings, provider_of
+from runner.spec.pools import batch_endpoint, endpoint_settings, provider_of
 from runner.spec.schema import Job
 from runner.store import Store
 
@@ -125,9 +125,13 @@ def check_batch_modes(job: Job, providers: dict[str, Provider]) -> None:
         if job.stage_mode(stage) != "batch":
             continue
         for model in job.stage_models(stage):
-            provider = providers[model.partition(":")[0]]
+            name, _, served = model.partition(":")
+            via = batch_endpoint(job, model)  # a pooled model's batches go through one endpoint of its pool
+            if via is not None:
+                name, served = via.endpoint, via.model or served
+            provider = providers[name]
             if not getattr(provider, "supports_batch", False):
-                reason = provider.batch_unavailable(model.partition(":")[2])
+                reason = provider.batch_unavailable(served)
                 if reason:  # a provider with a Batch API that this job's settings leave out says what to set
                     raise BatchModeError(f"{job.path or 'the job file'}: stage {stage.name}: {reason}")
                 raise BatchModeError(

@@ -13,6 +13,10 @@ a row that say it is down or broken (5xx, a refused or dropped connection, a tim
 and a request whose attempt it failed goes on at another (its reservation, its attempts and the retry policy's
 bounds unchanged: ARCHITECTURE.md invariants 3 and 4); the run's notes say so in one line. When every endpoint of a
 pool is out, the last keeps serving, so the errors end the requests as they would without a pool.
+
+A pooled model's Batch API lines are not spread: they all go through one endpoint, the first of its pool that has a
+Batch API (:class:`BatchRoutes`), said once in the run's notes; its batches are priced, and charged in ledger rows
+naming it, as that endpoint's.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ from dataclasses import dataclass
 
 from runner.engine.limits import Endpoint
 from runner.errors import AuthError, ProviderError, QuotaExceeded, TransientError
-from runner.spec.pools import Pool
+from runner.plan.request import Task
+from runner.providers.pricing import Pricing
+from runner.spec.pools import Pool, PoolEndpoint, batch_endpoint, provider_of
+from runner.spec.schema import Job
 
-__all__ = ["STREAK", "Member", "PoolRoute"]
+__all__ = ["STREAK", "BatchRoutes", "Member", "PoolRoute", "endpoint_prices"]
 
 #: failures in a row that say an endpoint is down (5xx, refused or dropped connections, timeouts): it is taken out
 STREAK = 5
@@ -137,3 +144,50 @@ def members_of(model: str, pool: Pool, endpoint: Callable[[str, str, str], Endpo
     name = model.partition(":")[2]
     return [Member(m.endpoint, m.endpoint, m.model or name, endpoint(m.endpoint, m.endpoint, m.model or name))
             for m in pool.members()]
+
+
+def endpoint_prices(pricing: Pricing, model: str, pool: Pool) -> dict[str, str]:
+    """The model each endpoint of ``model``'s pool is priced as, by its label: ``provider:model`` at that endpoint
+    where that has a price, else the pooled model."""
+    name = model.partition(":")[2]
+    out = {}
+    for member in pool.members():
+        own = f"{provider_of(member.endpoint)}:{member.model or name}"
+        out[member.endpoint] = own if own == model or pricing.rates(own) is not None else model
+    return out
+
+
+class BatchRoutes:
+    """Where each model's Batch API lines go: through its own provider, or a pooled model's through the endpoint
+    of its pool :func:`~runner.spec.pools.batch_endpoint` names (the first with a Batch API), said once a run."""
+
+    def __init__(self, job: Job, notes: list[str]) -> None:
+        self._via: dict[str, PoolEndpoint] = {model: via for model in job.pools
+                                              if (via := batch_endpoint(job, model)) is not None}
+        self._notes = notes
+        self._said: set[str] = set()
+
+    def provider(self, task: Task) -> str:
+        """The key among the run's providers of the one that takes ``task``'s batch line (a pool's: its label)."""
+        via = self._via.get(task.model)
+        return via.endpoint if via is not None else task.provider
+
+    def model_name(self, task: Task) -> str:
+        """The model as the batch's endpoint is asked for it."""
+        via = self._via.get(task.model)
+        return (via.model or task.model.partition(":")[2]) if via is not None else task.model_name
+
+    def label(self, model: str) -> str | None:
+        """The pool's endpoint that takes ``model``'s batches (its answers are charged there), None for no pool."""
+        via = self._via.get(model)
+        return via.endpoint if via is not None else None
+
+    def say(self, stage: str, model: str) -> None:
+        """One line in the run's notes, the first time a pooled model's lines go into a batch."""
+        label = self.label(model)
+        if label is None or model in self._said:
+            return
+        self._said.add(model)
+        self._notes.append(f"stage {stage}: the Batch API lines of {model} go through endpoint {label} alone, the "
+                           "first of its pool with a Batch API (a pool's batches are not spread over its endpoints; "
+                           "its online requests are)")

@@ -13,14 +13,15 @@ from runner.engine.budget import LATER, Budgets, Exhausted, Reservation, Scope, 
 from runner.engine.control import RunControl
 from runner.engine.exact_counts import CountsAhead, ExactCounts
 from runner.engine.leases import ChunkLeases
+from runner.engine.pools import endpoint_prices
 from runner.engine.stats import RunStats
 from runner.engine.tiers import Tiers, tier_rates
 from runner.engine.workers import POLL
 from runner.plan.request import Task
-from runner.providers.base import Completion, split_model
+from runner.providers.base import Completion
 from runner.providers.pricing import Pricing, Rates
 from runner.providers.tokens import bound_call_tokens, count_call_tokens
-from runner.spec.pools import PoolEndpoint, provider_of
+from runner.spec.pools import batch_endpoint
 from runner.spec.schema import Job
 from runner.store import Store
 from runner.store.fencing import Fenced
@@ -60,8 +61,11 @@ class Reserver:
         self.pricing = Pricing(job)
         #: a pooled model's endpoints, each by its label, priced as ``provider:model`` at that endpoint where that
         #: has a price, else as the pooled model
-        self.pool_prices: dict[str, dict[str, str]] = {model: self._endpoint_prices(model, pool.members())
+        self.pool_prices: dict[str, dict[str, str]] = {model: endpoint_prices(self.pricing, model, pool)
                                                        for model, pool in job.pools.items()}
+        #: a pooled model's batch lines are priced as the endpoint that takes its batches (runner/engine/pools.py)
+        self.batch_prices = {model: self.pool_prices[model].get(via.endpoint, model)
+                             for model in job.pools if (via := batch_endpoint(job, model)) is not None}
         self.tiers = tiers if tiers is not None else Tiers(job)
         self.budgets: Budgets | None = budgets_of(job)
         if self.budgets is not None and resume:  # what earlier attempts of this run spent still counts
@@ -215,7 +219,8 @@ class Reserver:
         writable, hour = writes if writes is not None else self.cache_writes(req, batch)
         pooled = self.pool_prices.get(req.model) if self.pool_prices and not batch else None
         if pooled is None:
-            return self._worst_usd(req, req.model, tokens, max_tokens, writable, hour, batch), total
+            model = self.batch_prices.get(req.model, req.model) if batch else req.model
+            return self._worst_usd(req, model, tokens, max_tokens, writable, hour, batch), total
         # a pool: its dearest endpoint's price
         return max(self._worst_usd(req, model, tokens, max_tokens, writable, hour, batch)
                    for model in set(pooled.values())), total
@@ -229,14 +234,6 @@ class Reserver:
                        .worst_case(tokens, max_tokens, writable, hour) for tier in plan.may_serve)
         return rates.worst_case(tokens, max_tokens, writable, hour) if rates is not None else \
             self.pricing.worst_case(model, tokens, max_tokens, writable=writable, hour=hour)
-
-    def _endpoint_prices(self, model: str, members: list[PoolEndpoint]) -> dict[str, str]:
-        name = split_model(model)[1]
-        out = {}
-        for member in members:
-            own = f"{provider_of(member.endpoint)}:{member.model or name}"
-            out[member.endpoint] = own if own == model or self.pricing.rates(own) is not None else model
-        return out
 
     def priced_as(self, req: Task, c: Completion) -> str:
         """The model an answer is priced as: a pooled model's at the endpoint that answered (``c.endpoint``)."""
@@ -328,7 +325,7 @@ class Reserver:
                                               c.cache_write_tokens, c.cache_write_1h_tokens)
         if not batch:
             return cost, None
-        rates = self.pricing.batch_rates(req.model)
+        rates = self.pricing.batch_rates(self.priced_as(req, c))
         batch_cost = rates.cost(c.input_tokens, c.output_tokens, c.cached_tokens, c.cache_write_tokens,
                                 c.cache_write_1h_tokens) \
             if rates is not None else cost
@@ -339,7 +336,7 @@ class Reserver:
         uncached, less ``cost`` (negative when it only wrote, at a premium)."""
         if not (c.cached_tokens or c.cache_write_tokens) or not self.priced(req.model):
             return 0.0
-        rates = self.pricing.batch_rates(req.model) if batch else None
+        rates = self.pricing.batch_rates(self.priced_as(req, c)) if batch else None
         rates = rates or self.served_rates(req, c)
         return rates.cost(c.input_tokens, c.output_tokens) - cost
 

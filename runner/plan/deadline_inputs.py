@@ -22,6 +22,7 @@ from runner.providers.base import provider_class, split_model
 from runner.providers.pricing import Pricing
 from runner.providers.tiers import tiers_taken
 from runner.spec.fields import parse_duration
+from runner.spec.pools import batch_endpoint, has_batch_api
 from runner.spec.schema import Job
 from runner.spec.stage import Stage
 from runner.store import Store
@@ -200,17 +201,7 @@ def provider_of(model: str) -> str:
 
 
 def batch_api(job: Job, model: str) -> bool:
-    """Whether ``model``'s provider has a Batch API under the job's settings, without building it (Vertex and
-    Bedrock need a ``batch_folder``, Bedrock a ``batch_role_arn`` too)."""
-    provider = provider_of(model)
-    try:
-        cls = provider_class(provider)
-    except (KeyError, RunnerError):
-        return False
-    settings = job.providers.get(provider)
-    extra = settings.model_dump() if settings is not None else {}
-    if provider == "vertex":
-        return bool(extra.get("batch_folder"))
-    if provider == "bedrock":
-        return bool(extra.get("batch_folder") and extra.get("batch_role_arn"))
-    return bool(getattr(cls, "supports_batch", False) is True)
+    """Whether ``model``'s provider (a pooled model's: the endpoint its batches go through) has a Batch API under
+    the job's settings, without building it."""
+    via = batch_endpoint(job, model)
+    return has_batch_api(job, via.endpoint if via is not None else provider_of(model))

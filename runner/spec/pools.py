@@ -80,6 +80,33 @@ def endpoint_settings(job: Job, endpoint: str) -> ProviderSettings:
                                             **own.model_dump(exclude_unset=True)})
 
 
+def has_batch_api(job: Job, endpoint: str) -> bool:
+    """Whether an endpoint (a provider, or ``provider:label``) has a Batch API under the job's settings, without
+    building it: Vertex and Bedrock only with a ``batch_folder``, Bedrock with a ``batch_role_arn`` too."""
+    provider = provider_of(endpoint)
+    try:
+        cls = provider_class(provider)
+    except (KeyError, RunnerError):
+        return False
+    extra = endpoint_settings(job, endpoint).model_dump()
+    if provider == "vertex":
+        return bool(extra.get("batch_folder"))
+    if provider == "bedrock":
+        return bool(extra.get("batch_folder") and extra.get("batch_role_arn"))
+    return bool(getattr(cls, "supports_batch", False) is True)
+
+
+def batch_endpoint(job: Job, model: str) -> PoolEndpoint | None:
+    """The endpoint a pooled model's Batch API lines go through: the first of its pool that has a Batch API (the
+    first of all when none has: the run then sends them online, or refuses ``mode: batch``); None for a model of no
+    pool. A pool's batches are not spread over its endpoints: one endpoint takes them all."""
+    pool = job.pools.get(model)
+    if pool is None or not pool.endpoints:
+        return None
+    members = pool.members()
+    return next((m for m in members if has_batch_api(job, m.endpoint)), members[0])
+
+
 def check_pools(job: Job, path: Path, lines: dict[Loc, int], problems: Problems, known: list[str],
                 unknown: Unknown) -> None:
     """Each pool's problems, one sentence each at its line: a pool of no model the job asks, an empty list, an

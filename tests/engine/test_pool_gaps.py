@@ -15,8 +15,12 @@ from typing import Any
 
 import pytest
 
+from runner.engine.checks import BatchModeError, check_before_sending
+from runner.engine.run import execute
 from runner.preflight import PreflightFailed, probe_models, require
 from runner.spec.job import load_job
+from runner.spec.pools import batch_endpoint
+from runner.store import open_store
 from tests.engine.test_pools import MODEL, questions, servers, write_job
 from tests.helpers import ROOT, run_cli
 
@@ -85,3 +89,67 @@ async def test_submit_stops_before_sending_when_one_endpoint_of_a_pool_is_down(t
             await require(job, timeout=2)
         assert str(failed.value).startswith(f"{MODEL} at sim:b: ")
         assert up.stats()["by_status"].get("200", 0) == 0, "a probe is no model request"
+
+
+# -- Batch API stages -----------------------------------------------------------------------------------------------
+
+async def test_a_pooled_batch_goes_through_the_first_endpoint_of_its_pool_priced_and_charged_there(
+        tmp_path: Path) -> None:
+    async with AsyncExitStack() as stack:
+        named, first, second = await servers(stack)
+        path = write_job(tmp_path, [named.url, first.url, second.url], questions(40))
+        job = json.loads(path.read_text())
+        job["stages"][0]["mode"] = "batch"
+        job["batch"] = {"poll_interval": 0.02}
+        job["budget"] = {"usd": 1.0}
+        job["prices"] = PRICES  # the dear endpoint first: it takes the batches
+        job["pools"] = {MODEL: {"endpoints": [{"endpoint": "sim:b", "model": "gpt-4o-dear"}, "sim:c"],
+                                "same_model": True}}
+        edit(path, **job)
+        store = open_store(tmp_path / "s.sqlite")
+        outcome = await execute(load_job(path), store)
+        assert outcome.status == "completed", outcome.message
+        # not the named model's provider (sim, the first server), nor the pool's second endpoint
+        assert first.stats()["batch_lines"] == 40 and "batches" not in named.stats() and "batches" not in second.stats()
+        assert sum(s.stats()["by_status"].get("200", 0) for s in (named, second)) == 0
+        assert [n for n in outcome.stats.notes if "Batch API lines" in n] == [
+            f"stage qa: the Batch API lines of {MODEL} go through endpoint sim:b alone, the first of its pool with "
+            "a Batch API (a pool's batches are not spread over its endpoints; its online requests are)"]
+        used = {r["key"]: (r["input_tokens"], r["output_tokens"]) for r in store.responses()}
+        charges = store.ledger(outcome.run_id, "charge")
+        assert len(charges) == 40 and {r["endpoint"] for r in charges} == {"sim:b"}
+        for row in charges:  # at sim:b's Batch API price (gpt-4o-dear's), not the pooled model's
+            inputs, outputs = used[row["key"]]
+            assert row["amount"] == pytest.approx((inputs * 5.0 + outputs * 10.0) / 1e6, rel=1e-9)
+        results = [json.loads(line) for line in next((tmp_path / "results").rglob("qa.jsonl")).read_text().splitlines()]
+        assert len(results) == 40 and all(r["provenance"]["sent_with"].endswith(" at sim:b") for r in results)
+
+
+def test_the_batch_endpoint_is_the_first_of_the_pool_with_a_batch_api(tmp_path: Path) -> None:
+    path = write_job(tmp_path, ["http://127.0.0.1:9/v1"] * 2, questions(3))
+    job = json.loads(path.read_text())
+    job["models"] = ["anthropic:claude-haiku-4-5"]
+    job["providers"] = {"bedrock:us-east-1": {"region": "us-east-1"}, "anthropic": {}}
+    job["pools"] = {"anthropic:claude-haiku-4-5": {"endpoints": [
+        {"endpoint": "bedrock:us-east-1", "model": "us.anthropic.claude-haiku-4-5-20251001-v1:0"}, "anthropic"],
+        "same_model": True}}
+    edit(path, **job)
+    assert batch_endpoint(load_job(path), "anthropic:claude-haiku-4-5").endpoint == "anthropic", \
+        "Bedrock without a batch_folder and role has no Batch API"
+    job["providers"]["bedrock:us-east-1"].update(batch_folder="s3://b/p", batch_role_arn="arn:aws:iam::1:role/r")
+    edit(path, **job)
+    assert batch_endpoint(load_job(path), "anthropic:claude-haiku-4-5").endpoint == "bedrock:us-east-1"
+    assert batch_endpoint(load_job(path), MODEL) is None
+
+
+def test_mode_batch_is_refused_when_no_endpoint_of_the_pool_has_a_batch_api(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    path = write_job(tmp_path, ["http://127.0.0.1:9/v1"], questions(3), pooled=False)
+    job = json.loads(path.read_text())
+    job["models"] = ["bedrock:anthropic.claude-haiku"]
+    job["providers"] = {"bedrock": {"region": "us-east-1"}, "bedrock:eu": {"region": "eu-west-1"}}
+    job["pools"] = {"bedrock:anthropic.claude-haiku": {"endpoints": ["bedrock", "bedrock:eu"]}}
+    job["stages"][0]["mode"] = "batch"
+    with pytest.raises(BatchModeError, match="needs an S3 folder and a service role"):
+        check_before_sending(load_job(edit(path, **job)))
