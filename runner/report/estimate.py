@@ -42,6 +42,7 @@ from runner.providers.pricing import PER, Pricing, Rates
 from runner.providers.tokens import bound_call_tokens, count_call_tokens, exact
 from runner.report.cache_estimate import CacheSums, caching_rule, storage_price
 from runner.report.deadline import deadline_lines
+from runner.report.pool_estimate import PoolPrices, pool_prices
 from runner.report.stored_counts import StoredCounts
 from runner.report.tiers import group_prices
 from runner.spec.schema import Job
@@ -154,7 +155,8 @@ class _Builder:
     """One (stage, model) group being summed."""
 
     def __init__(self, group: Group, rates: Rates | None, batch: Rates | None, count: bool,
-                 cache: CacheSums | None = None, stored: bool = False, worst: list[Rates] | None = None) -> None:
+                 cache: CacheSums | None = None, stored: bool = False, worst: list[Rates] | None = None,
+                 pool: PoolPrices | None = None) -> None:
         self.group = group
         self.stored = stored and count  # its requests may have counts stored (runner/report/stored_counts.py)
         self.rates = rates
@@ -166,6 +168,11 @@ class _Builder:
         self.batch_sums = _Sums() if batch is not None else None
         self.cached_out = 0
         self.cached_n = 0
+        #: a pooled model's endpoints, summed each at its own price, and what a budget reserves (runner/report/
+        #: pool_estimate.py)
+        self.pool = pool
+        self.pool_sums = [_Sums() for _ in pool.labels] if pool is not None else []
+        self.reserved = _Sums()
 
     def add(self, req: Task, counted: int | None = None) -> None:
         """One request to send; ``counted``: its input tokens as the provider's count endpoint counted them."""
@@ -186,6 +193,10 @@ class _Builder:
             self.sums.add(self.rates, tokens, bound, max_tokens, self.worst)
         if self.batch_sums is not None and self.batch is not None:
             self.batch_sums.add(self.batch, tokens, bound, max_tokens, [self.batch])
+        if self.pool is not None:
+            for sums, rates, worst in zip(self.pool_sums, self.pool.rates, self.pool.worst, strict=True):
+                sums.add(rates, tokens, bound, max_tokens, worst)
+            self.reserved.add(self.pool.rates[0], tokens, bound, max_tokens, self.pool.every_worst)
         if self.cache is not None:
             self.cache.add(req.messages)
 
@@ -212,6 +223,10 @@ class _Builder:
                 continue
             setattr(g, low_attr, sums.input_usd + (expected or 0.0) * sums.output_rate)
             setattr(g, high_attr, sums.high if g.max_tokens is not None else None)
+        if self.pool is not None:
+            bounded = g.max_tokens is not None
+            self.pool.finish(g, [(s.input_usd + (expected or 0.0) * s.output_rate, s.high if bounded else None)
+                                 for s in self.pool_sums], self.reserved.high if bounded else None)
         if self.cache is not None and self.rates is not None and g.cost_low is not None:
             g.cost_low_cached = g.cost_low - self.cache.saving(self.rates)
             g.cache_read_tokens = self.cache.read
@@ -245,6 +260,7 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
     seen: set[int] = set()
     unplanned: list[str] = []
     warnings: list[str] = []
+    pools: list[dict[str, Any]] = []
     stored = StoredCounts(job, store)
     for stage in job.stages:
         if not stage.is_llm:
@@ -258,7 +274,8 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
         for model in plan.models:
             tier = tiers.plans.get((stage.name, model))
             rates, worst = group_prices(pricing, tier, model)
-            batch = pricing.batch_rates(model) if rates is not None else None
+            pool = pool_prices(job, pricing, tier, model, stage)
+            batch = pricing.batch_rates(pool.batch_as if pool else model) if rates is not None else None
             provider, name, model_id = model_key(model, job.endpoints, job)
             ids[model] = (provider, model_id)
             # the cap as sent: the answer's max_tokens and the thinking allowance of a reasoning model
@@ -276,7 +293,7 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
             rule = caching_rule(model) if job.stage_prompt_cache(stage) == "auto" and count else None
             builders[model] = _Builder(group, rates, batch, count, CacheSums(
                 stage.name, model, rule, storage_price(job, model)) if rule is not None else None,
-                not group.input_exact and stored.counter(provider) is not None, worst)
+                not group.input_exact and stored.counter(provider) is not None, worst, pool)
         replayed = replayable_tasks(store, stage_address(job, stage, plan), stage.name)
         if replayed is not None:  # unchanged since a run that finished it: all cache hits, nothing to plan
             for model, (n, output_tokens) in replayed.items():
@@ -287,10 +304,13 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
             _plan_groups(plan, builders, store, seen, stored)
         groups += [builders[m].finish(store, *ids[m]) for m in plan.models]
         warnings += [w for m in plan.models if (c := builders[m].cache) is not None and (w := c.reorder_warning())]
+        pools += [p.as_dict() for m in plan.models if (p := builders[m].pool) is not None]
     result = Estimate(job=job.name, path=job.path, groups=groups)
     result.totals = _totals(groups)
     result.totals["warnings"] = warnings
     result.totals["unplanned_stages"] = unplanned
+    if pools:  # the totals of a job with no pool say what they said before
+        result.totals["pools"] = pools
     # each mode's cost and time and the planned mix, per deadline (runner/report/deadline.py)
     result.totals["deadline"] = deadline_lines(job, groups, store) if any(
         job.stage_deadline(s) is not None for s in job.llm_stages()) else []

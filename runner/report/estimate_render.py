@@ -7,6 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from runner.report.estimate import Estimate, Group, usd
+from runner.report.pool_estimate import pool_lines
 from runner.report.tables import Column, Table, csv_text, json_text
 from runner.report.terminal import clean, clean_lines
 from runner.report.tiers import estimate_lines
@@ -76,7 +77,8 @@ def summary_lines(est: Estimate) -> list[str]:
         lines.append(f"with provider prompt caching (prompt_cache: auto): expected {usd(t['cost_low_cached'])}, "
                      f"{usd(t['cost_low'] - t['cost_low_cached'])} less, {t['cache_read_tokens']:,} of the "
                      f"{t['input_tokens']:,} input tokens read from the providers' caches")
-    lines += t.get("warnings", []) + estimate_lines(est.groups) + t.get("deadline", [])
+    lines += t.get("warnings", []) + estimate_lines(est.groups) + pool_lines(t.get("pools", []), usd) \
+        + t.get("deadline", [])
     for model in t["unknown_prices"]:
         lines.append(f"unknown price for {model}: add prices: {{{model}: {{input: USD, output: USD}}}} "
                      "(per million tokens) to the job to price it")

@@ -18,6 +18,7 @@ import pytest
 from runner.engine.checks import BatchModeError, check_before_sending
 from runner.engine.run import execute
 from runner.preflight import PreflightFailed, probe_models, require
+from runner.report.estimate import estimate, render, summary_lines
 from runner.spec.job import load_job
 from runner.spec.pools import batch_endpoint
 from runner.store import open_store
@@ -89,6 +90,50 @@ async def test_submit_stops_before_sending_when_one_endpoint_of_a_pool_is_down(t
             await require(job, timeout=2)
         assert str(failed.value).startswith(f"{MODEL} at sim:b: ")
         assert up.stats()["by_status"].get("200", 0) == 0, "a probe is no model request"
+
+
+# -- runner estimate ------------------------------------------------------------------------------------------------
+
+def test_estimate_prices_a_pooled_model_per_endpoint_and_says_the_dearest_is_reserved(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "s.sqlite")
+    alone: dict[str, Any] = {}
+    for label, price in (("cheap", PRICES[MODEL]), ("dear", PRICES[DEAR])):
+        path = write_job(tmp_path / label, ["http://127.0.0.1:9/v1"], questions(30), pooled=False)
+        alone[label] = estimate(load_job(edit(path, prices={MODEL: price})), store)
+    pooled = estimate(load_job(dear_pool(write_job(tmp_path / "pool", ["http://127.0.0.1:9/v1"] * 2,
+                                                   questions(30)))), store)
+    group, cheap, dear = pooled.groups[0], alone["cheap"].groups[0], alone["dear"].groups[0]
+    assert cheap.cost_high is not None and dear.cost_high == pytest.approx(10 * cheap.cost_high)
+    assert group.cost_low == pytest.approx(cheap.cost_low) and group.cost_high == pytest.approx(dear.cost_high)
+    assert pooled.high == pytest.approx(dear.cost_high), "a budget must cover the dearest endpoint"
+    [pool] = pooled.totals["pools"]
+    assert pool["reserved_at"] == "sim:b"
+    assert [(e["endpoint"], e["priced_as"]) for e in pool["endpoints"]] == [("sim", MODEL), ("sim:b", DEAR)]
+    assert [e["cost_high"] for e in pool["endpoints"]] == pytest.approx([cheap.cost_high, dear.cost_high])
+    said = [line for line in summary_lines(pooled) if line.startswith("pool:")]
+    assert said == [f"pool: qa {MODEL} over 2 endpoints: sim ${cheap.cost_low:,.4f} – ${cheap.cost_high:,.4f} (as "
+                    f"{MODEL}, job prices: {MODEL}), sim:b ${dear.cost_low:,.4f} – ${dear.cost_high:,.4f} (as "
+                    f"{DEAR}, job prices: {DEAR}); a budget reserves the dearest endpoint's price (sim:b)"], said
+    assert "pool: sim as" in group.price and "sim:b as sim:gpt-4o-dear" in group.price
+    # a job without a pool says what it said before: no pool line, no pools total
+    assert "pools" not in alone["cheap"].totals and "pool:" not in render(alone["cheap"], "text")
+
+
+def test_estimate_says_which_endpoint_takes_a_pooled_batch_stage_and_prices_it_there(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "s.sqlite")
+    path = dear_pool(write_job(tmp_path, ["http://127.0.0.1:9/v1"] * 3, questions(30)), first="sim:b",
+                     second="sim:c")
+    job = json.loads(path.read_text())
+    job["stages"][0]["mode"] = "batch"
+    job["pools"][MODEL]["endpoints"].reverse()  # the dear endpoint first: it takes the batches
+    found = estimate(load_job(edit(path, **job)), store)
+    lines = summary_lines(found)
+    assert f"pool: qa {MODEL}'s Batch API lines go through endpoint sim:c alone, the first of its pool with a " \
+           "Batch API (batches are not spread over a pool)" in lines
+    group = found.groups[0]
+    assert group.batch_price is not None and found.totals["pools"][0]["batch_via"] == "sim:c"
+    cheap = found.totals["pools"][0]["endpoints"][1]["cost_high"]
+    assert group.batch_high == pytest.approx(cheap * 10 / 2), "at sim:c's Batch API price (5/10 per M tokens)"
 
 
 # -- Batch API stages -----------------------------------------------------------------------------------------------
