@@ -49,9 +49,9 @@ def check(
         "--timeout", help="Seconds each endpoint may take to answer (default: RUNNER_CHECK_TIMEOUT or 3).",
         show_default=False)] = None,
 ) -> None:
-    """Ask each model's endpoint once, with its cheapest call (a model lookup or models list, never a paid
-    request), and print one line per model: ok, or what is wrong (unreachable, key refused, unknown model, missing
-    key or SDK). Exit 1 when any failed."""
+    """Ask each model's endpoint once (a pooled model's: each endpoint of its pool), with its cheapest call (a model
+    lookup or models list, never a paid request), and print one line per model or endpoint: ok, or what is wrong
+    (unreachable, key refused, unknown model, missing key or SDK). Exit 1 when any failed."""
     from runner import preflight
 
     job = load_job(job_file, var)
