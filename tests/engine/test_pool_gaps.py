@@ -18,7 +18,8 @@ import pytest
 from runner.engine.checks import BatchModeError, check_before_sending
 from runner.engine.run import execute
 from runner.preflight import PreflightFailed, probe_models, require
-from runner.report.estimate import estimate, render, summary_lines
+from runner.report.estimate import estimate
+from runner.report.estimate_render import render, summary_lines
 from runner.spec.job import load_job
 from runner.spec.pools import batch_endpoint
 from runner.store import open_store
@@ -198,3 +199,43 @@ def test_mode_batch_is_refused_when_no_endpoint_of_the_pool_has_a_batch_api(tmp_
     job["stages"][0]["mode"] = "batch"
     with pytest.raises(BatchModeError, match="needs an S3 folder and a service role"):
         check_before_sending(load_job(edit(path, **job)))
+
+
+class _Lines:
+    """What settle_results asks of a batch's lines, and the failures it gives them."""
+
+    def __init__(self, key: str) -> None:
+        self.waiting = {key: ["task"]}
+        self.resumed: dict[str, Any] = {}
+        self.reservations: dict[str, Any] = {key: None}
+        self.refiled: set[str] = set()
+        self.resubmits: dict[str, int] = {}
+        self.failed: list[Any] = []
+
+    def release(self, reservation: Any, ledger_id: Any) -> None:
+        pass
+
+    def fail(self, key: str, tasks: list[Any], error: Any) -> None:
+        self.failed.append(error)
+
+
+@pytest.mark.parametrize("endpoint", ["sim:b", None])
+def test_a_pooled_batchs_refusal_the_provider_billed_is_charged_at_the_endpoint_that_took_the_batch(
+        endpoint: str | None) -> None:
+    """A refused line's bill (a content filter's, a model's refusal) is charged where the batch went, as its
+    answers are: the endpoint's price, not the pooled model's."""
+    from runner.engine.batch_outcomes import settle_results
+    from runner.engine.batch_records import OpenBatch
+    from runner.errors import Refused
+    from runner.providers.batching import BatchResult
+    from runner.providers.records import Completion
+
+    billed = Completion("", finish_reason="content_filter", input_tokens=40, output_tokens=0)
+    lines = _Lines("k")
+    batch = OpenBatch("b1", "qa", MODEL, "sim:b", "batch_1", 0, keys={"k": 7})
+    results = {"k": BatchResult("k", error=Refused("withheld by the content filter", billed=billed))}
+    statuses, online = settle_results(lines, batch, results, "sim", endpoint=endpoint, late=False,  # type: ignore[arg-type]
+                                      max_resubmits=1, store=None)  # type: ignore[arg-type]
+    assert statuses == {"k": "failed"} and online == []
+    (error,) = lines.failed
+    assert error.billed is billed and billed.endpoint == endpoint
