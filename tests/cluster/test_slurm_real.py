@@ -44,6 +44,15 @@ def _wait_for(predicate: Callable[[], object], timeout: float, what: str) -> Non
         time.sleep(0.5)  # each look runs a Slurm command (a process)
 
 
+def _log(path: Path) -> str:
+    """A task's output so far: nothing yet when slurmd has not opened it (slurmctld says RUNNING before slurmd has
+    launched the task, and a loaded machine can leave a gap between the two)."""
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
 def _config(folder: Path, host: str) -> str:
     """slurm.conf of a one-node cluster whose every file is under ``folder``. The node says 4 CPUs (config_overrides:
     the configuration, not the hardware, counts) so that the array's 3 tasks of one CPU each and the requeued one
@@ -218,20 +227,20 @@ def test_sbatch_array_with_a_task_cancelled_and_requeued_completes_one_run(tmp_p
     _wait_for(lambda: sum(sim_stats(sim_server)["completed_by_digest"].values()) >= 10, 60,
               "the run's first 10 answers")
     # task 1 in the run (its progress shown once it has joined and handles SIGTERM), not still starting Python
-    _wait_for(lambda: f"[runner] run {run_id} · job testjob" in log.read_text(errors="replace"), 60,
-              f"task {array}_1 working on the run\n{log.read_text(errors='replace')}")
+    _wait_for(lambda: f"[runner] run {run_id} · job testjob" in _log(log), 60,
+              f"task {array}_1 working on the run\n{_log(log)}")
     # the server slowed down until the requeued task is back, so that the run is still going when it comes back
     sim_configure(sim_server, latency=0.5)
     slurm("scancel", f"{array}_1")
     _wait_for(lambda: slurm.tasks(array)["1"]["JobState"] == "CANCELLED", 30, f"task {array}_1 cancelled")
-    first = log.read_text(errors="replace")  # what the cancelled attempt printed: the requeued one appends
+    first = _log(log)  # what the cancelled attempt printed: the requeued one appends
 
     def requeued() -> str:
-        return log.read_text(errors="replace").removeprefix(first)
+        return _log(log).removeprefix(first)
 
     slurm("scontrol", "requeue", f"{array}_1")
     _wait_for(lambda: "joining job testjob as a worker" in requeued(), 60,
-              f"task {array}_1 requeued and joining the run\n{log.read_text(errors='replace')}")
+              f"task {array}_1 requeued and joining the run\n{_log(log)}")
     sim_configure(sim_server, latency=0.05)
 
     def finished() -> bool:
@@ -240,7 +249,7 @@ def test_sbatch_array_with_a_task_cancelled_and_requeued_completes_one_run(tmp_p
 
     _wait_for(finished, 120, f"every task of array job {array} ended\n{slurm.logs()}")
     tasks = slurm.tasks(array)
-    logs = {index: (tmp_path / f"runner-{array}_{index}.log").read_text(errors="replace") for index in tasks}
+    logs = {index: _log(tmp_path / f"runner-{array}_{index}.log") for index in tasks}
     assert {(t["JobState"], t["ExitCode"]) for t in tasks.values()} == {("COMPLETED", "0:0")}, (tasks, logs)
     assert tasks["1"]["Restarts"] == "1", tasks["1"]
     # the cancelled attempt stopped as a SIGTERM asks; the requeued one, in the same log, joined the run going on
