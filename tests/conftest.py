@@ -86,16 +86,17 @@ MAX_TEST_PROCESSES = 8
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """How many test processes ``-n auto`` (pyproject's addopts) starts: twice the cores for a run with the slow
-    tests, which spend much of their time waiting (on 2 cores, the whole suite took 728 s with four against 790 s
-    with three); one more than the cores for a run without them, which keeps the cores busy, where a further process
-    costs more CPU to collect the suite than it saves (271 s with three against 290 s with four). None (pytest-xdist's
-    own count) when PYTEST_XDIST_AUTO_NUM_WORKERS says. At most MAX_TEST_PROCESSES on a larger machine."""
+    """How many test processes ``-n auto`` (pyproject's addopts) starts: twice the cores and one more for a run with
+    the slow tests, which spend much of their time waiting (on 2 cores, the whole suite took 469 and 488 s with five
+    against 522 and 548 s with four, alternated on 2026-12-01, and 728 s with four against 790 s with three before);
+    one more than the cores for a run without them, which keeps the cores busy, where a further process costs more
+    CPU to collect the suite than it saves (271 s with three against 290 s with four). None (pytest-xdist's own
+    count) when PYTEST_XDIST_AUTO_NUM_WORKERS says. At most MAX_TEST_PROCESSES on a larger machine."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
     cores = len(os.sched_getaffinity(0))
     without_slow = "not slow" in (config.option.markexpr or "")
-    return min(cores + 1 if without_slow else 2 * cores, MAX_TEST_PROCESSES)
+    return min(cores + 1 if without_slow else 2 * cores + 1, MAX_TEST_PROCESSES)
 
 
 #: the slow test modules whose tests mostly wait (a worker stopped past its lease, a store stalled for seconds, a Ray
