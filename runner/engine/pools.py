@@ -169,13 +169,12 @@ class BatchRoutes:
 
     def provider(self, task: Task) -> str:
         """The key among the run's providers of the one that takes ``task``'s batch line (a pool's: its label)."""
-        via = self._via.get(task.model)
-        return via.endpoint if via is not None else task.provider
+        return self.label(task.model) or task.provider
 
     def model_name(self, task: Task) -> str:
         """The model as the batch's endpoint is asked for it."""
         via = self._via.get(task.model)
-        return (via.model or task.model.partition(":")[2]) if via is not None else task.model_name
+        return (via.model if via is not None else None) or task.model_name
 
     def label(self, model: str) -> str | None:
         """The pool's endpoint that takes ``model``'s batches (its answers are charged there), None for no pool."""
