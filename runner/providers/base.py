@@ -245,6 +245,13 @@ class Provider(SetupChecks, ABC):
                                   f"{', '.join([*ProviderSettings.model_fields, *fields])})") from exc
 
     @classmethod
+    def sends_batches(cls, settings: ProviderSettings) -> bool:
+        """Whether an endpoint of this provider with ``settings`` sends Batch API lines, asked without building it
+        (a pool picks the endpoint its batches go through): the class's ``supports_batch``, unless the provider
+        needs settings for it (Vertex, Bedrock)."""
+        return cls.supports_batch is True
+
+    @classmethod
     def count_input_tokens(cls, model: str, messages: Iterable[Mapping[str, Any]]) -> int:
         """Input tokens of a chat request, counted before it is sent (budget reservations, estimates): by
         default an upper-leaning estimate (``tokens.estimate_input_tokens``); a provider whose tokenizer is known

@@ -134,7 +134,13 @@ class BedrockProvider(Provider):
         self._pool: ThreadPoolExecutor | None = None
         self._batch_clients: list[Any] = []  # boto3's bedrock and s3 clients of batch inference, once opened
         # the class batches; this endpoint only with its folder and role (``mode: auto`` sends it online otherwise)
-        self.supports_batch = bool(self.options.batch_folder and self.options.batch_role_arn)  # type: ignore[misc]
+        self.supports_batch = self.sends_batches(settings)  # type: ignore[misc]
+
+    @classmethod
+    def sends_batches(cls, settings: ProviderSettings) -> bool:
+        """Batch inference only where the endpoint names its S3 folder and the role Bedrock assumes for it."""
+        options = cls.options_from(settings)
+        return bool(options.batch_folder and options.batch_role_arn)
 
     # -- region and credentials --------------------------------------------------------------------------
 

@@ -136,6 +136,11 @@ class VertexProvider(Provider):
             self.batch_folder = parse_folder(self.options.batch_folder)
         self._staging: Staging | None = None
 
+    @classmethod
+    def sends_batches(cls, settings: ProviderSettings) -> bool:
+        """Batch prediction only where the endpoint names a Cloud Storage folder for its files."""
+        return bool(cls.options_from(settings).batch_folder)
+
     @property  # type: ignore[misc]  # the class says whether Vertex has a Batch API, an endpoint whether it may use it
     def supports_batch(self) -> bool:
         """Whether this endpoint sends batches: only where the job names a ``batch_folder`` (``mode: auto`` without

@@ -81,19 +81,13 @@ def endpoint_settings(job: Job, endpoint: str) -> ProviderSettings:
 
 
 def has_batch_api(job: Job, endpoint: str) -> bool:
-    """Whether an endpoint (a provider, or ``provider:label``) has a Batch API under the job's settings, without
-    building it: Vertex and Bedrock only with a ``batch_folder``, Bedrock with a ``batch_role_arn`` too."""
-    provider = provider_of(endpoint)
+    """Whether an endpoint (a provider, or ``provider:label``) has a Batch API under the job's settings, as its
+    provider answers without being built (``Provider.sends_batches``); False for an unknown provider or settings
+    it refuses (the job's checks say why)."""
     try:
-        cls = provider_class(provider)
+        return provider_class(provider_of(endpoint)).sends_batches(endpoint_settings(job, endpoint))
     except (KeyError, RunnerError):
         return False
-    extra = endpoint_settings(job, endpoint).model_dump()
-    if provider == "vertex":
-        return bool(extra.get("batch_folder"))
-    if provider == "bedrock":
-        return bool(extra.get("batch_folder") and extra.get("batch_role_arn"))
-    return bool(getattr(cls, "supports_batch", False) is True)
 
 
 def batch_endpoint(job: Job, model: str) -> PoolEndpoint | None:

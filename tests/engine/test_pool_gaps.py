@@ -182,7 +182,8 @@ def test_the_batch_endpoint_is_the_first_of_the_pool_with_a_batch_api(tmp_path: 
     edit(path, **job)
     assert batch_endpoint(load_job(path), "anthropic:claude-haiku-4-5").endpoint == "anthropic", \
         "Bedrock without a batch_folder and role has no Batch API"
-    job["providers"]["bedrock:us-east-1"].update(batch_folder="s3://b/p", batch_role_arn="arn:aws:iam::1:role/r")
+    job["providers"]["bedrock:us-east-1"].update(batch_folder="s3://runner-batches/p",
+                                                 batch_role_arn="arn:aws:iam::123456789012:role/runner-batch")
     edit(path, **job)
     assert batch_endpoint(load_job(path), "anthropic:claude-haiku-4-5").endpoint == "bedrock:us-east-1"
     assert batch_endpoint(load_job(path), MODEL) is None
@@ -239,3 +240,27 @@ def test_a_pooled_batchs_refusal_the_provider_billed_is_charged_at_the_endpoint_
     assert statuses == {"k": "failed"} and online == []
     (error,) = lines.failed
     assert error.billed is billed and billed.endpoint == endpoint
+
+
+
+ROLE = "arn:aws:iam::123456789012:role/runner-batch"
+
+
+@pytest.mark.parametrize(("only", "extra", "batches"), [
+    (None, {}, None), ("vertex", {"batch_folder": "gs://runner-batches/p"}, True),
+    ("bedrock", {"batch_folder": "s3://runner-batches/p"}, False),
+    ("bedrock", {"batch_folder": "s3://runner-batches/p", "batch_role_arn": ROLE}, True)])
+def test_a_provider_says_whether_an_endpoint_batches_as_the_built_endpoint_does(
+        only: str | None, extra: dict[str, str], batches: bool | None) -> None:
+    """The pool asks the class (``sends_batches``) what an endpoint built from the same settings says
+    (``supports_batch``): the two agree for every provider (without settings) and for the two that need some."""
+    from runner.providers.base import ProviderSettings, provider_class, provider_names
+
+    names = [only] if only else [name for name in provider_names() if name != "local"]
+    for name in names:
+        cls = provider_class(name)
+        settings = ProviderSettings.model_validate({"base_url": "http://127.0.0.1:9", **extra})
+        said = cls.sends_batches(settings)
+        assert said is bool(cls(settings).supports_batch), (name, extra)
+        assert batches is None or said is batches, (name, extra)
+    assert len(names) >= (1 if only else 8), names
