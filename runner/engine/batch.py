@@ -169,8 +169,10 @@ class Batcher:
     async def submit(self, stage: str, model: str, tasks: list[Task] | None = None) -> None:
         """Submit the group's lines not yet in a batch (``tasks``: those, already taken from the pending ones)."""
         tasks = self.lines.pending.pop((stage, model), []) if tasks is None else tasks
-        via = self.routes.provider(tasks[0]) if tasks else None
-        floor = getattr(self.endpoints.providers[via], "batch_min_lines", 1) if via is not None else 1
+        if not tasks:  # nothing pending: no batch, and no note that none went online
+            return
+        via = self.routes.provider(tasks[0])
+        floor = getattr(self.endpoints.providers[via], "batch_min_lines", 1)
         if len(tasks) < floor:
             self._too_few(stage, model, tasks, floor)
             return
@@ -204,7 +206,6 @@ class Batcher:
             self._too_few(stage, model, [*sent, *later], floor, budget=True)
             return
         first = tasks[0]
-        assert via is not None  # it has lines, so tasks
         try:
             await self.endpoints.start(via)
             client = self._client(via)
