@@ -210,10 +210,11 @@ class BatchStore:
             batch.cancel_at = time.time()
             batch.cancel_elapsed = self.elapsed(batch)
 
-    def expire(self, batch: Batch) -> None:
-        """End a running batch now as expired: lines done by now are answered, the others expire."""
+    def expire(self, batch: Batch, at: float | None = None) -> None:
+        """End a running batch now as expired: lines done by now (or by ``at`` seconds after its creation: a test's
+        expiry that does not depend on when it ran) are answered, the others expire."""
         if batch.end is None:
-            self._settle(batch, "expired", self.elapsed(batch))
+            self._settle(batch, "expired", self.elapsed(batch) if at is None else at)
 
     def fail(self, batch: Batch) -> None:
         """End a batch whose input could not be used (OpenAI's ``failed``)."""

@@ -407,13 +407,14 @@ class SimServer:
             return OPENAI.bad_request("after must be an integer", "after", {})
         return web.json_response({"on": self.log.on, "entries": self.log.after(after)})
 
-    def expire_batch(self, batch_id: str) -> bool:
-        """End a running batch of any provider now as expired; False when there is no such batch."""
+    def expire_batch(self, batch_id: str, at: float | None = None) -> bool:
+        """End a running batch of any provider now as expired (its lines done by ``at`` seconds after its creation
+        answered, when given); False when there is no such batch."""
         batch = self.batches.batches.get(batch_id.removeprefix("batches/"))
         if batch is None:
             return False
         self.batches.advance(batch)
-        self.batches.expire(batch)
+        self.batches.expire(batch, at)
         return True
 
     async def _expire_batch(self, request: web.Request) -> web.Response:
