@@ -118,19 +118,32 @@ class InFlight:
                 and len(slots.waiters) < self._line_limit(req):
             self.spawn(self._wait_in_line(req, endpoint))
             return True
+        if not self.reserver.free(req.model):
+            # A priced request is reserved in a task of its own once its endpoint has a slot for it, so that the
+            # reservations of the requests dispatched together share one ledger transaction
+            # (runner/engine/ledger_writes.py) instead of the dispatch waiting for one commit after another.
+            await endpoint.slots.acquire()
+            if self.control.stopping:
+                endpoint.slots.release()
+                self._not_sent(req.key)
+                return False
+            self.spawn(self._wait_in_line(req, endpoint, held=True))
+            return True
         reservation = await self._admit(req, endpoint)
-        if reservation is None:  # a stop, or a budget that ran out: this request stays for a resume
+        if reservation is None:  # a stop, or a stage stopped early: this request stays for a resume
             self._not_sent(req.key)
             return not self.control.stopping
         self.spawn(self._send(req, endpoint, reservation))
         return True
 
-    async def _admit(self, req: Task, endpoint: Endpoint) -> Reservation | None:
-        """A slot at ``req``'s endpoint, then its budget, in this order on every path: a reservation held while
-        waiting for a slot waited forever when the slots were held by requests in line, each waiting for the budget
-        that reservation held (a budget waits while reservations are in flight, which may settle for less). None,
-        the slot given back: the run is stopping, the request's stage stopped early, or a budget ran out."""
-        await endpoint.slots.acquire()
+    async def _admit(self, req: Task, endpoint: Endpoint, *, held: bool = False) -> Reservation | None:
+        """A slot at ``req``'s endpoint (``held``: taken already), then its budget, in this order on every path: a
+        reservation held while waiting for a slot waited forever when the slots were held by requests in line, each
+        waiting for the budget that reservation held (a budget waits while reservations are in flight, which may
+        settle for less). None, the slot given back: the run is stopping, the request's stage stopped early, or a
+        budget ran out."""
+        if not held:
+            await endpoint.slots.acquire()
         try:
             if self.control.stopping or (self.skip is not None and self.skip(req)):
                 reservation = None
@@ -152,11 +165,11 @@ class InFlight:
         alone = crew is None or crew.live <= 1
         return ENDPOINT_LINE if alone and req.stage not in self.short_lines else LEASE
 
-    async def _wait_in_line(self, req: Task, endpoint: Endpoint) -> None:
-        """Send ``req`` once its endpoint has a slot for it; its budget is reserved then, before it is sent, so a
-        request waiting in line holds no reservation."""
+    async def _wait_in_line(self, req: Task, endpoint: Endpoint, *, held: bool = False) -> None:
+        """Send ``req`` once its endpoint has a slot for it (``held``: it has one); its budget is reserved then,
+        before it is sent, so a request waiting in line holds no reservation."""
         try:
-            reservation = await self._admit(req, endpoint)
+            reservation = await self._admit(req, endpoint, held=held)
         except asyncio.CancelledError:  # abandoned (second Ctrl-C) before it was sent: a resume sends it
             future = self.on_way.pop(req.key, None)
             if future is not None:
@@ -165,6 +178,10 @@ class InFlight:
         except RunnerError as exc:  # the store refused the reservation (a full disk): the run ends on it, as the
             self._not_sent(req.key)  # dispatch loop's own reservation would end it, instead of a lost task's error
             self.control.fail(exc)
+            return
+        except Exception as exc:  # the store could not write it (locked past RUNNER_STORE_WAIT, its server gone)
+            self._not_sent(req.key)
+            self.reserver.store_failed(exc)
             return
         if reservation is None:  # a stop, or a budget that ran out: this request stays for a resume
             self._not_sent(req.key)

@@ -13,17 +13,19 @@ from runner.engine.budget import LATER, Budgets, Exhausted, Reservation, Scope, 
 from runner.engine.control import RunControl
 from runner.engine.exact_counts import CountsAhead, ExactCounts
 from runner.engine.leases import ChunkLeases
+from runner.engine.ledger_writes import LedgerWrites
 from runner.engine.pools import endpoint_prices
 from runner.engine.stats import RunStats
 from runner.engine.tiers import Tiers, tier_rates
 from runner.engine.workers import POLL
+from runner.errors import StoreError
 from runner.plan.request import Task
 from runner.providers.base import Completion
 from runner.providers.pricing import Pricing, Rates
 from runner.providers.tokens import bound_call_tokens, count_call_tokens
 from runner.spec.pools import batch_endpoint
 from runner.spec.schema import Job
-from runner.store import Store
+from runner.store import ReserveAsk, Store
 from runner.store.fencing import Fenced
 from runner.store.offloop import LoopStore, off_loop
 
@@ -54,6 +56,8 @@ class Reserver:
         #: (the writer's next commit); without one, the given seconds
         self.settled = settled if settled is not None else asyncio.sleep
         self.store = off_loop(store)
+        #: the ledger's reservations, written in groups
+        self.ledger = LedgerWrites(self.store)
         self.stats = stats
         self.control = control
         self.leases = leases
@@ -128,15 +132,11 @@ class Reserver:
             if usd <= 0 and not token_limits:
                 return reservation
             try:
-                if not limits and not token_limits:
-                    reservation.ledger_id = await self.store.reserve(self.run_id, req.stage, req.model, req.key, usd,
-                                                                     worker, fence=fence, tokens=tokens)
-                    return reservation
                 # The store has the last word: it counts what every process working on the run spent and reserved,
-                # in USD and in tokens.
-                ledger_id, blocked, inflight = await self.store.reserve_within(
-                    self.run_id, req.stage, req.model, req.key, usd, limits, worker, fence=fence, tokens=tokens,
-                    token_limits=token_limits)
+                # in USD and in tokens (with no limits, the reservation is only written). One transaction writes
+                # the reservations asked at about the same moment (runner/engine/ledger_writes.py).
+                ledger_id, blocked, inflight = await self.ledger.reserve(ReserveAsk(
+                    self.run_id, req.stage, req.model, req.key, usd, tokens, worker, fence, limits, token_limits))
             except Fenced:  # its lease was taken over: not sent (the caller drops it)
                 self.release_budgets(reservation)
                 self.leases.fenced(req, fence)
@@ -156,6 +156,14 @@ class Reserver:
             # this process's answers, settled here but still on their way to the store, or another process's
             # reservations, may settle below their worst case
             await self.settled(POLL)
+
+    def store_failed(self, exc: Exception) -> None:
+        """A reservation the store could not write, asked by a task of its own: the run ends on the store's
+        failure as on a posted call's (the run's handler says it in one sentence), or, without one, with it."""
+        if self.store.on_error is not None:
+            self.store.on_error(exc)
+        else:
+            self.control.fail(StoreError(f"the store failed: {exc}"))
 
     async def reserve_extra(self, stage: str, model: str, key: str, usd: float) -> Reservation | None:
         """Reserve ``usd`` that is no request's (a prompt prefix stored at the provider, runner/engine/

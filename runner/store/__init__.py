@@ -19,14 +19,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from runner.store.base import CachedResponse, Finished, Store, default_path, dumps, now
+from runner.store.base import CachedResponse, Finished, ReserveAsk, Store, default_path, dumps, now
 from runner.store.reads import GroupSummary, Reads
 from runner.store.rows import LedgerRow, ResponseRow, TaskRow
 from runner.store.sqlite import SQLiteStore
 from runner.store.writer import Writer
 
-__all__ = ["CachedResponse", "Finished", "GroupSummary", "LedgerRow", "Reads", "ResponseRow", "SQLiteStore", "Store",
-           "TaskRow", "Writer", "default_path", "dumps", "now", "open_store"]
+__all__ = ["CachedResponse", "Finished", "GroupSummary", "LedgerRow", "Reads", "ReserveAsk", "ResponseRow",
+           "SQLiteStore", "Store", "TaskRow", "Writer", "default_path", "dumps", "now", "open_store"]
 
 
 #: a PostgreSQL URL, also after a Path folded its "//" into "/" (group 2 is then empty)

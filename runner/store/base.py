@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import StoreError
-from runner.store.fencing import Fence
+from runner.store.fencing import Fence, Fenced
 from runner.store.rows import LedgerRow, ResponseRow, TaskRow
 
 DEFAULT_DB = "cache.sqlite"
@@ -77,6 +77,23 @@ class CachedResponse:
 
 class RunExists(StoreError):
     """A run was to be created under an id (``--run-id``) that another run already has."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveAsk:
+    """One request's worst case to reserve in the ledger, as :meth:`Store.reserve_within` takes it (without
+    ``limits`` or ``fence``: as :meth:`Store.reserve` does); many go in one transaction (:meth:`Store.reserve_all`)."""
+
+    run_id: str
+    stage: str
+    model: str
+    key: str
+    usd: float
+    tokens: int = 0
+    worker: str | None = None
+    fence: Fence | None = None
+    limits: dict[str, float] | None = None
+    token_limits: dict[str, int] | None = None
 
 
 @dataclass(slots=True)
@@ -375,6 +392,13 @@ class Store(ABC):
         same scope names), counting every process's charges and reservations, in one transaction. Returns (ledger
         id, None, 0), or (None, the scope without room, reservations in flight in it). With a ``fence``,
         :class:`~runner.store.fencing.Fenced` when that lease does not hold."""
+
+    @abstractmethod
+    def reserve_all(self, asks: list[ReserveAsk]) -> list[tuple[int | None, str | None, int] | Fenced]:
+        """Several reservations in one transaction (one commit: the engine's group commit, runner/engine/
+        ledger_writes.py), each answered, in order, as :meth:`reserve_within` answers it (an ask without limits
+        always fits); each sees the reservations before it. An ask whose lease does not hold gets its
+        :class:`~runner.store.fencing.Fenced` in its place, and the others are written."""
 
     # -- input tokens counted by the providers (runner/engine/exact_counts.py) -----------------------------
     @abstractmethod

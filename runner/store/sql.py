@@ -27,6 +27,7 @@ from runner.store.base import (
     TASK_COLUMNS,
     CachedResponse,
     Finished,
+    ReserveAsk,
     RunExists,
     dumps,
     now,
@@ -275,29 +276,47 @@ class SQLStore(WorkerSQL, BatchAPISQL):
                        limits: dict[str, float], worker: str | None = None, *, fence: Fence | None = None,
                        tokens: int = 0, token_limits: dict[str, int] | None = None
                        ) -> tuple[int | None, str | None, int]:
-        token_limits = token_limits or {}
+        ask = ReserveAsk(run_id, stage, model, key, usd, tokens, worker, fence, limits, token_limits)
+        return self.atomic(lambda tx: self._reserve_in(tx, ask, set()))
 
-        def body(tx: Tx) -> tuple[int | None, str | None, int]:
-            if fence is not None and not self.holds(tx, fence):
-                raise Fenced(f"worker {fence.worker} lost its lease of chunk {fence.chunk} of stage {fence.stage}")
-            self.lock_run_budget(tx, run_id)  # no other process reserves between the check and the insert
+    def reserve_all(self, asks: list[ReserveAsk]) -> list[tuple[int | None, str | None, int] | Fenced]:
+        def body(tx: Tx) -> list[tuple[int | None, str | None, int] | Fenced]:
+            locked: set[str] = set()
+            answers: list[tuple[int | None, str | None, int] | Fenced] = []
+            for ask in asks:
+                try:
+                    answers.append(self._reserve_in(tx, ask, locked))
+                except Fenced as exc:  # raised before it wrote anything: the others go on
+                    answers.append(exc)
+            return answers
+        return self.atomic(body)
+
+    def _reserve_in(self, tx: Tx, ask: ReserveAsk, locked: set[str]) -> tuple[int | None, str | None, int]:
+        """One reservation inside a transaction; ``locked``: the runs whose budget lock it holds already."""
+        limits, token_limits = ask.limits or {}, ask.token_limits or {}
+        if ask.fence is not None and not self.holds(tx, ask.fence):
+            fence = ask.fence
+            raise Fenced(f"worker {fence.worker} lost its lease of chunk {fence.chunk} of stage {fence.stage}")
+        if (ask.fence is not None or limits or token_limits) and ask.run_id not in locked:
+            self.lock_run_budget(tx, ask.run_id)  # no other process reserves between the check and the insert
+            locked.add(ask.run_id)
+        if limits or token_limits:
             where, args = self.dialect.in_list("scope", sorted(set(limits) | set(token_limits)))
             used = {scope: (usd_, tokens_, inflight) for scope, usd_, tokens_, inflight in tx.execute(
-                f"SELECT scope, usd, tokens, inflight FROM budget_use WHERE run_id = ? AND {where}", (run_id, *args)
-            ).fetchall()}
+                f"SELECT scope, usd, tokens, inflight FROM budget_use WHERE run_id = ? AND {where}",
+                (ask.run_id, *args)).fetchall()}
             for scope, limit in limits.items():
                 spent, _, inflight = used.get(scope, (0.0, 0, 0))
-                if spent + usd > limit + EPSILON:
+                if spent + ask.usd > limit + EPSILON:
                     return None, scope, int(inflight)
             for scope, most in token_limits.items():
                 _, spent_tokens, inflight = used.get(scope, (0.0, 0, 0))
-                if int(spent_tokens) + tokens > most:
+                if int(spent_tokens) + ask.tokens > most:
                     return None, scope, int(inflight)
-            # fetchall: a RETURNING statement is finished only once its rows are read
-            (ledger_id,) = tx.execute(_RESERVE_SQL, (run_id, stage, model, key, "reserved", usd, now(), tokens,
-                                                     worker)).fetchall()[0]
-            return int(ledger_id), None, 0
-        return self.atomic(body)
+        # fetchall: a RETURNING statement is finished only once its rows are read
+        (ledger_id,) = tx.execute(_RESERVE_SQL, (ask.run_id, ask.stage, ask.model, ask.key, "reserved", ask.usd, now(),
+                                                 ask.tokens, ask.worker)).fetchall()[0]
+        return int(ledger_id), None, 0
 
     def release(self, ledger_id: int) -> None:
         self.execute("DELETE FROM ledger WHERE id = ? AND kind = 'reserved'", (ledger_id,))

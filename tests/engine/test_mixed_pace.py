@@ -149,15 +149,15 @@ async def test_a_store_that_refuses_a_reservation_in_line_ends_the_run_with_its_
     job = load_job(write_job(tmp_path / "job.yaml", dataset, models=[SLOW, "fake:m1"], extra=extra))
     job.params.max_tokens = 100
     store = open_store(tmp_path / "s.sqlite")
-    real, calls = store.reserve_within, []
+    real, calls = store.reserve_all, []
 
-    def failing_after_the_first(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args)
+    def failing_after_the_first(asks: list[Any]) -> Any:
+        calls.append(asks)  # a group commit's transaction: the first holds the first reservation
         if len(calls) > 1:
             raise StoreError("the store cannot write: database or disk is full")
-        return real(*args, **kwargs)
+        return real(asks)
 
-    monkeypatch.setattr(store, "reserve_within", failing_after_the_first)
+    monkeypatch.setattr(store, "reserve_all", failing_after_the_first)
     loop = asyncio.get_running_loop()
     lost: list[dict[str, Any]] = []
     loop.set_exception_handler(lambda _loop, context: lost.append(context))

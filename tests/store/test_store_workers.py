@@ -203,3 +203,31 @@ def test_a_worker_judges_others_heartbeats_only_once_its_own_are_steady(store):
     store.execute("UPDATE workers SET seen = ?, steady = ? WHERE id = 'w2'", (time.time() + 25, now - 31))
     store.heartbeat("w2", 30)
     assert store.take_expired_lease(run_id, "mc", "w2", 30, steady=30) == (1, 2)
+
+
+def test_reservations_in_one_transaction_answer_as_one_by_one_and_a_fenced_one_alone_is_refused(store):
+    """``reserve_all`` (the engine's group commit): each ask answered in order as ``reserve_within`` would answer
+    it, later ones seeing the earlier ones' reservations; a lease that no longer holds refuses its own ask only."""
+    from runner.store import ReserveAsk
+    from runner.store.fencing import Fence, Fenced
+
+    run_id = _run(store)
+    store.join_run(run_id, "w1", "host", 1, 30)
+    assert store.lease_chunks(run_id, "mc", [0, 1], "w1", 30) == {0: ("new", 1), 1: ("new", 1)}
+    held = Fence("w1", run_id, "mc", 0, 1)
+    lost = Fence("w1", run_id, "mc", 1, 7)  # a token the lease does not have: taken over
+    limits = {"run": 1.0}
+    answers = store.reserve_all([
+        ReserveAsk(run_id, "mc", "sim:m", "k1", 0.4, 10, "w1", held, limits),
+        ReserveAsk(run_id, "mc", "sim:m", "k2", 0.4, 10, "w1", lost, limits),
+        ReserveAsk(run_id, "mc", "sim:m", "k3", 0.4, 10, "w1", held, limits),
+        ReserveAsk(run_id, "mc", "sim:m", "k4", 0.4, 10, "w1", held, limits),  # 1.2 > 1.0 with k1 and k3
+        ReserveAsk(run_id, "mc", "sim:m", "k5", 0.1, 10, "w1"),  # no limits: written
+    ])
+    assert isinstance(answers[1], Fenced)
+    assert answers[3] == (None, "run", 2)
+    ids = [answers[i][0] for i in (0, 2, 4)]
+    assert all(isinstance(i, int) for i in ids) and len(set(ids)) == 3
+    assert sorted((row["key"], row["kind"], row["amount"]) for row in store.ledger(run_id)) == [
+        ("k1", "reserved", 0.4), ("k3", "reserved", 0.4), ("k5", "reserved", 0.1)]
+    assert store.reserve_all([]) == []
