@@ -71,10 +71,11 @@ def status_error(sdk: ModuleType, client: Any, status: int, body: Any, path: str
     answer with JSON ``body`` to ``path`` (under the client's base URL), made with its public constructor, so
     the provider's mapping sees what it sees online. ``error_object``: the exception carries the body's ``error``
     object, as the openai client hands it over (the anthropic client hands over the whole body)."""
-    import httpx2  # the HTTP library both SDKs are built on
+    from .bounded_httpx import http_library
 
+    http = http_library(sdk.DefaultAsyncHttpxClient)  # the HTTP library the SDK is built on: httpx2, or httpx
     url = str(client.base_url).rstrip("/") + path
-    response = httpx2.Response(status, json=body, request=httpx2.Request("POST", url))
+    response = http.Response(status, json=body, request=http.Request("POST", url))
     name = STATUS_ERRORS.get(status) or ("InternalServerError" if status >= 500 else "APIStatusError")
     carried = body.get("error", body) if error_object and isinstance(body, Mapping) else body
     return getattr(sdk, name)(f"Error code: {status}", response=response, body=carried)  # type: ignore[no-any-return]

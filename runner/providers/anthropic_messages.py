@@ -183,7 +183,8 @@ class AnthropicProvider(LeanOrSDK["anthropic.AsyncAnthropic"], Provider):
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
             http_client=bounded_client(anthropic.DefaultAioHttpClient, bounds_of(self.settings),
-                                       timeout=self.settings.timeout, limits=http_limits(self.settings),
+                                       timeout=self.settings.timeout,
+                                       limits=http_limits(self.settings, anthropic.DefaultAioHttpClient),
                                        verify=shared_context()),
             default_headers={"anthropic-version": self.api_version},
         )

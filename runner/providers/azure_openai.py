@@ -188,7 +188,8 @@ class AzureOpenAIProvider(OpenAIChatProvider):
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
             http_client=bounded_client(openai.DefaultAioHttpClient, bounds_of(self.settings),
-                                       timeout=self.settings.timeout, limits=http_limits(self.settings),
+                                       timeout=self.settings.timeout,
+                                       limits=http_limits(self.settings, openai.DefaultAioHttpClient),
                                        verify=shared_context()),
         )
 

@@ -391,15 +391,15 @@ class Provider(SetupChecks, ABC):
         """Release clients and files."""
 
 
-def http_limits(settings: ProviderSettings) -> Any:
-    """The connection pool of an SDK's aiohttp client (``limits=`` of openai's and anthropic's
+def http_limits(settings: ProviderSettings, client: type) -> Any:
+    """The connection pool of an SDK's aiohttp client (``limits=`` of ``client``, openai's or anthropic's
     ``DefaultAioHttpClient``), as large as the requests the engine lets go to one endpoint at once
     (``settings.pool_size``, which the engine sets when it builds the providers): the SDKs' default of 1,000 would
     queue the rest inside the SDK, unseen by the runner."""
-    import httpx2  # the SDKs' HTTP layer
+    from .bounded_httpx import http_library  # httpx2, or httpx for openai before 3.0
 
     size = settings.pool_size
-    return httpx2.Limits(max_connections=size, max_keepalive_connections=size)
+    return http_library(client).Limits(max_connections=size, max_keepalive_connections=size)
 
 
 # -- the registry ------------------------------------------------------------------------------------------

@@ -100,7 +100,8 @@ class BedrockClaude:
                 max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
                 timeout=settings.timeout,
                 http_client=bounded_client(anthropic.DefaultAioHttpClient, bounds_of(settings),
-                                           timeout=settings.timeout, limits=http_limits(settings),
+                                           timeout=settings.timeout,
+                                           limits=http_limits(settings, anthropic.DefaultAioHttpClient),
                                            verify=shared_context()),
             )
         except ValueError as exc:  # a profile named beside AWS_BEARER_TOKEN_BEDROCK, which the SDK refuses

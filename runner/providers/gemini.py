@@ -128,7 +128,7 @@ class GeminiProvider(LeanOrSDK["genai.Client"], Provider):
 
         if self.http is None:
             self.http = bounded_client(httpx2.AsyncClient, bounds_of(self.settings), verify=shared_context(),
-                                       limits=http_limits(self.settings),
+                                       limits=http_limits(self.settings, httpx2.AsyncClient),
                                        timeout=self.settings.timeout)
         return self.http
 

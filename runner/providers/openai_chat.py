@@ -179,7 +179,8 @@ class OpenAIChatProvider(LeanOrSDK["openai.AsyncOpenAI"], Provider):
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
             http_client=bounded_client(openai.DefaultAioHttpClient, bounds_of(self.settings),
-                                       timeout=self.settings.timeout, limits=http_limits(self.settings),
+                                       timeout=self.settings.timeout,
+                                       limits=http_limits(self.settings, openai.DefaultAioHttpClient),
                                        verify=shared_context()),
         )
 

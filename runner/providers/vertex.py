@@ -237,7 +237,8 @@ class VertexProvider(Provider):
                     region=self.location, project_id=self.project, credentials=self.credentials,
                     base_url=f"{root}/v1" if root else None, max_retries=0, timeout=timeout,  # runner-owned retries
                     http_client=bounded_client(sdk.DefaultAioHttpClient, bounds_of(self.settings),
-                                               timeout=timeout, limits=http_limits(self.settings),
+                                               timeout=timeout,
+                                               limits=http_limits(self.settings, sdk.DefaultAioHttpClient),
                                                verify=shared_context()))
         return self.claude.client
 

@@ -285,3 +285,23 @@ def test_a_urllib3_without_read1_is_read_within_the_bounds_too() -> None:
     assert raw.closed
     with pytest.raises(OutOfBounds, match="took longer than 5 s"):
         read_bounded(Endless(), Bound(10 * MIB, 5), time.monotonic() - 6)
+
+
+def test_an_sdk_client_is_bounded_in_the_http_library_it_is_built_on() -> None:
+    """The SDKs are built on httpx2, but openai before 3.0 (which pyproject.toml allows: `.ci/run --oldest`) on
+    httpx, which asserts that an answer's stream is its own AsyncByteStream: a bounded client answers with its own
+    library's Response and stream (with httpx2's, every openai 1.98 batch submit failed as a connection error)."""
+    import anthropic
+    import httpx2
+    import openai
+
+    from runner.providers.bounded_httpx import _stream_class, http_library
+
+    for sdk in (openai, anthropic):
+        http = http_library(sdk.DefaultAioHttpClient)
+        assert http.__name__ in ("httpx", "httpx2")
+        assert issubclass(sdk.DefaultAioHttpClient, http.AsyncClient)
+        assert issubclass(_stream_class(http), http.AsyncByteStream)
+    assert http_library(httpx2.AsyncClient) is httpx2
+    with pytest.raises(TypeError, match="neither"):
+        http_library(dict)
