@@ -17,6 +17,7 @@ exceeds its budget, 1 otherwise), never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Annotated
@@ -88,8 +89,25 @@ app = build_app()
 
 
 def main() -> None:
-    """Run the command ``sys.argv`` names, and exit with its code."""
+    """Run the command ``sys.argv`` names, and exit with its code; the stores it opened are closed first."""
     opened.clear()
+    try:
+        _main()
+    finally:
+        _close_opened()
+
+
+def _close_opened() -> None:
+    """Close the stores the command opened, before the interpreter ends: a PostgreSQL connection left to be
+    collected at its end is collected after psycopg's own modules are torn down, and psycopg before 3.2 then prints
+    an AttributeError from its ``__del__`` (``.ci/run --oldest``, scripts/chaos.py's clean-exit check)."""
+    while opened:
+        store = opened.pop()
+        with contextlib.suppress(Exception):  # a server already gone: nothing left to close
+            store.close()
+
+
+def _main() -> None:
     named = sys.argv[1] if len(sys.argv) > 1 else None
     # `runner COMMAND ...`: an app of that command alone; anything else (an unknown command, an option first) goes
     # to the whole app, whose usage error names the commands
@@ -138,7 +156,6 @@ def main() -> None:
 def rendered_help() -> dict[str, str]:
     """Each command's help as the app prints it for ``runner [COMMAND] --help`` on an 80-column terminal (the
     root's as ""): what runner/cli/quick.py keeps in help.json (scripts/gen_reference.py writes it)."""
-    import contextlib
     import io
 
     from runner.cli.quick import COLUMNS, PROG
