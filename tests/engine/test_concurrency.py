@@ -298,11 +298,14 @@ async def test_the_jobs_max_in_flight_reaches_the_dispatchers_endpoints_and_a_pr
 
 
 def test_the_sdk_clients_pools_are_sized_to_the_endpoints_bound():
+    import openai
+
     from runner.providers.base import http_limits
 
-    assert http_limits(ProviderSettings(concurrency=1500)).max_connections == 1500
-    assert http_limits(ProviderSettings(max_in_flight=2500)).max_keepalive_connections == 2500
-    assert http_limits(ProviderSettings()).max_connections == connection_pool_size(ProviderSettings())
+    client = openai.DefaultAioHttpClient
+    assert http_limits(ProviderSettings(concurrency=1500), client).max_connections == 1500
+    assert http_limits(ProviderSettings(max_in_flight=2500), client).max_keepalive_connections == 2500
+    assert http_limits(ProviderSettings(), client).max_connections == connection_pool_size(ProviderSettings())
 
 
 async def test_the_jobs_max_in_flight_sizes_the_sdk_clients_pool(tmp_path, monkeypatch):
