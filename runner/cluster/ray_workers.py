@@ -256,10 +256,11 @@ def let_go(store: Store, run_id: str, ttl: float, *, poll: float = POLL) -> None
 
 def _report(ray: ModuleType, ref: Any) -> dict[str, Any]:
     """An actor's report, or, for an actor Ray lost (its node gone, or its restarts spent), the sentence saying so
-    with ``lost`` set."""
+    with ``lost`` set. Ray 2.10 says a node gone as a system error ("Broken pipe", `.ci/run --oldest`), later ones
+    as the actor's error; either way its work was taken over through the store (``_verdict``)."""
     try:
         return ray.get(ref)
-    except ray.exceptions.RayActorError as exc:
+    except (ray.exceptions.RayActorError, ray.exceptions.RaySystemError) as exc:
         reason = " ".join(str(exc).split())[:200]
         return {"error": f"a Ray worker died and was not started again (after {RESTARTS} restarts, or its node is "
                          f"gone): {reason}", "exit_code": 1, "lost": True}

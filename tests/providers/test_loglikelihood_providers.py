@@ -193,9 +193,10 @@ async def test_a_pair_longer_than_the_context_window_is_a_bad_request() -> None:
 #: how far the server's values may be from the embedded model's logits, in nats per continuation token. The server
 #: loads the same file with the same threads, but takes log-softmax in float32 (ours in float64: ~1e-6) and evaluates
 #: in its own batch shapes (it keeps the prompt prefix of its previous request and evaluates the rest, a one-token
-#: rest alone, which llama.cpp computes with another kernel). Measured here: at most 5e-7 over these pairs. Any
-#: misreading (a token too many or too few, or the upstream shift) moves these examples by 1.9 nats or more.
-SERVER_TOLERANCE = 0.01
+#: rest alone, which llama.cpp computes with another kernel). Measured here: at most 5e-7 over these pairs with
+#: llama-cpp-python 0.3.36, 0.025 for " quantum" with 0.3.24 (`.ci/run --oldest`). Any misreading (a token too many
+#: or too few, or the upstream shift) moves these examples by 1.9 nats or more.
+SERVER_TOLERANCE = 0.05
 
 
 def _completions_requests(server: LlamaServer) -> list[str]:
