@@ -21,8 +21,8 @@ import importlib.metadata
 import os
 import re
 import subprocess
-import threading
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 
 #: the distribution whose version this is
@@ -46,31 +46,10 @@ GIT_TIMEOUT = 10.0
 _DESCRIBED = re.compile(r"(?P<tag>.+)-(?P<distance>\d+)-g(?P<node>[0-9a-f]+)")
 
 
-#: held while the version is asked for: a second caller waits for the first one's answer
-_asking = threading.Lock()
-#: the version, once asked for (per process)
-_answer: list[str] = []
-
-
+@cache
 def version() -> str:
     """This runner's version: git's when the package is in a git checkout, else the installed one (per process)."""
-    with _asking:
-        if not _answer:
-            _answer.append(git_version(SOURCE_ROOT) or installed_version())
-        return _answer[0]
-
-
-def forget() -> None:
-    """Ask for the version anew next time (tests change what git or the metadata say)."""
-    with _asking:
-        _answer.clear()
-
-
-def prefetch() -> None:
-    """Ask for the version in a thread now, for a command that will need it (``runner submit``, ``resume``,
-    ``work``): git's two processes then run while the command imports its modules, instead of some 50 ms of
-    waiting on its way to the first request; :func:`version` waits for that answer if it is not there yet."""
-    threading.Thread(target=version, name="runner-version", daemon=True).start()
+    return git_version(SOURCE_ROOT) or installed_version()
 
 
 def installed_version() -> str:

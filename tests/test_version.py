@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 
 from runner import version as runner_version
 from runner.report.cells import sent_with_lines
-from runner.version import FALLBACK, forget, git_version, installed_version, prefetch, version
+from runner.version import FALLBACK, git_version, installed_version, version
 from tests.helpers import ROOT, run_cli
 
 HAS_GIT = shutil.which("git") is not None
@@ -33,9 +32,9 @@ def _git(root: Path, *args: str) -> str:
 @pytest.fixture
 def fresh_version():
     """version() asked anew in this test (it is cached per process), and cached anew after it."""
-    forget()
+    version.cache_clear()
     yield version
-    forget()
+    version.cache_clear()
 
 
 @pytest.fixture
@@ -155,27 +154,6 @@ def test_the_version_is_asked_once_a_process(monkeypatch, fresh_version) -> None
     calls = []
     monkeypatch.setattr(runner_version, "git_version", lambda root: calls.append(root) or "9.9")
     assert fresh_version() == fresh_version() == "9.9" and calls == [runner_version.SOURCE_ROOT]
-
-
-def test_a_prefetched_version_is_asked_once_and_waited_for(monkeypatch, fresh_version) -> None:
-    """prefetch() asks in a thread; version(), called while git is still being asked, waits for that answer
-    instead of asking again."""
-    asked = threading.Event()
-    release = threading.Event()
-    calls = []
-
-    def slow_git(root):
-        calls.append(root)
-        asked.set()
-        release.wait(10)
-        return "9.8"
-
-    monkeypatch.setattr(runner_version, "git_version", slow_git)
-    prefetch()
-    assert asked.wait(10)
-    threading.Timer(0.05, release.set).start()
-    assert fresh_version() == "9.8" and fresh_version() == "9.8"
-    assert calls == [runner_version.SOURCE_ROOT]
 
 
 def test_not_installed_and_not_in_git(monkeypatch, fresh_version) -> None:

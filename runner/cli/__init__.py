@@ -9,7 +9,6 @@ first use).
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 __all__ = ["COMMANDS", "EXIT_INTERRUPTED", "RAISE_UNEXPECTED", "app", "build_app", "main"]
@@ -26,10 +25,6 @@ def main() -> None:
     from runner.cli import quick
 
     quick.answer()  # exits when it could answer
-    if sys.argv[1:2] in (["submit"], ["resume"], ["work"]):  # their runs record the version: git is asked now,
-        from runner.version import prefetch  # while the rest is imported
-
-        prefetch()
     from runner.cli import typer_app
 
     typer_app.main()
