@@ -33,7 +33,7 @@ from runner.errors import ModelSetupError, ProviderError, Refused, TransientErro
 from . import capabilities
 from .answer_bounds import bounds_of
 from .anthropic_errors import error_words, status_error, transport_errors
-from .base import CacheMarks, Completion, Provider, ProviderSettings, RateWindow, http_limits, register
+from .base import CacheMarks, Completion, Provider, ProviderSettings, RateWindow, register
 from .lean_or_sdk import LeanOrSDK, proxied
 from .tls import shared_context
 from .token_counts import messages_count_request, read_count, with_estimate_margin
@@ -182,9 +182,8 @@ class AnthropicProvider(LeanOrSDK["anthropic.AsyncAnthropic"], Provider):
             base_url=self.settings.base_url,
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
-            http_client=bounded_client(anthropic.DefaultAioHttpClient, bounds_of(self.settings),
+            http_client=bounded_client(anthropic.DefaultAioHttpClient, self.settings,
                                        timeout=self.settings.timeout,
-                                       limits=http_limits(self.settings, anthropic.DefaultAioHttpClient),
                                        verify=shared_context()),
             default_headers={"anthropic-version": self.api_version},
         )

@@ -27,7 +27,7 @@ from urllib.parse import quote
 from runner.errors import AuthError, BadRequest, ModelSetupError, ProviderError, TransientError
 
 from .answer_bounds import bounds_of
-from .base import Completion, ProviderSettings, http_limits, register
+from .base import Completion, ProviderSettings, register
 from .lean_http import path_segment
 from .lean_or_sdk import proxied
 from .openai_chat import OpenAIChatProvider, openai_rate
@@ -187,9 +187,8 @@ class AzureOpenAIProvider(OpenAIChatProvider):
             api_version=self.api_version,
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
-            http_client=bounded_client(openai.DefaultAioHttpClient, bounds_of(self.settings),
+            http_client=bounded_client(openai.DefaultAioHttpClient, self.settings,
                                        timeout=self.settings.timeout,
-                                       limits=http_limits(self.settings, openai.DefaultAioHttpClient),
                                        verify=shared_context()),
         )
 

@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT", "ENTRY_POINT_GROUP", "PROVIDERS", "CacheMarks", "Completion", "ContinuationScore",
-    "LEAN_WIRE", "Provider", "ProviderSettings", "RateWindow", "StoredPrompt", "http_limits",
+    "LEAN_WIRE", "Provider", "ProviderSettings", "RateWindow", "StoredPrompt",
     "loglikelihood_completion", "parse_loglikelihoods", "provider_class", "provider_names", "register", "split_model",
     "stamp", "unregister",
 ]
@@ -81,7 +81,8 @@ __all__ = [
 #: requests in flight per endpoint when neither the provider's nor the job's ``max_in_flight`` (nor an explicit
 #: ``concurrency``) says: at the 15-20 kB the runner holds per request in flight (bench/latency.py), at most about
 #: 160 MB; enough for a 10,000 RPM key with 30 s answers (6,258 with the headroom). The engine's bound
-#: (runner/engine/limits.py), and the SDKs' connection pools where the engine sized none (:func:`http_limits`).
+#: (runner/engine/limits.py), and the SDKs' connection pools where the engine sized none
+#: (:func:`runner.providers.bounded_httpx.http_limits`).
 DEFAULT_MAX_IN_FLIGHT = 8192
 
 
@@ -389,17 +390,6 @@ class Provider(SetupChecks, ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release clients and files."""
-
-
-def http_limits(settings: ProviderSettings, client: type) -> Any:
-    """The connection pool of an SDK's aiohttp client (``limits=`` of ``client``, openai's or anthropic's
-    ``DefaultAioHttpClient``), as large as the requests the engine lets go to one endpoint at once
-    (``settings.pool_size``, which the engine sets when it builds the providers): the SDKs' default of 1,000 would
-    queue the rest inside the SDK, unseen by the runner."""
-    from .bounded_httpx import http_library  # httpx2, or httpx for openai before 3.0
-
-    size = settings.pool_size
-    return http_library(client).Limits(max_connections=size, max_keepalive_connections=size)
 
 
 # -- the registry ------------------------------------------------------------------------------------------

@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from runner.errors import AuthError, TransientError
 
-from .answer_bounds import bounds_of
 from .anthropic_errors import transport_errors
 from .anthropic_messages import AnthropicProvider
-from .base import Completion, ProviderSettings, http_limits
+from .base import Completion, ProviderSettings
 from .bedrock import CREDENTIAL_HELP
 from .bedrock_ids import claude_name, foundation_model
 from .tls import shared_context
@@ -99,9 +98,8 @@ class BedrockClaude:
                 base_url=settings.base_url,
                 max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
                 timeout=settings.timeout,
-                http_client=bounded_client(anthropic.DefaultAioHttpClient, bounds_of(settings),
+                http_client=bounded_client(anthropic.DefaultAioHttpClient, settings,
                                            timeout=settings.timeout,
-                                           limits=http_limits(settings, anthropic.DefaultAioHttpClient),
                                            verify=shared_context()),
             )
         except ValueError as exc:  # a profile named beside AWS_BEARER_TOKEN_BEDROCK, which the SDK refuses

@@ -14,9 +14,19 @@ from collections.abc import AsyncIterator
 from types import ModuleType
 from typing import Any
 
-from .answer_bounds import READABLE_CODINGS, AnswerBounds, Bound, Inflater, coding_refused, too_large, too_slow
+from .answer_bounds import (
+    READABLE_CODINGS,
+    AnswerBounds,
+    Bound,
+    Inflater,
+    bounds_of,
+    coding_refused,
+    too_large,
+    too_slow,
+)
+from .base import ProviderSettings
 
-__all__ = ["BoundedTransport", "bounded_client", "http_library"]
+__all__ = ["BoundedTransport", "bounded_client", "http_library", "http_limits"]
 
 _RECODED = (b"content-encoding", b"content-length")
 
@@ -128,7 +138,16 @@ def _bounded_class(base: type, bounds: AnswerBounds) -> type:
     return type(f"Bounded{base.__name__}", (_Bounding, base), {"answer_bounds": bounds, "http": http_library(base)})
 
 
-def bounded_client(base: type, bounds: AnswerBounds, **kwargs: Any) -> Any:
+def http_limits(settings: ProviderSettings, client: type) -> Any:
+    """The connection pool of an SDK's client (``limits=`` of ``client``, in its own library), as large as the
+    requests the engine lets go to one endpoint at once (``settings.pool_size``, which the engine sets when it
+    builds the providers): the SDKs' default of 1,000 would queue the rest inside the SDK, unseen by the runner."""
+    size = settings.pool_size
+    return http_library(client).Limits(max_connections=size, max_keepalive_connections=size)
+
+
+def bounded_client(base: type, settings: ProviderSettings, **kwargs: Any) -> Any:
     """An instance of ``base`` (``openai.DefaultAioHttpClient``, ``anthropic.DefaultAioHttpClient``,
-    ``httpx2.AsyncClient``) made with ``kwargs``, whose answers are read within ``bounds``."""
-    return _bounded_class(base, bounds)(**kwargs)
+    ``httpx2.AsyncClient``) made with ``kwargs``, its answers read within the bounds of ``settings`` and its
+    connection pool sized by them (:func:`http_limits`)."""
+    return _bounded_class(base, bounds_of(settings))(limits=http_limits(settings, base), **kwargs)

@@ -24,7 +24,7 @@ from runner.errors import FlexUnavailable, ModelSetupError, ProviderError, Refus
 
 from . import capabilities
 from .answer_bounds import bounds_of, surfaced
-from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, http_limits, register
+from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, register
 from .gemini_wire import model_path, read_answer, request_body, sdk_fields, sdk_header, status_error, thinking_config
 from .lean_or_sdk import LeanOrSDK, proxied
 from .tiers import FLEX, GEMINI_TIER_HEADER, GEMINI_WIRE, served
@@ -127,8 +127,7 @@ class GeminiProvider(LeanOrSDK["genai.Client"], Provider):
         from .bounded_httpx import bounded_client
 
         if self.http is None:
-            self.http = bounded_client(httpx2.AsyncClient, bounds_of(self.settings), verify=shared_context(),
-                                       limits=http_limits(self.settings, httpx2.AsyncClient),
+            self.http = bounded_client(httpx2.AsyncClient, self.settings, verify=shared_context(),
                                        timeout=self.settings.timeout)
         return self.http
 

@@ -41,7 +41,6 @@ from .base import (
     Provider,
     ProviderSettings,
     RateWindow,
-    http_limits,
     loglikelihood_completion,
     register,
 )
@@ -178,9 +177,8 @@ class OpenAIChatProvider(LeanOrSDK["openai.AsyncOpenAI"], Provider):
             base_url=self.base_url,
             max_retries=0,  # the runner owns retries (ARCHITECTURE.md invariant 4)
             timeout=self.settings.timeout,
-            http_client=bounded_client(openai.DefaultAioHttpClient, bounds_of(self.settings),
+            http_client=bounded_client(openai.DefaultAioHttpClient, self.settings,
                                        timeout=self.settings.timeout,
-                                       limits=http_limits(self.settings, openai.DefaultAioHttpClient),
                                        verify=shared_context()),
         )
 

@@ -31,7 +31,7 @@ from runner.errors import AuthError, BadRequest, ModelSetupError, TransientError
 
 from .answer_bounds import bounds_of
 from .anthropic_messages import AnthropicProvider, cache_blocks
-from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, http_limits, register
+from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, register
 from .gemini import GeminiProvider
 from .records import package_version
 from .tls import shared_context
@@ -236,9 +236,8 @@ class VertexProvider(Provider):
                 self.claude.client = sdk.AsyncAnthropicVertex(
                     region=self.location, project_id=self.project, credentials=self.credentials,
                     base_url=f"{root}/v1" if root else None, max_retries=0, timeout=timeout,  # runner-owned retries
-                    http_client=bounded_client(sdk.DefaultAioHttpClient, bounds_of(self.settings),
+                    http_client=bounded_client(sdk.DefaultAioHttpClient, self.settings,
                                                timeout=timeout,
-                                               limits=http_limits(self.settings, sdk.DefaultAioHttpClient),
                                                verify=shared_context()))
         return self.claude.client
 

@@ -300,7 +300,7 @@ async def test_the_jobs_max_in_flight_reaches_the_dispatchers_endpoints_and_a_pr
 def test_the_sdk_clients_pools_are_sized_to_the_endpoints_bound():
     import openai
 
-    from runner.providers.base import http_limits
+    from runner.providers.bounded_httpx import http_limits
 
     client = openai.DefaultAioHttpClient
     assert http_limits(ProviderSettings(concurrency=1500), client).max_connections == 1500
