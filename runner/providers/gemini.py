@@ -249,12 +249,13 @@ class GeminiProvider(LeanOrSDK["genai.Client"], Provider):
         """generateContent over the lean wire; a request naming a cached content that lapsed is sent again whole,
         as :meth:`generate` does."""
         assert self.wire is not None, "start() was not awaited"
-        path = f"/{model_path(model)}:generateContent"
+        path = self.generate_path(model)
         stored = params.get("cached_content")
         if not stored:
-            return await self.wire.request("POST", path, request_body(messages, params, model), where=self.where)
-        answer = await self.wire.request("POST", path, request_body(messages, params, model), where=self.where,
-                                         passing=(403, 404))
+            return await self.wire.request("POST", path, self.wire_body(messages, params, model), where=self.where,
+                                           headers=await self.wire_headers())
+        answer = await self.wire.request("POST", path, self.wire_body(messages, params, model), where=self.where,
+                                         passing=(403, 404), headers=await self.wire_headers())
         if answer.status < 400:
             return answer
         from .lean_http import parsed_or_text
@@ -264,7 +265,21 @@ class GeminiProvider(LeanOrSDK["genai.Client"], Provider):
             raise self._status_error(answer.status, body, answer.headers)
         self.gone_prompts.add(stored)
         whole = {k: v for k, v in params.items() if k not in ("cached_content", "cached_messages")}
-        return await self.wire.request("POST", path, request_body(messages, whole, model), where=self.where)
+        return await self.wire.request("POST", path, self.wire_body(messages, whole, model), where=self.where,
+                                       headers=await self.wire_headers())
+
+    # -- what Gemini on Vertex (vertex.py) sends otherwise over the same mapping ---------------------------------
+    def generate_path(self, model: str) -> str:
+        """generateContent's path after the wire's base URL."""
+        return f"/{model_path(model)}:generateContent"
+
+    def wire_body(self, messages: list[dict[str, str]], params: dict[str, Any], model: str) -> dict[str, Any]:
+        """generateContent's body (:func:`gemini_wire.request_body`)."""
+        return request_body(messages, params, model)
+
+    async def wire_headers(self) -> Mapping[str, str] | None:
+        """A request's own headers besides the wire's: none here (the key is the wire's ``x-goog-api-key``)."""
+        return None
 
     def _json_body(self, content: bytes) -> Any:
         try:
@@ -368,11 +383,11 @@ class GeminiProvider(LeanOrSDK["genai.Client"], Provider):
         batch line's) or the SDK's ``GenerateContentResponse`` (the SDK path, a batch job's inlined response), read
         as its JSON. One with neither candidates nor prompt feedback (which says why there are none) is
         malformed, not an empty answer."""
-        if not isinstance(response, dict):
+        if hasattr(response, "model_dump"):
             tier = sdk_header(response, GEMINI_TIER_HEADER)
             response = response.model_dump(mode="json", by_alias=True, exclude_none=True,
                                            exclude={"sdk_http_response"})
-        else:
+        else:  # JSON: an object, or anything else a server sent (read_answer finds it malformed)
             tier = (headers or {}).get(GEMINI_TIER_HEADER)
         try:
             got = read_answer(response)

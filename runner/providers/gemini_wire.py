@@ -116,7 +116,10 @@ def read_answer(body: Any) -> dict[str, Any]:
     """The fields a completion needs of a generateContent answer's JSON: ``text``, ``thoughts`` (the thought parts'
     texts), ``finish`` (the first candidate's finishReason), ``blocked`` (promptFeedback.blockReason) and the
     usage counts. ``TypeError``/``KeyError``/``AttributeError`` when the answer is not shaped as one, ``ValueError``
-    when it has neither candidates nor prompt feedback (which says why there are none)."""
+    when it has neither candidates nor prompt feedback (which says why there are none), as when it is not an object
+    (a JSON list, which google-genai reads as an answer without either)."""
+    if not isinstance(body, dict):
+        raise ValueError("not an object")
     candidates = body.get("candidates") or []
     feedback = body.get("promptFeedback")
     if not candidates and feedback is None:
