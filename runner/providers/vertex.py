@@ -1,19 +1,36 @@
-"""Google Vertex AI: Gemini through google-genai in Vertex mode, and Claude on Vertex through the anthropic SDK's
-``AsyncAnthropicVertex``, both with their SDK's retries off.
+"""Google Vertex AI: Gemini and Claude on Vertex, online over the lean wire (``runner/providers/lean_http.py``) with
+Google's OAuth tokens, the SDKs (google-genai in Vertex mode, the anthropic SDK's ``AsyncAnthropicVertex``, their
+retries off) kept for what only they do here.
 
 Models are named ``vertex:gemini-2.5-flash`` and ``vertex:claude-sonnet-4-5@20250929`` (a ``claude-`` model goes to
 Claude on Vertex). The project and location come from ``providers: {vertex: {project: ..., location: ...}}``, else
 GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (the variables google-genai reads); the credentials from Application
 Default Credentials only (GOOGLE_APPLICATION_CREDENTIALS, ``gcloud auth application-default login``, a cloud
-machine's service account), loaded once per run and shared by both SDKs; nothing of them is stored or shown.
+machine's service account), loaded once per run and shared by the wire and both SDKs; nothing of them is stored or
+shown. Their access token is refreshed in a worker thread when it is missing or about to expire, one refresh for
+all the requests in flight (:mod:`runner.providers.google_tokens`).
 
-The wire mapping is the gemini and anthropic providers' own (``GeminiProvider.request_of``/``completion_of``,
-``AnthropicProvider.request_of``/``completion_of``), so thinking, structured output and the capability table behave
-as for ``gemini:`` and ``anthropic:``. Claude's body carries ``anthropic_version: vertex-2023-10-16`` (the value
-Vertex takes, https://docs.claude.com/en/api/claude-on-vertex-ai), pinned as the anthropic provider pins its header.
+The lean wire sends what the SDKs sent: Gemini's ``POST {base}/v1/projects/{project}/locations/{location}/
+publishers/google/models/{model}:generateContent`` with ``Authorization: Bearer`` and the credentials' quota project
+as ``x-goog-user-project`` (as google-genai adds it), Claude's ``.../publishers/anthropic/models/{model}:rawPredict``
+with ``Authorization: Bearer`` only (as ``AsyncAnthropicVertex``), and the probe's publisher-model lookup ``GET
+{base}/v1/publishers/{publisher}/models/{model}``. The base is the job's ``base_url``, else the SDKs' variables
+(GOOGLE_VERTEX_BASE_URL, ANTHROPIC_VERTEX_BASE_URL), else the location's host as both SDKs pick it
+(:func:`default_root`: ``global`` at aiplatform.googleapis.com, the multi-regions ``us`` and ``eu`` at
+``aiplatform.{location}.rep.googleapis.com``, a region at ``{location}-aiplatform.googleapis.com``).
 
-Batch prediction (``mode: batch`` or ``auto``): :mod:`runner.providers.vertex_batch`, its files staged under the
-job's ``providers: {vertex: {batch_folder: gs://BUCKET/PREFIX}}`` (:mod:`runner.providers.gcs_files`).
+The wire mapping is the gemini and anthropic providers' own (``GeminiProvider.request_of``/``completion_of`` and
+``gemini_wire.request_body``, ``AnthropicProvider.request_of``/``completion_of``), so thinking, structured output and
+the capability table behave as for ``gemini:`` and ``anthropic:``, and an error answer is theirs, with Vertex's words
+for refused credentials. Claude's body carries ``anthropic_version: vertex-2023-10-16`` (the value Vertex takes,
+https://docs.claude.com/en/api/claude-on-vertex-ai), pinned as the anthropic provider pins its header.
+
+The SDKs, built in a worker thread on first use: batch prediction (``mode: batch`` or ``auto``,
+:mod:`runner.providers.vertex_batch`, its files staged under the job's ``providers: {vertex: {batch_folder:
+gs://BUCKET/PREFIX}}``, :mod:`runner.providers.gcs_files`), Gemini's cachedContents (explicit prompt caching, the
+gemini provider's ``caches`` calls), token counting; and every request of a family whose base a proxy applies to
+(``lean_or_sdk.proxied``), or, for Gemini, where a client certificate is to be presented
+(GOOGLE_API_USE_CLIENT_CERTIFICATE).
 
 Cache key: the provider name (``vertex``) keeps these answers apart from ``gemini:``'s and ``anthropic:``'s; the
 project and location are not in it: they decide who pays and which quota is used, not what the model answers.
@@ -21,18 +38,23 @@ project and location are not in it: they decide who pays and which quota is used
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import quote, urlsplit
 
 from runner.errors import AuthError, BadRequest, ModelSetupError, TransientError
 
 from .answer_bounds import bounds_of
 from .anthropic_messages import AnthropicProvider, cache_blocks
-from .base import CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, register
+from .base import LEAN_WIRE, CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, register
 from .gemini import GeminiProvider
+from .gemini_wire import request_body
+from .lean_or_sdk import proxied
 from .records import package_version
 from .tls import shared_context
 from .token_counts import gemini_count_fields, read_count, with_estimate_margin
@@ -44,35 +66,97 @@ if TYPE_CHECKING:  # the SDKs are imported where they are used: discovering the 
 
     from .batching import Batches
     from .gcs_files import Folder, Staging
+    from .google_tokens import AccessTokens
+    from .lean_http import LeanWire
 
 #: Claude on Vertex's ``anthropic_version`` (in the body, not a header)
 VERTEX_ANTHROPIC_VERSION = "vertex-2023-10-16"
 #: Vertex's API version for Gemini: v1 (GA) has systemInstruction, responseMimeType, responseJsonSchema and
 #: thinkingConfig (cloud.google.com/vertex-ai/docs/reference/rest/v1/GenerationConfig)
 VERTEX_API_VERSION = "v1"
+#: the multi-regions served at ``aiplatform.{location}.rep.googleapis.com`` (both SDKs' rule)
+MULTI_REGIONS = ("us", "eu")
 _SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 _ADC = ("export GOOGLE_APPLICATION_CREDENTIALS=<a service-account key file> or run "
         "`gcloud auth application-default login`")
+#: the characters a path keeps unescaped: a path segment's (as both SDKs quote a model id) and the slashes between
+_PATH_SAFE = "!$&'()*+,;=:@-._~/"
 
 
 def is_claude(model: str) -> bool:
     return model.startswith("claude-")
 
 
+def default_root(location: str | None) -> str:
+    """Vertex's origin for ``location`` as google-genai and ``AsyncAnthropicVertex`` pick it when no base URL is
+    given: ``global`` (google-genai's default location) at aiplatform.googleapis.com, a multi-region at its ``rep``
+    host, a region at its own."""
+    if location in (None, "", "global"):
+        return "https://aiplatform.googleapis.com"
+    if location in MULTI_REGIONS:
+        return f"https://aiplatform.{location}.rep.googleapis.com"
+    return f"https://{location}-aiplatform.googleapis.com"
+
+
+def publisher_model(model: str) -> str:
+    """A model as google-genai names it in Vertex mode (its ``t_model``): a name under ``projects/``, ``models/`` or
+    ``publishers/`` as it is, ``PUBLISHER/ID`` as ``publishers/PUBLISHER/models/ID``, else Google's model."""
+    if model.startswith(("projects/", "models/", "publishers/")):
+        return model
+    if "/" in model:
+        publisher, _, name = model.partition("/")
+        return f"publishers/{publisher}/models/{name}"
+    return f"publishers/google/models/{model}"
+
+
 class _VertexGemini(GeminiProvider):
-    """The gemini provider's mapping over a Vertex-mode client (not registered)."""
+    """The gemini provider's mapping at Vertex's paths, over the lean wire with Google's tokens or a Vertex-mode
+    client (not registered)."""
 
     key_env_var: ClassVar[str | None] = "GOOGLE_APPLICATION_CREDENTIALS"
+
+    def __init__(self, settings: ProviderSettings, vertex: VertexProvider) -> None:
+        super().__init__(settings)
+        self.vertex = vertex
 
     def key_variables(self) -> list[str]:
         return ["GOOGLE_APPLICATION_CREDENTIALS"]
 
+    def _sdk_client(self) -> genai.Client:
+        return self.vertex._gemini_client()
+
+    def generate_path(self, model: str) -> str:
+        """``/projects/{project}/locations/{location}/publishers/google/models/{model}:generateContent`` (google-genai
+        puts a model not under ``projects/`` under the client's project and location)."""
+        return self.vertex.resource_path(publisher_model(model)) + ":generateContent"
+
+    def wire_body(self, messages: list[dict[str, str]], params: dict[str, Any], model: str) -> dict[str, Any]:
+        """The gemini body, a cached content named in full (google-genai's ``t_cached_content_name`` in Vertex mode:
+        the runner's stored prompts are, as the SDK's ``caches.create`` names them)."""
+        body = request_body(messages, params, model)
+        if "cachedContent" in body:
+            body["cachedContent"] = self.vertex.cached_content_name(body["cachedContent"])
+        return body
+
+    async def wire_headers(self) -> Mapping[str, str] | None:
+        return await self.vertex.token_headers(quota_project=True)
+
 
 class _VertexClaude(AnthropicProvider):
-    """The anthropic provider's mapping over ``AsyncAnthropicVertex`` (not registered); API version 2023-06-01's
-    rules, which ``vertex-2023-10-16`` tracks (sampling parameters taken where the model takes them)."""
+    """The anthropic provider's mapping at Vertex's rawPredict, over the lean wire with Google's tokens or
+    ``AsyncAnthropicVertex`` (not registered); API version 2023-06-01's rules, which ``vertex-2023-10-16`` tracks
+    (sampling parameters taken where the model takes them)."""
 
     key_env_var: ClassVar[str | None] = "GOOGLE_APPLICATION_CREDENTIALS"
+
+    def __init__(self, settings: ProviderSettings, vertex: VertexProvider) -> None:
+        super().__init__(settings)
+        self.vertex = vertex
+
+    def _sdk_client(self) -> anthropic.AsyncAnthropicVertex:
+        import anthropic
+
+        return self.vertex._claude_sdk(anthropic)
 
 
 @register
@@ -90,6 +174,8 @@ class VertexProvider(Provider):
     adaptive: ClassVar[bool] = True
     #: genai-prices' Google provider matches Vertex and falls back to Anthropic's prices for Claude models
     price_id: ClassVar[str | None] = "google"
+    #: online requests go over the lean wire unless a proxy applies (the module's docstring); False: the SDKs always
+    lean_wire: ClassVar[bool] = True
     # Vertex batch prediction (runner/providers/vertex_batch.py) where the job names a Cloud Storage folder to stage
     # its files in (``batch_folder``): ``supports_batch`` is a property of the endpoint, below
 
@@ -104,7 +190,10 @@ class VertexProvider(Provider):
         explicit_cache: bool = True
 
     def sent_with(self, model: str, *, batch: bool = False) -> str | None:
-        """Claude's requests go through the anthropic SDK, Gemini's through google-genai (batch prediction too)."""
+        """The lean wire where it sends the model's family; else Claude's requests through the anthropic SDK,
+        Gemini's through google-genai (batch prediction too)."""
+        if not batch and (self.claude if is_claude(model) else self.gemini).wire is not None:
+            return LEAN_WIRE
         return package_version("anthropic" if is_claude(model) and not batch else "google-genai")
 
     @classmethod
@@ -119,16 +208,16 @@ class VertexProvider(Provider):
         super().__init__(settings)
         self.project = self.options.project or os.environ.get("GOOGLE_CLOUD_PROJECT") or None
         self.location = self.options.location or os.environ.get("GOOGLE_CLOUD_LOCATION") or None
-        host = settings.base_url or ("aiplatform.googleapis.com" if self.location in (None, "global")
-                                     else f"{self.location}-aiplatform.googleapis.com")
-        self.where = f"vertex at {host}"
+        self.where = f"vertex at {settings.base_url or urlsplit(default_root(self.location)).netloc}"
         shared = ProviderSettings.model_validate(  # without project and location, which only vertex declares
             {k: v for k, v in settings.model_dump(exclude_unset=True).items() if k in ProviderSettings.model_fields})
-        self.gemini = _VertexGemini(shared)
-        self.claude = _VertexClaude(shared)
+        self.gemini = _VertexGemini(shared, self)
+        self.claude = _VertexClaude(shared, self)
         self.claude.api_version = "2023-06-01"
         self.gemini.where = self.claude.where = self.where
         self.credentials: Credentials | None = None
+        #: the credentials' access token for the lean wire's requests (:meth:`start`)
+        self.tokens: AccessTokens | None = None
         self.batch_folder: Folder | None = None
         if self.options.batch_folder:
             from .gcs_files import parse_folder
@@ -187,13 +276,75 @@ class VertexProvider(Provider):
         return f"vertex:{self.project}:{self.location}:{self.settings.base_url or ''}:{model}"
 
     async def start(self) -> None:
-        """Load the credentials and open the Gemini client, the SDKs imported and built in a worker thread (their
-        imports take seconds on a busy machine; the event loop serves the other providers meanwhile). The Claude
-        client waits for the first Claude model (:meth:`_claude_client`)."""
-        import asyncio
+        """Load the credentials (in a worker thread: google-auth reads files, and may ask a metadata server), then
+        open a lean wire for each family whose base no proxy applies to; google-genai's client, imported and built in
+        a worker thread (its import takes seconds on a busy machine; the event loop serves the other providers
+        meanwhile), where Gemini's does not serve. Anything else an SDK does waits for its first use."""
+        from .google_tokens import AccessTokens
 
         self.credentials = await asyncio.to_thread(self._load_credentials)
-        self.gemini.client = await asyncio.to_thread(self._gemini_client)
+        self.tokens = AccessTokens(self.credentials)
+        gemini_url, claude_url = self._gemini_url(), self._claude_url()
+        if not self.lean_wire or proxied(gemini_url) or _mutual_tls():
+            self.gemini.client = await asyncio.to_thread(self._gemini_client)
+        else:  # the server-side deadline google-genai sends with each request (its X-Server-Timeout)
+            self.gemini.wire = self._wire(gemini_url, self.gemini._status_error,
+                                          {"X-Server-Timeout": str(math.ceil(self.settings.timeout))})
+        if self.lean_wire and not proxied(claude_url):
+            self.claude.wire = self._wire(claude_url, self.claude._status_error, {})
+
+    def _wire(self, url: str, error_of: Any, headers: dict[str, str]) -> LeanWire:
+        from .lean_http import LeanWire
+
+        # no auth header of its own: each request carries the token of its time (:meth:`token_headers`)
+        return LeanWire(url, "", self.settings.timeout, headers=headers, tls=shared_context, error_of=error_of,
+                        bounds=bounds_of(self.settings))
+
+    def _gemini_url(self) -> str:
+        """google-genai's base in Vertex mode, with its API version: the job's ``base_url``, else
+        GOOGLE_VERTEX_BASE_URL, else the location's host."""
+        root = self._root() or os.environ.get("GOOGLE_VERTEX_BASE_URL") or default_root(self.location)
+        return f"{root.rstrip('/')}/{VERTEX_API_VERSION}"
+
+    def _claude_url(self) -> str:
+        """``AsyncAnthropicVertex``'s base: the job's ``base_url`` and ``/v1``, else ANTHROPIC_VERTEX_BASE_URL (as it
+        is), else the location's host and ``/v1``."""
+        root = self._root()
+        if root:
+            return f"{root}/v1"
+        return os.environ.get("ANTHROPIC_VERTEX_BASE_URL") or f"{default_root(self.location)}/v1"
+
+    def resource_path(self, name: str) -> str:
+        """A resource's path after the wire's base: under the client's project and location unless it names its
+        own (google-genai's ``_build_request``)."""
+        if not name.startswith("projects/"):
+            name = f"projects/{self.project}/locations/{self.location}/{name}"
+        return "/" + quote(name, safe=_PATH_SAFE)
+
+    def cached_content_name(self, name: str) -> str:
+        """A cached content's full name in Vertex mode (google-genai's ``_resource_name``)."""
+        if name.startswith("projects/"):
+            return name
+        if name.startswith("locations/"):
+            return f"projects/{self.project}/{name}"
+        if name.startswith("cachedContents/") or "/" not in name:
+            return f"projects/{self.project}/locations/{self.location}/" + (
+                name if name.startswith("cachedContents/") else f"cachedContents/{name}")
+        return name
+
+    def claude_path(self, model: str) -> str:
+        """``/projects/{project}/locations/{location}/publishers/anthropic/models/{model}:rawPredict``, each value
+        quoted as a path segment and a ``;`` in the model escaped, as ``AsyncAnthropicVertex`` builds it."""
+        from .lean_http import path_segment
+
+        return (f"/projects/{path_segment(str(self.project))}/locations/{path_segment(str(self.location))}"
+                f"/publishers/anthropic/models/{path_segment(model).replace(';', '%3B')}:rawPredict")
+
+    async def token_headers(self, *, quota_project: bool) -> dict[str, str]:
+        """The headers of a request's credentials, their token refreshed first when stale (google-auth's errors as
+        they are: :meth:`vertex_words` words them)."""
+        assert self.tokens is not None, "start() was not awaited"
+        return await self.tokens.headers(quota_project=quota_project)
 
     def _load_credentials(self) -> Credentials:
         import google.auth
@@ -215,31 +366,44 @@ class VertexProvider(Provider):
 
         # the runner's httpx2 client, whose answers are bounded (bounded_httpx.py); google-genai's own where a client
         # certificate is to be presented (GOOGLE_API_USE_CLIENT_CERTIFICATE), whose answers are not
-        mutual_tls = os.environ.get("GOOGLE_API_USE_CLIENT_CERTIFICATE", "").lower() == "true"
         return genai.Client(
             vertexai=True, project=self.project, location=self.location, credentials=self.credentials,
             http_options=types.HttpOptions(
                 base_url=self._root(), api_version=VERTEX_API_VERSION, timeout=int(self.settings.timeout * 1000),
                 retry_options=types.HttpRetryOptions(attempts=1),  # runner-owned retries (invariant 4)
-                httpx_async_client=None if mutual_tls else self.gemini.http_client()))
+                httpx_async_client=None if _mutual_tls() else self.gemini.http_client()))
 
-    async def _claude_client(self) -> anthropic.AsyncAnthropicVertex:
-        import asyncio
-        import importlib
+    async def _gemini_sdk(self) -> genai.Client:
+        """google-genai's Vertex-mode client, built in a worker thread on first use (cachedContents, token counts,
+        the probe where the wire does not serve)."""
+        if self.gemini._client is None:
+            client = await asyncio.to_thread(self._gemini_client)
+            if self.gemini._client is None:  # another request may have built it meanwhile
+                self.gemini.client = client
+        assert self.gemini._client is not None
+        return self.gemini._client
 
+    def _claude_sdk(self, sdk: Any) -> anthropic.AsyncAnthropicVertex:
         from .bounded_httpx import bounded_client
 
-        if self.claude.client is None:
+        root, timeout = self._root(), self.settings.timeout
+        return sdk.AsyncAnthropicVertex(  # type: ignore[no-any-return]
+            region=self.location, project_id=self.project, credentials=self.credentials,
+            base_url=f"{root}/v1" if root else None, max_retries=0, timeout=timeout,  # runner-owned retries
+            http_client=bounded_client(sdk.DefaultAioHttpClient, self.settings, timeout=timeout,
+                                       verify=shared_context()))
+
+    async def _claude_client(self) -> anthropic.AsyncAnthropicVertex:
+        """``AsyncAnthropicVertex``, the SDK imported in a worker thread on first use (token counts, batch
+        prediction's error words, every request where the wire does not serve)."""
+        import importlib
+
+        if self.claude._client is None:
             sdk = await asyncio.to_thread(importlib.import_module, "anthropic")
-            if self.claude.client is None:  # another request may have built it meanwhile
-                root, timeout = self._root(), self.settings.timeout
-                self.claude.client = sdk.AsyncAnthropicVertex(
-                    region=self.location, project_id=self.project, credentials=self.credentials,
-                    base_url=f"{root}/v1" if root else None, max_retries=0, timeout=timeout,  # runner-owned retries
-                    http_client=bounded_client(sdk.DefaultAioHttpClient, self.settings,
-                                               timeout=timeout,
-                                               verify=shared_context()))
-        return self.claude.client
+            if self.claude._client is None:  # another request may have built it meanwhile
+                self.claude.client = self._claude_sdk(sdk)
+        assert self.claude._client is not None
+        return self.claude._client
 
     async def aclose(self) -> None:
         await self.gemini.aclose()
@@ -256,11 +420,16 @@ class VertexProvider(Provider):
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         if is_claude(model):
             return await self._claude(model, messages, params)
+        gemini = self.gemini
+        if gemini.wire is not None:
+            with self.vertex_words(model):
+                answer = await gemini._generate_lean(model, messages, params)
+            return gemini.completion_of(gemini._json_body(answer.content), answer.headers)
         with self.map_errors(model):
-            response = await self.gemini.generate(model, messages, params)
-        return self.gemini.completion_of(response)
+            response = await gemini.generate(model, messages, params)
+        return gemini.completion_of(response)
 
-    # -- Gemini's explicit caching, as the gemini provider does it -------------------------------------------
+    # -- Gemini's explicit caching, as the gemini provider does it (google-genai's caches) ----------------------
     def stores_prompts_for(self, model: str) -> bool:
         return self.options.explicit_cache and not is_claude(model)
 
@@ -270,18 +439,22 @@ class VertexProvider(Provider):
     async def store_prompt(self, model: str, messages: list[dict[str, Any]], seconds: float,
                            label: str) -> StoredPrompt:
         with self.map_errors(model):
+            await self._gemini_sdk()
             return await self.gemini.store_prompt(model, messages, seconds, label)
 
     async def keep_prompt(self, name: str, seconds: float) -> float:
         with self.map_errors(name):
+            await self._gemini_sdk()
             return await self.gemini.keep_prompt(name, seconds)
 
     async def drop_prompt(self, name: str) -> None:
         with self.map_errors(name):
+            await self._gemini_sdk()
             await self.gemini.drop_prompt(name)
 
     async def stored_prompts(self, model: str) -> list[StoredPrompt]:
         with self.map_errors(model):
+            await self._gemini_sdk()
             return await self.gemini.stored_prompts(model)
 
     # -- token counting (runner/providers/token_counts.py) -----------------------------------------------------
@@ -297,7 +470,7 @@ class VertexProvider(Provider):
     async def count_tokens(self, model: str, request: dict[str, Any]) -> int:
         """Claude: ``count-tokens:rawPredict``, where ``AsyncAnthropicVertex``'s ``messages.count_tokens`` sends the
         body (the model in it); Gemini: the publisher model's ``:countTokens`` through google-genai, which takes a
-        system instruction in Vertex mode."""
+        system instruction in Vertex mode. Both through their SDK."""
         if is_claude(model):
             client = await self._claude_client()
             fields = {key: value for key, value in request.items() if key != "anthropic_version"}
@@ -305,10 +478,9 @@ class VertexProvider(Provider):
                 raw = await client.messages.with_raw_response.count_tokens(
                     **fields, extra_body={"anthropic_version": request["anthropic_version"]})
             return read_count(self.claude._json_body(raw.http_response.content), "input_tokens", self.where)
+        client = await self._gemini_sdk()
         from google.genai import types
 
-        client = self.gemini.client
-        assert client is not None, "start() was not awaited"
         system = request.get("systemInstruction")
         config = request.get("generationConfig") or {}
         with self.map_errors(model):
@@ -321,28 +493,34 @@ class VertexProvider(Provider):
 
     async def _claude(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         claude = self.claude
-        client = await self._claude_client()
         kwargs, sampling = claude.request_of(messages, params, model)
-        kwargs["extra_body"] = {**sampling, "anthropic_version": VERTEX_ANTHROPIC_VERSION}
-        with self.map_errors(model):
-            raw = await client.messages.with_raw_response.create(model=model, **kwargs)
+        if claude.wire is not None:  # the body AsyncAnthropicVertex sends: no model (it is in the path)
+            body = {**kwargs, **sampling, "anthropic_version": VERTEX_ANTHROPIC_VERSION}
+            with self.vertex_words(model):
+                answer = await claude.wire.request("POST", self.claude_path(model), body, where=self.where,
+                                                   headers=await self.token_headers(quota_project=False))
+            content = answer.content
+        else:
+            client = await self._claude_client()
+            kwargs["extra_body"] = {**sampling, "anthropic_version": VERTEX_ANTHROPIC_VERSION}
+            with self.map_errors(model):
+                raw = await client.messages.with_raw_response.create(model=model, **kwargs)
+            content = raw.http_response.content
         try:
-            body = json.loads(raw.http_response.content)
+            body = json.loads(content)
         except ValueError as exc:
             raise TransientError(f"{self.where}: the response was not valid JSON ({type(exc).__name__})",
                                  error_class="malformed_response") from exc
         return claude.completion_of(body)
 
     async def probe(self, model: str) -> None:
-        """Model Garden's publisher-model lookup through google-genai (``GET v1/publishers/{publisher}/models/
-        {model}``), free, for Claude too (its base model, without ``@version``); it does not check that the model
-        is offered in the location. With a ``batch_folder``, one free list call of it too."""
-        client = self.gemini.client
-        assert client is not None, "start() was not awaited"
+        """Model Garden's publisher-model lookup (``GET v1/publishers/{publisher}/models/{model}``, google-genai's
+        ``models.get``), over Gemini's wire where it serves, free, for Claude too (its base model, without
+        ``@version``); it does not check that the model is offered in the location. With a ``batch_folder``, one
+        free list call of it too."""
         name = f"publishers/anthropic/models/{model.partition('@')[0]}" if is_claude(model) else model
         try:
-            with self.map_errors(model, through_genai=True):
-                await client.aio.models.get(model=name)
+            await self._lookup(model, name)
         except BadRequest as exc:
             if exc.status == 404:
                 raise ModelSetupError(f"vertex:{model} is not a model Vertex AI knows ({self.where}, project "
@@ -359,17 +537,35 @@ class VertexProvider(Provider):
             except BadRequest as exc:
                 raise ModelSetupError(f"vertex:{model}: {exc}") from None
 
+    async def _lookup(self, model: str, name: str) -> None:
+        """The publisher model's lookup; its error answer mapped as Gemini's (Vertex's words for credentials)."""
+        wire = self.gemini.wire
+        if wire is not None:
+            with self.vertex_words(model):
+                await wire.request("GET", "/" + quote(publisher_model(name), safe=_PATH_SAFE), where=self.where,
+                                   headers=await self.token_headers(quota_project=True))
+            return
+        client = self.gemini.client
+        assert client is not None, "start() was not awaited"
+        with self.map_errors(model, through_genai=True):
+            await client.aio.models.get(model=name)
+
     @contextlib.contextmanager
     def map_errors(self, model: str, *, through_genai: bool = False) -> Iterator[None]:
-        """The gemini and anthropic providers' mappings of their SDK's errors, with Vertex's words for refused
-        credentials, and google-auth's errors (a token refresh during a request) as the runner's classes. Claude's
-        requests go through the anthropic SDK unless ``through_genai`` (the probe's lookup)."""
+        """The gemini and anthropic providers' mappings of their SDK's errors, then :meth:`vertex_words`. Claude's
+        requests go through the anthropic SDK unless ``through_genai`` (the probe's lookup, batch prediction)."""
+        mapping = self.claude.map_errors() if is_claude(model) and not through_genai else self.gemini.map_errors()
+        with self.vertex_words(model), mapping:
+            yield
+
+    @contextlib.contextmanager
+    def vertex_words(self, model: str) -> Iterator[None]:
+        """The runner's errors as Vertex words them: refused credentials (an error answer's, on the wire or through
+        an SDK), and google-auth's errors (a token refresh before or during a request) as the runner's classes."""
         from google.auth import exceptions
 
-        mapping = self.claude.map_errors() if is_claude(model) and not through_genai else self.gemini.map_errors()
         try:
-            with mapping:
-                yield
+            yield
         except AuthError as exc:
             raise AuthError(f"vertex:{model} at {self.where.removeprefix('vertex at ')}: the credentials were "
                             f"refused ({exc.status}); {_ADC} with an account that may use Vertex AI in project "
@@ -380,3 +576,9 @@ class VertexProvider(Provider):
         except exceptions.TransportError as exc:
             raise TransientError(f"vertex:{model}: Google's token endpoint could not be reached",
                                  error_class="connection") from exc
+
+
+def _mutual_tls() -> bool:
+    """Whether google-genai is to present a client certificate (GOOGLE_API_USE_CLIENT_CERTIFICATE), which only its
+    own client does: Gemini's requests then keep it."""
+    return os.environ.get("GOOGLE_API_USE_CLIENT_CERTIFICATE", "").lower() == "true"

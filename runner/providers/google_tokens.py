@@ -1,0 +1,60 @@
+"""Google OAuth access tokens for the lean wire (``vertex.py``): the Application Default Credentials google-auth
+loaded, their token refreshed in a worker thread (google-auth's refresh is a blocking HTTP request) when it is
+missing or about to expire (google-auth's ``expired``, which counts a token as expired a few minutes early), one
+refresh at a time for every request in flight, as google-genai's and ``AsyncAnthropicVertex``'s clients refresh
+theirs. The credentials and their token stay in memory: never stored, logged or put into settings."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from google.auth.credentials import Credentials
+
+__all__ = ["AccessTokens"]
+
+
+def _refresh(credentials: Credentials) -> None:
+    """One refresh over google-auth's own transport (requests), as both SDKs refresh (run in a thread)."""
+    from google.auth.transport.requests import Request
+
+    credentials.refresh(Request())  # type: ignore[no-untyped-call]
+
+
+class AccessTokens:
+    """The headers a request carries for ``credentials``: ``Authorization: Bearer TOKEN`` and, where asked and
+    the credentials name one, ``x-goog-user-project`` (the quota project google-genai sends). google-auth's errors
+    (``RefreshError``, ``TransportError``) are raised as they are: the caller words them."""
+
+    __slots__ = ("_credentials", "_lock", "refreshes")
+
+    def __init__(self, credentials: Credentials) -> None:
+        self._credentials = credentials
+        self._lock = asyncio.Lock()
+        #: how many refreshes this object made (tests, and the bench's count of token requests)
+        self.refreshes = 0
+
+    def _stale(self) -> bool:
+        credentials = self._credentials
+        return not credentials.token or bool(credentials.expired)
+
+    async def token(self) -> str:
+        """A token valid for a few minutes more, refreshed first if it is not: the first request to find it stale
+        refreshes it, the others wait for that refresh and read its token."""
+        if self._stale():
+            async with self._lock:
+                if self._stale():  # another request may have refreshed it meanwhile
+                    await asyncio.to_thread(_refresh, self._credentials)
+                    self.refreshes += 1
+        token = self._credentials.token
+        if not token:
+            raise RuntimeError("google-auth's refresh gave no access token")
+        return str(token)
+
+    async def headers(self, *, quota_project: bool) -> dict[str, str]:
+        sent = {"Authorization": f"Bearer {await self.token()}"}
+        project = getattr(self._credentials, "quota_project_id", None) if quota_project else None
+        if project:
+            sent["x-goog-user-project"] = project
+        return sent
