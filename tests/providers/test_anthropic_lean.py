@@ -34,6 +34,8 @@ from runner.providers.anthropic_messages import AnthropicProvider, proxied
 from runner.providers.base import CacheMarks, Completion, ProviderSettings
 from simserver import SimConfig, start_server
 from tests.helpers import ROOT, scripted_server, sim_stats, write_job, write_rows
+from tests.providers.test_vertex import CLOUD_VARIABLES as VERTEX_VARIABLES
+from tests.providers.test_vertex import credentials_file, private_key  # noqa: F401  (a fixture)
 
 MODEL = "claude-haiku-4-5"
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Which number is 2 plus one?"}]
@@ -407,21 +409,28 @@ async def test_anthropic_base_url_from_the_environment_is_the_lean_wires_default
 # -- a whole run in a process of its own --------------------------------------------------------------------------
 
 def test_a_submit_of_a_job_of_every_lean_provider_never_imports_an_sdk(tmp_path: Path, sim_server: str,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      private_key: str) -> None:  # noqa: F811
     """``runner submit`` (the probes, then every request) of a job asking ``anthropic:``, ``openai:``,
-    ``azure-openai:`` and ``gemini:`` models of the simulated server, in a process of its own: it completes, and the
-    process never imported the anthropic, openai or google-genai package (each costs seconds of CPU to import)."""
+    ``azure-openai:``, ``gemini:`` and both of ``vertex:``'s families (its credentials a service-account key file
+    whose token endpoint is the simulated server's) of the simulated server, in a process of its own: it completes,
+    and the process never imported the anthropic, openai or google-genai package (each costs seconds of CPU to
+    import)."""
+    for variable in ("OPENAI_BASE_URL", "OPENAI_CUSTOM_HEADERS", "GOOGLE_GEMINI_BASE_URL", *VERTEX_VARIABLES):
+        monkeypatch.delenv(variable, raising=False)
     for variable in ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "GEMINI_API_KEY"):
         monkeypatch.setenv(variable, "test-key")
-    for variable in ("GOOGLE_API_KEY", "OPENAI_BASE_URL", "OPENAI_CUSTOM_HEADERS", "GOOGLE_GEMINI_BASE_URL"):
-        monkeypatch.delenv(variable, raising=False)
     root = sim_server.removesuffix("/v1")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(credentials_file(tmp_path, root + "/token", private_key)))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))  # no user's gcloud settings
     dataset = write_rows(tmp_path / "rows.jsonl", 3)
-    models = [f"anthropic:{MODEL}", "openai:gpt-4o-mini", "azure-openai:gpt-4o-mini", "gemini:gemini-2.0-flash"]
+    models = [f"anthropic:{MODEL}", "openai:gpt-4o-mini", "azure-openai:gpt-4o-mini", "gemini:gemini-2.0-flash",
+              "vertex:gemini-2.0-flash", "vertex:claude-3-5-haiku@20241022"]
     job = write_job(tmp_path / "job.yaml", dataset, models=models,
                     extra=f"providers: {{anthropic: {{base_url: '{root}'}}, openai: {{base_url: '{sim_server}'}}, "
                           f"gemini: {{base_url: '{root}'}}, azure-openai: {{base_url: '{root}/openai', "
-                          "api_version: '2024-10-21'}}")
+                          f"api_version: '2024-10-21'}}, vertex: {{base_url: '{root}', project: sim-project, "
+                          "location: us-east5}}")
     code = ("import sys\n"
             "from runner.cli import main\n"
             f"sys.argv = ['runner', 'submit', {str(job)!r}, '--db', {str(tmp_path / 's.sqlite')!r}]\n"
@@ -438,7 +447,8 @@ def test_a_submit_of_a_job_of_every_lean_provider_never_imports_an_sdk(tmp_path:
     assert result == ["RESULT 0 -"], done.stdout + done.stderr
     assert "completed" in done.stdout
     stats = sim_stats(sim_server)
-    assert {route: stats["by_route"].get(route) for route in ("anthropic", "openai", "azure-openai", "gemini")} == \
-        {"anthropic": 3, "openai": 3, "azure-openai": 4, "gemini": 3}, stats
+    routes = ("anthropic", "openai", "azure-openai", "gemini", "vertex-gemini", "vertex-anthropic")
+    assert {route: stats["by_route"].get(route) for route in routes} == \
+        {"anthropic": 3, "openai": 3, "azure-openai": 4, "gemini": 3, "vertex-gemini": 3, "vertex-anthropic": 3}, stats
     # Azure's probe: a request with no messages, refused unbilled (a 400), which tells the deployment exists
-    assert stats["by_status"] == {"200": 12, "400": 1}
+    assert stats["by_status"] == {"200": 18, "400": 1}
