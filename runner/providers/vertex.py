@@ -118,6 +118,7 @@ class _VertexGemini(GeminiProvider):
     def __init__(self, settings: ProviderSettings, vertex: VertexProvider) -> None:
         super().__init__(settings)
         self.vertex = vertex
+        self._paths: dict[str, str] = {}
 
     def key_variables(self) -> list[str]:
         return ["GOOGLE_APPLICATION_CREDENTIALS"]
@@ -127,8 +128,11 @@ class _VertexGemini(GeminiProvider):
 
     def generate_path(self, model: str) -> str:
         """``/projects/{project}/locations/{location}/publishers/google/models/{model}:generateContent`` (google-genai
-        puts a model not under ``projects/`` under the client's project and location)."""
-        return self.vertex.resource_path(publisher_model(model)) + ":generateContent"
+        puts a model not under ``projects/`` under the client's project and location), once per model."""
+        path = self._paths.get(model)
+        if path is None:
+            path = self._paths[model] = self.vertex.resource_path(publisher_model(model)) + ":generateContent"
+        return path
 
     def wire_body(self, messages: list[dict[str, str]], params: dict[str, Any], model: str) -> dict[str, Any]:
         """The gemini body, a cached content named in full (google-genai's ``t_cached_content_name`` in Vertex mode:
