@@ -22,8 +22,8 @@ In one run, against ``simserver`` started in its own process on 127.0.0.1, it pr
    warms up on its own small job, CPU measured around ``execute``) and, with ``--compare PATH`` (a checkout of
    another commit, e.g. ``git worktree add /tmp/wt-base HEAD~3``), the same for that checkout, run alternately
    (ABBA) with this one, and the ratio now / then (target <= 50 %, issue 25); with ``--providers`` (sim,
-   sim+price, openai, azure-openai, anthropic, gemini), each provider's job side by side with a bare aiohttp loop,
-   and each provider within 1.3x ``sim:`` (issue 39);
+   sim+price, openai, azure-openai, anthropic, gemini, vertex), each provider's job side by side with a bare aiohttp
+   loop, and each provider within 1.3x ``sim:`` (issue 39);
 6b. (``--only wire``) each of ``--providers``' own path without the engine: ``Provider.execute`` alone, the SDK or
    the lean wire (bench/throughput_wire.py), and each within 1.3x ``sim:``'s lean wire;
 7. start-up: seconds from starting ``runner submit JOB`` to the first request reaching the server (the model
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="each run's store in phases 1-4 and 6: a new SQLite file, or a new schema of a throwaway "
                              "PostgreSQL server on 127.0.0.1 (devservers/postgres.py)")
     parser.add_argument("--providers", default="sim",
-                        help="phase 6's providers, comma-separated (sim, openai, azure-openai, anthropic, gemini); "
-                             "with more than sim, a bare aiohttp loop beside them")
+                        help="phase 6's providers, comma-separated (sim, openai, azure-openai, anthropic, gemini, "
+                             "vertex); with more than sim, a bare aiohttp loop beside them")
     parser.add_argument("--only", default="main,cpu,startup",
                         help="the phases to run, comma-separated: main (1-5), cpu (6), wire (6b: each of --providers' "
                              "own path, without the engine), startup (7)")

@@ -82,7 +82,7 @@ def bare_prompt(i: int, tag: str) -> str:
 #: the model each provider's job in phase 6 asks the simulated server for (one it serves under strict checks), and
 #: the provider's settings beside its ``base_url``; the keys are test keys (:data:`BENCH_KEYS`)
 PROVIDER_MODELS = {"sim": MODEL, "openai": "gpt-4o-mini", "azure-openai": "gpt-4o-mini",
-                   "anthropic": "claude-haiku-4-5", "gemini": "gemini-2.0-flash"}
+                   "anthropic": "claude-haiku-4-5", "gemini": "gemini-2.0-flash", "vertex": "gemini-2.0-flash"}
 BENCH_KEYS = {"OPENAI_API_KEY": "bench", "AZURE_OPENAI_API_KEY": "bench", "ANTHROPIC_API_KEY": "bench",
               "GEMINI_API_KEY": "bench"}
 
@@ -92,6 +92,8 @@ def provider_settings(provider: str, url: str) -> dict[str, Any]:
     root = url.removesuffix("/v1")
     if provider == "azure-openai":
         return {"base_url": root + "/openai", "api_version": "2024-10-21"}
+    if provider == "vertex":  # its credentials: google_credentials' key file, in the child's environment
+        return {"base_url": root, "project": "sim-project", "location": "us-east5"}
     return {"base_url": root if provider in ("anthropic", "gemini") else url}
 
 
@@ -279,8 +281,36 @@ def new_store(folder: Path) -> str:
     return _POSTGRES.new_schema() if _POSTGRES is not None else str(folder / "store.sqlite")
 
 
-def child_env(code: Path) -> dict[str, str]:
-    return {**os.environ, **BENCH_KEYS, "BENCH_CODE": str(code), "PYTHONPATH": str(code)}
+def child_env(code: Path, url: str | None = None) -> dict[str, str]:
+    """A child process's environment: the test keys, the checkout it measures; with ``url`` (the simulated server's)
+    also Google's credentials for ``vertex:`` (:func:`google_credentials`)."""
+    env = {**os.environ, **BENCH_KEYS, "BENCH_CODE": str(code), "PYTHONPATH": str(code)}
+    if url is not None:
+        env = {k: v for k, v in env.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_"))}
+        env.update(google_credentials(url.removesuffix("/v1")))
+    return env
+
+
+_CREDENTIALS: dict[str, dict[str, str]] = {}
+
+
+def google_credentials(root: str) -> dict[str, str]:
+    """Application Default Credentials for ``vertex:`` against the simulated server at ``root``: a made-up
+    service-account key file (bench/startup_providers.py's ``service_account``) whose token endpoint is the
+    server's ``/token``, written once per server into a folder removed at exit; no gcloud settings of this
+    machine, no metadata server asked."""
+    if root not in _CREDENTIALS:
+        import atexit
+        import shutil
+        import tempfile
+
+        from bench.startup_providers import service_account  # (it imports this module)
+
+        folder = Path(tempfile.mkdtemp(prefix="bench-google-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _CREDENTIALS[root] = {"GOOGLE_APPLICATION_CREDENTIALS": str(service_account(folder, root + "/token")),
+                              "CLOUDSDK_CONFIG": str(folder / "gcloud"), "NO_GCE_CHECK": "True"}
+    return _CREDENTIALS[root]
 
 
 def median(values: list[float]) -> float:

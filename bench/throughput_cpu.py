@@ -1,7 +1,7 @@
 """Phase 6 of ``bench/throughput.py``: the runner's CPU per uncached request, each run in a fresh process
 (:func:`cpu_child`, started as ``bench/throughput.py --cpu-child`` with the runner of the checkout measured) that
 first warms up on a small job of its own; with ``--compare``, this checkout and the other one in ABBA rounds. With
-``--providers`` (sim, openai, azure-openai, anthropic, gemini), each provider's job against the same simulated
+``--providers`` (sim, openai, azure-openai, anthropic, gemini, vertex), each provider's job against the same simulated
 server, side by side with a bare aiohttp loop sending the same requests (:func:`aiohttp_child`, in a fresh process
 too), and issue 39's target: each provider within 1.3x the lean wire's (``sim:``) CPU per request.
 """
@@ -117,7 +117,7 @@ def phase_cpu(server: SimProcess, tmp: Path, code: Path, n: int, warmup: int, co
     before = server.stats()
     command = [sys.executable, str(SCRIPT), "--cpu-child", "--job", str(jobs[1]), "--warm-job",
                str(jobs[0]), "--store", new_store(folder), "--timeout", str(timeout)]
-    child = subprocess.run(command, cwd=code, env=child_env(code), capture_output=True, text=True,
+    child = subprocess.run(command, cwd=code, env=child_env(code, server.url), capture_output=True, text=True,
                            timeout=2 * timeout + 60)
     lines = [line for line in child.stdout.splitlines() if line.startswith("CPU ")]
     if child.returncode != 0 or not lines:

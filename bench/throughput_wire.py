@@ -77,7 +77,7 @@ def phase_wire(server: SimProcess, code: Path, provider: str, n: int, warmup: in
                timeout: float) -> dict[str, Any]:
     command = [sys.executable, str(SCRIPT), "--wire-child", "--providers", provider, "--url", server.url, "--n",
                str(n), "--warmup", str(warmup), "--concurrency", str(concurrency), "--timeout", str(timeout)]
-    child = subprocess.run(command, cwd=code, env=child_env(code), capture_output=True, text=True,
+    child = subprocess.run(command, cwd=code, env=child_env(code, server.url), capture_output=True, text=True,
                            timeout=2 * timeout + 60)
     lines = [line for line in child.stdout.splitlines() if line.startswith("CPU ")]
     if child.returncode != 0 or not lines:
