@@ -283,15 +283,18 @@ class VertexProvider(Provider):
         """Load the credentials (in a worker thread: google-auth reads files, and may ask a metadata server), then
         open a lean wire for each family whose base no proxy applies to; google-genai's client, imported and built in
         a worker thread (its import takes seconds on a busy machine; the event loop serves the other providers
-        meanwhile), where Gemini's does not serve. Anything else an SDK does waits for its first use."""
+        meanwhile), where Gemini's wire does not serve or the job names a ``batch_folder``. Anything else an SDK
+        does waits for its first use."""
         from .google_tokens import AccessTokens
 
         self.credentials = await asyncio.to_thread(self._load_credentials)
         self.tokens = AccessTokens(self.credentials)
         gemini_url, claude_url = self._gemini_url(), self._claude_url()
-        if not self.lean_wire or proxied(gemini_url) or _mutual_tls():
+        gemini_lean = self.lean_wire and not proxied(gemini_url) and not _mutual_tls()
+        if not gemini_lean or self.batch_folder is not None:
+            # (batch prediction reads the client without awaiting: built here, where the job may send batches)
             self.gemini.client = await asyncio.to_thread(self._gemini_client)
-        else:  # the server-side deadline google-genai sends with each request (its X-Server-Timeout)
+        if gemini_lean:  # with the server-side deadline google-genai sends with each request (X-Server-Timeout)
             self.gemini.wire = self._wire(gemini_url, self.gemini._status_error,
                                           {"X-Server-Timeout": str(math.ceil(self.settings.timeout))})
         if self.lean_wire and not proxied(claude_url):

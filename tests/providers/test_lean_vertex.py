@@ -387,6 +387,20 @@ async def test_where_a_proxy_applies_the_sdks_are_kept(token_server: Any, monkey
         await provider.aclose()
 
 
+async def test_with_a_batch_folder_google_genai_is_built_at_start_and_requests_still_go_over_the_wire(
+        token_server: Any) -> None:
+    """Batch prediction reads google-genai's client without awaiting: built by start (in a worker thread) where
+    the job may send batches; the online requests still take the wire."""
+    provider = VertexProvider(settings(None, batch_folder="gs://bucket/runs"))
+    await provider.start()
+    try:
+        assert type(provider.gemini._client).__name__ == "Client"
+        assert provider.gemini.wire is not None and provider.claude.wire is not None
+        assert provider.sent_with(GEMINI) == LEAN_WIRE
+    finally:
+        await provider.aclose()
+
+
 # -- the strict simulated server ------------------------------------------------------------------------------------
 
 async def test_the_strict_servers_vertex_routes_take_every_lean_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
