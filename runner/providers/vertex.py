@@ -25,12 +25,12 @@ the capability table behave as for ``gemini:`` and ``anthropic:``, and an error 
 for refused credentials. Claude's body carries ``anthropic_version: vertex-2023-10-16`` (the value Vertex takes,
 https://docs.claude.com/en/api/claude-on-vertex-ai), pinned as the anthropic provider pins its header.
 
-The SDKs, built in a worker thread on first use: batch prediction (``mode: batch`` or ``auto``,
-:mod:`runner.providers.vertex_batch`, its files staged under the job's ``providers: {vertex: {batch_folder:
-gs://BUCKET/PREFIX}}``, :mod:`runner.providers.gcs_files`), Gemini's cachedContents (explicit prompt caching, the
-gemini provider's ``caches`` calls), token counting; and every request of a family whose base a proxy applies to
-(``lean_or_sdk.proxied``), or, for Gemini, where a client certificate is to be presented
-(GOOGLE_API_USE_CLIENT_CERTIFICATE).
+The SDKs, built in a worker thread (on first use, or by ``start`` where they will be needed): batch prediction
+(``mode: batch`` or ``auto``, :mod:`runner.providers.vertex_batch`, its files staged under the job's ``providers:
+{vertex: {batch_folder: gs://BUCKET/PREFIX}}``, :mod:`runner.providers.gcs_files`), Gemini's cachedContents
+(explicit prompt caching, the gemini provider's ``caches`` calls), token counting; and every request of a family
+whose base a proxy applies to (``lean_or_sdk.proxied``), or, for Gemini, where a client certificate is to be
+presented (GOOGLE_API_USE_CLIENT_CERTIFICATE).
 
 Cache key: the provider name (``vertex``) keeps these answers apart from ``gemini:``'s and ``anthropic:``'s; the
 project and location are not in it: they decide who pays and which quota is used, not what the model answers.
