@@ -49,7 +49,7 @@ from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
 from runner.engine.recorder import Recorder
 from runner.engine.reserver import Reserver
 from runner.engine.stats import RunStats
-from runner.errors import AuthError, ProviderError, QuotaExceeded
+from runner.errors import AuthError, ProviderError, QuotaExceeded, TransientError
 from runner.plan.request import Task
 from runner.providers.batching import ENDED, Batches, BatchLine, batch_label
 from runner.spec.schema import Job
@@ -89,6 +89,8 @@ class Batcher:
         self.sleep = sleep
         self.stages = {stage.name: stage for stage in job.stages}
         self.settings = job.batch
+        #: batch id -> time.monotonic() of the first of the failed looks in a row at it (:meth:`_look_failed`)
+        self.failing: dict[str, float] = {}
         #: when the run's answers are needed (epoch seconds), for ``mode: auto``
         self.deadline = deadline
         #: where each request stands: its waiting tasks, group, reservation, resubmissions
@@ -261,7 +263,9 @@ class Batcher:
         except ProviderError as exc:
             if not exc.retryable:
                 raise
-            return  # a passing failure of a look: look again at the next poll
+            self._look_failed(batch, exc)  # a passing failure of a look: look again at the next poll
+            return
+        self.failing.pop(batch.id, None)
         if found.batch_id is not None:
             self.records.adopt(batch, found.batch_id)
             self.stats.notes.append(f"batch {found.batch_id} ({batch.stage} {batch.model}, {len(batch.keys)} "
@@ -381,9 +385,28 @@ class Batcher:
         except ProviderError as exc:
             if not exc.retryable:
                 raise
-            return False  # a passing failure of a look: look again at the next poll
+            self._look_failed(batch, exc)  # a passing failure of a look: look again at the next poll
+            return False
+        self.failing.pop(batch.id, None)
         self.records.polled(batch, status)
         return status.state == ENDED
+
+    def _look_failed(self, batch: OpenBatch, exc: ProviderError) -> None:
+        """A look at ``batch`` failed with an error that passes: the first of a run of such failures is said in the
+        run's notes, and once they have gone on for ``batch.poll_timeout`` seconds the run stops, the batch kept
+        for ``runner resume`` (a status that can never be read, e.g. an SDK that fails every call, would otherwise
+        be asked for every ``poll_interval`` for ever)."""
+        now = time.monotonic()
+        since = self.failing.setdefault(batch.id, now)
+        name = f"batch {batch.provider_batch_id or batch.label} ({batch.stage} {batch.model})"
+        if since == now:
+            self.stats.notes.append(f"{name}: a look at it failed ({exc}); looking again every "
+                                    f"{self.settings.poll_interval:g} s for up to {self.settings.poll_timeout:g} s "
+                                    "(batch.poll_timeout)")
+        elif now - since >= self.settings.poll_timeout:
+            self.control.fail(TransientError(
+                f"{name} could not be looked at for {now - since:.0f} s (batch.poll_timeout): {exc}; the batch is "
+                "kept", error_class=exc.error_class))
 
     async def _collect(self, batch: OpenBatch) -> None:
         """Take an ended batch's results: answers recorded (at the batch price), lines to retry submitted again

@@ -151,6 +151,10 @@ class BatchSettings(Strict):
 
     #: seconds between two looks at a batch in flight
     poll_interval: float = Field(default=30.0, gt=0)
+    #: seconds a batch's looks (its status, or its lookup by label when its id was not recorded) may keep failing
+    #: with errors that pass (timeouts, server errors, dropped connections) before the run stops; the batch is kept,
+    #: and `runner resume` looks at it again
+    poll_timeout: float = Field(default=3600.0, gt=0)
     #: requests per batch (OpenAI takes up to 50,000 lines a batch)
     max_requests: int = Field(default=10_000, ge=1, le=50_000)
     #: times a request the provider expired, cancelled or failed with a server error is submitted again
