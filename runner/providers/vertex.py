@@ -10,14 +10,10 @@ machine's service account), loaded once per run and shared by the wire and both 
 shown. Their access token is refreshed in a worker thread when it is missing or about to expire, one refresh for
 all the requests in flight (:mod:`runner.providers.google_tokens`).
 
-The lean wire sends what the SDKs sent: Gemini's ``POST {base}/v1/projects/{project}/locations/{location}/
-publishers/google/models/{model}:generateContent`` with ``Authorization: Bearer`` and the credentials' quota project
-as ``x-goog-user-project`` (as google-genai adds it), Claude's ``.../publishers/anthropic/models/{model}:rawPredict``
-with ``Authorization: Bearer`` only (as ``AsyncAnthropicVertex``), and the probe's publisher-model lookup ``GET
-{base}/v1/publishers/{publisher}/models/{model}``. The base is the job's ``base_url``, else the SDKs' variables
-(GOOGLE_VERTEX_BASE_URL, ANTHROPIC_VERTEX_BASE_URL), else the location's host as both SDKs pick it
-(:func:`default_root`: ``global`` at aiplatform.googleapis.com, the multi-regions ``us`` and ``eu`` at
-``aiplatform.{location}.rep.googleapis.com``, a region at ``{location}-aiplatform.googleapis.com``).
+The lean wire sends what the SDKs sent, at the hosts and paths :mod:`runner.providers.vertex_wire` names (Gemini's
+``:generateContent``, Claude's ``:rawPredict``, the probe's publisher-model lookup): Gemini's with ``Authorization:
+Bearer`` and the credentials' quota project as ``x-goog-user-project`` (as google-genai adds it), Claude's with
+``Authorization: Bearer`` only (as ``AsyncAnthropicVertex``).
 
 The wire mapping is the gemini and anthropic providers' own (``GeminiProvider.request_of``/``completion_of`` and
 ``gemini_wire.request_body``, ``AnthropicProvider.request_of``/``completion_of``), so thinking, structured output and
@@ -45,10 +41,11 @@ import math
 import os
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from runner.errors import AuthError, BadRequest, ModelSetupError, TransientError
 
+from . import vertex_wire
 from .answer_bounds import bounds_of
 from .anthropic_messages import AnthropicProvider, cache_blocks
 from .base import LEAN_WIRE, CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, register
@@ -71,42 +68,13 @@ if TYPE_CHECKING:  # the SDKs are imported where they are used: discovering the 
 
 #: Claude on Vertex's ``anthropic_version`` (in the body, not a header)
 VERTEX_ANTHROPIC_VERSION = "vertex-2023-10-16"
-#: Vertex's API version for Gemini: v1 (GA) has systemInstruction, responseMimeType, responseJsonSchema and
-#: thinkingConfig (cloud.google.com/vertex-ai/docs/reference/rest/v1/GenerationConfig)
-VERTEX_API_VERSION = "v1"
-#: the multi-regions served at ``aiplatform.{location}.rep.googleapis.com`` (both SDKs' rule)
-MULTI_REGIONS = ("us", "eu")
 _SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 _ADC = ("export GOOGLE_APPLICATION_CREDENTIALS=<a service-account key file> or run "
         "`gcloud auth application-default login`")
-#: the characters a path keeps unescaped: a path segment's (as both SDKs quote a model id) and the slashes between
-_PATH_SAFE = "!$&'()*+,;=:@-._~/"
 
 
 def is_claude(model: str) -> bool:
     return model.startswith("claude-")
-
-
-def default_root(location: str | None) -> str:
-    """Vertex's origin for ``location`` as google-genai and ``AsyncAnthropicVertex`` pick it when no base URL is
-    given: ``global`` (google-genai's default location) at aiplatform.googleapis.com, a multi-region at its ``rep``
-    host, a region at its own."""
-    if location in (None, "", "global"):
-        return "https://aiplatform.googleapis.com"
-    if location in MULTI_REGIONS:
-        return f"https://aiplatform.{location}.rep.googleapis.com"
-    return f"https://{location}-aiplatform.googleapis.com"
-
-
-def publisher_model(model: str) -> str:
-    """A model as google-genai names it in Vertex mode (its ``t_model``): a name under ``projects/``, ``models/`` or
-    ``publishers/`` as it is, ``PUBLISHER/ID`` as ``publishers/PUBLISHER/models/ID``, else Google's model."""
-    if model.startswith(("projects/", "models/", "publishers/")):
-        return model
-    if "/" in model:
-        publisher, _, name = model.partition("/")
-        return f"publishers/{publisher}/models/{name}"
-    return f"publishers/google/models/{model}"
 
 
 class _VertexGemini(GeminiProvider):
@@ -127,11 +95,10 @@ class _VertexGemini(GeminiProvider):
         return self.vertex._gemini_client()
 
     def generate_path(self, model: str) -> str:
-        """``/projects/{project}/locations/{location}/publishers/google/models/{model}:generateContent`` (google-genai
-        puts a model not under ``projects/`` under the client's project and location), once per model."""
+        """Gemini's generateContent path under the client's project and location, once per model."""
         path = self._paths.get(model)
         if path is None:
-            path = self._paths[model] = self.vertex.resource_path(publisher_model(model)) + ":generateContent"
+            path = self._paths[model] = vertex_wire.gemini_path(model, self.vertex.project, self.vertex.location)
         return path
 
     def wire_body(self, messages: list[dict[str, str]], params: dict[str, Any], model: str) -> dict[str, Any]:
@@ -139,7 +106,8 @@ class _VertexGemini(GeminiProvider):
         the runner's stored prompts are, as the SDK's ``caches.create`` names them)."""
         body = request_body(messages, params, model)
         if "cachedContent" in body:
-            body["cachedContent"] = self.vertex.cached_content_name(body["cachedContent"])
+            body["cachedContent"] = vertex_wire.cached_content_name(body["cachedContent"], self.vertex.project,
+                                                                    self.vertex.location)
         return body
 
     async def wire_headers(self) -> Mapping[str, str] | None:
@@ -212,7 +180,7 @@ class VertexProvider(Provider):
         super().__init__(settings)
         self.project = self.options.project or os.environ.get("GOOGLE_CLOUD_PROJECT") or None
         self.location = self.options.location or os.environ.get("GOOGLE_CLOUD_LOCATION") or None
-        self.where = f"vertex at {settings.base_url or urlsplit(default_root(self.location)).netloc}"
+        self.where = f"vertex at {settings.base_url or urlsplit(vertex_wire.default_root(self.location)).netloc}"
         shared = ProviderSettings.model_validate(  # without project and location, which only vertex declares
             {k: v for k, v in settings.model_dump(exclude_unset=True).items() if k in ProviderSettings.model_fields})
         self.gemini = _VertexGemini(shared, self)
@@ -289,7 +257,8 @@ class VertexProvider(Provider):
 
         self.credentials = await asyncio.to_thread(self._load_credentials)
         self.tokens = AccessTokens(self.credentials)
-        gemini_url, claude_url = self._gemini_url(), self._claude_url()
+        gemini_url = vertex_wire.gemini_base(self._root(), self.location)
+        claude_url = vertex_wire.claude_base(self._root(), self.location)
         gemini_lean = self.lean_wire and not proxied(gemini_url) and not _mutual_tls()
         if not gemini_lean or self.batch_folder is not None:
             # (batch prediction reads the client without awaiting: built here, where the job may send batches)
@@ -306,46 +275,6 @@ class VertexProvider(Provider):
         # no auth header of its own: each request carries the token of its time (:meth:`token_headers`)
         return LeanWire(url, "", self.settings.timeout, headers=headers, tls=shared_context, error_of=error_of,
                         bounds=bounds_of(self.settings))
-
-    def _gemini_url(self) -> str:
-        """google-genai's base in Vertex mode, with its API version: the job's ``base_url``, else
-        GOOGLE_VERTEX_BASE_URL, else the location's host."""
-        root = self._root() or os.environ.get("GOOGLE_VERTEX_BASE_URL") or default_root(self.location)
-        return f"{root.rstrip('/')}/{VERTEX_API_VERSION}"
-
-    def _claude_url(self) -> str:
-        """``AsyncAnthropicVertex``'s base: the job's ``base_url`` and ``/v1``, else ANTHROPIC_VERTEX_BASE_URL (as it
-        is), else the location's host and ``/v1``."""
-        root = self._root()
-        if root:
-            return f"{root}/v1"
-        return os.environ.get("ANTHROPIC_VERTEX_BASE_URL") or f"{default_root(self.location)}/v1"
-
-    def resource_path(self, name: str) -> str:
-        """A resource's path after the wire's base: under the client's project and location unless it names its
-        own (google-genai's ``_build_request``)."""
-        if not name.startswith("projects/"):
-            name = f"projects/{self.project}/locations/{self.location}/{name}"
-        return "/" + quote(name, safe=_PATH_SAFE)
-
-    def cached_content_name(self, name: str) -> str:
-        """A cached content's full name in Vertex mode (google-genai's ``_resource_name``)."""
-        if name.startswith("projects/"):
-            return name
-        if name.startswith("locations/"):
-            return f"projects/{self.project}/{name}"
-        if name.startswith("cachedContents/") or "/" not in name:
-            return f"projects/{self.project}/locations/{self.location}/" + (
-                name if name.startswith("cachedContents/") else f"cachedContents/{name}")
-        return name
-
-    def claude_path(self, model: str) -> str:
-        """``/projects/{project}/locations/{location}/publishers/anthropic/models/{model}:rawPredict``, each value
-        quoted as a path segment and a ``;`` in the model escaped, as ``AsyncAnthropicVertex`` builds it."""
-        from .lean_http import path_segment
-
-        return (f"/projects/{path_segment(str(self.project))}/locations/{path_segment(str(self.location))}"
-                f"/publishers/anthropic/models/{path_segment(model).replace(';', '%3B')}:rawPredict")
 
     async def token_headers(self, *, quota_project: bool) -> dict[str, str]:
         """The headers of a request's credentials, their token refreshed first when stale (google-auth's errors as
@@ -376,7 +305,8 @@ class VertexProvider(Provider):
         return genai.Client(
             vertexai=True, project=self.project, location=self.location, credentials=self.credentials,
             http_options=types.HttpOptions(
-                base_url=self._root(), api_version=VERTEX_API_VERSION, timeout=int(self.settings.timeout * 1000),
+                base_url=self._root(), api_version=vertex_wire.VERTEX_API_VERSION,
+                timeout=int(self.settings.timeout * 1000),
                 retry_options=types.HttpRetryOptions(attempts=1),  # runner-owned retries (invariant 4)
                 httpx_async_client=None if _mutual_tls() else self.gemini.http_client()))
 
@@ -504,7 +434,8 @@ class VertexProvider(Provider):
         if claude.wire is not None:  # the body AsyncAnthropicVertex sends: no model (it is in the path)
             body = {**kwargs, **sampling, "anthropic_version": VERTEX_ANTHROPIC_VERSION}
             with self.vertex_words(model):
-                answer = await claude.wire.request("POST", self.claude_path(model), body, where=self.where,
+                path = vertex_wire.claude_path(model, self.project, self.location)
+                answer = await claude.wire.request("POST", path, body, where=self.where,
                                                    headers=await self.token_headers(quota_project=False))
             content = answer.content
         else:
@@ -549,7 +480,7 @@ class VertexProvider(Provider):
         wire = self.gemini.wire
         if wire is not None:
             with self.vertex_words(model):
-                await wire.request("GET", "/" + quote(publisher_model(name), safe=_PATH_SAFE), where=self.where,
+                await wire.request("GET", vertex_wire.lookup_path(name), where=self.where,
                                    headers=await self.token_headers(quota_project=True))
             return
         client = self.gemini.client

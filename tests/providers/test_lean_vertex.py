@@ -26,7 +26,8 @@ from runner.errors import AuthError, BadRequest, ProviderError, QuotaExceeded, R
 from runner.providers import capabilities
 from runner.providers.base import CacheMarks, Completion, ProviderSettings
 from runner.providers.records import LEAN_WIRE
-from runner.providers.vertex import VertexProvider, default_root
+from runner.providers.vertex import VertexProvider
+from runner.providers.vertex_wire import default_root
 from simserver import start_server
 from tests.helpers import scripted_server
 from tests.providers.test_lean_gemini import ANSWER, MESSAGES, RETRY, camel, described, status_body
