@@ -39,7 +39,7 @@ import contextlib
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -47,14 +47,13 @@ from runner.errors import AuthError, BadRequest, ModelSetupError, TransientError
 
 from . import vertex_wire
 from .answer_bounds import bounds_of
-from .anthropic_messages import AnthropicProvider, cache_blocks
+from .anthropic_messages import cache_blocks
 from .base import LEAN_WIRE, CacheMarks, Completion, Provider, ProviderSettings, StoredPrompt, register
-from .gemini import GeminiProvider
-from .gemini_wire import request_body
 from .lean_or_sdk import proxied
 from .records import package_version
 from .tls import shared_context
 from .token_counts import gemini_count_fields, read_count, with_estimate_margin
+from .vertex_families import VertexClaude, VertexGemini
 
 if TYPE_CHECKING:  # the SDKs are imported where they are used: discovering the providers must stay light
     import anthropic
@@ -75,60 +74,6 @@ _ADC = ("export GOOGLE_APPLICATION_CREDENTIALS=<a service-account key file> or r
 
 def is_claude(model: str) -> bool:
     return model.startswith("claude-")
-
-
-class _VertexGemini(GeminiProvider):
-    """The gemini provider's mapping at Vertex's paths, over the lean wire with Google's tokens or a Vertex-mode
-    client (not registered)."""
-
-    key_env_var: ClassVar[str | None] = "GOOGLE_APPLICATION_CREDENTIALS"
-
-    def __init__(self, settings: ProviderSettings, vertex: VertexProvider) -> None:
-        super().__init__(settings)
-        self.vertex = vertex
-        self._paths: dict[str, str] = {}
-
-    def key_variables(self) -> list[str]:
-        return ["GOOGLE_APPLICATION_CREDENTIALS"]
-
-    def _sdk_client(self) -> genai.Client:
-        return self.vertex._gemini_client()
-
-    def generate_path(self, model: str) -> str:
-        """Gemini's generateContent path under the client's project and location, once per model."""
-        path = self._paths.get(model)
-        if path is None:
-            path = self._paths[model] = vertex_wire.gemini_path(model, self.vertex.project, self.vertex.location)
-        return path
-
-    def wire_body(self, messages: list[dict[str, str]], params: dict[str, Any], model: str) -> dict[str, Any]:
-        """The gemini body, a cached content named in full (google-genai's ``t_cached_content_name`` in Vertex mode:
-        the runner's stored prompts are, as the SDK's ``caches.create`` names them)."""
-        body = request_body(messages, params, model)
-        if "cachedContent" in body:
-            body["cachedContent"] = vertex_wire.cached_content_name(body["cachedContent"], self.vertex.project,
-                                                                    self.vertex.location)
-        return body
-
-    async def wire_headers(self) -> Mapping[str, str] | None:
-        return await self.vertex.token_headers(quota_project=True)
-
-
-class _VertexClaude(AnthropicProvider):
-    """The anthropic provider's mapping at Vertex's rawPredict, over the lean wire with Google's tokens or
-    ``AsyncAnthropicVertex`` (not registered); API version 2023-06-01's rules, which ``vertex-2023-10-16`` tracks
-    (sampling parameters taken where the model takes them)."""
-
-    key_env_var: ClassVar[str | None] = "GOOGLE_APPLICATION_CREDENTIALS"
-
-    def __init__(self, settings: ProviderSettings, vertex: VertexProvider) -> None:
-        super().__init__(settings)
-        self.vertex = vertex
-
-    def _sdk_client(self) -> anthropic.AsyncAnthropicVertex:
-        import anthropic
-
-        return self.vertex._claude_sdk(anthropic)
 
 
 @register
@@ -183,8 +128,8 @@ class VertexProvider(Provider):
         self.where = f"vertex at {settings.base_url or urlsplit(vertex_wire.default_root(self.location)).netloc}"
         shared = ProviderSettings.model_validate(  # without project and location, which only vertex declares
             {k: v for k, v in settings.model_dump(exclude_unset=True).items() if k in ProviderSettings.model_fields})
-        self.gemini = _VertexGemini(shared, self)
-        self.claude = _VertexClaude(shared, self)
+        self.gemini = VertexGemini(shared, self)
+        self.claude = VertexClaude(shared, self)
         self.claude.api_version = "2023-06-01"
         self.gemini.where = self.claude.where = self.where
         self.credentials: Credentials | None = None
