@@ -1,22 +1,31 @@
-"""AWS Bedrock: any model through the Converse API (boto3's ``bedrock-runtime`` client; the request and answer in
-:mod:`runner.providers.bedrock_converse`), Claude models through the
-anthropic SDK's ``AsyncAnthropicBedrock`` (InvokeModel with the Messages body, :mod:`runner.providers.bedrock_claude`),
-so that thinking, structured output and the capability table behave for them as for ``anthropic:``.
+"""AWS Bedrock: any model through the Converse API (the request and answer in :mod:`runner.providers.bedrock_converse`),
+Claude models through InvokeModel with the Messages body (:mod:`runner.providers.bedrock_claude`), so that thinking,
+structured output and the capability table behave for them as for ``anthropic:``.
 
 Models are named by their Bedrock id, inference profiles included: ``bedrock:amazon.nova-pro-v1:0``,
 ``bedrock:us.anthropic.claude-sonnet-4-5-20250929-v1:0`` (the job's model string is split at its first colon, so
 the id keeps its own). Credentials come from the standard AWS chain only (``AWS_ACCESS_KEY_ID`` /
 ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, ``AWS_PROFILE`` or ``providers: {bedrock: {profile: ...}}``, the
-shared files, SSO, instance and container roles, and a Bedrock API key in ``AWS_BEARER_TOKEN_BEDROCK``): they are
-handed to the SDKs by the chain, never read into the runner's settings, stored or shown. The region is
+shared files, SSO, instance and container roles, and a Bedrock API key in ``AWS_BEARER_TOKEN_BEDROCK``), as
+botocore's session resolves them: never read into the runner's settings, stored or shown. The region is
 ``providers: {bedrock: {region: ...}}``, else ``AWS_REGION``, else ``AWS_DEFAULT_REGION``, else the profile's.
 
-boto3 is synchronous: Converse calls run in a thread pool of this provider's own, as wide as its concurrency (and
-botocore's connection pool as wide), so the event loop never waits on one. Chosen over signing Converse requests by
-hand for aiohttp because the whole client path then runs as AWS ships it (parameter validation, serialisation,
-SigV4 or bearer signing, credential refresh, response parsing, the service's error codes); the cost is one thread per
-request in flight, bounded by the concurrency. botocore's retries are off (``total_max_attempts: 1``, the runner
-retries: ARCHITECTURE.md invariant 4). Bedrock sends no rate-limit headers: the endpoint's concurrency adapts.
+Online requests of both families go over the lean wire (:mod:`runner.providers.bedrock_wire` on ``lean_http.py``):
+``POST /model/{modelId}/converse`` with the body botocore's serializer writes, ``POST /model/{modelId}/invoke`` with
+the body ``AsyncAnthropicBedrock`` sends, each signed by botocore's own SigV4 signer with the chain's credentials
+(refreshed by botocore, in a worker thread, when it says so) or sent with the Bedrock API key as a bearer token; the
+answers read as boto3 and the anthropic SDK read them, so the mappings above are theirs unchanged. No signer and no
+credential chain of our own: botocore's are used, only without its per-request client machinery, which cost several
+times the CPU of the request itself (bench/RESULTS.md).
+
+boto3 and the anthropic SDK stay for what only they do here: batch inference, CountTokens, the pre-flight probe
+(the control plane), and every online request where a proxy applies to the endpoint (``lean_or_sdk.proxied``) or a
+variable sends the SDKs to another endpoint (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_BEDROCK_RUNTIME,
+ANTHROPIC_BEDROCK_BASE_URL, FIPS or dual-stack endpoints). boto3 is synchronous: its calls run in a thread pool
+of this provider's own, as wide as its concurrency (and botocore's connection pool as wide), or in the loop's
+default threads when the wire serves the online requests. botocore's retries are off (``total_max_attempts: 1``,
+the runner retries: ARCHITECTURE.md invariant 4). Bedrock sends no rate-limit headers: the endpoint's concurrency
+adapts.
 
 Batch inference (:mod:`runner.providers.bedrock_batch`) needs ``providers: {bedrock: {batch_folder: s3://BUCKET/PREFIX,
 batch_role_arn: arn:aws:iam::ACCOUNT:role/NAME}}``: the S3 folder its records and answers go through and the service
@@ -48,14 +57,17 @@ from runner.errors import (
 )
 
 from .answer_bounds import bounds_of, surfaced
-from .base import CacheMarks, Completion, Provider, ProviderSettings, register
+from .base import LEAN_WIRE, CacheMarks, Completion, Provider, ProviderSettings, register
 from .bedrock_ids import claude_name, is_profile
+from .lean_or_sdk import proxied
 from .records import package_version
 from .wire import quoted, retry_after_seconds, words
 
 if TYPE_CHECKING:
     from .batching import Batches
     from .bedrock_claude import BedrockClaude
+    from .bedrock_wire import AwsSigner
+    from .lean_http import Answer, LeanWire
 
 #: the variables of the standard chain a message may name (never their values)
 CREDENTIAL_HELP = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), "
@@ -67,6 +79,10 @@ _AUTH = ("AccessDeniedException", "UnrecognizedClientException", "InvalidSignatu
          "InvalidClientTokenId", "SignatureDoesNotMatch")
 _TRANSIENT = ("ModelTimeoutException", "InternalServerException", "ServiceUnavailableException",
               "ModelNotReadyException", "ModelErrorException", "ServiceUnavailable", "InternalFailure")
+#: variables that send the SDKs to another endpoint than the region's (botocore's and the anthropic SDK's): the
+#: SDKs are kept where one is set, rather than the wire reading them as each SDK does
+_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_BEDROCK_RUNTIME", "ANTHROPIC_BEDROCK_BASE_URL",
+                       "AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")
 _ROLE_ARN = re.compile(r"arn:aws(-[^:]+)?:iam::([0-9]{12})?:role/.+")
 #: what a job needs for batch inference, as the sentence that says so names it
 BATCH_SETTINGS = ("providers: {bedrock: {batch_folder: s3://BUCKET/PREFIX, batch_role_arn: "
@@ -89,6 +105,9 @@ class BedrockProvider(Provider):
     #: Claude on Bedrock caches what a request marks (cache_control in its Messages body); the Converse models'
     #: cachePoint blocks are not planned (prefixes.cache_rule has no rule for them)
     prompt_cache_style: ClassVar[str | None] = "explicit"
+    #: online requests go over the lean wire (runner/providers/bedrock_wire.py) unless a proxy or another endpoint
+    #: applies; False: boto3 and the anthropic SDK always
+    lean_wire: ClassVar[bool] = True
 
     class Options(Provider.Options):
         #: the AWS region (else AWS_REGION, AWS_DEFAULT_REGION, the profile's)
@@ -118,7 +137,10 @@ class BedrockProvider(Provider):
             return value
 
     def sent_with(self, model: str, *, batch: bool = False) -> str | None:
-        """Claude's online requests go through the anthropic SDK, the rest (and batch inference) through boto3."""
+        """The lean wire's online requests; else Claude's online requests go through the anthropic SDK, the rest
+        (and batch inference) through boto3."""
+        if self.wire is not None and not batch:
+            return LEAN_WIRE
         return package_version("anthropic" if claude_name(model) is not None and not batch else "boto3")
 
     @classmethod
@@ -129,7 +151,10 @@ class BedrockProvider(Provider):
 
     def __init__(self, settings: ProviderSettings, endpoints: dict[str, ProviderSettings] | None = None) -> None:
         super().__init__(settings)
-        self.runtime: Any = None  # boto3's bedrock-runtime client
+        self._runtime: Any = None  # boto3's bedrock-runtime client
+        #: the lean wire to bedrock-runtime and the signer of its requests (start(), where they serve)
+        self.wire: LeanWire | None = None
+        self.signer: AwsSigner | None = None
         self.claude: BedrockClaude | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._batch_clients: list[Any] = []  # boto3's bedrock and s3 clients of batch inference, once opened
@@ -149,19 +174,26 @@ class BedrockProvider(Provider):
         return self.options.profile or os.environ.get("AWS_PROFILE") or None
 
     @functools.cached_property
+    def _core(self) -> Any:
+        """botocore's session of the profile: the credential chain and the profile's region (boto3's session wraps
+        it, so that its clients share the one credentials object)."""
+        import botocore.session
+
+        core = botocore.session.Session(profile=self.profile)
+        if self.profile and self.profile not in core.available_profiles:
+            raise ModelSetupError(f"bedrock: the AWS profile {self.profile!r} is not in the shared AWS files: set "
+                                  "providers: {bedrock: {profile: ...}} or AWS_PROFILE to one that is")
+        return core
+
+    @functools.cached_property
     def _session(self) -> Any:
         import boto3
-        import botocore.exceptions
 
-        try:
-            return boto3.Session(profile_name=self.profile)
-        except botocore.exceptions.ProfileNotFound:
-            raise ModelSetupError(f"bedrock: the AWS profile {self.profile!r} is not in the shared AWS files: set "
-                                  "providers: {bedrock: {profile: ...}} or AWS_PROFILE to one that is") from None
+        return boto3.Session(botocore_session=self._core)
 
     def region(self) -> str | None:
         return (self.options.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-                or self._session.region_name or None)
+                or self._core.get_config_variable("region") or None)
 
     @property
     def where(self) -> str:
@@ -177,7 +209,7 @@ class BedrockProvider(Provider):
                                   "in the job or export AWS_REGION (or AWS_DEFAULT_REGION) (no request was sent)")
         if os.environ.get("AWS_BEARER_TOKEN_BEDROCK"):
             return  # a Bedrock API key: both SDKs send it as a bearer token
-        if self._session.get_credentials() is None:
+        if self._core.get_credentials() is None:
             raise ModelSetupError(f"bedrock:{model} found no AWS credentials: {CREDENTIAL_HELP} (no request was "
                                   "sent)")
 
@@ -197,9 +229,57 @@ class BedrockProvider(Provider):
                                       config=config or self._config())
         return bound_client(client, bounds_of(self.settings))
 
+    def runtime_url(self) -> str:
+        """bedrock-runtime's base: the job's ``base_url``, else the region's endpoint."""
+        from .bedrock_wire import runtime_url
+
+        return (self.settings.base_url or runtime_url(str(self.region()))).rstrip("/")
+
+    def _lean(self) -> bool:
+        """Whether online requests take the lean wire: not where a proxy applies to the endpoint, nor where a
+        variable sends the SDKs elsewhere (an endpoint URL, FIPS or dual-stack endpoints)."""
+        return (self.lean_wire and not proxied(self.runtime_url())
+                and not any(os.environ.get(name) for name in _ENDPOINT_VARIABLES))
+
     async def start(self) -> None:
-        self.runtime = self._client("bedrock-runtime")
+        """The lean wire and its signer (the chain's credentials resolved in a worker thread: it reads files and
+        may ask SSO or a metadata endpoint), else boto3's client and its threads."""
+        if self.region() and self._lean():
+            from .bedrock_wire import AwsSigner, ErrorAnswer
+            from .lean_http import LeanWire
+            from .tls import shared_context
+
+            bearer = os.environ.get("AWS_BEARER_TOKEN_BEDROCK") or None
+            credentials = None if bearer else await asyncio.to_thread(self._credentials)
+            self.signer = AwsSigner(credentials, str(self.region()), bearer=bearer)
+            self.wire = LeanWire(self.runtime_url(), "", self.settings.timeout, headers={}, tls=shared_context,
+                                 error_of=ErrorAnswer, bounds=bounds_of(self.settings))
+            return
+        self._runtime = self._client("bedrock-runtime")
         self._pool = ThreadPoolExecutor(max_workers=self._width(), thread_name_prefix="bedrock")
+
+    def _credentials(self) -> Any:
+        """The chain's credentials (botocore's object), with botocore's signer imported here, off the loop."""
+        import botocore.auth  # noqa: F401
+        import botocore.awsrequest  # noqa: F401
+
+        return self._core.get_credentials()
+
+    @property
+    def runtime(self) -> Any:
+        """boto3's bedrock-runtime client, where :meth:`start` built it or :meth:`runtime_client` has."""
+        return self._runtime
+
+    async def runtime_client(self) -> Any:
+        """boto3's bedrock-runtime client: built by :meth:`start` where the wire does not serve, else on first use
+        (token counts), in a worker thread (boto3's import and the client's making take a while)."""
+        if self._runtime is None:
+            client = await asyncio.to_thread(self._client, "bedrock-runtime")
+            if self._runtime is None:  # another request may have built it meanwhile
+                self._runtime = client
+            else:
+                client.close()
+        return self._runtime
 
     def _claude(self) -> BedrockClaude:
         if self.claude is None:
@@ -230,9 +310,11 @@ class BedrockProvider(Provider):
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
-        if self.runtime is not None:
-            self.runtime.close()
-            self.runtime = None
+        if self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None
+        if self.wire is not None:
+            await self.wire.aclose()
 
     async def _call(self, model: str, method: Any, pool: ThreadPoolExecutor | None, **kwargs: Any) -> Any:
         """One boto3 call in ``pool`` (None: the loop's default threads), its errors mapped."""
@@ -264,12 +346,41 @@ class BedrockProvider(Provider):
         return cache_blocks(messages, marks), params
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
-        assert self.runtime is not None, "start() was not awaited"
+        assert self.wire is not None or self._runtime is not None, "start() was not awaited"
         if claude_name(model) is not None:
             return await self._claude().execute(model, messages, params)
         request = self.converse_request(model, messages, params)
+        if self.wire is not None:
+            from .bedrock_wire import converse_answer, converse_body, converse_path
+
+            if self.signer is not None and self.signer.bearer and not self.runtime_url().startswith("https"):
+                raise ModelSetupError(f"{self.where}: botocore refuses this endpoint for bedrock:{model} ("
+                                      f"{quoted('Bearer authorization requires an HTTPS endpoint.')}); a Bedrock API "
+                                      "key (AWS_BEARER_TOKEN_BEDROCK) needs an https base_url")
+            answer = await self.send(model, converse_path(model), converse_body({"modelId": model, **request}))
+            return self.converse_completion(converse_answer(answer.content, self.where))
         response = await self._call(model, self.runtime.converse, self._pool, **request)
         return self.converse_completion(response)
+
+    async def send(self, model: str, path: str, content: bytes, *, claude: bool = False) -> Answer:
+        """One signed POST of the JSON ``content`` to bedrock-runtime over the wire; an error answer mapped as
+        botocore's parser (or, for ``claude``, the anthropic SDK's path) reads it, then by :meth:`error_of`."""
+        from .bedrock_wire import ErrorAnswer, claude_error, converse_error, refresh_failed
+
+        assert self.wire is not None and self.signer is not None, "start() was not awaited"
+        try:
+            headers = await self.signer.headers("POST", self.runtime_url() + path, content)
+        except Exception as exc:
+            from botocore.exceptions import BotoCoreError
+
+            if isinstance(exc, BotoCoreError):  # no credentials, or botocore could not refresh them
+                raise refresh_failed(self.where, exc) from exc
+            raise
+        try:
+            return await self.wire.request("POST", path, where=self.where, headers=headers, content=content)
+        except ErrorAnswer as answer:
+            code, message = (claude_error if claude else converse_error)(answer)
+            raise self.error_of(code, answer.status, message, answer.headers, model) from None
 
     # -- token counting: Claude's, by the runtime's CountTokens (runner/providers/bedrock_claude.py) -------------
 

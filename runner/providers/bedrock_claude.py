@@ -70,28 +70,34 @@ def count_request(model: str, messages: list[dict[str, Any]], params: dict[str, 
 async def count_tokens(provider: BedrockProvider, model: str, request: dict[str, Any]) -> int:
     """The runtime's CountTokens (``POST /model/{modelId}/count-tokens``) of the foundation model behind ``model``
     (runner/providers/token_counts.py), through boto3 in the provider's threads; answered ``{"inputTokens": N}``."""
-    assert provider.runtime is not None, "start() was not awaited"
+    runtime = await provider.runtime_client()
     body = json.dumps(request["invokeModel"]["body"], ensure_ascii=False, separators=(",", ":")).encode()
-    answer = await provider._call(model, provider.runtime.count_tokens, provider.pool, modelId=foundation_model(model),
+    answer = await provider._call(model, runtime.count_tokens, provider.pool, modelId=foundation_model(model),
                                   input={"invokeModel": {"body": body}})
     return read_count(answer, "inputTokens", provider.where)
 
 
 class BedrockClaude:
     """The Claude half of :class:`~runner.providers.bedrock.BedrockProvider` (opened the first time a Claude model
-    is asked)."""
+    is asked): over the provider's lean wire where it serves, else ``AsyncAnthropicBedrock``."""
 
     def __init__(self, provider: BedrockProvider) -> None:
-        import anthropic
-
-        from .bounded_httpx import bounded_client
-
         self.provider = provider
         settings = provider.settings
         self.messages = AnthropicProvider(ProviderSettings(api_version="2023-06-01", timeout=settings.timeout))
         self.messages.where = provider.where
+        self.client: Any = None
+        if provider.wire is None:
+            self.client = self._sdk_client()
+
+    def _sdk_client(self) -> Any:
+        import anthropic
+
+        from .bounded_httpx import bounded_client
+
+        provider, settings = self.provider, self.provider.settings
         try:
-            self.client = anthropic.AsyncAnthropicBedrock(
+            return anthropic.AsyncAnthropicBedrock(
                 aws_region=provider.region(),
                 aws_profile=provider.options.profile,  # AWS_PROFILE and the rest of the chain: boto3's session
                 **static_credentials(provider),
@@ -107,15 +113,25 @@ class BedrockClaude:
                             f"not both ({exc}): unset AWS_BEARER_TOKEN_BEDROCK or providers.bedrock.profile") from None
 
     async def aclose(self) -> None:
-        await self.client.close()
+        if self.client is not None:
+            await self.client.close()
 
     async def execute(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
         kwargs, sampling = self.messages.request_of(messages, params, claude_name(model) or model)
-        kwargs["extra_body"] = {"anthropic_version": BEDROCK_ANTHROPIC_VERSION, **sampling}
-        with self.map_errors(model):
-            raw = await self.client.messages.with_raw_response.create(model=model, **kwargs)
+        if self.provider.wire is not None:  # the body AsyncAnthropicBedrock sends: no model (it is in the path)
+            from .bedrock_wire import invoke_path
+
+            body = {**kwargs, **sampling, "anthropic_version": BEDROCK_ANTHROPIC_VERSION}
+            answer = await self.provider.send(model, invoke_path(model), json.dumps(
+                body, ensure_ascii=False, separators=(",", ":")).encode(), claude=True)
+            content = answer.content
+        else:
+            kwargs["extra_body"] = {"anthropic_version": BEDROCK_ANTHROPIC_VERSION, **sampling}
+            with self.map_errors(model):
+                raw = await self.client.messages.with_raw_response.create(model=model, **kwargs)
+            content = raw.http_response.content
         try:
-            body = json.loads(raw.http_response.content)
+            body = json.loads(content)
         except ValueError as exc:
             raise TransientError(f"{self.provider.where}: the response was not valid JSON ({type(exc).__name__})",
                                  error_class="malformed_response") from exc

@@ -144,16 +144,21 @@ class LeanWire:
             connection.close()
 
     async def request(self, method: str, path: str, body: Any = None, *, where: str, key_variable: str | None = None,
-                      passing: Collection[int] = (), headers: Mapping[str, str] | None = None) -> Answer:
+                      passing: Collection[int] = (), headers: Mapping[str, str] | None = None,
+                      content: bytes | None = None) -> Answer:
         """Send one request (``path`` after the base URL, e.g. ``/chat/completions``, with its query if any) and
         return its answer; a non-2xx answer whose status is not in ``passing`` raises the runner's error for it (the
         caller's ``error_of``, else the OpenAI mapping, which names ``key_variable`` in a refused key's message), a
         failed transport a :class:`TransientError`. ``headers``: this request's own besides the wire's (a token
-        that changes, as Entra ID's)."""
+        that changes, as Entra ID's). ``content``: a JSON body already written, sent as it is (in place of
+        ``body``: a signature covers its bytes, as AWS's does)."""
         headers = [*self._headers, *headers.items()] if headers else list(self._headers)
         data = b""
-        if body is not None:
+        if content is not None:
+            data = content
+        elif body is not None:
             data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        if data:
             headers += [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
         target = self.prefix + path
         message = h11.Request(method=method, target=target, headers=headers)

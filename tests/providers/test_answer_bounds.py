@@ -1,8 +1,8 @@
 """Every answer is bounded (``runner/providers/answer_bounds.py``, issue 41): the hostile server of
 ``devservers/hostile.py`` sends an endless body, a slow trickle, a gzip bomb, a coding not asked for, or resets the
-connection mid-answer. Each path that reads answers (the lean wire for ``sim`` and ``anthropic``, the openai and
-anthropic SDKs' clients, google-genai's, boto3's for Bedrock) fails each case within its time bound, with bounded
-memory (tracemalloc's peak of the call) and one error class per case, retryable."""
+connection mid-answer. Each path that reads answers (the lean wire for ``sim``, ``anthropic`` and ``bedrock``, the
+openai and anthropic SDKs' clients, google-genai's, boto3's for Bedrock) fails each case within its time bound, with
+bounded memory (tracemalloc's peak of the call) and one error class per case, retryable."""
 
 from __future__ import annotations
 
@@ -58,6 +58,10 @@ class SDKClaude(AnthropicProvider):
     lean_wire: ClassVar[bool] = False
 
 
+class SDKBedrock(BedrockProvider):
+    lean_wire: ClassVar[bool] = False
+
+
 #: each path that reads answers: its name, and its provider for a base URL
 PATHS: dict[str, Callable[[str, float], Provider]] = {
     "lean openai": lambda url, total: SimProvider(bounded(f"{url}/v1", total)),
@@ -65,10 +69,12 @@ PATHS: dict[str, Callable[[str, float], Provider]] = {
     "lean anthropic": lambda url, total: AnthropicProvider(bounded(url, total)),
     "anthropic SDK": lambda url, total: SDKClaude(bounded(url, total)),
     "google-genai": lambda url, total: GeminiProvider(bounded(url, total)),
-    "boto3": lambda url, total: BedrockProvider(bounded(url, total)),
+    "lean bedrock": lambda url, total: BedrockProvider(bounded(url, total)),
+    "boto3": lambda url, total: SDKBedrock(bounded(url, total)),
 }
 MODELS = {"lean openai": "gpt-test", "openai SDK": "gpt-test", "lean anthropic": "claude-haiku-4-5",
-          "anthropic SDK": "claude-haiku-4-5", "google-genai": "gemini-2.5-flash", "boto3": "amazon.nova-pro-v1:0"}
+          "anthropic SDK": "claude-haiku-4-5", "google-genai": "gemini-2.5-flash",
+          "lean bedrock": "amazon.nova-pro-v1:0", "boto3": "amazon.nova-pro-v1:0"}
 #: each hostile answer's error class, the total time its request is given, and the seconds it may take at most
 #: (generous beside what each takes on a quiet machine, well under a second but the trickle's one: the suite runs
 #: four test processes on two cores; without the bounds the endless body and the trickle never end)

@@ -1,0 +1,209 @@
+"""Bedrock's runtime over the lean wire (``lean_http.py``): what :class:`~runner.providers.bedrock.BedrockProvider`
+sends there instead of boto3's ``converse`` and ``AsyncAnthropicBedrock``'s InvokeModel, and how it reads the answer.
+
+Nothing of AWS's signing or credentials is written here (ARCHITECTURE.md, invariant 7): the credentials are the
+ones botocore's session resolves through the standard chain (the environment, the shared files and a profile, SSO,
+instance and container roles), held by botocore's own credentials object; a refreshable one (SSO, an assumed role)
+is refreshed by botocore, in a worker thread, when botocore says a refresh is needed, one refresh at a time for
+every request in flight (:class:`AwsSigner`). Each request is signed by botocore's ``SigV4Auth`` (service
+``bedrock``, the region) on a ``botocore.awsrequest.AWSRequest`` of the exact bytes sent; a Bedrock API key
+(``AWS_BEARER_TOKEN_BEDROCK``) goes as ``Authorization: Bearer``, as both SDKs send it.
+
+The wire, read from botocore's bedrock-runtime service model (``Converse``: ``POST /model/{modelId}/converse``,
+rest-json) and from the anthropic SDK's Bedrock client (InvokeModel: ``POST /model/{modelId}/invoke``):
+
+- Converse's model id is quoted as botocore quotes a URI label (only ``-._~`` kept: an inference-profile ARN's
+  ``:`` and ``/`` escaped), Claude's as ``AsyncAnthropicBedrock`` quotes it (``:`` and ``;`` kept).
+- Converse's body is what botocore's rest-json serializer writes for the same keyword arguments (``modelId`` in
+  the path, the rest as ``json.dumps`` writes it, a blob as base64); tests/providers/test_lean_bedrock.py checks
+  it against the serializer itself.
+- Converse's answer is read into the dict boto3 returns, a blob (an image's, a document's or a video's
+  ``source.bytes``, ``reasoningContent.redactedContent``) decoded, so that ``bedrock_converse.py`` maps it
+  unchanged; an empty body is ``{}`` as botocore reads it. Members botocore's model does not know are kept, not
+  dropped (``raw``).
+- An error answer's code is read as botocore's rest-json parser reads it (``x-amzn-ErrorType``, else the body's
+  ``code``, else its ``__type``, else the status; a 5xx with no body or an HTML one is its status and reason), its
+  message from the body's ``message``/``Message``; Claude's as ``AsyncAnthropicBedrock``'s path read it
+  (``x-amzn-ErrorType`` only). Both then go through the provider's one mapping (``BedrockProvider.error_of``).
+
+Imported at start (``python -X importtime``, this machine): ``botocore.auth`` and ``botocore.awsrequest`` (about
+0.2 s with urllib3, which botocore.auth needs), and for the credentials ``botocore.session`` (about 0.18 s more: it
+pulls in ``botocore.client``, which the chain's providers need; boto3 itself, 0.12 s more, is not imported for an
+online run). None of botocore's per-request client machinery (parameter validation, serialisation, endpoint
+resolution, event hooks, urllib3's pool, response parsing) runs per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.client
+import json
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from runner.errors import AuthError, TransientError
+
+__all__ = ["AwsSigner", "ErrorAnswer", "claude_error", "converse_answer", "converse_body", "converse_error",
+           "converse_path", "invoke_path", "runtime_url"]
+
+#: botocore's ``percent_encode`` keeps these unescaped in a URI label (``botocore.utils.SAFE_CHARS``)
+_LABEL_SAFE = "-._~"
+#: the anthropic SDK's Bedrock client keeps these unescaped in the model's path segment
+_CLAUDE_SAFE = ":;"
+#: the members of Converse's answer that are blobs (base64 on the wire, bytes in boto3's dict): a content block's
+#: ``image``/``document``/``video`` ``source.bytes`` (in a tool result's content too) and a redacted reasoning
+_BLOB_KEYS = ("redactedContent",)
+
+
+def runtime_url(region: str) -> str:
+    """bedrock-runtime's endpoint in ``region``, as botocore's endpoint rules and the anthropic SDK name it."""
+    suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+    return f"https://bedrock-runtime.{region}.{suffix}"
+
+
+def converse_path(model: str) -> str:
+    return f"/model/{quote(model, safe=_LABEL_SAFE)}/converse"
+
+
+def invoke_path(model: str) -> str:
+    return f"/model/{quote(model, safe=_CLAUDE_SAFE)}/invoke"
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` with every ``bytes`` as base64 text (botocore's serialisation of a blob)."""
+    if isinstance(value, dict):
+        return {key: _as_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_json(item) for item in value]
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    return value
+
+
+def converse_body(request: Mapping[str, Any]) -> bytes:
+    """The body of boto3's ``converse(**request)``: every member but ``modelId`` (the path's), as botocore's
+    rest-json serializer writes it."""
+    return json.dumps(_as_json({key: value for key, value in request.items() if key != "modelId"})).encode()
+
+
+def _decoded(value: Any, parent: str = "") -> Any:
+    """Converse's answer with its blobs decoded, in place (a ``source``'s ``bytes``, a ``redactedContent``)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, str) and ((key == "bytes" and parent == "source") or key in _BLOB_KEYS):
+                value[key] = base64.b64decode(item)
+            else:
+                _decoded(item, key)
+    elif isinstance(value, list):
+        for item in value:
+            _decoded(item, parent)
+    return value
+
+
+def converse_answer(content: bytes, where: str) -> dict[str, Any]:
+    """A Converse answer as boto3's dict (without its ``ResponseMetadata``); one that is not a JSON object is the
+    malformed answer botocore's parser fails on."""
+    try:
+        text = content.decode("utf-8")
+        parsed = json.loads(text) if text.strip() else {}
+        if not isinstance(parsed, dict):
+            raise ValueError("not a JSON object")
+        return _decoded(parsed)  # type: ignore[no-any-return]
+    except (ValueError, UnicodeDecodeError, TypeError) as exc:  # (binascii.Error is a ValueError)
+        raise TransientError(f"{where}: the response was not valid JSON ({type(exc).__name__})",
+                             error_class="malformed_response") from exc
+
+
+class ErrorAnswer(Exception):
+    """A non-2xx answer of the wire (its ``error_of``), mapped by the provider, which knows the model."""
+
+    def __init__(self, status: int, body: Any, headers: Mapping[str, str]) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+
+def _code(code: str) -> str:
+    return code.split(":", 1)[0].rsplit("#", 1)[-1]
+
+
+def converse_error(answer: ErrorAnswer) -> tuple[str, str]:
+    """(code, message) of an error answer as botocore's rest-json parser reads them."""
+    status, body = answer.status, answer.body
+    if status >= 500 and (body == "" or (isinstance(body, str) and body.startswith("<html>"))):
+        return str(status), http.client.responses.get(status, "")
+    fields: dict[str, Any] = body if isinstance(body, dict) else ({"message": body} if isinstance(body, str) and body
+                                                                 else {})
+    message = fields.get("message", fields.get("Message", ""))
+    code = fields.get("__type", str(status))
+    header = answer.headers.get("x-amzn-errortype")
+    if header is not None:
+        code = header
+    elif "code" in fields or "Code" in fields:
+        code = fields.get("code", fields.get("Code", ""))
+    return (_code(code) if isinstance(code, str) else str(code)), str(message or "")
+
+
+def claude_error(answer: ErrorAnswer) -> tuple[str, str]:
+    """(code, message) of an error answer as ``AsyncAnthropicBedrock``'s path read them (``x-amzn-ErrorType``, the
+    body's ``message``/``Message``)."""
+    body = answer.body if isinstance(answer.body, dict) else {}
+    code = (answer.headers.get("x-amzn-errortype") or "").split(":", 1)[0]
+    return code, str(body.get("message") or body.get("Message") or "")
+
+
+class AwsSigner:
+    """The auth headers of one request to bedrock-runtime: botocore's SigV4 signature with the chain's credentials
+    (``credentials``, botocore's object, refreshed in a worker thread when it says so), or the Bedrock API key
+    ``bearer``. Nothing of either is kept anywhere else."""
+
+    __slots__ = ("_bearer", "_credentials", "_lock", "_region", "refreshes")
+
+    def __init__(self, credentials: Any, region: str, *, bearer: str | None = None) -> None:
+        self._credentials = credentials
+        self._region = region
+        self._bearer = bearer
+        self._lock = asyncio.Lock()
+        #: how many refreshes this object started (tests)
+        self.refreshes = 0
+
+    @property
+    def bearer(self) -> bool:
+        return self._bearer is not None
+
+    def _stale(self) -> bool:
+        needed = getattr(self._credentials, "refresh_needed", None)  # botocore's RefreshableCredentials
+        return bool(needed is not None and needed())
+
+    async def frozen(self) -> Any:
+        """The credentials of this moment (botocore's ``ReadOnlyCredentials``): when botocore says they need a
+        refresh, the first request to find it so refreshes them in a worker thread, the others wait for it."""
+        if self._stale():
+            async with self._lock:
+                if self._stale():  # another request may have refreshed them meanwhile
+                    await asyncio.to_thread(self._credentials.get_frozen_credentials)
+                    self.refreshes += 1
+        return self._credentials.get_frozen_credentials()
+
+    async def headers(self, method: str, url: str, content: bytes) -> dict[str, str]:
+        """The headers that authorise ``method url`` with the JSON body ``content`` (its Content-Type signed, not
+        returned: the wire sends it)."""
+        if self._bearer is not None:
+            return {"Authorization": f"Bearer {self._bearer}"}
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        request = AWSRequest(method=method, url=url, data=content, headers={"Content-Type": "application/json"})
+        SigV4Auth(await self.frozen(), "bedrock", self._region).add_auth(request)
+        return {name: value for name, value in request.headers.items() if name.lower() != "content-type"}
+
+
+def refresh_failed(where: str, exc: Exception) -> AuthError:
+    """botocore's failure to find or refresh credentials, in one sentence."""
+    from .bedrock import CREDENTIAL_HELP
+
+    return AuthError(f"{where}: the AWS credentials could not be found or refreshed ({type(exc).__name__}): "
+                     f"{CREDENTIAL_HELP}")
