@@ -55,14 +55,21 @@ def environment(folder: Path, root: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GOOGLE_", "AZURE_", "CLOUDSDK_"))}
     env.update({
         "OPENAI_API_KEY": "sk-simulated", "ANTHROPIC_API_KEY": "sk-ant-simulated", "GEMINI_API_KEY": "simulated",
-        "AZURE_OPENAI_API_KEY": "simulated", "AWS_ACCESS_KEY_ID": "AKIDSIMULATED",
-        "AWS_SECRET_ACCESS_KEY": "simulated-secret", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_CONFIG_FILE": str(folder / "no-aws-config"), "AWS_SHARED_CREDENTIALS_FILE": str(folder / "no-aws-creds"),
+        "AZURE_OPENAI_API_KEY": "simulated", **aws_environment(folder),
         "CLOUDSDK_CONFIG": str(folder / "gcloud"), "NO_GCE_CHECK": "True",
         "GOOGLE_APPLICATION_CREDENTIALS": str(service_account(folder, root + "/token")),
         "PYTHONPATH": str(ROOT),
     })
     return env
+
+
+def aws_environment(folder: Path) -> dict[str, str]:
+    """Made-up AWS keys and a region, and nothing of this machine's AWS files or instance metadata (``folder`` holds
+    no files of those names)."""
+    return {"AWS_ACCESS_KEY_ID": "AKIDSIMULATED", "AWS_SECRET_ACCESS_KEY": "simulated-secret",
+            "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": str(folder / "no-aws-config"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(folder / "no-aws-creds")}
 
 
 def service_account(folder: Path, token_uri: str) -> Path:

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                              "PostgreSQL server on 127.0.0.1 (devservers/postgres.py)")
     parser.add_argument("--providers", default="sim",
                         help="phase 6's providers, comma-separated (sim, openai, azure-openai, anthropic, gemini, "
-                             "vertex); with more than sim, a bare aiohttp loop beside them")
+                             "vertex, bedrock); with more than sim, a bare aiohttp loop beside them")
     parser.add_argument("--only", default="main,cpu,startup",
                         help="the phases to run, comma-separated: main (1-5), cpu (6), wire (6b: each of --providers' "
                              "own path, without the engine), startup (7)")

@@ -82,7 +82,8 @@ def bare_prompt(i: int, tag: str) -> str:
 #: the model each provider's job in phase 6 asks the simulated server for (one it serves under strict checks), and
 #: the provider's settings beside its ``base_url``; the keys are test keys (:data:`BENCH_KEYS`)
 PROVIDER_MODELS = {"sim": MODEL, "openai": "gpt-4o-mini", "azure-openai": "gpt-4o-mini",
-                   "anthropic": "claude-haiku-4-5", "gemini": "gemini-2.0-flash", "vertex": "gemini-2.0-flash"}
+                   "anthropic": "claude-haiku-4-5", "gemini": "gemini-2.0-flash", "vertex": "gemini-2.0-flash",
+                   "bedrock": "amazon.nova-pro-v1:0"}
 BENCH_KEYS = {"OPENAI_API_KEY": "bench", "AZURE_OPENAI_API_KEY": "bench", "ANTHROPIC_API_KEY": "bench",
               "GEMINI_API_KEY": "bench"}
 
@@ -94,7 +95,7 @@ def provider_settings(provider: str, url: str) -> dict[str, Any]:
         return {"base_url": root + "/openai", "api_version": "2024-10-21"}
     if provider == "vertex":  # its credentials: google_credentials' key file, in the child's environment
         return {"base_url": root, "project": "sim-project", "location": "us-east5"}
-    return {"base_url": root if provider in ("anthropic", "gemini") else url}
+    return {"base_url": root if provider in ("anthropic", "gemini", "bedrock") else url}
 
 
 #: ``sim`` with a price of its own (gpt-4o-mini's): the lean wire with the engine's work for a priced model (each
@@ -283,11 +284,16 @@ def new_store(folder: Path) -> str:
 
 def child_env(code: Path, url: str | None = None) -> dict[str, str]:
     """A child process's environment: the test keys, the checkout it measures; with ``url`` (the simulated server's)
-    also Google's credentials for ``vertex:`` (:func:`google_credentials`)."""
+    also Google's credentials for ``vertex:`` (:func:`google_credentials`) and made-up AWS keys for ``bedrock:``
+    (bench/startup_providers.py's ``aws_environment``), none of this machine's."""
     env = {**os.environ, **BENCH_KEYS, "BENCH_CODE": str(code), "PYTHONPATH": str(code)}
     if url is not None:
-        env = {k: v for k, v in env.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_"))}
-        env.update(google_credentials(url.removesuffix("/v1")))
+        from bench.startup_providers import aws_environment  # (it imports this module)
+
+        google = google_credentials(url.removesuffix("/v1"))
+        env = {k: v for k, v in env.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "AWS_"))}
+        env.update(google)
+        env.update(aws_environment(Path(google["CLOUDSDK_CONFIG"]).parent))
     return env
 
 
