@@ -155,6 +155,7 @@ class BedrockProvider(Provider):
         #: the lean wire to bedrock-runtime and the signer of its requests (start(), where they serve)
         self.wire: LeanWire | None = None
         self.signer: AwsSigner | None = None
+        self._url = ""  # the wire's base URL, as signed
         self.claude: BedrockClaude | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._batch_clients: list[Any] = []  # boto3's bedrock and s3 clients of batch inference, once opened
@@ -252,7 +253,8 @@ class BedrockProvider(Provider):
             bearer = os.environ.get("AWS_BEARER_TOKEN_BEDROCK") or None
             credentials = None if bearer else await asyncio.to_thread(self._credentials)
             self.signer = AwsSigner(credentials, str(self.region()), bearer=bearer)
-            self.wire = LeanWire(self.runtime_url(), "", self.settings.timeout, headers={}, tls=shared_context,
+            self._url = self.runtime_url()
+            self.wire = LeanWire(self._url, "", self.settings.timeout, headers={}, tls=shared_context,
                                  error_of=ErrorAnswer, bounds=bounds_of(self.settings))
             return
         self._runtime = self._client("bedrock-runtime")
@@ -353,7 +355,7 @@ class BedrockProvider(Provider):
         if self.wire is not None:
             from .bedrock_wire import converse_answer, converse_body, converse_path
 
-            if self.signer is not None and self.signer.bearer and not self.runtime_url().startswith("https"):
+            if self.signer is not None and self.signer.bearer and not self._url.startswith("https"):
                 raise ModelSetupError(f"{self.where}: botocore refuses this endpoint for bedrock:{model} ("
                                       f"{quoted('Bearer authorization requires an HTTPS endpoint.')}); a Bedrock API "
                                       "key (AWS_BEARER_TOKEN_BEDROCK) needs an https base_url")
@@ -369,7 +371,7 @@ class BedrockProvider(Provider):
 
         assert self.wire is not None and self.signer is not None, "start() was not awaited"
         try:
-            headers = await self.signer.headers("POST", self.runtime_url() + path, content)
+            headers = await self.signer.headers("POST", self._url + path, content, self.wire.host_header)
         except Exception as exc:
             from botocore.exceptions import BotoCoreError
 

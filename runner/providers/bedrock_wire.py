@@ -55,6 +55,8 @@ _CLAUDE_SAFE = ":;"
 #: the members of Converse's answer that are blobs (base64 on the wire, bytes in boto3's dict): a content block's
 #: ``image``/``document``/``video`` ``source.bytes`` (in a tool result's content too) and a redacted reasoning
 _BLOB_KEYS = ("redactedContent",)
+#: signed, but sent by the wire itself
+_WIRE_HEADERS = ("content-type", "host")
 
 
 def runtime_url(region: str) -> str:
@@ -188,17 +190,19 @@ class AwsSigner:
                     self.refreshes += 1
         return self._credentials.get_frozen_credentials()
 
-    async def headers(self, method: str, url: str, content: bytes) -> dict[str, str]:
-        """The headers that authorise ``method url`` with the JSON body ``content`` (its Content-Type signed, not
-        returned: the wire sends it)."""
+    async def headers(self, method: str, url: str, content: bytes, host: str) -> dict[str, str]:
+        """The headers that authorise ``method url`` with the JSON body ``content``, sent with the Host header
+        ``host`` (the wire's own: signed as given, which spares botocore working it out of the URL again); neither
+        it nor the Content-Type is returned, the wire sends both."""
         if self._bearer is not None:
             return {"Authorization": f"Bearer {self._bearer}"}
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 
-        request = AWSRequest(method=method, url=url, data=content, headers={"Content-Type": "application/json"})
+        request = AWSRequest(method=method, url=url, data=content,
+                             headers={"Content-Type": "application/json", "Host": host})
         SigV4Auth(await self.frozen(), "bedrock", self._region).add_auth(request)
-        return {name: value for name, value in request.headers.items() if name.lower() != "content-type"}
+        return {name: value for name, value in request.headers.items() if name.lower() not in _WIRE_HEADERS}
 
 
 def refresh_failed(where: str, exc: Exception) -> AuthError:

@@ -128,6 +128,8 @@ class LeanWire:
         self.timeout = timeout
         self.bounds = bounds or default_bounds(timeout)
         host = url.netloc.rpartition("@")[2]
+        #: the Host header every request carries (a signature that covers it signs this value)
+        self.host_header = host
         auth = list(headers.items()) if headers is not None else [("Authorization", f"Bearer {api_key}")]
         self._headers = [("Host", host), *auth, ("Accept", "application/json"), ("Accept-Encoding", "gzip, deflate"),
                          ("User-Agent", "runner-lean-wire")]
