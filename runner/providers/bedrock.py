@@ -356,9 +356,13 @@ class BedrockProvider(Provider):
             from .bedrock_wire import converse_answer, converse_body, converse_path
 
             if self.signer is not None and self.signer.bearer and not self._url.startswith("https"):
-                raise ModelSetupError(f"{self.where}: botocore refuses this endpoint for bedrock:{model} ("
-                                      f"{quoted('Bearer authorization requires an HTTPS endpoint.')}); a Bedrock API "
-                                      "key (AWS_BEARER_TOKEN_BEDROCK) needs an https base_url")
+                from botocore.exceptions import InvalidEndpointConfigurationError
+
+                # botocore's BearerAuth refuses to send a key in the clear, and so does the wire, in its words
+                refused = InvalidEndpointConfigurationError(msg="Bearer authorization requires an HTTPS endpoint.")
+                raise ModelSetupError(f"{self.where}: botocore refuses this endpoint for bedrock:{model} "
+                                      f"({quoted(refused)}); a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK) needs an "
+                                      "https base_url")
             answer = await self.send(model, converse_path(model), converse_body({"modelId": model, **request}))
             return self.converse_completion(converse_answer(answer.content, self.where))
         response = await self._call(model, self.runtime.converse, self._pool, **request)

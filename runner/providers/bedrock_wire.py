@@ -105,15 +105,23 @@ def _decoded(value: Any, parent: str = "") -> Any:
 
 
 def converse_answer(content: bytes, where: str) -> dict[str, Any]:
-    """A Converse answer as boto3's dict (without its ``ResponseMetadata``); one that is not a JSON object is the
-    malformed answer botocore's parser fails on."""
+    """A Converse answer as boto3's dict (without its ``ResponseMetadata``). As botocore reads one: a body that is
+    not UTF-8 is malformed; one that is not JSON (botocore takes its text as a ``message``, which Converse's answer
+    has no member for) or not an object is empty, which ``bedrock_converse.py`` says is no Converse answer."""
     try:
         text = content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TransientError(f"{where}: the response was not valid JSON ({type(exc).__name__})",
+                             error_class="malformed_response") from exc
+    try:
         parsed = json.loads(text) if text.strip() else {}
-        if not isinstance(parsed, dict):
-            raise ValueError("not a JSON object")
+    except ValueError:
+        return {}
+    if not isinstance(parsed, dict):
+        return {}
+    try:
         return _decoded(parsed)  # type: ignore[no-any-return]
-    except (ValueError, UnicodeDecodeError, TypeError) as exc:  # (binascii.Error is a ValueError)
+    except ValueError as exc:  # a blob that is not base64 (binascii.Error)
         raise TransientError(f"{where}: the response was not valid JSON ({type(exc).__name__})",
                              error_class="malformed_response") from exc
 
