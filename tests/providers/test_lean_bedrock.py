@@ -1,0 +1,469 @@
+"""The bedrock provider over the lean wire (``runner/providers/bedrock.py`` on ``bedrock_wire.py`` and ``lean_http.py``)
+against the SDK paths it replaces online (boto3's ``converse``, ``AsyncAnthropicBedrock``'s InvokeModel), both sent
+to one scripted server: the same method, path and query, Content-Type and body for each request of both families,
+its SigV4 signature checked as a server checks it (recomputed with botocore's ``SigV4Auth`` over the request as
+received, at the date it names); Converse's path and body against botocore's own rest-json serializer, its answer
+against botocore's own parser (blobs decoded); the same completion for an answer and the same error for each of
+Bedrock's error answers; credentials that need refreshing refreshed once, off the event loop, for many requests in
+flight; the SDKs kept where a proxy or an endpoint variable applies; and the strict simulated server's Bedrock
+routes taking every lean request. Nothing connects anywhere but 127.0.0.1 (``_local_only``, test_vertex.py's)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import json
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from runner.errors import (
+    AuthError,
+    BadRequest,
+    ModelSetupError,
+    ProviderError,
+    QuotaExceeded,
+    RateLimited,
+    TransientError,
+)
+from runner.providers import capabilities
+from runner.providers.base import CacheMarks, Completion, ProviderSettings
+from runner.providers.bedrock import BedrockProvider
+from runner.providers.bedrock_wire import converse_answer, converse_body
+from runner.providers.records import LEAN_WIRE
+from simserver import SimConfig, start_server
+from tests.helpers import isolated_aws, scripted_server
+from tests.providers.test_lean_gemini import MESSAGES, described
+from tests.providers.test_vertex import _local_only  # noqa: F401  (an autouse fixture)
+
+ACCESS_KEY, SECRET, REGION = "AKIDSIMULATEDLEAN", "simulated-secret-never-shown", "us-east-1"
+CONVERSE = "amazon.nova-pro-v1:0"
+CLAUDE = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+PROFILE_ARN = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-pro-v1:0"
+CONVERSE_ANSWER = {
+    "output": {"message": {"role": "assistant", "content": [
+        {"reasoningContent": {"redactedContent": base64.b64encode(b"\x00hidden").decode()}},
+        {"text": "4 (é)"}]}},
+    "stopReason": "end_turn", "usage": {"inputTokens": 20, "outputTokens": 2, "totalTokens": 22,
+                                        "cacheReadInputTokens": 4, "cacheWriteInputTokens": 1},
+    "metrics": {"latencyMs": 120}}
+MESSAGE = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
+           "content": [{"type": "thinking", "thinking": "hmm", "signature": "s"}, {"type": "text", "text": "C"}],
+           "stop_reason": "end_turn", "stop_sequence": None,
+           "usage": {"input_tokens": 12, "output_tokens": 3, "cache_read_input_tokens": 4,
+                     "cache_creation_input_tokens": 2}}
+#: Converse's (model, params) whose requests both paths must write alike
+CONVERSE_CASES: list[tuple[str, dict[str, Any]]] = [
+    (CONVERSE, {"max_tokens": 5, "temperature": 0}),
+    (CONVERSE, {"max_tokens": 50, "temperature": 0.5, "top_p": 0.9, "stop": ["\n\n"]}),
+    ("us.amazon.nova-pro-v1:0", {"max_tokens": 5}),
+    (PROFILE_ARN, {"max_tokens": 5, "temperature": 1}),
+    ("amazon.nova-pro-v1:0", {"reasoning": {"effort": "low"}, "max_tokens": 9}),
+    ("amazon.nova-pro-v1:0", {"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {
+        "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}}}}),
+]
+#: Claude's (model, params, whether the messages are marked for the prompt cache)
+CLAUDE_CASES: list[tuple[str, dict[str, Any], bool]] = [
+    (CLAUDE, {"max_tokens": 5, "temperature": 0.2, "stop": ["\n"]}, False),
+    (CLAUDE, {"top_p": 0.9}, True),
+    ("anthropic.claude-sonnet-4-5-20250929-v1:0", {"reasoning": {"budget_tokens": 1024}, "max_tokens": 2048}, False),
+    ("global.anthropic.claude-sonnet-4-5-20250929-v1:0", {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "a", "schema": {"type": "object", "properties": {"letter": {"type": "string"}},
+                                "required": ["letter"], "additionalProperties": False}}}}, False),
+]
+
+
+class SDKBedrock(BedrockProvider):
+    """The bedrock provider as it was before the lean wire: boto3 and AsyncAnthropicBedrock."""
+
+    lean_wire: ClassVar[bool] = False
+
+
+@pytest.fixture(autouse=True)
+def _aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    isolated_aws(monkeypatch, tmp_path, ACCESS_KEY, SECRET, region=REGION)
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY",
+                 "no_proxy", "ANTHROPIC_BEDROCK_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+async def scripted() -> AsyncIterator[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
+    async with scripted_server() as served:
+        yield served
+
+
+def settings(url: str | None, **more: Any) -> ProviderSettings:
+    return ProviderSettings.model_validate({"base_url": url, "timeout": 10, **more})
+
+
+def both(url: str) -> tuple[BedrockProvider, BedrockProvider]:
+    return BedrockProvider(settings(url)), SDKBedrock(settings(url))
+
+
+async def outcome(provider: BedrockProvider, model: str, params: dict[str, Any],
+                  messages: list[dict[str, Any]] | None = None) -> Completion | ProviderError | ModelSetupError:
+    await provider.start()
+    try:
+        return await provider.execute(model, messages or MESSAGES, params)
+    except (ProviderError, ModelSetupError) as exc:
+        return exc
+    finally:
+        await provider.aclose()
+
+
+def headers_of(request: dict[str, Any]) -> dict[str, str]:
+    return {name.lower(): value for name, value in request["headers"].items()}
+
+
+def verified(request: dict[str, Any], url: str, key: str = ACCESS_KEY, secret: str = SECRET,
+             token: str | None = None) -> list[str]:
+    """The headers ``request`` (as the scripted server received it) signed, once its SigV4 signature is recomputed
+    with botocore's signer from the secret, the headers it names, the body and the date it was sent with."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    headers = headers_of(request)
+    scheme, _, rest = headers["authorization"].partition(" ")
+    fields = dict(part.strip().split("=", 1) for part in rest.split(","))
+    signed = fields["SignedHeaders"].split(";")
+    date = headers["x-amz-date"]
+    assert scheme == "AWS4-HMAC-SHA256"
+    assert fields["Credential"] == f"{key}/{date[:8]}/{REGION}/bedrock/aws4_request"
+    received = AWSRequest(method=request["method"], url=url + request["path"], data=request["body"],
+                          headers={name: headers[name] for name in signed})
+    received.context["timestamp"] = date
+    signer = SigV4Auth(Credentials(key, secret, token), "bedrock", REGION)
+    expected = signer.signature(signer.string_to_sign(received, signer.canonical_request(received)), received)
+    assert fields["Signature"] == expected
+    return signed
+
+
+def same_request(lean: dict[str, Any], sdk: dict[str, Any], url: str) -> None:
+    """Method, path with its query, Content-Type; each signed as a server checks it, the lean one over at least
+    the host, the date and the Content-Type."""
+    assert (lean["method"], lean["path"]) == (sdk["method"], sdk["path"])
+    assert headers_of(lean)["content-type"] == headers_of(sdk)["content-type"] == "application/json"
+    assert {"host", "x-amz-date", "content-type"} <= set(verified(lean, url))
+    verified(sdk, url)
+
+
+def reference(model: str, request: dict[str, Any]) -> dict[str, Any]:
+    """botocore's own rest-json serialisation of ``converse(modelId=model, **request)``: its URL path and body."""
+    import botocore.session
+    from botocore.serialize import create_serializer
+
+    operation = botocore.session.get_session().get_service_model("bedrock-runtime").operation_model("Converse")
+    return create_serializer("rest-json").serialize_to_request({"modelId": model, **request}, operation)
+
+
+# -- requests and answers -----------------------------------------------------------------------------------------
+
+async def test_each_converse_request_is_boto3s_own_and_its_answer_the_same_completion(
+        scripted: tuple[str, dict[str, Any], list[dict[str, Any]]]) -> None:
+    url, answer, seen = scripted
+    answer.update(status=200, body=json.dumps(CONVERSE_ANSWER).encode())
+    for model, params in CONVERSE_CASES:
+        seen.clear()
+        lean, sdk = both(url)
+        got, expected = await outcome(lean, model, params), await outcome(sdk, model, params)
+        assert isinstance(got, Completion) and isinstance(expected, Completion), (got, expected)
+        lean_sent, sdk_sent = seen
+        same_request(lean_sent, sdk_sent, url)
+        assert lean_sent["body"] == sdk_sent["body"], params  # byte for byte
+        serialized = reference(model, lean.converse_request(model, MESSAGES, params))
+        assert lean_sent["path"] == serialized["url_path"] and lean_sent["body"] == serialized["body"]
+        for field in ("text", "thinking", "finish_reason", "input_tokens", "output_tokens", "cached_tokens",
+                      "cache_write_tokens", "raw"):
+            assert getattr(got, field) == getattr(expected, field), field
+    assert lean_sent["path"] == ("/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A123456789012%3Ainference-profile%2Fus."
+                                 "amazon.nova-pro-v1%3A0/converse") or model != PROFILE_ARN
+    assert (got.text, got.input_tokens, got.cached_tokens) == ("4 (é)", 25, 4)
+
+
+def test_converse_blobs_go_and_come_as_botocore_writes_and_reads_them() -> None:
+    """An image's bytes in a request (base64 in the body) and a redacted reasoning in an answer (decoded into
+    bytes), as botocore's serializer and parser do them."""
+    import botocore.session
+    from botocore.parsers import create_parser
+
+    request = {"messages": [{"role": "user", "content": [
+        {"image": {"format": "png", "source": {"bytes": b"\x89PNG\r\n\x1a\n\x00\xff"}}},
+        {"document": {"format": "txt", "name": "d", "source": {"bytes": "é".encode()}}}, {"text": "what?"}]}],
+        "inferenceConfig": {"maxTokens": 5}}
+    assert converse_body({"modelId": CONVERSE, **request}) == reference(CONVERSE, request)["body"]
+    operation = botocore.session.get_session().get_service_model("bedrock-runtime").operation_model("Converse")
+    body = json.dumps(CONVERSE_ANSWER).encode()
+    parsed = create_parser("rest-json").parse({"status_code": 200, "headers": {}, "body": body},
+                                              operation.output_shape)
+    parsed.pop("ResponseMetadata")
+    assert converse_answer(body, "here") == parsed
+    assert parsed["output"]["message"]["content"][0]["reasoningContent"]["redactedContent"] == b"\x00hidden"
+
+
+async def test_each_claude_request_is_anthropic_bedrocks_own_and_its_answer_the_same_completion(
+        scripted: tuple[str, dict[str, Any], list[dict[str, Any]]]) -> None:
+    url, answer, seen = scripted
+    answer.update(status=200, body=json.dumps(MESSAGE).encode())
+    for model, asked, marked in CLAUDE_CASES:
+        seen.clear()
+        provider = BedrockProvider(settings(url))
+        capability = provider.capability_model(model)
+        assert capability is not None
+        params = capabilities.shape(*capability, asked).params
+        messages = MESSAGES
+        if marked:
+            messages, params = provider.mark_prompt_cache(model, MESSAGES, params,
+                                                          CacheMarks(cuts=((0, len("Be brief.")),), group="g"))
+        lean, sdk = both(url)
+        got, expected = await outcome(lean, model, params, messages), await outcome(sdk, model, params, messages)
+        assert isinstance(got, Completion) and isinstance(expected, Completion), (got, expected)
+        lean_sent, sdk_sent = seen
+        same_request(lean_sent, sdk_sent, url)
+        assert lean_sent["path"] == f"/model/{model}/invoke"  # (':' kept, as AsyncAnthropicBedrock keeps it)
+        body = json.loads(lean_sent["body"])
+        assert body == json.loads(sdk_sent["body"]), (model, params)
+        assert body["anthropic_version"] == "bedrock-2023-05-31" and "model" not in body
+        for field in ("text", "thinking", "finish_reason", "input_tokens", "output_tokens", "cached_tokens",
+                      "cache_write_tokens", "raw"):
+            assert getattr(got, field) == getattr(expected, field), field
+    assert (got.text, got.thinking, got.input_tokens) == ("C", "hmm", 18)
+
+
+async def test_a_session_token_is_sent_and_signed_as_boto3_signs_it(
+        scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "simulated-session-token")
+    url, answer, seen = scripted
+    answer.update(status=200, body=json.dumps(CONVERSE_ANSWER).encode())
+    lean, sdk = both(url)
+    assert isinstance(await outcome(lean, CONVERSE, {"max_tokens": 5}), Completion)
+    assert isinstance(await outcome(sdk, CONVERSE, {"max_tokens": 5}), Completion)
+    lean_sent, sdk_sent = seen
+    for sent in seen:
+        assert headers_of(sent)["x-amz-security-token"] == "simulated-session-token"
+    assert "x-amz-security-token" in verified(lean_sent, url, token="simulated-session-token")
+    verified(sdk_sent, url, token="simulated-session-token")
+
+
+async def test_a_bedrock_api_key_is_the_bearer_token_anthropic_bedrock_sends(
+        scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "bedrock-api-key-simulated")
+    url, answer, seen = scripted
+    answer.update(status=200, body=json.dumps(MESSAGE).encode())
+    lean, sdk = both(url)
+    assert isinstance(await outcome(lean, CLAUDE, {"max_tokens": 5}), Completion)
+    assert isinstance(await outcome(sdk, CLAUDE, {"max_tokens": 5}), Completion)
+    assert [headers_of(sent)["authorization"] for sent in seen] == ["Bearer bedrock-api-key-simulated"] * 2
+    # Converse over plain http: refused as botocore refuses it, in the same sentence, nothing sent
+    seen.clear()
+    lean, sdk = both(url)
+    got, expected = await outcome(lean, CONVERSE, {"max_tokens": 5}), await outcome(sdk, CONVERSE, {"max_tokens": 5})
+    assert (type(got), str(got)) == (type(expected), str(expected)) and "needs an https base_url" in str(got)
+    assert seen == []
+
+
+def bedrock_error(code: str, message: str, *, header: bool = True) -> tuple[bytes, dict[str, str]]:
+    """Bedrock's error answer: ``{"message": ...}`` and the exception's name in ``x-amzn-ErrorType``."""
+    headers = {"x-amzn-ErrorType": f"{code}:http://internal.amazon.com/coral/com.amazon.bedrock/"} if header else {}
+    return json.dumps({"message": message}).encode(), headers
+
+
+ERRORS: list[tuple[int, bytes, dict[str, str]]] = [
+    (400, *bedrock_error("ValidationException", "Malformed input request: extraneous key [foo]")),
+    (400, json.dumps({"__type": "com.amazon.bedrock#ValidationException", "message": "bad"}).encode(), {}),
+    (400, json.dumps({"Message": "capitalised"}).encode(), {"x-amzn-ErrorType": "ValidationException"}),
+    (400, *bedrock_error("ServiceQuotaExceededException", "Too many tokens per day")),
+    (403, *bedrock_error("AccessDeniedException", "You don't have access to the model with the specified model ID.")),
+    (403, *bedrock_error("UnrecognizedClientException", "The security token included in the request is invalid.")),
+    (403, *bedrock_error("InvalidSignatureException", "The request signature we calculated does not match")),
+    (404, *bedrock_error("ResourceNotFoundException", "Could not resolve the foundation model")),
+    (408, *bedrock_error("ModelTimeoutException", "Model has timed out")),
+    (424, *bedrock_error("ModelErrorException", "The model failed")),
+    (429, *bedrock_error("ThrottlingException", "Too many requests, please wait before trying again.")),
+    (429, bedrock_error("ThrottlingException", "slow down")[0],
+     {"x-amzn-ErrorType": "ThrottlingException", "retry-after": "2"}),
+    (429, *bedrock_error("ModelNotReadyException", "Model is not ready")),
+    (500, *bedrock_error("InternalServerException", "oops")),
+    (503, *bedrock_error("ServiceUnavailableException", "Bedrock is unable to process your request.")),
+    (502, b"<html>bad gateway</html>", {}),
+    (503, b"", {}),
+    (400, b"not json at all", {}),
+]
+
+
+@pytest.mark.parametrize("model", [CONVERSE, CLAUDE])
+@pytest.mark.parametrize(("code", "body", "headers"), ERRORS)
+async def test_each_error_answer_is_the_same_error_on_both_paths(
+        scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], model: str, code: int, body: bytes,
+        headers: dict[str, str]) -> None:
+    url, answer, _ = scripted
+    answer.update(status=code, body=body, headers=headers)
+    if not body.startswith(b"{"):
+        answer["content_type"] = "text/html" if body.startswith(b"<") else "text/plain"
+    lean, sdk = both(url)
+    got, expected = await outcome(lean, model, {"max_tokens": 5}), await outcome(sdk, model, {"max_tokens": 5})
+    assert described(got) == described(expected)
+    assert SECRET not in str(got) and ACCESS_KEY not in str(got)
+    if code == 403:
+        assert isinstance(got, AuthError) and "AWS_ACCESS_KEY_ID" in str(got)
+    elif code == 429 and b"not ready" not in body:
+        assert isinstance(got, RateLimited) and got.retry_after in (2.0, None)
+    elif code >= 500 or code in (408, 424, 429):  # (ModelNotReadyException: the model is loading)
+        assert isinstance(got, TransientError) and got.status == code
+    elif code == 404:
+        assert isinstance(got, AuthError) and got.error_class == "unknown_model"
+    else:
+        assert isinstance(got, BadRequest | QuotaExceeded)
+
+
+@pytest.mark.parametrize("model", [CONVERSE, CLAUDE])
+@pytest.mark.parametrize("body", [b"{not json", b"\xff\xfe{}", b"{}", b""])
+async def test_a_malformed_answer_is_the_same_error(
+        scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], model: str, body: bytes) -> None:
+    url, answer, _ = scripted
+    answer.update(status=200, body=body)
+    lean, sdk = both(url)
+    got, expected = await outcome(lean, model, {"max_tokens": 5}), await outcome(sdk, model, {"max_tokens": 5})
+    if isinstance(expected, Completion):
+        assert isinstance(got, Completion) and (got.text, got.output_tokens) == (expected.text, expected.output_tokens)
+    else:
+        assert described(got) == described(expected)
+        assert isinstance(got, TransientError) and got.error_class == "malformed_response"
+
+
+# -- credentials ---------------------------------------------------------------------------------------------------
+
+async def test_credentials_about_to_expire_are_refreshed_once_off_the_loop_for_every_request_in_flight(
+        scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refreshable credential (an assumed role's, SSO's) inside botocore's refresh window: the first request to
+    find it so has botocore refresh it in a worker thread, the 23 others wait for that one refresh."""
+    from botocore.credentials import RefreshableCredentials
+
+    url, answer, seen = scripted
+    answer.update(status=200, body=json.dumps({**CONVERSE_ANSWER, **MESSAGE}).encode())
+    threads: list[threading.Thread] = []
+    keys = iter(["AKIDFIRSTROLE", "AKIDSECONDROLE"])
+
+    def fetch() -> dict[str, str]:
+        threads.append(threading.current_thread())
+        # the first lasts an hour; the second is the refresh asked when only five minutes are left
+        expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+        return {"access_key": next(keys), "secret_key": SECRET, "token": "role-token",
+                "expiry_time": expiry.isoformat()}
+
+    credentials = RefreshableCredentials.create_from_metadata(fetch(), fetch, "assume-role")
+    threads.clear()
+    provider = BedrockProvider(settings(url))
+    monkeypatch.setattr(provider._core, "get_credentials", lambda: credentials)
+    await provider.start()
+    try:
+        await provider.execute(CONVERSE, MESSAGES, {"max_tokens": 5})
+        assert threads == [] and provider.signer is not None and provider.signer.refreshes == 0
+        credentials._expiry_time = datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=5)
+        seen.clear()
+        results = await asyncio.gather(*(provider.execute(CLAUDE if i % 2 else CONVERSE, MESSAGES, {"max_tokens": 5})
+                                          for i in range(24)))
+        assert all(isinstance(result, Completion) for result in results)
+    finally:
+        await provider.aclose()
+    assert len(threads) == 1 and threads[0] is not threading.main_thread(), "one refresh, in a worker thread"
+    assert provider.signer.refreshes == 1 and len(seen) == 24
+    for sent in seen:
+        verified(sent, url, key="AKIDSECONDROLE", token="role-token")
+
+
+async def test_missing_credentials_are_one_sentence_and_nothing_is_sent(
+        scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
+    from botocore.credentials import RefreshableCredentials
+    from botocore.exceptions import CredentialRetrievalError
+
+    url, _, seen = scripted
+
+    def refused() -> dict[str, str]:
+        raise CredentialRetrievalError(provider="sso", error_msg="the SSO session has expired")
+
+    past = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=1)).isoformat()
+    credentials = RefreshableCredentials.create_from_metadata(
+        {"access_key": "AKIDOLD", "secret_key": SECRET, "token": "t", "expiry_time": past}, refused, "sso")
+    provider = BedrockProvider(settings(url))
+    monkeypatch.setattr(provider._core, "get_credentials", lambda: credentials)
+    got = await outcome(provider, CONVERSE, {"max_tokens": 5})
+    assert isinstance(got, AuthError) and "could not be found or refreshed (CredentialRetrievalError)" in str(got)
+    assert seen == [] and SECRET not in str(got)
+
+
+# -- where the wire goes, and where the SDKs stay ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("variables", "lean"), [
+    ({}, True),
+    ({"HTTPS_PROXY": "http://127.0.0.1:9"}, False),
+    ({"HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "bedrock-runtime.us-east-1.amazonaws.com"}, True),
+    ({"HTTP_PROXY": "http://127.0.0.1:9"}, True),  # a proxy for the other scheme
+    ({"AWS_ENDPOINT_URL_BEDROCK_RUNTIME": "http://127.0.0.1:9"}, False),
+    ({"AWS_USE_FIPS_ENDPOINT": "true"}, False),
+])
+async def test_where_a_proxy_or_an_endpoint_variable_applies_the_sdks_are_kept(
+        monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], lean: bool) -> None:
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    provider = BedrockProvider(settings(None))
+    await provider.start()  # a wire or boto3's client; nothing is sent
+    try:
+        assert (provider.wire is not None) is lean
+        assert (provider.runtime is None) is lean, "boto3's client waits for its first use beside the wire"
+        assert provider.sent_with(CONVERSE) == (LEAN_WIRE if lean else provider.sent_with(CONVERSE, batch=True))
+        if lean:
+            assert provider.wire is not None
+            assert (provider.wire.host, provider.wire.port) == ("bedrock-runtime.us-east-1.amazonaws.com", 443)
+            assert provider.sent_with(CLAUDE) == LEAN_WIRE and provider.sent_with(CONVERSE, batch=True) != LEAN_WIRE
+    finally:
+        await provider.aclose()
+
+
+def test_the_region_s_endpoint_is_the_one_boto3_picks() -> None:
+    import boto3
+
+    for region in ("us-east-1", "eu-central-1", "ap-northeast-1", "us-gov-west-1", "cn-north-1"):
+        client = boto3.client("bedrock-runtime", region_name=region)
+        provider = BedrockProvider(settings(None, region=region))
+        assert provider.runtime_url() == client.meta.endpoint_url, region
+        client.close()
+
+
+# -- the strict simulated server ------------------------------------------------------------------------------------
+
+async def test_the_strict_servers_bedrock_routes_take_every_lean_request() -> None:
+    """simserver/bedrock.py checks each Converse body against botocore's service model, each InvokeModel body
+    against the SDK's types and the capability table, and each request's SigV4 access key: a field sent wrongly
+    is a 400, a wrong key a 403."""
+    async with await start_server(SimConfig(api_key=ACCESS_KEY)) as srv:
+        provider = BedrockProvider(settings(srv.root_url))
+        await provider.start()
+        try:
+            for model, params in CONVERSE_CASES:
+                # (the server knows ids, not an account's ARNs; Nova Pro has no structured outputs)
+                if model != PROFILE_ARN and "response_format" not in params:
+                    assert (await provider.execute(model, MESSAGES, params)).text
+            for model, asked, marked in CLAUDE_CASES:
+                capability = provider.capability_model(model)
+                assert capability is not None
+                params = capabilities.shape(*capability, asked).params
+                messages = MESSAGES
+                if marked:
+                    messages, params = provider.mark_prompt_cache(model, MESSAGES, params,
+                                                                  CacheMarks(cuts=((0, 9),), group="g"))
+                assert (await provider.execute(model, messages, params)).text
+            assert provider.runtime is None and provider.claude is not None and provider.claude.client is None, \
+                "no SDK client was needed"
+        finally:
+            await provider.aclose()
+        stats = srv.stats()
+    assert stats["by_status"] == {"200": 8}
+    assert stats["by_route"]["bedrock-converse"] == 4 and stats["by_route"]["bedrock-invoke"] == 4
