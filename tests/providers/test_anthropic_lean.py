@@ -33,7 +33,7 @@ from runner.errors import (
 from runner.providers.anthropic_messages import AnthropicProvider, proxied
 from runner.providers.base import CacheMarks, Completion, ProviderSettings
 from simserver import SimConfig, start_server
-from tests.helpers import ROOT, scripted_server, sim_stats, write_job, write_rows
+from tests.helpers import ROOT, isolated_aws, scripted_server, sim_stats, write_job, write_rows
 from tests.providers.test_vertex import CLOUD_VARIABLES as VERTEX_VARIABLES
 from tests.providers.test_vertex import credentials_file, private_key  # noqa: F401  (a fixture)
 
@@ -412,10 +412,11 @@ def test_a_submit_of_a_job_of_every_lean_provider_never_imports_an_sdk(tmp_path:
                                                                       monkeypatch: pytest.MonkeyPatch,
                                                                       private_key: str) -> None:  # noqa: F811
     """``runner submit`` (the probes, then every request) of a job asking ``anthropic:``, ``openai:``,
-    ``azure-openai:``, ``gemini:`` and both of ``vertex:``'s families (its credentials a service-account key file
-    whose token endpoint is the simulated server's) of the simulated server, in a process of its own: it completes,
-    and the process never imported the anthropic, openai or google-genai package (each costs seconds of CPU to
-    import)."""
+    ``azure-openai:``, ``gemini:``, both of ``vertex:``'s families (its credentials a service-account key file
+    whose token endpoint is the simulated server's) and both of ``bedrock:``'s (made-up AWS keys) of the simulated
+    server, in a process of its own: it completes, and the process never imported the anthropic, openai or
+    google-genai package (each costs seconds of CPU to import). (boto3 is imported: bedrock's probe asks the
+    control plane through it, and its credentials come from botocore's session.)"""
     for variable in ("OPENAI_BASE_URL", "OPENAI_CUSTOM_HEADERS", "GOOGLE_GEMINI_BASE_URL", *VERTEX_VARIABLES):
         monkeypatch.delenv(variable, raising=False)
     for variable in ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "GEMINI_API_KEY"):
@@ -423,14 +424,16 @@ def test_a_submit_of_a_job_of_every_lean_provider_never_imports_an_sdk(tmp_path:
     root = sim_server.removesuffix("/v1")
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(credentials_file(tmp_path, root + "/token", private_key)))
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))  # no user's gcloud settings
+    isolated_aws(monkeypatch, tmp_path, "AKIDSIMULATEDSUBMIT")
     dataset = write_rows(tmp_path / "rows.jsonl", 3)
     models = [f"anthropic:{MODEL}", "openai:gpt-4o-mini", "azure-openai:gpt-4o-mini", "gemini:gemini-2.0-flash",
-              "vertex:gemini-2.0-flash", "vertex:claude-3-5-haiku@20241022"]
+              "vertex:gemini-2.0-flash", "vertex:claude-3-5-haiku@20241022", "bedrock:amazon.nova-pro-v1:0",
+              "bedrock:us.anthropic.claude-3-5-haiku-20241022-v1:0"]
     job = write_job(tmp_path / "job.yaml", dataset, models=models,
                     extra=f"providers: {{anthropic: {{base_url: '{root}'}}, openai: {{base_url: '{sim_server}'}}, "
                           f"gemini: {{base_url: '{root}'}}, azure-openai: {{base_url: '{root}/openai', "
                           f"api_version: '2024-10-21'}}, vertex: {{base_url: '{root}', project: sim-project, "
-                          "location: us-east5}}")
+                          f"location: us-east5}}, bedrock: {{base_url: '{root}'}}}}")
     code = ("import sys\n"
             "from runner.cli import main\n"
             f"sys.argv = ['runner', 'submit', {str(job)!r}, '--db', {str(tmp_path / 's.sqlite')!r}]\n"
@@ -447,8 +450,10 @@ def test_a_submit_of_a_job_of_every_lean_provider_never_imports_an_sdk(tmp_path:
     assert result == ["RESULT 0 -"], done.stdout + done.stderr
     assert "completed" in done.stdout
     stats = sim_stats(sim_server)
-    routes = ("anthropic", "openai", "azure-openai", "gemini", "vertex-gemini", "vertex-anthropic")
+    routes = ("anthropic", "openai", "azure-openai", "gemini", "vertex-gemini", "vertex-anthropic", "bedrock-converse",
+              "bedrock-invoke")
     assert {route: stats["by_route"].get(route) for route in routes} == \
-        {"anthropic": 3, "openai": 3, "azure-openai": 4, "gemini": 3, "vertex-gemini": 3, "vertex-anthropic": 3}, stats
+        {"anthropic": 3, "openai": 3, "azure-openai": 4, "gemini": 3, "vertex-gemini": 3, "vertex-anthropic": 3,
+         "bedrock-converse": 3, "bedrock-invoke": 3}, stats
     # Azure's probe: a request with no messages, refused unbilled (a 400), which tells the deployment exists
-    assert stats["by_status"] == {"200": 18, "400": 1}
+    assert stats["by_status"] == {"200": 24, "400": 1}
