@@ -26,7 +26,8 @@ rest-json) and from the anthropic SDK's Bedrock client (InvokeModel: ``POST /mod
   message from the body's ``message``/``Message``; Claude's as ``AsyncAnthropicBedrock``'s path read it
   (``x-amzn-ErrorType`` only). Both then go through the provider's one mapping (``BedrockProvider.error_of``).
 
-Imported at start, in a worker thread (``python -X importtime`` on this machine, 2 shared cores, three runs):
+Imported at start (the signer in a worker thread; ``botocore.session`` wherever the chain is first read, the
+pre-flight check of the credentials as before) (``python -X importtime`` on this machine, 2 shared cores, 3 runs):
 ``botocore.auth`` and ``botocore.awsrequest`` (0.11 to 0.16 s, urllib3 and botocore's utilities included), and
 for the credential chain ``botocore.session`` (about 0.05 s more; it imports ``botocore.client`` and the rest of
 the client machinery, none of which runs per request: no parameter validation, serialisation, endpoint resolution,
