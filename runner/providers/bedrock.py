@@ -40,7 +40,7 @@ import contextlib
 import functools
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -51,17 +51,16 @@ from runner.errors import (
     BadRequest,
     ModelSetupError,
     ProviderError,
-    QuotaExceeded,
-    RateLimited,
     TransientError,
 )
 
-from .answer_bounds import bounds_of, surfaced
+from .answer_bounds import bounds_of
 from .base import LEAN_WIRE, CacheMarks, Completion, Provider, ProviderSettings, register
+from .bedrock_errors import CREDENTIAL_HELP, bedrock_error, boto_errors
 from .bedrock_ids import claude_name, is_profile
 from .lean_or_sdk import proxied
 from .records import package_version
-from .wire import quoted, retry_after_seconds, words
+from .wire import quoted
 
 if TYPE_CHECKING:
     from .batching import Batches
@@ -69,16 +68,6 @@ if TYPE_CHECKING:
     from .bedrock_wire import AwsSigner
     from .lean_http import Answer, LeanWire
 
-#: the variables of the standard chain a message may name (never their values)
-CREDENTIAL_HELP = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), "
-                   "or AWS_PROFILE, or AWS_BEARER_TOKEN_BEDROCK (a Bedrock API key), or run where an instance or "
-                   "container role applies")
-#: the error codes of Bedrock's exceptions (botocore's bedrock-runtime model) and of the AWS auth layer
-_AUTH = ("AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException", "ExpiredTokenException",
-         "MissingAuthenticationTokenException", "IncompleteSignatureException", "ExpiredToken",
-         "InvalidClientTokenId", "SignatureDoesNotMatch")
-_TRANSIENT = ("ModelTimeoutException", "InternalServerException", "ServiceUnavailableException",
-              "ModelNotReadyException", "ModelErrorException", "ServiceUnavailable", "InternalFailure")
 #: variables that send the SDKs to another endpoint than the region's (botocore's and the anthropic SDK's): the
 #: SDKs are kept where one is set, rather than the wire reading them as each SDK does
 _ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_BEDROCK_RUNTIME", "ANTHROPIC_BEDROCK_BASE_URL",
@@ -459,58 +448,14 @@ class BedrockProvider(Provider):
         finally:
             control.close()
 
-    # -- errors ----------------------------------------------------------------------------------------------
+    # -- errors (runner/providers/bedrock_errors.py) -----------------------------------------------------------
 
     def error_of(self, code: str, status: int | None, message: str, headers: Mapping[str, str] | None,
                  model: str) -> ProviderError:
         """The runner's error for one of Bedrock's (its exception name, HTTP status, message), whichever SDK
         carried it."""
-        where, said = self.where, words(status, code, None, None, message)
-        if code == "ThrottlingException" or (status == 429 and code != "ModelNotReadyException"):
-            return RateLimited(f"{where}: rate limited ({said})", retry_after=retry_after_seconds(headers))
-        if code == "ServiceQuotaExceededException":
-            return QuotaExceeded(f"{where}: the account's quota is used up ({said}); ask for more in the Service "
-                                 "Quotas console or wait for it to reset")
-        if code in _AUTH or status in (401, 403):
-            return AuthError(f"{where}: the AWS credentials were refused ({said}); check AWS_ACCESS_KEY_ID/"
-                             f"AWS_SECRET_ACCESS_KEY or AWS_PROFILE, and the model's access for bedrock:{model}",
-                             status=status)
-        if code == "ResourceNotFoundException" or status == 404:
-            return AuthError(f"{where}: bedrock:{model} is not a model of region {self.region()} ({said}); check "
-                             "the model id (a cross-region id needs its geography prefix) and the region",
-                             status=status, error_class="unknown_model")
-        if code in _TRANSIENT or (status is not None and (status >= 500 or status in (408, 424))):
-            return TransientError(f"{where}: server error ({said})", status=status)
-        return BadRequest(f"{where}: request rejected ({said})", status=status)
+        return bedrock_error(self.where, self.region(), code, status, message, headers, model)
 
-    @contextlib.contextmanager
-    def map_errors(self, model: str) -> Iterator[None]:
+    def map_errors(self, model: str) -> contextlib.AbstractContextManager[None]:
         """botocore's exceptions as the runner's classes, with messages of our own."""
-        from botocore import exceptions as aws
-        from botocore.parsers import ResponseParserError
-
-        where = self.where
-        with surfaced(where):
-            try:
-                yield
-            except aws.ClientError as exc:
-                error = exc.response.get("Error") or {}
-                meta = exc.response.get("ResponseMetadata") or {}
-                raise self.error_of(str(error.get("Code") or ""), meta.get("HTTPStatusCode"),
-                                    str(error.get("Message") or ""), meta.get("HTTPHeaders"), model) from exc
-            except (aws.ReadTimeoutError, aws.ConnectTimeoutError) as exc:
-                raise TransientError(f"{where}: timed out after {self.settings.timeout:g} s",
-                                     error_class="timeout") from exc
-            except (aws.EndpointConnectionError, aws.ConnectionClosedError, aws.HTTPClientError) as exc:
-                raise TransientError(f"{where}: connection failed ({type(exc).__name__})",
-                                     error_class="connection") from exc
-            except aws.NoCredentialsError as exc:
-                raise AuthError(f"{where}: no AWS credentials were found: {CREDENTIAL_HELP}") from exc
-            except aws.ParamValidationError as exc:  # botocore's own check of the request, before sending it
-                raise BadRequest(f"{where}: request refused by botocore before sending ({quoted(exc)})") from exc
-            except aws.InvalidEndpointConfigurationError as exc:  # botocore >= 1.44: a bearer key over plain http
-                raise ModelSetupError(f"{where}: botocore refuses this endpoint for bedrock:{model} ({quoted(exc)}); "
-                                      "a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK) needs an https base_url") from exc
-            except (ResponseParserError, UnicodeDecodeError) as exc:  # botocore decodes a body as UTF-8 first
-                raise TransientError(f"{where}: the response was not valid JSON ({type(exc).__name__})",
-                                     error_class="malformed_response") from exc
+        return boto_errors(self.where, self.settings.timeout, model, self.error_of)

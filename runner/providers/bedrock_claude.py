@@ -25,7 +25,7 @@ from runner.errors import AuthError, TransientError
 from .anthropic_errors import transport_errors
 from .anthropic_messages import AnthropicProvider
 from .base import Completion, ProviderSettings
-from .bedrock import CREDENTIAL_HELP
+from .bedrock_errors import CREDENTIAL_HELP
 from .bedrock_ids import claude_name, foundation_model
 from .tls import shared_context
 from .token_counts import read_count

@@ -217,7 +217,7 @@ class AwsSigner:
 
 def refresh_failed(where: str, exc: Exception) -> AuthError:
     """botocore's failure to find or refresh credentials, in one sentence."""
-    from .bedrock import CREDENTIAL_HELP
+    from .bedrock_errors import CREDENTIAL_HELP
 
     return AuthError(f"{where}: the AWS credentials could not be found or refreshed ({type(exc).__name__}): "
                      f"{CREDENTIAL_HELP}")
