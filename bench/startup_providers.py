@@ -15,7 +15,6 @@ the simulated server's). The target is 0.5 s to the first answer request for eve
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -29,6 +28,7 @@ if str(ROOT) not in sys.path:
 
 import yaml  # noqa: E402
 
+from bench.made_up_credentials import aws_environment, service_account  # noqa: E402
 from bench.throughput_common import SimProcess, distinct_row, median, write_jsonl  # noqa: E402
 from bench.throughput_startup import FirstRequestRelay, timed_submit  # noqa: E402
 
@@ -61,32 +61,6 @@ def environment(folder: Path, root: str) -> dict[str, str]:
         "PYTHONPATH": str(ROOT),
     })
     return env
-
-
-def aws_environment(folder: Path) -> dict[str, str]:
-    """Made-up AWS keys and a region, and nothing of this machine's AWS files or instance metadata (``folder`` holds
-    no files of those names)."""
-    return {"AWS_ACCESS_KEY_ID": "AKIDSIMULATED", "AWS_SECRET_ACCESS_KEY": "simulated-secret",
-            "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-            "AWS_CONFIG_FILE": str(folder / "no-aws-config"),
-            "AWS_SHARED_CREDENTIALS_FILE": str(folder / "no-aws-creds")}
-
-
-def service_account(folder: Path, token_uri: str) -> Path:
-    """A service-account key file as the Google Cloud console writes one, its token endpoint the simulated
-    server's."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()).decode()
-    path = folder / "service-account.json"
-    path.write_text(json.dumps({
-        "type": "service_account", "project_id": "sim-project", "private_key_id": "0123456789abcdef",
-        "private_key": pem, "client_email": "runner@sim-project.iam.gserviceaccount.com",
-        "client_id": "100000000000000000001", "token_uri": token_uri}), encoding="utf-8")
-    return path
 
 
 def write_job(path: Path, provider: str, root: str, dataset: Path, out_dir: Path) -> None:

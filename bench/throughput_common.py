@@ -285,10 +285,10 @@ def new_store(folder: Path) -> str:
 def child_env(code: Path, url: str | None = None) -> dict[str, str]:
     """A child process's environment: the test keys, the checkout it measures; with ``url`` (the simulated server's)
     also Google's credentials for ``vertex:`` (:func:`google_credentials`) and made-up AWS keys for ``bedrock:``
-    (bench/startup_providers.py's ``aws_environment``), none of this machine's."""
+    (bench/made_up_credentials.py), none of this machine's."""
     env = {**os.environ, **BENCH_KEYS, "BENCH_CODE": str(code), "PYTHONPATH": str(code)}
     if url is not None:
-        from bench.startup_providers import aws_environment  # (it imports this module)
+        from bench.made_up_credentials import aws_environment
 
         google = google_credentials(url.removesuffix("/v1"))
         env = {k: v for k, v in env.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "AWS_"))}
@@ -302,7 +302,7 @@ _CREDENTIALS: dict[str, dict[str, str]] = {}
 
 def google_credentials(root: str) -> dict[str, str]:
     """Application Default Credentials for ``vertex:`` against the simulated server at ``root``: a made-up
-    service-account key file (bench/startup_providers.py's ``service_account``) whose token endpoint is the
+    service-account key file (bench/made_up_credentials.py) whose token endpoint is the
     server's ``/token``, written once per server into a folder removed at exit; no gcloud settings of this
     machine, no metadata server asked."""
     if root not in _CREDENTIALS:
@@ -310,7 +310,7 @@ def google_credentials(root: str) -> dict[str, str]:
         import shutil
         import tempfile
 
-        from bench.startup_providers import service_account  # (it imports this module)
+        from bench.made_up_credentials import service_account
 
         folder = Path(tempfile.mkdtemp(prefix="bench-google-"))
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
