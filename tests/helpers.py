@@ -279,3 +279,22 @@ async def scripted_server() -> AsyncIterator[tuple[str, dict[str, Any], list[dic
         yield f"http://127.0.0.1:{port}", answer, seen
     finally:
         await runner.cleanup()
+
+
+def headers_of(request: dict[str, Any]) -> dict[str, str]:
+    """A request :func:`scripted_server` got: its headers, their names in lower case."""
+    return {name.lower(): value for name, value in request["headers"].items()}
+
+
+async def provider_outcome(provider: Any, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> Any:
+    """What ``provider`` (started here, closed after) makes of one request: its completion, or the runner's error
+    it raised (a ``ProviderError`` or a ``ModelSetupError``), so that a lean path and an SDK path compare alike."""
+    from runner.errors import ModelSetupError, ProviderError
+
+    await provider.start()
+    try:
+        return await provider.execute(model, messages, params)
+    except (ProviderError, ModelSetupError) as exc:
+        return exc
+    finally:
+        await provider.aclose()

@@ -37,7 +37,7 @@ from runner.providers.bedrock_converse import output_members
 from runner.providers.bedrock_wire import converse_answer, converse_body
 from runner.providers.records import LEAN_WIRE
 from simserver import SimConfig, start_server
-from tests.helpers import isolated_aws, scripted_server
+from tests.helpers import headers_of, isolated_aws, provider_outcome, scripted_server
 from tests.providers.test_bedrock import _botocore_refuses_bearer_over_http as botocore_refuses_bearer_over_http
 from tests.providers.test_lean_gemini import MESSAGES, described
 from tests.providers.test_vertex import _local_only  # noqa: F401  (an autouse fixture)
@@ -111,17 +111,7 @@ def both(url: str) -> tuple[BedrockProvider, BedrockProvider]:
 
 async def outcome(provider: BedrockProvider, model: str, params: dict[str, Any],
                   messages: list[dict[str, Any]] | None = None) -> Completion | ProviderError | ModelSetupError:
-    await provider.start()
-    try:
-        return await provider.execute(model, messages or MESSAGES, params)
-    except (ProviderError, ModelSetupError) as exc:
-        return exc
-    finally:
-        await provider.aclose()
-
-
-def headers_of(request: dict[str, Any]) -> dict[str, str]:
-    return {name.lower(): value for name, value in request["headers"].items()}
+    return await provider_outcome(provider, model, messages or MESSAGES, params)  # type: ignore[no-any-return]
 
 
 def verified(request: dict[str, Any], url: str, key: str = ACCESS_KEY, secret: str = SECRET,

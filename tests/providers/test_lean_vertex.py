@@ -29,7 +29,7 @@ from runner.providers.records import LEAN_WIRE
 from runner.providers.vertex import VertexProvider
 from runner.providers.vertex_wire import default_root
 from simserver import start_server
-from tests.helpers import scripted_server
+from tests.helpers import headers_of, provider_outcome, scripted_server
 from tests.providers.test_lean_gemini import ANSWER, MESSAGES, RETRY, camel, described, status_body
 from tests.providers.test_vertex import _local_only, credentials_file, private_key  # noqa: F401  (fixtures)
 
@@ -111,17 +111,7 @@ def both(url: str) -> tuple[VertexProvider, VertexProvider]:
 
 async def outcome(provider: VertexProvider, model: str, params: dict[str, Any],
                   messages: list[dict[str, Any]] | None = None) -> Completion | ProviderError:
-    await provider.start()
-    try:
-        return await provider.execute(model, messages or MESSAGES, params)
-    except ProviderError as exc:
-        return exc
-    finally:
-        await provider.aclose()
-
-
-def headers_of(request: dict[str, Any]) -> dict[str, str]:
-    return {name.lower(): value for name, value in request["headers"].items()}
+    return await provider_outcome(provider, model, messages or MESSAGES, params)  # type: ignore[no-any-return]
 
 
 def same_request(lean: dict[str, Any], sdk: dict[str, Any], quota: str | None) -> None:
