@@ -56,11 +56,10 @@ from runner.errors import (
 
 from .answer_bounds import bounds_of
 from .base import LEAN_WIRE, CacheMarks, Completion, Provider, ProviderSettings, register
-from .bedrock_errors import CREDENTIAL_HELP, bedrock_error, boto_errors
+from .bedrock_errors import CREDENTIAL_HELP, bearer_in_clear, bedrock_error, boto_errors, refresh_failed
 from .bedrock_ids import claude_name, is_profile
 from .lean_or_sdk import proxied
 from .records import package_version
-from .wire import quoted
 
 if TYPE_CHECKING:
     from .batching import Batches
@@ -348,10 +347,8 @@ class BedrockProvider(Provider):
                 from botocore.exceptions import InvalidEndpointConfigurationError
 
                 # botocore's BearerAuth refuses to send a key in the clear, and so does the wire, in its words
-                refused = InvalidEndpointConfigurationError(msg="Bearer authorization requires an HTTPS endpoint.")
-                raise ModelSetupError(f"{self.where}: botocore refuses this endpoint for bedrock:{model} "
-                                      f"({quoted(refused)}); a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK) needs an "
-                                      "https base_url")
+                raise bearer_in_clear(self.where, model, InvalidEndpointConfigurationError(
+                    msg="Bearer authorization requires an HTTPS endpoint."))
             answer = await self.send(model, converse_path(model), converse_body({"modelId": model, **request}))
             return self.converse_completion(converse_answer(answer.content, self.where))
         response = await self._call(model, self.runtime.converse, self._pool, **request)
@@ -360,7 +357,7 @@ class BedrockProvider(Provider):
     async def send(self, model: str, path: str, content: bytes, *, claude: bool = False) -> Answer:
         """One signed POST of the JSON ``content`` to bedrock-runtime over the wire; an error answer mapped as
         botocore's parser (or, for ``claude``, the anthropic SDK's path) reads it, then by :meth:`error_of`."""
-        from .bedrock_wire import ErrorAnswer, claude_error, converse_error, refresh_failed
+        from .bedrock_wire import ErrorAnswer, claude_error, converse_error
 
         assert self.wire is not None and self.signer is not None, "start() was not awaited"
         try:

@@ -21,7 +21,7 @@ from runner.errors import (
 from .answer_bounds import surfaced
 from .wire import quoted, retry_after_seconds, words
 
-__all__ = ["CREDENTIAL_HELP", "bedrock_error", "boto_errors"]
+__all__ = ["CREDENTIAL_HELP", "bearer_in_clear", "bedrock_error", "boto_errors", "refresh_failed"]
 
 #: the variables of the standard chain a message may name (never their values)
 CREDENTIAL_HELP = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), "
@@ -85,8 +85,20 @@ def boto_errors(where: str, timeout: float, model: str, error_of: ErrorOf) -> It
         except aws.ParamValidationError as exc:  # botocore's own check of the request, before sending it
             raise BadRequest(f"{where}: request refused by botocore before sending ({quoted(exc)})") from exc
         except aws.InvalidEndpointConfigurationError as exc:  # botocore >= 1.44: a bearer key over plain http
-            raise ModelSetupError(f"{where}: botocore refuses this endpoint for bedrock:{model} ({quoted(exc)}); "
-                                  "a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK) needs an https base_url") from exc
+            raise bearer_in_clear(where, model, exc) from exc
         except (ResponseParserError, UnicodeDecodeError) as exc:  # botocore decodes a body as UTF-8 first
             raise TransientError(f"{where}: the response was not valid JSON ({type(exc).__name__})",
                                  error_class="malformed_response") from exc
+
+
+def bearer_in_clear(where: str, model: str, refusal: Exception) -> ModelSetupError:
+    """A Bedrock API key asked to go to a plain http endpoint: botocore's ``refusal`` (its
+    ``InvalidEndpointConfigurationError``, which the lean wire makes too, so both paths say one sentence)."""
+    return ModelSetupError(f"{where}: botocore refuses this endpoint for bedrock:{model} ({quoted(refusal)}); a "
+                           "Bedrock API key (AWS_BEARER_TOKEN_BEDROCK) needs an https base_url")
+
+
+def refresh_failed(where: str, exc: Exception) -> AuthError:
+    """botocore's failure to find or refresh the chain's credentials (for the lean wire's signer), in one sentence."""
+    return AuthError(f"{where}: the AWS credentials could not be found or refreshed ({type(exc).__name__}): "
+                     f"{CREDENTIAL_HELP}")

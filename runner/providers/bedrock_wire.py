@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from runner.errors import AuthError, TransientError
+from runner.errors import TransientError
 
 __all__ = ["AwsSigner", "ErrorAnswer", "claude_error", "converse_answer", "converse_body", "converse_error",
            "converse_path", "invoke_path", "runtime_url"]
@@ -213,11 +213,3 @@ class AwsSigner:
                              headers={"Content-Type": "application/json", "Host": host})
         SigV4Auth(await self.frozen(), "bedrock", self._region).add_auth(request)
         return {name: value for name, value in request.headers.items() if name.lower() not in _WIRE_HEADERS}
-
-
-def refresh_failed(where: str, exc: Exception) -> AuthError:
-    """botocore's failure to find or refresh credentials, in one sentence."""
-    from .bedrock_errors import CREDENTIAL_HELP
-
-    return AuthError(f"{where}: the AWS credentials could not be found or refreshed ({type(exc).__name__}): "
-                     f"{CREDENTIAL_HELP}")
