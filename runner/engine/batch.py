@@ -397,9 +397,10 @@ class Batcher:
         for ``runner resume`` (a status that can never be read, e.g. an SDK that fails every call, would otherwise
         be asked for every ``poll_interval`` for ever)."""
         now = time.monotonic()
-        since = self.failing.setdefault(batch.id, now)
         name = f"batch {batch.provider_batch_id or batch.label} ({batch.stage} {batch.model})"
-        if since == now:
+        since = self.failing.get(batch.id)
+        if since is None:
+            self.failing[batch.id] = now
             self.stats.notes.append(f"{name}: a look at it failed ({exc}); looking again every "
                                     f"{self.settings.poll_interval:g} s for up to {self.settings.poll_timeout:g} s "
                                     "(batch.poll_timeout)")
