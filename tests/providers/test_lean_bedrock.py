@@ -200,20 +200,25 @@ def test_converse_blobs_go_and_come_as_botocore_writes_and_reads_them() -> None:
     assert parsed["output"]["message"]["content"][0]["reasoningContent"]["redactedContent"] == b"\x00hidden"
 
 
+def claude_request(provider: BedrockProvider, model: str, asked: dict[str, Any], marked: bool
+                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A Claude case's messages and params as the engine hands them over: shaped by the capability table, and the
+    system prompt marked for the prompt cache where the case says so."""
+    capability = provider.capability_model(model)
+    assert capability is not None
+    params = capabilities.shape(*capability, asked).params
+    if not marked:
+        return MESSAGES, params
+    return provider.mark_prompt_cache(model, MESSAGES, params, CacheMarks(cuts=((0, len("Be brief.")),), group="g"))
+
+
 async def test_each_claude_request_is_anthropic_bedrocks_own_and_its_answer_the_same_completion(
         scripted: tuple[str, dict[str, Any], list[dict[str, Any]]]) -> None:
     url, answer, seen = scripted
     answer.update(status=200, body=json.dumps(MESSAGE).encode())
     for model, asked, marked in CLAUDE_CASES:
         seen.clear()
-        provider = BedrockProvider(settings(url))
-        capability = provider.capability_model(model)
-        assert capability is not None
-        params = capabilities.shape(*capability, asked).params
-        messages = MESSAGES
-        if marked:
-            messages, params = provider.mark_prompt_cache(model, MESSAGES, params,
-                                                          CacheMarks(cuts=((0, len("Be brief.")),), group="g"))
+        messages, params = claude_request(BedrockProvider(settings(url)), model, asked, marked)
         lean, sdk = both(url)
         got, expected = await outcome(lean, model, params, messages), await outcome(sdk, model, params, messages)
         assert isinstance(got, Completion) and isinstance(expected, Completion), (got, expected)
@@ -450,13 +455,7 @@ async def test_the_strict_servers_bedrock_routes_take_every_lean_request() -> No
             for model, params in converse:
                 assert (await provider.execute(model, MESSAGES, params)).text
             for model, asked, marked in CLAUDE_CASES:
-                capability = provider.capability_model(model)
-                assert capability is not None
-                params = capabilities.shape(*capability, asked).params
-                messages = MESSAGES
-                if marked:
-                    messages, params = provider.mark_prompt_cache(model, MESSAGES, params,
-                                                                  CacheMarks(cuts=((0, 9),), group="g"))
+                messages, params = claude_request(provider, model, asked, marked)
                 assert (await provider.execute(model, messages, params)).text
             assert provider.runtime is None and provider.claude is not None and provider.claude.client is None, \
                 "no SDK client was needed"
