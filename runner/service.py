@@ -210,12 +210,18 @@ def prepare_submit(job: Job, store: Store, *, allow_partial: bool = False, repla
     starts."""
     from runner.report import estimate as estimates
 
-    est = estimates.estimate(job, store, count_free=False)
-    if any(job.stage_deadline(stage) is not None for stage in job.llm_stages()):
+    deadlines = any(job.stage_deadline(stage) is not None for stage in job.llm_stages())
+    # Requests whose count needs a tokenizer not built yet are bounded, not counted (building o200k_base costs
+    # more than the rest of the start): the worst case holds. A deadline's plan needs the counts, and a budget the
+    # bound does not fit is decided by them.
+    est = estimates.estimate(job, store, count_free=False, bound_only=not deadlines)
+    cap = job.budget.usd if job.budget is not None else None
+    if est.totals.get("input_bound_only") and cap is not None and est.high is not None and est.high > cap:
+        est = estimates.estimate(job, store, count_free=False)
+    if deadlines:
         from runner.report.deadline import check_deadlines
 
         check_deadlines(job, est.groups, store)  # passed, or no mode meets it: before anything is sent
-    cap = job.budget.usd if job.budget is not None else None
     refusal = estimates.over_budget(est, cap, allow_partial=f"{wording.give} {wording.allow_partial}",
                                     budget=wording.budget)
     partial: str | None = None

@@ -28,6 +28,7 @@ from runner.errors import AuthError, FlexUnavailable, ProviderError, RateLimited
 from runner.plan.request import Task
 from runner.providers.base import Completion, Provider, stamp
 from runner.providers.tiers import FLEX, STANDARD
+from runner.providers.tokens import first_answer
 from runner.spec.settings import RetrySettings
 
 #: transient errors that say the server is loaded (the adaptive concurrency backs off on these)
@@ -171,6 +172,7 @@ class Sender:
             self._failed(exc, endpoint, tries, provider, model_name, admitted, member, tier)
             raise
         endpoint.answered()
+        first_answer()  # a tokenizer waiting for it may be built now (runner/providers/tokens.py)
         if member is not None:
             self.endpoints.outcome(endpoint, None)
         stamp(completion, _sent_with(provider, model_name, member))  # for the result line's provenance

@@ -22,7 +22,14 @@ from runner.errors import StoreError
 from runner.plan.request import Task
 from runner.providers.base import Completion
 from runner.providers.pricing import Pricing, Rates
-from runner.providers.tokens import bound_call_tokens, count_call_tokens
+from runner.providers.tokens import (
+    bound_call_tokens,
+    build_soon,
+    byte_bound,
+    count_call_tokens,
+    counts_now,
+    exact,
+)
 from runner.spec.pools import batch_endpoint
 from runner.spec.schema import Job
 from runner.store import ReserveAsk, Store
@@ -35,11 +42,26 @@ FREE = Reservation([], 0.0, 0)
 
 def input_tokens(req: Task) -> int:
     """The request's input tokens (exact or expected), counted once: the endpoint's token buckets take them, and the
-    budget reservation starts from them (:meth:`Reserver.worst_case`)."""
+    budget reservation starts from them (:meth:`Reserver.worst_case`). Until the tokenizer the count needs is
+    built (off the path to the first request: ``tokens.build_soon``), its byte bound, which is not kept."""
     call = req.call
     if call.input_tokens is None:
+        if not counts_now(call.provider, call.model_name, call.pairs):
+            build_soon(call.provider, call.model_name, call.pairs)
+            return byte_bound(call.messages, call.pairs)
         call.input_tokens = count_call_tokens(call.provider, call.model_name, call.messages, call.pairs)
     return call.input_tokens
+
+
+def count_now(req: Task) -> bool:
+    """Count ``req``'s input tokens now, building the tokenizer if need be, when its worst case was taken from the
+    byte bound (:func:`input_tokens`) and the count can lower it (the provider's count is exact); True when it
+    did: a budget the bound does not fit may still hold the request."""
+    call = req.call
+    if call.input_tokens is not None or not exact(call.provider, call.model_name) or call.pairs is not None:
+        return False
+    call.input_tokens = count_call_tokens(call.provider, call.model_name, call.messages, call.pairs)
+    return True
 
 
 class Reserver:
@@ -118,9 +140,11 @@ class Reserver:
             if self.budgets is None:
                 reservation = Reservation([], usd, tokens)
             else:
-                if batch:
-                    got = self.budgets.try_reserve(req.stage, req.model, usd, tokens)
-                else:
+                got = self.budgets.try_reserve(req.stage, req.model, usd, tokens)
+                if isinstance(got, Exhausted) and count_now(req):  # the byte bound did not fit: the count may
+                    usd, tokens = self.worst_case(req, batch=batch)
+                    continue
+                if isinstance(got, Exhausted) and not batch:  # wait for reservations in flight to settle
                     got = await self.budgets.reserve(req.stage, req.model, usd, tokens)
                 if isinstance(got, Exhausted):
                     if batch and got.scope.inflight:
@@ -146,6 +170,9 @@ class Reserver:
                 return reservation
             assert self.budgets is not None and blocked is not None
             self.budgets.release(reservation)
+            if count_now(req):  # the byte bound did not fit: the count may
+                usd, tokens = self.worst_case(req, batch=batch)
+                continue
             if not inflight:
                 self.out_of_budget(req, self.budgets.scope_named(blocked))
                 return None

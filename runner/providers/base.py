@@ -266,6 +266,14 @@ class Provider(SetupChecks, ABC):
         """Whether :meth:`count_input_tokens` is the count the provider will report (for text messages)."""
         return False
 
+    @classmethod
+    def count_encoding(cls, model: str) -> str | None:
+        """The tiktoken encoding :meth:`count_input_tokens` builds to count (None: it needs none), which the engine
+        builds off the path to the first request (``tokens.build_soon``)."""
+        from .tokens import FALLBACK_ENCODING
+
+        return FALLBACK_ENCODING
+
     def count_request(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]
                       ) -> dict[str, Any] | None:
         """What this provider's token-counting endpoint is asked to count for a request of ``model`` (JSON data,

@@ -165,7 +165,13 @@ class OpenAIChatProvider(LeanOrSDK["openai.AsyncOpenAI"], Provider):
         """Exact for the models tiktoken knows; a newer model is counted with o200k_base and said not to be."""
         from . import tokens
 
-        return tokens.model_encoding(model)[1]
+        return tokens.model_encoding_name(model)[1]
+
+    @classmethod
+    def count_encoding(cls, model: str) -> str | None:
+        from . import tokens
+
+        return tokens.model_encoding_name(model)[0]
 
     def _sdk_client(self) -> openai.AsyncOpenAI:
         import openai

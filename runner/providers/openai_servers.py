@@ -156,3 +156,7 @@ class SimProvider(OpenAIChatProvider):
     @classmethod
     def tokens_exact(cls, model: str) -> bool:
         return True
+
+    @classmethod
+    def count_encoding(cls, model: str) -> str | None:
+        return None  # the simulated server's rule needs no tokenizer

@@ -15,7 +15,9 @@ tokenizers are not public, and neither is a user server's, so two figures are ke
   arrives, one that is too low could let a request overshoot a budget.
 
 Estimates show both (``runner estimate``); the token buckets of rate limits take the expected count, since the
-providers' own limits count real tokens and a bound 4x too high for English would cut throughput by as much.
+providers' own limits count real tokens and a bound 4x too high for English would cut throughput by as much (only
+for a run's first moment, before the encoding is built, do they take the bound: "Counting without waiting for a
+tokenizer" below).
 
 tiktoken fetches its vocabulary files from the internet on first use, which this project cannot rely on. The
 two files the OpenAI chat models use ship in ``runner/providers/data/tiktoken/`` under the names tiktoken's cache gives
@@ -44,9 +46,10 @@ if TYPE_CHECKING:  # tiktoken (12 ms) is imported when an encoding is first buil
 
     from .base import Provider
 
-__all__ = ["bound_call_tokens", "bound_input_tokens", "bound_text_tokens", "count_call_tokens", "count_input_tokens",
-           "count_text_tokens", "encoding", "estimate_input_tokens", "estimate_text_tokens", "exact", "message_text",
-           "model_encoding"]
+__all__ = ["bound_call_tokens", "bound_input_tokens", "bound_text_tokens", "build_soon", "byte_bound",
+           "count_call_tokens", "count_encoding", "count_input_tokens", "count_text_tokens", "counts_now", "encoding",
+           "estimate_input_tokens", "estimate_text_tokens", "exact", "first_answer", "message_text", "model_encoding",
+           "model_encoding_name"]
 
 #: where the shipped vocabulary files live, named as tiktoken's cache names them
 DATA_DIR = Path(__file__).parent / "data" / "tiktoken"
@@ -114,13 +117,21 @@ BOUND_PER_REQUEST = 64
 
 _DIGITS = "0123456789"
 _load_lock = threading.Lock()
+_build_lock = threading.Lock()
+#: the encodings built in this process
+_built: set[str] = set()
 
 
 def encoding(name: str) -> tiktoken.Encoding:
     """The tiktoken encoding ``name``, loaded from the shipped file (once per process)."""
     if name not in SHIPPED:
         raise ValueError(f"encoding {name!r} is not shipped with the runner; shipped: {', '.join(SHIPPED)}")
-    return _load(name)
+    if name in _built:
+        return _load(name)
+    with _build_lock:  # one build per encoding, whichever thread asks first (the other waits for it)
+        built = _load(name)
+    _built.add(name)
+    return built
 
 
 @functools.cache
@@ -161,17 +172,24 @@ def _parameters(name: str, ranks: dict[bytes, int]) -> dict[str, Any]:
 
 
 @functools.cache
-def model_encoding(model: str) -> tuple[tiktoken.Encoding, bool]:
-    """The encoding of an OpenAI model, and whether tiktoken knows the model (else the fallback is used)."""
+def model_encoding_name(model: str) -> tuple[str, bool]:
+    """The name of an OpenAI model's encoding, and whether tiktoken knows the model (else the fallback's name),
+    without building the encoding."""
     import tiktoken
 
     try:
         name = tiktoken.encoding_name_for_model(model)
     except KeyError:
-        return encoding(FALLBACK_ENCODING), False
+        return FALLBACK_ENCODING, False
     if name not in SHIPPED:  # models older than the chat API (r50k, p50k): never downloaded, counted as o200k
-        return encoding(FALLBACK_ENCODING), False
-    return encoding(name), True
+        return FALLBACK_ENCODING, False
+    return name, True
+
+
+def model_encoding(model: str) -> tuple[tiktoken.Encoding, bool]:
+    """The encoding of an OpenAI model, and whether tiktoken knows the model (else the fallback is used)."""
+    name, known = model_encoding_name(model)
+    return encoding(name), known
 
 
 def _provider(name: str) -> type[Provider] | None:
@@ -278,12 +296,76 @@ def bound_call_tokens(provider: str, model: str, messages: Iterable[Mapping[str,
     a true upper bound, never below the expected count. ``counted``: :func:`count_call_tokens` of the call when the
     caller has it already (it is not counted again)."""
     if pairs is not None:  # a log-likelihood call: the server's tokenizer is not known here
-        bound = BOUND_PER_REQUEST + sum(2 * BOUND_PER_MESSAGE + bound_text_tokens(context) + bound_text_tokens(rest)
-                                        for context, rest in pairs)
-        return max(bound, counted or 0)
+        return max(byte_bound(messages, pairs), counted or 0)
     if counted is None:
         messages = list(messages)
         counted = count_input_tokens(provider, model, messages)
     if exact(provider, model):
         return counted
     return max(counted, bound_input_tokens(messages))
+
+
+def byte_bound(messages: Iterable[Mapping[str, Any]], pairs: Iterable[tuple[str, str]] | None = None) -> int:
+    """The upper bound of a call's input tokens from its UTF-8 bytes alone (:func:`bound_input_tokens`, or for a
+    log-likelihood call every context and continuation it reads), which needs no tokenizer."""
+    if pairs is None:
+        return bound_input_tokens(messages)
+    return BOUND_PER_REQUEST + sum(2 * BOUND_PER_MESSAGE + bound_text_tokens(context) + bound_text_tokens(rest)
+                                   for context, rest in pairs)
+
+
+# -- Counting without waiting for a tokenizer ---------------------------------------------------------------
+# Building o200k_base costs about 0.3 s of CPU (its 200,000 ranks read, then tiktoken's Rust constructor, which
+# holds the GIL throughout), more than the rest of `runner submit` before its first request. So the engine does
+# not build it before sending: until it is built, a request's input tokens are taken as its byte bound, which is
+# never below the count (budgets reserve a little more, token buckets take a little more, for the run's first
+# moments), and the build runs in a thread of its own once the run's first answer has come back, or at the latest
+# BUILD_AFTER seconds after it was first wanted. Where the bound is not good enough (a budget it does not fit),
+# the caller counts, and so builds, at once (runner/engine/reserver.py).
+
+#: seconds a tokenizer first wanted by the engine waits for the run's first answer before it is built anyway
+BUILD_AFTER = 1.0
+_first_answer = threading.Event()
+_building: set[str] = set()
+
+
+@functools.cache
+def _count_encoding(provider: str, model: str) -> str | None:
+    cls = _provider(provider)
+    return cls.count_encoding(model) if cls is not None else FALLBACK_ENCODING
+
+
+def count_encoding(provider: str, model: str, pairs: object = None) -> str | None:
+    """The encoding a count of a call of ``model`` at ``provider`` uses (``Provider.count_encoding``; a
+    log-likelihood call, with ``pairs``, is estimated with the fallback's), None when it uses none."""
+    return FALLBACK_ENCODING if pairs is not None else _count_encoding(provider, model)
+
+
+def counts_now(provider: str, model: str, pairs: object = None) -> bool:
+    """Whether a call of ``model`` at ``provider`` can be counted without building a tokenizer first."""
+    name = count_encoding(provider, model, pairs)
+    return name is None or name in _built
+
+
+def build_soon(provider: str, model: str, pairs: object = None) -> None:
+    """Have the tokenizer a count of such a call needs built in a thread of its own, once the run's first answer
+    has come back (:func:`first_answer`) or ``BUILD_AFTER`` seconds from now, whichever is first."""
+    name = count_encoding(provider, model, pairs)
+    if name is None or name in _built or name in _building:
+        return
+    _building.add(name)
+    threading.Thread(target=_build_later, args=(name,), name=f"runner-tokenizer-{name}", daemon=True).start()
+
+
+def _build_later(name: str) -> None:
+    _first_answer.wait(BUILD_AFTER)
+    try:
+        encoding(name)
+    except Exception:  # the caller that needs the count builds it again, and says why it cannot
+        _building.discard(name)
+
+
+def first_answer() -> None:
+    """The run's first answer has come back: a tokenizer waiting to be built (:func:`build_soon`) need not wait."""
+    if not _first_answer.is_set():
+        _first_answer.set()

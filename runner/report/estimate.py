@@ -39,7 +39,7 @@ from runner.errors import RunnerError
 from runner.plan.request import Task
 from runner.plan.stage import StagePlan, model_key
 from runner.providers.pricing import PER, Pricing, Rates
-from runner.providers.tokens import bound_call_tokens, count_call_tokens, exact
+from runner.providers.tokens import bound_call_tokens, byte_bound, count_call_tokens, counts_now, exact
 from runner.report.cache_estimate import CacheSums, caching_rule, storage_price
 from runner.report.deadline import deadline_lines
 from runner.report.pool_estimate import PoolPrices, pool_prices
@@ -79,6 +79,10 @@ class _Sums:
         self.output_rate += tier.output / PER
         self.high += max(r.worst_case(bound, max_tokens) for r in worst)
 
+    def add_bound(self, bound: int, max_tokens: int, worst: list[Rates]) -> None:
+        """A request whose input tokens are known only by their bound: its worst case, no expected cost."""
+        self.high += max(r.worst_case(bound, max_tokens) for r in worst)
+
 
 @dataclass(slots=True)
 class Group:
@@ -113,6 +117,9 @@ class Group:
     input_tokens_bound: int | None = 0
     #: requests to send whose input tokens the provider's count endpoint counted in a run before (exact)
     input_counted: int = 0
+    #: whether the input tokens were only bounded, not counted (``runner submit`` does not build a tokenizer before
+    #: the run: ``input_tokens``, ``cost_low`` and ``batch_low`` are then None, the worst case is the bound's)
+    input_bound_only: bool = False
     output_tokens_max: int | None = None
     output_tokens_expected: float | None = None
     #: how many responses ``output_tokens_expected`` is the mean of (0: no history)
@@ -156,8 +163,10 @@ class _Builder:
 
     def __init__(self, group: Group, rates: Rates | None, batch: Rates | None, count: bool,
                  cache: CacheSums | None = None, stored: bool = False, worst: list[Rates] | None = None,
-                 pool: PoolPrices | None = None) -> None:
+                 pool: PoolPrices | None = None, bounded: bool = False) -> None:
         self.group = group
+        #: sum the requests' byte bounds instead of counting them (see :attr:`Group.input_bound_only`)
+        self.bounded = bounded
         self.stored = stored and count  # its requests may have counts stored (runner/report/stored_counts.py)
         self.rates = rates
         self.worst = worst or ([rates] if rates is not None else [])
@@ -183,6 +192,9 @@ class _Builder:
         if counted is not None:
             tokens = bound = counted
             g.input_counted += 1
+        elif self.bounded:
+            self._add_bound(byte_bound(req.messages, req.call.pairs))
+            return
         else:
             tokens = count_call_tokens(req.provider, req.model_name, req.messages, req.call.pairs)
             bound = bound_call_tokens(req.provider, req.model_name, req.messages, req.call.pairs, counted=tokens)
@@ -200,10 +212,23 @@ class _Builder:
         if self.cache is not None:
             self.cache.add(req.messages)
 
+    def _add_bound(self, bound: int) -> None:
+        g = self.group
+        g.input_tokens_bound = (g.input_tokens_bound or 0) + bound
+        max_tokens = g.max_tokens or 0
+        if self.sums is not None:
+            self.sums.add_bound(bound, max_tokens, self.worst)
+        if self.batch_sums is not None and self.batch is not None:
+            self.batch_sums.add_bound(bound, max_tokens, [self.batch])
+
     def finish(self, store: Store, provider: str, model_id: str) -> Group:
         g = self.group
         if g.to_send and g.input_counted == g.to_send:
             g.input_exact = True
+        if g.input_bound_only and g.input_counted == g.to_send:  # every request counted after all, or none to send
+            g.input_bound_only = False
+        if g.input_bound_only:
+            g.input_tokens = None
         if g.max_tokens is not None:
             g.output_tokens_max = g.max_tokens * g.to_send
         if self.cached_n:
@@ -221,7 +246,7 @@ class _Builder:
                                           (self.batch_sums, "batch_low", "batch_high")):
             if sums is None:
                 continue
-            setattr(g, low_attr, sums.input_usd + (expected or 0.0) * sums.output_rate)
+            setattr(g, low_attr, None if g.input_bound_only else sums.input_usd + (expected or 0.0) * sums.output_rate)
             setattr(g, high_attr, sums.high if g.max_tokens is not None else None)
         if self.pool is not None:
             bounded = g.max_tokens is not None
@@ -250,9 +275,11 @@ def _chunks(requests: Iterable[Task], size: int) -> Iterator[list[Task]]:
         yield chunk
 
 
-def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
+def estimate(job: Job, store: Store, *, count_free: bool = True, bound_only: bool = False) -> Estimate:
     """Estimate ``job`` against ``store``'s memo. ``count_free=False`` skips counting the input tokens of free
-    models (their cost is 0 whatever the count), which ``runner submit`` uses to get to the run sooner."""
+    models (their cost is 0 whatever the count), and ``bound_only`` takes the byte bound of a request whose count
+    would need a tokenizer not built yet (the worst case holds; the expected cost is left unknown): both for
+    ``runner submit``, to get to the run sooner."""
     started = time.perf_counter()
     pricing = Pricing(job)
     tiers = Tiers(job)
@@ -290,10 +317,13 @@ def estimate(job: Job, store: Store, *, count_free: bool = True) -> Estimate:
             count = count_free or rates is None or not rates.is_free
             if not count:
                 group.input_tokens = group.input_tokens_bound = None
-            rule = caching_rule(model) if job.stage_prompt_cache(stage) == "auto" and count else None
+            # a pool's endpoints are priced by the expected count: counted; the expected saving of prompt caching
+            # is left unknown with the expected cost
+            group.input_bound_only = bounded = bound_only and count and pool is None and not counts_now(provider, name)
+            rule = caching_rule(model) if job.stage_prompt_cache(stage) == "auto" and count and not bounded else None
             builders[model] = _Builder(group, rates, batch, count, CacheSums(
                 stage.name, model, rule, storage_price(job, model)) if rule is not None else None,
-                not group.input_exact and stored.counter(provider) is not None, worst, pool)
+                not group.input_exact and stored.counter(provider) is not None, worst, pool, bounded)
         replayed = replayable_tasks(store, stage_address(job, stage, plan), stage.name)
         if replayed is not None:  # unchanged since a run that finished it: all cache hits, nothing to plan
             for model, (n, output_tokens) in replayed.items():
@@ -358,6 +388,7 @@ def _totals(groups: list[Group]) -> dict[str, Any]:
     totals["input_tokens_bound"] = sum(g.input_tokens_bound for g in groups if g.input_tokens_bound is not None)
     totals["input_counted"] = sum(g.input_counted for g in groups)
     totals["input_exact"] = all(g.input_exact for g in groups if g.to_send)
+    totals["input_bound_only"] = any(g.input_bound_only for g in groups if g.to_send)
     totals["output_tokens_max"] = _sum([g.output_tokens_max for g in groups if g.to_send])
     for key in ("cost_low", "cost_high"):
         totals[key] = _sum([getattr(g, key) for g in groups if g.to_send])

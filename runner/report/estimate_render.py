@@ -24,7 +24,9 @@ CSV_COLUMNS = (
 )
 
 
-def _range(low: float | None, high: float | None, *, bounded: bool) -> str:
+def _range(low: float | None, high: float | None, *, bounded: bool, bound_only: bool = False) -> str:
+    if low is None and bound_only and high is not None:
+        return f"at most {usd(high)}"
     if low is None:
         return "unknown price"
     return f"{usd(low)} – {usd(high) if bounded and high is not None else 'unbounded'}"
@@ -40,6 +42,8 @@ def _input(g: Group) -> str:
     """Input tokens as shown: "N (exact)" (the tokenizer is here, or the provider's count endpoint counted every
     request), or "N expected, ≤ M (bound)", with how many requests were counted exactly when some were."""
     tokens, bound = g.input_tokens, g.input_tokens_bound
+    if g.input_bound_only:
+        return f"≤ {bound or 0:,} (bound; counted once the run sends)"
     if tokens is None:
         return "not counted (free)"
     if g.input_exact or bound is None:
@@ -52,11 +56,11 @@ def _row(g: Group) -> list[str]:
     tokens = _input(g)
     expected = "no history" if not g.history else f"{_tokens(g.output_tokens_expected)} (n={g.history})"
     bounded = g.max_tokens is not None
-    batch = _range(g.batch_low, g.batch_high, bounded=bounded) if g.batch_price else "-"
+    batch = _range(g.batch_low, g.batch_high, bounded=bounded, bound_only=g.input_bound_only) if g.batch_price else "-"
     cached = "-" if g.cost_low_cached is None else f"{usd(g.cost_low_cached)} ({_tokens(g.cache_read_tokens)} read)"
     return [g.stage, g.model, f"{g.requests:,}", f"{g.cached:,}", f"{g.to_send:,}", tokens,
             _tokens(g.output_tokens_max) if bounded else "unbounded", expected,
-            _range(g.cost_low, g.cost_high, bounded=bounded), batch, cached]
+            _range(g.cost_low, g.cost_high, bounded=bounded, bound_only=g.input_bound_only), batch, cached]
 
 
 HEADERS = ["stage", "model", "requests", "in cache", "to send", "input tokens", "output max", "output expected",
@@ -69,10 +73,15 @@ def summary_lines(est: Estimate) -> list[str]:
     repeats = f", {t['repeats']:,} repeated" if t["repeats"] else ""
     head = (f"estimate: {t['requests']:,} requests, {t['cached']:,} in the cache{repeats}, {t['to_send']:,} to send; "
             f"cost {_total_range(t)}")
-    if t["batch_low"] is not None:
-        head += f" (Batch API {_range(t['batch_low'], t['batch_high'], bounded=t['batch_high'] is not None)})"
+    if t["batch_low"] is not None or (t.get("input_bound_only") and t["batch_high"] is not None):
+        batch = _range(t["batch_low"], t["batch_high"], bounded=t["batch_high"] is not None,
+                       bound_only=bool(t.get("input_bound_only")))
+        head += f" (Batch API {batch})"
     head += f"; estimated in {est.elapsed:.2f} s"
     lines = [head]
+    if t.get("input_bound_only") and t["cost_high"] is not None:
+        lines.append("input tokens bounded by their bytes, not counted, to start sooner (the worst case holds): "
+                     "`runner estimate JOB` gives the expected cost")
     if t.get("cost_low_cached") is not None and t["cost_low"] is not None:
         lines.append(f"with provider prompt caching (prompt_cache: auto): expected {usd(t['cost_low_cached'])}, "
                      f"{usd(t['cost_low'] - t['cost_low_cached'])} less, {t['cache_read_tokens']:,} of the "
@@ -93,6 +102,8 @@ def summary_lines(est: Estimate) -> list[str]:
 
 def _total_range(t: dict[str, Any]) -> str:
     low, high = t["cost_low"], t["cost_high"]
+    if low is None and t.get("input_bound_only") and high is not None:
+        return f"at most {usd(high)}"
     if low is None:
         return "unknown (a model has no price)"
     return f"{usd(low)} – {usd(high) if high is not None else 'unbounded'}"

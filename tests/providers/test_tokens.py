@@ -211,3 +211,42 @@ def test_a_damaged_or_missing_vocabulary_file_is_an_error_not_a_download(
         tokens._load.__wrapped__("cl100k_base")
     with pytest.raises(ValueError, match="not shipped"):
         tokens.encoding("r50k_base")
+
+
+def _in_new_process(code: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", "from runner.providers import tokens\nimport time\n" + code],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout.split()
+
+
+WAIT_BUILT = ("deadline = time.monotonic() + 60\n"
+              "while not tokens.counts_now('openai', 'gpt-4o-mini') and time.monotonic() < deadline:\n"
+              "    time.sleep(0.01)\n"
+              "print(tokens.counts_now('openai', 'gpt-4o-mini'))\n")
+
+
+def test_a_tokenizer_asked_for_is_built_in_its_own_thread_once_the_first_answer_is_back() -> None:
+    # Asking whether a count is exact builds nothing; a build asked for waits for the run's first answer.
+    said = _in_new_process("print(tokens.exact('openai', 'gpt-4o-mini'), tokens.counts_now('openai', 'gpt-4o-mini'))\n"
+                           "tokens.BUILD_AFTER = 600\n"
+                           "tokens.build_soon('openai', 'gpt-4o-mini')\n"
+                           "tokens.build_soon('anthropic', 'claude-haiku-4-5')\n"  # the same encoding: one build
+                           "time.sleep(0.5)\n"
+                           "print(tokens.counts_now('openai', 'gpt-4o-mini'), sorted(tokens._building))\n"
+                           "tokens.first_answer()\n" + WAIT_BUILT +
+                           "print(tokens.counts_now('anthropic', 'claude-haiku-4-5'))\n")
+    assert said == ["True", "False", "False", "['o200k_base']", "True", "True"]
+
+
+def test_a_tokenizer_asked_for_is_built_after_a_while_even_with_no_answer() -> None:
+    said = _in_new_process("tokens.BUILD_AFTER = 0.2\n"
+                           "tokens.build_soon('openai', 'gpt-4o-mini')\n" + WAIT_BUILT)
+    assert said == ["True"]
+
+
+def test_the_byte_bound_alone_is_the_bound_a_budget_reserves_where_no_count_is_exact() -> None:
+    messages = [{"role": "system", "content": "Réponds en une lettre."}, {"role": "user", "content": "Question ﷺ?"}]
+    assert tokens.byte_bound(messages) == tokens.bound_call_tokens("anthropic", "claude-haiku-4-5", messages)
+    pairs = [("The cat sat on the", " mat")]
+    assert tokens.byte_bound([], pairs) == tokens.bound_call_tokens("local", "m", [], pairs)
+    assert tokens.byte_bound(messages) > count_input_tokens("openai", "gpt-4o-mini", messages)
