@@ -69,7 +69,7 @@ def write_job(path: Path, provider: str, root: str, dataset: Path, out_dir: Path
         "name": f"startup-{provider}", "output_dir": str(out_dir), "models": [model],
         "providers": {provider: {key: value.format(root=root) for key, value in settings.items()}},
         "params": {"max_tokens": 5, "temperature": 0},
-        "stages": [{"name": "mc", "dataset": {"path": str(dataset)}, "prompt": {"user": "{question}"},
+        "stages": [{"name": "mc", "dataset": {"path": str(dataset)}, "prompt": {"user": "{{ question }}"},
                     "choices": {"seeds": [0]}, "parse": "letter"}],
     }
     path.write_text(yaml.safe_dump(job, sort_keys=False), encoding="utf-8")
