@@ -17,6 +17,8 @@ build from a copy with no git metadata gets).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib.metadata
 import os
 import re
@@ -43,6 +45,11 @@ HASH_DIGITS = 9
 #: seconds one git call may take before the installed metadata's version is used instead
 GIT_TIMEOUT = 10.0
 
+#: the git commands of a version: the nearest tag, the distance and the commit; and the count of commits, for a
+#: checkout with no release tag
+_DESCRIBE = ("describe", "--dirty", "--tags", "--long", "--always", "--abbrev=40", "--match", TAG_PATTERN)
+_COUNT = ("rev-list", "--count", "HEAD")
+
 _DESCRIBED = re.compile(r"(?P<tag>.+)-(?P<distance>\d+)-g(?P<node>[0-9a-f]+)")
 
 
@@ -67,8 +74,7 @@ def git_version(root: Path, *, today: datetime | None = None) -> str | None:
     if not (root / ".git").exists() or not (root / "pyproject.toml").is_file():  # .git: a folder, or a file (a
         # `git worktree`, a submodule); pyproject.toml: the checkout of this project, not an installed package's
         return None
-    described = _git(root, "describe", "--dirty", "--tags", "--long", "--always", "--abbrev=40",
-                     "--match", TAG_PATTERN)
+    described = _git(root, *_DESCRIBE)
     if not described:
         return None
     dirty = described.endswith("-dirty")
@@ -77,7 +83,7 @@ def git_version(root: Path, *, today: datetime | None = None) -> str | None:
     if found:
         tag, distance, node = _release(found["tag"]), int(found["distance"]), found["node"]
     elif re.fullmatch(r"[0-9a-f]{40,64}", described):  # no release tag: counted from the first commit, after 0.0
-        count = _git(root, "rev-list", "--count", "HEAD")
+        count = _git(root, *_COUNT)
         if count is None or not count.isdigit():
             return None
         tag, distance, node = FALLBACK, int(count), described
@@ -106,14 +112,60 @@ def _next(release: str) -> str:
     return f"{found[1]}{int(found[2]) + 1}" if found else release
 
 
-def _git(root: Path, *args: str) -> str | None:
-    """One git command's output in ``root``, stripped; None when git is missing, fails or takes too long. It takes
-    no lock (a commit under way elsewhere is not disturbed), and variables that point git elsewhere are dropped."""
+#: git commands started ahead of their use (:func:`ask_git_early`), by their arguments
+_EARLY: dict[tuple[str, ...], subprocess.Popen[str]] = {}
+
+
+def ask_git_early() -> None:
+    """Start the git commands :func:`version` will ask, in the background, when the runner runs from a git
+    checkout: a command that will need the version (``runner submit``, ``resume``, ``work``) calls this first
+    thing, so that git runs on another core while the runner imports, instead of on the way to the first
+    request (some 0.03 s of git, more on a busy machine). :func:`version` takes their answers."""
+    if _EARLY or not (SOURCE_ROOT / ".git").exists() or not (SOURCE_ROOT / "pyproject.toml").is_file():
+        return
+    for args in (_DESCRIBE, _COUNT):
+        try:
+            _EARLY[args] = subprocess.Popen(_command(SOURCE_ROOT, args), stdout=subprocess.PIPE,
+                                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
+                                            env=_environment())
+        except OSError:  # no git: version() finds out again and uses the installed metadata
+            break
+    atexit.register(_reap)  # never asked (the command failed first): not left a zombie
+
+
+def _reap() -> None:
+    for started in _EARLY.values():
+        with contextlib.suppress(subprocess.SubprocessError):
+            started.communicate(timeout=GIT_TIMEOUT)
+
+
+def _command(root: Path, args: tuple[str, ...]) -> list[str]:
+    return ["git", "-C", str(root), *args]
+
+
+def _environment() -> dict[str, str]:
+    """This process's environment without the variables that point git elsewhere, and with no optional lock (a
+    commit under way elsewhere is not disturbed)."""
     env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
     env["GIT_OPTIONAL_LOCKS"] = "0"
+    return env
+
+
+def _git(root: Path, *args: str) -> str | None:
+    """One git command's output in ``root``, stripped (the answer of the one started early, when it was); None
+    when git is missing, fails or takes too long."""
+    started = _EARLY.pop(args, None) if root == SOURCE_ROOT else None
     try:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, env=env,
-                              timeout=GIT_TIMEOUT, stdin=subprocess.DEVNULL)
+        if started is not None:
+            out, _ = started.communicate(timeout=GIT_TIMEOUT)
+            code = started.returncode
+        else:
+            done = subprocess.run(_command(root, args), capture_output=True, text=True, env=_environment(),
+                                  timeout=GIT_TIMEOUT, stdin=subprocess.DEVNULL)
+            out, code = done.stdout, done.returncode
     except (OSError, subprocess.SubprocessError):
+        if started is not None:
+            started.kill()
+            started.communicate()
         return None
-    return done.stdout.strip() if done.returncode == 0 else None
+    return out.strip() if code == 0 else None

@@ -150,6 +150,21 @@ def test_without_git_the_installed_version(tmp_path, monkeypatch, fresh_version)
     assert git_version(tmp_path) is None  # not a checkout
 
 
+@pytest.mark.skipif(not IN_CHECKOUT, reason="the tests run from a git checkout of the project")
+def test_git_asked_early_answers_as_git_asked_when_needed(monkeypatch, fresh_version) -> None:
+    # runner submit starts git first thing (runner/cli/__init__.py), so that it runs beside the imports
+    late = fresh_version()
+    version.cache_clear()
+    monkeypatch.setattr(runner_version, "_EARLY", {})
+    runner_version.ask_git_early()
+    started = dict(runner_version._EARLY)
+    assert set(started) == {runner_version._DESCRIBE, runner_version._COUNT}
+    assert fresh_version() == late
+    assert runner_version._DESCRIBE not in runner_version._EARLY  # its answer is the one taken
+    runner_version._reap()  # what was not asked is waited for at exit
+    assert all(started_git.returncode == 0 for started_git in started.values())
+
+
 def test_the_version_is_asked_once_a_process(monkeypatch, fresh_version) -> None:
     calls = []
     monkeypatch.setattr(runner_version, "git_version", lambda root: calls.append(root) or "9.9")

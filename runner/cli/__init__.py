@@ -21,10 +21,20 @@ RAISE_UNEXPECTED = False
 EXIT_INTERRUPTED = 130
 
 
+#: the commands that record the runner's version before their first request: git is asked first thing
+RECORD_VERSION = ("submit", "resume", "work")
+
+
 def main() -> None:
+    import sys
+
     from runner.cli import quick
 
     quick.answer()  # exits when it could answer
+    if sys.argv[1:2] and sys.argv[1] in RECORD_VERSION:
+        from runner.version import ask_git_early
+
+        ask_git_early()
     from runner.cli import typer_app
 
     typer_app.main()
