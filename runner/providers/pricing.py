@@ -34,9 +34,10 @@ from typing import TYPE_CHECKING
 
 from runner.errors import RunnerError
 
+from . import price_data
 from .price_ids import PROVIDER_IDS
 
-if TYPE_CHECKING:  # genai-prices (with httpx) is imported when a price is first looked up: not at every start
+if TYPE_CHECKING:  # genai-prices is imported when a price is first looked up (price_data.py): not at every start
     from genai_prices.types import ModelInfo, ModelPrice, TieredPrices
 
     from runner.spec.schema import Job
@@ -321,9 +322,7 @@ def _model_ref(model_id: str) -> str:
 @cache
 def _genai_prices() -> str:
     """``genai-prices VERSION``, the source named in the rates it gives."""
-    import genai_prices
-
-    return f"genai-prices {genai_prices.__version__}"
+    return f"genai-prices {price_data.load().__version__}"
 
 
 def __getattr__(name: str) -> str:
@@ -336,6 +335,7 @@ def __getattr__(name: str) -> str:
 def _model_info(provider_id: str, model_ref: str) -> ModelInfo | None:
     """genai-prices' model for this provider and model id, or None; misses are cached too (they are not in
     genai-prices)."""
+    price_data.load()  # without its update client (price_data.py)
     from genai_prices.data_snapshot import get_snapshot
 
     try:

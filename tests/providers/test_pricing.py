@@ -4,6 +4,8 @@ local and simulated models, and a worst case that bounds every actual cost (budg
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -230,3 +232,26 @@ def test_money_is_rounded_only_for_display() -> None:
     assert format_usd(0.004) == "<$0.01"
     # Sums keep full precision: a thousand requests of $0.0004 are $0.40, not 1000 x $0.00.
     assert to_cents(sum([0.0004] * 1000)) == Decimal("0.40")
+
+
+def test_genai_prices_is_imported_without_its_update_client_until_that_is_used() -> None:
+    # runner/providers/price_data.py: httpx2 (genai-prices' client for network updates) is not loaded by pricing
+    probe = ("import sys\n"
+             "from runner.providers.pricing import Pricing\n"
+             "rates = Pricing(None).rates('openai:gpt-4o-mini')\n"
+             "print(rates is not None and rates.input > 0, 'genai_prices' in sys.modules, 'httpx2' in sys.modules)\n"
+             "import genai_prices.update_prices as updates\n"
+             "import httpx2\n"  # imported afterwards: the real module, the one genai-prices reaches too
+             "print(type(httpx2).__name__, hasattr(httpx2, 'AsyncClient'), updates.httpx2.Timeout is httpx2.Timeout)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["True", "True", "False", "module", "True", "True"]
+
+
+def test_genai_prices_takes_httpx2_as_it_is_when_it_is_imported_already() -> None:
+    probe = ("import httpx2\n"
+             "from runner.providers import price_data\n"
+             "price_data.load()\n"
+             "import genai_prices.update_prices as updates\n"
+             "print(updates.httpx2 is httpx2)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["True"]
