@@ -9,6 +9,7 @@ addresses, and any change to one of its parts gives a new address.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
@@ -45,7 +46,13 @@ def code_digest() -> str:
     """SHA-256 of the runner package's source: any change to how requests are planned, parsed or scored."""
     digest = hashlib.sha256()
     root = Path(__file__).resolve().parent.parent
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
+    found: list[tuple[str, ...]] = []  # each module's path in parts, in the order of sorted(root.rglob("*.py"))
+    for folder, _, files in os.walk(root):  # a third of rglob's cost, on the way to a run's first request
+        inside = os.path.relpath(folder, root)
+        parts = () if inside == "." else tuple(inside.split(os.sep))
+        found += [(*parts, name) for name in files if name.endswith(".py")]
+    for parts in sorted(found):
+        relative = "/".join(parts)
+        digest.update(relative.encode())
+        digest.update(root.joinpath(*parts).read_bytes())
     return digest.hexdigest()

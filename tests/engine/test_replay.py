@@ -227,3 +227,19 @@ async def test_copied_tasks_take_the_new_stage_name(tmp_path):
     counters = stats.counters("renamed", "sim:gpt-sim")
     assert counters.total == counters.done == counters.cache_hits == 24
     assert len(store.tasks(run_id, stage="renamed")) == 24
+
+
+def test_the_code_digest_is_every_module_of_the_package_in_path_order() -> None:
+    # what a stage's address holds of the code: each .py file's path (from the package's folder) and bytes
+    import hashlib
+    from pathlib import Path
+
+    import runner
+    from runner.engine.address import code_digest
+
+    root = Path(runner.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    assert code_digest() == digest.hexdigest()
