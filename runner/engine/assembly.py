@@ -31,22 +31,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.engine.batch import Batcher, NoBatcher
 from runner.engine.control import RunControl, Spawned
-from runner.engine.deadline import steer_of
 from runner.engine.dispatch import Dispatcher, Provenance
 from runner.engine.endpoints import Endpoints
 from runner.engine.exact_counts import ExactCounts
 from runner.engine.inflight import InFlight
 from runner.engine.leases import ChunkLeases
+from runner.engine.null_parts import NoBatcher, NoPromptCache, NoStoredPrompts
 from runner.engine.online import Sender
-from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
 from runner.engine.recorder import Recorder
 from runner.engine.reserver import Reserver
 from runner.engine.stats import RunStats
-from runner.engine.stored_prompts import NoStoredPrompts, StoredPrompts
 from runner.engine.tiers import Tiers
 from runner.engine.triage import Triage
 from runner.engine.workers import Crew
@@ -55,6 +52,15 @@ from runner.providers.base import Provider
 from runner.spec.schema import Job
 from runner.store import Store, Writer
 from runner.store.offloop import off_loop
+
+# The Batch API side (runner/engine/batch.py), the deadline planner (runner/engine/deadline.py) and the prompt-cache
+# plan (runner/engine/prompt_cache.py, stored_prompts.py) are imported below for a run that uses them: a run whose
+# stages are all online and uncached starts without them.
+if TYPE_CHECKING:
+    from runner.engine.batch import Batcher
+    from runner.engine.deadline import DeadlineSteer
+    from runner.engine.prompt_cache import PromptCachePlan
+    from runner.engine.stored_prompts import StoredPrompts
 
 __all__ = ["assemble", "prompt_cache_plan"]
 
@@ -87,7 +93,7 @@ def assemble(
         crew.on_live = endpoints.share  # the rate limits are split again as processes join and leave
     triage = Triage(store, run_id, stats)
     counts = ExactCounts(endpoints=endpoints, store=store, stats=stats, sleep=sleep)
-    steer = steer_of(job, stats, deadline, off_loop(store).sync, run_id)  # the deadline planner, where a stage has one
+    steer = _steer(job, stats, deadline, store, run_id)  # the deadline planner, where a stage has one
     tiers = Tiers(job, steer)
     reserver = Reserver(run_id=run_id, job=job, store=store, stats=stats, control=control, leases=leases,
                         resume=resume, settled=writer.next_commit, counts=counts, tiers=tiers)
@@ -106,6 +112,8 @@ def assemble(
 
     batcher: Batcher | NoBatcher = NoBatcher()
     if any(job.stage_mode(stage) != "online" for stage in job.llm_stages()):
+        from runner.engine.batch import Batcher
+
         batcher = Batcher(job=job, run_id=run_id, store=store, stats=stats, control=control, endpoints=endpoints,
                           reserver=reserver, recorder=recorder, writer=writer, prompt_cache=prompt_cache,
                           send_online=send_online, sleep=sleep, deadline=deadline, spawn=spawned.spawn,
@@ -124,6 +132,21 @@ def prompt_cache_plan(job: Job, providers: dict[str, Provider], *, run_id: str,
     if not (any(getattr(p, "prompt_cache_style", None) for p in providers.values())
             and any(job.stage_prompt_cache(stage) == "auto" for stage in job.llm_stages())):
         return NoPromptCache()
-    stored = (StoredPrompts(run_id=run_id, providers=providers, reserver=reserver)
-              if any(p.stores_prompts for p in providers.values()) else NoStoredPrompts())
+    from runner.engine.prompt_cache import PromptCachePlan
+
+    stored: StoredPrompts | NoStoredPrompts = NoStoredPrompts()
+    if any(p.stores_prompts for p in providers.values()):  # a provider that keeps prefixes (Gemini's)
+        from runner.engine.stored_prompts import StoredPrompts
+
+        stored = StoredPrompts(run_id=run_id, providers=providers, reserver=reserver)
     return PromptCachePlan(job, providers, stored=stored)
+
+
+def _steer(job: Job, stats: RunStats, deadline: float | None, store: Store, run_id: str) -> DeadlineSteer | None:
+    """The deadline planner's steer (:func:`runner.engine.deadline.steer_of`) where a stage is planned (``mode:
+    auto`` and a deadline), else None."""
+    if not any(job.stage_mode(s) == "auto" and job.stage_deadline(s) is not None for s in job.llm_stages()):
+        return None
+    from runner.engine.deadline import steer_of
+
+    return steer_of(job, stats, deadline, off_loop(store).sync, run_id)

@@ -44,8 +44,9 @@ from runner.engine.budget import LATER, Reservation
 from runner.engine.control import RunControl
 from runner.engine.deadline import DeadlineSteer
 from runner.engine.endpoints import Endpoints
+from runner.engine.null_parts import NoBatcher, NoPromptCache
 from runner.engine.pools import BatchRoutes
-from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
+from runner.engine.prompt_cache import PromptCachePlan
 from runner.engine.recorder import Recorder
 from runner.engine.reserver import Reserver
 from runner.engine.stats import RunStats
@@ -55,6 +56,8 @@ from runner.providers.batching import ENDED, Batches, BatchLine, batch_label
 from runner.spec.schema import Job
 from runner.store import Store, Writer
 from runner.store.offloop import LoopStore, off_loop
+
+__all__ = ["CANCEL_POLL", "Batcher", "NoBatcher"]
 
 #: seconds between looks at batches being cancelled at a deadline
 CANCEL_POLL = 1.0
@@ -437,29 +440,3 @@ class Batcher:
         for task in tasks:
             if not await self.send_online(task):
                 break
-
-
-class NoBatcher:
-    """The Batch API side of a run whose stages are all ``mode: online``: it wants no task, so nothing is ever
-    batched, submitted, waited for or collected. The dispatcher and the run hold it in place of :class:`Batcher`
-    and call it without asking which they have."""
-
-    __slots__ = ()
-
-    def wants(self, task: Task) -> bool:
-        return False
-
-    def wants_any(self, tasks: Iterable[Task]) -> bool:
-        return False
-
-    async def add(self, task: Task) -> None:
-        raise AssertionError(f"no stage of this run uses a Batch API, so none wants {task.key}")
-
-    async def submit_pending(self, stage: str) -> None:
-        pass
-
-    async def finish(self, stages: set[str]) -> None:
-        pass
-
-    def busy(self, stage: str) -> bool:
-        return False

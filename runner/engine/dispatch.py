@@ -18,12 +18,10 @@ import asyncio
 import itertools
 from typing import TYPE_CHECKING, Any
 
-from runner.engine.batch import Batcher, NoBatcher
 from runner.engine.budget import Budgets, Scope, budgets_of
 from runner.engine.control import RunControl, Spawned
 from runner.engine.inflight import InFlight
 from runner.engine.leases import CHUNK, LEASE, ChunkLeases, chunks
-from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
 from runner.engine.recorder import Recorder
 from runner.engine.reserver import Reserver
 from runner.engine.tiers import Tiers
@@ -38,8 +36,11 @@ from runner.providers.tiers import STANDARD
 from runner.spec.schema import Job
 from runner.store import CachedResponse, Finished, Writer
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the Batch API side and the prompt-cache plan: imported by a run that uses them (assembly.py)
+    from runner.engine.batch import Batcher
     from runner.engine.early_stop import StageStopper
+    from runner.engine.null_parts import NoBatcher, NoPromptCache
+    from runner.engine.prompt_cache import PromptCachePlan
 
 __all__ = ["Dispatcher", "Provenance", "budgets_of"]
 

@@ -20,22 +20,25 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.engine.batch import Batcher, NoBatcher
 from runner.engine.budget import Reservation
 from runner.engine.control import RunControl, Spawned
 from runner.engine.endpoints import Endpoints
 from runner.engine.leases import LEASE, ChunkLeases
 from runner.engine.limits import Endpoint
 from runner.engine.online import LeaseLost, NotReserved, Sender
-from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
 from runner.engine.recorder import Recorder, memo_of
 from runner.engine.reserver import FREE, Reserver
 from runner.engine.retry import Tally
 from runner.engine.stats import RunStats
 from runner.errors import ModelSetupError, ProviderError, QuotaExceeded, Refused, RunnerError
 from runner.plan.request import Task
+
+if TYPE_CHECKING:  # the Batch API side and the prompt-cache plan: imported by a run that uses them (assembly.py)
+    from runner.engine.batch import Batcher
+    from runner.engine.null_parts import NoBatcher, NoPromptCache
+    from runner.engine.prompt_cache import PromptCachePlan
 
 __all__ = ["ENDPOINT_LINE", "NOT_SENT", "InFlight"]
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.engine.endpoints import Endpoints
 from runner.engine.leases import ChunkLeases
 from runner.engine.limits import Endpoint
 from runner.engine.pools import Member
-from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
 from runner.engine.reserver import input_tokens
 from runner.engine.retry import Tally, retrying
 from runner.engine.stats import RunStats
@@ -30,6 +29,10 @@ from runner.providers.base import Completion, Provider, stamp
 from runner.providers.tiers import FLEX, STANDARD
 from runner.providers.tokens import first_answer
 from runner.spec.settings import RetrySettings
+
+if TYPE_CHECKING:
+    from runner.engine.null_parts import NoPromptCache
+    from runner.engine.prompt_cache import PromptCachePlan
 
 #: transient errors that say the server is loaded (the adaptive concurrency backs off on these)
 LOAD_ERRORS = frozenset({"server_error", "timeout", "connection"})

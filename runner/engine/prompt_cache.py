@@ -33,15 +33,18 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.engine.stored_prompts import NoStoredPrompts, StoredPrompts
+from runner.engine.null_parts import NoPromptCache, NoStoredPrompts
 from runner.plan.prefixes import CacheRule, cache_rule, cacheable, common_prefix, prompt_text, shared_cut
 from runner.plan.request import CHAT, Task
 from runner.providers.base import CacheMarks, Provider, split_model
-from runner.providers.batching import BatchLine
 from runner.providers.tokens import bound_call_tokens, count_input_tokens, message_text
 from runner.spec.schema import Job
+
+if TYPE_CHECKING:  # a Batch API's lines and the stored prefixes: imported by a run that has them
+    from runner.engine.stored_prompts import StoredPrompts
+    from runner.providers.batching import BatchLine
 
 __all__ = ["WARM_FOR", "NoPromptCache", "PromptCachePlan"]
 
@@ -181,6 +184,8 @@ class PromptCachePlan:
         prompt-caching page advises the hour for batches). No line waits for another: the provider orders them."""
         if getattr(provider, "prompt_cache_style", None) is None:
             return lines
+        from runner.providers.batching import BatchLine
+
         out = []
         for task, line in zip(tasks, lines, strict=True):
             marks = self._marks.pop(task.key, None)
@@ -253,39 +258,3 @@ class PromptCachePlan:
             return None
         self._groups[marks.group] = now
         return None
-
-
-class NoPromptCache:
-    """The plan of a run that plans no provider prompt caching (no stage with ``prompt_cache: auto``, or no provider
-    whose API caches prompts): no request waits for another or is marked, and nothing is stored at a provider. The
-    dispatcher, the sender and the Batch API side hold it in place of :class:`PromptCachePlan` and call it without
-    asking which they have; each call does nothing."""
-
-    __slots__ = ()
-
-    #: no prefix is stored at a provider: the run's end has nothing to delete
-    stored = NoStoredPrompts()
-
-    def plan(self, tasks: list[Task]) -> None:
-        pass
-
-    def forget(self, key: str) -> None:
-        pass
-
-    def group(self, task: Task) -> str | None:
-        return None
-
-    def gate(self, task: Task, answer: asyncio.Future[Any]) -> asyncio.Future[Any] | None:
-        return None
-
-    def marks(self, task: Task) -> CacheMarks | None:
-        return None
-
-    def writes(self, task: Task, batch: bool) -> tuple[int | None, bool]:
-        return 0, False  # nothing is marked: nothing is written to a cache at the write price
-
-    async def ready(self, task: Task, marks: CacheMarks) -> CacheMarks:
-        return marks
-
-    def mark_lines(self, provider: Provider, tasks: list[Task], lines: list[BatchLine]) -> list[BatchLine]:
-        return lines

@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from runner.engine.budget import Reservation
+from runner.engine.null_parts import NoStoredPrompts
 from runner.engine.reserver import Reserver
 from runner.errors import ProviderError
 from runner.plan.prefixes import CacheRule
@@ -275,23 +276,3 @@ class StoredPrompts:
             storage = self.pricing.storage(prefix.model) or 0.0
             if left > 0 and storage:
                 self._charge(prefix, stored, -stored.tokens * storage * left / 3600 / PER, None)
-
-
-class NoStoredPrompts:
-    """The stored prefixes of a run none of whose providers keeps any (``Provider.stores_prompts``): it serves no
-    request, so nothing is chosen, stored, kept or deleted. :class:`~runner.engine.prompt_cache.PromptCachePlan`
-    holds it in place of :class:`StoredPrompts` and calls it without asking which it has."""
-
-    __slots__ = ()
-
-    def serves(self, task: Task) -> bool:
-        return False
-
-    def choose(self, rule: CacheRule, planned: list[tuple[Task, CacheMarks]]) -> dict[str, CacheMarks]:
-        return {}
-
-    async def ready(self, task: Task, marks: CacheMarks) -> CacheMarks:
-        return marks
-
-    async def close(self) -> None:
-        """Nothing was stored: nothing to delete."""

@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.errors import RunnerError
-from runner.plan.deadline import BATCH, MODES, Group, Plan, State, plan
-from runner.plan.deadline_inputs import (
-    batch_api,
-    endpoint_inputs,
-    mode_refusals,
-    read_history,
-    request_prices,
-)
 from runner.providers.pricing import Pricing
 from runner.spec.schema import Job
 from runner.store import Store
+
+# The planner (runner/plan/deadline.py, deadline_inputs.py) is imported by the functions that plan, for a job with a
+# deadline: the estimate of every job imports this module.
+if TYPE_CHECKING:
+    from runner.plan.deadline import Plan, State
 
 __all__ = ["DeadlineMissed", "Planned", "check_deadlines", "deadline_lines", "planned", "states"]
 
@@ -42,6 +39,9 @@ class Planned:
 def states(job: Job, groups: list[Any], store: Store | None, *, now: float | None = None) -> list[tuple[str, State]]:
     """(the deadline as written, the planner's state at the run's start) for each distinct deadline of the job's
     stages; ``groups``: the estimate's (runner/report/estimate.py ``Group``), whose requests to send are planned."""
+    from runner.plan.deadline import Group, State
+    from runner.plan.deadline_inputs import batch_api, endpoint_inputs, mode_refusals, read_history, request_prices
+
     pricing = Pricing(job)
     history = read_history(store)
     stages = {stage.name: stage for stage in job.llm_stages()}
@@ -72,6 +72,8 @@ def states(job: Job, groups: list[Any], store: Store | None, *, now: float | Non
 
 
 def planned(job: Job, groups: list[Any], store: Store | None, *, now: float | None = None) -> list[Planned]:
+    from runner.plan.deadline import plan
+
     return [Planned(text, state, plan(state)) for text, state in states(job, groups, store, now=now)]
 
 
@@ -104,6 +106,8 @@ def _duration(seconds: float) -> str:
 def deadline_lines(job: Job, groups: list[Any], store: Store | None) -> list[str]:
     """The estimate's lines: per stage and model with a deadline, each mode's cost and time for all its requests,
     the planned mix and its expected cost against all-standard; where each assumption comes from."""
+    from runner.plan.deadline import BATCH, MODES
+
     lines: list[str] = []
     for found in planned(job, groups, store):
         state, chosen = found.state, found.plan
