@@ -9,6 +9,7 @@ first use).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 __all__ = ["COMMANDS", "EXIT_INTERRUPTED", "RAISE_UNEXPECTED", "app", "build_app", "main"]
@@ -19,6 +20,11 @@ RAISE_UNEXPECTED = False
 
 #: the exit code of a command interrupted (Ctrl-C)
 EXIT_INTERRUPTED = 130
+
+# pydantic looks for plug-ins (every installed package's entry points) when it builds its first model: some 20 ms of
+# a submit's start, for plug-ins the runner does not use. Set here, before a command imports the job's models;
+# PYDANTIC_DISABLE_PLUGINS set to anything else (even empty) keeps pydantic's own choice.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 
 #: the commands that record the runner's version before their first request: git is asked first thing
