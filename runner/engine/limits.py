@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import statistics
 from collections import deque
 from collections.abc import Callable
 
@@ -143,6 +142,8 @@ class Ramp:
             slots.resize(slots.limit + 1)
         if len(window) < self.size:
             return
+        import statistics  # imported when a window first ends, not at every start
+
         median = statistics.median(window)
         window.clear()
         self.floor = min(self.floor, median)

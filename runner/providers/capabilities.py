@@ -22,7 +22,6 @@ table was last checked against its sources.
 from __future__ import annotations
 
 import functools
-import gzip
 import json
 import re
 from collections.abc import Mapping
@@ -96,6 +95,8 @@ def _catalogue() -> dict[str, dict[str, Any]]:
     raw = _catalogue_bytes()
     if raw is None:
         return {}
+    import gzip  # for a provider models.dev catalogues: not a simulated server's start
+
     text = gzip.decompress(raw).decode("utf-8")
     out: dict[str, dict[str, Any]] = {}
     for ours, theirs in _CATALOGUED:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import pkgutil
 import threading
 from collections.abc import Callable, Iterable
 from importlib.metadata import EntryPoint
@@ -141,6 +140,8 @@ class EntryPointRegistry(Generic[KindT]):
     def _bundled_without_metadata(self) -> list[EntryPoint]:
         """The classes the package's own modules define, as entry points (only when no installed metadata names
         them, e.g. a source tree put on the path); the modules must import nothing heavy at their top."""
+        import pkgutil  # a source tree without installed metadata only
+
         package = importlib.import_module(self.package)
         entries = []
         for info in pkgutil.iter_modules(package.__path__):

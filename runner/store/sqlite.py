@@ -10,7 +10,6 @@ process's clock.
 
 from __future__ import annotations
 
-import shlex
 import sqlite3
 import threading
 import time
@@ -67,6 +66,8 @@ def explain(exc: BaseException, path: str, run_id: str | None = None) -> str | N
     text = str(exc)
     code = getattr(exc, "sqlite_errorcode", None)
     primary = code & 0xFF if isinstance(code, int) else None
+    import shlex  # an error's sentence only
+
     where = shlex.quote(path)
     resume = f"`runner resume {run_id}`" if run_id else "try again"
     if isinstance(exc, StoreLocked):
