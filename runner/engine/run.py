@@ -27,7 +27,6 @@ from runner.engine.checks import check_before_sending, check_joinable
 from runner.engine.dispatch import Dispatcher
 from runner.engine.failures import is_output_errno, stop_error, store_failure
 from runner.engine.opening import open_run, plan_stages, recover
-from runner.engine.pipeline import Pipeline
 from runner.engine.replay import record_if_complete, replay, stage_address
 from runner.engine.results_files import Results
 from runner.engine.stats import RunStats
@@ -256,6 +255,8 @@ class _Session:
         recorded for replay once complete."""
         job, store, run_id = self.job, self.calls, self.run_id
         if job.is_pipeline:
+            from runner.engine.pipeline import Pipeline  # with the recipes and data steps: for a pipeline job
+
             rows_dir = Path(job.output_dir) / job.name / run_id / "rows"
             await Pipeline(job, store, run_id, dispatcher, self.writer, self.stats, self.view.note, rows_dir,
                            self.results.handles).run()

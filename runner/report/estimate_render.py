@@ -8,7 +8,6 @@ from typing import Any
 
 from runner.report.estimate import Estimate, Group, usd
 from runner.report.pool_estimate import pool_lines
-from runner.report.tables import Column, Table, csv_text, json_text
 from runner.report.terminal import clean, clean_lines
 from runner.report.tiers import estimate_lines
 
@@ -110,6 +109,8 @@ def _total_range(t: dict[str, Any]) -> str:
 
 
 def render(est: Estimate, fmt: str) -> str:
+    from runner.report.tables import Column, Table, csv_text, json_text  # `runner estimate`'s: a submit shows lines
+
     if fmt == "json":
         return json_text(est.as_dict())
     if fmt == "csv":
