@@ -28,7 +28,7 @@ from runner.engine.tiers import Tiers
 from runner.engine.triage import Triage
 from runner.engine.workers import POLL, Crew
 from runner.errors import RunnerError
-from runner.evaluate.results import line_provenance
+from runner.evaluate.provenance import line_provenance
 from runner.plan.prompts import Prompt, load_prompt
 from runner.plan.request import Task
 from runner.plan.stage import StagePlan

@@ -5,6 +5,7 @@ one transaction (ARCHITECTURE.md invariant 2)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,6 @@ from runner.engine.reserver import Reserver
 from runner.engine.stats import Counters, RunStats
 from runner.engine.triage import Triage
 from runner.errors import ProviderError, Refused
-from runner.evaluate.results import result_line
 from runner.plan.request import Task
 from runner.providers.base import Completion
 from runner.spec.schema import Job
@@ -79,6 +79,14 @@ class Recorder:
         self.origins = Origins()
         #: told of each task as it is recorded, before it is committed (a stage's early-stopping rule)
         self.observers: list[Callable[[TaskRow], None]] = []
+
+    @functools.cached_property
+    def _result_line(self) -> Callable[..., dict[str, Any]]:
+        """runner/evaluate/results.py's ``result_line``: the parsers and scorers are imported when the first task is
+        recorded, not when the run starts."""
+        from runner.evaluate.results import result_line
+
+        return result_line
 
     def cached(self, req: Task, cached: CachedResponse) -> None:
         """A task the memo answered (or an identical request's answer, shared): free, and what it saved counted."""
@@ -145,7 +153,7 @@ class Recorder:
             ledger = self._charge(req, cost, tokens, billed.tier, billed.endpoint)
         self.reserver.settle_failure(req, reservation, billed is not None, cost, tokens)
         origin = (billed.tier, billed.reported_model, billed.sent_with) if billed is not None else (None, None, None)
-        result = result_line(self.stages[req.stage], req, None, status="failed", cache_hit=False,
+        result = self._result_line(self.stages[req.stage], req, None, status="failed", cache_hit=False,
                              notes=self.stats.notes,
                              reasoning_tokens=billed.reasoning_tokens if billed is not None else 0,
                              provenance=self.origins.of(self.provenance(req), *origin))
@@ -181,7 +189,7 @@ class Recorder:
         reasoning_tokens: int = 0, cache_saved: float = 0.0, tier: str | None = None,
         origin: tuple[str | None, str | None] = (None, None),
     ) -> None:
-        result = result_line(self.stages[req.stage], req, text, status="done", cache_hit=cache_hit,
+        result = self._result_line(self.stages[req.stage], req, text, status="done", cache_hit=cache_hit,
                              notes=self.stats.notes, thinking=thinking, reasoning_tokens=reasoning_tokens,
                              provenance=self.origins.of(self.provenance(req), tier, *origin))
         result["finish_reason"] = finish_reason

@@ -22,10 +22,11 @@ builds it once per pair and hands the same object to each line; the recorder add
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runner.evaluate import plugins
 from runner.evaluate.parse import parse_answer, parse_letter
+from runner.evaluate.provenance import line_provenance, runner_version
 from runner.evaluate.scorers import score
 from runner.evaluate.structured import field_text, parse_json
 from runner.plan.choices import LETTERS, NONE_OF_THEM, inverse_partial
@@ -33,29 +34,8 @@ from runner.plan.request import Task
 from runner.providers.base import parse_loglikelihoods
 from runner.recipes import parse_items
 from runner.spec.stage import Stage
-from runner.version import version
 
-if TYPE_CHECKING:
-    from runner.plan.prompts import Prompt
-
-def runner_version() -> str:
-    """The runner's version naming the code that runs (:func:`runner.version.version`: in a git checkout, its
-    commit now, even in an editable install made commits ago; asked once per process)."""
-    return version()
-
-
-def line_provenance(*, run_id: str, job_hash: str, prompt: Prompt, model_id: str,
-                    params: dict[str, Any]) -> dict[str, Any]:
-    """What produced the lines of one stage and model: ``params`` as they are sent (the cache key's; no key or
-    header is ever among them)."""
-    return {
-        "run_id": run_id,
-        "job_hash": job_hash,
-        "prompt": {"name": prompt.name, "path": prompt.path, "sha256": prompt.sha256},
-        "model_id": model_id,
-        "params": params,
-        "runner_version": runner_version(),
-    }
+__all__ = ["line_provenance", "result_line", "runner_version"]
 
 
 def result_line(stage: Stage, req: Task, text: str | None, *, status: str, cache_hit: bool,
