@@ -10,12 +10,12 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from runner.errors import RunnerError
+from runner.lazy_re import lazy_compile
 from runner.plan.choices import LETTERS, NONE_OF_THEM, append_none_of_them, drop_option, options_block, permutation
 from runner.plan.datasets import count_dataset, read_dataset
 from runner.plan.prompts import Prompt, load_prompt
@@ -151,7 +151,7 @@ def row_options(where: str, line_no: int, row: dict[str, Any], choices: Choices,
 
 
 #: a gold answer given as a letter: "B", "b", "(B)", "B." or "B)"
-_GOLD_LETTER = re.compile(r"\(([A-Za-z])\)|([A-Za-z])[.)]?")
+_GOLD_LETTER = lazy_compile(r"\(([A-Za-z])\)|([A-Za-z])[.)]?")
 
 
 def gold_index(where: str, line_no: int, row: dict[str, Any], choices: Choices, options: list[Any]) -> Any:

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.errors import BadRequest, ModelSetupError, Refused, TransientError
+from runner.lazy_re import lazy_compile
 
 from .answer_bounds import bounds_of, surfaced
 from .base import (
@@ -61,7 +62,7 @@ _PARAMS = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "sto
            "logprobs", "prompt_cache_key")
 #: an open model's thinking at the start of its answer, as reasoning models on vLLM, llama.cpp and Ollama write it
 #: when the server does not split it out (DeepSeek-R1, Qwen3, gpt-oss chat templates)
-_THINK = re.compile(r"\A\s*<think>(.*?)(?:</think>|\Z)\s*", re.DOTALL)
+_THINK = lazy_compile(r"\A\s*<think>(.*?)(?:</think>|\Z)\s*", re.DOTALL)
 
 
 def split_thinking(text: str) -> tuple[str, str | None]:
@@ -70,7 +71,7 @@ def split_thinking(text: str) -> tuple[str, str | None]:
     if found is None:
         return text, None
     return text[found.end():], found.group(1).strip()
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_DURATION = lazy_compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 

@@ -5,11 +5,12 @@ writes as text ("90m", "6h", "2026-12-01T18:00Z")."""
 from __future__ import annotations
 
 import datetime as dt
-import re
 import time
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
+
+from runner.lazy_re import lazy_compile
 
 # Bounds of the integers that size a job's work or go into a request: beyond them a value is a typo, a job that
 # would never finish planning, or a number no API, SQLite column or clock takes. Said as "must be from A to B".
@@ -61,7 +62,7 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_DURATION = lazy_compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -82,7 +83,7 @@ def parse_duration(text: str) -> float:
 
 
 #: the start of an ISO 8601 date: a deadline that is a time rather than a duration
-_ABSOLUTE = re.compile(r"^\s*\d{4}-\d{2}-\d{2}[T ]")
+_ABSOLUTE = lazy_compile(r"^\s*\d{4}-\d{2}-\d{2}[T ]")
 
 
 def absolute_time(text: str) -> float | None:

@@ -11,14 +11,14 @@ SQLAlchemy Core on that path (bench/RESULTS.md, "One query layer for both stores
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from runner.lazy_re import lazy_compile
 from runner.store.base import dumps
 
-_PATH_PART = re.compile(r'\.(?:"([^"]*)"|([^.\[]+))|\[(\d+)\]')
+_PATH_PART = lazy_compile(r'\.(?:"([^"]*)"|([^.\[]+))|\[(\d+)\]')
 
 
 def _json_path_list(path: str) -> list[str]:
@@ -114,7 +114,7 @@ def _converted(dialect: Dialect, text: str) -> str:
     return dialect.convert(text)
 
 
-_PG_MARKS = re.compile(r"'(?:[^']|'')*'|[?%]")
+_PG_MARKS = lazy_compile(r"'(?:[^']|'')*'|[?%]")
 
 
 def _pg_convert(text: str) -> str:
