@@ -26,8 +26,11 @@ def imported_after(code: str) -> set[str]:
 
 def test_the_command_line_starts_with_its_commands_alone_and_a_submit_without_the_heavy_libraries() -> None:
     assert "typer" not in imported_after("import runner.cli")  # `runner --help` (runner/cli/quick.py) needs none
-    loaded = imported_after("import runner.cli.typer_app")  # what any other command loads before it runs
+    # what a command loads before it runs: its own module alone of the command modules
+    loaded = imported_after("from runner.cli import typer_app\ntyper_app.build_app('submit')")
     assert "typer" in loaded and "runner.cli.run" in loaded
+    assert not [name for name in ("runner.cli.jobs", "runner.cli.reports", "runner.cli.sim", "runner.cli.view")
+                if name in loaded]
     assert not [name for name in ("runner.service", "runner.engine.run", "runner.store", "runner.spec.schema",
                                   "asyncio", "pydantic", "yaml", "jinja2", *KEPT_OUT) if name in loaded]
     loaded = imported_after("import runner.cli\nfrom runner.cli.common import service\nservice.run")

@@ -4,10 +4,11 @@ from the help it keeps: runner/cli/quick.py).
 
 Each command module registers its commands with ``register(app)``: runner/cli/run.py (submit, resume, work),
 runner/cli/jobs.py (check, estimate, validate), runner/cli/reports.py (runs, report, compare, costs, explain),
-runner/cli/sim.py (sim) and runner/cli/view.py (view). A command only parses its arguments, calls the run service
-(runner/service.py) or a report (runner/report/) and prints; the options and helpers they share are
-runner/cli/common.py, the cluster options of submit and work runner/cli/cluster.py. No command module imports
-another, or this one.
+runner/cli/sim.py (sim) and runner/cli/view.py (view); :data:`MODULES` says which, so that the app of one command
+imports its module alone (the whole app, :data:`app`, is built when first asked for). A command only parses its
+arguments, calls the run service (runner/service.py) or a report (runner/report/) and prints; the options and
+helpers they share are runner/cli/common.py, the cluster options of submit and work runner/cli/cluster.py. No
+command module imports another, or this one.
 
 Every error a user can cause ends in ``Error: <one sentence>`` on stderr and a non-zero exit (2 for a job
 file that does not validate, a problem ``runner validate`` finds in a dataset's rows, or a submit whose worst case
@@ -18,9 +19,10 @@ exceeds its budget, 1 otherwise), never a traceback.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from typer.models import CommandInfo
@@ -33,7 +35,7 @@ except ImportError:  # an older typer runs on click itself
     from click.exceptions import Abort  # type: ignore[assignment]
 
 import runner.cli
-from runner.cli import EXIT_INTERRUPTED, jobs, reports, run, sim, view
+from runner.cli import EXIT_INTERRUPTED
 from runner.cli.common import opened, say
 from runner.errors import RunnerError
 
@@ -42,6 +44,10 @@ __all__ = ["COMMANDS", "app", "build_app", "main"]
 #: the commands in the order ``runner --help`` lists them
 COMMANDS = ("submit", "check", "estimate", "costs", "validate", "resume", "work", "runs", "report", "compare", "sim",
             "explain", "view")
+#: the module of runner/cli/ that registers each command: a command's app imports its own module alone
+MODULES = {"submit": "run", "resume": "run", "work": "run", "check": "jobs", "estimate": "jobs", "validate": "jobs",
+           "costs": "reports", "runs": "reports", "report": "reports", "compare": "reports", "explain": "reports",
+           "sim": "sim", "view": "view"}
 
 
 def build_app(only: str | None = None) -> typer.Typer:
@@ -57,8 +63,8 @@ def build_app(only: str | None = None) -> typer.Typer:
         help="Run LLM API jobs from YAML files: cached, resumable, with live progress and cost reports.",
     )
     app.callback()(_options)
-    for module in (run, jobs, reports, sim, view):
-        module.register(app)
+    for module in dict.fromkeys(MODULES[name] for name in (COMMANDS if only is None else (only,)) if name in MODULES):
+        importlib.import_module(f"runner.cli.{module}").register(app)
     app.registered_commands.sort(key=lambda command: COMMANDS.index(_name(command)))
     if only is not None:
         app.registered_commands = [command for command in app.registered_commands if _name(command) == only]
@@ -85,7 +91,22 @@ def _options(
     pass
 
 
-app = build_app()
+#: the whole app, every command (``runner --help`` and usage errors); built when first asked for (module
+#: ``__getattr__``): a command runs an app of its own
+app: typer.Typer
+
+
+def _whole_app() -> typer.Typer:
+    found = globals().get("app")
+    if found is None:
+        found = globals()["app"] = build_app()
+    return found
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return _whole_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
@@ -111,7 +132,7 @@ def _main() -> None:
     named = sys.argv[1] if len(sys.argv) > 1 else None
     # `runner COMMAND ...`: an app of that command alone; anything else (an unknown command, an option first) goes
     # to the whole app, whose usage error names the commands
-    target = build_app(only=named) if named in COMMANDS else app
+    target = build_app(only=named) if named in COMMANDS else _whole_app()
     try:
         # not standalone: click's usage errors come here, to be said in one line instead of a box
         code = target(standalone_mode=False)
@@ -167,7 +188,8 @@ def rendered_help() -> dict[str, str]:
         for name in ("", *COMMANDS):
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
-                code = app([name, "--help"] if name else ["--help"], prog_name=PROG, standalone_mode=False)
+                code = _whole_app()([name, "--help"] if name else ["--help"], prog_name=PROG,
+                                    standalone_mode=False)
             if code:
                 raise RuntimeError(f"`runner {name} --help` exited {code}")
             texts[name] = out.getvalue().removesuffix("\n")
