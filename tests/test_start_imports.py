@@ -3,7 +3,13 @@ so the command line's modules keep the heavy libraries that a run of the simulat
 server never uses out of the start, importing them where they are used: the OpenAI SDK and aiohttp (the lean wire
 speaks to those servers, with h11, runner/providers/lean_http.py), sqlite-utils with numpy and pandas (only for
 looking at the store's tables), rich (only for a terminal's live view), genai-prices with its httpx (only to price
-a paid model)."""
+a paid model).
+
+A plain online job's submit, to its first answer request, leaves out what that path does not use either: the Batch
+API side, the deadline planner and the prefixes stored at a provider (runner/engine/assembly.py imports them where
+a run uses them), pipelines and their recipes, the result lines' parsers and scorers (imported when the first line
+is recorded), the report tables of ``runner estimate``, the local model's weights, the other commands' modules,
+standard modules used only on rare paths, and pydantic's scan of every package for plug-ins."""
 
 from __future__ import annotations
 
@@ -11,7 +17,20 @@ import json
 import subprocess
 import sys
 
+from tests.helpers import write_job, write_rows
+
 KEPT_OUT = ("openai", "sqlite_utils", "numpy", "pandas", "rich", "genai_prices", "httpx2")
+
+#: what a submit of a plain online job (no Batch API, no deadline, no pipeline, no local model) has not imported
+#: when it sends its first answer request
+NOT_BEFORE_THE_FIRST_REQUEST = (
+    "runner.engine.batch", "runner.engine.batch_lines", "runner.engine.batch_records", "runner.engine.batch_outcomes",
+    "runner.providers.batching", "runner.engine.deadline", "runner.plan.deadline", "runner.plan.deadline_inputs",
+    "runner.engine.stored_prompts", "runner.engine.pipeline", "runner.plan.steps", "runner.recipes",
+    "runner.evaluate.results", "runner.evaluate.parse", "runner.evaluate.parsers.letters", "runner.report.tables",
+    "runner.providers.local_weights", "runner.cli.jobs", "runner.cli.reports", "runner.cli.sim", "runner.cli.view",
+    "statistics", "gzip", "pkgutil", "shlex", *KEPT_OUT, "tiktoken", "aiohttp",
+)
 
 
 def imported_after(code: str) -> set[str]:
@@ -81,3 +100,31 @@ def test_the_parsers_compile_their_patterns_on_first_use() -> None:
     total, compiled = map(int, counts.split())
     assert total > 30 and compiled == 0
     assert used == "True True"
+
+
+def test_a_submit_reaches_its_first_answer_request_without_what_that_path_does_not_use(tmp_path, sim_server) -> None:
+    job = write_job(tmp_path / "job.yaml", write_rows(tmp_path / "rows.jsonl", 5), models=["sim:gpt-4o-mini"],
+                    extra=f"providers: {{sim: {{base_url: {json.dumps(sim_server)}}}}}")
+    # the runner command in a new interpreter, stopped at its first answer request, says what it imported by then
+    probe = ("import json, os, sys\n"
+             "import runner.cli\n"
+             "import runner.providers.lean_http as lean\n"
+             "sent = lean.LeanWire.request\n"
+             "async def request(self, method, path, *args, **kwargs):\n"
+             "    if path.startswith('/chat/completions'):\n"
+             "        loader = sys.modules.get('pydantic.plugin._loader')\n"
+             "        print(json.dumps({'modules': sorted(n for n, m in sys.modules.items()\n"
+             "                                            if type(m).__name__ != '_LazyModule'),\n"
+             "                          'plugins': getattr(loader, '_plugins', None) is not None}), flush=True)\n"
+             "        os._exit(0)\n"
+             "    return await sent(self, method, path, *args, **kwargs)\n"
+             "lean.LeanWire.request = request\n"
+             f"sys.argv = ['runner', 'submit', {str(job)!r}, '--db', {str(tmp_path / 'store.sqlite')!r}]\n"
+             "runner.cli.main()\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(next(line for line in reversed(done.stdout.splitlines()) if line.startswith("{")))
+    loaded = set(said["modules"])
+    assert {"runner.engine.run", "runner.engine.prompt_cache", "runner.providers.lean_http"} <= loaded  # the path
+    assert not [name for name in NOT_BEFORE_THE_FIRST_REQUEST if name in loaded]
+    assert not said["plugins"]  # pydantic did not look for plug-ins (PYDANTIC_DISABLE_PLUGINS, runner/cli/__init__.py)
