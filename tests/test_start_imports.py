@@ -7,9 +7,9 @@ a paid model).
 
 A plain online job's submit, to its first answer request, leaves out what that path does not use either: the Batch
 API side, the deadline planner and the prefixes stored at a provider (runner/engine/assembly.py imports them where
-a run uses them), pipelines and their recipes, the result lines' parsers and scorers (imported when the first line
-is recorded), the report tables of ``runner estimate``, the local model's weights, the other commands' modules,
-standard modules used only on rare paths, and pydantic's scan of every package for plug-ins."""
+a run uses them), pipelines and their data steps, the result lines' parsers and scorers (imported when the first
+line is recorded), the report tables of ``runner estimate``, the other commands' modules, standard modules used
+only on rare paths, and pydantic's scan of every package for plug-ins."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ KEPT_OUT = ("openai", "sqlite_utils", "numpy", "pandas", "rich", "genai_prices",
 NOT_BEFORE_THE_FIRST_REQUEST = (
     "runner.engine.batch", "runner.engine.batch_lines", "runner.engine.batch_records", "runner.engine.batch_outcomes",
     "runner.providers.batching", "runner.engine.deadline", "runner.plan.deadline", "runner.plan.deadline_inputs",
-    "runner.engine.stored_prompts", "runner.engine.pipeline", "runner.plan.steps", "runner.recipes",
-    "runner.evaluate.results", "runner.evaluate.parse", "runner.evaluate.parsers.letters", "runner.report.tables",
-    "runner.providers.local_weights", "runner.cli.jobs", "runner.cli.reports", "runner.cli.sim", "runner.cli.view",
+    "runner.engine.stored_prompts", "runner.engine.pipeline", "runner.plan.steps", "runner.evaluate.results",
+    "runner.evaluate.parse", "runner.evaluate.parsers.letters", "runner.report.tables", "runner.cli.jobs",
+    "runner.cli.reports", "runner.cli.sim", "runner.cli.view",
     "statistics", "gzip", "pkgutil", "shlex", *KEPT_OUT, "tiktoken", "aiohttp",
 )
 

@@ -22,6 +22,8 @@ from runner.providers.capabilities import (
     TABLE_VERSION,
     catalogue_version,
 )
+from runner.providers.local_weights import default_threads, name_problem
+from runner.recipes import get_parser, get_step, parser_names, step_names
 from runner.spec.fields import MAX_VARIANTS
 from runner.spec.files import not_a_file, resolve_file
 from runner.spec.inputs import FORMAT_OF_NAME
@@ -88,8 +90,12 @@ def check_job(job: Job, path: Path, lines: dict[Loc, int]) -> None:
         if stage.parse_plugin or stage.scorer is not None:
             with problems:
                 _check_plugins(job, path, lines, loc, stage)
-        elif stage.parse not in BUILTIN_PARSES:
-            _check_recipe_parser(path, lines, loc, stage.parse, problems)
+        elif stage.parse not in BUILTIN_PARSES and get_parser(stage.parse) is None:
+            close = difflib.get_close_matches(stage.parse, [*BUILTIN_PARSES, *parser_names()], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else \
+                f" (built in: {', '.join(BUILTIN_PARSES)}; recipes: {', '.join(parser_names())})"
+            with problems:
+                fail(path, lines, loc + ("parse",), f"no parser named {stage.parse!r}{hint}")
         if stage.choices is not None and stage.choices.options_file is not None:
             with problems:
                 stage.choices.options_file = str(_found(job, path, lines, loc + ("choices", "options_file"),
@@ -258,27 +264,12 @@ def _check_variants(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -
                                         f"{MAX_VARIANTS:,}: use fewer seeds, samples or variant values")
 
 
-def _check_recipe_parser(path: Path, lines: dict[Loc, int], loc: Loc, parse: str, problems: Problems) -> None:
-    """A parser that is not built in is a recipe's (runner/recipes/, imported for a job that names one)."""
-    from runner.recipes import get_parser, parser_names
-
-    if get_parser(parse) is None:
-        close = difflib.get_close_matches(parse, [*BUILTIN_PARSES, *parser_names()], n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else \
-            f" (built in: {', '.join(BUILTIN_PARSES)}; recipes: {', '.join(parser_names())})"
-        with problems:
-            fail(path, lines, loc + ("parse",), f"no parser named {parse!r}{hint}")
-
-
 def _check_data_op(path: Path, lines: dict[Loc, int], loc: Loc, stage: Stage) -> None:
     """A data stage's recipe exists and its expressions compile."""
-    if stage.recipe is not None:
-        from runner.recipes import get_step, step_names  # a pipeline's recipes: imported for a job that names one
-
-        if get_step(stage.recipe) is None:
-            close = difflib.get_close_matches(stage.recipe, step_names(), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(step_names())})"
-            fail(path, lines, loc + ("recipe",), f"no recipe named {stage.recipe!r}{hint}")
+    if stage.recipe is not None and get_step(stage.recipe) is None:
+        close = difflib.get_close_matches(stage.recipe, step_names(), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(step_names())})"
+        fail(path, lines, loc + ("recipe",), f"no recipe named {stage.recipe!r}{hint}")
     if stage.concat and len(stage.from_ or []) < 2:
         fail(path, lines, loc + ("concat",), "concat: needs two or more stages in from:")
     if stage.join is not None and len(stage.from_ or []) < 2:
@@ -328,8 +319,6 @@ def _check_model(path: Path, lines: dict[Loc, int], loc: Loc, model: str, known:
             hint = f"; did you mean {close[0]!r}?" if close else "; add it under endpoints: with its base_url"
             fail(path, lines, loc, f"no endpoint named {endpoint!r}{hint}")
     if provider == "local" and job is not None:  # an alias of the embedded model, or a GGUF file that exists
-        from runner.providers.local_weights import default_threads, name_problem
-
         if problem := name_problem(name, job):
             fail(path, lines, loc, problem)
         try:
