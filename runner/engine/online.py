@@ -30,9 +30,8 @@ from runner.providers.tiers import FLEX, STANDARD
 from runner.providers.tokens import first_answer
 from runner.spec.settings import RetrySettings
 
-if TYPE_CHECKING:
-    from runner.engine.null_parts import NoPromptCache
-    from runner.engine.prompt_cache import PromptCachePlan
+if TYPE_CHECKING:  # the prompt-cache plan: imported by a run that plans one (runner/engine/assembly.py)
+    from runner.engine.prompt_cache import NoPromptCache, PromptCachePlan
 
 #: transient errors that say the server is loaded (the adaptive concurrency backs off on these)
 LOAD_ERRORS = frozenset({"server_error", "timeout", "connection"})
