@@ -14,6 +14,7 @@ only on rare paths, and pydantic's scan of every package for plug-ins."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -102,29 +103,50 @@ def test_the_parsers_compile_their_patterns_on_first_use() -> None:
     assert used == "True True"
 
 
-def test_a_submit_reaches_its_first_answer_request_without_what_that_path_does_not_use(tmp_path, sim_server) -> None:
-    job = write_job(tmp_path / "job.yaml", write_rows(tmp_path / "rows.jsonl", 5), models=["sim:gpt-4o-mini"],
-                    extra=f"providers: {{sim: {{base_url: {json.dumps(sim_server)}}}}}")
-    # the runner command in a new interpreter, stopped at its first answer request, says what it imported by then
+def first_answer_request(tmp_path, model: str, providers: str) -> dict:
+    """What a ``runner submit`` of a five-row job of ``model`` had loaded when its first answer request left: the
+    runner command in a new interpreter, stopped there."""
+    job = write_job(tmp_path / "job.yaml", write_rows(tmp_path / "rows.jsonl", 5), models=[model],
+                    extra=f"providers: {providers}")
     probe = ("import json, os, sys\n"
              "import runner.cli\n"
              "import runner.providers.lean_http as lean\n"
              "sent = lean.LeanWire.request\n"
              "async def request(self, method, path, *args, **kwargs):\n"
              "    if path.startswith('/chat/completions'):\n"
+             "        from runner.providers import tokens\n"
              "        loader = sys.modules.get('pydantic.plugin._loader')\n"
              "        print(json.dumps({'modules': sorted(n for n, m in sys.modules.items()\n"
              "                                            if type(m).__name__ != '_LazyModule'),\n"
-             "                          'plugins': getattr(loader, '_plugins', None) is not None}), flush=True)\n"
+             "                          'plugins': getattr(loader, '_plugins', None) is not None,\n"
+             "                          'encodings': sorted(tokens._built)}), flush=True)\n"
              "        os._exit(0)\n"
              "    return await sent(self, method, path, *args, **kwargs)\n"
              "lean.LeanWire.request = request\n"
              f"sys.argv = ['runner', 'submit', {str(job)!r}, '--db', {str(tmp_path / 'store.sqlite')!r}]\n"
              "runner.cli.main()\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test"}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env=env)
     assert done.returncode == 0, done.stderr
-    said = json.loads(next(line for line in reversed(done.stdout.splitlines()) if line.startswith("{")))
+    return json.loads(next(line for line in reversed(done.stdout.splitlines()) if line.startswith("{")))
+
+
+def test_a_submit_reaches_its_first_answer_request_without_what_that_path_does_not_use(tmp_path, sim_server) -> None:
+    said = first_answer_request(tmp_path, "sim:gpt-4o-mini", f"{{sim: {{base_url: {json.dumps(sim_server)}}}}}")
     loaded = set(said["modules"])
     assert {"runner.engine.run", "runner.engine.prompt_cache", "runner.providers.lean_http"} <= loaded  # the path
     assert not [name for name in NOT_BEFORE_THE_FIRST_REQUEST if name in loaded]
     assert not said["plugins"]  # pydantic did not look for plug-ins (PYDANTIC_DISABLE_PLUGINS, runner/cli/__init__.py)
+    assert said["encodings"] == []
+
+
+def test_a_paid_submit_reaches_its_first_answer_request_without_a_tokenizer_or_an_http_client(tmp_path,
+                                                                                             sim_server) -> None:
+    # OpenAI over the lean wire: priced by genai-prices (without its httpx2: runner/providers/price_data.py), its
+    # input tokens bounded until o200k_base is built, after the first answer (runner/providers/tokens.py)
+    said = first_answer_request(tmp_path, "openai:gpt-4o-mini", f"{{openai: {{base_url: {json.dumps(sim_server)}}}}}")
+    loaded = set(said["modules"])
+    assert {"genai_prices", "runner.providers.openai_chat", "runner.providers.lean_http"} <= loaded
+    assert not [name for name in ("openai", "httpx2", "httpx", "aiohttp", "runner.engine.batch") if name in loaded]
+    assert said["encodings"] == []

@@ -21,12 +21,6 @@ RAISE_UNEXPECTED = False
 #: the exit code of a command interrupted (Ctrl-C)
 EXIT_INTERRUPTED = 130
 
-# pydantic looks for plug-ins (every installed package's entry points) when it builds its first model: some 20 ms of
-# a submit's start, for plug-ins the runner does not use. Set here, before a command imports the job's models;
-# PYDANTIC_DISABLE_PLUGINS set to anything else (even empty) keeps pydantic's own choice.
-os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-
-
 #: the commands that record the runner's version before their first request: git is asked first thing
 RECORD_VERSION = ("submit", "resume", "work")
 
@@ -34,6 +28,11 @@ RECORD_VERSION = ("submit", "resume", "work")
 def main() -> None:
     import sys
 
+    # pydantic looks for plug-ins (every installed package's entry points) when it builds its first model: some
+    # 20 ms of a submit's start, for plug-ins the runner does not use. Set for the command's process (and the
+    # runner processes it starts), before it imports the job's models; PYDANTIC_DISABLE_PLUGINS set to anything
+    # else (even empty) keeps pydantic's own choice.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from runner.cli import quick
 
     quick.answer()  # exits when it could answer
