@@ -150,3 +150,37 @@ def test_a_paid_submit_reaches_its_first_answer_request_without_a_tokenizer_or_a
     assert {"genai_prices", "runner.providers.openai_chat", "runner.providers.lean_http"} <= loaded
     assert not [name for name in ("openai", "httpx2", "httpx", "aiohttp", "runner.engine.batch") if name in loaded]
     assert said["encodings"] == []
+
+
+def test_a_run_holds_garbage_collection_off_only_until_its_store_opens(tmp_path, sim_server, monkeypatch,
+                                                                         capsys) -> None:
+    # runner/cli/__init__.py: off while the command imports and reads its job, on (what was loaded frozen) from the
+    # store's opening, and as it was however the command ends
+    import gc
+
+    import runner.store
+    from runner.cli import common
+    from tests.helpers import run_cli
+
+    seen: dict[str, tuple[bool, int]] = {}
+    read, opened = common.load_job, runner.store.open_store
+
+    def load_job(*args, **kwargs):
+        seen["job"] = (gc.isenabled(), gc.get_freeze_count())
+        return read(*args, **kwargs)
+
+    def open_store(*args, **kwargs):
+        seen["store"] = (gc.isenabled(), gc.get_freeze_count())
+        return opened(*args, **kwargs)
+
+    monkeypatch.setattr(common, "load_job", load_job)
+    monkeypatch.setattr(runner.store, "open_store", open_store)
+    job = write_job(tmp_path / "job.yaml", write_rows(tmp_path / "rows.jsonl", 3), models=["sim:gpt-4o-mini"],
+                    extra=f"providers: {{sim: {{base_url: {json.dumps(sim_server)}}}}}")
+    code, _, err = run_cli(monkeypatch, capsys, "submit", str(job), "--db", str(tmp_path / "store.sqlite"))
+    assert code == 0, err
+    assert seen["job"] == (False, 0) and seen["store"][0] and seen["store"][1] > 0
+    assert gc.isenabled() and gc.get_freeze_count() == 0  # after the command: as before it
+    (tmp_path / "bad.yaml").write_text("name: [\n", encoding="utf-8")
+    code, _, _ = run_cli(monkeypatch, capsys, "submit", str(tmp_path / "bad.yaml"))
+    assert code != 0 and gc.isenabled() and gc.get_freeze_count() == 0  # ended before its store: on again

@@ -9,6 +9,7 @@ first use).
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
@@ -24,9 +25,14 @@ EXIT_INTERRUPTED = 130
 #: the commands that record the runner's version before their first request: git is asked first thing
 RECORD_VERSION = ("submit", "resume", "work")
 
+#: whether main() holds cyclic garbage collection off while the command imports (common.open_db lets it go)
+GC_HELD = False
+
 
 def main() -> None:
     import sys
+
+    global GC_HELD
 
     # pydantic looks for plug-ins (every installed package's entry points) when it builds its first model: some
     # 20 ms of a submit's start, for plug-ins the runner does not use. Set for the command's process (and the
@@ -36,13 +42,28 @@ def main() -> None:
     from runner.cli import quick
 
     quick.answer()  # exits when it could answer
-    if sys.argv[1:2] and sys.argv[1] in RECORD_VERSION:
+    runs = bool(sys.argv[1:2]) and sys.argv[1] in RECORD_VERSION
+    quiet = runs and gc.isenabled()  # (a program that turned collection off itself keeps it off)
+    if runs:
         from runner.version import ask_git_early
 
         ask_git_early()
+        # No cyclic garbage collection while the command imports (hundreds of modules: a collection every 700 new
+        # objects, each later one longer): some 15-20 ms of a start. The store's opening (common.open_db) turns it
+        # back on with what was loaded frozen (gc.freeze: never traversed again), and this undoes both however the
+        # command ends, for a program that calls main() again (the test suite).
+        if quiet:
+            gc.disable()
+            GC_HELD = True
     from runner.cli import typer_app
 
-    typer_app.main()
+    try:
+        typer_app.main()
+    finally:
+        if quiet:
+            GC_HELD = False
+            gc.unfreeze()
+            gc.enable()
 
 
 def __getattr__(name: str) -> Any:

@@ -13,6 +13,7 @@ second, where importing the engine costs half a second more (issue 39).
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import sys
 from collections.abc import Sequence
@@ -128,8 +129,13 @@ def open_db(db: str | None) -> Store:
     if db and has_password(db) and not opened:
         say("warning: --db carries a password, which other users of this machine can see in `ps`: put the URL in "
             "RUNNER_DB instead (export RUNNER_DB=postgresql://...), or use a ~/.pgpass file", err=True)
+    import runner.cli
     from runner.store import open_store
 
+    if runner.cli.GC_HELD:  # turned off by main() while the command imported: on again, what it loaded frozen
+        runner.cli.GC_HELD = False
+        gc.freeze()
+        gc.enable()
     store = open_store(db)
     opened.append(store)
     return store
