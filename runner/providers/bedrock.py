@@ -16,16 +16,16 @@ the body ``AsyncAnthropicBedrock`` sends, each signed by botocore's own SigV4 si
 (refreshed by botocore, in a worker thread, when it says so) or sent with the Bedrock API key as a bearer token; the
 answers read as boto3 and the anthropic SDK read them, so the mappings above are theirs unchanged. No signer and no
 credential chain of our own: botocore's are used, only without its per-request client machinery, which cost several
-times the CPU of the request itself (bench/RESULTS.md).
+times the CPU of the request itself (bench/RESULTS.md). The pre-flight probe's lookup of the model on the control
+plane goes over the wire too, signed alike (:mod:`runner.providers.bedrock_probe`).
 
-boto3 and the anthropic SDK stay for what only they do here: batch inference, CountTokens, the pre-flight probe
-(the control plane), and every online request where a proxy applies to the endpoint (``lean_or_sdk.proxied``) or a
-variable sends the SDKs to another endpoint (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_BEDROCK_RUNTIME,
-ANTHROPIC_BEDROCK_BASE_URL, FIPS or dual-stack endpoints). boto3 is synchronous: its calls run in a thread pool
-of this provider's own, as wide as its concurrency (and botocore's connection pool as wide), or in the loop's
-default threads when the wire serves the online requests. botocore's retries are off (``total_max_attempts: 1``,
-the runner retries: ARCHITECTURE.md invariant 4). Bedrock sends no rate-limit headers: the endpoint's concurrency
-adapts.
+boto3 and the anthropic SDK stay for what only they do here: batch inference, CountTokens, and every online request
+(and probe) where a proxy applies to the endpoint (``lean_or_sdk.proxied``) or a variable sends the SDKs to another
+endpoint (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_BEDROCK_RUNTIME, ANTHROPIC_BEDROCK_BASE_URL, FIPS or dual-stack
+endpoints). boto3 is synchronous: its calls run in a thread pool of this provider's own, as wide as its concurrency
+(and botocore's connection pool as wide), or in the loop's default threads when the wire serves the online requests.
+botocore's retries are off (``total_max_attempts: 1``, the runner retries: ARCHITECTURE.md invariant 4). Bedrock
+sends no rate-limit headers: the endpoint's concurrency adapts.
 
 Batch inference (:mod:`runner.providers.bedrock_batch`) needs ``providers: {bedrock: {batch_folder: s3://BUCKET/PREFIX,
 batch_role_arn: arn:aws:iam::ACCOUNT:role/NAME}}``: the S3 folder its records and answers go through and the service
@@ -46,18 +46,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import field_validator
 
-from runner.errors import (
-    AuthError,
-    BadRequest,
-    ModelSetupError,
-    ProviderError,
-    TransientError,
-)
+from runner.errors import ModelSetupError, ProviderError
 
 from .answer_bounds import bounds_of
 from .base import LEAN_WIRE, CacheMarks, Completion, Provider, ProviderSettings, register
 from .bedrock_errors import CREDENTIAL_HELP, bearer_in_clear, bedrock_error, boto_errors, refresh_failed
-from .bedrock_ids import claude_name, is_profile
+from .bedrock_ids import claude_name
 from .lean_or_sdk import proxied
 from .records import package_version
 
@@ -234,19 +228,52 @@ class BedrockProvider(Provider):
         """The lean wire and its signer (the chain's credentials resolved in a worker thread: it reads files and
         may ask SSO or a metadata endpoint), else boto3's client and its threads."""
         if self.region() and self._lean():
-            from .bedrock_wire import AwsSigner, ErrorAnswer
+            from .bedrock_wire import ErrorAnswer
             from .lean_http import LeanWire
             from .tls import shared_context
 
-            bearer = os.environ.get("AWS_BEARER_TOKEN_BEDROCK") or None
-            credentials = None if bearer else await asyncio.to_thread(self._credentials)
-            self.signer = AwsSigner(credentials, str(self.region()), bearer=bearer)
+            await self.aws_signer()
             self._url = self.runtime_url()
             self.wire = LeanWire(self._url, "", self.settings.timeout, headers={}, tls=shared_context,
                                  error_of=ErrorAnswer, bounds=bounds_of(self.settings))
             return
         self._runtime = self._client("bedrock-runtime")
         self._pool = ThreadPoolExecutor(max_workers=self._width(), thread_name_prefix="bedrock")
+
+    async def aws_signer(self) -> AwsSigner:
+        """The signer of the wire's requests (the runtime's and the probe's lookup), made once: the Bedrock API key
+        (AWS_BEARER_TOKEN_BEDROCK), else the chain's credentials, resolved in a worker thread."""
+        if self.signer is None:
+            from .bedrock_wire import AwsSigner
+
+            bearer = os.environ.get("AWS_BEARER_TOKEN_BEDROCK") or None
+            credentials = None if bearer else await asyncio.to_thread(self._credentials)
+            if self.signer is None:  # another request may have made it meanwhile
+                self.signer = AwsSigner(credentials, str(self.region()), bearer=bearer)
+        return self.signer
+
+    async def signed(self, method: str, url: str, content: bytes, host: str) -> dict[str, str]:
+        """The auth headers of one request over the wire (:meth:`AwsSigner.headers`); botocore's failure to find or
+        refresh the credentials as one sentence."""
+        signer = await self.aws_signer()
+        try:
+            return await signer.headers(method, url, content, host)
+        except Exception as exc:
+            from botocore.exceptions import BotoCoreError
+
+            if isinstance(exc, BotoCoreError):  # no credentials, or botocore could not refresh them
+                raise refresh_failed(self.where, exc) from exc
+            raise
+
+    def bearer_refused(self, url: str, model: str) -> ModelSetupError | None:
+        """botocore's refusal of a Bedrock API key sent to a plain http ``url`` (its BearerAuth's, which the wire
+        makes too, in its words), or None."""
+        if self.signer is None or not self.signer.bearer or url.startswith("https"):
+            return None
+        from botocore.exceptions import InvalidEndpointConfigurationError
+
+        return bearer_in_clear(self.where, model, InvalidEndpointConfigurationError(
+            msg="Bearer authorization requires an HTTPS endpoint."))
 
     def _credentials(self) -> Any:
         """The chain's credentials (botocore's object), with botocore's signer imported here, off the loop."""
@@ -343,12 +370,8 @@ class BedrockProvider(Provider):
         if self.wire is not None:
             from .bedrock_wire import converse_answer, converse_body, converse_path
 
-            if self.signer is not None and self.signer.bearer and not self._url.startswith("https"):
-                from botocore.exceptions import InvalidEndpointConfigurationError
-
-                # botocore's BearerAuth refuses to send a key in the clear, and so does the wire, in its words
-                raise bearer_in_clear(self.where, model, InvalidEndpointConfigurationError(
-                    msg="Bearer authorization requires an HTTPS endpoint."))
+            if (refused := self.bearer_refused(self._url, model)) is not None:
+                raise refused
             answer = await self.send(model, converse_path(model), converse_body({"modelId": model, **request}))
             return self.converse_completion(converse_answer(answer.content, self.where))
         response = await self._call(model, self.runtime.converse, self._pool, **request)
@@ -360,14 +383,7 @@ class BedrockProvider(Provider):
         from .bedrock_wire import ErrorAnswer, claude_error, converse_error
 
         assert self.wire is not None and self.signer is not None, "start() was not awaited"
-        try:
-            headers = await self.signer.headers("POST", self._url + path, content, self.wire.host_header)
-        except Exception as exc:
-            from botocore.exceptions import BotoCoreError
-
-            if isinstance(exc, BotoCoreError):  # no credentials, or botocore could not refresh them
-                raise refresh_failed(self.where, exc) from exc
-            raise
+        headers = await self.signed("POST", self._url + path, content, self.wire.host_header)
         try:
             return await self.wire.request("POST", path, where=self.where, headers=headers, content=content)
         except ErrorAnswer as answer:
@@ -421,29 +437,11 @@ class BedrockProvider(Provider):
 
     async def probe(self, model: str) -> None:
         """The control plane's lookup of the model (GetFoundationModel, or GetInferenceProfile for a cross-region
-        id): free, and it checks the endpoint, the credentials, the region and the model id at once."""
-        from botocore.config import Config
+        id): free, and it checks the endpoint, the credentials, the region and the model id at once
+        (:mod:`runner.providers.bedrock_probe`: over the wire where it serves, else boto3's client)."""
+        from .bedrock_probe import probe
 
-        self.check_key(model)
-        timeout = min(self.settings.timeout, 5.0)
-        config = Config(retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=timeout,
-                        read_timeout=timeout)
-        control = self._client("bedrock", config)
-        try:  # in the loop's default threads: a probe may run before start()
-            if is_profile(model):
-                await self._call(model, control.get_inference_profile, None, inferenceProfileIdentifier=model)
-            else:
-                await self._call(model, control.get_foundation_model, None, modelIdentifier=model)
-        except (BadRequest, AuthError) as exc:
-            if isinstance(exc, AuthError) and exc.error_class != "unknown_model":
-                raise
-            raise ModelSetupError(f"bedrock:{model} is not a model this account can use in region {self.region()} "
-                                  f"({exc}): check the model id and providers: {{bedrock: {{region: ...}}}}") from exc
-        except TransientError as exc:
-            raise TransientError(f"bedrock:{model} could not be probed ({exc}): is the endpoint right and reachable?",
-                                 status=exc.status, error_class=exc.error_class) from exc
-        finally:
-            control.close()
+        await probe(self, model)
 
     # -- errors (runner/providers/bedrock_errors.py) -----------------------------------------------------------
 

@@ -31,8 +31,9 @@ pre-flight check of the credentials as before) (``python -X importtime`` on this
 ``botocore.auth`` and ``botocore.awsrequest`` (0.11 to 0.16 s, urllib3 and botocore's utilities included), and
 for the credential chain ``botocore.session`` (about 0.05 s more; it imports ``botocore.client`` and the rest of
 the client machinery, none of which runs per request: no parameter validation, serialisation, endpoint resolution,
-event hooks, urllib3 pool or response parsing). boto3 itself is not imported by the online path (the probe, token
-counts and batch inference import it). botocore's ``SigV4Auth`` costs about 0.17 ms of CPU per request.
+event hooks, urllib3 pool or response parsing). boto3 itself is imported neither by the online path nor by the
+pre-flight probe's lookup (``bedrock_probe.py``: :func:`control_url`, :func:`lookup_path`), only by token counts and
+batch inference. botocore's ``SigV4Auth`` costs about 0.17 ms of CPU per request.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ from urllib.parse import quote
 
 from runner.errors import TransientError
 
-__all__ = ["AwsSigner", "ErrorAnswer", "claude_error", "converse_answer", "converse_body", "converse_error",
-           "converse_path", "invoke_path", "runtime_url"]
+__all__ = ["AwsSigner", "ErrorAnswer", "claude_error", "control_url", "converse_answer", "converse_body",
+           "converse_error", "converse_path", "invoke_path", "lookup_path", "runtime_url"]
 
 #: botocore's ``percent_encode`` keeps these unescaped in a URI label (``botocore.utils.SAFE_CHARS``)
 _LABEL_SAFE = "-._~"
@@ -63,8 +64,17 @@ _WIRE_HEADERS = ("content-type", "host")
 
 def runtime_url(region: str) -> str:
     """bedrock-runtime's endpoint in ``region``, as botocore's endpoint rules and the anthropic SDK name it."""
+    return _endpoint("bedrock-runtime", region)
+
+
+def control_url(region: str) -> str:
+    """The control plane's endpoint in ``region`` (boto3's ``bedrock`` client: the pre-flight probe's lookups)."""
+    return _endpoint("bedrock", region)
+
+
+def _endpoint(prefix: str, region: str) -> str:
     suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
-    return f"https://bedrock-runtime.{region}.{suffix}"
+    return f"https://{prefix}.{region}.{suffix}"
 
 
 def converse_path(model: str) -> str:
@@ -73,6 +83,13 @@ def converse_path(model: str) -> str:
 
 def invoke_path(model: str) -> str:
     return f"/model/{quote(model, safe=_CLAUDE_SAFE)}/invoke"
+
+
+def lookup_path(model: str, *, profile: bool) -> str:
+    """The control plane's lookup of ``model``: GetInferenceProfile's ``/inference-profiles/{id}`` for a cross-region
+    id (``profile``), else GetFoundationModel's ``/foundation-models/{id}`` (botocore's bedrock service model), the id
+    quoted as botocore quotes a URI label."""
+    return f"/{'inference-profiles' if profile else 'foundation-models'}/{quote(model, safe=_LABEL_SAFE)}"
 
 
 def _as_json(value: Any) -> Any:
@@ -201,15 +218,16 @@ class AwsSigner:
         return self._credentials.get_frozen_credentials()
 
     async def headers(self, method: str, url: str, content: bytes, host: str) -> dict[str, str]:
-        """The headers that authorise ``method url`` with the JSON body ``content``, sent with the Host header
-        ``host`` (the wire's own: signed as given, which spares botocore working it out of the URL again); neither
-        it nor the Content-Type is returned, the wire sends both."""
+        """The headers that authorise ``method url`` with the JSON body ``content`` (none: ``b""``), sent with the
+        Host header ``host`` (the wire's own: signed as given, which spares botocore working it out of the URL
+        again); neither it nor the Content-Type is returned, the wire sends both (the Content-Type with a body
+        only, so it is signed with one only)."""
         if self._bearer is not None:
             return {"Authorization": f"Bearer {self._bearer}"}
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 
-        request = AWSRequest(method=method, url=url, data=content,
-                             headers={"Content-Type": "application/json", "Host": host})
+        signed = {"Content-Type": "application/json", "Host": host} if content else {"Host": host}
+        request = AWSRequest(method=method, url=url, data=content, headers=signed)
         SigV4Auth(await self.frozen(), "bedrock", self._region).add_auth(request)
         return {name: value for name, value in request.headers.items() if name.lower() not in _WIRE_HEADERS}

@@ -14,6 +14,7 @@ import asyncio
 import base64
 import datetime
 import json
+import os
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -438,6 +439,137 @@ def test_the_region_s_endpoint_is_the_one_boto3_picks() -> None:
         provider = BedrockProvider(settings(None, region=region))
         assert provider.runtime_url() == client.meta.endpoint_url, region
         client.close()
+
+
+# -- the pre-flight probe ------------------------------------------------------------------------------------------
+
+FOUNDATION_MODEL = {"modelDetails": {"modelArn": f"arn:aws:bedrock:{REGION}::foundation-model/{CONVERSE}",
+                                     "modelId": CONVERSE, "providerName": "amazon"}}
+#: the control plane's answers to a lookup, each one the same outcome on both paths
+PROBE_ANSWERS: list[tuple[int, bytes, dict[str, str]]] = [
+    (200, json.dumps(FOUNDATION_MODEL).encode(), {}),
+    (404, *bedrock_error("ResourceNotFoundException", "The model does not exist.")),
+    (400, *bedrock_error("ValidationException", "The provided model identifier is invalid.")),
+    (403, *bedrock_error("AccessDeniedException", "You are not authorized to perform: bedrock:GetFoundationModel")),
+    (429, *bedrock_error("ThrottlingException", "Too many requests")),
+    (500, *bedrock_error("InternalServerException", "oops")),
+    (503, b"", {}),
+]
+
+
+async def probe_outcome(provider: BedrockProvider, model: str) -> Exception | None:
+    try:
+        await provider.probe(model)
+    except (ProviderError, ModelSetupError) as exc:
+        return exc
+    finally:
+        await provider.aclose()
+    return None
+
+
+@pytest.mark.parametrize(("code", "body", "headers"), PROBE_ANSWERS)
+async def test_the_probe_s_lookup_is_boto3s_own_signed_alike_and_each_answer_the_same_outcome(
+        scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], code: int, body: bytes,
+        headers: dict[str, str]) -> None:
+    """GetFoundationModel (and GetInferenceProfile for a cross-region id or an ARN) over the wire: the method, path
+    and signature of boto3's ``bedrock`` client's request, no body and so no Content-Type signed, and the same
+    outcome for each answer."""
+    url, answer, seen = scripted
+    answer.update(status=code, body=body, headers=headers)
+    paths = []
+    for model in (CONVERSE, "us.amazon.nova-pro-v1:0", PROFILE_ARN):
+        seen.clear()
+        lean, sdk = both(url)
+        got, expected = await probe_outcome(lean, model), await probe_outcome(sdk, model)
+        lean_sent, sdk_sent = seen
+        paths.append(lean_sent["path"])
+        assert (lean_sent["method"], lean_sent["path"]) == (sdk_sent["method"], sdk_sent["path"]) == \
+            ("GET", sdk_sent["path"])
+        assert lean_sent["body"] == sdk_sent["body"] == b""
+        assert "content-type" not in headers_of(lean_sent)
+        assert {"host", "x-amz-date"} <= set(verified(lean_sent, url)) and "content-type" not in verified(
+            lean_sent, url)
+        verified(sdk_sent, url)
+        if code == 200:
+            assert got is None and expected is None
+        else:
+            assert (type(got), str(got)) == (type(expected), str(expected))
+            assert SECRET not in str(got) and ACCESS_KEY not in str(got)
+    assert paths[:2] == [f"/foundation-models/{CONVERSE.replace(':', '%3A')}",
+                         "/inference-profiles/us.amazon.nova-pro-v1%3A0"]
+    assert paths[2].startswith("/foundation-models/arn%3Aaws%3Abedrock%3Aus-east-1%3A")  # (as boto3 asks it)
+    if code == 404:
+        assert isinstance(got, ModelSetupError) and "is not a model this account can use" in str(got)
+
+
+async def test_the_probe_sends_a_bedrock_api_key_as_boto3_does_and_never_in_the_clear(
+        scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "bedrock-api-key-simulated")
+    url, answer, seen = scripted
+    answer.update(status=200, body=json.dumps(FOUNDATION_MODEL).encode())
+    got = await probe_outcome(BedrockProvider(settings(url)), CONVERSE)
+    assert isinstance(got, ModelSetupError) and "needs an https base_url" in str(got) and seen == []
+    if botocore_refuses_bearer_over_http():
+        expected = await probe_outcome(SDKBedrock(settings(url)), CONVERSE)
+        assert (type(got), str(got)) == (type(expected), str(expected)) and seen == []
+
+
+@pytest.mark.parametrize(("variables", "lean"), [
+    ({}, True),
+    ({"HTTPS_PROXY": "http://127.0.0.1:9"}, False),
+    ({"HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "bedrock.us-east-1.amazonaws.com"}, True),
+    ({"AWS_ENDPOINT_URL_BEDROCK": "http://127.0.0.1:9"}, False),
+    ({"AWS_ENDPOINT_URL_BEDROCK_RUNTIME": "http://127.0.0.1:9"}, True),  # the runtime's, not the control plane's
+    ({"AWS_USE_DUALSTACK_ENDPOINT": "true"}, False),
+])
+def test_the_probe_keeps_boto3_where_a_proxy_or_an_endpoint_variable_applies(
+        monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], lean: bool) -> None:
+    from runner.providers.bedrock_probe import lean_lookup
+
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert lean_lookup(BedrockProvider(settings(None))) is lean
+    assert lean_lookup(SDKBedrock(settings(None))) is False
+
+
+def test_the_control_plane_s_endpoint_is_the_one_boto3_picks() -> None:
+    import boto3
+
+    from runner.providers.bedrock_probe import control_base
+
+    for region in ("us-east-1", "eu-central-1", "us-gov-west-1", "cn-north-1"):
+        client = boto3.client("bedrock", region_name=region)
+        assert control_base(BedrockProvider(settings(None, region=region))) == client.meta.endpoint_url, region
+        client.close()
+
+
+def test_a_probe_and_a_request_over_the_wire_import_neither_boto3_nor_the_anthropic_sdk(tmp_path: Path) -> None:
+    """What ``runner submit`` runs before its first Converse request, in a new interpreter: the probe, then the run's
+    start and one request."""
+    import subprocess
+    import sys
+
+    script = (
+        "import asyncio, sys\n"
+        "from runner.providers.base import ProviderSettings\n"
+        "from runner.providers.bedrock import BedrockProvider\n"
+        "from simserver import start_server\n"
+        "async def go():\n"
+        "    async with await start_server() as srv:\n"
+        "        for _ in range(2):\n"
+        "            provider = BedrockProvider(ProviderSettings(base_url=srv.root_url))\n"
+        "            await provider.probe('amazon.nova-pro-v1:0')\n"
+        "            await provider.start()\n"
+        "            await provider.execute('amazon.nova-pro-v1:0', [{'role': 'user', 'content': 'hi'}], {})\n"
+        "            await provider.aclose()\n"
+        "asyncio.run(go())\n"
+        "print(sorted(name for name in ('boto3', 's3transfer', 'anthropic') if name in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout
 
 
 # -- the strict simulated server ------------------------------------------------------------------------------------
