@@ -1,8 +1,9 @@
 """Google OAuth access tokens for the lean wire (``vertex.py``): the Application Default Credentials google-auth
-loaded, their token refreshed in a worker thread (google-auth's refresh is a blocking HTTP request) when it is
-missing or about to expire (google-auth's ``expired``, which counts a token as expired a few minutes early), one
-refresh at a time for every request in flight, as google-genai's and ``AsyncAnthropicVertex``'s clients refresh
-theirs. The credentials and their token stay in memory: never stored, logged or put into settings."""
+loaded, their token refreshed in a worker thread (google-auth's refresh is a blocking HTTP request, sent by
+``google_transport.py``) when it is missing or about to expire (google-auth's ``expired``, which counts a token as
+expired a few minutes early), one refresh at a time for every request in flight, as google-genai's and
+``AsyncAnthropicVertex``'s clients refresh theirs. The credentials and their token stay in memory: never stored,
+logged or put into settings."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ __all__ = ["AccessTokens"]
 
 
 def _refresh(credentials: Credentials) -> None:
-    """One refresh over google-auth's own transport (requests), as both SDKs refresh (run in a thread)."""
-    from google.auth.transport.requests import Request
+    """One refresh by google-auth, its token request over :class:`~runner.providers.google_transport.TokenRequest`
+    (google-auth's ``requests`` transport, which both SDKs refresh with, where a proxy or a certificate variable
+    applies) (run in a thread)."""
+    from .google_transport import TokenRequest
 
-    credentials.refresh(Request())  # type: ignore[no-untyped-call]
+    credentials.refresh(TokenRequest())  # type: ignore[no-untyped-call]
 
 
 class AccessTokens:
