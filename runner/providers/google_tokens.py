@@ -2,18 +2,38 @@
 loaded, their token refreshed in a worker thread (google-auth's refresh is a blocking HTTP request, sent by
 ``google_transport.py``) when it is missing or about to expire (google-auth's ``expired``, which counts a token as
 expired a few minutes early), one refresh at a time for every request in flight, as google-genai's and
-``AsyncAnthropicVertex``'s clients refresh theirs. The credentials and their token stay in memory: never stored,
-logged or put into settings."""
+``AsyncAnthropicVertex``'s clients refresh theirs; the credentials loaded once per process while nothing they come
+from changes (:func:`default_credentials`). The credentials and their token stay in memory: never stored, logged or
+put into settings."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from .env_memo import EnvironmentMemo
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
 
-__all__ = ["AccessTokens"]
+__all__ = ["AccessTokens", "default_credentials"]
+
+#: the Application Default Credentials last loaded, for as long as nothing they came from changed
+_LOADED: EnvironmentMemo[Credentials] = EnvironmentMemo()
+
+
+def default_credentials(scopes: Sequence[str]) -> Credentials:
+    """The Application Default Credentials of ``scopes`` as ``google.auth.default`` loads them (its errors as they
+    are), loaded once per process while the environment, the file GOOGLE_APPLICATION_CREDENTIALS names and gcloud's
+    application-default file stay the same (``env_memo.py``): the pre-flight probe's provider and the run's share
+    them, and the token the probe fetched. Blocking (google-auth reads files, and may ask a metadata server)."""
+    import google.auth
+    from google.auth import _cloud_sdk  # (where gcloud keeps the application-default file; google-auth reads it)
+
+    files = (os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"), _cloud_sdk.get_application_default_credentials_path())
+    return _LOADED.get(tuple(scopes), files, lambda: google.auth.default(scopes=list(scopes))[0])
 
 
 def _refresh(credentials: Credentials) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import os
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -316,6 +317,35 @@ async def test_a_token_about_to_expire_is_refreshed_once_off_the_loop_for_every_
     assert {headers_of(request)["authorization"] for request in seen} == {"Bearer ya29.second"}
     assert len(seen) == 24 and provider.tokens is not None and provider.tokens.refreshes == 2
     assert threads and all(thread is not threading.main_thread() for thread in threads)
+
+
+async def test_the_probe_s_provider_and_the_run_s_share_the_credentials_and_their_token(
+        scripted: tuple[str, dict[str, Any], list[dict[str, Any]]],
+        token_server: tuple[dict[str, Any], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """runner submit's providers (the probe's, then the run's) load the credentials once and fetch one token
+    (google_tokens.default_credentials), as long as nothing they come from changes; another key file is loaded."""
+    url, answer, seen = scripted
+    _, token_requests = token_server
+    answer.update(status=200, body=json.dumps(ANSWER).encode())
+    probed, run = VertexProvider(settings(url)), VertexProvider(settings(url))
+    for provider in (probed, run):
+        await provider.start()
+    try:
+        await probed.probe(GEMINI)
+        await run.execute(GEMINI, MESSAGES, {"max_tokens": 5})
+    finally:
+        for provider in (probed, run):
+            await provider.aclose()
+    assert run.credentials is probed.credentials and len(token_requests) == 1 and len(seen) == 2
+    key = json.loads(Path(os.environ["GOOGLE_APPLICATION_CREDENTIALS"]).read_text())
+    other = tmp_path / "other-key.json"
+    other.write_text(json.dumps({**key, "client_email": "other@sim-project.iam.gserviceaccount.com"}))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(other))
+    changed = VertexProvider(settings(url))
+    assert isinstance(await outcome(changed, GEMINI, {"max_tokens": 5}), Completion)
+    assert changed.credentials is not run.credentials and len(token_requests) == 2
+    assert changed.credentials.service_account_email.startswith("other@")  # type: ignore[union-attr]
 
 
 async def test_nothing_of_the_credentials_is_in_the_settings_or_an_error(
