@@ -56,6 +56,7 @@ from .lean_or_sdk import proxied
 from .records import package_version
 
 if TYPE_CHECKING:
+    from .aws_sessions import AwsSessions
     from .batching import Batches
     from .bedrock_claude import BedrockClaude
     from .bedrock_wire import AwsSigner
@@ -157,22 +158,26 @@ class BedrockProvider(Provider):
         return self.options.profile or os.environ.get("AWS_PROFILE") or None
 
     @functools.cached_property
-    def _core(self) -> Any:
-        """botocore's session of the profile: the credential chain and the profile's region (boto3's session wraps
-        it, so that its clients share the one credentials object)."""
-        import botocore.session
+    def _sessions(self) -> AwsSessions:
+        """botocore's session of the profile, and boto3's around it, one per process while nothing they read changes
+        (:mod:`runner.providers.aws_sessions`)."""
+        from .aws_sessions import sessions
 
-        core = botocore.session.Session(profile=self.profile)
-        if self.profile and self.profile not in core.available_profiles:
+        made = sessions(self.profile)
+        if self.profile and self.profile not in made.core.available_profiles:
             raise ModelSetupError(f"bedrock: the AWS profile {self.profile!r} is not in the shared AWS files: set "
                                   "providers: {bedrock: {profile: ...}} or AWS_PROFILE to one that is")
-        return core
+        return made
 
-    @functools.cached_property
+    @property
+    def _core(self) -> Any:
+        """botocore's session: the credential chain and the profile's region (boto3's session wraps it, so that its
+        clients share the one credentials object)."""
+        return self._sessions.core
+
+    @property
     def _session(self) -> Any:
-        import boto3
-
-        return boto3.Session(botocore_session=self._core)
+        return self._sessions.boto3()
 
     def region(self) -> str | None:
         return (self.options.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")

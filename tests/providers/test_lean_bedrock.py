@@ -403,6 +403,25 @@ async def test_missing_credentials_are_one_sentence_and_nothing_is_sent(
     assert seen == [] and SECRET not in str(got)
 
 
+async def test_the_probe_s_provider_and_the_run_s_share_one_session_and_changed_keys_make_another(
+        scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """runner submit's providers (the checks', the probe's, the run's) share botocore's session and its credentials
+    (aws_sessions.py), as long as nothing of the environment or the shared files changes."""
+    url, answer, seen = scripted
+    answer.update(status=200, body=json.dumps(CONVERSE_ANSWER).encode())
+    checked, probed, run = (BedrockProvider(settings(url)) for _ in range(3))
+    checked.check_key(CONVERSE)
+    assert checked._core is probed._core is run._core and checked._session is run._session
+    assert await probe_outcome(probed, CONVERSE) is None
+    assert isinstance(await outcome(run, CONVERSE, {"max_tokens": 5}), Completion)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDANOTHERKEY")
+    changed = BedrockProvider(settings(url))
+    assert changed._core is not run._core
+    assert isinstance(await outcome(changed, CONVERSE, {"max_tokens": 5}), Completion)
+    verified(seen[1], url)
+    verified(seen[2], url, key="AKIDANOTHERKEY")
+
+
 # -- where the wire goes, and where the SDKs stay ------------------------------------------------------------------
 
 @pytest.mark.parametrize(("variables", "lean"), [
