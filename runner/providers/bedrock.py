@@ -50,7 +50,7 @@ from runner.errors import ModelSetupError, ProviderError
 
 from .answer_bounds import bounds_of
 from .base import LEAN_WIRE, CacheMarks, Completion, Provider, ProviderSettings, register
-from .bedrock_errors import CREDENTIAL_HELP, bearer_in_clear, bedrock_error, boto_errors, refresh_failed
+from .bedrock_errors import CREDENTIAL_HELP, bearer_over_http, bedrock_error, boto_errors, refresh_failed
 from .bedrock_ids import claude_name
 from .lean_or_sdk import proxied
 from .records import package_version
@@ -171,8 +171,7 @@ class BedrockProvider(Provider):
 
     @property
     def _core(self) -> Any:
-        """botocore's session: the credential chain and the profile's region (boto3's session wraps it, so that its
-        clients share the one credentials object)."""
+        """botocore's session: the credential chain and the profile's region (boto3's wraps it, sharing them)."""
         return self._sessions.core
 
     @property
@@ -271,14 +270,9 @@ class BedrockProvider(Provider):
             raise
 
     def bearer_refused(self, url: str, model: str) -> ModelSetupError | None:
-        """botocore's refusal of a Bedrock API key sent to a plain http ``url`` (its BearerAuth's, which the wire
-        makes too, in its words), or None."""
-        if self.signer is None or not self.signer.bearer or url.startswith("https"):
-            return None
-        from botocore.exceptions import InvalidEndpointConfigurationError
-
-        return bearer_in_clear(self.where, model, InvalidEndpointConfigurationError(
-            msg="Bearer authorization requires an HTTPS endpoint."))
+        """botocore's refusal of a Bedrock API key sent to a plain http ``url``, which the wire makes too, or None."""
+        clear = self.signer is not None and self.signer.bearer and not url.startswith("https")
+        return bearer_over_http(self.where, model) if clear else None
 
     def _credentials(self) -> Any:
         """The chain's credentials (botocore's object), with botocore's signer imported here, off the loop."""

@@ -21,7 +21,8 @@ from runner.errors import (
 from .answer_bounds import surfaced
 from .wire import quoted, retry_after_seconds, words
 
-__all__ = ["CREDENTIAL_HELP", "bearer_in_clear", "bedrock_error", "boto_errors", "refresh_failed"]
+__all__ = ["CREDENTIAL_HELP", "bearer_in_clear", "bearer_over_http", "bedrock_error", "boto_errors",
+           "refresh_failed"]
 
 #: the variables of the standard chain a message may name (never their values)
 CREDENTIAL_HELP = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), "
@@ -96,6 +97,14 @@ def bearer_in_clear(where: str, model: str, refusal: Exception) -> ModelSetupErr
     ``InvalidEndpointConfigurationError``, which the lean wire makes too, so both paths say one sentence)."""
     return ModelSetupError(f"{where}: botocore refuses this endpoint for bedrock:{model} ({quoted(refusal)}); a "
                            "Bedrock API key (AWS_BEARER_TOKEN_BEDROCK) needs an https base_url")
+
+
+def bearer_over_http(where: str, model: str) -> ModelSetupError:
+    """The lean wire's refusal of a Bedrock API key to a plain http endpoint: botocore's BearerAuth's, in its words."""
+    from botocore.exceptions import InvalidEndpointConfigurationError
+
+    return bearer_in_clear(where, model, InvalidEndpointConfigurationError(
+        msg="Bearer authorization requires an HTTPS endpoint."))
 
 
 def refresh_failed(where: str, exc: Exception) -> AuthError:

@@ -6,10 +6,9 @@ Models are named ``vertex:gemini-2.5-flash`` and ``vertex:claude-sonnet-4-5@2025
 Claude on Vertex). The project and location come from ``providers: {vertex: {project: ..., location: ...}}``, else
 GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (the variables google-genai reads); the credentials from Application
 Default Credentials only (GOOGLE_APPLICATION_CREDENTIALS, ``gcloud auth application-default login``, a cloud
-machine's service account), loaded once per process while nothing they come from changes (the probe's and the
-run's providers share them) and shared by the wire and both SDKs; nothing of them is stored or shown. Their access
-token is refreshed in a worker thread when it is missing or about to expire, one refresh for all the requests in
-flight (:mod:`runner.providers.google_tokens`).
+machine's service account), loaded once per process while nothing they come from changes, shared by the wire and
+both SDKs, never stored or shown. Their access token is refreshed in a worker thread when it is missing or about to
+expire, one refresh for all the requests in flight (:mod:`runner.providers.google_tokens`).
 
 The lean wire sends what the SDKs sent, at the hosts and paths :mod:`runner.providers.vertex_wire` names (Gemini's
 ``:generateContent``, Claude's ``:rawPredict``, the probe's publisher-model lookup): Gemini's with ``Authorization:
