@@ -30,10 +30,21 @@ def default_credentials(scopes: Sequence[str]) -> Credentials:
     application-default file stay the same (``env_memo.py``): the pre-flight probe's provider and the run's share
     them, and the token the probe fetched. Blocking (google-auth reads files, and may ask a metadata server)."""
     import google.auth
-    from google.auth import _cloud_sdk  # (where gcloud keeps the application-default file; google-auth reads it)
 
-    files = (os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"), _cloud_sdk.get_application_default_credentials_path())
+    files = (os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"), _gcloud_file())
     return _LOADED.get(tuple(scopes), files, lambda: google.auth.default(scopes=list(scopes))[0])
+
+
+def _gcloud_file() -> str:
+    """Where gcloud keeps the application-default credentials, as google-auth finds the file (its private
+    ``_cloud_sdk``; where that is gone, gcloud's folder on Linux and macOS)."""
+    try:
+        from google.auth import _cloud_sdk
+
+        return str(_cloud_sdk.get_application_default_credentials_path())
+    except (ImportError, AttributeError):
+        folder = os.environ.get("CLOUDSDK_CONFIG") or os.path.join("~", ".config", "gcloud")
+        return os.path.join(folder, "application_default_credentials.json")
 
 
 def _refresh(credentials: Credentials) -> None:

@@ -348,6 +348,27 @@ async def test_the_probe_s_provider_and_the_run_s_share_the_credentials_and_thei
     assert changed.credentials.service_account_email.startswith("other@")  # type: ignore[union-attr]
 
 
+def test_gcloud_s_application_default_file_is_loaded_again_once_it_changes(tmp_path: Path) -> None:
+    """Credentials from ``gcloud auth application-default login``'s file (in CLOUDSDK_CONFIG, which _local_only
+    points into tmp_path) are loaded once while the file stays the same, and again once gcloud rewrites it."""
+    from runner.providers.google_tokens import default_credentials
+
+    adc = tmp_path / "gcloud" / "application_default_credentials.json"
+    adc.parent.mkdir(exist_ok=True)
+
+    def login(refresh_token: str, mtime_ns: int) -> None:
+        adc.write_text(json.dumps({"type": "authorized_user", "client_id": "id.apps.googleusercontent.com",
+                                   "client_secret": "simulated", "refresh_token": refresh_token}))
+        os.utime(adc, ns=(mtime_ns, mtime_ns))
+
+    login("first-login", 10**18)
+    first = default_credentials(["https://www.googleapis.com/auth/cloud-platform"])
+    assert default_credentials(["https://www.googleapis.com/auth/cloud-platform"]) is first
+    login("second-login", 10**18 + 10**9)
+    second = default_credentials(["https://www.googleapis.com/auth/cloud-platform"])
+    assert second is not first and second.refresh_token == "second-login"  # type: ignore[attr-defined]
+
+
 async def test_nothing_of_the_credentials_is_in_the_settings_or_an_error(
         scripted: tuple[str, dict[str, Any], list[dict[str, Any]]]) -> None:
     url, answer, _ = scripted
