@@ -21,10 +21,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from runner.errors import RunnerError
-from runner.providers.base import ProviderSettings, provider_class, split_model
+from runner.providers.base import ProviderEntry, ProviderSettings, provider_class, split_model
 from runner.providers.capabilities import Shaped, shape
 from runner.spec.fields import MAX_ROWS, Seed, Strict, deadline_seconds, within
 from runner.spec.pools import Pool
@@ -57,6 +57,10 @@ class ReportLayout(Strict):
     tasks: dict[Literal["COMA", "COST", "CSJ"], str] = Field(default_factory=dict)
     #: knowno: which stage holds each prompt style
     styles: dict[Literal["with_gold", "hint_option", "hint_instruction", "no_hint"], str] = Field(default_factory=dict)
+
+
+#: the provider of the user's servers a job's ``endpoints:`` names
+OPENAI_COMPATIBLE = "openai-compatible"
 
 
 class Job(Strict):
@@ -111,6 +115,17 @@ class Job(Strict):
     max_in_flight: Annotated[int | None, within(1, 1_000_000)] = None
 
     _tier = field_validator("tier", mode="before")(tier_setting)
+
+    @field_validator("providers", "endpoints", mode="before")
+    @classmethod
+    def _for_their_providers(cls, value: Any, info: ValidationInfo) -> Any:
+        """Each entry's settings marked with the provider they are for (a ``provider:label`` key's provider; an
+        endpoint's, openai-compatible), whose own keys alone they may add (``ProviderEntry``)."""
+        if not isinstance(value, dict):
+            return value
+        return {name: ProviderEntry(settings, OPENAI_COMPATIBLE if info.field_name == "endpoints"
+                                    else str(name).split(":")[0]) if isinstance(settings, dict) else settings
+                for name, settings in value.items()}
 
     _deadline = field_validator("deadline", mode="before")(lambda value: deadline_setting(value))
     #: read only the first N items of every stage's dataset (``runner submit --limit N`` sets it too)

@@ -582,3 +582,28 @@ def test_a_providers_own_settings_are_kept_in_the_stored_job_and_its_fingerprint
     assert stored.providers["vertex"].provider_options == {"project": "lab-one", "location": "us-central1"}
     assert stored.providers["vertex"].timeout == 7
     assert job_with("lab-two").fingerprint() != job.fingerprint()
+
+
+def test_a_providers_entry_may_add_its_own_providers_keys_alone(tmp_path: Path) -> None:
+    # runner/providers/base.py ProviderEntry: vertex's project and location are vertex's; azure-openai's deployments
+    # under vertex: is an unknown key at its own line, and only the providers named are loaded to tell
+    import subprocess
+
+    def job(settings: str) -> Path:
+        path = tmp_path / "job.yaml"
+        path.write_text("name: t\nmodels: ['vertex:gemini-2.0-flash']\nproviders:\n"
+                        f"  vertex: {{{settings}}}\n"
+                        "stages:\n  - name: s\n    dataset: {path: rows.jsonl}\n    prompt: {user: hi}\n",
+                        encoding="utf-8")
+        (tmp_path / "rows.jsonl").write_text('{"q": 1}\n', encoding="utf-8")
+        return path
+
+    probe = ("import sys\nfrom runner.spec.job import load_job\nfrom runner.providers.base import PROVIDERS\n"
+             f"job = load_job({str(job('project: p, location: us-east5'))!r})\n"
+             "print(sorted(job.providers['vertex']._provider_options), sorted(PROVIDERS.classes))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    options, loaded = done.stdout.strip().split("] [")
+    assert options == "['location', 'project'" and "'vertex'" in loaded and "azure" not in loaded
+    assert "bedrock" not in loaded and "openai" not in loaded.replace("openai-compatible", "")
+    with pytest.raises(JobFileError, match=r"job.yaml:4: providers\.vertex\.deployments: unknown key 'deployments'"):
+        load_job(job("project: p, deployments: {a: b}"))
