@@ -6,6 +6,8 @@ names."""
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING, Generic, TypeVar
 from urllib.parse import urlsplit
 
@@ -21,6 +23,8 @@ def proxied(url: str) -> bool:
     """Whether the environment sends requests to ``url`` through a proxy, as the standard library reads it: one
     for its scheme (or ALL_PROXY) that NO_PROXY does not exempt its host from. The lean wire speaks to no proxy;
     the SDKs' httpx clients do (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY), so a provider keeps its SDK there."""
+    if sys.platform not in ("darwin", "win32") and not any(name[-6:].lower() == "_proxy" for name in os.environ):
+        return False  # elsewhere the standard library reads proxies from these variables alone: none is set
     import urllib.request  # about 10 ms, once per start
 
     parts = urlsplit(url)
