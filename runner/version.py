@@ -56,7 +56,10 @@ _DESCRIBED = re.compile(r"(?P<tag>.+)-(?P<distance>\d+)-g(?P<node>[0-9a-f]+)")
 @cache
 def version() -> str:
     """This runner's version: git's when the package is in a git checkout, else the installed one (per process)."""
-    return git_version(SOURCE_ROOT) or installed_version()
+    try:
+        return git_version(SOURCE_ROOT) or installed_version()
+    finally:
+        _reap()  # an early answer not taken (the count, where a tag was found) is not taken later either
 
 
 def installed_version() -> str:
@@ -121,7 +124,8 @@ def ask_git_early() -> None:
     checkout: a command that will need the version (``runner submit``, ``resume``, ``work``) calls this first
     thing, so that git runs on another core while the runner imports, instead of on the way to the first
     request (some 0.03 s of git, more on a busy machine). :func:`version` takes their answers."""
-    if _EARLY or not (SOURCE_ROOT / ".git").exists() or not (SOURCE_ROOT / "pyproject.toml").is_file():
+    if _EARLY or version.cache_info().currsize or not (SOURCE_ROOT / ".git").exists() \
+            or not (SOURCE_ROOT / "pyproject.toml").is_file():  # asked already, or not a checkout
         return
     for args in (_DESCRIBE, _COUNT):
         try:
@@ -130,11 +134,13 @@ def ask_git_early() -> None:
                                             env=_environment())
         except OSError:  # no git: version() finds out again and uses the installed metadata
             break
+    atexit.unregister(_reap)  # (registered once however often this is called)
     atexit.register(_reap)  # never asked (the command failed first): not left a zombie
 
 
 def _reap() -> None:
-    for started in _EARLY.values():
+    while _EARLY:
+        started = _EARLY.popitem()[1]
         with contextlib.suppress(subprocess.SubprocessError):
             started.communicate(timeout=GIT_TIMEOUT)
 

@@ -158,12 +158,12 @@ def test_a_run_holds_garbage_collection_off_only_until_its_store_opens(tmp_path,
     # store's opening, and as it was however the command ends
     import gc
 
+    import runner.cli.run
     import runner.store
-    from runner.cli import common
     from tests.helpers import run_cli
 
     seen: dict[str, tuple[bool, int]] = {}
-    read, opened = common.load_job, runner.store.open_store
+    read, opened = runner.cli.run.load_job, runner.store.open_store
 
     def load_job(*args, **kwargs):
         seen["job"] = (gc.isenabled(), gc.get_freeze_count())
@@ -173,7 +173,7 @@ def test_a_run_holds_garbage_collection_off_only_until_its_store_opens(tmp_path,
         seen["store"] = (gc.isenabled(), gc.get_freeze_count())
         return opened(*args, **kwargs)
 
-    monkeypatch.setattr(common, "load_job", load_job)
+    monkeypatch.setattr(runner.cli.run, "load_job", load_job)  # the submit command's own name for it
     monkeypatch.setattr(runner.store, "open_store", open_store)
     job = write_job(tmp_path / "job.yaml", write_rows(tmp_path / "rows.jsonl", 3), models=["sim:gpt-4o-mini"],
                     extra=f"providers: {{sim: {{base_url: {json.dumps(sim_server)}}}}}")

@@ -160,9 +160,10 @@ def test_git_asked_early_answers_as_git_asked_when_needed(monkeypatch, fresh_ver
     started = dict(runner_version._EARLY)
     assert set(started) == {runner_version._DESCRIBE, runner_version._COUNT}
     assert fresh_version() == late
-    assert runner_version._DESCRIBE not in runner_version._EARLY  # its answer is the one taken
-    runner_version._reap()  # what was not asked is waited for at exit
+    assert runner_version._EARLY == {}  # its answer was taken, the count's reaped: neither is taken again
     assert all(started_git.returncode == 0 for started_git in started.values())
+    runner_version.ask_git_early()  # the version is known: git is not asked again
+    assert runner_version._EARLY == {}
 
 
 def test_the_version_is_asked_once_a_process(monkeypatch, fresh_version) -> None:
