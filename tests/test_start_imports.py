@@ -148,7 +148,8 @@ def test_a_paid_submit_reaches_its_first_answer_request_without_a_tokenizer_or_a
     said = first_answer_request(tmp_path, "openai:gpt-4o-mini", f"{{openai: {{base_url: {json.dumps(sim_server)}}}}}")
     loaded = set(said["modules"])
     assert {"genai_prices", "runner.providers.openai_chat", "runner.providers.lean_http"} <= loaded
-    assert not [name for name in ("openai", "httpx2", "httpx", "aiohttp", "runner.engine.batch") if name in loaded]
+    assert not [name for name in ("openai", "httpx2", "httpx", "aiohttp", "tiktoken", "runner.engine.batch")
+                if name in loaded]
     assert said["encodings"] == []
 
 

@@ -283,8 +283,10 @@ class Reserver:
         call = req.call
         if call.tokens_exact and call.input_tokens is not None:  # counted by the provider (exact_counts.py)
             return call.input_tokens + max_tokens, call.input_tokens, max_tokens
-        tokens = bound_call_tokens(call.provider, call.model_name, call.messages, call.pairs,
-                                   counted=input_tokens(req))
+        counted = input_tokens(req)
+        if call.input_tokens is None:  # not counted yet: its byte bound, which bounds every count
+            return counted + max_tokens, counted, max_tokens
+        tokens = bound_call_tokens(call.provider, call.model_name, call.messages, call.pairs, counted=counted)
         return tokens + max_tokens, tokens, max_tokens
 
     def out_of_budget(self, req: Task, scope: Scope) -> None:

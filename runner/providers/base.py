@@ -266,6 +266,9 @@ class Provider(SetupChecks, ABC):
         """Whether :meth:`count_input_tokens` is the count the provider will report (for text messages)."""
         return False
 
+    #: whether :meth:`count_input_tokens` needs a tiktoken encoding (:meth:`count_encoding` says which)
+    needs_encoding: ClassVar[bool] = True
+
     @classmethod
     def count_encoding(cls, model: str) -> str | None:
         """The tiktoken encoding :meth:`count_input_tokens` builds to count (None: it needs none), which the engine

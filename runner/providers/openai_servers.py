@@ -157,6 +157,8 @@ class SimProvider(OpenAIChatProvider):
     def tokens_exact(cls, model: str) -> bool:
         return True
 
+    needs_encoding = False  # the simulated server's rule needs no tokenizer
+
     @classmethod
     def count_encoding(cls, model: str) -> str | None:
-        return None  # the simulated server's rule needs no tokenizer
+        return None

@@ -307,7 +307,7 @@ def estimate(job: Job, store: Store, *, count_free: bool = True, bound_only: boo
             ids[model] = (provider, model_id)
             # the cap as sent: the answer's max_tokens and the thinking allowance of a reasoning model
             max_tokens = plan.model_params[model].get("max_tokens")
-            group = Group(stage=stage.name, model=model, max_tokens=max_tokens, input_exact=exact(provider, name),
+            group = Group(stage=stage.name, model=model, max_tokens=max_tokens, input_exact=False,
                           price=rates.source if rates is not None else "unknown price",
                           batch_price=batch.source if batch is not None else None,
                           free=rates is not None and rates.is_free, mode=job.stage_mode(stage),
@@ -320,6 +320,7 @@ def estimate(job: Job, store: Store, *, count_free: bool = True, bound_only: boo
             # a pool's endpoints are priced by the expected count: counted; the expected saving of prompt caching
             # is left unknown with the expected cost
             group.input_bound_only = bounded = bound_only and count and pool is None and not counts_now(provider, name)
+            group.input_exact = not bounded and exact(provider, name)  # (tiktoken's import, for an OpenAI model)
             rule = caching_rule(model) if job.stage_prompt_cache(stage) == "auto" and count and not bounded else None
             builders[model] = _Builder(group, rates, batch, count, CacheSums(
                 stage.name, model, rule, storage_price(job, model)) if rule is not None else None,

@@ -214,7 +214,7 @@ def test_a_damaged_or_missing_vocabulary_file_is_an_error_not_a_download(
 
 
 def _in_new_process(code: str) -> list[str]:
-    done = subprocess.run([sys.executable, "-c", "from runner.providers import tokens\nimport time\n" + code],
+    done = subprocess.run([sys.executable, "-c", "from runner.providers import tokens\nimport sys, time\n" + code],
                           capture_output=True, text=True, timeout=120, check=True)
     return done.stdout.split()
 
@@ -226,16 +226,19 @@ WAIT_BUILT = ("deadline = time.monotonic() + 60\n"
 
 
 def test_a_tokenizer_asked_for_is_built_in_its_own_thread_once_the_first_answer_is_back() -> None:
-    # Asking whether a count is exact builds nothing; a build asked for waits for the run's first answer.
-    said = _in_new_process("print(tokens.exact('openai', 'gpt-4o-mini'), tokens.counts_now('openai', 'gpt-4o-mini'))\n"
+    # Whether a count can be made now is answered without tiktoken while nothing is built; a build asked for waits
+    # for the run's first answer, and asks which encoding only then; asking whether a count is exact builds nothing.
+    said = _in_new_process("print(tokens.counts_now('openai', 'gpt-4o-mini'), 'tiktoken' in sys.modules)\n"
                            "tokens.BUILD_AFTER = 600\n"
                            "tokens.build_soon('openai', 'gpt-4o-mini')\n"
-                           "tokens.build_soon('anthropic', 'claude-haiku-4-5')\n"  # the same encoding: one build
+                           "tokens.build_soon('anthropic', 'claude-haiku-4-5')\n"  # the same encoding, built once
+                           "tokens.build_soon('sim', 'gpt-4o-mini')\n"  # needs none: nothing asked
                            "time.sleep(0.5)\n"
-                           "print(tokens.counts_now('openai', 'gpt-4o-mini'), sorted(tokens._building))\n"
+                           "print(len(tokens._building), 'tiktoken' in sys.modules)\n"
+                           "print(tokens.exact('openai', 'gpt-4o-mini'), tokens.counts_now('openai', 'gpt-4o-mini'))\n"
                            "tokens.first_answer()\n" + WAIT_BUILT +
-                           "print(tokens.counts_now('anthropic', 'claude-haiku-4-5'))\n")
-    assert said == ["True", "False", "False", "['o200k_base']", "True", "True"]
+                           "print(tokens.counts_now('anthropic', 'claude-haiku-4-5'), sorted(tokens._built))\n")
+    assert said == ["False", "False", "2", "False", "True", "False", "True", "True", "['o200k_base']"]
 
 
 def test_a_tokenizer_asked_for_is_built_after_a_while_even_with_no_answer() -> None:
