@@ -250,11 +250,16 @@ async def test_a_session_token_is_sent_and_signed_as_boto3_signs_it(
     verified(sdk_sent, url, token="simulated-session-token")
 
 
-async def test_a_bedrock_api_key_is_the_bearer_token_anthropic_bedrock_sends(
-        scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
+def use_bedrock_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Bedrock API key in the environment, and no AWS access key beside it."""
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "bedrock-api-key-simulated")
+
+
+async def test_a_bedrock_api_key_is_the_bearer_token_anthropic_bedrock_sends(
+        scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
+    use_bedrock_api_key(monkeypatch)
     url, answer, seen = scripted
     answer.update(status=200, body=json.dumps(MESSAGE).encode())
     lean, sdk = both(url)
@@ -523,9 +528,7 @@ async def test_the_probe_s_lookup_is_boto3s_own_signed_alike_and_each_answer_the
 
 async def test_the_probe_sends_a_bedrock_api_key_as_boto3_does_and_never_in_the_clear(
         scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
-    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
-    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "bedrock-api-key-simulated")
+    use_bedrock_api_key(monkeypatch)
     url, answer, seen = scripted
     answer.update(status=200, body=json.dumps(FOUNDATION_MODEL).encode())
     got = await probe_outcome(BedrockProvider(settings(url)), CONVERSE)
