@@ -77,7 +77,7 @@ class _Sums:
         tier = rates.at(input_tokens)
         self.input_usd += input_tokens * tier.input / PER
         self.output_rate += tier.output / PER
-        self.high += max(r.worst_case(bound, max_tokens) for r in worst)
+        self.add_bound(bound, max_tokens, worst)
 
     def add_bound(self, bound: int, max_tokens: int, worst: list[Rates]) -> None:
         """A request whose input tokens are known only by their bound: its worst case, no expected cost."""
