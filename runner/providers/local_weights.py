@@ -24,10 +24,8 @@ answer: a setting ``runner validate`` checks with the names.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -37,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner import user_cache
 from runner.errors import ModelSetupError
 from runner.spec.files import resolve_file
 
@@ -61,8 +60,7 @@ ACCEPTED = ("write local:smollm2 (the embedded SmolLM2-135M-Instruct, or the fil
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "llm-job-runner" / "models"
+    return user_cache.folder() / "models"
 
 
 def installed_gguf() -> Path | None:
@@ -218,11 +216,7 @@ def _file_sha256(path: Path) -> str:
 
 
 def _recorded_digests() -> dict[str, Any]:
-    try:
-        recorded = json.loads((cache_dir() / HASHES_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return recorded if isinstance(recorded, dict) else {}
+    return user_cache.read_json(cache_dir() / HASHES_FILE)
 
 
 def _record_digest(key: tuple[str, int, int], digest: str) -> None:
@@ -230,19 +224,7 @@ def _record_digest(key: tuple[str, int, int], digest: str) -> None:
     only costs reading the file again in the next command."""
     recorded = {path: entry for path, entry in _recorded_digests().items() if Path(path).is_file()}
     recorded[key[0]] = {"size": key[1], "mtime_ns": key[2], "sha256": digest}
-    target = cache_dir() / HASHES_FILE
-    partial: str | None = None
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, suffix=".part",
-                                         delete=False) as out:
-            partial = out.name
-            json.dump(recorded, out, indent=1, sort_keys=True)
-        os.replace(partial, target)  # atomic: another command reads the old file or this one, whole
-    except OSError:
-        if partial is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(partial)
+    user_cache.write_json(cache_dir() / HASHES_FILE, recorded)
 
 
 #: llama.cpp's threads per model when neither the job (``providers: {local: {n_threads: N}}``) nor

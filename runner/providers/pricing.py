@@ -20,7 +20,7 @@ cache), a cache read at its cache-read price, and either at the input price when
 Tiers follow genai-prices' "cliff" rule: when a request's input tokens exceed a tier's threshold, that tier's
 prices apply to all its tokens, input and output alike (e.g. gemini-2.5-pro above 200k input tokens).
 
-Amounts are floats in USD at full precision; round them only for display (``to_cents``, ``format_usd``).
+Amounts are floats in USD at full precision; the reports round them only as they print them.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from functools import cache
 from typing import TYPE_CHECKING
 
 from runner.errors import RunnerError
 
-from . import price_data
+from . import price_data, price_memo
 from .price_ids import PROVIDER_IDS
 
 if TYPE_CHECKING:  # genai-prices is imported when a price is first looked up (price_data.py): not at every start
@@ -48,8 +48,6 @@ __all__ = [
     "Pricing",
     "Rates",
     "UnknownPrice",
-    "format_usd",
-    "to_cents",
 ]
 
 JOB_PRICES = "job prices:"
@@ -57,6 +55,8 @@ PER = 1_000_000  # rates are USD per this many tokens
 
 #: genai-prices' price-context value that selects the Batch API's prices
 _BATCH = {"processing": "batch"}
+#: the price contexts a remembered model's rates are kept for (price_memo.py), by the label they are asked by
+_CONTEXTS = {"batch": _BATCH, "flex": {"service_tier": "flex"}, "priority": {"service_tier": "priority"}}
 
 
 #: what storing a prompt prefix as an explicit cache costs, USD per million tokens per hour, by Gemini model id
@@ -181,21 +181,28 @@ class Pricing:
             (model, tier): _from_price(p.model_copy(update={**tiered.model_dump(), "cache_write": None,
                                                            "cache_write_1h": None}), f"{JOB_PRICES} {model} ({tier})")
             for model, p in given.items() for tier in ("flex", "priority") if (tiered := getattr(p, tier)) is not None}
-        #: per model string: fixed rates (job, free), the genai-prices model, or why it is unknown
-        self._found: dict[str, Rates | tuple[str, ModelInfo] | str] = {}
+        #: per model string: fixed rates (job, free), the genai-prices model (or its rates remembered by an earlier
+        #: process, price_memo.py), or why it is unknown
+        self._found: dict[str, Rates | tuple[str, ModelInfo] | price_memo.Remembered | str] = {}
         #: genai-prices' prices in a price context (batch, a service tier), by (model, context, day)
         self._variants: dict[tuple[str, str, object], Rates | None] = {}
         #: the job's storage prices of explicit prompt caches
         self._storage = {model: p.cache_storage for model, p in given.items() if p.cache_storage is not None}
 
     # -- lookups -----------------------------------------------------------------------------------
-    def _find(self, model: str) -> Rates | tuple[str, ModelInfo] | str:
+    def _find(self, model: str) -> Rates | tuple[str, ModelInfo] | price_memo.Remembered | str:
         found = self._found.get(model)
         if found is None:
             found = self._found[model] = self._lookup(model)
         return found
 
-    def _lookup(self, model: str) -> Rates | tuple[str, ModelInfo] | str:
+    def _info(self, model: str) -> tuple[str, ModelInfo] | Rates | str:
+        """What :meth:`_find` says, genai-prices' model looked up where only its rates were remembered."""
+        if isinstance(found := self._find(model), price_memo.Remembered):
+            found = self._found[model] = self._lookup(model, recall=False)
+        return found  # type: ignore[return-value]
+
+    def _lookup(self, model: str, recall: bool = True) -> Rates | tuple[str, ModelInfo] | price_memo.Remembered | str:
         if model in self._job:
             return self._job[model]
         provider, _, model_id = model.partition(":")
@@ -204,21 +211,37 @@ class Pricing:
             return _free(f"free: {provider} model without a price in the job")
         from .base import provider_class  # the registry imports pricing's neighbours: looked up when used
 
-        model_id = provider_class(provider).model_behind(model_id, self._settings.get(provider))
-        info = _model_info(provider_id, _model_ref(model_id))
+        model_ref = _model_ref(provider_class(provider).model_behind(model_id, self._settings.get(provider)))
+        if recall and (remembered := price_memo.recall(provider_id, model_ref)) is not None:
+            return remembered
+        info = _model_info(provider_id, model_ref)
         if info is None:
             return f"{_genai_prices()} does not list it"
+        moment = _utc(None)
+        since = price_memo.settled_since(info, moment) if recall else None
+        if since is not None and (rates := _converted(info.get_prices(moment), _source(provider_id, info))):
+            price_memo.remember(provider_id, model_ref, since, rates, {
+                label: _variant_of(provider_id, info, moment, context, label) for label, context in _CONTEXTS.items()})
         return provider_id, info
+
+    def _recalled(self, model: str, when: datetime | None) -> price_memo.Remembered | None:
+        """The model's remembered rates where they hold at ``when`` (None: now)."""
+        if not isinstance(found := self._find(model), price_memo.Remembered):
+            return None
+        return found if when is None or _utc(when).date() >= found.since else None
 
     def rates(self, model: str, when: datetime | None = None) -> Rates | None:
         """The model's rates at ``when`` (default: now), or None when it has no price."""
-        found = self._find(model)
+        remembered = self._recalled(model, when)
+        if remembered is not None:
+            return remembered.rates
+        found = self._info(model)  # (a moment before remembered rates held: genai-prices' own)
         if isinstance(found, Rates):
             return found
         if isinstance(found, str):
             return None
         provider_id, info = found
-        return _converted(info.get_prices(_utc(when)), f"{_genai_prices()}: {provider_id}/{info.id}")
+        return _converted(info.get_prices(_utc(when)), _source(provider_id, info))
 
     def batch_rates(self, model: str, when: datetime | None = None) -> Rates | None:
         """The model's Batch API rates at ``when`` (default: now): the job's ``batch_input`` / ``batch_output``
@@ -236,7 +259,10 @@ class Pricing:
             return self.rates(model, when)
         if model in self._job:
             return self._job_tiers.get((model, tier))
-        found = self._find(model)
+        remembered = self._recalled(model, when)
+        if remembered is not None and tier in remembered.variants:
+            return remembered.variants[tier]
+        found = self._info(model)
         if isinstance(found, Rates):
             return found if found.is_free else None
         return self._variant(model, when, {"service_tier": tier}, tier)
@@ -244,20 +270,18 @@ class Pricing:
     def _variant(self, model: str, when: datetime | None, context: dict[str, str], label: str) -> Rates | None:
         """genai-prices' prices of ``model`` in a price ``context`` (the Batch API's, a service tier's) where it has a
         variant for it in force at ``when``, else None (in a context it lacks it answers the standard prices)."""
-        found = self._find(model)
+        remembered = self._recalled(model, when)
+        if remembered is not None and label in remembered.variants:
+            return remembered.variants[label]
+        found = self._info(model)
         if not isinstance(found, tuple):
             return None
         provider_id, info = found
         moment = _utc(when)
         key = (model, label, moment.date())
-        if key in self._variants:
-            return self._variants[key]
-        rates = None
-        if any(variant.when == context and (variant.constraint is None or variant.constraint.active(moment))
-               for variant in info.price_variants or ()):
-            rates = _convert(info.get_prices(moment, context), f"{_genai_prices()}: {provider_id}/{info.id} ({label})")
-        self._variants[key] = rates
-        return rates
+        if key not in self._variants:
+            self._variants[key] = _variant_of(provider_id, info, moment, context, label)
+        return self._variants[key]
 
     def known(self, model: str, when: datetime | None = None) -> bool:
         """Whether the model has a price; free models (local, sim, openai-compatible) count as known."""
@@ -267,7 +291,7 @@ class Pricing:
         """The model's rates, or ``UnknownPrice`` with a sentence saying how to give it one."""
         rates = self.rates(model, when)
         if rates is None:
-            found = self._find(model)
+            found = self._info(model)
             reason = found if isinstance(found, str) else f"{_genai_prices()} prices it in units other than tokens"
             raise UnknownPrice(
                 f"no price for model {model!r} ({reason}); give it one in the job's prices: section, in USD per "
@@ -345,6 +369,21 @@ def _model_info(provider_id: str, model_ref: str) -> ModelInfo | None:
     return info
 
 
+def _source(provider_id: str, info: ModelInfo, label: str = "") -> str:
+    """Where rates read from genai-prices come from: ``genai-prices VERSION: PROVIDER/MODEL`` (`` (LABEL)``)."""
+    return f"{_genai_prices()}: {provider_id}/{info.id}" + (f" ({label})" if label else "")
+
+
+def _variant_of(provider_id: str, info: ModelInfo, moment: datetime, context: dict[str, str],
+                label: str) -> Rates | None:
+    """genai-prices' prices of ``info`` in a price ``context`` where it has a variant for it in force at ``moment``,
+    else None (in a context it lacks it answers the standard prices)."""
+    if any(variant.when == context and (variant.constraint is None or variant.constraint.active(moment))
+           for variant in info.price_variants or ()):
+        return _convert(info.get_prices(moment, context), _source(provider_id, info, label))
+    return None
+
+
 #: conversions of genai-prices' price objects, by identity (the object is kept, so its id is not reused): a
 #: model's standard prices are long-lived objects of genai-prices' data, so this holds one entry per price period
 _CONVERTED: dict[tuple[int, str], tuple[ModelPrice, Rates | None]] = {}
@@ -409,16 +448,3 @@ def _utc(when: datetime | None) -> datetime:
         return datetime.now(UTC)
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
-
-# -- display ---------------------------------------------------------------------------------------
-def to_cents(usd: float) -> Decimal:
-    """An amount rounded to the cent (half up), for display only: sums are kept at full precision."""
-    return Decimal(repr(usd)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
-
-
-def format_usd(usd: float) -> str:
-    """``$1,234.57``; an amount that is not zero but rounds to it shows as ``<$0.01``."""
-    cents = to_cents(usd)
-    if cents == 0 and usd > 0:
-        return "<$0.01"
-    return f"-${-cents:,.2f}" if cents < 0 else f"${cents:,.2f}"
