@@ -10,6 +10,10 @@ requests arrive (bench/throughput_startup.py's :class:`FirstRequestRelay`); keys
 come from the environment as a user's would (Vertex AI's from a service-account key file whose token endpoint is
 the simulated server's). The target is 0.5 s to the first answer request for every provider and 0.15 s for
 ``runner --help``.
+
+The runs share one memo of genai-prices' rates (runner/providers/price_memo.py) in the bench's temporary folder,
+empty at the start: a provider's first run may look its price up in genai-prices (and write the memo), its later
+runs read it, as a user's second command does. ``--cold-prices`` gives every run an empty memo of its own instead.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ def environment(folder: Path, root: str) -> dict[str, str]:
         "AZURE_OPENAI_API_KEY": "simulated", **aws_environment(folder),
         "CLOUDSDK_CONFIG": str(folder / "gcloud"), "NO_GCE_CHECK": "True",
         "GOOGLE_APPLICATION_CREDENTIALS": str(service_account(folder, root + "/token")),
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(ROOT), "RUNNER_PRICE_MEMO": str(folder / "genai-prices-rates.json"),
     })
     return env
 
@@ -76,10 +80,13 @@ def write_job(path: Path, provider: str, root: str, dataset: Path, out_dir: Path
 
 
 def one_start(relay: FirstRequestRelay, provider: str, folder: Path, env: dict[str, str], rows: int,
-              timeout: float) -> tuple[float, float, float]:
+              timeout: float, cold_prices: bool = False) -> tuple[float, float, float]:
     """One ``runner submit`` (the installed command, as a user types it): seconds to the first request and to the
-    first answer request, and the CPU seconds the process had used when that arrived."""
+    first answer request, and the CPU seconds the process had used when that arrived; with ``cold_prices``, with an
+    empty memo of genai-prices' rates of its own."""
     folder.mkdir(parents=True)
+    if cold_prices:
+        env = {**env, "RUNNER_PRICE_MEMO": str(folder / "genai-prices-rates.json")}
     dataset = folder / "rows.jsonl"
     write_jsonl(dataset, (distinct_row(i, folder.name) for i in range(rows)))
     job = folder / "job.yaml"
@@ -105,6 +112,8 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=20)
     parser.add_argument("--providers", default=",".join(PROVIDERS))
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--cold-prices", action="store_true",
+                        help="every run with an empty memo of genai-prices' rates of its own (a first command)")
     args = parser.parse_args()
     providers = args.providers.split(",")
     unknown = [name for name in providers if name not in PROVIDERS]
@@ -112,7 +121,8 @@ def main() -> int:
         parser.error(f"unknown provider(s) {', '.join(unknown)}: choose among {', '.join(PROVIDERS)}")
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "runner")], check=True,
                    stdout=subprocess.DEVNULL)  # as pip's install does
-    print(f"load {os.getloadavg()[0]:.2f}; {args.runs} runs per provider of a {args.rows}-row job, interleaved")
+    print(f"load {os.getloadavg()[0]:.2f}; {args.runs} runs per provider of a {args.rows}-row job, interleaved; "
+          f"{'every run with an empty memo of prices' if args.cold_prices else 'one memo of prices for all runs'}")
     server = SimProcess()
     relay = FirstRequestRelay(int(server.url.rsplit(":", 1)[1].split("/")[0]))
     figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in providers}
@@ -121,7 +131,8 @@ def main() -> int:
             env = environment(Path(tmp), relay.url.removesuffix("/v1"))
             for r in range(args.runs):
                 for provider in providers if r % 2 == 0 else reversed(providers):
-                    got = one_start(relay, provider, Path(tmp) / f"{provider}-{r}", env, args.rows, args.timeout)
+                    got = one_start(relay, provider, Path(tmp) / f"{provider}-{r}", env, args.rows, args.timeout,
+                                    args.cold_prices)
                     figures[provider].append(got)
         helped = help_seconds(args.runs)
     finally:
