@@ -14,10 +14,10 @@ from tests.imports import MODULES, runtime_imports
 #: lowest first; a module belongs to the layer of the longest prefix naming it
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # what everything may use: the errors, processes, the version, the bundled files, patterns compiled on first use
-    # (runner/lazy_re.py), and where a job's file is found (runner/spec/files.py imports nothing of the job but its
-    # type hint: the local weights use it too)
+    # (runner/lazy_re.py), where a job's file is found (runner/spec/files.py imports nothing of the job but its
+    # type hint: the local weights use it too), and the runner's cache folder (runner/user_cache.py)
     ("foundation", ("runner.errors", "runner.processes", "runner.version", "runner.bundled", "runner.spec.files",
-                    "runner.lazy_re")),
+                    "runner.lazy_re", "runner.user_cache")),
     # what is kept and what is spoken: neither knows a job
     ("store and providers", ("runner.store", "runner.providers")),
     # what a job is: its file, what it asks, how answers are read, the papers' recipes

@@ -13,9 +13,9 @@ so once every dated price of a model has started, its rates stay what they are n
 on; a request or a report of an earlier moment looks genai-prices up as before. A model with a price that has not
 started yet, or that changes with the time of day, is not kept. With the standard rates go the Batch API's and the
 service tiers' (None where genai-prices has none). The file is tied to the installed data and
-to the code that converts it: its key is made of genai-prices' data file and ``pricing.py`` (path, size and
-modification time of each), and a file with another key is not read (:func:`key`). Nothing in it is a secret: model
-ids and their public prices.
+to the code that converts it: its key is made of genai-prices' data file, ``pricing.py`` and ``rates.py`` (path,
+size and modification time of each), and a file with another key is not read (:func:`key`). Nothing in it is a
+secret: model ids and their public prices.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 from runner import user_cache
 
+from .rates import Rates
+
 if TYPE_CHECKING:
     from genai_prices.types import ModelInfo
-
-    from .pricing import Rates
 
 __all__ = ["PriceMemo", "Remembered", "key", "recall", "remember", "settled_since"]
 
@@ -43,8 +43,9 @@ FORMAT = 1
 
 
 def key() -> str | None:
-    """What the remembered rates were made from: genai-prices' installed data file and ``pricing.py`` (path, size
-    and modification time of each), found without importing genai-prices; None when it is not installed."""
+    """What the remembered rates were made from: genai-prices' installed data file, ``pricing.py`` and ``rates.py``
+    (path, size and modification time of each), found without importing genai-prices; None when it is not
+    installed."""
     try:
         spec = importlib.util.find_spec("genai_prices")
     except (ImportError, ValueError):
@@ -52,7 +53,8 @@ def key() -> str | None:
     if spec is None or spec.origin is None:
         return None
     parts = [str(FORMAT)]
-    for path in (Path(spec.origin).with_name("data.py"), Path(__file__).with_name("pricing.py")):
+    here = Path(__file__).parent
+    for path in (Path(spec.origin).with_name("data.py"), here / "pricing.py", here / "rates.py"):
         try:
             stat = path.stat()
         except OSError:
@@ -128,8 +130,6 @@ def _as_json(rates: Rates) -> dict[str, Any]:
 
 
 def _rates(data: dict[str, Any]) -> Rates:
-    from .pricing import Rates  # imported already: only pricing.py asks
-
     tiers = tuple((int(threshold), _rates(tier)) for threshold, tier in data.get("tiers") or ())
     return Rates(**{**data, "tiers": tiers})
 

@@ -26,7 +26,7 @@ Amounts are floats in USD at full precision; the reports round them only as they
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from functools import cache
@@ -36,6 +36,7 @@ from runner.errors import RunnerError
 
 from . import price_data, price_memo
 from .price_ids import PROVIDER_IDS
+from .rates import PER, Rates
 
 if TYPE_CHECKING:  # genai-prices is imported when a price is first looked up (price_data.py): not at every start
     from genai_prices.types import ModelInfo, ModelPrice, TieredPrices
@@ -44,6 +45,7 @@ if TYPE_CHECKING:  # genai-prices is imported when a price is first looked up (p
     from runner.spec.settings import Price
 
 __all__ = [
+    "PER",
     "STORAGE_PER_HOUR",
     "Pricing",
     "Rates",
@@ -51,7 +53,6 @@ __all__ = [
 ]
 
 JOB_PRICES = "job prices:"
-PER = 1_000_000  # rates are USD per this many tokens
 
 #: genai-prices' price-context value that selects the Batch API's prices
 _BATCH = {"processing": "batch"}
@@ -73,74 +74,6 @@ STORAGE_PER_HOUR = {
 
 class UnknownPrice(RunnerError):
     """A model has no price: not in the job's ``prices:`` section, and not in genai-prices' data."""
-
-
-@dataclass(frozen=True, slots=True)
-class Rates:
-    """A model's prices in USD per million tokens, and where they come from."""
-
-    input: float
-    #: a cache-read input token (the input price when the model has no cache price)
-    cached_input: float
-    #: a cache-write input token (the input price when the model has no cache-write price)
-    cache_write: float
-    output: float
-    #: ``"job prices: <model>"``, ``"genai-prices <version>: <provider>/<model id>"`` or ``"free: ..."``
-    source: str
-    #: ``(threshold, rates)`` in ascending order: ``rates`` replace these for a request whose input tokens
-    #: exceed ``threshold``
-    tiers: tuple[tuple[int, Rates], ...] = ()
-    #: a cache-write input token kept for an hour (Anthropic's ``ttl: "1h"``, twice the input price); None: the
-    #: ``cache_write`` price
-    cache_write_1h: float | None = None
-
-    @property
-    def hour_write(self) -> float:
-        return self.cache_write if self.cache_write_1h is None else self.cache_write_1h
-
-    def at(self, input_tokens: int) -> Rates:
-        """The rates that apply to a request with this many input tokens (its tier)."""
-        for threshold, rates in reversed(self.tiers):
-            if input_tokens > threshold:
-                return rates
-        return self
-
-    def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0, cache_write_tokens: int = 0,
-             cache_write_1h_tokens: int = 0) -> float:
-        """USD for one response's usage; ``input_tokens`` include the cached and cache-written ones, and
-        ``cache_write_tokens`` the ``cache_write_1h_tokens`` written for an hour."""
-        rates = self.at(input_tokens)
-        uncached = max(0, input_tokens - cached_tokens - cache_write_tokens)
-        hour = min(cache_write_1h_tokens, cache_write_tokens)
-        return (
-            uncached * rates.input
-            + cached_tokens * rates.cached_input
-            + (cache_write_tokens - hour) * rates.cache_write
-            + hour * rates.hour_write
-            + output_tokens * rates.output
-        ) / PER
-
-    def worst_case(self, input_tokens: int, max_output_tokens: int, writable: int | None = None,
-                   hour: bool = True) -> float:
-        """The most a request with at most these input and output tokens can cost: every output token at the
-        output price; of the input tokens, the ``writable`` ones (those before the request's last prompt-cache
-        mark; None: all of them) at the dearest input price, a cache write (at the hour's price when ``hour``)
-        costing more than a plain input token at Anthropic, and the rest at the dearer of the plain and the cached
-        price, since nothing after the last mark is written to a cache (Anthropic's prompt-caching page: the
-        cache holds the prefix up to a ``cache_control`` block); each price over every tier a count up to
-        ``input_tokens`` can fall in."""
-        candidates = [self, *(rates for threshold, rates in self.tiers if input_tokens > threshold)]
-        per_plain = max(max(r.input, r.cached_input) for r in candidates)
-        per_write = max(max(r.cache_write, r.hour_write if hour else r.cache_write) for r in candidates)
-        per_output = max(r.output for r in candidates)
-        written = input_tokens if writable is None else min(max(writable, 0), input_tokens)
-        return (written * max(per_plain, per_write) + (input_tokens - written) * per_plain
-                + max_output_tokens * per_output) / PER
-
-    @property
-    def is_free(self) -> bool:
-        return not self.tiers and self.input == self.cached_input == self.cache_write == self.hour_write == \
-            self.output == 0
 
 
 def _free(source: str) -> Rates:
