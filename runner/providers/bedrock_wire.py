@@ -92,21 +92,22 @@ def lookup_path(model: str, *, profile: bool) -> str:
     return f"/{'inference-profiles' if profile else 'foundation-models'}/{quote(model, safe=_LABEL_SAFE)}"
 
 
-def _as_json(value: Any) -> Any:
-    """``value`` with every ``bytes`` as base64 text (botocore's serialisation of a blob)."""
-    if isinstance(value, dict):
-        return {key: _as_json(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_as_json(item) for item in value]
+def _blob(value: Any) -> str:
+    """A ``bytes`` as botocore serialises a blob (base64 text); json's C encoder asks this only for what it cannot
+    write itself, so the request is not copied to find them."""
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(value).decode("ascii")
-    return value
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+#: ``json.dumps``'s defaults (botocore's rest-json serializer calls it with none), blobs as base64
+_ENCODER = json.JSONEncoder(default=_blob)
 
 
 def converse_body(request: Mapping[str, Any]) -> bytes:
     """The body of boto3's ``converse(**request)``: every member but ``modelId`` (the path's), as botocore's
     rest-json serializer writes it."""
-    return json.dumps(_as_json({key: value for key, value in request.items() if key != "modelId"})).encode()
+    return _ENCODER.encode({key: value for key, value in request.items() if key != "modelId"}).encode()
 
 
 def _decoded(value: Any, parent: str = "") -> Any:
@@ -138,6 +139,8 @@ def converse_answer(content: bytes, where: str) -> dict[str, Any]:
         return {}
     if not isinstance(parsed, dict):
         return {}
+    if b'"bytes"' not in content and b'"redactedContent"' not in content and b"\\u" not in content:
+        return parsed  # no blob to decode (nor a member's name spelt in \u escapes: then it is looked for)
     try:
         return _decoded(parsed)  # type: ignore[no-any-return]
     except ValueError as exc:  # a blob that is not base64 (binascii.Error)

@@ -201,6 +201,40 @@ def test_converse_blobs_go_and_come_as_botocore_writes_and_reads_them() -> None:
     assert parsed["output"]["message"]["content"][0]["reasoningContent"]["redactedContent"] == b"\x00hidden"
 
 
+def test_nested_blobs_and_answers_with_or_without_one_are_botocores_own() -> None:
+    """Blobs deep in a request (a tool result's image and document, a bytearray) are serialised where they are, as
+    botocore's serializer writes them; an answer without a blob, one with an image's, and one whose blob members'
+    names are spelt in ``\\u`` escapes are each read as botocore's parser reads them."""
+    import botocore.session
+    from botocore.parsers import create_parser
+
+    request = {"messages": [
+        {"role": "user", "content": [{"text": "look"}]},
+        {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t1", "name": "see", "input": {"x": [1, "é"]}}}]},
+        {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "status": "success", "content": [
+            {"image": {"format": "jpeg", "source": {"bytes": bytearray(b"\xff\xd8\xff\x00")}}},
+            {"document": {"format": "csv", "name": "rows", "source": {"bytes": b"a,b\n1,2\n"}}},
+            {"json": {"ok": True, "n": None}}]}}, {"text": "and?"}]}],
+        "system": [{"text": "Réponds."}], "inferenceConfig": {"maxTokens": 5, "topP": 0.5}}
+    assert converse_body({"modelId": CONVERSE, **request}) == reference(CONVERSE, request)["body"]
+    with pytest.raises(TypeError):
+        converse_body({"modelId": CONVERSE, "messages": [{"role": "user", "content": [{"text": object()}]}]})
+    operation = botocore.session.get_session().get_service_model("bedrock-runtime").operation_model("Converse")
+    image = {"image": {"format": "png", "source": {"bytes": base64.b64encode(b"\x89PNG\x00").decode()}}}
+    plain = {**CONVERSE_ANSWER, "output": {"message": {"role": "assistant", "content": [{"text": "4 (é)"}]}}}
+    with_image = {**plain, "output": {"message": {"role": "assistant", "content": [image, {"text": "x"}]}}}
+    escaped = json.dumps(CONVERSE_ANSWER).replace('"redactedContent"', '"\\u0072edactedContent"')
+    for body in (json.dumps(plain).encode(), json.dumps(plain, ensure_ascii=False).encode(),
+                 json.dumps(with_image).encode(), escaped.encode(),
+                 json.dumps(with_image).replace('"bytes"', '"\\u0062ytes"').encode()):
+        parsed = create_parser("rest-json").parse({"status_code": 200, "headers": {}, "body": body},
+                                                  operation.output_shape)
+        parsed.pop("ResponseMetadata")
+        assert converse_answer(body, "here") == parsed, body
+    assert isinstance(converse_answer(escaped.encode(), "here")["output"]["message"]["content"][0][
+        "reasoningContent"]["redactedContent"], bytes)
+
+
 def claude_request(provider: BedrockProvider, model: str, asked: dict[str, Any], marked: bool
                    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """A Claude case's messages and params as the engine hands them over: shaped by the capability table, and the
