@@ -228,91 +228,9 @@ class AwsSigner:
         if self._bearer is not None:
             return {"Authorization": f"Bearer {self._bearer}"}
         from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
 
-        signer = SigV4Auth(await self.frozen(), "bedrock", self._region)
-        if _LIGHT.usable is None:
-            _LIGHT.check(signer, method, url, content, host)
-        if _LIGHT.usable:
-            request: Any = _Signable(method, url, content, host)
-            signer.add_auth(request)
-            return request.headers.signed()
-        request = _aws_request(method, url, content, host)
-        signer.add_auth(request)
+        signed = {"Content-Type": "application/json", "Host": host} if content else {"Host": host}
+        request = AWSRequest(method=method, url=url, data=content, headers=signed)
+        SigV4Auth(await self.frozen(), "bedrock", self._region).add_auth(request)
         return {name: value for name, value in request.headers.items() if name.lower() not in _WIRE_HEADERS}
-
-
-def _aws_request(method: str, url: str, content: bytes, host: str) -> Any:
-    """botocore's own request object of a request (its headers in an ``email.message.Message``)."""
-    from botocore.awsrequest import AWSRequest
-
-    signed = {"Content-Type": "application/json", "Host": host} if content else {"Host": host}
-    return AWSRequest(method=method, url=url, data=content, headers=signed)
-
-
-class _Headers(dict[str, tuple[str, str]]):
-    """A request's headers as botocore's ``SigV4Auth`` reads and writes them: by name in any case (``in``, ``[]``,
-    ``del``, ``items()``), in a plain dict (each value under its name in lower case, with the name as it was set).
-    botocore's ``AWSRequest`` keeps them in an ``email.message.Message``, which was about a third of what signing
-    cost."""
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and dict.__contains__(self, name.lower())
-
-    def __getitem__(self, name: str) -> str:  # type: ignore[override]
-        return dict.__getitem__(self, name.lower())[1]
-
-    def __setitem__(self, name: str, value: str) -> None:  # type: ignore[override]
-        dict.__setitem__(self, name.lower(), (name, value))
-
-    def __delitem__(self, name: str) -> None:
-        dict.__delitem__(self, name.lower())
-
-    def items(self) -> list[tuple[str, str]]:  # type: ignore[override]
-        return list(dict.values(self))
-
-    def signed(self) -> dict[str, str]:
-        """What signing added (the date, the token, the signature), as named by botocore."""
-        return {name: value for lower, (name, value) in dict.items(self) if lower not in _WIRE_HEADERS}
-
-
-class _Signable:
-    """The attributes of an ``AWSRequest`` that ``SigV4Auth.add_auth`` reads and writes: the method, the URL, the
-    body as bytes, the headers, no query parameters apart from the URL's, and the context it notes the time in."""
-
-    __slots__ = ("body", "context", "headers", "method", "params", "url")
-
-    def __init__(self, method: str, url: str, content: bytes, host: str) -> None:
-        self.method, self.url, self.body, self.params, self.context = method, url, content, {}, {}
-        self.headers = _Headers()
-        if content:
-            self.headers["Content-Type"] = "application/json"
-        self.headers["Host"] = host
-
-
-class _Light:
-    """Whether botocore's ``SigV4Auth`` signs a :class:`_Signable` as it signs its own ``AWSRequest``: checked once
-    per process, on its first request, by signing it both ways (at the same second), since ``add_auth``'s reading of
-    its request is botocore's inside, not a promise; where the two differ or the light one fails, every request of
-    the process is signed on botocore's own object."""
-
-    usable: bool | None = None
-
-    def check(self, signer: Any, method: str, url: str, content: bytes, host: str) -> None:
-        for _ in range(3):  # the two signatures fall in the same second but for a tick of the clock between them
-            own = _aws_request(method, url, content, host)
-            light = _Signable(method, url, content, host)
-            try:
-                signer.add_auth(own)
-                signer.add_auth(light)
-            except Exception:  # a botocore that reads more of its request than _Signable holds
-                self.usable = False
-                return
-            ours = light.headers.signed()
-            if ours.get("X-Amz-Date") == own.headers.get("X-Amz-Date"):
-                theirs = {name: value for name, value in own.headers.items() if name.lower() not in _WIRE_HEADERS}
-                self.usable = ours == theirs
-                return
-        self.usable = False
-
-
-_LIGHT = _Light()
