@@ -5,8 +5,14 @@ Nothing of AWS's signing or credentials is written here (ARCHITECTURE.md, invari
 ones botocore's session resolves through the standard chain (the environment, the shared files and a profile, SSO,
 instance and container roles), held by botocore's own credentials object; a refreshable one (SSO, an assumed role)
 is refreshed by botocore, in a worker thread, when botocore says a refresh is needed, one refresh at a time for
-every request in flight (:class:`AwsSigner`). Each request is signed by botocore's ``SigV4Auth`` (service
-``bedrock``, the region) on a ``botocore.awsrequest.AWSRequest`` of the exact bytes sent; a Bedrock API key
+every request in flight (:class:`AwsSigner`). Each request's exact bytes are signed (service ``bedrock``, the
+region) by AWS's own SigV4 signer, never ours: awscrt's (the AWS Common Runtime's signer in C,
+``awscrt.auth.aws_sign_request``, the one botocore itself signs with when installed as ``botocore[crt]``; in the
+``bedrock`` extra), with one signing configuration per distinct credentials botocore hands over; where awscrt cannot
+be imported, botocore's ``SigV4Auth`` on a ``botocore.awsrequest.AWSRequest``. Both give the same headers
+(X-Amz-Date; X-Amz-Security-Token with a session token; Authorization, which signs Host, the Content-Type where
+there is a body, X-Amz-Date and the token) and the same signature (tests/providers/test_bedrock_crt.py). A Bedrock
+API key
 (``AWS_BEARER_TOKEN_BEDROCK``) goes as ``Authorization: Bearer``, as both SDKs send it.
 
 The wire, read from botocore's bedrock-runtime service model (``Converse``: ``POST /model/{modelId}/converse``,
@@ -33,23 +39,28 @@ for the credential chain ``botocore.session`` (about 0.05 s more; it imports ``b
 the client machinery, none of which runs per request: no parameter validation, serialisation, endpoint resolution,
 event hooks, urllib3 pool or response parsing). boto3 itself is imported neither by the online path nor by the
 pre-flight probe's lookup (``bedrock_probe.py``: :func:`control_url`, :func:`lookup_path`), only by token counts and
-batch inference. botocore's ``SigV4Auth`` costs about 0.17 ms of CPU per request.
+batch inference. Signing a Converse request costs (CPU, this machine, 2026-12-01) about 0.02-0.03 ms with awscrt,
+0.07-0.1 ms with botocore's ``SigV4Auth``. awscrt's own import costs some 45-65 ms of CPU holding the GIL
+(``_awscrt``'s start), but botocore imports it anyway as it is first imported wherever it is installed
+(``botocore.compat``, to learn whether botocore[crt] is), so :func:`crt` finds it loaded (bench/RESULTS.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import http.client
+import io
 import json
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from runner.errors import TransientError
 
 __all__ = ["AwsSigner", "ErrorAnswer", "claude_error", "control_url", "converse_answer", "converse_body",
-           "converse_error", "converse_path", "invoke_path", "lookup_path", "runtime_url"]
+           "converse_error", "converse_path", "crt", "invoke_path", "lookup_path", "runtime_url"]
 
 #: botocore's ``percent_encode`` keeps these unescaped in a URI label (``botocore.utils.SAFE_CHARS``)
 _LABEL_SAFE = "-._~"
@@ -188,17 +199,21 @@ def claude_error(answer: ErrorAnswer) -> tuple[str, str]:
 
 
 class AwsSigner:
-    """The auth headers of one request to bedrock-runtime: botocore's SigV4 signature with the chain's credentials
+    """The auth headers of one request to bedrock-runtime: AWS's SigV4 signature with the chain's credentials
     (``credentials``, botocore's object, refreshed in a worker thread when it says so), or the Bedrock API key
-    ``bearer``. Nothing of either is kept anywhere else."""
+    ``bearer``. Signed by awscrt's signer, the one botocore signs with when installed as ``botocore[crt]``, or where
+    awscrt cannot be imported by botocore's ``SigV4Auth``: the same headers, the same signature. Nothing of the
+    credentials is kept anywhere but in these two libraries' objects."""
 
-    __slots__ = ("_bearer", "_credentials", "_lock", "_region", "refreshes")
+    __slots__ = ("_bearer", "_credentials", "_crt_signing", "_lock", "_region", "refreshes")
 
     def __init__(self, credentials: Any, region: str, *, bearer: str | None = None) -> None:
         self._credentials = credentials
         self._region = region
         self._bearer = bearer
         self._lock = asyncio.Lock()
+        #: the frozen credentials awscrt's signing configuration was made with, and that configuration
+        self._crt_signing: tuple[Any, Any] | None = None
         #: how many refreshes this object started (tests)
         self.refreshes = 0
 
@@ -222,15 +237,64 @@ class AwsSigner:
 
     async def headers(self, method: str, url: str, content: bytes, host: str) -> dict[str, str]:
         """The headers that authorise ``method url`` with the JSON body ``content`` (none: ``b""``), sent with the
-        Host header ``host`` (the wire's own: signed as given, which spares botocore working it out of the URL
-        again); neither it nor the Content-Type is returned, the wire sends both (the Content-Type with a body
-        only, so it is signed with one only)."""
+        Host header ``host`` (the wire's own: signed as given); neither it nor the Content-Type is returned, the
+        wire sends both (the Content-Type with a body only, so it is signed with one only). Signed by awscrt where
+        it can be imported (:func:`crt`), else by botocore's ``SigV4Auth``: the same headers, the same signature."""
         if self._bearer is not None:
             return {"Authorization": f"Bearer {self._bearer}"}
+        frozen = await self.frozen()
+        modules = crt()
+        if modules is not None:
+            return await self._crt_headers(modules, frozen, method, url, content, host)
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 
         signed = {"Content-Type": "application/json", "Host": host} if content else {"Host": host}
         request = AWSRequest(method=method, url=url, data=content, headers=signed)
-        SigV4Auth(await self.frozen(), "bedrock", self._region).add_auth(request)
+        SigV4Auth(frozen, "bedrock", self._region).add_auth(request)
         return {name: value for name, value in request.headers.items() if name.lower() not in _WIRE_HEADERS}
+
+    async def _crt_headers(self, modules: tuple[Any, Any], frozen: Any, method: str, url: str, content: bytes,
+                           host: str) -> dict[str, str]:
+        """:meth:`headers` signed by awscrt with its defaults, which are botocore's ``CrtSigV4Auth``'s for a service
+        other than S3 (the path encoded twice and normalised, the body's SHA-256 signed, no X-Amz-Content-SHA256
+        header): the header names and values ``SigV4Auth`` gives (X-Amz-Date, X-Amz-Security-Token with a session
+        token, Authorization)."""
+        auth, http = modules
+        made = self._crt_signing
+        if made is None or made[0] != frozen:  # one configuration per distinct credentials (a refresh makes new ones)
+            provider = auth.AwsCredentialsProvider.new_static(frozen.access_key, frozen.secret_key,
+                                                              frozen.token or None)
+            # (no date: each request is signed at the time it is signed)
+            made = self._crt_signing = (frozen, auth.AwsSigningConfig(
+                algorithm=auth.AwsSigningAlgorithm.V4, signature_type=auth.AwsSignatureType.HTTP_REQUEST_HEADERS,
+                credentials_provider=provider, region=self._region, service="bedrock"))
+        parts = urlsplit(url)
+        path = f"{parts.path or '/'}?{parts.query}" if parts.query else parts.path or "/"
+        pairs = [("Content-Type", "application/json"), ("Host", host)] if content else [("Host", host)]
+        request = http.HttpRequest(method, path, http.HttpHeaders(pairs), io.BytesIO(content) if content else None)
+        signing = auth.aws_sign_request(request, made[1])
+        if not signing.done():  # static credentials sign at once, in C; were it ever otherwise, not on the loop
+            await asyncio.wrap_future(signing)
+        signing.result()
+        signed = request.headers
+        headers = {"X-Amz-Date": signed.get("X-Amz-Date"), "Authorization": signed.get("Authorization")}
+        if frozen.token:
+            headers["X-Amz-Security-Token"] = signed.get("X-Amz-Security-Token")
+        return headers
+
+
+@functools.cache
+def crt() -> tuple[Any, Any] | None:
+    """awscrt's ``auth`` and ``http`` modules, or None where awscrt cannot be imported (not installed, or a build
+    this machine cannot load): botocore's ``SigV4Auth`` then signs. botocore imports awscrt itself wherever it is
+    installed (``botocore.compat``), so by a request's signing this costs nothing more."""
+    try:
+        import awscrt.auth
+        import awscrt.http
+    except Exception as exc:  # (only the exception's type is said: nothing of the credentials is near it)
+        import logging
+
+        logging.getLogger(__name__).debug("awscrt not imported (%s): botocore signs", type(exc).__name__)
+        return None
+    return awscrt.auth, awscrt.http
