@@ -88,10 +88,12 @@ def _endpoint(prefix: str, region: str) -> str:
     return f"https://{prefix}.{region}.{suffix}"
 
 
+@functools.lru_cache(maxsize=256)
 def converse_path(model: str) -> str:
     return f"/model/{quote(model, safe=_LABEL_SAFE)}/converse"
 
 
+@functools.lru_cache(maxsize=256)
 def invoke_path(model: str) -> str:
     return f"/model/{quote(model, safe=_CLAUDE_SAFE)}/invoke"
 
@@ -269,8 +271,7 @@ class AwsSigner:
             made = self._crt_signing = (frozen, auth.AwsSigningConfig(
                 algorithm=auth.AwsSigningAlgorithm.V4, signature_type=auth.AwsSignatureType.HTTP_REQUEST_HEADERS,
                 credentials_provider=provider, region=self._region, service="bedrock"))
-        parts = urlsplit(url)
-        path = f"{parts.path or '/'}?{parts.query}" if parts.query else parts.path or "/"
+        path = _path_of(url)
         pairs = [("Content-Type", "application/json"), ("Host", host)] if content else [("Host", host)]
         request = http.HttpRequest(method, path, http.HttpHeaders(pairs), io.BytesIO(content) if content else None)
         signing = auth.aws_sign_request(request, made[1])
@@ -282,6 +283,13 @@ class AwsSigner:
         if frozen.token:
             headers["X-Amz-Security-Token"] = signed.get("X-Amz-Security-Token")
         return headers
+
+
+@functools.lru_cache(maxsize=256)
+def _path_of(url: str) -> str:
+    """The path and query of ``url``, as a request line names them (a run asks the same few URLs again and again)."""
+    parts = urlsplit(url)
+    return f"{parts.path or '/'}?{parts.query}" if parts.query else parts.path or "/"
 
 
 @functools.cache
