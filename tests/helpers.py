@@ -298,3 +298,15 @@ async def provider_outcome(provider: Any, model: str, messages: list[dict[str, A
         return exc
     finally:
         await provider.aclose()
+
+
+def submit_lines(job: Path, db: Path) -> str:
+    """Python lines that run ``runner submit JOB --db DB`` in the process that runs them (``sys`` imported before),
+    leaving its exit code in ``exit_code``."""
+    return ("from runner.cli import main\n"
+            f"sys.argv = ['runner', 'submit', {str(job)!r}, '--db', {str(db)!r}]\n"
+            "exit_code = 0\n"
+            "try:\n"
+            "    main()\n"
+            "except SystemExit as exc:\n"
+            "    exit_code = exc.code or 0\n")

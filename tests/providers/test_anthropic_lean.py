@@ -33,7 +33,7 @@ from runner.errors import (
 from runner.providers.anthropic_messages import AnthropicProvider, proxied
 from runner.providers.base import CacheMarks, Completion, ProviderSettings
 from simserver import SimConfig, start_server
-from tests.helpers import ROOT, isolated_aws, scripted_server, sim_stats, write_job, write_rows
+from tests.helpers import ROOT, isolated_aws, scripted_server, sim_stats, submit_lines, write_job, write_rows
 from tests.providers.test_vertex import CLOUD_VARIABLES as VERTEX_VARIABLES
 from tests.providers.test_vertex import credentials_file, private_key  # noqa: F401  (a fixture)
 
@@ -434,14 +434,7 @@ def test_a_submit_of_a_job_of_every_lean_provider_never_imports_an_sdk(tmp_path:
                           f"gemini: {{base_url: '{root}'}}, azure-openai: {{base_url: '{root}/openai', "
                           f"api_version: '2024-10-21'}}, vertex: {{base_url: '{root}', project: sim-project, "
                           f"location: us-east5}}, bedrock: {{base_url: '{root}'}}}}")
-    code = ("import sys\n"
-            "from runner.cli import main\n"
-            f"sys.argv = ['runner', 'submit', {str(job)!r}, '--db', {str(tmp_path / 's.sqlite')!r}]\n"
-            "exit_code = 0\n"
-            "try:\n"
-            "    main()\n"
-            "except SystemExit as exc:\n"
-            "    exit_code = exc.code or 0\n"
+    code = ("import sys\n" + submit_lines(job, tmp_path / "s.sqlite") +
             "sdk = sorted(name for name in sys.modules if name.split('.')[0] in ('anthropic', 'openai')\n"
             "             or name.startswith('google.genai'))\n"
             "print('RESULT', exit_code, ','.join(sdk) or '-', flush=True)\n")

@@ -19,7 +19,7 @@ import pytest
 
 from runner.providers import bedrock_wire
 from runner.providers.bedrock_wire import AwsSigner, converse_path, invoke_path, lookup_path
-from tests.helpers import isolated_aws, sim_stats, write_job, write_rows
+from tests.helpers import isolated_aws, sim_stats, submit_lines, write_job, write_rows
 from tests.providers.test_lean_bedrock import (
     ACCESS_KEY,
     CLAUDE,
@@ -136,15 +136,8 @@ def test_a_run_signs_every_request_with_awscrt_or_where_it_cannot_be_imported_wi
                     extra=f"providers: {{bedrock: {{base_url: '{root}'}}}}")
     code = ("import sys\n"
             + ("" if awscrt else "sys.modules['awscrt'] = None  # as where it is not installed: its import fails\n")
-            + COUNT_BOTOCORE +
-            "from runner.cli import main\n"
-            "from runner.providers import bedrock_wire\n"
-            f"sys.argv = ['runner', 'submit', {str(job)!r}, '--db', {str(tmp_path / 's.sqlite')!r}]\n"
-            "exit_code = 0\n"
-            "try:\n"
-            "    main()\n"
-            "except SystemExit as exc:\n"
-            "    exit_code = exc.code or 0\n"
+            + COUNT_BOTOCORE + "from runner.providers import bedrock_wire\n"
+            + submit_lines(job, tmp_path / "s.sqlite") +
             "print('RESULT', exit_code, bedrock_wire.crt() is not None, len(botocore_signed), flush=True)\n")
     done = run_python(code, env={**os.environ})
     result = [line.split() for line in done.stdout.splitlines() if line.startswith("RESULT ")]
