@@ -14,12 +14,20 @@ the simulated server's). The target is 0.5 s to the first answer request for eve
 The runs share one memo of genai-prices' rates (runner/providers/price_memo.py) in the bench's temporary folder,
 empty at the start: a provider's first run may look its price up in genai-prices (and write the memo), its later
 runs read it, as a user's second command does. ``--cold-prices`` gives every run an empty memo of its own instead.
+
+Seconds on a shared 2-core machine move by tens of percent from one run to the next. ``--instructions`` counts
+instead what the process executes up to its first answer request, which repeats to about 0.1 %: each provider's
+submit runs under valgrind (``--tool=cachegrind --cache-sim=no``) and ends as it is about to send that request
+(bench/stop_at_first_answer.py), and valgrind's count is read; twice per provider, with an empty memo of prices
+and then with the one the first run wrote. Compare providers with each other and with ``sim:``, not with seconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -96,6 +104,43 @@ def one_start(relay: FirstRequestRelay, provider: str, folder: Path, env: dict[s
     return timed_submit(relay, command, folder, env, timeout, f"of a {provider} job")
 
 
+def counted_start(relay: FirstRequestRelay, provider: str, folder: Path, env: dict[str, str], rows: int,
+                  timeout: float, memo: Path) -> int:
+    """Instructions one ``runner submit`` executes up to its first answer request, under valgrind, the process
+    ended there by bench/stop_at_first_answer.py."""
+    folder.mkdir(parents=True)
+    dataset = folder / "rows.jsonl"
+    write_jsonl(dataset, (distinct_row(i, folder.name) for i in range(rows)))
+    job = folder / "job.yaml"
+    write_job(job, provider, relay.url.removesuffix("/v1"), dataset, folder / "results")
+    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+               sys.executable, "-m", "bench.stop_at_first_answer", PROVIDERS[provider][1].decode(), "submit",
+               str(job), "--db", str(folder / "store.sqlite")]
+    done = subprocess.run(command, cwd=folder, env={**env, "RUNNER_PRICE_MEMO": str(memo), "PYTHONHASHSEED": "0"},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          timeout=timeout * 20)  # valgrind runs a program some 20-50 times slower
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if done.returncode != 0 or "first answer request" not in done.stderr or found is None:
+        raise SystemExit(f"runner submit of a {provider} job under valgrind reached no answer request "
+                         f"(exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def instructions(relay: FirstRequestRelay, providers: list[str], tmp: Path, env: dict[str, str], rows: int,
+                 timeout: float) -> int:
+    """``--instructions``: each provider's count with an empty memo of prices, then with the one it wrote."""
+    print(f"{'provider':<14}{'first command':>16}{'later command':>16}{'later / sim':>13}")
+    counts = {}
+    for provider in providers:
+        memo = tmp / f"{provider}-prices.json"
+        counts[provider] = [counted_start(relay, provider, tmp / f"{provider}-{which}", env, rows, timeout, memo)
+                            for which in ("cold", "warm")]
+    for provider, (cold, warm) in counts.items():
+        ratio = f"{warm / counts['sim'][1]:.2f}x" if "sim" in counts else "-"
+        print(f"{provider:<14}{cold / 1e6:>14,.0f}M{warm / 1e6:>14,.0f}M{ratio:>13}")
+    return 0
+
+
 def help_seconds(runs: int) -> float:
     """The median wall seconds of ``runner --help``."""
     walls = []
@@ -114,6 +159,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--cold-prices", action="store_true",
                         help="every run with an empty memo of genai-prices' rates of its own (a first command)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="instructions to the first answer request under valgrind instead of seconds")
     args = parser.parse_args()
     providers = args.providers.split(",")
     unknown = [name for name in providers if name not in PROVIDERS]
@@ -121,14 +168,23 @@ def main() -> int:
         parser.error(f"unknown provider(s) {', '.join(unknown)}: choose among {', '.join(PROVIDERS)}")
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "runner")], check=True,
                    stdout=subprocess.DEVNULL)  # as pip's install does
-    print(f"load {os.getloadavg()[0]:.2f}; {args.runs} runs per provider of a {args.rows}-row job, interleaved; "
-          f"{'every run with an empty memo of prices' if args.cold_prices else 'one memo of prices for all runs'}")
+    if args.instructions and shutil.which("valgrind") is None:
+        parser.error("--instructions runs each submit under valgrind, which is not installed: apt-get install "
+                     "valgrind")
+    if args.instructions:
+        print(f"instructions to the first answer request of a {args.rows}-row job under valgrind, each provider with "
+              "an empty memo of prices (a first command), then with the one it wrote (a later command)")
+    else:
+        print(f"load {os.getloadavg()[0]:.2f}; {args.runs} runs per provider of a {args.rows}-row job, interleaved; "
+              f"{'every run with an empty memo of prices' if args.cold_prices else 'one memo of prices for all runs'}")
     server = SimProcess()
     relay = FirstRequestRelay(int(server.url.rsplit(":", 1)[1].split("/")[0]))
     figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in providers}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
             env = environment(Path(tmp), relay.url.removesuffix("/v1"))
+            if args.instructions:
+                return instructions(relay, providers, Path(tmp), env, args.rows, args.timeout)
             for r in range(args.runs):
                 for provider in providers if r % 2 == 0 else reversed(providers):
                     got = one_start(relay, provider, Path(tmp) / f"{provider}-{r}", env, args.rows, args.timeout,
