@@ -138,12 +138,15 @@ _MEMO: PriceMemo | None = None
 
 
 def _memo() -> PriceMemo | None:
-    """This process's memo of the file RUNNER_PRICE_MEMO names (``off``: None), else of the cache folder's."""
+    """This process's memo of the file RUNNER_PRICE_MEMO names (``off``: None), else of the cache folder's (None
+    where that is not an absolute path)."""
     global _MEMO
     setting = os.environ.get("RUNNER_PRICE_MEMO", "")
     if setting.lower() == "off":
         return None
     path = Path(setting).expanduser() if setting else user_cache.folder() / NAME
+    if not path.is_absolute():  # no home folder to be found (a container's user without one): no memo
+        return None
     if _MEMO is None or _MEMO.path != path:
         _MEMO = PriceMemo(path)
     return _MEMO

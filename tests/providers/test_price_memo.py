@@ -132,6 +132,17 @@ def test_unwritable_or_off_writes_nothing(tmp_path: Path, monkeypatch: pytest.Mo
     assert not (tmp_path / "cache").exists()
 
 
+def test_no_memo_without_a_home_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no home folder can be found, Python leaves ``~`` as it is: no memo is written under the working
+    directory then."""
+    monkeypatch.delenv("RUNNER_PRICE_MEMO")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: Path("~")))
+    monkeypatch.chdir(tmp_path)
+    assert Pricing().rates("openai:gpt-4o") is not None
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_default_memo_is_in_the_cache_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RUNNER_PRICE_MEMO")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
