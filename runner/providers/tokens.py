@@ -372,7 +372,9 @@ def build_soon(provider: str, model: str, pairs: object = None) -> None:
 def _build_later(provider: str, model: str, pairs: bool) -> None:
     _first_answer.wait(BUILD_AFTER)
     try:
-        encoding(FALLBACK_ENCODING if pairs else _count_encoding(provider, model) or FALLBACK_ENCODING)
+        name = count_encoding(provider, model, () if pairs else None)
+        if name is not None:
+            encoding(name)
     except Exception:  # the caller that needs the count builds it again, and says why it cannot
         _building.discard((provider, model, pairs))
 
