@@ -165,13 +165,14 @@ class Pricing:
 
     def rates(self, model: str, when: datetime | None = None) -> Rates | None:
         """The model's rates at ``when`` (default: now), or None when it has no price."""
-        remembered = self._recalled(model, when)
-        if remembered is not None:
-            return remembered.rates
-        found = self._info(model)  # (a moment before remembered rates held: genai-prices' own)
+        found = self._find(model)  # (per request: the cheapest answers first)
         if isinstance(found, Rates):
             return found
-        if isinstance(found, str):
+        if isinstance(found, price_memo.Remembered):
+            if when is None or _utc(when).date() >= found.since:
+                return found.rates
+            found = self._info(model)  # a moment before the remembered rates held: genai-prices' own
+        if not isinstance(found, tuple):
             return None
         provider_id, info = found
         return _converted(info.get_prices(_utc(when)), _source(provider_id, info))
