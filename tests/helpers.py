@@ -191,7 +191,8 @@ def make_gemini(srv: SimServer, key: str = "test-key", version: str = "v1beta", 
 
 
 #: the AWS variables that would point a test at the machine's own AWS set-up (profiles, endpoints, a region default)
-AWS_VARIABLES = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK",
+AWS_VARIABLES = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+                 "AWS_CREDENTIAL_EXPIRATION", "AWS_ACCOUNT_ID", "AWS_BEARER_TOKEN_BEDROCK",
                  "AWS_DEFAULT_REGION", "ANTHROPIC_BEDROCK_BASE_URL", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
                  "AWS_ENDPOINT_URL_BEDROCK", "AWS_ENDPOINT_URL_BEDROCK_RUNTIME")
 

@@ -12,12 +12,14 @@ botocore's session resolves them: never read into the runner's settings, stored 
 
 Online requests of both families go over the lean wire (:mod:`runner.providers.bedrock_wire` on ``lean_http.py``):
 ``POST /model/{modelId}/converse`` with the body botocore's serializer writes, ``POST /model/{modelId}/invoke`` with
-the body ``AsyncAnthropicBedrock`` sends, each signed by botocore's own SigV4 signer with the chain's credentials
-(refreshed by botocore, in a worker thread, when it says so) or sent with the Bedrock API key as a bearer token; the
-answers read as boto3 and the anthropic SDK read them, so the mappings above are theirs unchanged. No signer and no
-credential chain of our own: botocore's are used, only without its per-request client machinery, which cost several
-times the CPU of the request itself (bench/RESULTS.md). The pre-flight probe's lookup of the model on the control
-plane goes over the wire too, signed alike (:mod:`runner.providers.bedrock_probe`).
+the body ``AsyncAnthropicBedrock`` sends, each signed by SigV4 (:mod:`runner.providers.sigv4`, AWS's published
+algorithm, checked against botocore's ``SigV4Auth``) with the chain's credentials (refreshed by botocore, in a worker
+thread, when it says so; the environment's keys read as botocore's first provider reads them, without importing
+botocore, where no profile is named) or sent with the Bedrock API key as a bearer token; the answers read as boto3
+and the anthropic SDK read them, so the mappings above are theirs unchanged. botocore's credential chain is used,
+only without its per-request client machinery, which cost several times the CPU of the request itself
+(bench/RESULTS.md). The pre-flight probe's lookup of the model on the control plane goes over the wire too, signed
+alike (:mod:`runner.providers.bedrock_probe`).
 
 boto3 and the anthropic SDK stay for what only they do here: batch inference, CountTokens, and every online request
 (and probe) where a proxy applies to the endpoint (``lean_or_sdk.proxied``) or a variable sends the SDKs to another
@@ -196,7 +198,7 @@ class BedrockProvider(Provider):
                                   "in the job or export AWS_REGION (or AWS_DEFAULT_REGION) (no request was sent)")
         if os.environ.get("AWS_BEARER_TOKEN_BEDROCK"):
             return  # a Bedrock API key: both SDKs send it as a bearer token
-        if self._core.get_credentials() is None:
+        if self._credentials() is None:
             raise ModelSetupError(f"bedrock:{model} found no AWS credentials: {CREDENTIAL_HELP} (no request was "
                                   "sent)")
 
@@ -275,11 +277,14 @@ class BedrockProvider(Provider):
         return bearer_over_http(self.where, model) if clear else None
 
     def _credentials(self) -> Any:
-        """The chain's credentials (botocore's object), with botocore's signer imported here, off the loop."""
-        import botocore.auth  # noqa: F401
-        import botocore.awsrequest  # noqa: F401
+        """The chain's credentials: the environment's keys where the chain would answer with them
+        (:func:`~runner.providers.aws_sessions.environment_credentials`, no botocore imported), else botocore's
+        object (None: the chain found none). Blocking: botocore reads files, and may ask SSO or a metadata
+        endpoint."""
+        from .aws_sessions import environment_credentials
 
-        return self._core.get_credentials()
+        found = environment_credentials(self.profile)
+        return found if found is not None else self._core.get_credentials()
 
     @property
     def runtime(self) -> Any:

@@ -1,18 +1,15 @@
 """Bedrock's runtime over the lean wire (``lean_http.py``): what :class:`~runner.providers.bedrock.BedrockProvider`
 sends there instead of boto3's ``converse`` and ``AsyncAnthropicBedrock``'s InvokeModel, and how it reads the answer.
 
-Nothing of AWS's signing or credentials is written here (ARCHITECTURE.md, invariant 7): the credentials are the
-ones botocore's session resolves through the standard chain (the environment, the shared files and a profile, SSO,
-instance and container roles), held by botocore's own credentials object; a refreshable one (SSO, an assumed role)
-is refreshed by botocore, in a worker thread, when botocore says a refresh is needed, one refresh at a time for
-every request in flight (:class:`AwsSigner`). Each request's exact bytes are signed (service ``bedrock``, the
-region) by AWS's own SigV4 signer, never ours: awscrt's (the AWS Common Runtime's signer in C,
-``awscrt.auth.aws_sign_request``, the one botocore itself signs with when installed as ``botocore[crt]``; in the
-``bedrock`` extra), with one signing configuration per distinct credentials botocore hands over; where awscrt cannot
-be imported, botocore's ``SigV4Auth`` on a ``botocore.awsrequest.AWSRequest``. Both give the same headers
-(X-Amz-Date; X-Amz-Security-Token with a session token; Authorization, which signs Host, the Content-Type where
-there is a body, X-Amz-Date and the token) and the same signature (tests/providers/test_bedrock_crt.py). A Bedrock
-API key
+The credentials are the ones botocore's session resolves through the standard chain (the environment, the shared
+files and a profile, SSO, instance and container roles), held by botocore's own credentials object; a refreshable one
+(SSO, an assumed role) is refreshed by botocore, in a worker thread, when botocore says a refresh is needed, one
+refresh at a time for every request in flight (:class:`AwsSigner`). Where the chain's answer is the environment's
+keys (no profile named), they are read as botocore's first provider reads them, without botocore
+(``aws_sessions.environment_credentials``). Each request's exact bytes are signed (service ``bedrock``, the region)
+by :mod:`runner.providers.sigv4`: AWS's published SigV4 algorithm, checked against botocore's ``SigV4Auth`` (the
+same headers, the same signature): X-Amz-Date; X-Amz-Security-Token with a session token; Authorization, which signs
+Host, the Content-Type where there is a body, X-Amz-Date and the token. A Bedrock API key
 (``AWS_BEARER_TOKEN_BEDROCK``) goes as ``Authorization: Bearer``, as both SDKs send it.
 
 The wire, read from botocore's bedrock-runtime service model (``Converse``: ``POST /model/{modelId}/converse``,
@@ -32,17 +29,11 @@ rest-json) and from the anthropic SDK's Bedrock client (InvokeModel: ``POST /mod
   message from the body's ``message``/``Message``; Claude's as ``AsyncAnthropicBedrock``'s path read it
   (``x-amzn-ErrorType`` only). Both then go through the provider's one mapping (``BedrockProvider.error_of``).
 
-Imported at start (the signer in a worker thread; ``botocore.session`` wherever the chain is first read, the
-pre-flight check of the credentials as before) (``python -X importtime`` on this machine, 2 shared cores, 3 runs):
-``botocore.auth`` and ``botocore.awsrequest`` (0.11 to 0.16 s, urllib3 and botocore's utilities included), and
-for the credential chain ``botocore.session`` (about 0.05 s more; it imports ``botocore.client`` and the rest of
-the client machinery, none of which runs per request: no parameter validation, serialisation, endpoint resolution,
-event hooks, urllib3 pool or response parsing). boto3 itself is imported neither by the online path nor by the
-pre-flight probe's lookup (``bedrock_probe.py``: :func:`control_url`, :func:`lookup_path`), only by token counts and
-batch inference. Signing a Converse request costs (CPU, this machine, 2026-12-01) about 0.02-0.03 ms with awscrt,
-0.07-0.1 ms with botocore's ``SigV4Auth``. awscrt's own import costs some 45-65 ms of CPU holding the GIL
-(``_awscrt``'s start), but botocore imports it anyway as it is first imported wherever it is installed
-(``botocore.compat``, to learn whether botocore[crt] is), so :func:`crt` finds it loaded (bench/RESULTS.md).
+Imported at start: nothing of botocore where the environment holds the keys (``runner submit`` of a Bedrock job
+reached its first request 0.13-0.2 s sooner than with ``botocore.session``, ``botocore.compat`` and awscrt, which
+botocore imports wherever it is installed); ``botocore.session`` wherever the chain is read (a profile, SSO, a role).
+boto3 itself is imported neither by the online path nor by the pre-flight probe's lookup (``bedrock_probe.py``:
+:func:`control_url`, :func:`lookup_path`), only by token counts and batch inference (bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -51,7 +42,6 @@ import asyncio
 import base64
 import functools
 import http.client
-import io
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -60,7 +50,7 @@ from urllib.parse import quote, urlsplit
 from runner.errors import TransientError
 
 __all__ = ["AwsSigner", "ErrorAnswer", "claude_error", "control_url", "converse_answer", "converse_body",
-           "converse_error", "converse_path", "crt", "invoke_path", "lookup_path", "runtime_url"]
+           "converse_error", "converse_path", "invoke_path", "lookup_path", "runtime_url"]
 
 #: botocore's ``percent_encode`` keeps these unescaped in a URI label (``botocore.utils.SAFE_CHARS``)
 _LABEL_SAFE = "-._~"
@@ -69,8 +59,6 @@ _CLAUDE_SAFE = ":;"
 #: the members of Converse's answer that are blobs (base64 on the wire, bytes in boto3's dict): a content block's
 #: ``image``/``document``/``video`` ``source.bytes`` (in a tool result's content too) and a redacted reasoning
 _BLOB_KEYS = ("redactedContent",)
-#: signed, but sent by the wire itself
-_WIRE_HEADERS = ("content-type", "host")
 
 
 def runtime_url(region: str) -> str:
@@ -201,21 +189,20 @@ def claude_error(answer: ErrorAnswer) -> tuple[str, str]:
 
 
 class AwsSigner:
-    """The auth headers of one request to bedrock-runtime: AWS's SigV4 signature with the chain's credentials
-    (``credentials``, botocore's object, refreshed in a worker thread when it says so), or the Bedrock API key
-    ``bearer``. Signed by awscrt's signer, the one botocore signs with when installed as ``botocore[crt]``, or where
-    awscrt cannot be imported by botocore's ``SigV4Auth``: the same headers, the same signature. Nothing of the
-    credentials is kept anywhere but in these two libraries' objects."""
+    """The auth headers of one request to bedrock-runtime: AWS's SigV4 signature (``sigv4.py``) with the chain's
+    credentials (``credentials``: botocore's object, refreshed in a worker thread when it says so, or the
+    environment's as botocore's first provider reads them), or the Bedrock API key ``bearer``. Nothing of the
+    credentials is kept but in that object and the signing key derived from its secret."""
 
-    __slots__ = ("_bearer", "_credentials", "_crt_signing", "_lock", "_region", "refreshes")
+    __slots__ = ("_bearer", "_credentials", "_lock", "_sigv4", "refreshes")
 
     def __init__(self, credentials: Any, region: str, *, bearer: str | None = None) -> None:
+        from .sigv4 import SigV4
+
         self._credentials = credentials
-        self._region = region
+        self._sigv4 = SigV4(region, "bedrock")
         self._bearer = bearer
         self._lock = asyncio.Lock()
-        #: the frozen credentials awscrt's signing configuration was made with, and that configuration
-        self._crt_signing: tuple[Any, Any] | None = None
         #: how many refreshes this object started (tests)
         self.refreshes = 0
 
@@ -240,69 +227,17 @@ class AwsSigner:
     async def headers(self, method: str, url: str, content: bytes, host: str) -> dict[str, str]:
         """The headers that authorise ``method url`` with the JSON body ``content`` (none: ``b""``), sent with the
         Host header ``host`` (the wire's own: signed as given); neither it nor the Content-Type is returned, the
-        wire sends both (the Content-Type with a body only, so it is signed with one only). Signed by awscrt where
-        it can be imported (:func:`crt`), else by botocore's ``SigV4Auth``: the same headers, the same signature."""
+        wire sends both (the Content-Type with a body only, so it is signed with one only)."""
         if self._bearer is not None:
             return {"Authorization": f"Bearer {self._bearer}"}
         frozen = await self.frozen()
-        modules = crt()
-        if modules is not None:
-            return await self._crt_headers(modules, frozen, method, url, content, host)
-        from botocore.auth import SigV4Auth
-        from botocore.awsrequest import AWSRequest
-
+        path, query = _parts_of(url)
         signed = {"Content-Type": "application/json", "Host": host} if content else {"Host": host}
-        request = AWSRequest(method=method, url=url, data=content, headers=signed)
-        SigV4Auth(frozen, "bedrock", self._region).add_auth(request)
-        return {name: value for name, value in request.headers.items() if name.lower() not in _WIRE_HEADERS}
-
-    async def _crt_headers(self, modules: tuple[Any, Any], frozen: Any, method: str, url: str, content: bytes,
-                           host: str) -> dict[str, str]:
-        """:meth:`headers` signed by awscrt with its defaults, which are botocore's ``CrtSigV4Auth``'s for a service
-        other than S3 (the path encoded twice and normalised, the body's SHA-256 signed, no X-Amz-Content-SHA256
-        header): the header names and values ``SigV4Auth`` gives (X-Amz-Date, X-Amz-Security-Token with a session
-        token, Authorization)."""
-        auth, http = modules
-        made = self._crt_signing
-        if made is None or made[0] != frozen:  # one configuration per distinct credentials (a refresh makes new ones)
-            provider = auth.AwsCredentialsProvider.new_static(frozen.access_key, frozen.secret_key,
-                                                              frozen.token or None)
-            # (no date: each request is signed at the time it is signed)
-            made = self._crt_signing = (frozen, auth.AwsSigningConfig(
-                algorithm=auth.AwsSigningAlgorithm.V4, signature_type=auth.AwsSignatureType.HTTP_REQUEST_HEADERS,
-                credentials_provider=provider, region=self._region, service="bedrock"))
-        path = _path_of(url)
-        pairs = [("Content-Type", "application/json"), ("Host", host)] if content else [("Host", host)]
-        request = http.HttpRequest(method, path, http.HttpHeaders(pairs), io.BytesIO(content) if content else None)
-        signing = auth.aws_sign_request(request, made[1])
-        if not signing.done():  # static credentials sign at once, in C; were it ever otherwise, not on the loop
-            await asyncio.wrap_future(signing)
-        signing.result()
-        signed = request.headers
-        headers = {"X-Amz-Date": signed.get("X-Amz-Date"), "Authorization": signed.get("Authorization")}
-        if frozen.token:
-            headers["X-Amz-Security-Token"] = signed.get("X-Amz-Security-Token")
-        return headers
+        return self._sigv4.headers(frozen, method, path, query, signed, content)
 
 
 @functools.lru_cache(maxsize=256)
-def _path_of(url: str) -> str:
-    """The path and query of ``url``, as a request line names them (a run asks the same few URLs again and again)."""
+def _parts_of(url: str) -> tuple[str, str]:
+    """The path and query of ``url`` (a run asks the same few URLs again and again)."""
     parts = urlsplit(url)
-    return f"{parts.path or '/'}?{parts.query}" if parts.query else parts.path or "/"
-
-
-@functools.cache
-def crt() -> tuple[Any, Any] | None:
-    """awscrt's ``auth`` and ``http`` modules, or None where awscrt cannot be imported (not installed, or a build
-    this machine cannot load): botocore's ``SigV4Auth`` then signs. botocore imports awscrt itself wherever it is
-    installed (``botocore.compat``), so by a request's signing this costs nothing more."""
-    try:
-        import awscrt.auth
-        import awscrt.http
-    except Exception as exc:  # (only the exception's type is said: nothing of the credentials is near it)
-        import logging
-
-        logging.getLogger(__name__).debug("awscrt not imported (%s): botocore signs", type(exc).__name__)
-        return None
-    return awscrt.auth, awscrt.http
+    return parts.path, parts.query

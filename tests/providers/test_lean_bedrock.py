@@ -96,16 +96,14 @@ def _aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture(params=["botocore", "awscrt"])
-def signed_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The test's requests signed by awscrt's signer (as a run of the bedrock extra signs them), or by botocore's
-    ``SigV4Auth`` (as where awscrt cannot be imported)."""
-    from runner.providers import bedrock_wire
+@pytest.fixture(params=["environment", "botocore"])
+def credentials_from(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test's keys read from the environment as botocore's first provider reads them (no profile named: a run's
+    own way), or by botocore's session through its whole chain (as wherever the environment is not the answer)."""
+    from runner.providers import aws_sessions
 
     if request.param == "botocore":
-        monkeypatch.setattr(bedrock_wire, "crt", lambda: None)
-    else:
-        assert bedrock_wire.crt() is not None, "awscrt is in the bedrock extra"
+        monkeypatch.setattr(aws_sessions, "environment_credentials", lambda profile: None)
     return str(request.param)
 
 
@@ -172,7 +170,7 @@ def reference(model: str, request: dict[str, Any]) -> dict[str, Any]:
 
 # -- requests and answers -----------------------------------------------------------------------------------------
 
-@pytest.mark.usefixtures("signed_by")
+@pytest.mark.usefixtures("credentials_from")
 async def test_each_converse_request_is_boto3s_own_and_its_answer_the_same_completion(
         scripted: tuple[str, dict[str, Any], list[dict[str, Any]]]) -> None:
     url, answer, seen = scripted
@@ -261,7 +259,7 @@ def claude_request(provider: BedrockProvider, model: str, asked: dict[str, Any],
     return provider.mark_prompt_cache(model, MESSAGES, params, CacheMarks(cuts=((0, len("Be brief.")),), group="g"))
 
 
-@pytest.mark.usefixtures("signed_by")
+@pytest.mark.usefixtures("credentials_from")
 async def test_each_claude_request_is_anthropic_bedrocks_own_and_its_answer_the_same_completion(
         scripted: tuple[str, dict[str, Any], list[dict[str, Any]]]) -> None:
     url, answer, seen = scripted
@@ -284,7 +282,7 @@ async def test_each_claude_request_is_anthropic_bedrocks_own_and_its_answer_the_
     assert (got.text, got.thinking, got.input_tokens) == ("C", "hmm", 18)
 
 
-@pytest.mark.usefixtures("signed_by")
+@pytest.mark.usefixtures("credentials_from")
 async def test_a_session_token_is_sent_and_signed_as_boto3_signs_it(
         scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SESSION_TOKEN", "simulated-session-token")
@@ -399,7 +397,15 @@ async def test_a_malformed_answer_is_the_same_error(
 
 # -- credentials ---------------------------------------------------------------------------------------------------
 
-@pytest.mark.usefixtures("signed_by")
+@pytest.fixture
+def from_the_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials from botocore's chain (the test's own, set on the session), not the environment's keys."""
+    from runner.providers import aws_sessions
+
+    monkeypatch.setattr(aws_sessions, "environment_credentials", lambda profile: None)
+
+
+@pytest.mark.usefixtures("from_the_chain")
 async def test_credentials_about_to_expire_are_refreshed_once_off_the_loop_for_every_request_in_flight(
         scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
     """A refreshable credential (an assumed role's, SSO's) inside botocore's refresh window: the first request to
@@ -439,6 +445,7 @@ async def test_credentials_about_to_expire_are_refreshed_once_off_the_loop_for_e
         verified(sent, url, key="AKIDSECONDROLE", token="role-token")
 
 
+@pytest.mark.usefixtures("from_the_chain")
 async def test_missing_credentials_are_one_sentence_and_nothing_is_sent(
         scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
     from botocore.credentials import RefreshableCredentials
@@ -459,7 +466,7 @@ async def test_missing_credentials_are_one_sentence_and_nothing_is_sent(
     assert seen == [] and SECRET not in str(got)
 
 
-@pytest.mark.usefixtures("signed_by")
+@pytest.mark.usefixtures("credentials_from")
 async def test_the_probe_s_provider_and_the_run_s_share_one_session_and_changed_keys_make_another(
         scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
     """runner submit's providers (the checks', the probe's, the run's) share botocore's session and its credentials
@@ -543,7 +550,7 @@ async def probe_outcome(provider: BedrockProvider, model: str) -> Exception | No
     return None
 
 
-@pytest.mark.usefixtures("signed_by")
+@pytest.mark.usefixtures("credentials_from")
 @pytest.mark.parametrize(("code", "body", "headers"), PROBE_ANSWERS)
 async def test_the_probe_s_lookup_is_boto3s_own_signed_alike_and_each_answer_the_same_outcome(
         scripted: tuple[str, dict[str, Any], list[dict[str, Any]]], code: int, body: bytes,
