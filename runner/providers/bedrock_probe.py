@@ -4,7 +4,7 @@ GetFoundationModel (``GET /foundation-models/{modelIdentifier}``), or GetInferen
 the credentials, the region and the model id at once.
 
 The lookup goes over the lean wire (``lean_http.py``) at the control plane's endpoint (the job's ``base_url``, else
-``bedrock.{region}.amazonaws.com``), signed as the runtime's requests are, by botocore's own SigV4 signer with the
+``bedrock.{region}.amazonaws.com``), signed as the runtime's requests are, by SigV4 (``sigv4.py``) with the
 chain's credentials (service ``bedrock``) or sent with the Bedrock API key (:class:`~runner.providers.bedrock_wire.
 AwsSigner`); its error answer is read as botocore's rest-json parser reads it (``bedrock_wire.converse_error``) and
 mapped by the provider's one mapping. boto3's ``bedrock`` client asks instead where the wire does not serve: a proxy

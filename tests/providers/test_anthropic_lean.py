@@ -415,8 +415,8 @@ def test_a_submit_of_a_job_of_every_lean_provider_never_imports_an_sdk(tmp_path:
     ``azure-openai:``, ``gemini:``, both of ``vertex:``'s families (its credentials a service-account key file
     whose token endpoint is the simulated server's) and both of ``bedrock:``'s (made-up AWS keys) of the simulated
     server, in a process of its own: it completes, and the process never imported the anthropic, openai or
-    google-genai package (each costs seconds of CPU to import). (boto3 is imported: bedrock's probe asks the
-    control plane through it, and its credentials come from botocore's session.)"""
+    google-genai package (each costs seconds of CPU to import). (Nor botocore, with the AWS keys in the
+    environment: test_sigv4.py.)"""
     for variable in ("OPENAI_BASE_URL", "OPENAI_CUSTOM_HEADERS", "GOOGLE_GEMINI_BASE_URL", *VERTEX_VARIABLES):
         monkeypatch.delenv(variable, raising=False)
     for variable in ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "GEMINI_API_KEY"):
