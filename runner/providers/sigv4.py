@@ -9,11 +9,12 @@ a session token, X-Amz-Security-Token added and signed. tests/providers/test_sig
 signature against botocore's ``SigV4Auth`` itself (paths, queries, headers, tokens, bodies) and against AWS's
 published example.
 
-Why our own, when botocore's and awscrt's signers exist (ARCHITECTURE.md, "Own code here, a library there"): neither can be had
-without its import, and the lean wire is there to keep a Bedrock run's start-up and CPU per request near the other
-providers'. ``botocore.auth`` imports ``botocore.compat``, which with urllib3 and awscrt's C module cost 0.13-0.2 s
-of CPU before the first request (0.06 s of it awscrt's, which botocore imports wherever it is installed); this
-signs a Converse request in about a fifth of ``SigV4Auth``'s time and below awscrt's (bench/RESULTS.md). The
+Why our own, when botocore's and awscrt's signers exist (ARCHITECTURE.md, "Own code here, a library there"):
+neither can be had without its import, and the lean wire is there to keep a Bedrock run's start-up and CPU per
+request near the other providers'. ``botocore.auth`` imports ``botocore.compat``, which with urllib3 and awscrt's C
+module cost 0.13-0.2 s of CPU before the first request (0.06 s of it awscrt's, which botocore imports wherever it is
+installed); this signs a Converse request in about a sixth of ``SigV4Auth``'s time and half of awscrt's
+(bench/RESULTS.md). The
 credentials are never read here: the caller hands over the ones botocore's chain resolved, or the environment's
 exactly as botocore's first provider reads them (``aws_sessions.environment_credentials``); the key derived from the
 secret is kept in memory only, for the day and the scope it is valid for.
