@@ -14,10 +14,9 @@ neither can be had without its import, and the lean wire is there to keep a Bedr
 request near the other providers'. ``botocore.auth`` imports ``botocore.compat``, which with urllib3 and awscrt's C
 module cost 0.13-0.2 s of CPU before the first request (0.06 s of it awscrt's, which botocore imports wherever it is
 installed); this signs a Converse request in about a sixth of ``SigV4Auth``'s time and half of awscrt's
-(bench/RESULTS.md). The
-credentials are never read here: the caller hands over the ones botocore's chain resolved, or the environment's
-exactly as botocore's first provider reads them (``aws_sessions.environment_credentials``); the key derived from the
-secret is kept in memory only, for the day and the scope it is valid for.
+(bench/RESULTS.md). The credentials are never read here: the caller hands over the ones botocore's chain resolved,
+or the environment's exactly as botocore's first provider reads them (``aws_sessions.environment_credentials``); the
+key derived from the secret is kept in memory only, for the day and the scope it is valid for.
 """
 
 from __future__ import annotations
