@@ -173,10 +173,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test gets its own store, results folder and memo of prices (each starts without one); no test reads a
-    user's cache.sqlite or ~/.cache."""
+    """Every test gets its own store, results folder, memo of prices and memo of checked keys (each starts without
+    one); no test reads a user's cache.sqlite or ~/.cache."""
     monkeypatch.setenv("RUNNER_DB", str(tmp_path / "cache.sqlite"))
     monkeypatch.setenv("RUNNER_PRICE_MEMO", str(tmp_path / "genai-prices-rates.json"))
+    monkeypatch.setenv("RUNNER_KEY_MEMO", str(tmp_path / "validated-keys.json"))
     monkeypatch.setenv("RUNNER_PROGRESS_INTERVAL", "0.5")
     monkeypatch.delenv("RUNNER_SIM_URL", raising=False)
 
