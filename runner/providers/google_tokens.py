@@ -29,10 +29,22 @@ def default_credentials(scopes: Sequence[str]) -> Credentials:
     are), loaded once per process while the environment, the file GOOGLE_APPLICATION_CREDENTIALS names and gcloud's
     application-default file stay the same (``env_memo.py``): the pre-flight probe's provider and the run's share
     them, and the token the probe fetched. Blocking (google-auth reads files, and may ask a metadata server)."""
+    gcloud = _gcloud_file()
+    files = (os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"), gcloud)
+    return _LOADED.get(tuple(scopes), files, lambda: _load(scopes, gcloud))
+
+
+def _load(scopes: Sequence[str], gcloud: str) -> Credentials:
+    """A plain service-account key file's credentials as google-auth would make them, without its service-account
+    module (``google_service_account.py``, which says when); any other credentials by ``google.auth.default``."""
+    from .google_service_account import service_account_grant
+
+    grant = service_account_grant(scopes, gcloud)
+    if grant is not None:
+        return grant
     import google.auth
 
-    files = (os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"), _gcloud_file())
-    return _LOADED.get(tuple(scopes), files, lambda: google.auth.default(scopes=list(scopes))[0])
+    return google.auth.default(scopes=list(scopes))[0]
 
 
 def _gcloud_file() -> str:
