@@ -14,12 +14,15 @@ the simulated server's). The target is 0.5 s to the first answer request for eve
 The runs share one memo of genai-prices' rates (runner/providers/price_memo.py) in the bench's temporary folder,
 empty at the start: a provider's first run may look its price up in genai-prices (and write the memo), its later
 runs read it, as a user's second command does. ``--cold-prices`` gives every run an empty memo of its own instead.
+The memo of checked private keys (runner/providers/key_memo.py) is shared the same way, in the same folder: the
+first Vertex run checks the made-up service account's RSA key whole, the later runs skip the check.
 
 Seconds on a shared 2-core machine move by tens of percent from one run to the next. ``--instructions`` counts
 instead what the process executes up to its first answer request, which repeats to about 0.1 %: each provider's
 submit runs under valgrind (``--tool=cachegrind --cache-sim=no``) and ends as it is about to send that request
 (bench/stop_at_first_answer.py), and valgrind's count is read; twice per provider, with an empty memo of prices
-and then with the one the first run wrote. Compare providers with each other and with ``sim:``, not with seconds.
+and of checked keys and then with the ones the first run wrote. Compare providers with each other and with
+``sim:``, not with seconds.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def environment(folder: Path, root: str) -> dict[str, str]:
         "CLOUDSDK_CONFIG": str(folder / "gcloud"), "NO_GCE_CHECK": "True",
         "GOOGLE_APPLICATION_CREDENTIALS": str(service_account(folder, root + "/token")),
         "PYTHONPATH": str(ROOT), "RUNNER_PRICE_MEMO": str(folder / "genai-prices-rates.json"),
+        "RUNNER_KEY_MEMO": str(folder / "validated-keys.json"),
     })
     return env
 
@@ -116,7 +120,8 @@ def counted_start(relay: FirstRequestRelay, provider: str, folder: Path, env: di
     command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
                sys.executable, "-m", "bench.stop_at_first_answer", PROVIDERS[provider][1].decode(), "submit",
                str(job), "--db", str(folder / "store.sqlite")]
-    done = subprocess.run(command, cwd=folder, env={**env, "RUNNER_PRICE_MEMO": str(memo), "PYTHONHASHSEED": "0"},
+    done = subprocess.run(command, cwd=folder, env={**env, "RUNNER_PRICE_MEMO": str(memo), "PYTHONHASHSEED": "0",
+                                                    "RUNNER_KEY_MEMO": str(memo.with_suffix(".keys.json"))},
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           timeout=timeout * 20)  # valgrind runs a program some 20-50 times slower
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
@@ -128,7 +133,8 @@ def counted_start(relay: FirstRequestRelay, provider: str, folder: Path, env: di
 
 def instructions(relay: FirstRequestRelay, providers: list[str], tmp: Path, env: dict[str, str], rows: int,
                  timeout: float) -> int:
-    """``--instructions``: each provider's count with an empty memo of prices, then with the one it wrote."""
+    """``--instructions``: each provider's count with an empty memo of prices and of checked keys, then with the
+    ones it wrote."""
     print(f"{'provider':<14}{'first command':>16}{'later command':>16}{'later / sim':>13}")
     counts = {}
     for provider in providers:
@@ -173,7 +179,8 @@ def main() -> int:
                      "valgrind")
     if args.instructions:
         print(f"instructions to the first answer request of a {args.rows}-row job under valgrind, each provider with "
-              "an empty memo of prices (a first command), then with the one it wrote (a later command)")
+              "an empty memo of prices and of checked keys (a first command), then with the ones it wrote (a later "
+              "command)")
     else:
         print(f"load {os.getloadavg()[0]:.2f}; {args.runs} runs per provider of a {args.rows}-row job, interleaved; "
               f"{'every run with an empty memo of prices' if args.cold_prices else 'one memo of prices for all runs'}")
