@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from google.auth import _exponential_backoff, _helpers, credentials, exceptions, metrics, transport
+from google.auth import version as auth_version
 
 from . import key_memo
 
@@ -72,6 +73,10 @@ ACCESS_BOUNDARY_HEADER = "x-allowed-locations"
 #: the values that turn the lookup on (which a service account's ``before_request`` then makes): left to google-auth
 ACCESS_BOUNDARY_VARIABLE = "GOOGLE_SDK_EXPERIMENTAL_PYTHON_REGIONAL_ACCESS_BOUNDARY_LOOKUP_ENABLED"
 TRUTHY = ("y", "yes", "t", "true", "on", "1")
+#: the first google-auth whose grant this follows (read and compared in tests/providers/test_google_service_account.py
+#: at 2.63.0, the version constraints/ci.txt pins); older 2.x releases may differ (the grant's metrics header, its
+#: retries and the regional access boundary came in later releases): google.auth.default loads the credentials there
+VERIFIED_FROM = (2, 63)
 #: client-certificate settings: google-auth's grant does not read them, but a transport may (mutual TLS, workload
 #: certificates): left to google-auth as a precaution
 CERTIFICATE_VARIABLES = ("GOOGLE_API_USE_CLIENT_CERTIFICATE", "GOOGLE_API_CERTIFICATE_CONFIG")
@@ -84,6 +89,8 @@ def service_account_grant(scopes: Sequence[str], gcloud_file: str) -> ServiceAcc
     ``gcloud_file`` is gcloud's application-default file as google-auth finds it. Blocking (reads the file)."""
     # google/auth/_default.py ``default``: the explicit file is the first of its checkers; a file that is gcloud's
     # own goes through its gcloud flow instead (``_get_explicit_environ_credentials``)
+    if not verified_google_auth():
+        return None
     filename = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS", "")
     if not filename or filename == gcloud_file or not scopes:
         return None
@@ -131,6 +138,15 @@ def service_account_grant(scopes: Sequence[str], gcloud_file: str) -> ServiceAcc
         source=f"{filename} file via the GOOGLE_APPLICATION_CREDENTIALS environment variable")
 
 
+def verified_google_auth() -> bool:
+    """Whether the installed google-auth is one whose grant this module follows (:data:`VERIFIED_FROM` on)."""
+    try:
+        installed = tuple(int(part) for part in str(auth_version.__version__).split(".")[:2])
+    except ValueError:
+        return False
+    return installed >= VERIFIED_FROM
+
+
 def _rsa_key(pem: str) -> RSAPrivateKey | None:
     """The file's private key as google/auth/crypt/_cryptography_rsa.py ``RSASigner.from_string`` loads it
     (``load_pem_private_key(to_bytes(key), password=None)``), its RSA check skipped only where these very bytes
@@ -147,8 +163,9 @@ def _rsa_key(pem: str) -> RSAPrivateKey | None:
     digest = key_memo.digest_of(data)
     checked = key_memo.validated(digest)
     try:
-        key = serialization.load_pem_private_key(data, password=None, unsafe_skip_rsa_key_validation=checked)
-    except (ValueError, TypeError, UnsupportedAlgorithm):
+        key = (serialization.load_pem_private_key(data, password=None, unsafe_skip_rsa_key_validation=True) if checked
+               else serialization.load_pem_private_key(data, password=None))
+    except (ValueError, TypeError, UnsupportedAlgorithm):  # (TypeError: an encrypted key, or a cryptography < 39)
         return None
     if not isinstance(key, rsa.RSAPrivateKey):  # an EC key loads too, and google-auth's RSA signer then fails
         return None

@@ -1,10 +1,11 @@
 """Google OAuth access tokens for the lean wire (``vertex.py``): the Application Default Credentials google-auth
-loaded, their token refreshed in a worker thread (google-auth's refresh is a blocking HTTP request, sent by
-``google_transport.py``) when it is missing or about to expire (google-auth's ``expired``, which counts a token as
-expired a few minutes early), one refresh at a time for every request in flight, as google-genai's and
-``AsyncAnthropicVertex``'s clients refresh theirs; the credentials loaded once per process while nothing they come
-from changes (:func:`default_credentials`). The credentials and their token stay in memory: never stored, logged or
-put into settings."""
+loaded (for a plain service-account key file, the same credentials made without google-auth's service-account
+module: ``google_service_account.py``), their token refreshed in a worker thread (the refresh is a blocking HTTP
+request, sent by ``google_transport.py``) when it is missing or about to expire (google-auth's ``expired``, which
+counts a token as expired a few minutes early), one refresh at a time for every request in flight, as google-genai's
+and ``AsyncAnthropicVertex``'s clients refresh theirs; the credentials loaded once per process while nothing they
+come from changes (:func:`default_credentials`). The credentials and their token stay in memory: never stored,
+logged or put into settings."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ _LOADED: EnvironmentMemo[Credentials] = EnvironmentMemo()
 
 def default_credentials(scopes: Sequence[str]) -> Credentials:
     """The Application Default Credentials of ``scopes`` as ``google.auth.default`` loads them (its errors as they
-    are), loaded once per process while the environment, the file GOOGLE_APPLICATION_CREDENTIALS names and gcloud's
-    application-default file stay the same (``env_memo.py``): the pre-flight probe's provider and the run's share
-    them, and the token the probe fetched. Blocking (google-auth reads files, and may ask a metadata server)."""
+    are; a plain service-account key file's by ``google_service_account.service_account_grant``), loaded once per
+    process while the environment, the file GOOGLE_APPLICATION_CREDENTIALS names and gcloud's application-default
+    file stay the same (``env_memo.py``): the pre-flight probe's provider and the run's share them, and the token
+    the probe fetched. Blocking (google-auth reads files, and may ask a metadata server)."""
     gcloud = _gcloud_file()
     files = (os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"), gcloud)
     return _LOADED.get(tuple(scopes), files, lambda: _load(scopes, gcloud))
@@ -37,11 +39,14 @@ def default_credentials(scopes: Sequence[str]) -> Credentials:
 def _load(scopes: Sequence[str], gcloud: str) -> Credentials:
     """A plain service-account key file's credentials as google-auth would make them, without its service-account
     module (``google_service_account.py``, which says when); any other credentials by ``google.auth.default``."""
-    from .google_service_account import service_account_grant
-
-    grant = service_account_grant(scopes, gcloud)
-    if grant is not None:
-        return grant
+    try:
+        from .google_service_account import service_account_grant
+    except ImportError:  # a google-auth older than any the grant follows (without its metrics or backoff modules)
+        pass
+    else:
+        grant = service_account_grant(scopes, gcloud)
+        if grant is not None:
+            return grant
     import google.auth
 
     return google.auth.default(scopes=list(scopes))[0]
@@ -60,9 +65,9 @@ def _gcloud_file() -> str:
 
 
 def _refresh(credentials: Credentials) -> None:
-    """One refresh by google-auth, its token request over :class:`~runner.providers.google_transport.TokenRequest`
-    (google-auth's ``requests`` transport, which both SDKs refresh with, where a proxy or a certificate variable
-    applies) (run in a thread)."""
+    """One refresh (google-auth's, or the service-account grant that follows it), its token request over
+    :class:`~runner.providers.google_transport.TokenRequest` (google-auth's ``requests`` transport, which both SDKs
+    refresh with, where a proxy or a certificate variable applies) (run in a thread)."""
     from .google_transport import TokenRequest
 
     credentials.refresh(TokenRequest())  # type: ignore[no-untyped-call]

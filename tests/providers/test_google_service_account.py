@@ -358,6 +358,15 @@ def test_a_missing_file_or_no_scopes_go_through_google_auth_default(key_file: di
     _falls_back([SCOPE], monkeypatch)
 
 
+def test_a_google_auth_older_than_the_one_the_grant_follows_loads_the_credentials_itself(
+        key_file: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.auth import version
+
+    use_key(tmp_path, monkeypatch, key_file)
+    monkeypatch.setattr(version, "__version__", "2.62.9")
+    _falls_back([SCOPE], monkeypatch)
+
+
 def _falls_back(scopes: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The grant declines, and ``default_credentials`` gives exactly what ``google.auth.default`` gives: its
     credentials' type, or its error's type and message."""
