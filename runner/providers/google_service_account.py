@@ -77,9 +77,11 @@ TRUTHY = ("y", "yes", "t", "true", "on", "1")
 #: at 2.63.0, the version constraints/ci.txt pins); older 2.x releases may differ (the grant's metrics header, its
 #: retries and the regional access boundary came in later releases): google.auth.default loads the credentials there
 VERIFIED_FROM = (2, 63)
-#: client-certificate settings: google-auth's grant does not read them, but a transport may (mutual TLS, workload
-#: certificates): left to google-auth as a precaution
-CERTIFICATE_VARIABLES = ("GOOGLE_API_USE_CLIENT_CERTIFICATE", "GOOGLE_API_CERTIFICATE_CONFIG")
+#: client-certificate settings (google/auth/environment_vars.py, with gcloud's fallbacks): google-auth's grant does
+#: not read them, but its transports may (mutual TLS, workload certificates): left to google-auth as a precaution
+CERTIFICATE_VARIABLES = ("GOOGLE_API_USE_CLIENT_CERTIFICATE", "GOOGLE_API_CERTIFICATE_CONFIG",
+                         "CLOUDSDK_CONTEXT_AWARE_USE_CLIENT_CERTIFICATE",
+                         "CLOUDSDK_CONTEXT_AWARE_CERTIFICATE_CONFIG_FILE_PATH")
 
 
 def service_account_grant(scopes: Sequence[str], gcloud_file: str) -> ServiceAccountGrant | None:

@@ -50,7 +50,8 @@ def _nothing_loaded_before(monkeypatch: pytest.MonkeyPatch) -> None:
     settings that change what google-auth loads."""
     google_tokens._LOADED.forget()
     for name in ("GOOGLE_CLOUD_QUOTA_PROJECT", "GCLOUD_PROJECT", "GOOGLE_API_USE_CLIENT_CERTIFICATE",
-                 "GOOGLE_API_CERTIFICATE_CONFIG",
+                 "GOOGLE_API_CERTIFICATE_CONFIG", "CLOUDSDK_CONTEXT_AWARE_USE_CLIENT_CERTIFICATE",
+                 "CLOUDSDK_CONTEXT_AWARE_CERTIFICATE_CONFIG_FILE_PATH",
                  "GOOGLE_SDK_EXPERIMENTAL_PYTHON_REGIONAL_ACCESS_BOUNDARY_LOOKUP_ENABLED"):
         monkeypatch.delenv(name, raising=False)
 
@@ -325,6 +326,8 @@ FALLBACKS: dict[str, Callable[[dict[str, Any], Path, pytest.MonkeyPatch], Any]] 
     "regional access boundary lookup on": _env("GOOGLE_SDK_EXPERIMENTAL_PYTHON_REGIONAL_ACCESS_BOUNDARY_LOOKUP_ENABLED",
                                                "true"),
     "a client certificate": _env("GOOGLE_API_USE_CLIENT_CERTIFICATE", "true"),
+    "a certificate config": _env("GOOGLE_API_CERTIFICATE_CONFIG", "/nowhere/certificate_config.json"),
+    "gcloud's client certificate": _env("CLOUDSDK_CONTEXT_AWARE_USE_CLIENT_CERTIFICATE", "true"),
     "not a JSON object": lambda info, folder, monkeypatch: [info],
     "not JSON": lambda info, folder, monkeypatch: "{not json",
 }
