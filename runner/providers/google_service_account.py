@@ -77,6 +77,9 @@ TRUTHY = ("y", "yes", "t", "true", "on", "1")
 #: at 2.63.0, the version constraints/ci.txt pins); older 2.x releases may differ (the grant's metrics header, its
 #: retries and the regional access boundary came in later releases): google.auth.default loads the credentials there
 VERIFIED_FROM = (2, 63)
+#: the first google-auth this module is not used with: a new major release may change what its private helpers
+#: (``_helpers``, ``_exponential_backoff``) and its grant do, unread here
+VERIFIED_BELOW = (3, 0)
 #: client-certificate settings (google/auth/environment_vars.py, with gcloud's fallbacks): google-auth's grant does
 #: not read them, but its transports may (mutual TLS, workload certificates): left to google-auth as a precaution
 CERTIFICATE_VARIABLES = ("GOOGLE_API_USE_CLIENT_CERTIFICATE", "GOOGLE_API_CERTIFICATE_CONFIG",
@@ -141,12 +144,13 @@ def service_account_grant(scopes: Sequence[str], gcloud_file: str) -> ServiceAcc
 
 
 def verified_google_auth() -> bool:
-    """Whether the installed google-auth is one whose grant this module follows (:data:`VERIFIED_FROM` on)."""
+    """Whether the installed google-auth is one whose grant this module follows (:data:`VERIFIED_FROM` on, before
+    :data:`VERIFIED_BELOW`)."""
     try:
         installed = tuple(int(part) for part in str(auth_version.__version__).split(".")[:2])
     except ValueError:
         return False
-    return installed >= VERIFIED_FROM
+    return VERIFIED_FROM <= installed < VERIFIED_BELOW
 
 
 def _rsa_key(pem: str) -> RSAPrivateKey | None:
