@@ -1,9 +1,10 @@
-"""A cloud's credentials, made once per process for the same environment and the same credential files: the one
-a cloud provider loaded last is handed to the next that asks with nothing changed, so that ``runner submit``, which
-builds a provider three times before its first request (the checks before sending, the pre-flight probe, the run),
-loads Google's Application Default Credentials (``google_tokens.py``, an RSA key that google-auth checks at every
-load: about 50 ms of CPU) or builds botocore's session (``bedrock.py``) once, and the run reuses the token or the
-credentials the probe fetched. The SDKs share one credentials object among their clients the same way.
+"""A cloud's credentials, made once per process for the same environment and the same credential files: the one a cloud
+provider loaded last is handed to the next that asks with nothing changed, so that ``runner submit``, which builds a
+provider three times before its first request (the checks before sending, the pre-flight probe, the run), loads
+Google's Application Default Credentials (``google_tokens.py``: a service-account key's RSA check costs about 50 ms
+of CPU where it is not remembered, ``key_memo.py``) or builds botocore's session (``bedrock.py``) once, and the run
+reuses the token or the credentials the probe fetched. The SDKs share one credentials object among their clients the
+same way.
 
 Anything changed makes a new one: any environment variable (compared by a digest of them all, which keeps no copy
 of their values), or any of the files named (its size, modification time and inode; a file that appears or goes
