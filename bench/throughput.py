@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cpu-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--aiohttp-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--instructions", action="store_true",
+                        help="phase 6b counts each provider's instructions per request under valgrind, requests sent "
+                             "one at a time, instead of CPU seconds (bench/throughput_wire.py)")
     parser.add_argument("--wire-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--job", help=argparse.SUPPRESS)
