@@ -25,7 +25,8 @@ In one run, against ``simserver`` started in its own process on 127.0.0.1, it pr
    sim+price, openai, azure-openai, anthropic, gemini, vertex), each provider's job side by side with a bare aiohttp
    loop, and each provider within 1.3x ``sim:`` (issue 39);
 6b. (``--only wire``) each of ``--providers``' own path without the engine: ``Provider.execute`` alone, the SDK or
-   the lean wire (bench/throughput_wire.py), and each within 1.3x ``sim:``'s lean wire;
+   the lean wire (bench/throughput_wire.py), and each within 1.3x ``sim:``'s lean wire (``--instructions``: counted
+   under valgrind, requests one at a time, instead of CPU seconds);
 7. start-up: seconds from starting ``runner submit JOB`` to the first request reaching the server (the model
    probe) and to the first chat request, median of ``--startup`` runs (target <= 0.5 s to the first chat request
    on a quiet machine), through a relay in front of the server that notes when requests arrive; with
