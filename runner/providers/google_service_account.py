@@ -73,10 +73,11 @@ ACCESS_BOUNDARY_HEADER = "x-allowed-locations"
 #: the values that turn the lookup on (which a service account's ``before_request`` then makes): left to google-auth
 ACCESS_BOUNDARY_VARIABLE = "GOOGLE_SDK_EXPERIMENTAL_PYTHON_REGIONAL_ACCESS_BOUNDARY_LOOKUP_ENABLED"
 TRUTHY = ("y", "yes", "t", "true", "on", "1")
-#: the first google-auth whose grant this follows (read and compared in tests/providers/test_google_service_account.py
-#: at 2.63.0, the version constraints/ci.txt pins); older 2.x releases may differ (the grant's metrics header, its
-#: retries and the regional access boundary came in later releases): google.auth.default loads the credentials there
-VERIFIED_FROM = (2, 63)
+#: the first google-auth whose grant this follows: tests/providers/test_google_service_account.py compares the two
+#: against google-auth itself at 2.63.0 (the version constraints/ci.txt pins) and at 2.56.0 (``.ci/run --oldest``:
+#: google-genai's own floor, so the oldest a vertex install can have); google.auth.default loads the credentials
+#: with an older one
+VERIFIED_FROM = (2, 56)
 #: the first google-auth this module is not used with: a new major release may change what its private helpers
 #: (``_helpers``, ``_exponential_backoff``) and its grant do, unread here
 VERIFIED_BELOW = (3, 0)

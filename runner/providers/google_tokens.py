@@ -41,7 +41,7 @@ def _load(scopes: Sequence[str], gcloud: str) -> Credentials:
     module (``google_service_account.py``, which says when); any other credentials by ``google.auth.default``."""
     try:
         from .google_service_account import service_account_grant
-    except ImportError:  # a google-auth older than any the grant follows (without its metrics or backoff modules)
+    except ImportError:  # a google-auth without the modules the grant uses (its metrics or backoff modules)
         pass
     else:
         grant = service_account_grant(scopes, gcloud)

@@ -361,7 +361,7 @@ def test_a_missing_file_or_no_scopes_go_through_google_auth_default(key_file: di
     _falls_back([SCOPE], monkeypatch)
 
 
-@pytest.mark.parametrize("installed", ["2.62.9", "3.0.0", "not-a-version"])
+@pytest.mark.parametrize("installed", ["2.55.9", "3.0.0", "not-a-version"])
 def test_a_google_auth_other_than_the_ones_the_grant_follows_loads_the_credentials_itself(
         key_file: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, installed: str) -> None:
     """Older than the release the grant was read from, or a new major release (whose private helpers may differ)."""
