@@ -193,10 +193,7 @@ class Pricing:
             return self.rates(model, when)
         if model in self._job:
             return self._job_tiers.get((model, tier))
-        remembered = self._recalled(model, when)
-        if remembered is not None and tier in remembered.variants:
-            return remembered.variants[tier]
-        found = self._info(model)
+        found = self._find(model)  # (a remembered model's tier rates: _variant's to read)
         if isinstance(found, Rates):
             return found if found.is_free else None
         return self._variant(model, when, {"service_tier": tier}, tier)
