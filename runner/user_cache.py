@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["folder", "read_json", "write_json"]
+__all__ = ["folder", "memo_path", "read_json", "write_json"]
 
 
 def folder() -> Path:
@@ -21,6 +21,17 @@ def folder() -> Path:
     specification's default)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "llm-job-runner"
+
+
+def memo_path(variable: str, name: str) -> Path | None:
+    """Where a memo is kept: the file the environment variable ``variable`` names (``off``: no memo), else ``name``
+    in :func:`folder`; None where that is not an absolute path (no home folder to be found, as for a container's
+    user without one)."""
+    setting = os.environ.get(variable, "")
+    if setting.lower() == "off":
+        return None
+    path = Path(setting).expanduser() if setting else folder() / name
+    return path if path.is_absolute() else None
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -14,7 +14,6 @@ key's PEM tells nothing of the key. A memo that is missing, unreadable or unwrit
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 from runner import user_cache
@@ -35,13 +34,8 @@ def digest_of(pem: bytes) -> str:
 
 
 def _path() -> Path | None:
-    """The file RUNNER_KEY_MEMO names (``off``: None), else the cache folder's (None where that is not an absolute
-    path: no home folder to be found)."""
-    setting = os.environ.get("RUNNER_KEY_MEMO", "")
-    if setting.lower() == "off":
-        return None
-    path = Path(setting).expanduser() if setting else user_cache.folder() / NAME
-    return path if path.is_absolute() else None
+    """The file RUNNER_KEY_MEMO names (``off``: None), else the cache folder's."""
+    return user_cache.memo_path("RUNNER_KEY_MEMO", NAME)
 
 
 def _digests(path: Path) -> list[str]:

@@ -21,7 +21,6 @@ secret: model ids and their public prices.
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import asdict, dataclass
 from datetime import date, datetime
 from pathlib import Path
@@ -141,11 +140,8 @@ def _memo() -> PriceMemo | None:
     """This process's memo of the file RUNNER_PRICE_MEMO names (``off``: None), else of the cache folder's (None
     where that is not an absolute path)."""
     global _MEMO
-    setting = os.environ.get("RUNNER_PRICE_MEMO", "")
-    if setting.lower() == "off":
-        return None
-    path = Path(setting).expanduser() if setting else user_cache.folder() / NAME
-    if not path.is_absolute():  # no home folder to be found (a container's user without one): no memo
+    path = user_cache.memo_path("RUNNER_PRICE_MEMO", NAME)
+    if path is None:
         return None
     if _MEMO is None or _MEMO.path != path:
         _MEMO = PriceMemo(path)
